@@ -1,0 +1,59 @@
+"""Measuring tools for the GPU benchmarks (import only on a CUDA machine).
+
+* :func:`time_us` — median µs of ``fn`` via ``triton.testing.do_bench`` (L2 flushed between runs),
+  or CUDA-graph replay (``graph=True``) for kernels under ~20 µs where launch overhead dominates.
+* :func:`rotating` — cycle through several input copies whose total exceeds L2 (60 MB on H200).
+* :func:`copy_bandwidth_gbps`, :func:`bf16_matmul_tflops`, :func:`fp8_matmul_tflops` — ceilings.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Callable
+
+import torch
+
+L2_BYTES = 60 * 2**20
+
+
+def time_us(fn: Callable[[], object], *, graph: bool = False, rep: int = 100) -> float:
+    """Median time of one ``fn()`` call in microseconds."""
+    import triton.testing
+
+    if graph:
+        ms = triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")
+    else:
+        ms = triton.testing.do_bench(fn, rep=rep, return_mode="median")
+    return ms * 1e3
+
+
+def rotating(make: Callable[[], tuple], bytes_per_copy: int, min_total: int = 4 * L2_BYTES, max_copies: int = 16):
+    """Build enough copies of the inputs ``make()`` returns to exceed ``min_total`` bytes;
+    return an infinite iterator over them (use ``next(it)`` inside the timed function)."""
+    copies = max(1, min(max_copies, -(-min_total // max(bytes_per_copy, 1))))
+    return itertools.cycle([make() for _ in range(copies)])
+
+
+def copy_bandwidth_gbps(nbytes: int = 2 * 2**30) -> float:
+    """Device-to-device copy bandwidth, counting bytes read + written."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    us = time_us(lambda: dst.copy_(src))
+    return 2 * nbytes / (us * 1e3)
+
+
+def bf16_matmul_tflops(n: int = 8192) -> float:
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    us = time_us(lambda: a @ b)
+    return 2 * n**3 / (us * 1e6)
+
+
+def fp8_matmul_tflops(n: int = 8192) -> float | None:
+    try:
+        a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device="cuda")
+        us = time_us(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+    except (RuntimeError, AttributeError):
+        return None
+    return 2 * n**3 / (us * 1e6)

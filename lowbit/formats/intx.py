@@ -1,0 +1,144 @@
+"""Asymmetric INT2 / INT4 / INT8 with per-group scale and zero-point, plane-split packed.
+
+This is the draft head's coarse format. Per (row n, group g of ``group_size`` along K)::
+
+    lo = min(min(w_g), 0)    hi = max(max(w_g), 0)
+    s  = fp16_round_up(max((hi - lo) / (2^bits - 1), 1e-8))
+    z  = clamp(round(-lo / s), 0, 2^bits - 1)
+    q  = clamp(round(w / s + z), 0, 2^bits - 1)
+    w~ = (q - z) * s                          so |w - w~| <= s / 2
+
+Two deliberate refinements of the plain min/max rule: the range always contains 0 (a group of
+all-positive weights would otherwise clamp its top codes and break the ``s/2`` error bound the
+certified head relies on), and ``s`` is rounded *up* to fp16 so the stored scale still covers the
+range (rounding it down would clamp the top code too).
+
+Layout (plane-split, so one byte load feeds ``8/bits`` contiguous runs of K)::
+
+    K is padded with zeros to Kp, a multiple of (8/bits) * group_size.
+    P = 8 / bits planes, each of length L = Kp / P.
+    packed[n, j] (uint8, shape [N, L]) holds, in bits [i*bits, (i+1)*bits), the code of element
+    k = i*L + j, for i = 0..P-1.
+
+So for 2 bits the four 2-bit fields of byte j belong to K positions j, L+j, 2L+j and 3L+j; a
+kernel reading bytes [j0, j0+BK) gets the four contiguous K runs [iL+j0, iL+j0+BK). Every plane
+starts on a group boundary (L is a multiple of group_size), so a K tile never straddles groups
+when BK divides group_size or vice versa.
+
+Tensors: ``packed`` uint8 ``[N, Kp/P]``; ``scale`` fp16 ``[N, Kp/G]``; ``zero`` uint8 ``[N, Kp/G]``
+(the integer zero-point). Padded groups are all zero (q = z, contributing 0). ``k`` is the
+logical K. For INT8, P = 1 and ``packed`` is simply the codes.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from lowbit._validate import check_tensor, require
+from lowbit.formats._base import TensorFormat
+
+BITS = (2, 4, 8)
+
+
+def _fp16_round_up(x: torch.Tensor) -> torch.Tensor:
+    """Smallest fp16 value >= x (for positive finite x within fp16 range), as fp32."""
+    h = x.to(torch.float16)
+    below = h.float() < x
+    h = torch.where(below, torch.nextafter(h, torch.full_like(h, float("inf"))), h)
+    return h.float()
+
+
+def padded_k(k: int, bits: int, group_size: int) -> int:
+    unit = (8 // bits) * group_size
+    return -(-k // unit) * unit
+
+
+@dataclasses.dataclass(frozen=True)
+class INTx(TensorFormat):
+    packed: torch.Tensor
+    scale: torch.Tensor
+    zero: torch.Tensor
+    bits: int
+    group_size: int
+    k: int
+
+    def __post_init__(self):
+        require(self.bits in BITS, f"INTx bits must be one of {BITS}, got {self.bits}")
+        check_tensor("packed", self.packed, dtypes=(torch.uint8,), ndim=2)
+        check_tensor("scale", self.scale, dtypes=(torch.float16,), ndim=2)
+        check_tensor("zero", self.zero, dtypes=(torch.uint8,), ndim=2)
+        kp = padded_k(self.k, self.bits, self.group_size)
+        n = self.packed.shape[0]
+        require(self.packed.shape == (n, kp * self.bits // 8),
+                f"INTx packed has shape {tuple(self.packed.shape)}, expected ({n}, {kp * self.bits // 8}) for K={self.k}, bits={self.bits}, group_size={self.group_size}")
+        require(self.scale.shape == (n, kp // self.group_size) and self.zero.shape == self.scale.shape,
+                f"INTx scale/zero have shapes {tuple(self.scale.shape)}/{tuple(self.zero.shape)}, expected ({n}, {kp // self.group_size})")
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((self.packed.shape[0], self.k))
+
+    @property
+    def planes(self) -> int:
+        return 8 // self.bits
+
+    @property
+    def padded_k(self) -> int:
+        return padded_k(self.k, self.bits, self.group_size)
+
+    @classmethod
+    def quantize(cls, w: torch.Tensor, bits: int = 4, group_size: int = 64) -> "INTx":
+        """Quantize a 2-D float weight ``[N, K]``; K must be a multiple of 16 (padded internally)."""
+        check_tensor("w", w, ndim=2)
+        require(w.is_floating_point(), f"w must be floating point, got {w.dtype}")
+        require(bits in BITS, f"INTx bits must be one of {BITS}, got {bits}")
+        require(group_size >= 16 and group_size % 16 == 0, f"group_size must be a positive multiple of 16, got {group_size}")
+        n, k = w.shape
+        require(k % 16 == 0, f"INTx needs K % 16 == 0, got K={k} (shape {tuple(w.shape)})")
+        kp = padded_k(k, bits, group_size)
+        qmax = (1 << bits) - 1
+        wf = torch.zeros(n, kp, dtype=torch.float32, device=w.device)
+        wf[:, :k] = w.float()
+        g = wf.view(n, kp // group_size, group_size)
+        lo = g.amin(-1).clamp_max(0.0)
+        hi = g.amax(-1).clamp_min(0.0)
+        s = _fp16_round_up(((hi - lo) / qmax).clamp_min(1e-8))
+        z = torch.round(-lo / s).clamp(0, qmax)
+        q = torch.round(g / s.unsqueeze(-1) + z.unsqueeze(-1)).clamp(0, qmax).to(torch.uint8).view(n, kp)
+        return cls(pack_planes(q, bits), s.to(torch.float16), z.to(torch.uint8), bits, group_size, k)
+
+    def codes(self) -> torch.Tensor:
+        """The unpacked integer codes ``q`` as uint8 ``[N, Kp]`` (padding included)."""
+        return unpack_planes(self.packed, self.bits)
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        n = self.packed.shape[0]
+        kp = self.padded_k
+        q = self.codes().float().view(n, kp // self.group_size, self.group_size)
+        w = (q - self.zero.float().unsqueeze(-1)) * self.scale.float().unsqueeze(-1)
+        return w.view(n, kp)[:, : self.k].to(dtype)
+
+    def error_bound(self) -> torch.Tensor:
+        """Per-element bound ``s/2`` on ``|w - w~|`` per (row, group), fp32 ``[N, Kp/G]``."""
+        return self.scale.float() * 0.5
+
+
+def pack_planes(q: torch.Tensor, bits: int) -> torch.Tensor:
+    """Plane-split pack codes ``[N, Kp]`` (uint8 < 2^bits) into ``[N, Kp*bits/8]``."""
+    planes = 8 // bits
+    n, kp = q.shape
+    require(kp % planes == 0, f"padded K={kp} must be a multiple of {planes}")
+    parts = q.view(n, planes, kp // planes)
+    out = torch.zeros(n, kp // planes, dtype=torch.uint8, device=q.device)
+    for i in range(planes):
+        out |= (parts[:, i, :] & ((1 << bits) - 1)) << (i * bits)
+    return out
+
+
+def unpack_planes(packed: torch.Tensor, bits: int) -> torch.Tensor:
+    """Inverse of :func:`pack_planes`: ``[N, L]`` bytes -> codes ``[N, L * 8/bits]``."""
+    planes = 8 // bits
+    mask = (1 << bits) - 1
+    parts = [(packed >> (i * bits)) & mask for i in range(planes)]
+    return torch.cat(parts, dim=-1)
