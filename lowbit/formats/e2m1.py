@@ -34,7 +34,8 @@ def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
     """Round ``x`` (any float dtype, any shape) to E2M1 codes, one code per uint8 (0..15)."""
     check_tensor("x", x)
     require(x.is_floating_point(), f"x must be a floating-point tensor, got {x.dtype}")
-    a = x.float().abs()
+    # fp64 stays fp64: rounding it to fp32 first could turn a value just off a tie into a tie.
+    a = (x if x.dtype == torch.float64 else x.float()).abs()
     code = torch.zeros(x.shape, dtype=torch.uint8, device=x.device)
     for threshold, inclusive in _THRESHOLDS:
         passed = (a >= threshold) if inclusive else (a > threshold)

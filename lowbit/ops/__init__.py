@@ -25,7 +25,11 @@ __all__ = sorted(_LAZY)
 
 def __getattr__(name: str):
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        fn = getattr(importlib.import_module(_LAZY[name]), name)
+        # Importing the op's package set ``lowbit.ops.<name>`` to that *module*; bind the
+        # function over it so ``lowbit.ops.sparse_attn(...)`` is the function from now on.
+        globals()[name] = fn
+        return fn
     raise AttributeError(f"module 'lowbit.ops' has no attribute {name!r}")
 
 

@@ -1,0 +1,148 @@
+"""Benchmarks: top-k sparse MQA attention (DeepSeek sparse-attention shapes) and the
+hyper-connection Sinkhorn split.
+
+sparse_attn: d = 512, n = 65536 cached rows per sequence. Decode m in {1, 2}, b in {1, 32, 128},
+h in {64, 128}, topk in {512, 2048}; prefill m = 4096, b = 1, topk = 2048. Baselines, same run:
+the reference (gather -> fp32 scores -> softmax with the sink column -> weighted sum, what
+``reference.py`` does) and the same path kept in bf16 for the matmuls.
+Bytes: the gathered rows once per query (the heads share them: b*m*topk*d*elt), the scales of FP8
+rows, the indices, q and o. FLOPs: 4*b*m*h*topk*d (QK^T and PV).
+
+hc_split_sinkhorn: b*s = 16384 rows, hc = 4, 20 iterations. Bytes: mixes in, pre/post/comb out.
+Baseline: the PyTorch reference (about 45 small kernels).
+
+Decode and hc cases are timed by CUDA-graph replay (launch overhead would dominate) over
+rotating input copies larger than L2; prefill by ``do_bench``.
+"""
+from __future__ import annotations
+
+from lowbit.bench.registry import BenchContext, Result, register
+
+D, N_CACHE = 512, 65536
+
+
+def _torch_bf16_path(q, kv, attn_sink, topk_idxs, softmax_scale):
+    """What a user writes with bf16 matmuls: gather, scores, softmax with the sink, weighted sum."""
+    import torch
+
+    b, m, h, d = q.shape
+    idx = topk_idxs.long()
+    valid = (idx >= 0) & (idx < kv.shape[1])
+    rows = kv[torch.arange(b, device=q.device).view(b, 1, 1), idx.clamp(min=0)]  # [b, m, topk, d]
+    scores = torch.matmul(q, rows.transpose(-1, -2)).float() * softmax_scale  # [b, m, h, topk]
+    scores = scores.masked_fill(~valid[:, :, None, :], float("-inf"))
+    logits = torch.cat([scores, attn_sink.view(1, 1, h, 1).expand(b, m, h, 1)], dim=-1)
+    p = torch.softmax(logits, dim=-1)[..., :-1].nan_to_num(0.0)
+    return torch.matmul(p.to(q.dtype), rows)
+
+
+def _extra(ctx: BenchContext, us: float, nbytes: int, flops: int) -> dict:
+    gbps = nbytes / (us * 1e3)
+    tflops = flops / (us * 1e6)
+    return {
+        "GB/s": round(gbps, 1),
+        "% copy bw": round(100 * gbps / ctx.copy_gbps, 1),
+        "TFLOP/s": round(tflops, 1),
+        "% bf16 peak": round(100 * tflops / ctx.bf16_tflops, 1),
+    }
+
+
+def _attn_cases(quick: bool):
+    if quick:
+        decode = [(1, 1, 64, 2048), (1, 32, 128, 2048), (1, 128, 128, 512), (2, 32, 128, 512)]
+        return [(m, b, h, k, False) for m, b, h, k in decode] + [(1, 32, 128, 2048, True), (4096, 1, 128, 2048, False)]
+    cases = [(m, b, h, k, False) for m in (1, 2) for b in (1, 32, 128) for h in (64, 128) for k in (512, 2048)]
+    cases += [(1, b, 128, 2048, True) for b in (1, 32, 128)]  # FP8 KV cache, per-64 group scales
+    cases += [(4096, 1, h, 2048, False) for h in (64, 128)]
+    return cases
+
+
+@register("sparse_attn", description="top-k sparse MQA attention with a sink, d=512, n=65536 (decode + prefill)")
+def bench_sparse_attn(ctx: BenchContext) -> list[Result]:
+    import torch
+
+    from lowbit.bench.timing import L2_BYTES, rotating, time_us
+    from lowbit.formats.fp8 import FP8
+    from lowbit.ops.sparse_attn import sparse_attn
+    from lowbit.ops.sparse_attn.reference import sparse_attn_reference
+
+    dev = ctx.device
+    results = []
+    for m, b, h, topk, fp8 in _attn_cases(ctx.quick):
+        prefill = m > 2
+        scale = D**-0.5
+
+        def make():
+            q = torch.randn(b, m, h, D, device=dev, dtype=torch.bfloat16)
+            kv = torch.randn(b, N_CACHE, D, device=dev, dtype=torch.bfloat16)
+            idx = torch.randint(0, N_CACHE, (b, m, topk), device=dev, dtype=torch.int32)
+            idx[..., -topk // 16:] = -1  # a few empty slots, as a causal mask leaves them
+            kv_scale = None
+            if fp8:
+                fmt = FP8.quantize(kv, "group", 64)
+                kv, kv_scale = fmt.data, fmt.scale
+            return q, kv, torch.randn(h, device=dev), idx, kv_scale
+
+        elt = 1 if fp8 else 2
+        row_bytes = D * elt + (D // 64 * 4 if fp8 else 0)
+        nbytes = b * m * topk * (row_bytes + 4) + 2 * b * m * h * D * 2
+        flops = 4 * b * m * h * topk * D
+        kv_bytes = b * N_CACHE * row_bytes
+        # prefill re-reads a [1, 65536] cache: no rotation; decode rotates past L2
+        copies = rotating(make, kv_bytes + b * m * topk * 4, min_total=0 if prefill else 4 * L2_BYTES)
+        case = f"{'prefill' if prefill else 'decode'} m{m} b{b} h{h} top{topk}{' fp8kv' if fp8 else ''}"
+
+        def ours():
+            q, kv, sink, idx, kv_scale = next(copies)
+            return sparse_attn(q, kv, sink, idx, scale, kv_scale=kv_scale)
+
+        def reference():
+            q, kv, sink, idx, kv_scale = next(copies)
+            return sparse_attn_reference(q, kv, sink, idx, scale, kv_scale)
+
+        impls = [("lowbit", ours), ("torch gather+softmax+matmul (fp32, reference)", reference)]
+        if not fp8:
+            def bf16_path():
+                q, kv, sink, idx, _ = next(copies)
+                return _torch_bf16_path(q, kv, sink, idx, scale)
+
+            impls.append(("torch gather+softmax+matmul (bf16 matmuls)", bf16_path))
+        ours()  # compile outside any graph capture
+        for name, fn in impls:
+            us = time_us(fn, graph=not prefill)
+            results.append(Result(op="sparse_attn", case=case, impl=name, us=us, bytes=nbytes, flops=flops,
+                                  extra=_extra(ctx, us, nbytes, flops)))
+        del copies
+        torch.cuda.empty_cache()
+    return results
+
+
+@register("hc_split_sinkhorn", description="hyper-connection split + 20 Sinkhorn iterations, hc=4, 16384 rows")
+def bench_hc_split_sinkhorn(ctx: BenchContext) -> list[Result]:
+    import torch
+
+    from lowbit.bench.timing import rotating, time_us
+    from lowbit.ops.hc_sinkhorn import hc_split_sinkhorn
+    from lowbit.ops.hc_sinkhorn.reference import hc_split_sinkhorn_reference
+
+    hc, rows = 4, 16384
+    width = (2 + hc) * hc
+    dev = ctx.device
+
+    def make():
+        return (torch.randn(1, rows, width, device=dev), torch.rand(3, device=dev) + 0.5,
+                torch.randn(width, device=dev) * 0.5)
+
+    nbytes = rows * (width + hc + hc + hc * hc) * 4
+    # ~10 exp/div per matrix element per iteration; reported for completeness, the op is tiny
+    flops = rows * hc * hc * 2 * 20 * 2
+    copies = rotating(make, rows * width * 4)
+    impls = [("lowbit", lambda: hc_split_sinkhorn(*next(copies))),
+             ("torch reference", lambda: hc_split_sinkhorn_reference(*next(copies)))]
+    impls[0][1]()
+    results = []
+    for name, fn in impls:
+        us = time_us(fn, graph=True)
+        results.append(Result(op="hc_split_sinkhorn", case=f"rows{rows} hc{hc} iters20", impl=name, us=us,
+                              bytes=nbytes, flops=flops, extra=_extra(ctx, us, nbytes, flops)))
+    return results

@@ -1,0 +1,135 @@
+"""Which checkpoint variant a layer holds, and a bit-exact read / write of the whole layer."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import torch
+
+from lowbit._validate import require
+from lowbit.io import compressed_tensors as ct
+from lowbit.io import deepseek as ds
+from lowbit.io import modelopt as mo
+from lowbit.io._tensors import get, get_scalar, has, name_of
+
+NVFP4_MODELOPT = "nvfp4-modelopt"
+NVFP4_CT = "nvfp4-compressed-tensors"
+FP8_ROW_CT = "fp8-row-compressed-tensors"
+FP8_BLOCK_DEEPSEEK = "fp8-block-deepseek"
+MXFP4_DEEPSEEK = "mxfp4-deepseek"
+DENSE = "dense"
+VARIANTS = (NVFP4_MODELOPT, NVFP4_CT, FP8_ROW_CT, FP8_BLOCK_DEEPSEEK, MXFP4_DEEPSEEK, DENSE)
+
+_DENSE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def detect_format(tensors: Mapping[str, torch.Tensor], prefix: str) -> str:
+    """The variant stored under ``prefix``: one of :data:`VARIANTS` (ValueError if none fits).
+
+    Decided by tensor names and the weight dtype: ``weight_packed`` -> compressed-tensors NVFP4;
+    ``weight_scale_2`` -> ModelOpt NVFP4; e4m3 ``weight`` with ``weight_scale`` -> compressed-tensors
+    per-channel FP8, with ``weight_scale_inv``/``scale`` -> DeepSeek block FP8; a 1-byte integer or
+    float4_e2m1fn_x2 ``weight`` with ``scale``/``weight_scale_inv`` -> DeepSeek FP4 (MXFP4);
+    a bf16/fp16/fp32 ``weight`` alone -> dense.
+    """
+    wname = name_of(prefix, "weight")
+    if has(tensors, prefix, "weight_packed"):
+        p = tensors[name_of(prefix, "weight_packed")]
+        require(has(tensors, prefix, "weight_global_scale") and p.dtype == torch.uint8,
+                f"{name_of(prefix, 'weight_packed')!r} ({p.dtype}) without a weight_global_scale is a compressed-tensors pack-quantized integer format, which is not supported")
+        return NVFP4_CT
+    require(wname in tensors, f"checkpoint has neither {wname!r} nor {name_of(prefix, 'weight_packed')!r}")
+    w = tensors[wname]
+    if has(tensors, prefix, "weight_scale_2"):
+        return NVFP4_MODELOPT
+    if w.dtype == torch.float8_e4m3fn:
+        if has(tensors, prefix, "weight_scale"):
+            return FP8_ROW_CT
+        if any(has(tensors, prefix, s) for s in ds.FP8_SCALE_NAMES):
+            return FP8_BLOCK_DEEPSEEK
+        raise ValueError(f"{wname!r} is float8_e4m3fn but no scale was found (looked for weight_scale, weight_scale_inv, scale)")
+    if w.dtype in ds._FP4_WEIGHT_DTYPES and any(has(tensors, prefix, s) for s in ds.FP4_SCALE_NAMES):
+        return MXFP4_DEEPSEEK
+    if w.dtype in _DENSE_DTYPES:
+        return DENSE
+    raise ValueError(f"{wname!r} has dtype {w.dtype} and shape {tuple(w.shape)}, which matches no supported checkpoint format")
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    """One layer read from a checkpoint.
+
+    ``fmt``: the lowbit format (:class:`~lowbit.formats.NVFP4`, :class:`~lowbit.formats.FP8`,
+    :class:`~lowbit.formats.MXFP4`) or, for ``DENSE``, the weight tensor itself. ``variant``: which
+    checkpoint layout it came from (one of :data:`VARIANTS`). ``options``: the writer's keyword
+    arguments that reproduce the stored bytes (scale names and dtypes, scalar shapes, the stored
+    compressed-tensors inverse global scale, activation scales).
+    """
+
+    fmt: Any
+    variant: str
+    options: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def global_scale_source(self) -> str | None:
+        """For NVFP4: which tensor the multiplier came from (and whether it was inverted)."""
+        if self.variant == NVFP4_MODELOPT:
+            return "weight_scale_2 (multiplier)"
+        if self.variant == NVFP4_CT:
+            return "weight_global_scale (inverse, normalised to 1/x)"
+        return None
+
+
+def _shape_of(t: torch.Tensor | None) -> tuple:
+    return () if t is None else tuple(t.shape)
+
+
+def read_layer(tensors: Mapping[str, torch.Tensor], prefix: str) -> Layer:
+    """Detect and read the layer under ``prefix``; :func:`write_layer` writes it back bit-exact."""
+    variant = detect_format(tensors, prefix)
+    if variant == NVFP4_MODELOPT:
+        fmt = mo.read_nvfp4(tensors, prefix)
+        inp = mo.read_input_scale(tensors, prefix)
+        opts = {"scalar_shape": _shape_of(tensors[name_of(prefix, "weight_scale_2")]), "input_scale": inp}
+        if inp is not None:
+            require(tuple(inp.shape) == opts["scalar_shape"], f"{name_of(prefix, 'input_scale')!r} has shape {tuple(inp.shape)} but weight_scale_2 has {opts['scalar_shape']}")
+        return Layer(fmt, variant, opts)
+    if variant == NVFP4_CT:
+        fmt = ct.read_nvfp4_ct(tensors, prefix)
+        wgs = get_scalar(tensors, prefix, "weight_global_scale")
+        inp = mo.read_input_scale(tensors, prefix, "input_global_scale")
+        if inp is not None:
+            require(tuple(inp.shape) == tuple(wgs.shape), f"{name_of(prefix, 'input_global_scale')!r} has shape {tuple(inp.shape)} but weight_global_scale has {tuple(wgs.shape)}")
+        return Layer(fmt, variant, {"weight_global_scale": wgs, "input_global_scale": inp, "scalar_shape": tuple(wgs.shape)})
+    if variant == FP8_ROW_CT:
+        fmt = ct.read_fp8_channel(tensors, prefix)
+        inp = mo.read_input_scale(tensors, prefix)
+        return Layer(fmt, variant, {"input_scale": inp, "scalar_shape": _shape_of(inp)})
+    if variant == FP8_BLOCK_DEEPSEEK:
+        fmt = ds.read_fp8_block(tensors, prefix)
+        sname = [s for s in ds.FP8_SCALE_NAMES if has(tensors, prefix, s)][0]
+        return Layer(fmt, variant, {"scale_name": sname, "scale_dtype": tensors[name_of(prefix, sname)].dtype})
+    if variant == MXFP4_DEEPSEEK:
+        fmt = ds.read_fp4_experts(tensors, prefix)
+        sname = [s for s in ds.FP4_SCALE_NAMES if has(tensors, prefix, s)][0]
+        return Layer(fmt, variant, {"weight_dtype": tensors[name_of(prefix, "weight")].dtype,
+                                    "scale_dtype": tensors[name_of(prefix, sname)].dtype, "scale_name": sname})
+    return Layer(get(tensors, prefix, "weight", dtypes=_DENSE_DTYPES), DENSE, {})
+
+
+_WRITERS = {
+    NVFP4_MODELOPT: mo.write_nvfp4,
+    NVFP4_CT: ct.write_nvfp4_ct,
+    FP8_ROW_CT: ct.write_fp8_channel,
+    FP8_BLOCK_DEEPSEEK: ds.write_fp8_block,
+    MXFP4_DEEPSEEK: ds.write_fp4_experts,
+}
+
+
+def write_layer(layer: Layer, prefix: str) -> dict[str, torch.Tensor]:
+    """The checkpoint tensors of ``layer`` under ``prefix``, in its own variant's names."""
+    require(isinstance(layer, Layer), f"write_layer needs a Layer, got {type(layer).__name__}")
+    require(layer.variant in VARIANTS, f"unknown variant {layer.variant!r}; expected one of {VARIANTS}")
+    if layer.variant == DENSE:
+        return {name_of(prefix, "weight"): layer.fmt.contiguous()}
+    return _WRITERS[layer.variant](layer.fmt, prefix, **layer.options)

@@ -1,0 +1,196 @@
+"""``lowbit selftest``: build the tiny model, generate with a KV cache, and check it end to end.
+
+Checks (each a relative error ``||a - b|| / ||b||`` over fp32 logits, and a NaN/Inf scan):
+
+1. ``decode_vs_prefill``: the logits of ``steps`` one-token decode calls (after a prefill of the
+   prompt) equal the logits of one from-scratch prefill of the same tokens.
+2. ``prompt_vs_prefill``: the prompt's own logits equal the prefill's (differs only in M).
+3. ``triton_vs_reference`` (when ``compare_reference`` and the run is not already the reference
+   path, e.g. on CUDA): the same model run under ``lowbit.backend("reference")`` on the same
+   device gives the same full-prefill logits.
+4. ``finite``: every module output of every call is free of NaN / Inf (forward hooks).
+
+Tolerance (``TOL``). The runs compared here do the same arithmetic except for the order of fp32
+summations (a GEMM picks its blocking by M; a Triton kernel and the reference sum in different
+orders). Every bf16 rounding of an intermediate can therefore land one bf16 ulp (2^-8 relative)
+away, and the model rounds each activation about 10 times per block (linears, norms, attention,
+mixing): with 2 blocks, ~20 such steps. Even if *every* element were one ulp off at *every* step,
+the independent errors would add up to ``sqrt(20) * 2^-8 ≈ 1.7e-2`` relative; in practice only
+the few elements near a rounding boundary move, and FP8 re-quantization (an e4m3 step, 2^-4) hits
+only those. So ``TOL = 2e-2``; measured on CPU: ~1e-4 (decode vs prefill).
+Discrete choices (indexer top-k sets, MoE top-k experts) could flip at an exact near-tie and move
+one token's logits further; the report counts such flips (``decision_flips``) so a failure caused
+by one is recognisable rather than silent.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+import lowbit
+from lowbit._backend import use_triton
+from lowbit.models.tiny.config import TinyConfig
+
+TOL = 2e-2
+
+
+def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a64, b64 = a.double().cpu(), b.double().cpu()
+    return ((a64 - b64).norm() / b64.norm().clamp_min(1e-30)).item()
+
+
+class _Watch:
+    """Forward hooks on every module: record non-finite outputs and the discrete decisions
+    (indexer positions, routed experts) of the current call."""
+
+    def __init__(self, model: torch.nn.Module):
+        from lowbit.models.tiny.attention import Indexer
+        from lowbit.models.tiny.moe import Gate
+
+        self.bad: list[str] = []
+        self.decisions: dict[str, list[torch.Tensor]] = {}
+        self.handles = []
+        for name, mod in model.named_modules():
+            self.handles.append(mod.register_forward_hook(self._finite_hook(name or "model")))
+            if isinstance(mod, (Indexer, Gate)):
+                self.handles.append(mod.register_forward_hook(self._decision_hook(name)))
+
+    def _finite_hook(self, name):
+        def hook(_mod, _inp, out):
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            for t in outs:
+                if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                    self.bad.append(name)
+        return hook
+
+    def _decision_hook(self, name):
+        def hook(_mod, _inp, out):
+            idx = out[1] if isinstance(out, tuple) else out  # Gate -> (weights, indices)
+            self.decisions.setdefault(name, []).append(idx.detach().sort(dim=-1).values.cpu())
+        return hook
+
+    def take(self) -> dict[str, list[torch.Tensor]]:
+        d, self.decisions = self.decisions, {}
+        return d
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def _decisions_per_token(calls: list[torch.Tensor], batch: int) -> torch.Tensor:
+    """Concatenate one module's per-call decisions along the sequence: [b, s, k]."""
+    return torch.cat([c.reshape(batch, -1, c.shape[-1]) for c in calls], dim=1)
+
+
+def _count_flips(a: dict, b: dict, batch: int) -> int:
+    """Tokens (summed over layers) whose chosen set differs between two runs over the same tokens."""
+    flips = 0
+    for name in a:
+        x, y = _decisions_per_token(a[name], batch), _decisions_per_token(b[name], batch)
+        flips += int((x != y).any(-1).sum())
+    return flips
+
+
+def generate(model, prompt: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prefill ``prompt [b, P]`` then ``steps`` greedy one-token decode calls.
+
+    Returns (tokens [b, P + steps], logits [b, P + steps, vocab]): the logits of position t
+    predict token t+1; decoded tokens are the argmax of the previous position's logits.
+    """
+    b, p = prompt.shape
+    logits = [model(prompt, 0)]
+    tokens = [prompt]
+    for i in range(steps):
+        nxt = logits[-1][:, -1].argmax(-1, keepdim=True)
+        tokens.append(nxt)
+        logits.append(model(nxt, p + i))
+    return torch.cat(tokens, 1), torch.cat(logits, 1)
+
+
+def selftest(device: str = "cpu", steps: int = 22, verbose: bool = True, *, config: TinyConfig | None = None,
+             seed: int = 0, batch: int = 2, prompt_len: int = 42, backend: str | None = None,
+             compare_reference: bool | None = None) -> dict:
+    """Run the checks above; returns ``{"ok": bool, "checks": {...}, ...}`` (see module doc).
+
+    device: where the model runs ("cpu", "cuda"). backend: force ``lowbit.backend(backend)`` for
+    the main run (``"triton"`` on CPU = the Triton interpreter, needs ``TRITON_INTERPRET=1``);
+    default: the automatic choice (Triton for CUDA tensors, reference on CPU).
+    compare_reference: also run the reference path and compare (default: when the main run is not
+    already the reference). prompt_len + steps must fit ``config.max_seq_len``; the defaults make
+    64 positions, beyond window + index_topk = 32, so the indexer's choice matters.
+    """
+    from lowbit.models.tiny.model import TinyModel
+
+    cfg = config or TinyConfig()
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("selftest(device='cuda') but no CUDA device is visible")
+    if not (1 <= batch <= cfg.max_batch_size and prompt_len >= 1 and steps >= 1 and prompt_len + steps <= cfg.max_seq_len):
+        raise ValueError(f"batch={batch}, prompt_len={prompt_len}, steps={steps} do not fit max_batch_size="
+                         f"{cfg.max_batch_size}, max_seq_len={cfg.max_seq_len}")
+    main_ctx = lowbit.backend(backend) if backend else contextlib.nullcontext()
+    with main_ctx:  # which path the main run takes (raises if "triton" is forced where it can't run)
+        main_is_triton = use_triton(torch.empty(0, device=device))
+    if compare_reference is None:
+        compare_reference = main_is_triton
+
+    t0 = time.perf_counter()
+    model = TinyModel(cfg, seed=seed).to(device)
+    gen = torch.Generator().manual_seed(seed + 1)
+    prompt = torch.randint(0, cfg.vocab_size, (batch, prompt_len), generator=gen).to(device)
+    watch = _Watch(model)
+    checks: dict[str, dict] = {}
+
+    def check(name, value, tol):
+        checks[name] = {"value": value, "tol": tol, "ok": bool(value <= tol)}
+
+    try:
+        with main_ctx:
+            tokens, gen_logits = generate(model, prompt, steps)
+            gen_dec = watch.take()
+            full = model(tokens, 0)
+            full_dec = watch.take()
+        check("decode_vs_prefill", _rel_err(gen_logits[:, prompt_len:], full[:, prompt_len:]), TOL)
+        check("prompt_vs_prefill", _rel_err(gen_logits[:, :prompt_len], full[:, :prompt_len]), TOL)
+        flips = _count_flips(gen_dec, full_dec, batch)
+        if compare_reference:
+            with lowbit.backend("reference"):
+                ref = model(tokens, 0)
+            ref_dec = watch.take()
+            check("triton_vs_reference", _rel_err(full, ref), TOL)
+            flips_ref = _count_flips(full_dec, ref_dec, batch)
+        checks["finite"] = {"value": len(watch.bad), "tol": 0, "ok": not watch.bad}
+    finally:
+        watch.remove()
+
+    result = {
+        "ok": all(c["ok"] for c in checks.values()),
+        "device": str(device),
+        "backend": backend or lowbit.get_backend(),
+        "path": "triton" if main_is_triton else "reference",
+        "checks": checks,
+        "decision_flips": {"decode_vs_prefill": flips, **({"triton_vs_reference": flips_ref} if compare_reference else {})},
+        "nonfinite_modules": sorted(set(watch.bad)),
+        "positions": prompt_len + steps,
+        "seconds": time.perf_counter() - t0,
+    }
+    if verbose:
+        print(format_report(result))
+    return result
+
+
+def format_report(result: dict) -> str:
+    lines = [f"lowbit tiny-model self-test on {result['device']} ({result['path']} path, "
+             f"{result['positions']} positions, {result['seconds']:.1f} s)"]
+    for name, c in result["checks"].items():
+        lines.append(f"  {'PASS' if c['ok'] else 'FAIL'}  {name:22s} {c['value']:.3g}  (tol {c['tol']:g})")
+    for name, n in result["decision_flips"].items():
+        if n:
+            lines.append(f"  note  {name}: {n} token(s) chose different indexer positions / experts (near ties)")
+    if result["nonfinite_modules"]:
+        lines.append(f"  non-finite outputs in: {', '.join(result['nonfinite_modules'][:8])}")
+    lines.append("OK" if result["ok"] else "FAILED")
+    return "\n".join(lines)

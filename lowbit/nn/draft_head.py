@@ -1,0 +1,328 @@
+"""A low-bit LM head that returns the exact argmax / top-k: coarse pass + exact rerank.
+
+See :class:`DraftHead` and docs/draft_head.md (design, the error bound, defaults, numbers).
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+from lowbit._validate import check_tensor, require
+from lowbit.formats.fp8 import FP8
+from lowbit.formats.nvfp4 import NVFP4
+from lowbit.ops.coarse_head import (
+    BOUND_DET,
+    BOUND_NONE,
+    BOUND_STAT,
+    argmax_lowest,
+    certify,
+    M_BANDS,
+    coarse_head,
+    exact_logits,
+    pack,
+    select_fast,
+    topk_lowest,
+    weight_version,
+)
+
+MODES = ("fast", "certified")
+BOUNDS = {"det": BOUND_DET, "stat": BOUND_STAT}
+# Defaults per mode (measured: docs/draft_head.md). Fast: INT4 g64 with 8 candidates per block of
+# 128 and 32 reranked gave 99.8% argmax agreement on SmolLM2-135M. Certified: INT8 g64 with the
+# deterministic bound gave a median set of 2 (max 30) tokens there; a cap of 128 also covers
+# random N(0, 0.02) heads, whose flat logit tails give sets of ~60-120.
+_DEFAULTS = {
+    "fast": dict(bits=4, group_size=64, kcand=8, rerank=32),
+    "certified": dict(bits=8, group_size=64, kcand=4, rerank=128),
+}
+_X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_warned_fallback = False
+
+
+def _gathered_dot(x: torch.Tensor, weight, index: torch.Tensor) -> torch.Tensor:
+    """Exact ``dot(x[b], W[index[b, t]])`` in fp32 [B, T] through ``lowbit.ops.gathered_dot``."""
+    try:
+        from lowbit.ops.gathered import gathered_dot
+    except ImportError:
+        return _gathered_dot_torch(x, weight, index)
+    return gathered_dot(x, weight, index)
+
+
+def _gathered_dot_torch(x, weight, index):
+    # Only while lowbit.ops.gathered is not importable (it is written separately): same math.
+    global _warned_fallback
+    if not _warned_fallback:
+        warnings.warn("lowbit.ops.gathered is not importable; DraftHead reranks with a torch gather", stacklevel=3)
+        _warned_fallback = True
+    flat = index.reshape(-1)
+    if isinstance(weight, FP8):
+        rows = weight.data[flat].float() * weight.scale[flat]
+    elif isinstance(weight, NVFP4):
+        rows = NVFP4(weight.packed[flat], weight.scale[flat], weight.global_scale).dequantize(torch.float32)
+    else:
+        rows = weight[flat].float()
+    rows = rows.view(*index.shape, -1)
+    return torch.einsum("bk,btk->bt", x.float(), rows)
+
+
+def _is_all_zero(weight) -> bool:
+    if isinstance(weight, FP8):
+        return not bool((weight.data.view(torch.uint8) & 0x7F).any())  # 0x80 is -0
+    if isinstance(weight, NVFP4):
+        return not bool((weight.packed & 0x77).any())  # 0x8 / 0x80 nibbles are -0
+    return not bool(weight.any())
+
+
+class DraftHead(nn.Module):
+    """LM head ``x [..., K] @ W[N, K]^T`` that answers argmax / top-k exactly (certified mode).
+
+    Args:
+        weight: dense ``[N, K]`` bf16 / fp16 / fp32 tensor, an :class:`~lowbit.formats.FP8` with
+            ``granularity="row"`` (compressed-tensors lm_heads) or an :class:`~lowbit.formats.NVFP4`.
+            Kept by reference (never copied): the exact rerank reads it. K % 16 == 0.
+        bits: coarse copy: 2, 4 or 8 (INTx plane-split, see :class:`~lowbit.formats.INTx`);
+            ``None`` = native (the FP8 / NVFP4 weight's own rows, no extra memory); ``"auto"``
+            (default) = native for FP8 / NVFP4, else INT8 (certified) / INT4 (fast).
+        group_size: INTx group along K (default 64). Ignored for native rows.
+        mode: ``"certified"`` (default; exact by construction, see below) or ``"fast"``
+            (approximate: per-block top-``kcand`` candidates, the best ``rerank`` rescored exactly).
+        kcand: candidates emitted per block of ``block`` tokens (default 4 certified / 8 fast).
+        rerank: fast: how many candidates are rescored exactly (default 32). certified: the cap
+            on the rescored set (default 128); a row whose certified set is larger falls back to
+            exact scoring of all N tokens.
+        bound: ``"det"`` (deterministic, default: ``sum_g s_g/2 ||x_g||_1`` plus fp32 rounding
+            slack — exact by construction) or ``"stat"`` (``sigma`` standard deviations of the
+            coarse error, ``sqrt(sum_g s_g^2/12 ||x_g||_2^2)``: probabilistic, not a guarantee).
+        sigma: the statistical bound's multiple (default 4).
+        block: tokens per candidate block (power of two, 16..256, default 128).
+
+    Certified mode: the coarse kernel emits per block its ``kcand`` best upper bounds
+    ``ub = c + b``, its best lower bound ``c - b`` and its best unemitted ``ub``. Every token whose
+    ``ub`` reaches the best lower bound (top-k: the k-th best) is rescored exactly by
+    ``lowbit.ops.gathered_dot`` against the original rows; a row where such a token might be
+    missing (a block's unemitted ``ub`` reaches the threshold, or more than ``rerank`` tokens do)
+    is scored exactly in full. This fallback needs one host synchronization per call (reading
+    the overflow count); the fast mode has none and can be captured in a CUDA graph.
+
+    Ties: equal exact values are ordered by the lower token index first (argmax and top-k).
+    Exact values are fp32 dot products of the stored x and weight rows (fp32 accumulation).
+
+    ``stats``: calls, rows, fallbacks (rows scored in full), mean / max certified-set size.
+
+    Lifecycle: a weight that is still all zeros at construction (a drafter sharing a target's
+    head that is loaded later) is quantized on the first call; an in-place update of the weight
+    (its ``_version`` changes) re-quantizes on the next call. Heads over the same weight and
+    config share one packing (a weak cache in :func:`lowbit.ops.coarse_head.pack`).
+    """
+
+    def __init__(self, weight, bits="auto", group_size: int = 64, mode: str = "certified",
+                 kcand: int | None = None, rerank: int | None = None, bound: str = "det",
+                 sigma: float = 4.0, block: int = 128):
+        super().__init__()
+        require(mode in MODES, f"mode must be one of {MODES}, got {mode!r}")
+        if isinstance(weight, FP8):
+            require(weight.granularity == "row", f"an FP8 weight must have row scales, got granularity {weight.granularity!r}")
+            check_tensor("weight.data", weight.data, ndim=2)
+            n, k = weight.data.shape
+            native_ok = True
+        elif isinstance(weight, NVFP4):
+            n, k = weight.shape
+            native_ok = True
+        elif isinstance(weight, torch.Tensor):
+            check_tensor("weight", weight, dtypes=_X_DTYPES, ndim=2)
+            n, k = weight.shape
+            native_ok = False
+        else:
+            raise ValueError(f"weight must be a dense tensor, an FP8 (row) or an NVFP4 weight, got {type(weight).__name__}")
+        require(k % 16 == 0 and k > 0, f"K must be a positive multiple of 16, got weight shape ({n}, {k})")
+        require(n > 0, f"weight has no rows (shape ({n}, {k}))")
+        d = _DEFAULTS[mode]
+        if bits == "auto":
+            bits = None if native_ok else d["bits"]
+        if bits == "native":
+            bits = None
+        require(bits in (None, 2, 4, 8), f"bits must be 2, 4, 8, None (native) or 'auto', got {bits!r}")
+        require(bits is not None or native_ok, f"bits=None (native coarse rows) needs an FP8 or NVFP4 weight, got {type(weight).__name__}")
+        require(isinstance(group_size, int) and group_size >= 16 and group_size % 16 == 0,
+                f"group_size must be a positive multiple of 16, got {group_size!r}")
+        require(bound in BOUNDS, f"bound must be one of {tuple(BOUNDS)}, got {bound!r}")
+        require(not (bound == "stat" and bits is None), "bound='stat' needs an INTx coarse copy (bits 2/4/8)")
+        require(sigma > 0, f"sigma must be positive, got {sigma}")
+        require(isinstance(block, int) and 16 <= block <= 256 and block & (block - 1) == 0,
+                f"block must be a power of two in [16, 256], got {block!r}")
+        kcand = d["kcand"] if kcand is None else kcand
+        rerank = d["rerank"] if rerank is None else rerank
+        require(isinstance(kcand, int) and 1 <= kcand <= block, f"kcand must be an int in [1, block={block}], got {kcand!r}")
+        require(isinstance(rerank, int) and rerank >= 1, f"rerank must be a positive int, got {rerank!r}")
+        self.weight = weight  # a plain attribute: kept by reference, never copied or registered
+        self.n, self.k = n, k
+        self.bits, self.group_size, self.mode = bits, group_size, mode
+        self.kcand, self.rerank, self.bound, self.sigma, self.block = kcand, rerank, bound, sigma, block
+        self._packing = None
+        self._packed_version = None
+        self.reset_stats()
+        if not _is_all_zero(weight):
+            self._repack()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def _repack(self) -> None:
+        self._packing = pack(self.weight, self.bits, self.group_size)
+        self._packed_version = weight_version(self.weight)
+
+    def _ensure_packed(self):
+        if self._packing is None or weight_version(self.weight) != self._packed_version:
+            if _is_all_zero(self.weight):
+                raise ValueError("DraftHead weight is still all zeros: load the weight before the first call "
+                                 "(the coarse copy is never quantized from zeros)")
+            self._repack()
+        return self._packing
+
+    @property
+    def packing(self):
+        """The coarse copy (None until the weight is non-zero and the head has been called)."""
+        return self._packing
+
+    def reset_stats(self) -> None:
+        self._calls = self._rows = self._fallbacks = self._set_rows = self._set_sum = self._set_max = 0
+
+    @property
+    def stats(self) -> dict:
+        """calls, rows, fallbacks (rows scored in full), mean/max certified-set size (certified)."""
+        mean = self._set_sum / self._set_rows if self._set_rows else float("nan")
+        return {"calls": self._calls, "rows": self._rows, "fallbacks": self._fallbacks,
+                "fallback_rate": self._fallbacks / self._rows if self._rows else 0.0,
+                "mean_set_size": mean, "max_set_size": self._set_max}
+
+    def warmup(self, max_m: int = 64, ks=(1, 16)) -> None:
+        """Quantize and compile every launch configuration up to ``max_m`` rows (call before
+        CUDA-graph capture; nothing is autotuned or compiled lazily inside a capture)."""
+        packing = self._ensure_packed()
+        dtype = self.weight.dtype if isinstance(self.weight, torch.Tensor) else torch.bfloat16
+        ms = sorted({1, *[b for b in M_BANDS if b <= max_m], max_m})
+        for m in ms:
+            x = torch.randn(m, self.k, device=packing.device, dtype=dtype)
+            self.argmax(x)
+            for k in ks:
+                if k > 1 and k <= self.n:
+                    self.topk(x, k)
+            self.logits(x)
+        if packing.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.reset_stats()
+
+    # -- input handling -------------------------------------------------------------------------
+    def _flat(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor("x", x, dtypes=_X_DTYPES)
+        require(x.dim() >= 1 and x.shape[-1] == self.k, f"x must be [..., {self.k}], got shape {tuple(x.shape)}")
+        x2 = x.reshape(-1, self.k)
+        require(x2.shape[0] > 0, f"x has no rows (shape {tuple(x.shape)})")
+        packing = self._ensure_packed()
+        require(x2.device == packing.device, f"x is on {x2.device}, the head on {packing.device}")
+        return x2
+
+    def _coarse(self, x2, bound: int, write_logits=False):
+        return coarse_head(x2, self._packing, block=self.block, kcand=self.kcand, bound=bound,
+                           sigma=self.sigma, write_logits=write_logits)
+
+    def _rescore(self, x2, idx, valid):
+        exact = _gathered_dot(x2, self.weight, idx)
+        return torch.where(valid, exact, torch.full_like(exact, float("-inf")))
+
+    def _certified(self, x2, k: int, write_logits=False):
+        """Rescored certified candidates + the rows that must fall back (one host sync)."""
+        out = self._coarse(x2, BOUNDS[self.bound], write_logits)
+        idx, valid, overflow, size = certify(out, k, self.rerank)
+        vals = self._rescore(x2, idx, valid)
+        n_over, size_sum, size_max = (int(v) for v in torch.stack([overflow.sum(), size.sum(), size.max()]).tolist())
+        self._calls += 1
+        self._rows += x2.shape[0]
+        self._fallbacks += n_over
+        self._set_rows += x2.shape[0]
+        self._set_sum += size_sum
+        self._set_max = max(self._set_max, size_max)
+        rows = overflow.nonzero().squeeze(-1) if n_over else None
+        full = exact_logits(x2[rows], self.weight, self.n) if n_over else None
+        return out, idx, vals, rows, full
+
+    def _fast(self, x2, k: int, write_logits=False):
+        out = self._coarse(x2, BOUND_NONE, write_logits)
+        idx, valid = select_fast(out, max(self.rerank, k))
+        vals = self._rescore(x2, idx, valid)
+        self._calls += 1
+        self._rows += x2.shape[0]
+        return out, idx, vals
+
+    def _check_k(self, k) -> None:
+        require(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= self.n,
+                f"k must be an int in [1, N={self.n}], got {k!r}")
+        if self.mode == "fast":
+            avail = sum(min(self.kcand, min(self.block, self.n - b)) for b in range(0, self.n, self.block))
+            require(k <= avail, f"fast mode emits only {avail} candidates (kcand={self.kcand} per block of {self.block}); k={k} is too large")
+
+    # -- public API -----------------------------------------------------------------------------
+    def argmax(self, x: torch.Tensor) -> torch.Tensor:
+        """int64 [...]: the index of the largest logit per row (lower index among exact ties)."""
+        x2 = self._flat(x)
+        if self.mode == "fast":
+            _, idx, vals = self._fast(x2, 1)
+            return argmax_lowest(vals, idx).view(x.shape[:-1])
+        _, idx, vals, rows, full = self._certified(x2, 1)
+        ans = argmax_lowest(vals, idx)
+        if rows is not None:
+            ar = torch.arange(self.n, device=x2.device).expand(rows.shape[0], -1)
+            ans[rows] = argmax_lowest(full, ar)
+        return ans.view(x.shape[:-1])
+
+    def topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(values fp32 [..., k], indices int64 [..., k]): exact values, sorted descending, the
+        lower index first among equal values."""
+        self._check_k(k)
+        x2 = self._flat(x)
+        if self.mode == "fast":
+            _, idx, vals = self._fast(x2, k)
+            v, i = topk_lowest(vals, idx, k)
+        else:
+            _, idx, vals, rows, full = self._certified(x2, k)
+            if vals.shape[1] < k:  # fewer candidates than k: every row is in `rows`
+                pad = k - vals.shape[1]
+                vals = torch.nn.functional.pad(vals, (0, pad), value=float("-inf"))
+                idx = torch.nn.functional.pad(idx, (0, pad))
+            v, i = topk_lowest(vals, idx, k)
+            if rows is not None:
+                ar = torch.arange(self.n, device=x2.device).expand(rows.shape[0], -1)
+                fv, fi = topk_lowest(full, ar, k)
+                v[rows], i[rows] = fv, fi
+        return v.view(*x.shape[:-1], k), i.view(*x.shape[:-1], k)
+
+    def logits(self, x: torch.Tensor, topk_only: bool = False) -> torch.Tensor:
+        """fp32 [..., N]: coarse logits everywhere, exact on the reranked set (fast: the ``rerank``
+        best candidates; certified: the rescored argmax set, or the whole row on fallback).
+        ``topk_only=True`` puts -inf everywhere outside the reranked set."""
+        x2 = self._flat(x)
+        if self.mode == "fast":
+            out, idx, vals = self._fast(x2, 1, write_logits=not topk_only)
+            rows = full = None
+        else:
+            out, idx, vals, rows, full = self._certified(x2, 1, write_logits=not topk_only)
+        if topk_only:
+            base = torch.full((x2.shape[0], self.n), float("-inf"), device=x2.device)
+        else:
+            base = out.logits
+        # fillers (no token: -inf) are pointed at the row's best candidate, which is always real
+        filler = vals == float("-inf")
+        idx = torch.where(filler, idx[:, :1], idx)
+        vals = torch.where(filler, vals[:, :1], vals)
+        base = base.scatter(1, idx, vals)
+        if rows is not None:
+            base[rows] = full
+        return base.view(*x.shape[:-1], self.n)
+
+    def forward(self, x: torch.Tensor, topk_only: bool = False) -> torch.Tensor:
+        return self.logits(x, topk_only=topk_only)
+
+    def extra_repr(self) -> str:
+        bits = "native" if self.bits is None else f"int{self.bits} g{self.group_size}"
+        return (f"N={self.n}, K={self.k}, coarse={bits}, mode={self.mode}, kcand={self.kcand}, "
+                f"rerank={self.rerank}, bound={self.bound}, block={self.block}")

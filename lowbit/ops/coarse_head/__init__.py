@@ -1,0 +1,277 @@
+"""The draft head's coarse pass and candidate selection (used by :class:`lowbit.nn.DraftHead`).
+
+* :class:`CoarsePacking` / :func:`pack` — the coarse copy of a head ``W [N, K]``: an INTx
+  plane-split copy (``bits`` 2/4/8, see :class:`lowbit.formats.INTx`) or, for NVFP4 and FP8
+  per-row weights, the stored rows themselves (``bits=None``, "native", no extra memory).
+* :func:`coarse_head` — one fused pass: coarse logits, per-token bound, per-block top-``kcand``
+  candidates. Triton for CUDA tensors, :mod:`.reference` otherwise (``lowbit._backend``).
+* :func:`select_fast`, :func:`certify`, :func:`argmax_lowest`, :func:`topk_lowest` — the selection
+  step over the ``[M, nblocks * kcand]`` candidates (plain torch ops: no host synchronization).
+
+Registered op: ``torch.ops.lowbit.coarse_head`` (the Triton path; ``custom_op`` + ``register_fake``,
+mutates nothing) so the fast path compiles with ``torch.compile(fullgraph=True)``.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+
+import torch
+
+from lowbit._backend import use_triton
+from lowbit._validate import check_tensor, require
+from lowbit.formats.fp8 import FP8
+from lowbit.formats.intx import INTx
+from lowbit.formats.nvfp4 import NVFP4
+from lowbit.ops.coarse_head.reference import (
+    BOUND_DET,
+    BOUND_NONE,
+    BOUND_STAT,
+    CoarseOut,
+    coarse_head_reference,
+    exact_logits_chunked,
+)
+
+__all__ = [
+    "BOUND_DET", "BOUND_NONE", "BOUND_STAT", "CoarseOut", "CoarsePacking", "argmax_lowest",
+    "certify", "coarse_head", "exact_rows_fn", "pack", "select_fast", "topk_lowest",
+]
+
+KIND_INTX, KIND_FP8, KIND_NVFP4 = 0, 1, 2
+#: M bands with their own launch configuration (see triton.py); warmup() compiles each.
+M_BANDS = (1, 16, 32, 64)
+_X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+class CoarsePacking:
+    """The coarse copy of one head. Shared between heads over the same weight (see :func:`pack`).
+
+    kind: KIND_INTX (``fmt`` an :class:`INTx`), KIND_FP8 (``fmt`` an :class:`FP8` with row
+    scales: the checkpoint's rows, nothing copied) or KIND_NVFP4 (the checkpoint's rows).
+    ``bits`` is None for the native kinds. ``dense()`` (the fp32 dequantized rows, cached) is only
+    built for the reference path.
+    """
+
+    def __init__(self, kind: int, fmt, n: int, k: int, bits: int | None, group_size: int):
+        self.kind, self.fmt, self.n, self.k, self.bits, self.group_size = kind, fmt, n, k, bits, group_size
+        self._dense = None
+        self._coef = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.fmt.device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes one coarse pass streams (packed codes + scales + zeros, or the native rows)."""
+        return self.fmt.nbytes
+
+    @property
+    def padded_k(self) -> int:
+        return self.fmt.padded_k if self.kind == KIND_INTX else self.k
+
+    def dense(self) -> torch.Tensor:
+        """fp32 [N, K]: the dequantized coarse rows (exact in fp32), cached for the reference."""
+        if self._dense is None:
+            self._dense = self.fmt.dequantize(torch.float32)
+        return self._dense
+
+    def coef(self) -> torch.Tensor | None:
+        """fp32 [N, NG]: the INTx group scales ``s`` (the bound's coefficients); None if native."""
+        if self.kind != KIND_INTX:
+            return None
+        if self._coef is None:
+            self._coef = self.fmt.scale.float()
+        return self._coef
+
+
+def _format_tensors(weight) -> tuple[torch.Tensor, ...]:
+    if isinstance(weight, FP8):
+        return (weight.data, weight.scale)
+    if isinstance(weight, NVFP4):
+        return (weight.packed, weight.scale, weight.global_scale)
+    return (weight,)
+
+
+def weight_version(weight) -> tuple:
+    """Identity + version of a weight: storage pointer, offset, shape, stride, dtype, device, _version."""
+    return tuple(
+        (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype,
+         str(t.device), t._version)
+        for t in _format_tensors(weight)
+    )
+
+
+# (weight identity + version, bits, group_size) -> weakref to the packing. A packing lives only as
+# long as some head holds it, and every such head holds the weight, so its storage cannot be
+# freed and reused by another tensor while the entry is alive.
+_CACHE: dict[tuple, weakref.ref] = {}
+
+
+def pack(weight, bits: int | None, group_size: int) -> CoarsePacking:
+    """The coarse copy of ``weight`` (dense [N, K] float, FP8 row, or NVFP4), shared via a weak cache.
+
+    ``bits`` in {2, 4, 8}: INTx plane-split with ``group_size`` (K padded internally, see INTx).
+    ``bits=None``: native — an FP8 / NVFP4 weight's own rows are the coarse copy.
+    """
+    key = (weight_version(weight), bits, group_size)
+    for dead in [k for k, r in _CACHE.items() if r() is None]:
+        del _CACHE[dead]
+    ref = _CACHE.get(key)
+    hit = ref() if ref is not None else None
+    if hit is not None:
+        return hit
+    if bits is None:
+        if isinstance(weight, FP8):
+            packing = CoarsePacking(KIND_FP8, weight, weight.data.shape[0], weight.data.shape[1], None, weight.data.shape[1])
+        elif isinstance(weight, NVFP4):
+            n, k = weight.shape
+            packing = CoarsePacking(KIND_NVFP4, weight, n, k, None, 16)
+        else:
+            raise ValueError(f"bits=None (native coarse rows) needs an FP8 or NVFP4 weight, got {type(weight).__name__}")
+    else:
+        dense = weight if isinstance(weight, torch.Tensor) else weight.dequantize(torch.float32)
+        fmt = INTx.quantize(dense, bits=bits, group_size=group_size)
+        packing = CoarsePacking(KIND_INTX, fmt, dense.shape[0], dense.shape[1], bits, group_size)
+    _CACHE[key] = weakref.ref(packing)
+    return packing
+
+
+def exact_rows_fn(weight):
+    """``rows(lo, hi) -> fp32 [hi - lo, K]``: exact rows of a dense / FP8-row / NVFP4 weight."""
+    if isinstance(weight, FP8):
+        return lambda lo, hi: weight.data[lo:hi].float() * weight.scale[lo:hi]
+    if isinstance(weight, NVFP4):
+        return lambda lo, hi: NVFP4(weight.packed[lo:hi], weight.scale[lo:hi], weight.global_scale).dequantize(torch.float32)
+    return lambda lo, hi: weight[lo:hi].float()
+
+
+def exact_logits(x: torch.Tensor, weight, n: int) -> torch.Tensor:
+    """Exact fp32 logits [B, N] (chunked dequantize + fp32 matmul): the certified fallback."""
+    return exact_logits_chunked(x, exact_rows_fn(weight), n)
+
+
+def coarse_head(
+    x: torch.Tensor,
+    packing: CoarsePacking,
+    *,
+    block: int = 128,
+    kcand: int = 4,
+    bound: int = BOUND_NONE,
+    sigma: float = 4.0,
+    write_logits: bool = False,
+) -> CoarseOut:
+    """The fused coarse pass over ``x [M, K]`` (bf16 / fp16 / fp32). See :class:`CoarseOut`.
+
+    ``bound``: BOUND_NONE (fast: key = coarse logit), BOUND_DET or BOUND_STAT (certified: key =
+    upper bound, plus lower bounds and each block's best unemitted key). ``block`` tokens per
+    candidate block (a power of two, 16..256), ``kcand`` candidates per block (1..block).
+    Nothing is mutated.
+    """
+    check_tensor("x", x, dtypes=_X_DTYPES, ndim=2)
+    require(x.shape[1] == packing.k, f"x has K={x.shape[1]} (shape {tuple(x.shape)}), the head has K={packing.k}")
+    require(x.device == packing.device, f"x is on {x.device}, the coarse weight on {packing.device}")
+    require(block >= 16 and block <= 256 and block & (block - 1) == 0, f"block must be a power of two in [16, 256], got {block}")
+    require(1 <= kcand <= block, f"kcand must be in [1, block={block}], got {kcand}")
+    require(bound in (BOUND_NONE, BOUND_DET, BOUND_STAT), f"bound must be 0, 1 or 2, got {bound}")
+    require(not (bound == BOUND_STAT and packing.bits is None), "the statistical bound needs an INTx coarse copy (native rows have no quantization error)")
+    if x.shape[0] == 0:
+        raise ValueError(f"x has no rows (shape {tuple(x.shape)})")
+    if use_triton(x, *packing.fmt._tensor_fields().values()):
+        w, s, z, gs = _raw(packing)
+        outs = torch.ops.lowbit.coarse_head(x, w, s, z, gs, packing.kind, packing.bits or 0, packing.group_size,
+                                            packing.n, packing.padded_k, block, kcand, bound, float(sigma),
+                                            bool(write_logits))
+        return CoarseOut(*outs)
+    return coarse_head_reference(x, packing.dense(), packing.coef(), bits=packing.bits,
+                                 group_size=packing.group_size, bound=bound, sigma=sigma, block=block,
+                                 kcand=kcand, write_logits=write_logits)
+
+
+def _raw(packing: CoarsePacking):
+    """The stored tensors the kernel reads: (codes, scale, zero, global scale) by kind."""
+    f = packing.fmt
+    if packing.kind == KIND_INTX:
+        return f.packed, f.scale, f.zero, f.scale
+    if packing.kind == KIND_FP8:
+        return f.data.view(torch.uint8), f.scale, f.scale, f.scale
+    return f.packed, f.scale.view(torch.uint8), f.packed, f.global_scale
+
+
+@torch.library.custom_op("lowbit::coarse_head", mutates_args=())
+def _coarse_head_op(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gs: torch.Tensor,
+                    kind: int, bits: int, group_size: int, n: int, padded_k: int, block: int, kcand: int,
+                    bound: int, sigma: float, write_logits: bool
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    from lowbit.ops.coarse_head.triton import coarse_head_triton
+
+    return coarse_head_triton(x, kind, w, s, z, gs, n=n, bits=bits or None, group_size=group_size,
+                              padded_k=padded_k, block=block, kcand=kcand, bound=bound, sigma=sigma,
+                              write_logits=write_logits)
+
+
+@_coarse_head_op.register_fake
+def _(x, w, s, z, gs, kind, bits, group_size, n, padded_k, block, kcand, bound, sigma, write_logits):
+    m = x.shape[0]
+    nb = -(-n // block)
+    c = nb * kcand
+    cert = m if bound != BOUND_NONE else 0
+    f32 = dict(dtype=torch.float32, device=x.device)
+    return (x.new_empty(m, c, **f32), x.new_empty(cert, c, **f32), x.new_empty(m, c, dtype=torch.int64),
+            x.new_empty(cert, nb, **f32), x.new_empty(cert, nb, **f32),
+            x.new_empty(m if write_logits else 0, n, **f32))
+
+
+def argmax_lowest(vals: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Index of the largest value per row, the lowest index among equals. vals fp32, idx int64 [M, T]."""
+    best = vals.amax(-1, keepdim=True)
+    big = torch.iinfo(torch.int64).max
+    return torch.where(vals == best, idx, torch.full_like(idx, big)).amin(-1)
+
+
+def topk_lowest(vals: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k per row sorted by value descending, the lower index first among equal values."""
+    by_idx = idx.argsort(dim=-1, stable=True)
+    v, i = vals.gather(-1, by_idx), idx.gather(-1, by_idx)
+    by_val = v.argsort(dim=-1, descending=True, stable=True)[:, :k]
+    return v.gather(-1, by_val), i.gather(-1, by_val)
+
+
+def select_fast(out: CoarseOut, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``r`` best candidates by coarse logit: (index int64 [M, r'], valid bool [M, r']), r' = min(r, C)."""
+    r = min(r, out.cand_key.shape[1])
+    key, pos = out.cand_key.topk(r, dim=-1)
+    return out.cand_idx.gather(-1, pos), key > float("-inf")
+
+
+def certify(out: CoarseOut, k: int, cap: int):
+    """Certified candidate set for the exact top-``k`` (k = 1: argmax).
+
+    Threshold ``L``: the best lower bound over all tokens (k = 1, from the per-block maxima) or
+    the k-th best candidate lower bound (k > 1; any k lower bounds of distinct tokens give a
+    valid threshold, since the k-th best exact value is at least their minimum). Every token of
+    the exact top-k has ``ub >= L``. The set is certified when no block holds such a token it did
+    not emit (``block_rest < L``) and at most ``cap`` candidates reach ``L``.
+
+    Returns (index int64 [M, T], valid bool [M, T], overflow bool [M], size int64 [M]), T =
+    min(cap, C): the T candidates with the largest upper bounds, a superset of the certified set
+    on every row where ``overflow`` is False.
+    """
+    c = out.cand_key.shape[1]
+    neg = float("-inf")
+    if k == 1:
+        thr = out.block_lb.amax(-1)
+    elif c >= k:
+        thr = out.cand_lb.topk(k, dim=-1).values[:, -1]
+    else:
+        thr = torch.full((out.cand_key.shape[0],), neg, device=out.cand_key.device)
+    thr = thr.unsqueeze(-1)
+    size = (out.cand_key >= thr).sum(-1)
+    overflow = (out.block_rest >= thr).any(-1) | (size > cap) | (thr.squeeze(-1) == neg)
+    t = min(cap, c)
+    key, pos = out.cand_key.topk(t, dim=-1)
+    return out.cand_idx.gather(-1, pos), key > neg, overflow, size
+
+
+def nblocks(n: int, block: int) -> int:
+    return math.ceil(n / block)

@@ -1,0 +1,224 @@
+"""Triton kernel of the draft head's coarse pass: decode, dot, bound, per-block candidates.
+
+One program owns ``BN`` consecutive tokens (one candidate block) and ``BM`` rows of x. It streams
+its rows of the coarse weight once, keeps the coarse logits ``acc [BM, BN]`` (and the bound
+accumulator ``bnd``) in fp32 registers, and emits the block's top-``KCAND`` by successive
+max-and-mask — no [M, N] logits are written unless asked, and no full-row top-k pass exists.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from lowbit.ops.coarse_head.reference import ABS_SLACK, BOUND_NONE, rounding_eps
+
+KIND_INTX, KIND_FP8, KIND_NVFP4 = 0, 1, 2
+
+
+@triton.jit
+def _coarse_head_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, gs_ptr,
+    ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, lg_ptr,
+    M, N, NB,
+    stride_xm, stride_wn, stride_sn,
+    bcoef, sigma, abs_slack,
+    K: tl.constexpr, L: tl.constexpr,  # per head: constexpr (also avoids the interpreter's 1-element scalars)
+    KIND: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr, G: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KCAND: tl.constexpr,
+    BOUND: tl.constexpr, USE_DOT: tl.constexpr, SPLIT: tl.constexpr, DT: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr,
+):
+    i_n = tl.program_id(0).to(tl.int64)
+    i_m = tl.program_id(1).to(tl.int64)
+    o_n = i_n * BN + tl.arange(0, BN)
+    o_m = i_m * BM + tl.arange(0, BM)
+    o_b = tl.arange(0, BK)
+    m_n = o_n < N
+    m_m = o_m < M
+    NBK = NB * KCAND
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    bnd = tl.zeros([BM, BN], dtype=tl.float32)
+    for j0 in range(0, L, BK):
+        m_j = (j0 + o_b) < L
+        # [BN, BK] packed bytes: one load feeds all P planes
+        b_w = tl.load(w_ptr + o_n[:, None] * stride_wn + (j0 + o_b)[None, :],
+                      mask=m_n[:, None] & m_j[None, :], other=0)
+        for i in tl.static_range(P):
+            if KIND == 0:
+                o_k = i * L + j0 + o_b  # plane i holds the contiguous K run [iL + j0, iL + j0 + BK)
+            elif KIND == 1:
+                o_k = j0 + o_b
+            else:
+                o_k = 2 * (j0 + o_b) + i  # NVFP4: element 2j low nibble, 2j+1 high nibble
+            # [BM, BK] activations (fp32 for the stats)
+            b_x = tl.load(x_ptr + o_m[:, None] * stride_xm + o_k[None, :],
+                          mask=m_m[:, None] & (o_k < K)[None, :], other=0.0).to(tl.float32)
+            q = ((b_w >> (i * SHIFT)) & MASK).to(tl.int32)  # [BN, BK]
+            if KIND == 0:
+                wv = q  # small integers: exact in bf16 / fp16
+            elif KIND == 1:
+                # e4m3 -> fp16 bit pattern (value * 2^-8, exact incl. subnormals), then * 256
+                h = ((q & 0x80) << 8) | ((q & 0x7F) << 7)
+                wv = h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
+            else:
+                # e2m1 -> fp16 bit pattern (value * 2^-14), times the block's e4m3 scale; the
+                # product has <= 6 significant bits, so it is exact in bf16 / fp16
+                h = ((q & 0x8) << 12) | ((q & 0x7) << 9)
+                e2 = h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 16384.0
+                b_s = tl.load(s_ptr + o_n[:, None] * stride_sn + ((j0 + o_b) // 8)[None, :],
+                              mask=m_n[:, None] & m_j[None, :], other=0).to(tl.int32)
+                hs = ((b_s & 0x80) << 8) | ((b_s & 0x7F) << 7)
+                wv = e2 * (hs.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0)
+            if USE_DOT:
+                b_wt = tl.trans(wv.to(DT))  # [BK, BN]
+                x_hi = b_x.to(DT)
+                part = tl.dot(x_hi, b_wt)
+                if SPLIT:
+                    part += tl.dot((b_x - x_hi.to(tl.float32)).to(DT), b_wt)
+                if KIND != 0 and BOUND == 1:
+                    b_wa = tl.trans(tl.abs(wv).to(DT))
+                    xa = tl.abs(b_x)
+                    xa_hi = xa.to(DT)
+                    bnd += tl.dot(xa_hi, b_wa)
+                    if SPLIT:
+                        bnd += tl.dot((xa - xa_hi.to(tl.float32)).to(DT), b_wa)
+            else:
+                wf = wv.to(tl.float32)
+                part = tl.sum(b_x[:, None, :] * wf[None, :, :], axis=2)  # [BM, BN]
+                if KIND != 0 and BOUND == 1:
+                    bnd += tl.sum(tl.abs(b_x)[:, None, :] * tl.abs(wf)[None, :, :], axis=2)
+            if KIND == 0:
+                # group scale on the fp32 accumulator; zero point via sum(x_g) and s*z
+                g = (i * L + j0) // G
+                b_sc = tl.load(s_ptr + o_n * stride_sn + g, mask=m_n, other=0.0).to(tl.float32)  # [BN]
+                b_z = tl.load(z_ptr + o_n * stride_sn + g, mask=m_n, other=0).to(tl.float32)
+                xs = tl.sum(b_x, axis=1)  # [BM]
+                acc += part * b_sc[None, :] - xs[:, None] * (b_sc * b_z)[None, :]
+                if BOUND == 1:
+                    bnd += tl.sum(tl.abs(b_x), axis=1)[:, None] * b_sc[None, :]
+                elif BOUND == 2:
+                    bnd += tl.sum(b_x * b_x, axis=1)[:, None] * (b_sc * b_sc)[None, :]
+            else:
+                acc += part
+    if KIND == 1:
+        b_rs = tl.load(s_ptr + o_n * stride_sn, mask=m_n, other=0.0)  # fp32 row scales
+        acc = acc * b_rs[None, :]
+        bnd = bnd * b_rs[None, :]
+    elif KIND == 2:
+        gsc = tl.load(gs_ptr)
+        acc = acc * gsc
+        bnd = bnd * gsc
+
+    if WRITE_LOGITS:
+        tl.store(lg_ptr + o_m[:, None] * N + o_n[None, :], acc, mask=m_m[:, None] & m_n[None, :])
+    neg = float("-inf")
+    if BOUND == 1:
+        b = bnd * bcoef + abs_slack
+    elif BOUND == 2:
+        b = sigma * tl.sqrt(bnd * (1.0 / 12.0))
+    if BOUND != 0:
+        key = acc + b
+        lb = tl.where(m_n[None, :], acc - b, neg)
+        tl.store(blb_ptr + o_m * NB + i_n, tl.max(lb, axis=1), mask=m_m)
+    else:
+        key = acc
+    key = tl.where(m_n[None, :], key, neg)
+    big = N + BN
+    o_c = o_m * NBK + i_n * KCAND
+    for c in tl.static_range(KCAND):
+        best = tl.max(key, axis=1)  # [BM]
+        loc = tl.min(tl.where(key == best[:, None], o_n[None, :], big), axis=1)
+        sel = o_n[None, :] == loc[:, None]
+        tl.store(ck_ptr + o_c + c, best, mask=m_m)
+        tl.store(ci_ptr + o_c + c, tl.where(best == neg, 0, loc), mask=m_m)
+        if BOUND != 0:
+            tl.store(clb_ptr + o_c + c, tl.max(tl.where(sel, lb, neg), axis=1), mask=m_m)
+        key = tl.where(sel, neg, key)
+    if BOUND != 0:
+        tl.store(brest_ptr + o_m * NB + i_n, tl.max(key, axis=1), mask=m_m)
+
+
+# Launch configurations per M band: (BM, num_warps, num_stages). M = 1 is a GEMV (no tl.dot: the
+# decode + FMA path streams bytes at full width); M <= 64 pads M to BM for tl.dot. Larger M loops
+# over M tiles of 64 (the weight is then read ceil(M/64) times). Chosen on the H200 with
+# lowbit/bench/draft_head.py (see docs/draft_head.md for the numbers).
+_CONFIGS = {1: (1, 4, 4), 16: (16, 4, 3), 32: (32, 4, 3), 64: (64, 8, 3)}
+
+
+def _config(m: int):
+    for band in (1, 16, 32, 64):
+        if m <= band:
+            return band, _CONFIGS[band]
+    return 64, _CONFIGS[64]
+
+
+def _bk(kind: int, group_size: int) -> int:
+    """Bytes per plane per step: a power of two dividing the INTx group (so a step never
+    straddles two groups), at most 64."""
+    if kind == KIND_INTX:
+        bk = 64
+        while group_size % bk:
+            bk //= 2
+        return bk
+    return 64
+
+
+def kernel_depth(padded_k: int, bk: int) -> int:
+    """Summation depth of the kernel's fp32 accumulation: one BK-long dot per step, then a few
+    accumulator updates per step (scale, zero point) — at most BK + 4 * steps + 16."""
+    steps = -(-padded_k // bk)
+    return bk + 4 * steps + 16
+
+
+def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, block, kcand, bound,
+                       sigma, write_logits):
+    """Launch the coarse kernel. Tensors as stored (see ``coarse_head._raw``): INTx packed / scale
+    fp16 / zero; FP8 data viewed as uint8 / row scale fp32; NVFP4 packed / scale viewed as uint8 /
+    global scale. Returns a :class:`CoarseOut` of fresh tensors (nothing is mutated)."""
+    m, k = x.shape
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    _, (bm, warps, stages) = _config(m)
+    use_dot = bm > 1
+    split = use_dot and x.dtype == torch.float32
+    bk = _bk(kind, group_size)
+    nb = -(-n // block)
+    depth = kernel_depth(padded_k, bk)
+    if kind == KIND_INTX:
+        p, shift, mask = 8 // bits, bits, (1 << bits) - 1
+        bcoef = 0.5 * (1.0 + rounding_eps(bits, depth, split))
+    elif kind == KIND_FP8:
+        p, shift, mask = 1, 0, 0xFF
+        bcoef = rounding_eps(None, depth, split)
+    else:
+        p, shift, mask = 2, 4, 0xF
+        bcoef = rounding_eps(None, depth, split)
+    ell = w.shape[1]
+    dev = x.device
+    c = nb * kcand
+    certified = bound != BOUND_NONE
+    cand_key = torch.empty(m, c, dtype=torch.float32, device=dev)
+    cand_idx = torch.empty(m, c, dtype=torch.int64, device=dev)
+    cand_lb = torch.empty(m if certified else 0, c, dtype=torch.float32, device=dev)
+    block_lb = torch.empty(m if certified else 0, nb, dtype=torch.float32, device=dev)
+    block_rest = torch.empty(m if certified else 0, nb, dtype=torch.float32, device=dev)
+    logits = torch.empty(m if write_logits else 0, n, dtype=torch.float32, device=dev)
+    grid = (nb, triton.cdiv(m, bm))
+    _coarse_head_kernel[grid](
+        x, w, s, z, gs,
+        cand_key, cand_lb, cand_idx, block_lb, block_rest, logits,
+        m, n, nb,
+        x.stride(0), w.stride(0), s.stride(0),
+        float(bcoef), float(sigma), ABS_SLACK,
+        K=k, L=ell, KIND=kind, P=p, SHIFT=shift, MASK=mask, G=group_size,
+        BM=bm, BN=block, BK=bk, KCAND=kcand,
+        BOUND=bound, USE_DOT=use_dot, SPLIT=split,
+        DT=tl.float16 if x.dtype == torch.float16 else tl.bfloat16,
+        WRITE_LOGITS=write_logits,
+        num_warps=warps, num_stages=stages,
+    )
+    return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
+
+
+__all__ = ["coarse_head_triton", "kernel_depth"]

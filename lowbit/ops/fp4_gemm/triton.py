@@ -1,0 +1,114 @@
+"""Triton kernel for ``fp4_gemm``: FP8 activations x packed E2M1 weights (UE8M0 per 32), Hopper.
+
+Hopper has no FP4 MMA, but every E2M1 value is exactly an E4M3 value, so the packed weight tile is
+upcast in registers by bit arithmetic — magnitude code ``c`` (0..7) maps to the E4M3 byte
+``0`` / ``0x30`` (0.5) for ``c < 2`` and ``(c << 2) + 0x30`` otherwise, the sign moves from bit 3
+to bit 7 — and fed to the FP8 tensor cores. The weight scale changes every 32 along K per row, so
+it cannot be applied after a 128-wide dot; each 128-wide K block runs four 32-wide FP8 dots
+(32 is the wgmma K of FP8), scales each by its power of two, then applies the activation scale
+(exact reordering of the spec's ``acc += dot32 * a_s * b_s``). Pre-scaling the upcast weights by
+the power of two instead would lose exactness (E4M3 has a narrower exponent range).
+
+The kernel always runs swap-AB (tile of ``C^T = B @ A^T``): the decoded weight is the register
+operand and fills the MMA's M (64+ rows), the activation rows the narrow N — the right shape for
+decode, where the op is bandwidth-bound on half the bytes of FP8.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from lowbit._backend import interpret_mode
+from lowbit.ops.fp8_gemm.triton import _load_scale, launch_gemm, store_tile, tile_coords
+
+
+@triton.jit
+def _e2m1_to_e4m3_bits(c):
+    """E4M3 bit pattern (int32) of the E2M1 code c (int32 0..15): an exact re-encoding."""
+    mag = c & 7
+    bits = tl.where(mag >= 2, (mag << 2) + 0x30, mag * 0x30)
+    return bits | ((c & 8) << 4)
+
+
+@triton.jit
+def _upcast_e2m1x2(p, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """Packed bytes [ROWS, COLS] (element 2i = low nibble) -> float8e4nv [ROWS, 2 * COLS]."""
+    p = p.to(tl.int32)
+    lo = _e2m1_to_e4m3_bits(p & 0xF)
+    hi = _e2m1_to_e4m3_bits(p >> 4)
+    bits = tl.reshape(tl.join(lo, hi), (ROWS, 2 * COLS))
+    return bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
+def _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
+              AS_E8M0: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """acc[BLOCK_N, BLOCK_M] += sum_j dot(W_j, A_j^T) * 2^(b_s - 127) * a_s over one 128 K block."""
+    blk = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for j in tl.static_range(4):
+        o_k = kb * 128 + j * 32 + tl.arange(0, 32)
+        # [BLOCK_M, 32] e4m3
+        b_a = tl.load(a_ptr + o_m[:, None] * K + o_k[None, :], mask=m_m[:, None], other=0.0)
+        o_p = kb * 64 + j * 16 + tl.arange(0, 16)
+        # [BLOCK_N, 16] packed E2M1 -> [BLOCK_N, 32] e4m3
+        b_p = tl.load(b_ptr + o_n[:, None] * (K // 2) + o_p[None, :], mask=m_n[:, None], other=0)
+        b_w = _upcast_e2m1x2(b_p, BLOCK_N, 16)
+        # [BLOCK_N] UE8M0 scale of this 32-wide block
+        s_b = _load_scale(bs_ptr + o_n * (K // 32) + kb * 4 + j, m_n, True)
+        blk += tl.dot(b_w, tl.trans(b_a)) * s_b[:, None]
+    s_a = _load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
+    return acc + blk * s_a[None, :]
+
+
+@triton.jit
+def _fp4_gemm_kernel(
+    a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split,
+    AS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr, SPLIT_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    i_m, i_n = tile_coords(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    i_split = tl.program_id(1).to(tl.int64)
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_m = o_m < M
+    m_n = o_n < N
+    kb0 = i_split * kb_per_split
+    kb1 = kb0 + kb_per_split
+    if kb1 > n_kb:
+        kb1 = n_kb
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    if INTERPRET:
+        # see _fp8_gemm_kernel: range() over a runtime bound fails in the 3.6 interpreter
+        kb = kb0
+        while kb < kb1:
+            acc = _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BLOCK_M, BLOCK_N)
+            kb += 1
+    else:
+        for kb in range(kb0, kb1):
+            acc = _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BLOCK_M, BLOCK_N)
+    store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, True)
+
+
+# Launch configs by M band: (BLOCK_M, BLOCK_N, num_warps, num_stages, swap_ab). swap_ab is always
+# True (see the module docstring). Decode streams 64 weight rows x 128 K (4 KB packed) per stage.
+# Untuned guesses: re-measure with `lowbit bench fp4_gemm` on the H200.
+_CONFIGS = (
+    (16, 16, 64, 4, 4, True),
+    (32, 32, 64, 4, 4, True),
+    (64, 64, 64, 4, 4, True),
+    (None, 128, 128, 8, 3, True),
+)
+
+
+def pick_config(m: int):
+    for max_m, bm, bn, warps, stages, swap in _CONFIGS:
+        if max_m is None or m <= max_m:
+            return bm, bn, warps, stages, swap
+    raise AssertionError("unreachable: the last config has no M bound")
+
+
+def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None, config=None) -> torch.Tensor:
+    """a e4m3 [M, K], a_s [M, K/128]; b uint8 [N, K/2], b_s uint8 UE8M0 [N, K/32] -> bf16 [M, N]."""
+    return launch_gemm(_fp4_gemm_kernel, a, a_s, b, b_s, b.shape[0], a.shape[1] // 128, {}, split_k,
+                       config or pick_config(a.shape[0]))

@@ -1,0 +1,185 @@
+"""Triton kernel for ``fp8_gemm``: ``C = A @ B^T`` with 1x128 (A) and 128x128 (B) block scales.
+
+Per 128-wide K block: one FP8 ``tl.dot`` (wgmma / QGMMA on sm_90 when the tile allows it),
+then ``acc += d * a_s * b_s`` in fp32 (two-level accumulation).
+
+Decode (M <= 64) runs "swap-AB": the kernel computes the tile of ``C^T = B @ A^T`` so the weight
+rows fill the 64-row MMA dimension and the few activation rows sit in the narrow N dimension (wgmma
+allows N = 8..256), instead of padding M up to 64. Small grids are split along K (``SPLIT_K``):
+each split writes an fp32 partial tile and a second tiny kernel sums them in a fixed order
+(deterministic; no atomics, no zero-fill).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from lowbit._backend import interpret_mode
+from lowbit.ops.act_quant.triton import _e8m0_decode
+
+
+@triton.jit
+def _load_scale(p, mask, E8M0: tl.constexpr):
+    if E8M0:
+        return _e8m0_decode(tl.load(p, mask=mask, other=127).to(tl.int32))
+    return tl.load(p, mask=mask, other=1.0)
+
+
+@triton.jit
+def tile_coords(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(i_m, i_n) of this program, grouped so GROUP_M row tiles share a weight tile in L2."""
+    i_pid = tl.program_id(0)
+    n_pm = tl.cdiv(M, BLOCK_M)
+    n_pn = tl.cdiv(N, BLOCK_N)
+    width = GROUP_M * n_pn
+    first_m = (i_pid // width) * GROUP_M
+    rows = tl.minimum(n_pm - first_m, GROUP_M)
+    return (first_m + (i_pid % width) % rows).to(tl.int64), ((i_pid % width) // rows).to(tl.int64)
+
+
+@triton.jit
+def _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
+              AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr):
+    """acc += dot(A[:, kb], B[:, kb]^T) * a_s[:, kb] * b_s[n // 128, kb] (one 128-wide K block)."""
+    o_k = kb * 128 + tl.arange(0, 128)
+    # [BLOCK_M, 128] e4m3
+    b_a = tl.load(a_ptr + o_m[:, None] * K + o_k[None, :], mask=m_m[:, None], other=0.0)
+    # [BLOCK_N, 128] e4m3
+    b_b = tl.load(b_ptr + o_n[:, None] * K + o_k[None, :], mask=m_n[:, None], other=0.0)
+    # [BLOCK_M], [BLOCK_N] fp32
+    s_a = _load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
+    s_b = _load_scale(bs_ptr + (o_n // 128) * n_kb + kb, m_n, BS_E8M0)
+    if SWAP_AB:
+        acc += tl.dot(b_b, tl.trans(b_a)) * (s_b[:, None] * s_a[None, :])
+    else:
+        acc += tl.dot(b_a, tl.trans(b_b)) * (s_a[:, None] * s_b[None, :])
+    return acc
+
+
+@triton.jit
+def store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, SWAP_AB: tl.constexpr):
+    """Write the [BLOCK_M, BLOCK_N] tile (acc is [BLOCK_N, BLOCK_M] under SWAP_AB) of split i_split."""
+    base = out_ptr + i_split * M * N
+    if SWAP_AB:
+        tl.store(base + o_m[None, :] * N + o_n[:, None], acc.to(out_ptr.dtype.element_ty), mask=m_m[None, :] & m_n[:, None])
+    else:
+        tl.store(base + o_m[:, None] * N + o_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=m_m[:, None] & m_n[None, :])
+
+
+@triton.jit
+def _fp8_gemm_kernel(
+    a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split,
+    AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr, SPLIT_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    i_m, i_n = tile_coords(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    i_split = tl.program_id(1).to(tl.int64)
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_m = o_m < M
+    m_n = o_n < N
+    kb0 = i_split * kb_per_split
+    kb1 = kb0 + kb_per_split
+    if kb1 > n_kb:
+        kb1 = n_kb
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if INTERPRET:
+        # The interpreter (Triton 3.6 + NumPy >= 2.4) cannot run range() over a runtime bound;
+        # a while loop runs there, but it is not software-pipelined on the GPU.
+        kb = kb0
+        while kb < kb1:
+            acc = _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BS_E8M0, SWAP_AB)
+            kb += 1
+    else:
+        for kb in range(kb0, kb1):
+            acc = _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BS_E8M0, SWAP_AB)
+    store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, SWAP_AB)
+
+
+@triton.jit
+def _split_k_reduce_kernel(ws_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
+    """c[i] = bf16(sum_s ws[s, i]), summed in split order (deterministic)."""
+    o = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = o < MN
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in tl.static_range(SPLIT_K):
+        acc += tl.load(ws_ptr + s * MN + o, mask=m, other=0.0)
+    tl.store(c_ptr + o, acc.to(c_ptr.dtype.element_ty), mask=m)
+
+
+# Launch configs keyed by the M band: (BLOCK_M, BLOCK_N, num_warps, num_stages, swap_ab).
+# Decode bands stream the weight (bandwidth-bound): swap-AB puts 64 weight rows in the MMA's M.
+# Prefill uses the 128x128x128 / 8 warps / 4 stages tile that reached 902 TFLOP/s at 4096^3 on
+# the H200 (BENCHMARKS.md, naive Triton FP8 GEMM). Re-measure with `lowbit bench fp8_gemm`.
+_CONFIGS = (
+    # max M, BLOCK_M, BLOCK_N, warps, stages, swap_ab
+    (16, 16, 64, 4, 6, True),
+    (32, 32, 64, 4, 6, True),
+    (64, 64, 64, 4, 5, True),
+    (256, 64, 128, 4, 4, False),
+    (None, 128, 128, 8, 4, False),
+)
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4  # interpreter: any small number exercises the split-K path
+    return _num_sms(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def pick_config(m: int):
+    for max_m, bm, bn, warps, stages, swap in _CONFIGS:
+        if max_m is None or m <= max_m:
+            return bm, bn, warps, stages, swap
+    raise AssertionError("unreachable: the last config has no M bound")
+
+
+def pick_split_k(tiles: int, n_kb: int, sms: int, min_kb: int = 4) -> int:
+    """Split K until the grid has about two programs per SM, keeping >= min_kb K-blocks per split."""
+    if tiles >= sms:
+        return 1
+    split = min(-(-2 * sms // tiles), max(1, n_kb // min_kb))
+    return max(1, split)
+
+
+def launch_gemm(kernel, a, a_s, b, b_s, n: int, k_blocks: int, extra: dict, split_k: int | None = None, config=None):
+    """Shared launcher of the FP8 / FP4 GEMM kernels: config pick, split-K workspace, reduce."""
+    m = a.shape[0]
+    bm, bn, warps, stages, swap = config or pick_config(m)
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    if split_k is None:
+        split_k = pick_split_k(tiles, k_blocks, sm_count(a.device))
+    kb_per_split = triton.cdiv(k_blocks, split_k)
+    split_k = triton.cdiv(k_blocks, kb_per_split)  # no empty splits
+    c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
+    if m == 0 or n == 0:
+        return c
+    out = c if split_k == 1 else torch.empty((split_k, m, n), dtype=torch.float32, device=a.device)
+    as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
+    kernel[(tiles, split_k)](
+        a, a_s.view(torch.uint8) if as_e8m0 else a_s, b, b_s, out, m, n, a.shape[1], k_blocks, kb_per_split,
+        AS_E8M0=as_e8m0, SWAP_AB=swap, INTERPRET=interpret_mode(), SPLIT_K=split_k, BLOCK_M=bm, BLOCK_N=bn, GROUP_M=8,
+        num_warps=warps, num_stages=stages, **extra,
+    )
+    if split_k > 1:
+        block = 1024
+        _split_k_reduce_kernel[(triton.cdiv(m * n, block),)](out, c, m * n, SPLIT_K=split_k, BLOCK=block, num_warps=4)
+    return c
+
+
+def fp8_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None, config=None) -> torch.Tensor:
+    """a e4m3 [M, K] contiguous, a_s [M, K/128]; b e4m3 [N, K], b_s [ceil(N/128), K/128] -> bf16 [M, N]."""
+    bs_e8m0 = b_s.dtype == torch.float8_e8m0fnu
+    return launch_gemm(_fp8_gemm_kernel, a, a_s, b, b_s.view(torch.uint8) if bs_e8m0 else b_s, b.shape[0],
+                       a.shape[1] // 128, {"BS_E8M0": bs_e8m0}, split_k, config)

@@ -1,0 +1,294 @@
+"""Triton kernels for top-k sparse MQA attention with a sink.
+
+One program owns one (batch, query) row, a block of BLOCK_H heads and one split of the top-k
+list. It loads each gathered KV row once into a [BLOCK_N, D] tile and shares it across all its
+heads: scores are ``tl.dot(q [BLOCK_H, D], kv^T [D, BLOCK_N])`` and the output update is
+``tl.dot(p [BLOCK_H, BLOCK_N], kv [BLOCK_N, D])``, so the heads form the M dimension of both
+tensor-core products. Decode with few (batch, query) rows splits the top-k list across programs
+(flash-decoding); a second kernel merges the partial (max, sum, acc) triples and adds the sink.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from lowbit._backend import interpret_mode
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _mma(a, b, INTERPRET: tl.constexpr):
+    """fp32-accumulated a @ b. The interpreter's bf16 dot reads raw bits (Triton 3.6), so there
+    the already-rounded operands are widened to fp32 first: same products, same sums."""
+    if INTERPRET:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32))
+    return tl.dot(a, b)
+
+
+@triton.jit
+def _attend_tile(
+    b_q, m_i, l_i, acc, t0, p_idx, stride_it, TOPK, N_KV,
+    p_kv, stride_kn, stride_kd, p_kvs, stride_sn, stride_sg, qk_scale, o_d, m_d,
+    BLOCK_N: tl.constexpr, GROUP: tl.constexpr, HAS_SCALE: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """One BLOCK_N tile of the top-k list: gather, score all heads, online-softmax update."""
+    o_t = t0 + tl.arange(0, BLOCK_N)
+    # [BLOCK_N]; indices outside [0, N_KV) (e.g. -1) are "no row"
+    b_idx = tl.load(p_idx + o_t * stride_it, mask=o_t < TOPK, other=-1).to(tl.int64)
+    m_valid = (b_idx >= 0) & (b_idx < N_KV)
+    b_idx = tl.where(m_valid, b_idx, 0)
+    m_kv = m_valid[:, None] & m_d[None, :]
+    # [BLOCK_N, D_PAD]
+    b_kv = tl.load(p_kv + b_idx[:, None] * stride_kn + o_d[None, :] * stride_kd, mask=m_kv, other=0.0)
+    if HAS_SCALE:
+        # [BLOCK_N, D_PAD]: each group scale is read for GROUP lanes (L1 hits)
+        b_sc = tl.load(p_kvs + b_idx[:, None] * stride_sn + (o_d // GROUP)[None, :] * stride_sg,
+                       mask=m_kv, other=0.0)
+        b_kv = (b_kv.to(tl.float32) * b_sc).to(b_q.dtype)
+    # [BLOCK_H, BLOCK_N], log2 domain (qk_scale includes log2(e))
+    s = _mma(b_q, tl.trans(b_kv), INTERPRET) * qk_scale
+    s = tl.where(m_valid[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + _mma(p.to(b_kv.dtype), b_kv, INTERPRET)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _finish(acc, m_i, l_i, sink_ptr, o_h, m_h):
+    """acc / (l + e^sink), both sides rescaled to max(m_i, sink) so no exponent is positive:
+    no overflow for a large sink, and a row with no valid index (acc = 0) stays 0."""
+    b_sink = tl.load(sink_ptr + o_h, mask=m_h, other=0.0) * 1.4426950408889634
+    m_all = tl.maximum(m_i, b_sink)
+    a = tl.exp2(m_i - m_all)
+    denom = l_i * a + tl.exp2(b_sink - m_all)
+    # zero only when no index is valid and the sink is -inf: acc is 0 there too
+    denom = tl.where(denom > 0, denom, 1.0)
+    return acc * (a / denom)[:, None]
+
+
+@triton.jit
+def _sparse_attn_kernel(
+    q_ptr, kv_ptr, kvs_ptr, sink_ptr, idx_ptr, o_ptr, part_o_ptr, part_m_ptr, part_l_ptr,
+    M, H, N_KV, TOPK, NUM_SPLITS, TILES_PER_SPLIT, qk_scale,
+    stride_qb, stride_qm, stride_qh, stride_qd,
+    stride_kb, stride_kn, stride_kd,
+    stride_sb, stride_sn, stride_sg,
+    stride_ib, stride_im, stride_it,
+    stride_ob, stride_om, stride_oh, stride_od,
+    D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+    GROUP: tl.constexpr, HAS_SCALE: tl.constexpr, SPLIT: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    # One flat grid (axis 0 allows 2^31 programs): head blocks of the same (row, split) are
+    # neighbours in launch order, so the KV rows one reads are still in L2 for the next.
+    NUM_HB = tl.cdiv(H, BLOCK_H)
+    pid = tl.program_id(0).to(tl.int64)
+    i_hb = pid % NUM_HB
+    i_s = (pid // NUM_HB) % NUM_SPLITS
+    i_bm = pid // (NUM_HB * NUM_SPLITS)
+    i_b = i_bm // M
+    i_m = i_bm % M
+
+    o_h = i_hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    m_h = o_h < H
+    o_d = tl.arange(0, D_PAD)
+    m_d = o_d < D
+    # [BLOCK_H, D_PAD]
+    b_q = tl.load(
+        q_ptr + i_b * stride_qb + i_m * stride_qm + o_h[:, None] * stride_qh + o_d[None, :] * stride_qd,
+        mask=m_h[:, None] & m_d[None, :], other=0.0,
+    )
+
+    # Finite start: a row with no valid index keeps m_i = -1e30 and exp2(-inf - m_i) = 0, no NaN.
+    m_i = tl.full([BLOCK_H], -1.0e30, dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, D_PAD], dtype=tl.float32)
+
+    t_begin = i_s * TILES_PER_SPLIT * BLOCK_N
+    p_idx = idx_ptr + i_b * stride_ib + i_m * stride_im
+    p_kv = kv_ptr + i_b * stride_kb
+    p_kvs = kvs_ptr + i_b * stride_sb
+    # The last split may own fewer tiles: its extra iterations are fully masked.
+    if INTERPRET:
+        # numpy >= 2.4 refuses int() of the interpreter's 1-element scalars, which range()
+        # needs; a while loop only asks for bool(). Compiled code keeps the pipelined for loop.
+        i_t = 0
+        while i_t < TILES_PER_SPLIT:
+            m_i, l_i, acc = _attend_tile(
+                b_q, m_i, l_i, acc, t_begin + i_t * BLOCK_N, p_idx, stride_it, TOPK, N_KV,
+                p_kv, stride_kn, stride_kd, p_kvs, stride_sn, stride_sg, qk_scale, o_d, m_d,
+                BLOCK_N, GROUP, HAS_SCALE, INTERPRET)
+            i_t += 1
+    else:
+        for i_t in range(0, TILES_PER_SPLIT):
+            m_i, l_i, acc = _attend_tile(
+                b_q, m_i, l_i, acc, t_begin + i_t * BLOCK_N, p_idx, stride_it, TOPK, N_KV,
+                p_kv, stride_kn, stride_kd, p_kvs, stride_sn, stride_sg, qk_scale, o_d, m_d,
+                BLOCK_N, GROUP, HAS_SCALE, INTERPRET)
+
+    if SPLIT:
+        o_part = (i_bm * NUM_SPLITS + i_s) * H + o_h
+        tl.store(part_m_ptr + o_part, m_i, mask=m_h)
+        tl.store(part_l_ptr + o_part, l_i, mask=m_h)
+        tl.store(part_o_ptr + o_part[:, None] * D + o_d[None, :], acc, mask=m_h[:, None] & m_d[None, :])
+    else:
+        out = _finish(acc, m_i, l_i, sink_ptr, o_h, m_h)
+        tl.store(o_ptr + i_b * stride_ob + i_m * stride_om + o_h[:, None] * stride_oh + o_d[None, :] * stride_od,
+                 out.to(o_ptr.dtype.element_ty), mask=m_h[:, None] & m_d[None, :])
+
+
+@triton.jit
+def _sparse_attn_combine_kernel(
+    part_o_ptr, part_m_ptr, part_l_ptr, sink_ptr, o_ptr,
+    M, H,
+    stride_ob, stride_om, stride_oh, stride_od,
+    NUM_SPLITS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_H: tl.constexpr,
+):
+    NUM_HB = tl.cdiv(H, BLOCK_H)
+    pid = tl.program_id(0).to(tl.int64)
+    i_hb = pid % NUM_HB
+    i_bm = pid // NUM_HB
+    i_b = i_bm // M
+    i_m = i_bm % M
+    o_h = i_hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    m_h = o_h < H
+    o_d = tl.arange(0, D_PAD)
+    m_hd = m_h[:, None] & (o_d < D)[None, :]
+
+    g_m = tl.full([BLOCK_H], -1.0e30, dtype=tl.float32)
+    g_l = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, D_PAD], dtype=tl.float32)
+    for i_s in range(0, NUM_SPLITS):
+        o_part = (i_bm * NUM_SPLITS + i_s) * H + o_h
+        b_m = tl.load(part_m_ptr + o_part, mask=m_h, other=-1.0e30)
+        b_l = tl.load(part_l_ptr + o_part, mask=m_h, other=0.0)
+        # [BLOCK_H, D_PAD]
+        b_o = tl.load(part_o_ptr + o_part[:, None] * D + o_d[None, :], mask=m_hd, other=0.0)
+        m_new = tl.maximum(g_m, b_m)
+        a_old = tl.exp2(g_m - m_new)
+        a_new = tl.exp2(b_m - m_new)
+        g_l = g_l * a_old + b_l * a_new
+        acc = acc * a_old[:, None] + b_o * a_new[:, None]
+        g_m = m_new
+    out = _finish(acc, g_m, g_l, sink_ptr, o_h, m_h)
+    tl.store(o_ptr + i_b * stride_ob + i_m * stride_om + o_h[:, None] * stride_oh + o_d[None, :] * stride_od,
+             out.to(o_ptr.dtype.element_ty), mask=m_hd)
+
+
+# Launch configurations. Register budget: the fp32 accumulator is BLOCK_H x D_PAD, kept at
+# <= 32K elements (128 KB: 128 registers a thread at 8 warps); the KV tile BLOCK_N x D_PAD bf16
+# is 32 KB at d = 512. The first entry follows that budget, not a sweep (tune on the target
+# card); the later ones are smaller fallbacks, used only if the compiler reports the previous
+# one out of shared memory or registers.
+MAX_ACC_ELEMS = 64 * 512
+MIN_TILES_PER_SPLIT = 4  # a split streams >= 4 tiles, else the merge costs more than it saves
+MAX_SPLITS = 64
+
+
+def _configs(h: int, d_pad: int) -> list[dict]:
+    block_h = max(16, min(triton.next_power_of_2(h), MAX_ACC_ELEMS // d_pad, 128))
+    block_n = 32 if d_pad >= 512 else 64
+    num_warps = 8 if block_h * d_pad >= 16384 else 4
+    first = dict(BLOCK_H=block_h, BLOCK_N=block_n, num_warps=num_warps, num_stages=2)
+    return [
+        first,
+        dict(first, num_stages=1),
+        dict(BLOCK_H=max(16, block_h // 2), BLOCK_N=block_n, num_warps=4, num_stages=1),
+        dict(BLOCK_H=16, BLOCK_N=16, num_warps=4, num_stages=1),
+    ]
+
+
+# (h, d_pad, q dtype, fp8 kv, device) -> index of the first config that compiled
+_CHOSEN: dict[tuple, int] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _num_splits(programs: int, tiles: int, device: torch.device) -> int:
+    """Split the top-k list when (rows x head blocks) alone would leave SMs idle."""
+    sms = 4 if device.type != "cuda" else _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    if programs >= sms or tiles < 2 * MIN_TILES_PER_SPLIT:
+        return 1
+    splits = min(triton.cdiv(2 * sms, programs), tiles // MIN_TILES_PER_SPLIT, MAX_SPLITS)
+    return max(1, splits)
+
+
+def _launch(q, kv, attn_sink, topk_idxs, softmax_scale, kv_scale, o, cfg, num_splits):
+    b, m, h, d = q.shape
+    n = kv.shape[1]
+    topk = topk_idxs.shape[-1]
+    d_pad = max(16, triton.next_power_of_2(d))
+    block_h, block_n = cfg["BLOCK_H"], cfg["BLOCK_N"]
+    num_hb = triton.cdiv(h, block_h)
+    tiles = triton.cdiv(topk, block_n)
+    splits = num_splits if num_splits is not None else _num_splits(b * m * num_hb, tiles, q.device)
+    splits = max(1, min(splits, max(tiles, 1)))
+    tiles_per_split = max(1, triton.cdiv(tiles, splits))
+    splits = max(1, triton.cdiv(tiles, tiles_per_split))
+
+    has_scale = kv_scale is not None
+    group = d // kv_scale.shape[-1] if has_scale else 1
+    scale_arg = kv_scale if has_scale else attn_sink  # never read when HAS_SCALE is False
+    scale_strides = kv_scale.stride() if has_scale else (0, 0, 0)
+    split = splits > 1
+    if split:
+        part_o = torch.empty(b * m * splits * h * d, dtype=torch.float32, device=q.device)
+        part_m = torch.empty(b * m * splits * h, dtype=torch.float32, device=q.device)
+        part_l = torch.empty_like(part_m)
+    else:
+        part_o = part_m = part_l = o  # never touched when SPLIT is False
+    _sparse_attn_kernel[(b * m * splits * num_hb,)](
+        q, kv, scale_arg, attn_sink, topk_idxs, o, part_o, part_m, part_l,
+        m, h, n, topk, splits, tiles_per_split, float(softmax_scale) * LOG2E,
+        *q.stride(), *kv.stride(), *scale_strides, *topk_idxs.stride(), *o.stride(),
+        D=d, D_PAD=d_pad, GROUP=group, HAS_SCALE=has_scale, SPLIT=split,
+        INTERPRET=interpret_mode(), **cfg,
+    )
+    if split:
+        combine_h = max(1, min(triton.next_power_of_2(h), 4096 // d_pad))
+        _sparse_attn_combine_kernel[(b * m * triton.cdiv(h, combine_h),)](
+            part_o, part_m, part_l, attn_sink, o, m, h, *o.stride(),
+            NUM_SPLITS=splits, D=d, D_PAD=d_pad, BLOCK_H=combine_h, num_warps=4,
+        )
+
+
+def sparse_attn_triton(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    attn_sink: torch.Tensor,
+    topk_idxs: torch.Tensor,
+    softmax_scale: float,
+    kv_scale: torch.Tensor | None = None,
+    num_splits: int | None = None,
+) -> torch.Tensor:
+    """Launch the kernels (inputs already validated); returns o [b, m, h, d] in q's dtype.
+
+    ``num_splits`` overrides the split-top-k heuristic (tests use it to exercise the merge).
+    """
+    b, m, h, d = q.shape
+    o = torch.empty(b, m, h, d, dtype=q.dtype, device=q.device)
+    if o.numel() == 0:
+        return o
+    d_pad = max(16, triton.next_power_of_2(d))
+    configs = _configs(h, d_pad)
+    key = (h, d_pad, q.dtype, kv_scale is not None, str(q.device))
+    i = _CHOSEN.get(key, 0)
+    while True:
+        try:
+            _launch(q, kv, attn_sink, topk_idxs, softmax_scale, kv_scale, o, configs[i], num_splits)
+        except triton.runtime.errors.OutOfResources:
+            if i + 1 == len(configs):
+                raise
+            i += 1
+            continue
+        _CHOSEN[key] = i
+        return o

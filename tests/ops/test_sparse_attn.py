@@ -1,0 +1,279 @@
+"""lowbit.ops.sparse_attn: top-k sparse MQA attention with a sink, on every tier.
+
+Tolerance: the kernel's inputs are bf16 and the fp64 reference is fed the same bf16 values, so
+the error comes from two bf16 roundings, each at most 2^-9 relative per element: the softmax
+weights before the PV product (tensor cores take bf16) and the output. Measured ~5e-3
+relative (Frobenius) on these shapes; we allow 2e-2 (~10 x 2^-9). The FP8 path adds one more
+bf16 rounding of the decoded rows: same bound.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import lowbit
+from lowbit.formats.fp8 import FP8
+from lowbit.ops.sparse_attn import sparse_attn
+from lowbit.ops.sparse_attn.reference import sparse_attn_reference
+from tests._helpers import rel_err
+
+TOL = 2e-2
+
+
+@pytest.fixture
+def poison_empty(monkeypatch):
+    """Every float buffer the op allocates starts as NaN, so an unwritten element fails."""
+    real_empty = torch.empty
+
+    def nan_empty(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+
+
+def make_inputs(b, m, h, d, n, topk, device, *, idx_dtype=torch.int32, invalid=0.2, fp8_group=None):
+    q = torch.randn(b, m, h, d, device=device).to(torch.bfloat16)
+    kv = (torch.randn(b, n, d, device=device) * 2).to(torch.bfloat16)
+    sink = torch.randn(h, device=device)
+    idx = torch.randint(0, n, (b, m, topk), device=device)
+    idx = torch.where(torch.rand(b, m, topk, device=device) < invalid, torch.full_like(idx, -1), idx).to(idx_dtype)
+    kv_scale = None
+    if fp8_group is not None:
+        fmt = FP8.quantize(kv, "group", fp8_group)
+        kv, kv_scale = fmt.data, fmt.scale
+    return q, kv, sink, idx, kv_scale
+
+
+def fp64_reference(q, kv, sink, idx, scale, kv_scale=None):
+    if kv_scale is not None:
+        return sparse_attn_reference(q.double(), kv, sink.double(), idx, scale, kv_scale)
+    return sparse_attn_reference(q.double(), kv.double(), sink.double(), idx, scale)
+
+
+def run(backend, *args, **kwargs):
+    with backend.active():
+        return sparse_attn(*args, **kwargs)
+
+
+def naive(q, kv, sink, idx, scale):
+    """Loop-level definition, independent of the reference's softmax-with-extra-column form."""
+    b, m, h, d = q.shape
+    out = torch.zeros(b, m, h, d, dtype=torch.float64)
+    for ib in range(b):
+        for im in range(m):
+            rows = [kv[ib, j].double() for j in idx[ib, im].tolist() if 0 <= j < kv.shape[1]]
+            for ih in range(h):
+                qv = q[ib, im, ih].double()
+                w = [math.exp(scale * float(qv @ r)) for r in rows]
+                denom = sum(w) + math.exp(float(sink[ih]))
+                for wj, r in zip(w, rows):
+                    out[ib, im, ih] += wj / denom * r
+    return out
+
+
+def test_reference_matches_naive_definition():
+    q, kv, sink, idx, _ = make_inputs(2, 2, 3, 16, 20, 7, "cpu")
+    ref = sparse_attn_reference(q.double(), kv.double(), sink.double(), idx, 0.3)
+    assert rel_err(ref, naive(q, kv, sink, idx, 0.3)) < 1e-12
+
+
+@pytest.mark.parametrize("h", [1, 16, 64, 128])
+@pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int64])
+def test_matches_fp64_reference(backend, poison_empty, h, idx_dtype):
+    q, kv, sink, idx, _ = make_inputs(2, 3, h, 64, 50, 24, backend.device, idx_dtype=idx_dtype)
+    out = run(backend, q, kv, sink, idx, 64**-0.5)
+    assert out.shape == q.shape and out.dtype == torch.bfloat16
+    assert not out.isnan().any()
+    assert rel_err(out, fp64_reference(q, kv, sink, idx, 64**-0.5)) < TOL
+
+
+@pytest.mark.parametrize("d, topk", [(48, 100), (80, 37), (16, 1)])
+def test_awkward_shapes(backend, poison_empty, d, topk):
+    """d not a power of two, topk not a multiple of the tile (and crossing one), topk = 1."""
+    q, kv, sink, idx, _ = make_inputs(1, 2, 5, d, 60, topk, backend.device)
+    out = run(backend, q, kv, sink, idx, 0.2)
+    assert rel_err(out, fp64_reference(q, kv, sink, idx, 0.2)) < TOL
+
+
+def test_strided_inputs(backend, poison_empty):
+    """q as a transposed view, indices as a strided slice: the kernel honours strides."""
+    dev = backend.device
+    q = torch.randn(2, 4, 3, 32, device=dev).to(torch.bfloat16).transpose(1, 2)  # [b, m=3, h=4, d]
+    kv = torch.randn(2, 40, 64, device=dev).to(torch.bfloat16)[:, :, ::2]
+    idx = torch.randint(-1, 40, (2, 3, 40), device=dev, dtype=torch.int32)[:, :, ::2]
+    sink = torch.randn(4, device=dev)
+    out = run(backend, q, kv, sink, idx, 0.25)
+    assert rel_err(out, fp64_reference(q, kv, sink, idx, 0.25)) < TOL
+
+
+@pytest.mark.parametrize("sink_value", [0.0, float("-inf"), 200.0])
+def test_all_invalid_rows_give_zeros(backend, poison_empty, sink_value):
+    q, kv, sink, idx, _ = make_inputs(2, 3, 4, 64, 50, 24, backend.device)
+    sink = torch.full_like(sink, sink_value)
+    idx[0, 1] = -1
+    idx[1, 2, :5] = kv.shape[1]  # past the end: treated as "no row" like -1
+    idx[1, 2, 5:] = -1
+    out = run(backend, q, kv, sink, idx, 0.125)
+    assert not out.isnan().any()
+    assert (out[0, 1] == 0).all() and (out[1, 2] == 0).all()
+    ref = fp64_reference(q, kv, sink, idx, 0.125)
+    if sink_value < 100:
+        assert out[0, 0].abs().sum() > 0
+        assert rel_err(out, ref) < TOL
+    else:  # a sink of 200 drowns every row: weights ~e^-190, below bf16's range
+        assert ref.abs().max() < 1e-40 and (out == 0).all()
+
+
+def test_duplicate_indices_each_count(backend, poison_empty):
+    q, kv, sink, _, _ = make_inputs(1, 2, 4, 64, 50, 24, backend.device)
+    idx = torch.tensor([[[3] * 12 + [7] * 6 + [-1] * 6, [5, 5] + [-1] * 22]], device=backend.device, dtype=torch.int32)
+    out = run(backend, q, kv, sink, idx, 0.1)
+    assert rel_err(out, fp64_reference(q, kv, sink, idx, 0.1)) < TOL
+    # two copies of one row, no sink: weights 1/2 + 1/2, the output is that row
+    out = run(backend, q, kv, torch.full_like(sink, float("-inf")), idx, 0.1)
+    assert rel_err(out[0, 1], kv[0, 5].double().expand(4, 64)) < 4e-3  # one bf16 rounding of the row
+
+
+def test_minus_inf_sink_is_plain_softmax(backend, poison_empty):
+    q, kv, _, idx, _ = make_inputs(2, 2, 8, 64, 50, 24, backend.device, invalid=0.0)
+    sink = torch.full((8,), float("-inf"), device=backend.device)
+    out = run(backend, q, kv, sink, idx, 0.1)
+    batch = torch.arange(2, device=backend.device).view(2, 1, 1)
+    rows = kv[batch, idx.long()].double()  # [b, m, topk, d]
+    p = torch.softmax(torch.einsum("bmhd,bmtd->bmht", q.double(), rows) * 0.1, dim=-1)
+    plain = torch.einsum("bmht,bmtd->bmhd", p, rows)
+    assert rel_err(out, plain) < TOL
+
+
+def test_sink_lowers_the_weights(backend, poison_empty):
+    """A finite sink only scales the output by sum(e^s) / (sum(e^s) + e^sink) per head."""
+    q, kv, _, idx, _ = make_inputs(1, 1, 4, 64, 50, 24, backend.device, invalid=0.0)
+    no_sink = run(backend, q, kv, torch.full((4,), float("-inf"), device=backend.device), idx, 0.1)
+    sink = torch.tensor([-2.0, 0.0, 1.0, 3.0], device=backend.device)
+    out = run(backend, q, kv, sink, idx, 0.1)
+    rows = kv[0, idx[0, 0].long()].double()
+    lse = torch.logsumexp(q[0, 0].double() @ rows.T * 0.1, dim=-1)  # [h]
+    factor = torch.sigmoid(lse - sink.double())
+    assert rel_err(out[0, 0], no_sink[0, 0].double() * factor[:, None]) < TOL
+
+
+@pytest.mark.parametrize("group", [64, 128])
+def test_fp8_kv(backend, poison_empty, group):
+    q, kv8, sink, idx, kv_scale = make_inputs(2, 2, 16, 128, 50, 40, backend.device, fp8_group=group)
+    out = run(backend, q, kv8, sink, idx, 128**-0.5, kv_scale=kv_scale)
+    kv_deq = FP8(kv8, kv_scale, "group", group).dequantize(torch.float64)
+    ref = sparse_attn_reference(q.double(), kv_deq, sink.double(), idx, 128**-0.5)
+    assert rel_err(out, ref) < TOL
+
+
+def test_inputs_not_mutated(backend):
+    q, kv, sink, idx, _ = make_inputs(1, 2, 4, 32, 30, 20, backend.device)
+    before = [t.clone() for t in (q, kv, sink, idx)]
+    run(backend, q, kv, sink, idx, 0.2)
+    for a, b in zip(before, (q, kv, sink, idx)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("splits", [2, 3, 5])
+def test_split_topk_path(backend, poison_empty, splits):
+    """Split the top-k list across programs and merge (the small-batch decode path)."""
+    if not backend.is_triton:
+        pytest.skip("the split path is a Triton launch detail; the reference has no splits")
+    from lowbit.ops.sparse_attn.triton import sparse_attn_triton
+
+    q, kv, sink, idx, _ = make_inputs(1, 2, 16, 64, 80, 300, backend.device)
+    idx[0, 1] = -1
+    idx[0, 0, :130] = -1  # the first splits of row 0 see no valid index
+    out = sparse_attn_triton(q, kv, sink, idx, 0.1, num_splits=splits)
+    assert not out.isnan().any() and (out[0, 1] == 0).all()
+    assert rel_err(out, fp64_reference(q, kv, sink, idx, 0.1)) < TOL
+    sink_inf = torch.full_like(sink, float("-inf"))
+    out = sparse_attn_triton(q, kv, sink_inf, idx, 0.1, num_splits=splits)
+    assert (out[0, 1] == 0).all()
+    assert rel_err(out, fp64_reference(q, kv, sink_inf, idx, 0.1)) < TOL
+
+
+def test_empty_topk_gives_zeros(backend):
+    q, kv, sink, idx, _ = make_inputs(1, 2, 4, 32, 30, 0, backend.device)
+    out = run(backend, q, kv, sink, idx, 0.2)
+    assert out.shape == q.shape and (out == 0).all()
+
+
+def test_module_attribute_stays_callable():
+    """``lowbit.ops.sparse_attn`` is both the package and the function."""
+    q, kv, sink, idx, _ = make_inputs(1, 1, 2, 16, 10, 4, "cpu")
+    with lowbit.backend("reference"):
+        out = lowbit.ops.sparse_attn(q, kv, sink, idx, 0.5)
+    assert torch.equal(out, sparse_attn(q, kv, sink, idx, 0.5))
+
+
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda a: a.update(topk_idxs=a["topk_idxs"].to(torch.int16)), "topk_idxs has dtype"),
+        (lambda a: a.update(q=a["q"].float()), "q has dtype"),
+        (lambda a: a.update(q=torch.zeros(1, 2, 4, 576, dtype=torch.bfloat16),
+                            kv=torch.zeros(1, 30, 576, dtype=torch.bfloat16)), "head dim d=576"),
+        (lambda a: a.update(attn_sink=torch.zeros(5)), r"attn_sink must be \[h=4\]"),
+        (lambda a: a.update(attn_sink=torch.zeros(4, dtype=torch.bfloat16)), "attn_sink has dtype"),
+        (lambda a: a.update(kv=torch.zeros(2, 30, 32, dtype=torch.bfloat16)), "kv must be"),
+        (lambda a: a.update(topk_idxs=torch.zeros(1, 3, 8, dtype=torch.int32)), "topk_idxs must be"),
+        (lambda a: a.update(kv=a["kv"].to(torch.float8_e4m3fn)), "pass its group scales"),
+        (lambda a: a.update(kv=a["kv"].to(torch.float8_e4m3fn), kv_scale=torch.ones(1, 30, 3)), "kv_scale must be"),
+        (lambda a: a.update(kv_scale=torch.ones(1, 30, 1)), "only for a float8_e4m3fn kv"),
+        (lambda a: a.update(softmax_scale=torch.tensor(0.5)), "softmax_scale must be"),
+    ],
+)
+def test_validation(mutate, match):
+    q, kv, sink, idx, _ = make_inputs(1, 2, 4, 32, 30, 8, "cpu")
+    args = dict(q=q, kv=kv, attn_sink=sink, topk_idxs=idx, softmax_scale=0.1)
+    mutate(args)
+    with pytest.raises(ValueError, match=match):
+        sparse_attn(**args)
+
+
+def test_opcheck_and_compile_cpu():
+    """Schema, fake tensor and tracing checks on the reference path (the GPU tier repeats them)."""
+    q, kv, sink, idx, _ = make_inputs(1, 2, 4, 32, 30, 8, "cpu")
+    with lowbit.backend("reference"):
+        torch.library.opcheck(torch.ops.lowbit.sparse_attn.default, (q, kv, sink, idx, 0.1, None))
+        compiled = torch.compile(sparse_attn, fullgraph=True, backend="aot_eager")
+        assert torch.equal(compiled(q, kv, sink, idx, 0.1), sparse_attn(q, kv, sink, idx, 0.1))
+
+
+# ---- GPU tier: DeepSeek-sized shapes, compile, opcheck, CUDA graphs -------------------------------
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("b, m, h, topk", [(1, 1, 64, 2048), (2, 2, 128, 2048), (4, 1, 128, 1000), (1, 64, 64, 512), (3, 1, 16, 777)])
+@pytest.mark.parametrize("fp8", [False, True])
+def test_cuda_large(poison_empty, b, m, h, topk, fp8):
+    d, n = 512, 8192
+    q, kv, sink, idx, kv_scale = make_inputs(b, m, h, d, n, topk, "cuda", fp8_group=64 if fp8 else None)
+    out = sparse_attn(q, kv, sink, idx, d**-0.5, kv_scale=kv_scale)
+    assert rel_err(out, fp64_reference(q, kv, sink, idx, d**-0.5, kv_scale)) < TOL
+
+
+@pytest.mark.cuda
+def test_cuda_compile_opcheck_graph():
+    d = 512
+    q, kv, sink, idx, _ = make_inputs(2, 1, 64, d, 4096, 1024, "cuda")
+    torch.library.opcheck(torch.ops.lowbit.sparse_attn.default, (q, kv, sink, idx, d**-0.5, None))
+    compiled = torch.compile(sparse_attn, fullgraph=True)
+    ref = fp64_reference(q, kv, sink, idx, d**-0.5)
+    assert rel_err(compiled(q, kv, sink, idx, d**-0.5), ref) < TOL
+
+    sparse_attn(q, kv, sink, idx, d**-0.5)  # compile the kernels outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = sparse_attn(q, kv, sink, idx, d**-0.5)
+    q2, kv2, sink2, idx2, _ = make_inputs(2, 1, 64, d, 4096, 1024, "cuda")
+    for dst, src in zip((q, kv, sink, idx), (q2, kv2, sink2, idx2)):
+        dst.copy_(src)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(out, fp64_reference(q2, kv2, sink2, idx2, d**-0.5)) < TOL
