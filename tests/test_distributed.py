@@ -2,8 +2,8 @@
 
 The multi-process tests spawn 2 and 4 CPU processes (gloo over 127.0.0.1). Every process builds
 the same seeded full weight, takes its shard, and checks the sharded head against the single-
-process head over the full weight computed in that same process: values and indices equal,
-ties by lower global index. Failures come back through a queue; a bounded wait turns a hang into
+process head over the full weight computed in that same process: indices equal (ties by lower
+global index), values bit for bit where the arithmetic is exact, else to fp32 summation order. Failures come back through a queue; a bounded wait turns a hang into
 a failure instead of a stalled CI job.
 """
 from __future__ import annotations
@@ -59,9 +59,9 @@ def draft_head(weight, **overrides):
     return DraftHead(weight, **{**HEAD_KWARGS, **overrides})
 
 
-# ---------------------------------------------------------------- data: exact arithmetic
-# Small integers times powers of two: every dot product is exact in fp32 whatever the order of
-# summation, so values tie exactly where they should and any two correct heads agree bit for bit.
+# Problems. integer_problem and planted_tie_problem use small integers times powers of two: every
+# dot product is exact in fp32 whatever the order of summation, so values tie exactly where they
+# should and any two correct heads agree bit for bit. random_problem is ordinary float data.
 
 def integer_problem(n: int, k_dim: int, m: int, seed: int, span: int = 2):
     g = torch.Generator().manual_seed(seed)
@@ -84,7 +84,7 @@ def planted_tie_problem(n: int, k_dim: int, m: int, seed: int, rows: list[int]):
     return w, x
 
 
-# ---------------------------------------------------------------- in-process tests
+# in-process tests
 
 def test_vocab_boundaries_even_split():
     assert vocab_boundaries(248320, 2) == [0, 124160, 248320]
@@ -209,7 +209,7 @@ def test_validation_errors():
         head.topk(torch.randn(32), 1)
 
 
-# ---------------------------------------------------------------- multi-process (gloo) tests
+# multi-process (gloo) tests
 
 @dataclasses.dataclass
 class Case:
@@ -242,9 +242,10 @@ def _cases(world: int) -> list[Case]:
 def _values_match(v: torch.Tensor, ref: torch.Tensor, exact: bool) -> bool:
     """Bitwise where the arithmetic is exact. Otherwise the two heads may sum a logit in another
     order (DraftHead's rerank tiles depend on how many candidates it rescored, and a fallback row
-    is a full matmul): |error| <= K * 2^-24 * sum|x_k w_k| ~ 128 * 6e-8 * 3 ~ 2.3e-5 at worst
-    for these shapes (about 1e-6 typically), so 3e-5 absolute."""
-    return torch.equal(v, ref) if exact else torch.allclose(v, ref, rtol=0, atol=3e-5)
+    is a full matmul): |error| <= K * 2^-24 * sum|x_k w_k|, and sum|x_k w_k| ~ K * 0.05 * 0.64
+    for random_problem, so at worst 128 * 6e-8 * 4 ~ 3e-5 (about 1e-6 typically); 1e-4 absolute
+    leaves margin and is still far below the ~1e-2 gaps between the top logits."""
+    return torch.equal(v, ref) if exact else torch.allclose(v, ref, rtol=0, atol=1e-4)
 
 
 def _check(case: Case, oracle: bool, world: int, rank: int, group, device="cpu") -> list[str]:

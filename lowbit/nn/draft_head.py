@@ -4,14 +4,13 @@ See :class:`DraftHead` and docs/draft_head.md (design, the error bound, defaults
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import nn
 
 from lowbit._validate import check_tensor, require
 from lowbit.formats.fp8 import FP8
 from lowbit.formats.nvfp4 import NVFP4
+from lowbit.ops.gathered import gathered_dot
 from lowbit.ops.coarse_head import (
     BOUND_DET,
     BOUND_NONE,
@@ -38,33 +37,6 @@ _DEFAULTS = {
     "certified": dict(bits=8, group_size=64, kcand=4, rerank=128),
 }
 _X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_warned_fallback = False
-
-
-def _gathered_dot(x: torch.Tensor, weight, index: torch.Tensor) -> torch.Tensor:
-    """Exact ``dot(x[b], W[index[b, t]])`` in fp32 [B, T] through ``lowbit.ops.gathered_dot``."""
-    try:
-        from lowbit.ops.gathered import gathered_dot
-    except ImportError:
-        return _gathered_dot_torch(x, weight, index)
-    return gathered_dot(x, weight, index)
-
-
-def _gathered_dot_torch(x, weight, index):
-    # Only while lowbit.ops.gathered is not importable (it is written separately): same math.
-    global _warned_fallback
-    if not _warned_fallback:
-        warnings.warn("lowbit.ops.gathered is not importable; DraftHead reranks with a torch gather", stacklevel=3)
-        _warned_fallback = True
-    flat = index.reshape(-1)
-    if isinstance(weight, FP8):
-        rows = weight.data[flat].float() * weight.scale[flat]
-    elif isinstance(weight, NVFP4):
-        rows = NVFP4(weight.packed[flat], weight.scale[flat], weight.global_scale).dequantize(torch.float32)
-    else:
-        rows = weight[flat].float()
-    rows = rows.view(*index.shape, -1)
-    return torch.einsum("bk,btk->bt", x.float(), rows)
 
 
 def _is_all_zero(weight) -> bool:
@@ -227,7 +199,7 @@ class DraftHead(nn.Module):
                            sigma=self.sigma, write_logits=write_logits)
 
     def _rescore(self, x2, idx, valid):
-        exact = _gathered_dot(x2, self.weight, idx)
+        exact = gathered_dot(x2, self.weight, idx)
         return torch.where(valid, exact, torch.full_like(exact, float("-inf")))
 
     def _certified(self, x2, k: int, write_logits=False):

@@ -1,12 +1,13 @@
 """The tiny DeepSeek-style model: its pieces, the kernels it drives, and the end-to-end self-test.
 
 Tolerances: model-level comparisons use the self-test's ``TOL`` (2e-2, derived in
-``lowbit/models/tiny/selftest.py``: runs that differ only in fp32 summation order, ~20 bf16
+``lowbit/models/tiny/verify.py``: runs that differ only in fp32 summation order, ~20 bf16
 roundings of one ulp at most). Structural properties (causality, hashing, routing) are exact.
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from lowbit.formats.fp8 import FP8
 from lowbit.models.tiny import TinyConfig, TinyModel, selftest
 from lowbit.models.tiny.attention import Attention, Indexer
 from lowbit.models.tiny.model import HyperConnection
-from lowbit.models.tiny.selftest import TOL
+from lowbit.models.tiny.verify import TOL
 from tests._helpers import rel_err
 
 # a model small enough for the Triton interpreter: one block, one head, two experts
@@ -73,12 +74,9 @@ def test_linears_use_the_configured_formats(model):
 
 def test_model_drives_every_kernel(model, monkeypatch):
     """Each lowbit op the model is meant to exercise is called by one forward."""
-    import lowbit.ops.act_quant as aq
-    import lowbit.ops.fp4_gemm as f4
-    import lowbit.ops.fp8_gemm as f8
-    import lowbit.ops.gathered as ga
-    import lowbit.ops.hc_sinkhorn as hs
-    import lowbit.ops.sparse_attn as sa
+    # the op packages themselves (``lowbit.ops.<name>`` attributes may be the functions)
+    aq, f4, f8, ga, hs, sa = (importlib.import_module(f"lowbit.ops.{m}") for m in
+                              ("act_quant", "fp4_gemm", "fp8_gemm", "gathered", "hc_sinkhorn", "sparse_attn"))
 
     calls: dict[str, int] = {}
     for mod, name in ((aq, "act_quant"), (f8, "fp8_gemm"), (f4, "fp4_gemm"), (sa, "sparse_attn"),

@@ -13,8 +13,8 @@ import importlib
 _LAZY = {
     "TinyConfig": "lowbit.models.tiny.config",
     "TinyModel": "lowbit.models.tiny.model",
-    "selftest": "lowbit.models.tiny.selftest",
-    "generate": "lowbit.models.tiny.selftest",
+    "selftest": "lowbit.models.tiny.verify",
+    "generate": "lowbit.models.tiny.verify",
     "save_hf": "lowbit.models.tiny.checkpoint",
     "load_hf": "lowbit.models.tiny.checkpoint",
     "convert_hf_to_shards": "lowbit.models.tiny.convert",

@@ -13,7 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=22, help="decode steps after the prompt")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    from lowbit.models.tiny.selftest import selftest
+    from lowbit.models.tiny.verify import selftest
 
     return 0 if selftest(device=args.device, steps=args.steps, seed=args.seed)["ok"] else 1
 

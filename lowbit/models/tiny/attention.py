@@ -45,7 +45,7 @@ class Indexer(nn.Module):
 
     def forward(self, x: torch.Tensor, start_pos: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x [b, s, dim] bf16 -> topk_idxs [b, s, index_topk] int64, -1 where there is no candidate."""
-        from lowbit.ops import act_quant
+        from lowbit.ops.act_quant import act_quant
 
         b, s, _ = x.shape
         end = start_pos + s
@@ -105,7 +105,8 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, start_pos: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x [b, s, dim] bf16 (normalised); cos/sin [s, rope_dim/2] for these positions. Writes the
         KV (and indexer) cache at start_pos .. start_pos+s-1 and returns [b, s, dim] bf16."""
-        from lowbit.ops import act_quant, sparse_attn
+        from lowbit.ops.act_quant import act_quant
+        from lowbit.ops.sparse_attn import sparse_attn
 
         b, s, _ = x.shape
         end = start_pos + s

@@ -43,7 +43,7 @@ class HyperConnection(nn.Module):
 
     def pre(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x [b, s, hc, dim] -> (sub-layer input [b, s, dim] in x's dtype, post [b, s, hc], comb [b, s, hc, hc])."""
-        from lowbit.ops import hc_split_sinkhorn
+        from lowbit.ops.hc_sinkhorn import hc_split_sinkhorn
 
         cfg = self.cfg
         flat = x.flatten(2).float()
@@ -107,6 +107,7 @@ class TinyModel(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.register_buffer("history", torch.zeros(cfg.max_batch_size, cfg.max_seq_len, dtype=torch.int64), persistent=False)
+        self.requires_grad_(False)  # an inference model: no autograd anywhere
 
     @property
     def device(self) -> torch.device:

@@ -60,7 +60,7 @@ class NgramMemory(nn.Module):
 
     def forward(self, x: torch.Tensor, history: torch.Tensor, start_pos: int) -> torch.Tensor:
         """x [b, s, hc, dim] bf16 streams; history [b, >= start_pos+s] ids. Returns new streams."""
-        from lowbit.ops import gathered_rows
+        from lowbit.ops.gathered import gathered_rows
 
         b, s = x.shape[:2]
         rows = self.bucket_ids(history, start_pos, start_pos + s)

@@ -179,7 +179,10 @@ def coarse_head(
         raise ValueError(f"x has no rows (shape {tuple(x.shape)})")
     if use_triton(x, *packing.fmt._tensor_fields().values()):
         w, s, z, gs = _raw(packing)
-        outs = torch.ops.lowbit.coarse_head(x, w, s, z, gs, packing.kind, packing.bits or 0, packing.group_size,
+        # eager: call the launcher directly (the op wrapper costs several µs of Python at M = 1);
+        # under torch.compile the registered op is traced instead
+        op = torch.ops.lowbit.coarse_head if torch.compiler.is_compiling() else _coarse_head_impl
+        outs = op(x, w, s, z, gs, packing.kind, packing.bits or 0, packing.group_size,
                                             packing.n, packing.padded_k, block, kcand, bound, float(sigma),
                                             bool(write_logits))
         return CoarseOut(*outs)
@@ -198,16 +201,18 @@ def _raw(packing: CoarsePacking):
     return f.packed, f.scale.view(torch.uint8), f.packed, f.global_scale
 
 
-@torch.library.custom_op("lowbit::coarse_head", mutates_args=())
-def _coarse_head_op(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gs: torch.Tensor,
-                    kind: int, bits: int, group_size: int, n: int, padded_k: int, block: int, kcand: int,
-                    bound: int, sigma: float, write_logits: bool
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _coarse_head_impl(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, z: torch.Tensor, gs: torch.Tensor,
+                      kind: int, bits: int, group_size: int, n: int, padded_k: int, block: int, kcand: int,
+                      bound: int, sigma: float, write_logits: bool
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     from lowbit.ops.coarse_head.triton import coarse_head_triton
 
     return coarse_head_triton(x, kind, w, s, z, gs, n=n, bits=bits or None, group_size=group_size,
                               padded_k=padded_k, block=block, kcand=kcand, bound=bound, sigma=sigma,
                               write_logits=write_logits)
+
+
+_coarse_head_op = torch.library.custom_op("lowbit::coarse_head", _coarse_head_impl, mutates_args=())
 
 
 @_coarse_head_op.register_fake

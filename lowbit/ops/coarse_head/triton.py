@@ -11,9 +11,19 @@ import torch
 import triton
 import triton.language as tl
 
+from lowbit._backend import interpret_mode
 from lowbit.ops.coarse_head.reference import ABS_SLACK, BOUND_NONE, rounding_eps
 
 KIND_INTX, KIND_FP8, KIND_NVFP4 = 0, 1, 2
+
+
+@triton.jit
+def _dot(a, b, DT: tl.constexpr):
+    # fp32 operands only under the interpreter (whose bf16 tl.dot is broken): exact, no TF32
+    if DT == tl.float32:
+        return tl.dot(a, b, input_precision="ieee")
+    else:
+        return tl.dot(a, b)
 
 
 @triton.jit
@@ -71,18 +81,19 @@ def _coarse_head_kernel(
                 hs = ((b_s & 0x80) << 8) | ((b_s & 0x7F) << 7)
                 wv = e2 * (hs.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0)
             if USE_DOT:
-                b_wt = tl.trans(wv.to(DT))  # [BK, BN]
+                # integer -> fp32 -> DT: exact; the interpreter mis-converts int -> bf16 directly
+                b_wt = tl.trans(wv.to(tl.float32).to(DT))  # [BK, BN]
                 x_hi = b_x.to(DT)
-                part = tl.dot(x_hi, b_wt)
+                part = _dot(x_hi, b_wt, DT)
                 if SPLIT:
-                    part += tl.dot((b_x - x_hi.to(tl.float32)).to(DT), b_wt)
+                    part += _dot((b_x - x_hi.to(tl.float32)).to(DT), b_wt, DT)
                 if KIND != 0 and BOUND == 1:
-                    b_wa = tl.trans(tl.abs(wv).to(DT))
+                    b_wa = tl.trans(tl.abs(wv).to(tl.float32).to(DT))
                     xa = tl.abs(b_x)
                     xa_hi = xa.to(DT)
-                    bnd += tl.dot(xa_hi, b_wa)
+                    bnd += _dot(xa_hi, b_wa, DT)
                     if SPLIT:
-                        bnd += tl.dot((xa - xa_hi.to(tl.float32)).to(DT), b_wa)
+                        bnd += _dot((xa - xa_hi.to(tl.float32)).to(DT), b_wa, DT)
             else:
                 wf = wv.to(tl.float32)
                 part = tl.sum(b_x[:, None, :] * wf[None, :, :], axis=2)  # [BM, BN]
@@ -181,7 +192,11 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
         x = x.contiguous()
     _, (bm, warps, stages) = _config(m)
     use_dot = bm > 1
-    split = use_dot and x.dtype == torch.float32
+    if interpret_mode():
+        dt, split = tl.float32, False  # the interpreter's bf16 tl.dot is broken; fp32 is exact here
+    else:
+        dt = tl.float16 if x.dtype == torch.float16 else tl.bfloat16
+        split = use_dot and x.dtype == torch.float32
     bk = _bk(kind, group_size)
     nb = -(-n // block)
     depth = kernel_depth(padded_k, bk)
@@ -214,7 +229,7 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
         K=k, L=ell, KIND=kind, P=p, SHIFT=shift, MASK=mask, G=group_size,
         BM=bm, BN=block, BK=bk, KCAND=kcand,
         BOUND=bound, USE_DOT=use_dot, SPLIT=split,
-        DT=tl.float16 if x.dtype == torch.float16 else tl.bfloat16,
+        DT=dt,
         WRITE_LOGITS=write_logits,
         num_warps=warps, num_stages=stages,
     )

@@ -1,0 +1,114 @@
+"""Benchmarks of the DeepSeek-style GEMM family: ``fp8_gemm``, ``fp4_gemm``, ``act_quant``.
+
+Baselines, measured in the same run on the same operands: ``torch._scaled_mm`` FP8 with
+per-tensor scales and with row-wise scales (``scale_a [M, 1]``, ``scale_b [1, N]``, B column-major),
+and cuBLAS bf16 ``F.linear``. Torch / Triton are imported inside the functions only.
+"""
+from __future__ import annotations
+
+from lowbit.bench.registry import BenchContext, Result, register
+
+DECODE_M = (1, 16, 64)
+PREFILL_M = (512, 4096)
+NK = ((2112, 7168), (24576, 1536), (7168, 16384), (4096, 7168), (7168, 2048))
+
+
+def _shapes(ctx: BenchContext):
+    if ctx.quick:
+        return [(m, 7168, 2048) for m in (1, 16, 4096)] + [(1, 2112, 7168)]
+    return [(m, n, k) for (n, k) in NK for m in DECODE_M + PREFILL_M]
+
+
+def _gemm_operands(m, n, k, fp4: bool):
+    import torch
+
+    from lowbit.formats import FP8, MXFP4
+
+    a = FP8.quantize(torch.randn(m, k, device="cuda", dtype=torch.bfloat16), "group", 128)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+    wq = MXFP4.quantize(w) if fp4 else FP8.quantize(w, "block", 128)
+    return a, w, wq
+
+
+def _baselines(op, case, m, n, k, w, a_bf16, graph):
+    """_scaled_mm per-tensor / row-wise FP8 and bf16 F.linear on the same shape."""
+    import torch
+    import torch.nn.functional as F
+
+    from lowbit.bench.timing import time_us
+
+    out = []
+    flops = 2 * m * n * k
+    a8 = a_bf16.to(torch.float8_e4m3fn)
+    w8 = w.to(torch.float8_e4m3fn)
+    one = torch.ones((), device="cuda")
+    try:
+        us = time_us(lambda: torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16), graph=graph)
+        out.append(Result(op, case, "scaled_mm fp8 tensor", us, bytes=m * k + n * k + 2 * m * n, flops=flops))
+        sa = torch.ones(m, 1, device="cuda")
+        sb = torch.ones(1, n, device="cuda")
+        us = time_us(lambda: torch._scaled_mm(a8, w8.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16), graph=graph)
+        out.append(Result(op, case, "scaled_mm fp8 rowwise", us, bytes=m * k + n * k + 4 * (m + n) + 2 * m * n, flops=flops))
+    except (RuntimeError, AttributeError) as e:  # older torch / unsupported layout: report, do not fail
+        out.append(Result(op, case, "scaled_mm fp8", float("nan"), extra={"error": str(e)[:200]}))
+    us = time_us(lambda: F.linear(a_bf16, w), graph=graph)
+    out.append(Result(op, case, "bf16 F.linear", us, bytes=2 * (m * k + n * k + m * n), flops=flops))
+    return out
+
+
+@register("fp8_gemm", description="block-scaled FP8 GEMM (1x128 act, 128x128 weight scales) vs _scaled_mm and bf16")
+def bench_fp8_gemm(ctx: BenchContext) -> list[Result]:
+    from lowbit.bench.timing import time_us
+    from lowbit.ops.fp8_gemm import fp8_gemm
+
+    results = []
+    for m, n, k in _shapes(ctx):
+        a, w, wq = _gemm_operands(m, n, k, fp4=False)
+        case = f"M{m} N{n} K{k}"
+        graph = m <= 64  # decode kernels are a few µs: time CUDA-graph replays
+        nbytes = m * k + a.scale.numel() * 4 + n * k + wq.scale.numel() * 4 + 2 * m * n
+        us = time_us(lambda: fp8_gemm(a.data, a.scale, wq.data, wq.scale), graph=graph)
+        results.append(Result("fp8_gemm", case, "lowbit", us, bytes=nbytes, flops=2 * m * n * k))
+        results += _baselines("fp8_gemm", case, m, n, k, w, a.dequantize(w.dtype), graph)
+    return results
+
+
+@register("fp4_gemm", description="FP8 act x MXFP4 weight GEMM (E2M1 upcast to E4M3 on Hopper) vs _scaled_mm and bf16")
+def bench_fp4_gemm(ctx: BenchContext) -> list[Result]:
+    from lowbit.bench.timing import time_us
+    from lowbit.ops.fp4_gemm import fp4_gemm
+
+    results = []
+    for m, n, k in _shapes(ctx):
+        a, w, wq = _gemm_operands(m, n, k, fp4=True)
+        case = f"M{m} N{n} K{k}"
+        graph = m <= 64
+        nbytes = m * k + a.scale.numel() * 4 + n * k // 2 + n * k // 32 + 2 * m * n
+        us = time_us(lambda: fp4_gemm(a.data, a.scale, wq.packed, wq.scale), graph=graph)
+        results.append(Result("fp4_gemm", case, "lowbit", us, bytes=nbytes, flops=2 * m * n * k))
+        results += _baselines("fp4_gemm", case, m, n, k, w, a.dequantize(w.dtype), graph)
+    return results
+
+
+@register("act_quant", description="FP8 1x128 activation quantization of [8192, 7168] bf16 vs the torch path")
+def bench_act_quant(ctx: BenchContext) -> list[Result]:
+    import torch
+
+    from lowbit.bench.timing import time_us
+    from lowbit.ops.act_quant import act_quant, fp4_act_quant
+    from lowbit.ops.act_quant.reference import act_quant_ref
+
+    rows = (1024,) if ctx.quick else (8192, 16)
+    results = []
+    for m in rows:
+        x = torch.randn(m, 7168, device="cuda", dtype=torch.bfloat16)
+        case = f"[{m}, 7168] bf16"
+        nbytes = x.numel() * 2 + x.numel() + x.numel() // 128 * 4  # read bf16, write e4m3 + fp32 scales
+        graph = m <= 64
+        for name, fn in [("lowbit", lambda: act_quant(x)), ("lowbit ue8m0", lambda: act_quant(x, scale_fmt="ue8m0")),
+                         ("torch eager (reference)", lambda: act_quant_ref(x))]:
+            results.append(Result("act_quant", case, name, time_us(fn, graph=graph and name.startswith("lowbit")), bytes=nbytes))
+        fp4_bytes = x.numel() * 2 + x.numel() // 2 + x.numel() // 32
+        results.append(Result("act_quant", case + " fp4", "lowbit fp4_act_quant", time_us(lambda: fp4_act_quant(x), graph=graph), bytes=fp4_bytes))
+        results.append(Result("act_quant", case, "copy (same bytes)", time_us(lambda: x.clone()), bytes=x.numel() * 4))
+    return results

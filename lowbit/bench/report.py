@@ -1,0 +1,143 @@
+"""Turn benchmark :class:`~lowbit.bench.registry.Result` rows into a table, JSON and a PNG.
+
+Pure Python + matplotlib (Agg): no GPU needed, so it is tested on the CPU with made-up rows.
+
+Derived columns per row (``ctx`` is the run's :class:`~lowbit.bench.registry.BenchContext`):
+
+* ``gbps`` = bytes / µs / 1e3 and ``tflops`` = flops / µs / 1e6 (0 when not counted);
+* ``floor_us`` = max(bytes / copy bandwidth, flops / peak), the peak being the FP8 one for rows
+  whose ``extra["peak"] == "fp8"`` (or whose impl names fp8/fp4 when no peak is given) and bf16
+  otherwise; ``pct_floor`` = 100 * floor_us / us (100 % = at the roofline);
+* ``speedup`` (lowbit rows only): for each baseline of the same (op, case),
+  ``baseline µs / lowbit µs`` (> 1: lowbit is faster).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Sequence
+
+from lowbit.bench.registry import BenchContext, Result
+
+
+def is_lowbit(impl: str) -> bool:
+    return impl == "lowbit" or impl.startswith("lowbit")
+
+
+def _peak(row: Result, ctx: BenchContext) -> float | None:
+    peak = row.extra.get("peak") if isinstance(row.extra, dict) else None
+    if peak == "fp8" or (peak is None and any(t in row.impl.lower() for t in ("fp8", "fp4", "nvfp4", "mxfp4"))):
+        return ctx.fp8_tflops or ctx.bf16_tflops
+    return ctx.bf16_tflops
+
+
+def derive(rows: Sequence[Result], ctx: BenchContext) -> list[dict]:
+    """One dict per row: the Result's fields plus ``gbps``, ``tflops``, ``floor_us``,
+    ``pct_floor`` and (lowbit rows) ``speedup`` = {baseline impl: ratio}."""
+    out = []
+    for r in rows:
+        us = float(r.us)
+        ok = us > 0 and math.isfinite(us)
+        floor = r.floor_us(ctx, _peak(r, ctx))
+        d = dataclasses.asdict(r)
+        d.update(
+            gbps=(r.bytes / (us * 1e3)) if ok and r.bytes else None,
+            tflops=(r.flops / (us * 1e6)) if ok and r.flops else None,
+            floor_us=floor if floor > 0 else None,
+            pct_floor=(100.0 * floor / us) if ok and floor > 0 else None,
+        )
+        out.append(d)
+    by_case: dict[tuple, list[dict]] = {}
+    for d in out:
+        by_case.setdefault((d["op"], d["case"]), []).append(d)
+    for group in by_case.values():
+        baselines = [d for d in group if not is_lowbit(d["impl"])]
+        for d in group:
+            if is_lowbit(d["impl"]):
+                d["speedup"] = {b["impl"]: (b["us"] / d["us"]) if d["us"] > 0 else None for b in baselines}
+    return out
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
+def table_rows(derived: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
+    """Header and string cells of the terminal table (one line per row)."""
+    header = ["op", "case", "impl", "µs", "GB/s", "TFLOP/s", "% of floor", "speedup vs baselines"]
+    cells = []
+    for d in derived:
+        sp = d.get("speedup") or {}
+        sp_text = ", ".join(f"{v:.2f}x {k}" for k, v in sp.items() if v is not None) if sp else ""
+        cells.append([d["op"], d["case"], d["impl"], _fmt(d["us"], ".1f"), _fmt(d["gbps"], ".0f"),
+                      _fmt(d["tflops"], ".1f"), _fmt(d["pct_floor"], ".0f"), sp_text])
+    return header, cells
+
+
+def print_table(derived: Sequence[dict], console=None, title: str = "lowbit bench") -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    header, cells = table_rows(derived)
+    table = Table(title=title)
+    for i, h in enumerate(header):
+        table.add_column(h, justify="right" if 3 <= i <= 6 else "left")
+    previous = None
+    for d, row in zip(derived, cells):
+        if previous is not None and (d["op"], d["case"]) != previous:
+            table.add_section()
+        previous = (d["op"], d["case"])
+        style = "bold" if is_lowbit(d["impl"]) else None
+        table.add_row(*row, style=style)
+    console.print(table)
+
+
+def write_json(derived: Sequence[dict], ctx: BenchContext, path: str, meta: dict | None = None) -> None:
+    body = {"context": dataclasses.asdict(ctx), "meta": meta or {}, "results": list(derived)}
+    with open(path, "w") as fh:
+        json.dump(body, fh, indent=2, default=str)
+        fh.write("\n")
+
+
+def plot(derived: Sequence[dict], path: str, title: str = "lowbit bench") -> None:
+    """One panel per op: time (µs, log scale) per case, one bar per impl; the byte/FLOP floor
+    of the lowbit row as a tick."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ops = list(dict.fromkeys(d["op"] for d in derived))
+    if not ops:
+        raise ValueError("no benchmark rows to plot")
+    fig, axes = plt.subplots(len(ops), 1, figsize=(11, 3.6 * len(ops)), squeeze=False)
+    for ax, op in zip(axes[:, 0], ops):
+        rows = [d for d in derived if d["op"] == op]
+        cases = list(dict.fromkeys(d["case"] for d in rows))
+        impls = list(dict.fromkeys(d["impl"] for d in rows))
+        width = 0.8 / max(len(impls), 1)
+        for j, impl in enumerate(impls):
+            xs, ys = [], []
+            for i, case in enumerate(cases):
+                hit = [d for d in rows if d["case"] == case and d["impl"] == impl]
+                if hit and hit[0]["us"] > 0:
+                    xs.append(i + (j - (len(impls) - 1) / 2) * width)
+                    ys.append(hit[0]["us"])
+            ax.bar(xs, ys, width, label=impl, edgecolor="black" if is_lowbit(impl) else None)
+        for i, case in enumerate(cases):
+            floors = [d["floor_us"] for d in rows if d["case"] == case and d["floor_us"]]
+            if floors:
+                ax.hlines(min(floors), i - 0.45, i + 0.45, colors="red", linestyles=":", lw=1)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(cases)))
+        ax.set_xticklabels(cases, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel("µs (log)")
+        ax.set_title(f"{op}  (red dotted: byte/FLOP floor)")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7, ncol=min(len(impls), 4))
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

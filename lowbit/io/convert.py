@@ -1,0 +1,336 @@
+"""Quantize the Linear / lm_head weights of a safetensors checkpoint (``lowbit convert``).
+
+Which tensors: every 2-D floating-point ``*.weight`` of 16-bit or wider dtype, except
+embeddings and norms (by name: ``embed``, ``wte``, ``wpe``, ``norm``, ``ln_``, ...), tensors with
+fewer than 16 rows (routers / gates), and names matching a user ``exclude`` pattern (fnmatch, on
+the tensor name or its module prefix). Everything else is copied unchanged.
+
+Formats and the names they are written under (the names each family's readers use, see
+:mod:`lowbit.io`):
+
+* ``nvfp4`` — ModelOpt: ``weight`` uint8 ``[N, K/2]``, ``weight_scale`` e4m3 ``[N, K/16]``,
+  ``weight_scale_2`` fp32 scalar; ``hf_quant_config.json`` (excluded modules listed). K % 16 == 0.
+* ``mxfp4`` — DeepSeek FP4 experts: ``weight`` int8 ``[N, K/2]`` + ``scale`` UE8M0 ``[N, K/32]``.
+  K % 32 == 0.
+* ``fp8-block`` — DeepSeek FP8: ``weight`` e4m3 ``[N, K]`` + ``weight_scale_inv`` fp32
+  ``[ceil(N/128), ceil(K/128)]`` (a multiplier despite the name); a ``config.json`` copied from
+  the source gets DeepSeek's ``quantization_config``. Any shape.
+* ``int2`` / ``int4`` / ``int8`` — lowbit INTx (plane-split, see :class:`lowbit.formats.INTx`):
+  ``weight_packed`` uint8, ``weight_scale`` fp16, ``weight_zero`` uint8 (``[N, Kp/G]``) and
+  ``weight_shape`` int64 ``[N, K]``. K % 16 == 0.
+
+Every run also writes ``lowbit_quant_config.json`` (format, group size, which tensors were
+quantized and which kept). Non-safetensors files of a source directory (config, tokenizer) are
+copied. The whole output is built in a temporary sibling directory and renamed into place at the
+end, so a failure (a tensor whose shape does not fit the format, a full disk) leaves nothing
+half-written. The shape check runs over every tensor before any work is done.
+
+The work is split into :func:`plan` (decide per tensor, validate), :func:`quantize_tensor` and
+the shard writer, so a tensor-parallel split (``--mp N``: cut each quantized tensor along N or K
+at group boundaries, one output directory per rank) can slot in between quantizing and writing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import os
+import re
+import shutil
+import tempfile
+from typing import Callable, Sequence
+
+import torch
+
+from lowbit._validate import require
+
+FORMATS = ("nvfp4", "mxfp4", "fp8-block", "int2", "int4", "int8")
+#: K must be a multiple of this for each format (fp8-block pads its last block: any K).
+K_MULTIPLE = {"nvfp4": 16, "mxfp4": 32, "fp8-block": 1, "int2": 16, "int4": 16, "int8": 16}
+#: Name parts (lower-cased, between dots or underscores) that mark embeddings and norms.
+_SKIP_RE = re.compile(r"(^|[._])(embed\w*|wte|wpe|\w*norm\w*|ln_?\w*|rotary\w*|position_embeddings)(\.|$)")
+MIN_ROWS = 16
+CONFIG_NAME = "lowbit_quant_config.json"
+INDEX_NAME = "model.safetensors.index.json"
+
+
+@dataclasses.dataclass
+class TensorPlan:
+    name: str
+    file: str  # source shard (basename)
+    shape: tuple
+    dtype: str
+    quantize: bool
+    reason: str  # why it is kept (empty when quantized)
+
+
+@dataclasses.dataclass
+class TensorReport:
+    name: str
+    shape: tuple
+    action: str  # "quantized" or "kept (<reason>)"
+    bytes_before: int
+    bytes_after: int
+    rel_err: float | None
+
+
+@dataclasses.dataclass
+class ConvertSummary:
+    out: str
+    fmt: str
+    tensors: list[TensorReport]
+
+    @property
+    def bytes_before(self) -> int:
+        return sum(t.bytes_before for t in self.tensors)
+
+    @property
+    def bytes_after(self) -> int:
+        return sum(t.bytes_after for t in self.tensors)
+
+    @property
+    def quantized(self) -> list[TensorReport]:
+        return [t for t in self.tensors if t.action == "quantized"]
+
+
+def _source_files(src: str) -> tuple[str, list[str]]:
+    """(folder, sorted safetensors basenames) of a file or directory checkpoint."""
+    if os.path.isdir(src):
+        files = sorted(f for f in os.listdir(src) if f.endswith(".safetensors"))
+        require(files, f"no .safetensors files in directory {src!r}")
+        return src, files
+    require(os.path.isfile(src), f"checkpoint {src!r} does not exist")
+    require(src.endswith(".safetensors"), f"checkpoint {src!r} is not a .safetensors file or a directory of them")
+    return os.path.dirname(os.path.abspath(src)), [os.path.basename(src)]
+
+
+_ST_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+
+
+def _skip_reason(name: str, shape: tuple, dtype: str, exclude: Sequence[str]) -> str:
+    prefix = name[: -len(".weight")] if name.endswith(".weight") else name
+    if not name.endswith(".weight"):
+        return "not a .weight"
+    if len(shape) != 2:
+        return f"{len(shape)}-D"
+    if dtype not in _ST_DTYPES:
+        return f"dtype {dtype}"
+    for pat in exclude:
+        if fnmatch.fnmatchcase(name, pat) or fnmatch.fnmatchcase(prefix, pat):
+            return f"--exclude {pat}"
+    if _SKIP_RE.search(name.lower()):
+        return "embedding/norm"
+    if shape[0] < MIN_ROWS:
+        return f"{shape[0]} rows < {MIN_ROWS}"
+    return ""
+
+
+def plan(src: str, fmt: str, exclude: Sequence[str] = ()) -> tuple[str, list[str], list[TensorPlan]]:
+    """Decide, for every tensor of ``src``, whether it is quantized; check each quantized shape
+    fits ``fmt`` (ValueError naming the tensor otherwise). Reads headers only."""
+    from safetensors import safe_open
+
+    require(fmt in FORMATS, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    folder, files = _source_files(src)
+    plans: list[TensorPlan] = []
+    seen: set[str] = set()
+    for f in files:
+        with safe_open(os.path.join(folder, f), framework="pt") as fh:
+            for name in fh.keys():
+                require(name not in seen, f"tensor {name!r} appears in more than one file under {src!r}")
+                seen.add(name)
+                sl = fh.get_slice(name)
+                shape, dtype = tuple(sl.get_shape()), sl.get_dtype()
+                reason = _skip_reason(name, shape, dtype, exclude)
+                plans.append(TensorPlan(name, f, shape, dtype, not reason, reason))
+    mult = K_MULTIPLE[fmt]
+    bad = [p for p in plans if p.quantize and p.shape[1] % mult]
+    if bad:
+        names = ", ".join(f"{p.name} {list(p.shape)}" for p in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        raise ValueError(f"format {fmt} needs the last dim (K) to be a multiple of {mult}; these tensors do not fit: "
+                         f"{names}. Leave them out with --exclude or choose another format (fp8-block takes any shape)")
+    return folder, files, plans
+
+
+def quantize_tensor(w: torch.Tensor, prefix: str, fmt: str, group_size: int = 64) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Quantize one ``[N, K]`` weight; return (tensors under the checkpoint names, dequantized fp32)."""
+    from lowbit.formats import FP8, MXFP4, NVFP4, INTx
+
+    if fmt == "nvfp4":
+        from lowbit.io import write_nvfp4
+
+        q = NVFP4.quantize(w)
+        return write_nvfp4(q, prefix), q.dequantize(torch.float32)
+    if fmt == "mxfp4":
+        from lowbit.io import write_fp4_experts
+
+        q = MXFP4.quantize(w)
+        return write_fp4_experts(q, prefix), q.dequantize(torch.float32)
+    if fmt == "fp8-block":
+        from lowbit.io import write_fp8_block
+
+        q = FP8.quantize(w, granularity="block", block_size=128)
+        return write_fp8_block(q, prefix), q.dequantize(torch.float32)
+    bits = int(fmt[3:])
+    q = INTx.quantize(w, bits=bits, group_size=group_size)
+    out = {
+        f"{prefix}.weight_packed": q.packed.contiguous(),
+        f"{prefix}.weight_scale": q.scale.contiguous(),
+        f"{prefix}.weight_zero": q.zero.contiguous(),
+        f"{prefix}.weight_shape": torch.tensor(list(w.shape), dtype=torch.int64),
+    }
+    return out, q.dequantize(torch.float32)
+
+
+def _rel_err(w: torch.Tensor, deq: torch.Tensor) -> float:
+    ref = w.double()
+    denom = float(ref.norm())
+    return float((deq.double() - ref).norm()) / denom if denom > 0 else float((deq.double() - ref).norm())
+
+
+def _nbytes(tensors: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def _write_json(path: str, body: dict) -> None:
+    with open(path, "w") as fh:
+        json.dump(body, fh, indent=2)
+        fh.write("\n")
+
+
+def _save_shard(path: str, tensors: dict[str, torch.Tensor]) -> None:
+    try:
+        from lowbit.io import save_checkpoint
+    except ImportError:
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in tensors.items()}, path, metadata={"format": "pt"})
+        return
+    save_checkpoint(path, tensors)
+
+
+def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str, *, exclude: Sequence[str] = (),
+            group_size: int = 64, overwrite: bool = False,
+            on_tensor: Callable[[str], None] | None = None, on_plan: Callable[[int], None] | None = None) -> ConvertSummary:
+    """Quantize ``src`` (a ``.safetensors`` file or a directory of shards) into directory ``out``.
+
+    ``fmt``: one of :data:`FORMATS`. ``group_size``: INTx group along K (int formats only).
+    ``overwrite``: replace an existing ``out``. ``on_plan(n_quantized)`` is called once after
+    planning, ``on_tensor(name)`` after each quantized tensor (progress bars). Returns a
+    :class:`ConvertSummary`. Never writes into ``src``.
+    """
+    src, out = os.fspath(src), os.fspath(out)
+    require(fmt in FORMATS, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt.startswith("int"):
+        require(isinstance(group_size, int) and group_size >= 16 and group_size % 16 == 0,
+                f"--group-size must be a positive multiple of 16, got {group_size}")
+    folder, files, plans = plan(src, fmt, exclude)
+    out_abs = os.path.abspath(out)
+    require(os.path.abspath(folder) != out_abs and not (os.path.isfile(src) and os.path.abspath(src) == out_abs),
+            f"output {out!r} is the source checkpoint; choose another directory")
+    if os.path.exists(out):
+        require(overwrite, f"output {out!r} already exists (pass --overwrite to replace it)")
+        require(os.path.isdir(out), f"output {out!r} exists and is not a directory")
+    parent = os.path.dirname(out_abs)
+    require(os.path.isdir(parent), f"the folder of the output, {parent!r}, does not exist")
+    if on_plan is not None:
+        on_plan(sum(p.quantize for p in plans))
+
+    from safetensors import safe_open
+
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_abs)}.tmp-", dir=parent)
+    reports: list[TensorReport] = []
+    weight_map: dict[str, str] = {}
+    try:
+        for f in files:
+            shard: dict[str, torch.Tensor] = {}
+            with safe_open(os.path.join(folder, f), framework="pt") as fh:
+                for p in (p for p in plans if p.file == f):
+                    t = fh.get_tensor(p.name)
+                    before = t.numel() * t.element_size()
+                    if p.quantize:
+                        tensors, deq = quantize_tensor(t, p.name[: -len(".weight")], fmt, group_size)
+                        rep = TensorReport(p.name, p.shape, "quantized", before, _nbytes(tensors), _rel_err(t, deq))
+                        del deq
+                        if on_tensor is not None:
+                            on_tensor(p.name)
+                    else:
+                        tensors = {p.name: t}
+                        rep = TensorReport(p.name, p.shape, f"kept ({p.reason})", before, before, None)
+                    for k, v in tensors.items():
+                        require(k not in shard, f"output name {k!r} is produced twice (does the source already hold it?)")
+                        shard[k] = v
+                        weight_map[k] = f
+                    reports.append(rep)
+            _save_shard(os.path.join(tmp, f), shard)
+            del shard
+        _write_side_files(src, folder, files, tmp, fmt, group_size, plans, weight_map, reports)
+        if os.path.exists(out):
+            old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_abs)}.old-", dir=parent)
+            os.replace(out, os.path.join(old, "x"))
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ConvertSummary(out, fmt, reports)
+
+
+def _module(name: str) -> str:
+    return name[: -len(".weight")] if name.endswith(".weight") else name
+
+
+def _write_side_files(src, folder, files, tmp, fmt, group_size, plans, weight_map, reports) -> None:
+    import lowbit
+
+    if os.path.isdir(src):
+        for f in sorted(os.listdir(folder)):
+            path = os.path.join(folder, f)
+            if f.endswith(".safetensors") or f == INDEX_NAME or f.startswith(".") or not os.path.isfile(path):
+                continue
+            if f in (CONFIG_NAME, "hf_quant_config.json"):
+                continue  # replaced below
+            shutil.copy2(path, os.path.join(tmp, f))
+        if os.path.isfile(os.path.join(folder, INDEX_NAME)):
+            total = sum(os.path.getsize(os.path.join(tmp, f)) for f in files)
+            _write_json(os.path.join(tmp, INDEX_NAME), {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))})
+    quantized = [_module(p.name) for p in plans if p.quantize]
+    kept_linear = sorted(_module(p.name) for p in plans if not p.quantize and p.name.endswith(".weight") and len(p.shape) == 2)
+    errs = [r.rel_err for r in reports if r.rel_err is not None]
+    _write_json(os.path.join(tmp, CONFIG_NAME), {
+        "producer": {"name": "lowbit", "version": lowbit.__version__},
+        "format": fmt,
+        "group_size": {"nvfp4": 16, "mxfp4": 32, "fp8-block": 128}.get(fmt, group_size),
+        "layout": {"int2": "plane-split", "int4": "plane-split", "int8": "plane-split"}.get(fmt, "checkpoint"),
+        "quantized_modules": quantized,
+        "kept_2d_weights": kept_linear,
+        "max_rel_err": max(errs) if errs else None,
+    })
+    if fmt == "nvfp4":
+        from lowbit.io import modelopt_quant_config
+
+        _write_json(os.path.join(tmp, "hf_quant_config.json"), modelopt_quant_config(exclude_modules=kept_linear))
+    cfg_path = os.path.join(tmp, "config.json")
+    if fmt == "fp8-block" and os.path.isfile(cfg_path):
+        with open(cfg_path) as fh:
+            try:
+                cfg = json.load(fh)
+            except json.JSONDecodeError:
+                cfg = None
+        if isinstance(cfg, dict):
+            cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                          "weight_block_size": [128, 128]}
+            _write_json(cfg_path, cfg)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n} B"  # pragma: no cover
+
+
+__all__ = ["FORMATS", "ConvertSummary", "TensorPlan", "TensorReport", "convert", "human_bytes", "plan", "quantize_tensor"]
