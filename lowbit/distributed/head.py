@@ -7,11 +7,9 @@ import torch
 import torch.distributed as dist
 
 from lowbit._validate import check_tensor, require
-from lowbit.distributed._merge import MAX_INDEX, decode_keys, encode_keys, top_keys
+from lowbit.distributed import _ops
+from lowbit.distributed._merge import MAX_INDEX, PAD_KEY
 from lowbit.distributed._shard import weight_shape
-
-# Key of the padding pair (-inf, MAX_INDEX): below every real pair, including a real -inf.
-_PAD_KEY = int(encode_keys(torch.tensor([float("-inf")]), torch.tensor([MAX_INDEX]))[0])
 
 
 def _all_gather_flat(out: torch.Tensor, inp: torch.Tensor, group) -> None:
@@ -44,6 +42,10 @@ class ParallelDraftHead(torch.nn.Module):
     2. packs each (fp32 value, global index) pair into one int64 key (``_merge.py``) and
        all-gathers the ``[M, k]`` keys of every rank (one collective);
     3. takes the top ``k`` of the ``world * k`` keys. Every rank gets the same answer.
+
+    Step 1's packing and step 3 are one Triton kernel each on CUDA tensors (``lowbit::topk_encode_pad``,
+    ``lowbit::topk_merge``; the PyTorch reference elsewhere), so a call is the local head, two
+    small launches and the collective.
 
     Result: the exact global top-k, the same as the single-process
     ``DraftHead(full_weight).topk(x, k)``. The values are the local heads' exact fp32 dot
@@ -128,16 +130,14 @@ class ParallelDraftHead(torch.nn.Module):
         m = x.shape[0]
         kk = min(k, self.rows)
         if kk == 0:
-            return torch.full((m, k), _PAD_KEY, dtype=torch.int64, device=x.device)
+            return torch.full((m, k), PAD_KEY, dtype=torch.int64, device=x.device)
         values, indices = self.local_head.topk(x, kk)
-        require(tuple(values.shape) == (m, kk) and tuple(indices.shape) == (m, kk),
-                f"local head returned values {tuple(values.shape)} / indices {tuple(indices.shape)}, expected ({m}, {kk})")
-        keys = encode_keys(values, indices + self.vocab_start)
-        if kk == k:
-            return keys
-        padded = torch.full((m, k), _PAD_KEY, dtype=torch.int64, device=x.device)
-        padded[:, :kk] = keys
-        return padded
+        # checked with a plain `if`: the messages are formatted only on failure (this runs per call)
+        if not (values.shape == (m, kk) and indices.shape == (m, kk)
+                and values.dtype == torch.float32 and indices.dtype == torch.int64):
+            raise ValueError(f"local head returned values {tuple(values.shape)} {values.dtype} / indices "
+                             f"{tuple(indices.shape)} {indices.dtype}, expected ({m}, {kk}) float32 / int64")
+        return _ops.encode_pad(values, indices, self.vocab_start, k)
 
     def topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Exact global top-k: ``(values fp32 [M, k], indices int64 [M, k])`` on every rank.
@@ -145,17 +145,18 @@ class ParallelDraftHead(torch.nn.Module):
         x ``[M, K]`` (the dtype the local head takes), identical on all ranks; ``1 <= k <=
         vocab_size``. Sorted descending, ties by lower global index. Nothing is mutated.
         """
-        check_tensor("x", x, ndim=2)
-        require(x.shape[1] == self.k_dim, f"x has shape {tuple(x.shape)}; expected [M, {self.k_dim}] for this head")
-        require(isinstance(k, int) and 1 <= k <= self.vocab_size, f"k must be an int in [1, {self.vocab_size}], got {k!r}")
+        if not (isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[1] == self.k_dim):
+            check_tensor("x", x, ndim=2)
+            raise ValueError(f"x has shape {tuple(x.shape)}; expected [M, {self.k_dim}] for this head")
+        if not (isinstance(k, int) and 1 <= k <= self.vocab_size):
+            raise ValueError(f"k must be an int in [1, {self.vocab_size}], got {k!r}")
         keys = self.local_keys(x, k)
-        if self.world_size > 1:
-            m = keys.shape[0]
-            gathered = torch.empty(self.world_size * m * k, dtype=torch.int64, device=keys.device)
-            _all_gather_flat(gathered, keys.reshape(-1), self.group)
-            # [world, M, k] -> [M, world * k]: the column order is irrelevant to the merge
-            keys = gathered.view(self.world_size, m, k).permute(1, 0, 2).reshape(m, self.world_size * k)
-        return decode_keys(top_keys(keys, k))
+        m = keys.shape[0]
+        if self.world_size == 1:
+            return _ops.merge_gathered(keys.view(1, m, k), k)
+        gathered = torch.empty(self.world_size * m * k, dtype=torch.int64, device=keys.device)
+        _all_gather_flat(gathered, keys.reshape(-1), self.group)
+        return _ops.merge_gathered(gathered.view(self.world_size, m, k), k)
 
     def argmax(self, x: torch.Tensor) -> torch.Tensor:
         """Exact global argmax, int64 ``[M]`` (ties: the lower global index); same on every rank."""

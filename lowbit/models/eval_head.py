@@ -94,8 +94,12 @@ def exact_topk(hidden: torch.Tensor, weight: torch.Tensor, k: int, batch: int = 
     out = []
     for i in range(0, hidden.shape[0], batch):
         logits = hidden[i: i + batch].float() @ w.t()
-        # a stable descending sort orders equal values by index, the lower first
-        out.append(torch.sort(logits, dim=-1, descending=True, stable=True).indices[:, :k])
+        vals, idx = torch.topk(logits, k, dim=-1)
+        # order equal values by index, the lower first: sort by index, then stably by value
+        order = torch.argsort(idx, dim=-1)
+        vals, idx = vals.gather(-1, order), idx.gather(-1, order)
+        order = torch.sort(vals, dim=-1, descending=True, stable=True).indices
+        out.append(idx.gather(-1, order))
     return torch.cat(out)
 
 

@@ -228,14 +228,3 @@ def weight_dequant(w: torch.Tensor, s: torch.Tensor, block_size: int = 128) -> t
         return torch.ops.lowbit.weight_dequant(w, s, block_size)
     return _weight_dequant_impl(w, s, block_size)
 
-
-class _CallableModule(__import__("types").ModuleType):
-    """``lowbit.ops.act_quant`` names both this package and the function: importing the package
-    binds the package on ``lowbit.ops``, shadowing the lazy function lookup there. Calling the
-    package calls the function, so ``lowbit.ops.act_quant(x)`` works either way."""
-
-    def __call__(self, *args, **kwargs):
-        return act_quant(*args, **kwargs)
-
-
-__import__("sys").modules[__name__].__class__ = _CallableModule

@@ -186,15 +186,21 @@ def _weight_dequant_kernel(
     tl.store(out_ptr + o_n[:, None] * K + o_k[None, :], _to_out(b_w * b_s, out_ptr.dtype.element_ty, INTERPRET), mask=m)
 
 
-# Launch configs. Memory-bound elementwise kernels: each program handles ~4-8 KB of input so the
-# grid has thousands of programs on [8192, 7168] (a choice, to be confirmed on the H200 with
-# `lowbit bench act_quant`).
-def _groups_per_program(bs: int) -> int:
-    return max(1, 4096 // bs)
+# Launch config of the memory-bound act-quant kernels: (elements per program, num_warps).
+# CONFIGS_PLACEHOLDER
+ACT_QUANT_CONFIG = (4096, 4)
 
 
-def act_quant(x: torch.Tensor, block_size: int, ue8m0: bool, e8m0_scale: bool):
-    """Launch on a contiguous x; returns (y e4m3 like x, s [..., K/bs] fp32 or float8_e8m0fnu)."""
+def _launch_shape(bs: int, config=None):
+    """(groups per program, num_warps) for block size bs; config = (elements per program, warps)."""
+    elems, warps = config or ACT_QUANT_CONFIG
+    return max(1, elems // bs), warps
+
+
+def act_quant(x: torch.Tensor, block_size: int, ue8m0: bool, e8m0_scale: bool, config=None):
+    """Launch on a contiguous x; returns (y e4m3 like x, s [..., K/bs] fp32 or float8_e8m0fnu).
+
+    ``config = (elements per program, num_warps)`` overrides ``ACT_QUANT_CONFIG`` (tuning)."""
     n_groups = x.numel() // block_size
     y = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     s_shape = (*x.shape[:-1], x.shape[-1] // block_size)
@@ -203,11 +209,11 @@ def act_quant(x: torch.Tensor, block_size: int, ue8m0: bool, e8m0_scale: bool):
         s_arg = s.view(torch.uint8)
     else:
         s = s_arg = torch.empty(s_shape, dtype=torch.float32, device=x.device)
-    bg = _groups_per_program(block_size)
+    bg, warps = _launch_shape(block_size, config)
     if n_groups:
         _act_quant_kernel[(triton.cdiv(n_groups, bg),)](
             x, y, s_arg, n_groups, BS=block_size, BLOCK_G=bg, UE8M0=ue8m0, S_E8M0=e8m0_scale, INPLACE=False,
-            INTERPRET=interpret_mode(), num_warps=4,
+            INTERPRET=interpret_mode(), num_warps=warps,
         )
     return y, s
 
@@ -215,14 +221,14 @@ def act_quant(x: torch.Tensor, block_size: int, ue8m0: bool, e8m0_scale: bool):
 def act_quant_inplace(x: torch.Tensor, block_size: int, ue8m0: bool) -> None:
     """Overwrite contiguous x with its FP8 quantize-dequantize round trip."""
     n_groups = x.numel() // block_size
-    bg = _groups_per_program(block_size)
+    bg, warps = _launch_shape(block_size)
     if n_groups:
         _act_quant_kernel[(triton.cdiv(n_groups, bg),)](
-            x, x, x, n_groups, BS=block_size, BLOCK_G=bg, UE8M0=ue8m0, S_E8M0=False, INPLACE=True, INTERPRET=interpret_mode(), num_warps=4,
+            x, x, x, n_groups, BS=block_size, BLOCK_G=bg, UE8M0=ue8m0, S_E8M0=False, INPLACE=True, INTERPRET=interpret_mode(), num_warps=warps,
         )
 
 
-def fp4_act_quant(x: torch.Tensor, block_size: int, e4m3_scale: bool):
+def fp4_act_quant(x: torch.Tensor, block_size: int, e4m3_scale: bool, config=None):
     n_groups = x.numel() // block_size
     q = torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=torch.uint8, device=x.device)
     s_shape = (*x.shape[:-1], x.shape[-1] // block_size)
@@ -231,20 +237,20 @@ def fp4_act_quant(x: torch.Tensor, block_size: int, e4m3_scale: bool):
     else:
         s = torch.empty(s_shape, dtype=torch.float8_e8m0fnu, device=x.device)
         s_arg = s.view(torch.uint8)
-    bg = _groups_per_program(block_size)
+    bg, warps = _launch_shape(block_size, config)
     if n_groups:
         _fp4_act_quant_kernel[(triton.cdiv(n_groups, bg),)](
-            x, q, s_arg, n_groups, BS=block_size, BLOCK_G=bg, E4M3_SCALE=e4m3_scale, INPLACE=False, INTERPRET=interpret_mode(), num_warps=4,
+            x, q, s_arg, n_groups, BS=block_size, BLOCK_G=bg, E4M3_SCALE=e4m3_scale, INPLACE=False, INTERPRET=interpret_mode(), num_warps=warps,
         )
     return q, s
 
 
 def fp4_act_quant_inplace(x: torch.Tensor, block_size: int, e4m3_scale: bool) -> None:
     n_groups = x.numel() // block_size
-    bg = _groups_per_program(block_size)
+    bg, warps = _launch_shape(block_size)
     if n_groups:
         _fp4_act_quant_kernel[(triton.cdiv(n_groups, bg),)](
-            x, x, x, n_groups, BS=block_size, BLOCK_G=bg, E4M3_SCALE=e4m3_scale, INPLACE=True, INTERPRET=interpret_mode(), num_warps=4,
+            x, x, x, n_groups, BS=block_size, BLOCK_G=bg, E4M3_SCALE=e4m3_scale, INPLACE=True, INTERPRET=interpret_mode(), num_warps=warps,
         )
 
 

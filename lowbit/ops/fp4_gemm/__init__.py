@@ -6,9 +6,6 @@ weight tile to E4M3 in registers (exact) and feeds the FP8 tensor cores. Registe
 """
 from __future__ import annotations
 
-import sys
-import types
-
 import torch
 
 from lowbit._backend import use_triton
@@ -75,13 +72,3 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
         return torch.ops.lowbit.fp4_gemm(a, a_s, b, b_s)
     return _impl(a, a_s, b, b_s)
 
-
-class _CallableModule(types.ModuleType):
-    """The package and the function share the name ``fp4_gemm``; importing the package binds the
-    package on ``lowbit.ops``. Calling it calls the function, so ``lowbit.ops.fp4_gemm(...)`` works."""
-
-    def __call__(self, *args, **kwargs):
-        return fp4_gemm(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

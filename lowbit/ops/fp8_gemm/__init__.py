@@ -6,9 +6,6 @@ CPU tensors the PyTorch reference.
 """
 from __future__ import annotations
 
-import sys
-import types
-
 import torch
 
 from lowbit._backend import use_triton
@@ -72,13 +69,3 @@ def fp8_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
         return torch.ops.lowbit.fp8_gemm(a, a_s, b, b_s)
     return _impl(a, a_s, b, b_s)
 
-
-class _CallableModule(types.ModuleType):
-    """The package and the function share the name ``fp8_gemm``; importing the package binds the
-    package on ``lowbit.ops``. Calling it calls the function, so ``lowbit.ops.fp8_gemm(...)`` works."""
-
-    def __call__(self, *args, **kwargs):
-        return fp8_gemm(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

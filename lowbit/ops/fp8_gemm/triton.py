@@ -1,17 +1,25 @@
-"""Triton kernel for ``fp8_gemm``: ``C = A @ B^T`` with 1x128 (A) and 128x128 (B) block scales.
+"""Triton kernels for ``fp8_gemm``: ``C = A @ B^T`` with 1x128 (A) and 128x128 (B) block scales.
 
-Per 128-wide K block: one FP8 ``tl.dot`` (wgmma / QGMMA on sm_90 when the tile allows it),
-then ``acc += d * a_s * b_s`` in fp32 (two-level accumulation).
+Per 128-wide K block: one FP8 ``tl.dot`` (wgmma / QGMMA on sm_90), then ``acc += d * a_s * b_s``
+in fp32 (two-level accumulation: the dot of each K block is scaled before it joins the sum).
 
-Decode (M <= 64) runs "swap-AB": the kernel computes the tile of ``C^T = B @ A^T`` so the weight
-rows fill the 64-row MMA dimension and the few activation rows sit in the narrow N dimension (wgmma
-allows N = 8..256), instead of padding M up to 64. Small grids are split along K (``SPLIT_K``):
-each split writes an fp32 partial tile and a second tiny kernel sums them in a fixed order
-(deterministic; no atomics, no zero-fill).
+Two kernels share the launcher :func:`launch_gemm`:
+
+* ``_fp8_gemm_kernel`` (pointer loads, software-pipelined by Triton): every band, and the only one
+  that runs under the interpreter. Decode (M <= 64) runs it "swap-AB": it computes the tile of
+  ``C^T = B @ A^T`` so the weight rows fill the 64-row MMA dimension and the few activation rows
+  sit in the narrow N dimension (wgmma allows N = 8..256), instead of padding M up to 64.
+* ``_fp8_gemm_tma_kernel``: prefill tiles loaded by the Hopper tensor-memory accelerator (host
+  ``TensorDescriptor``s; out-of-bounds rows arrive zero-filled), used when a config asks for it,
+  the device is sm_90+ and the operands are 16-byte aligned.
+
+Small grids are split along K (``SPLIT_K``): each split writes an fp32 partial tile and a second
+tiny kernel sums them in a fixed order (deterministic; no atomics, no zero-fill).
 """
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 import triton
@@ -19,6 +27,19 @@ import triton.language as tl
 
 from lowbit._backend import interpret_mode
 from lowbit.ops.act_quant.triton import _e8m0_decode
+
+
+class GemmConfig(NamedTuple):
+    """One launch configuration of the GEMM kernels."""
+
+    block_m: int  # activation rows per program
+    block_n: int  # weight rows per program
+    warps: int
+    stages: int
+    swap_ab: bool  # compute C^T tiles (decode)
+    group_m: int = 8  # row tiles that share a weight tile in L2 (grouped order)
+    tma: bool = False  # fp8 non-swap only: TMA descriptor loads
+    waves: int = 2  # split K until the grid has about waves x #SMs programs
 
 
 @triton.jit
@@ -70,21 +91,30 @@ def store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, SWAP_AB: tl.cons
 
 
 @triton.jit
-def _fp8_gemm_kernel(
-    a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split,
-    AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr, SPLIT_K: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, INTERPRET: tl.constexpr,
-):
-    i_m, i_n = tile_coords(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+def split_range(n_kb, kb_per_split):
+    """[kb0, kb1): the K blocks of this program's split (program_id(1))."""
     i_split = tl.program_id(1).to(tl.int64)
-    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_m = o_m < M
-    m_n = o_n < N
     kb0 = i_split * kb_per_split
     kb1 = kb0 + kb_per_split
     if kb1 > n_kb:
         kb1 = n_kb
+    return i_split, kb0, kb1
+
+
+# M, n_kb and kb_per_split only bound loops and masks: not specializing them (==1, %16) keeps
+# one compiled kernel per config instead of one per shape.
+@triton.jit(do_not_specialize=["M", "n_kb", "kb_per_split"])
+def _fp8_gemm_kernel(
+    a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split,
+    AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    i_m, i_n = tile_coords(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    i_split, kb0, kb1 = split_range(n_kb, kb_per_split)
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_m = o_m < M
+    m_n = o_n < N
     if SWAP_AB:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
@@ -102,6 +132,32 @@ def _fp8_gemm_kernel(
     store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, SWAP_AB)
 
 
+@triton.jit(do_not_specialize=["M", "n_kb", "kb_per_split"])
+def _fp8_gemm_tma_kernel(
+    a_desc, as_ptr, b_desc, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split,
+    AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    """Same math as ``_fp8_gemm_kernel`` (non-swap), A / B tiles through TMA (GPU only)."""
+    i_m, i_n = tile_coords(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    i_split, kb0, kb1 = split_range(n_kb, kb_per_split)
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_m = o_m < M
+    m_n = o_n < N
+    row_a = (i_m * BLOCK_M).to(tl.int32)
+    row_b = (i_n * BLOCK_N).to(tl.int32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kb in range(kb0, kb1):
+        col = (kb * 128).to(tl.int32)
+        b_a = a_desc.load([row_a, col])  # [BLOCK_M, 128] e4m3, rows >= M zero-filled
+        b_b = b_desc.load([row_b, col])  # [BLOCK_N, 128] e4m3
+        s_a = _load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
+        s_b = _load_scale(bs_ptr + (o_n // 128) * n_kb + kb, m_n, BS_E8M0)
+        acc += tl.dot(b_a, tl.trans(b_b)) * (s_a[:, None] * s_b[None, :])
+    store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, False)
+
+
 @triton.jit
 def _split_k_reduce_kernel(ws_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
     """c[i] = bf16(sum_s ws[s, i]), summed in split order (deterministic)."""
@@ -113,53 +169,64 @@ def _split_k_reduce_kernel(ws_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.c
     tl.store(c_ptr + o, acc.to(c_ptr.dtype.element_ty), mask=m)
 
 
-# Launch configs keyed by the M band: (BLOCK_M, BLOCK_N, num_warps, num_stages, swap_ab).
-# Decode bands stream the weight (bandwidth-bound): swap-AB puts 64 weight rows in the MMA's M.
-# Prefill uses the 128x128x128 / 8 warps / 4 stages tile that reached 902 TFLOP/s at 4096^3 on
-# the H200 (BENCHMARKS.md, naive Triton FP8 GEMM). Re-measure with `lowbit bench fp8_gemm`.
+# Launch configs keyed by the M band (first band with m <= max M wins).
+# Decode bands stream the weight (bandwidth-bound): swap-AB puts the weight rows in the MMA's M.
+# CONFIGS_PLACEHOLDER
 _CONFIGS = (
-    # max M, BLOCK_M, BLOCK_N, warps, stages, swap_ab
-    (16, 16, 64, 4, 6, True),
-    (32, 32, 64, 4, 6, True),
-    (64, 64, 64, 4, 5, True),
-    (256, 64, 128, 4, 4, False),
-    (None, 128, 128, 8, 4, False),
+    (16, GemmConfig(16, 64, 4, 6, True)),
+    (32, GemmConfig(32, 64, 4, 6, True)),
+    (64, GemmConfig(64, 64, 4, 5, True)),
+    (256, GemmConfig(64, 128, 4, 4, False)),
+    (None, GemmConfig(128, 128, 8, 4, False, 8, True)),
 )
 
 
 @functools.lru_cache(maxsize=None)
-def _num_sms(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
+def _device_props(device_index: int):
+    p = torch.cuda.get_device_properties(device_index)
+    return p.multi_processor_count, p.major
+
+
+def _props(device: torch.device):
+    return _device_props(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4  # interpreter: any small number exercises the split-K path
-    return _num_sms(device.index if device.index is not None else torch.cuda.current_device())
+    return _props(device)[0]
 
 
-def pick_config(m: int):
-    for max_m, bm, bn, warps, stages, swap in _CONFIGS:
+def pick_config(m: int, table=None) -> GemmConfig:
+    for max_m, cfg in table or _CONFIGS:
         if max_m is None or m <= max_m:
-            return bm, bn, warps, stages, swap
+            return cfg
     raise AssertionError("unreachable: the last config has no M bound")
 
 
-def pick_split_k(tiles: int, n_kb: int, sms: int, min_kb: int = 4) -> int:
-    """Split K until the grid has about two programs per SM, keeping >= min_kb K-blocks per split."""
+def pick_split_k(tiles: int, n_kb: int, sms: int, min_kb: int = 4, waves: int = 2) -> int:
+    """Split K until the grid has about ``waves`` programs per SM, keeping >= min_kb K-blocks per split."""
     if tiles >= sms:
         return 1
-    split = min(-(-2 * sms // tiles), max(1, n_kb // min_kb))
+    split = min(-(-waves * sms // tiles), max(1, n_kb // min_kb))
     return max(1, split)
 
 
-def launch_gemm(kernel, a, a_s, b, b_s, n: int, k_blocks: int, extra: dict, split_k: int | None = None, config=None):
-    """Shared launcher of the FP8 / FP4 GEMM kernels: config pick, split-K workspace, reduce."""
+def _tma_ok(cfg: GemmConfig, a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (cfg.tma and not cfg.swap_ab and a.is_cuda and not interpret_mode() and _props(a.device)[1] >= 9
+            and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0)
+
+
+def launch_gemm(kernel, a, a_s, b, b_s, n: int, k_blocks: int, extra: dict, split_k: int | None = None,
+                config=None, tma_kernel=None):
+    """Shared launcher of the FP8 / FP4 GEMM kernels: config pick, split-K workspace, reduce.
+
+    ``config``: a :class:`GemmConfig` (or a tuple of its fields); ``split_k=None`` picks one."""
     m = a.shape[0]
-    bm, bn, warps, stages, swap = config or pick_config(m)
-    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    cfg = GemmConfig(*config) if config is not None else pick_config(m)
+    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if split_k is None:
-        split_k = pick_split_k(tiles, k_blocks, sm_count(a.device))
+        split_k = pick_split_k(tiles, k_blocks, sm_count(a.device), waves=cfg.waves)
     kb_per_split = triton.cdiv(k_blocks, split_k)
     split_k = triton.cdiv(k_blocks, kb_per_split)  # no empty splits
     c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
@@ -167,19 +234,29 @@ def launch_gemm(kernel, a, a_s, b, b_s, n: int, k_blocks: int, extra: dict, spli
         return c
     out = c if split_k == 1 else torch.empty((split_k, m, n), dtype=torch.float32, device=a.device)
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
-    kernel[(tiles, split_k)](
-        a, a_s.view(torch.uint8) if as_e8m0 else a_s, b, b_s, out, m, n, a.shape[1], k_blocks, kb_per_split,
-        AS_E8M0=as_e8m0, SWAP_AB=swap, INTERPRET=interpret_mode(), SPLIT_K=split_k, BLOCK_M=bm, BLOCK_N=bn, GROUP_M=8,
-        num_warps=warps, num_stages=stages, **extra,
-    )
+    a_s = a_s.view(torch.uint8) if as_e8m0 else a_s
+    meta = dict(AS_E8M0=as_e8m0, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, GROUP_M=cfg.group_m,
+                num_warps=cfg.warps, num_stages=cfg.stages, **extra)
+    if tma_kernel is not None and _tma_ok(cfg, a, b):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        a_desc = TensorDescriptor.from_tensor(a, [cfg.block_m, 128])
+        b_desc = TensorDescriptor.from_tensor(b, [cfg.block_n, 128])
+        tma_kernel[(tiles, split_k)](a_desc, a_s, b_desc, b_s, out, m, n, a.shape[1], k_blocks, kb_per_split, **meta)
+    else:
+        kernel[(tiles, split_k)](a, a_s, b, b_s, out, m, n, a.shape[1], k_blocks, kb_per_split,
+                                 SWAP_AB=cfg.swap_ab, INTERPRET=interpret_mode(), **meta)
     if split_k > 1:
         block = 1024
         _split_k_reduce_kernel[(triton.cdiv(m * n, block),)](out, c, m * n, SPLIT_K=split_k, BLOCK=block, num_warps=4)
     return c
 
 
-def fp8_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None, config=None) -> torch.Tensor:
-    """a e4m3 [M, K] contiguous, a_s [M, K/128]; b e4m3 [N, K], b_s [ceil(N/128), K/128] -> bf16 [M, N]."""
+def fp8_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None,
+             config=None) -> torch.Tensor:
+    """a e4m3 [M, K] contiguous, a_s [M, K/128]; b e4m3 [N, K], b_s [ceil(N/128), K/128] -> bf16 [M, N].
+
+    ``config`` (:class:`GemmConfig`) and ``split_k`` override the tables (for tuning)."""
     bs_e8m0 = b_s.dtype == torch.float8_e8m0fnu
     return launch_gemm(_fp8_gemm_kernel, a, a_s, b, b_s.view(torch.uint8) if bs_e8m0 else b_s, b.shape[0],
-                       a.shape[1] // 128, {"BS_E8M0": bs_e8m0}, split_k, config)
+                       a.shape[1] // 128, {"BS_E8M0": bs_e8m0}, split_k, config, tma_kernel=_fp8_gemm_tma_kernel)

@@ -32,6 +32,17 @@ def _e2m1(c):
 
 
 @triton.jit
+def _e2m1_f16(c):
+    """E2M1 codes (int32, low 4 bits) -> fp32 value * 2^-14, in 5 integer ops and one convert:
+    the 3 magnitude bits placed at fp16 bits 9..11 give exponent e and mantissa m, i.e.
+    2^(e-15) (1 + m/2) for e >= 1 and the fp16 subnormal m * 2^-15 for e = 0, both exactly the
+    E2M1 value times 2^-14; the sign goes to bit 15 (so code 0x8 is -0). Callers fold 2^14 into
+    a scale (a power of two: exact)."""
+    h = ((c & 7) << 9) | ((c & 8) << 12)
+    return h.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
 def _e4m3(b):
     """E4M3 bits (int32 0..255) -> fp32; exponent bias 7, subnormals m * 2^-9, 0x7F/0xFF NaN."""
     e = (b >> 3) & 15
@@ -73,9 +84,11 @@ def _cast(v, ty, INTERPRET: tl.constexpr):
 def _dot_tile(
     acc, u0, p_xb, p_wr, p_s, p_a, rows, m_r, o_g, o_u, m_e, K, U,
     s_xk, s_wu, s_sn, s_sg, s_an, s_ag,
-    FORMAT: tl.constexpr, BITS: tl.constexpr, GB: tl.constexpr,
+    FORMAT: tl.constexpr, BITS: tl.constexpr, GB: tl.constexpr, F16_DECODE: tl.constexpr,
 ):
-    """acc[BT, NG] += the partial dots of the K tile starting at unit u0."""
+    """acc[BT, NG] += the partial dots of the K tile starting at unit u0. F16_DECODE: E2M1 via
+    :func:`_e2m1_f16` (fewer ALU ops; the partial dots are then 2^-14 times too small and the
+    caller multiplies the final dot by 2^14)."""
     u = u0 + o_u  # [NG, GBP]
     m_u = (u < U) & m_e
     m_w = m_r[:, None, None] & m_u[None, :, :]
@@ -93,7 +106,10 @@ def _dot_tile(
         c = b_w.to(tl.int32)
         b_xe = tl.load(p_xb + (2 * u) * s_xk, mask=m_u, other=0).to(tl.float32)
         b_xo = tl.load(p_xb + (2 * u + 1) * s_xk, mask=m_u, other=0).to(tl.float32)
-        part = tl.sum(_e2m1(c & 15) * b_xe[None, :, :] + _e2m1(c >> 4) * b_xo[None, :, :], axis=2)
+        if F16_DECODE:
+            part = tl.sum(_e2m1_f16(c & 15) * b_xe[None, :, :] + _e2m1_f16(c >> 4) * b_xo[None, :, :], axis=2)
+        else:
+            part = tl.sum(_e2m1(c & 15) * b_xe[None, :, :] + _e2m1(c >> 4) * b_xo[None, :, :], axis=2)
         g = u0 // GB + o_g
         m_g = m_r[:, None] & (g < U // GB)[None, :]
         # [BT, NG]
@@ -121,7 +137,7 @@ def _dot_tile(
     return acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "V", "K", "U"])
 def _gathered_dot_kernel(
     p_x, p_w, p_s, p_a, p_idx, p_val, p_out,
     T, V, K, U, alpha,
@@ -129,6 +145,7 @@ def _gathered_dot_kernel(
     s_ib, s_it, s_vb, s_vt, s_ob, s_ot,
     FORMAT: tl.constexpr, BITS: tl.constexpr, GB: tl.constexpr, GBP: tl.constexpr,
     NG: tl.constexpr, BT: tl.constexpr, BIAS: tl.constexpr, INTERPRET: tl.constexpr,
+    F16_DECODE: tl.constexpr,
 ):
     """One program per (b, block of BT indices). BIAS: scatter values + alpha*dot into logits
     (p_out) at the indices; else store the dots to out[b, t]."""
@@ -154,13 +171,15 @@ def _gathered_dot_kernel(
         u0 = 0
         while u0 < U:
             acc = _dot_tile(acc, u0, p_xb, p_wr, p_s, p_a, rows, m_r, o_g, o_u, m_e, K, U,
-                            s_xk, s_wu, s_sn, s_sg, s_an, s_ag, FORMAT, BITS, GB)
+                            s_xk, s_wu, s_sn, s_sg, s_an, s_ag, FORMAT, BITS, GB, F16_DECODE)
             u0 += NG * GB
     else:
         for u0 in range(0, U, NG * GB):
             acc = _dot_tile(acc, u0, p_xb, p_wr, p_s, p_a, rows, m_r, o_g, o_u, m_e, K, U,
-                            s_xk, s_wu, s_sn, s_sg, s_an, s_ag, FORMAT, BITS, GB)
+                            s_xk, s_wu, s_sn, s_sg, s_an, s_ag, FORMAT, BITS, GB, F16_DECODE)
     dot = tl.sum(acc, axis=1)  # [BT]
+    if F16_DECODE and (FORMAT == 2 or FORMAT == 3):
+        dot = dot * 16384.0  # undo _e2m1_f16's 2^-14 (exact)
     if FORMAT == 1:
         dot = dot * tl.load(p_s + rows * s_sn, mask=m_r, other=0)
     if FORMAT == 2:
@@ -238,17 +257,18 @@ def _gathered_rows_kernel(
 
 
 # Launch configs, keyed by shape regime. A program's tile is BT rows x TILE units (bytes for the
-# packed formats). Chosen from the byte budget, not yet from a sweep: few gathered rows
-# (B*T <= 256) are latency-bound, so each row gets its own program and a wide tile (fewer
-# dependent K iterations: an NVFP4 row of K = 4096 is 2 KiB, two iterations); many rows are
-# bandwidth-bound, so a program takes several rows (more bytes in flight, x reused from
-# registers). `python -m lowbit bench gathered_bias` prints % of the byte floor per shape;
-# re-tune this table from it. Rows: (max B*T, BT, TILE units, num_warps).
+# packed formats). Few gathered rows (B*T <= 256) are latency-bound: one row per program and a
+# wide tile (fewer dependent K iterations); many rows are bandwidth/ALU-bound: a program takes
+# several rows (more bytes in flight, x reused across them). F16: the cheaper E2M1 decode.
+# Rows: (max B*T, dict(BT, TILE, num_warps, num_stages, F16)). Re-tune with
+# scripts/tune_sparse_gathered.py (it sweeps these keys on the benchmark shapes).
 _DOT_CONFIGS = (
-    (256, 1, 1024, 4),
-    (4096, 4, 256, 4),
-    (1 << 62, 8, 256, 8),
+    (256, dict(BT=1, TILE=1024, num_warps=4, num_stages=2, F16=True)),
+    (4096, dict(BT=4, TILE=256, num_warps=4, num_stages=2, F16=True)),
+    (1 << 62, dict(BT=8, TILE=256, num_warps=8, num_stages=2, F16=True)),
 )
+# True: the interpreter launches with the GPU table (tests use it to check the GPU geometry).
+_GPU_CONFIGS_UNDER_INTERPRETER = False
 # gathered_rows: (BM rows, TILE units, num_warps); it is a pure gather + decode + store.
 _ROWS_CONFIG = (4, 256, 4)
 
@@ -287,14 +307,20 @@ def _strides2(t):
     return t.stride(0), t.stride(1)
 
 
-def _launch_dot(x, fmt, data, scale, aux, index, k, bits, group_size, out, values, alpha, bias):
+def dot_config(b: int, t: int) -> dict:
+    """The launch config of the table row for B*T = b*t."""
+    return next(c for n, c in _DOT_CONFIGS if b * t <= n)
+
+
+def _launch_dot(x, fmt, data, scale, aux, index, k, bits, group_size, out, values, alpha, bias, config=None):
     b, t = index.shape
     if b == 0 or t == 0:
         return
     u, gb, gbp = _units(fmt, data, k, bits, group_size)
-    bt, tile_units, warps = next(c[1:] for c in _DOT_CONFIGS if b * t <= c[0])
-    if interpret_mode():  # the interpreter's cost is per program: fewer, taller programs
-        bt = 8
+    cfg = config if config is not None else dot_config(b, t)
+    bt, tile_units, warps = cfg["BT"], cfg["TILE"], cfg["num_warps"]
+    if interpret_mode() and not _GPU_CONFIGS_UNDER_INTERPRETER:
+        bt = 8  # the interpreter's cost is per program: fewer, taller programs
     bt = min(bt, _next_pow2(t))
     gb, gbp, ng = _tile(fmt, u, gb, gbp, tile_units)
     s_sn, s_sg = _strides2(scale)
@@ -311,7 +337,8 @@ def _launch_dot(x, fmt, data, scale, aux, index, k, bits, group_size, out, value
         x.stride(0), x.stride(1), data.stride(0), data.stride(1), s_sn, s_sg, s_an, s_ag,
         index.stride(0), index.stride(1), s_vb, s_vt, out.stride(0), out.stride(1),
         FORMAT=fmt, BITS=bits if fmt == INTX else 4, GB=gb, GBP=gbp, NG=ng, BT=bt, BIAS=bias,
-        INTERPRET=interpret_mode(), num_warps=warps,
+        INTERPRET=interpret_mode(), F16_DECODE=bool(cfg.get("F16", False)), num_warps=warps,
+        num_stages=cfg.get("num_stages", 2),
     )
 
 
@@ -322,9 +349,10 @@ def gathered_dot(x, fmt, data, scale, aux, index, k, bits, group_size) -> torch.
     return out
 
 
-def gathered_bias(x, fmt, data, scale, aux, values, index, logits, alpha, k, bits, group_size) -> None:
-    """Launcher: scatter ``values + alpha * dot`` into ``logits`` in place."""
-    _launch_dot(x, fmt, data, scale, aux, index, k, bits, group_size, logits, values, alpha, True)
+def gathered_bias(x, fmt, data, scale, aux, values, index, logits, alpha, k, bits, group_size, config=None) -> None:
+    """Launcher: scatter ``values + alpha * dot`` into ``logits`` in place. ``config`` overrides
+    the table row (tuning)."""
+    _launch_dot(x, fmt, data, scale, aux, index, k, bits, group_size, logits, values, alpha, True, config)
 
 
 def gathered_rows(fmt, data, scale, aux, index, k, bits, group_size, dtype) -> torch.Tensor:

@@ -33,7 +33,8 @@ def _mma(a, b, INTERPRET: tl.constexpr):
 def _attend_tile(
     b_q, m_i, l_i, acc, t0, p_idx, stride_it, TOPK, N_KV,
     p_kv, stride_kn, stride_kd, p_kvs, stride_sn, stride_sg, qk_scale, o_d, m_d,
-    BLOCK_N: tl.constexpr, GROUP: tl.constexpr, HAS_SCALE: tl.constexpr, INTERPRET: tl.constexpr,
+    D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr,
+    HAS_SCALE: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """One BLOCK_N tile of the top-k list: gather, score all heads, online-softmax update."""
     o_t = t0 + tl.arange(0, BLOCK_N)
@@ -43,12 +44,21 @@ def _attend_tile(
     b_idx = tl.where(m_valid, b_idx, 0)
     m_kv = m_valid[:, None] & m_d[None, :]
     # [BLOCK_N, D_PAD]
-    b_kv = tl.load(p_kv + b_idx[:, None] * stride_kn + o_d[None, :] * stride_kd, mask=m_kv, other=0.0)
     if HAS_SCALE:
-        # [BLOCK_N, D_PAD]: each group scale is read for GROUP lanes (L1 hits)
-        b_sc = tl.load(p_kvs + b_idx[:, None] * stride_sn + (o_d // GROUP)[None, :] * stride_sg,
-                       mask=m_kv, other=0.0)
-        b_kv = (b_kv.to(tl.float32) * b_sc).to(b_q.dtype)
+        # FP8 rows: the tile is read as [BLOCK_N, groups, GROUP] e4m3, each (row, group) scale is
+        # loaded once ([BLOCK_N, groups], not per element) and broadcast along the group, and the
+        # decoded tile is rounded to q's dtype once, so both products stay 16-bit tensor-core dots.
+        NGRP: tl.constexpr = D_PAD // GROUP
+        o_g = tl.arange(0, NGRP)
+        o_e = tl.arange(0, GROUP)
+        o_ge = o_g[:, None] * GROUP + o_e[None, :]  # [NGRP, GROUP] element offsets
+        m_ge = m_valid[:, None, None] & (o_ge < D)[None, :, :]
+        b_kv8 = tl.load(p_kv + b_idx[:, None, None] * stride_kn + o_ge[None, :, :] * stride_kd, mask=m_ge, other=0.0)
+        b_sc = tl.load(p_kvs + b_idx[:, None] * stride_sn + o_g[None, :] * stride_sg,
+                       mask=m_valid[:, None] & (o_g < D // GROUP)[None, :], other=0.0)
+        b_kv = tl.reshape((b_kv8.to(tl.float32) * b_sc[:, :, None]).to(b_q.dtype), [BLOCK_N, D_PAD])
+    else:
+        b_kv = tl.load(p_kv + b_idx[:, None] * stride_kn + o_d[None, :] * stride_kd, mask=m_kv, other=0.0)
     # [BLOCK_H, BLOCK_N], log2 domain (qk_scale includes log2(e))
     s = _mma(b_q, tl.trans(b_kv), INTERPRET) * qk_scale
     s = tl.where(m_valid[None, :], s, float("-inf"))
@@ -73,7 +83,9 @@ def _finish(acc, m_i, l_i, sink_ptr, o_h, m_h):
     return acc * (a / denom)[:, None]
 
 
-@triton.jit
+# Sizes that vary per call are not specialized (divisibility / == 1): one compiled variant serves
+# every batch, cache length, top-k and split count, so a decode loop never recompiles.
+@triton.jit(do_not_specialize=["M", "N_KV", "TOPK", "NUM_SPLITS", "TILES_PER_SPLIT"])
 def _sparse_attn_kernel(
     q_ptr, kv_ptr, kvs_ptr, sink_ptr, idx_ptr, o_ptr, part_o_ptr, part_m_ptr, part_l_ptr,
     M, H, N_KV, TOPK, NUM_SPLITS, TILES_PER_SPLIT, qk_scale,
@@ -123,14 +135,14 @@ def _sparse_attn_kernel(
             m_i, l_i, acc = _attend_tile(
                 b_q, m_i, l_i, acc, t_begin + i_t * BLOCK_N, p_idx, stride_it, TOPK, N_KV,
                 p_kv, stride_kn, stride_kd, p_kvs, stride_sn, stride_sg, qk_scale, o_d, m_d,
-                BLOCK_N, GROUP, HAS_SCALE, INTERPRET)
+                D, D_PAD, BLOCK_N, GROUP, HAS_SCALE, INTERPRET)
             i_t += 1
     else:
         for i_t in range(0, TILES_PER_SPLIT):
             m_i, l_i, acc = _attend_tile(
                 b_q, m_i, l_i, acc, t_begin + i_t * BLOCK_N, p_idx, stride_it, TOPK, N_KV,
                 p_kv, stride_kn, stride_kd, p_kvs, stride_sn, stride_sg, qk_scale, o_d, m_d,
-                BLOCK_N, GROUP, HAS_SCALE, INTERPRET)
+                D, D_PAD, BLOCK_N, GROUP, HAS_SCALE, INTERPRET)
 
     if SPLIT:
         o_part = (i_bm * NUM_SPLITS + i_s) * H + o_h
@@ -143,14 +155,17 @@ def _sparse_attn_kernel(
                  out.to(o_ptr.dtype.element_ty), mask=m_h[:, None] & m_d[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "NUM_SPLITS"])
 def _sparse_attn_combine_kernel(
     part_o_ptr, part_m_ptr, part_l_ptr, sink_ptr, o_ptr,
-    M, H,
+    M, H, NUM_SPLITS,
     stride_ob, stride_om, stride_oh, stride_od,
-    NUM_SPLITS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_H: tl.constexpr,
+    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr,
 ):
+    """Program (row, head block, d block): merge the NUM_SPLITS partial triples. d is split
+    across programs so that a small decode batch still spreads the merge over many SMs."""
     NUM_HB = tl.cdiv(H, BLOCK_H)
+    i_db = tl.program_id(1)
     pid = tl.program_id(0).to(tl.int64)
     i_hb = pid % NUM_HB
     i_bm = pid // NUM_HB
@@ -158,12 +173,12 @@ def _sparse_attn_combine_kernel(
     i_m = i_bm % M
     o_h = i_hb * BLOCK_H + tl.arange(0, BLOCK_H)
     m_h = o_h < H
-    o_d = tl.arange(0, D_PAD)
+    o_d = i_db * BLOCK_D + tl.arange(0, BLOCK_D)
     m_hd = m_h[:, None] & (o_d < D)[None, :]
 
     g_m = tl.full([BLOCK_H], -1.0e30, dtype=tl.float32)
     g_l = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, D_PAD], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
     for i_s in range(0, NUM_SPLITS):
         o_part = (i_bm * NUM_SPLITS + i_s) * H + o_h
         b_m = tl.load(part_m_ptr + o_part, mask=m_h, other=-1.0e30)
@@ -183,28 +198,42 @@ def _sparse_attn_combine_kernel(
 
 # Launch configurations. Register budget: the fp32 accumulator is BLOCK_H x D_PAD, kept at
 # <= 32K elements (128 KB: 128 registers a thread at 8 warps); the KV tile BLOCK_N x D_PAD bf16
-# is 32 KB at d = 512. The first entry follows that budget, not a sweep (tune on the target
-# card); the later ones are smaller fallbacks, used only if the compiler reports the previous
-# one out of shared memory or registers.
+# is 32 KB at d = 512. Two regimes: "split" (rows x head blocks leave SMs idle: small-batch
+# decode; the top-k list is split by the cost model of _num_splits, MERGE its merge cost per
+# split in tile steps) and "bulk" (enough programs without splitting). The tuned entries are
+# set from scripts/tune_sparse_gathered.py on the H200; the later entries of _configs() are
+# smaller fallbacks, used only if the compiler reports the previous one out of resources.
 MAX_ACC_ELEMS = 64 * 512
-MIN_TILES_PER_SPLIT = 4  # a split streams >= 4 tiles, else the merge costs more than it saves
 MAX_SPLITS = 64
+# (regime, fp8 kv) -> config at d_pad = 512
+_TUNED = {
+    ("split", False): dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=2, MERGE=0.25),
+    ("split", True): dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=2, MERGE=0.25),
+    ("bulk", False): dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=2),
+    ("bulk", True): dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=2),
+}
 
 
-def _configs(h: int, d_pad: int) -> list[dict]:
+def _regime(rows: int, h: int, device: torch.device) -> str:
+    return "split" if rows * triton.cdiv(h, 64) < _sms(device) else "bulk"
+
+
+def _configs(h: int, d_pad: int, regime: str = "bulk", fp8: bool = False) -> list[dict]:
     block_h = max(16, min(triton.next_power_of_2(h), MAX_ACC_ELEMS // d_pad, 128))
     block_n = 32 if d_pad >= 512 else 64
     num_warps = 8 if block_h * d_pad >= 16384 else 4
     first = dict(BLOCK_H=block_h, BLOCK_N=block_n, num_warps=num_warps, num_stages=2)
-    return [
-        first,
-        dict(first, num_stages=1),
-        dict(BLOCK_H=max(16, block_h // 2), BLOCK_N=block_n, num_warps=4, num_stages=1),
-        dict(BLOCK_H=16, BLOCK_N=16, num_warps=4, num_stages=1),
-    ]
+    configs = [first, dict(first, num_stages=1),
+               dict(BLOCK_H=max(16, block_h // 2), BLOCK_N=block_n, num_warps=4, num_stages=1),
+               dict(BLOCK_H=16, BLOCK_N=16, num_warps=4, num_stages=1)]
+    if d_pad == 512:
+        tuned = dict(_TUNED[(regime, fp8)])
+        tuned["BLOCK_H"] = max(16, min(tuned["BLOCK_H"], triton.next_power_of_2(h)))
+        configs.insert(0, tuned)
+    return configs
 
 
-# (h, d_pad, q dtype, fp8 kv, device) -> index of the first config that compiled
+# (h, d_pad, regime, q dtype, fp8 kv, device) -> index of the first config that compiled
 _CHOSEN: dict[tuple, int] = {}
 
 
@@ -213,13 +242,28 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def _num_splits(programs: int, tiles: int, device: torch.device) -> int:
-    """Split the top-k list when (rows x head blocks) alone would leave SMs idle."""
-    sms = 4 if device.type != "cuda" else _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    if programs >= sms or tiles < 2 * MIN_TILES_PER_SPLIT:
+def _sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def _num_splits(programs: int, tiles: int, device: torch.device, merge: float = 0.25, min_tiles: int = 1) -> int:
+    """How many programs share one top-k list, when (rows x head blocks) alone leave SMs idle.
+
+    Cost model in units of one tile step: the critical path is (waves of programs) x (tiles a
+    program streams), plus ``merge`` per split for writing and merging the fp32 partials;
+    wave quantization matters (64 programs x 2 splits fill 132 SMs once, x 3 needs two waves).
+    """
+    sms = _sms(device)
+    if programs >= sms:
         return 1
-    splits = min(triton.cdiv(2 * sms, programs), tiles // MIN_TILES_PER_SPLIT, MAX_SPLITS)
-    return max(1, splits)
+    best, best_cost = 1, float(tiles)
+    for s in range(2, min(MAX_SPLITS, tiles // max(1, min_tiles)) + 1):
+        cost = triton.cdiv(programs * s, sms) * triton.cdiv(tiles, s) + merge * s
+        if cost < best_cost - 1e-9:
+            best, best_cost = s, cost
+    return best
 
 
 def _launch(q, kv, attn_sink, topk_idxs, softmax_scale, kv_scale, o, cfg, num_splits):
@@ -227,10 +271,18 @@ def _launch(q, kv, attn_sink, topk_idxs, softmax_scale, kv_scale, o, cfg, num_sp
     n = kv.shape[1]
     topk = topk_idxs.shape[-1]
     d_pad = max(16, triton.next_power_of_2(d))
+    cfg = dict(cfg)
+    merge, min_tiles = cfg.pop("MERGE", 0.25), cfg.pop("MIN_TILES", 1)
+    # merge kernel tile: COMBINE_H heads x COMBINE_D dims per program
+    combine_h, combine_d = cfg.pop("COMBINE_H", 8), cfg.pop("COMBINE_D", 128)
+    if num_splits is None:
+        num_splits = cfg.pop("SPLITS", None)
+    else:
+        cfg.pop("SPLITS", None)
     block_h, block_n = cfg["BLOCK_H"], cfg["BLOCK_N"]
     num_hb = triton.cdiv(h, block_h)
     tiles = triton.cdiv(topk, block_n)
-    splits = num_splits if num_splits is not None else _num_splits(b * m * num_hb, tiles, q.device)
+    splits = num_splits if num_splits is not None else _num_splits(b * m * num_hb, tiles, q.device, merge, min_tiles)
     splits = max(1, min(splits, max(tiles, 1)))
     tiles_per_split = max(1, triton.cdiv(tiles, splits))
     splits = max(1, triton.cdiv(tiles, tiles_per_split))
@@ -254,10 +306,11 @@ def _launch(q, kv, attn_sink, topk_idxs, softmax_scale, kv_scale, o, cfg, num_sp
         INTERPRET=interpret_mode(), **cfg,
     )
     if split:
-        combine_h = max(1, min(triton.next_power_of_2(h), 4096 // d_pad))
-        _sparse_attn_combine_kernel[(b * m * triton.cdiv(h, combine_h),)](
-            part_o, part_m, part_l, attn_sink, o, m, h, *o.stride(),
-            NUM_SPLITS=splits, D=d, D_PAD=d_pad, BLOCK_H=combine_h, num_warps=4,
+        combine_h = max(1, min(triton.next_power_of_2(h), combine_h))
+        combine_d = max(16, min(d_pad, combine_d))
+        _sparse_attn_combine_kernel[(b * m * triton.cdiv(h, combine_h), triton.cdiv(d, combine_d))](
+            part_o, part_m, part_l, attn_sink, o, m, h, splits, *o.stride(),
+            D=d, BLOCK_D=combine_d, BLOCK_H=combine_h, num_warps=4,
         )
 
 
@@ -269,18 +322,25 @@ def sparse_attn_triton(
     softmax_scale: float,
     kv_scale: torch.Tensor | None = None,
     num_splits: int | None = None,
+    config: dict | None = None,
 ) -> torch.Tensor:
     """Launch the kernels (inputs already validated); returns o [b, m, h, d] in q's dtype.
 
-    ``num_splits`` overrides the split-top-k heuristic (tests use it to exercise the merge).
+    ``num_splits`` overrides the split-top-k heuristic (tests use it to exercise the merge);
+    ``config`` replaces the launch config (BLOCK_H, BLOCK_N, num_warps, num_stages, and
+    optionally SPLITS / MERGE / MIN_TILES / COMBINE_H / COMBINE_D; the tuning script uses it).
     """
     b, m, h, d = q.shape
     o = torch.empty(b, m, h, d, dtype=q.dtype, device=q.device)
     if o.numel() == 0:
         return o
+    if config is not None:
+        _launch(q, kv, attn_sink, topk_idxs, softmax_scale, kv_scale, o, config, num_splits)
+        return o
     d_pad = max(16, triton.next_power_of_2(d))
-    configs = _configs(h, d_pad)
-    key = (h, d_pad, q.dtype, kv_scale is not None, str(q.device))
+    regime = _regime(b * m, h, q.device)
+    configs = _configs(h, d_pad, regime, kv_scale is not None)
+    key = (h, d_pad, regime, q.dtype, kv_scale is not None, str(q.device))
     i = _CHOSEN.get(key, 0)
     while True:
         try:

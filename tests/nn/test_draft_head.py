@@ -1,0 +1,270 @@
+"""lowbit.DraftHead: certified exactness on adversarial rows, fast mode, logits, lifecycle, errors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import lowbit
+from lowbit.formats import FP8, NVFP4
+from lowbit.nn.draft_head import DraftHead
+
+N, K, M = 317, 80, 4  # N: partial last block; K: a multiple of 16, not of 32
+
+
+def _dense(weight) -> torch.Tensor:
+    return weight if isinstance(weight, torch.Tensor) else weight.dequantize(torch.float32)
+
+
+def _exact64(x, weight):
+    return x.double().cpu().reshape(-1, K) @ _dense(weight).double().cpu().t()
+
+
+def _topk64(exact, k):
+    """fp64 top-k, ties to the lower index (stable sort of the index-ordered row)."""
+    order = exact.argsort(dim=-1, descending=True, stable=True)[:, :k]
+    return exact.gather(1, order), order
+
+
+def _case(name: str, dtype=torch.bfloat16):
+    """(weight [N, K], x [M, K]) for one adversarial situation."""
+    g = torch.Generator().manual_seed(7)
+    w = torch.randn(N, K, generator=g) * 0.02
+    x = torch.randn(M, K, generator=g)
+    if name == "near_ties":  # six rows (in five blocks) whose logits differ by ~1e-3 relative
+        for i, j in enumerate((75, 140, 205, 270, 300)):
+            w[j] = w[10] * (1 + 1e-3 * (i + 1))
+        x = w[10].sign().expand(M, K) * (1 + torch.rand(M, K, generator=g))
+    elif name == "dominant":  # one token far ahead of all others in every row
+        v = torch.randn(K, generator=g).sign()
+        x = v * (0.5 + torch.rand(M, K, generator=g))
+        w[200] = 0.1 * v
+    elif name == "all_equal":  # every row identical: all logits tie, lowest index wins
+        w = w[:1].expand(N, K).clone()
+    elif name == "planted":  # the winner by a hair, but its INT4 coarse logit is below the runner-up's
+        w, x = _planted(w, x, g)
+    return w.to(dtype), x.to(dtype)
+
+
+def _planted(w, x, g):
+    v = torch.randn(K, generator=g).sign()
+    x = v * (0.5 + torch.rand(M, K, generator=g))
+    w[50] = 0.03 * v + 0.01 * torch.randn(K, generator=g)  # the runner-up, far ahead of the rest
+    xb = x.bfloat16().double()
+    for _ in range(500):
+        cand = w[50] + 2e-3 * torch.randn(K, generator=g)
+        w[250] = cand
+        wb = w.bfloat16()
+        exact = xb @ wb.double().t()
+        coarse = xb @ lowbit.ops.coarse_head.pack(wb, 4, 32).dense().double().t()
+        wins = exact[:, 250] > exact[:, 50]
+        flipped = coarse[:, 250] < coarse[:, 50]
+        if bool((wins & flipped).all()):
+            return w, x
+    raise AssertionError("no planted row found: the test premise failed")
+
+
+def _assert_exact(head, x, weight, k=5):
+    exact = _exact64(x, weight)
+    am = head.argmax(x)
+    assert am.dtype == torch.int64 and am.shape == x.shape[:-1]
+    ref_v, ref_i = _topk64(exact, k)
+    assert torch.equal(am.cpu(), ref_i[:, 0])
+    v, i = head.topk(x, k)
+    assert v.dtype == torch.float32 and i.dtype == torch.int64 and v.shape == (*x.shape[:-1], k)
+    assert torch.equal(i.cpu(), ref_i)
+    torch.testing.assert_close(v.cpu().double(), ref_v, rtol=1e-5, atol=1e-5)
+
+
+CASES = ["random", "near_ties", "dominant", "all_equal", "planted"]
+
+
+# case -> (bits, set path expected): the certified set decides the argmax of these rows without a
+# fallback, except all-equal rows, where every token ties and the fallback keeps the lowest index.
+CASE_BITS = {"random": (8, True), "near_ties": (4, True), "dominant": (2, True), "all_equal": (4, False),
+             "planted": (4, True)}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_certified_exact(backend, case):
+    bits, set_path = CASE_BITS[case]
+    w, x = _case(case)
+    w, x = w.to(backend.device), x.to(backend.device)
+    with backend.active():
+        head = DraftHead(w, bits=bits, group_size=32, mode="certified", kcand=4, rerank=64, block=64)
+        head.argmax(x)
+        assert (head.stats["fallbacks"] == 0) == set_path, head.stats  # argmax: set path or not
+        _assert_exact(head, x, w)
+    assert head.stats["calls"] == 3 and head.stats["rows"] == 3 * M
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4_stat", "fp8_native", "nvfp4_native", "fp32_x"])
+def test_certified_exact_formats(backend, fmt):
+    w, x = _case("random")
+    kwargs = dict(mode="certified", block=64)
+    if fmt == "int8":
+        weight, kwargs["bits"] = w, 8
+    elif fmt == "int4_stat":
+        weight, kwargs["bits"], kwargs["bound"] = w, 4, "stat"
+    elif fmt == "fp8_native":
+        weight, kwargs["bits"] = FP8.quantize(w.float(), "row"), None
+    elif fmt == "nvfp4_native":
+        weight, kwargs["bits"] = NVFP4.quantize(w.float()), None
+    else:
+        weight, x, kwargs["bits"] = w.float(), x.float(), 8
+    weight, x = weight.to(backend.device), x.to(backend.device)
+    with backend.active():
+        head = DraftHead(weight, **kwargs)
+        _assert_exact(head, x, weight)
+
+
+def test_certified_fallback_counts(backend):
+    """A cap of 1 forces the fallback on (nearly) every row; the answer stays exact."""
+    w, x = _case("random")
+    w, x = w.to(backend.device), x.to(backend.device)
+    with backend.active():
+        head = DraftHead(w, bits=2, group_size=32, mode="certified", rerank=1, block=64)
+        _assert_exact(head, x, w)
+    st = head.stats
+    assert st["fallbacks"] >= M and st["mean_set_size"] > 1 and st["fallback_rate"] > 0.5
+
+
+def test_fast_matches_reference(backend):
+    w, x = _case("random")
+    x = x.reshape(2, 3, K)  # [..., K] inputs
+    with lowbit.backend("reference"):
+        ref = DraftHead(w, bits=4, mode="fast", kcand=2, rerank=8, block=64)
+        ra, (rv, ri) = ref.argmax(x), ref.topk(x, 4)
+    wd, xd = w.to(backend.device), x.to(backend.device)
+    with backend.active():
+        head = DraftHead(wd, bits=4, mode="fast", kcand=2, rerank=8, block=64)
+        a, (v, i) = head.argmax(xd), head.topk(xd, 4)
+    assert a.shape == (2, 3) and v.shape == (2, 3, 4)
+    assert torch.equal(a.cpu(), ra) and torch.equal(i.cpu(), ri)
+    torch.testing.assert_close(v.cpu(), rv, rtol=1e-5, atol=1e-5)
+    # values are exact for the returned indices, and INT4 + rerank finds the argmax here
+    exact = _exact64(x, w)
+    torch.testing.assert_close(v.cpu().double().reshape(-1, 4), exact.gather(1, i.cpu().reshape(-1, 4)), rtol=1e-5, atol=1e-5)
+    assert (a.cpu().reshape(-1) == exact.argmax(-1)).float().mean() >= 5 / 6
+
+
+@pytest.mark.parametrize("mode", ["fast", "certified"])
+def test_logits(backend, mode):
+    w, x = _case("dominant")
+    w, x = w.to(backend.device), x.to(backend.device)
+    with backend.active():
+        head = DraftHead(w, bits=4, mode=mode, block=64, kcand=4, rerank=16)
+        full = head.logits(x)
+        only = head(x, topk_only=True)
+    exact = _exact64(x, w)
+    assert full.shape == (M, N) and full.dtype == torch.float32 and not full.isnan().any()
+    am = exact.argmax(-1)
+    # exact at the winner in both; coarse (INT4) elsewhere: close to exact, not equal
+    torch.testing.assert_close(full.cpu().double().gather(1, am[:, None]), exact.gather(1, am[:, None]), rtol=1e-5, atol=1e-5)
+    assert (full.cpu().double() - exact).abs().max() < 0.5
+    finite = only.isfinite()
+    assert finite.sum(-1).max() <= 16 or mode == "certified"
+    assert (only.cpu().argmax(-1) == am).all()
+    torch.testing.assert_close(only[finite].cpu().double(), exact[finite.cpu()], rtol=1e-5, atol=1e-5)
+
+
+def test_lazy_quantization_and_version(backend):
+    w = torch.zeros(N, K, dtype=torch.bfloat16, device=backend.device)
+    with backend.active():
+        head = DraftHead(w, bits=8, block=64)
+        assert head.packing is None
+        x = torch.randn(M, K, dtype=torch.bfloat16, device=backend.device)
+        with pytest.raises(ValueError, match="all zeros"):
+            head.argmax(x)
+        real, _ = _case("random")
+        w.copy_(real.to(backend.device))  # loaded after construction (a shared head)
+        _assert_exact(head, x, w)
+        first = head.packing
+        assert first is not None
+        w.mul_(-1.0)  # an in-place update re-quantizes
+        _assert_exact(head, x, w)
+        assert head.packing is not first
+
+
+def test_shared_packing():
+    w, _ = _case("random")
+    a = DraftHead(w, bits=4, mode="fast")
+    b = DraftHead(w, bits=4, mode="certified")
+    c = DraftHead(w, bits=8)
+    assert a.packing is b.packing and c.packing is not a.packing
+    assert a.weight is w  # the original is kept by reference, not copied
+
+
+@pytest.mark.parametrize("bad", ["x_k", "x_dtype", "k0", "k_big", "k_float", "bits", "native_dense", "group",
+                                 "mode", "kcand", "block", "fp8_block", "weight_k", "fast_k"])
+def test_value_errors(bad):
+    w, x = _case("random")
+    kw = dict(bits=4, block=64)
+    if bad in ("bits", "native_dense", "group", "mode", "kcand", "block", "fp8_block", "weight_k"):
+        if bad == "bits":
+            kw["bits"] = 3
+        elif bad == "native_dense":
+            kw["bits"] = None
+        elif bad == "group":
+            kw["group_size"] = 40
+        elif bad == "mode":
+            kw["mode"] = "exact"
+        elif bad == "kcand":
+            kw["kcand"] = 65
+        elif bad == "block":
+            kw["block"] = 96
+        elif bad == "fp8_block":
+            w = FP8.quantize(w.float(), "block")
+        elif bad == "weight_k":
+            w = w[:, :40]
+        with pytest.raises(ValueError):
+            DraftHead(w, **kw)
+        return
+    head = DraftHead(w, mode="fast" if bad == "fast_k" else "certified", kcand=1, **kw)
+    with pytest.raises(ValueError):
+        if bad == "x_k":
+            head.argmax(x[:, :80])
+        elif bad == "x_dtype":
+            head.argmax(x.double())
+        elif bad == "k0":
+            head.topk(x, 0)
+        elif bad == "k_big":
+            head.topk(x, N + 1)
+        elif bad == "k_float":
+            head.topk(x, 2.0)
+        elif bad == "fast_k":
+            head.topk(x, 9)  # 9 blocks x kcand 1 = 9 candidates ... 10 needed
+            head.topk(x, 10)
+
+
+@pytest.mark.cuda
+def test_compile_and_cuda_graph_fast():
+    w, x = _case("random")
+    w, x = w.cuda(), x.cuda()
+    head = DraftHead(w, bits=2, group_size=64, mode="fast", kcand=4, rerank=16)
+    head.warmup(max_m=M)
+    ref = head.argmax(x)
+    compiled = torch.compile(head.argmax, fullgraph=True)
+    assert torch.equal(compiled(x), ref)
+    static_x = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = head.argmax(static_x)
+    x2 = torch.randn_like(x)
+    static_x.copy_(x2)
+    graph.replay()
+    assert torch.equal(static_out, head.argmax(x2))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("m", [1, 16, 33, 64, 100])
+def test_certified_exact_bands_cuda(m):
+    """Every M band's launch configuration, a realistic K, bf16 and fp32 x."""
+    w = (torch.randn(4000, 576, device="cuda") * 0.02).bfloat16()
+    for dtype in (torch.bfloat16, torch.float32):
+        x = torch.randn(m, 576, device="cuda", dtype=dtype)
+        head = DraftHead(w, bits=8, rerank=256)
+        exact = x.double() @ w.double().t()
+        ref_v, ref_i = _topk64(exact.cpu(), 4)
+        assert torch.equal(head.argmax(x).cpu(), ref_i[:, 0])
+        v, i = head.topk(x, 4)
+        assert torch.equal(i.cpu(), ref_i)

@@ -1,0 +1,141 @@
+"""The coarse pass (lowbit.ops.coarse_head): kernel vs reference, and the bound's soundness."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import lowbit
+from lowbit.formats import FP8, NVFP4
+from lowbit.ops.coarse_head import BOUND_DET, BOUND_NONE, BOUND_STAT, coarse_head, pack
+from lowbit.ops.coarse_head.reference import block_candidates_reference
+from tests._helpers import rel_err
+
+N, K = 333, 160  # N: last block partial (block 64); K: not a power of two
+BLOCK, KCAND = 64, 3
+
+
+def _weight(kind: str, n=N, k=K):
+    w = torch.randn(n, k) * 0.02
+    if kind == "fp8":
+        return FP8.quantize(w, "row"), None
+    if kind == "nvfp4":
+        return NVFP4.quantize(w), None
+    return w.to(torch.bfloat16), int(kind[3:])
+
+
+def _exact64(x, weight):
+    dense = weight if isinstance(weight, torch.Tensor) else weight.dequantize(torch.float32)
+    return x.double().cpu() @ dense.double().cpu().t()
+
+
+CASES = [("int2", BOUND_DET), ("int4", BOUND_NONE), ("int8", BOUND_DET), ("int4", BOUND_STAT),
+         ("fp8", BOUND_DET), ("nvfp4", BOUND_NONE), ("nvfp4", BOUND_DET)]
+
+
+@pytest.mark.parametrize("kind,bound", CASES)
+@pytest.mark.parametrize("m,xdtype", [(1, torch.bfloat16), (5, torch.float32), (3, torch.float16)])
+def test_matches_reference(backend, kind, bound, m, xdtype):
+    weight, bits = _weight(kind)
+    x = torch.randn(m, K).to(xdtype)
+    with lowbit.backend("reference"):
+        ref = coarse_head(x, pack(weight, bits, 32), block=BLOCK, kcand=KCAND, bound=bound, write_logits=True)
+    wd = weight.to(backend.device)
+    xd = x.to(backend.device)
+    with backend.active():
+        out = coarse_head(xd, pack(wd, bits, 32), block=BLOCK, kcand=KCAND, bound=bound, write_logits=True)
+    out = type(out)(*(t.cpu() for t in out))
+    nb = -(-N // BLOCK)
+    assert out.cand_key.shape == (m, nb * KCAND) and out.cand_idx.dtype == torch.int64
+    # fp32 sums in a different order: |diff| <~ K * 2^-24 * sum|x w~| ~ 1e-5 relative
+    assert rel_err(out.logits, ref.logits) < 1e-5
+    assert not out.cand_key.isnan().any()
+    if bound == BOUND_NONE:
+        # the candidates are exactly the per-block top-kcand of the kernel's own logits
+        mine = block_candidates_reference(out.logits, None, block=BLOCK, kcand=KCAND, write_logits=False)
+        torch.testing.assert_close(out.cand_key, mine.cand_key, rtol=0, atol=0)
+        assert torch.equal(out.cand_idx, mine.cand_idx)
+        return
+    if bits is not None:
+        # the INTx bound (ub - lb) / 2 matches the reference's (their rounding slacks differ by
+        # the summation depth: < 2% here). Native rows' bound is the rounding slack alone.
+        b_out = (out.cand_key - out.cand_lb) / 2
+        b_ref = (ref.cand_key - ref.cand_lb) / 2
+        torch.testing.assert_close(b_out.sort(-1).values, b_ref.sort(-1).values, rtol=2e-2, atol=1e-6)
+    exact = _exact64(x, weight)
+    cand_exact = exact.gather(1, out.cand_idx)
+    if bound == BOUND_DET:  # sound by construction: lb <= exact <= ub for every emitted token
+        assert (out.cand_lb.double() <= cand_exact).all() and (cand_exact <= out.cand_key.double()).all()
+        blocks = torch.nn.functional.pad(exact, (0, nb * BLOCK - N), value=float("-inf")).view(m, nb, BLOCK)
+        assert (out.block_lb.double() <= blocks.amax(-1)).all()
+        # the best unemitted upper bound is at least the best unemitted exact value
+        kth = blocks.sort(-1, descending=True).values[..., KCAND]
+        assert (out.block_rest.double() >= kth - 1e-6).all()
+
+
+def test_planted_worst_case_is_covered(backend):
+    """Weights exactly half a step from their code (|w - w~| = s/2) and x aligned with the
+    error: the coarse error equals the deterministic bound, which must still cover it."""
+    n, k, g = 96, 128, 32
+    torch.manual_seed(1)
+    levels = torch.randint(0, 4, (n, k)).float()
+    # every w sits exactly half a step between two INT2 codes: s = 0.01, z = 2, w/s + z = 0.5 .. 3.5
+    w = (levels - 1.5) * 0.01
+    w[:, ::g] = -0.015  # pin each group's range to [-0.015, 0.015]
+    w[:, 1::g] = 0.015
+    packing = pack(w, 2, g)
+    err = packing.fmt.dequantize() - w
+    x = torch.sign(-err[:4]) * (torch.rand(4, k) + 0.5)  # row j: token j's error is maximal
+    exact = x.double() @ w.double().t()
+    with backend.active():
+        out = coarse_head(x.to(backend.device), pack(w.to(backend.device), 2, g), block=32, kcand=32,
+                          bound=BOUND_DET, write_logits=True)
+    ub, lb, idx = out.cand_key.cpu().double(), out.cand_lb.cpu().double(), out.cand_idx.cpu()
+    ex = exact.gather(1, idx)
+    assert (lb <= ex).all() and (ex <= ub).all()
+    # the bound is tight here: the coarse error reaches at least 90% of it on some token
+    coarse = out.logits.cpu().double().gather(1, idx)
+    assert ((ex - coarse).abs() / ((ub - lb) / 2)).max() > 0.9
+
+
+@pytest.mark.parametrize("bad", ["k", "dtype", "block", "kcand", "stat_native", "empty"])
+def test_validation(bad):
+    w = torch.randn(64, 32)
+    packing = pack(w, 4, 32)
+    x = torch.randn(2, 32)
+    kwargs = dict(block=32, kcand=2, bound=BOUND_NONE)
+    if bad == "k":
+        x = torch.randn(2, 48)
+    elif bad == "dtype":
+        x = x.to(torch.float64)
+    elif bad == "block":
+        kwargs["block"] = 48
+    elif bad == "kcand":
+        kwargs["kcand"] = 33
+    elif bad == "stat_native":
+        packing = pack(FP8.quantize(w, "row"), None, 32)
+        kwargs["bound"] = BOUND_STAT
+    elif bad == "empty":
+        x = torch.randn(0, 32)
+    with pytest.raises(ValueError):
+        coarse_head(x, packing, **kwargs)
+
+
+def test_pack_is_shared_and_weak():
+    w = torch.randn(64, 32)
+    a, b = pack(w, 4, 32), pack(w, 4, 32)
+    assert a is b
+    assert pack(w, 8, 32) is not a
+    w.add_(1.0)  # in place: a new version, a new packing
+    assert pack(w, 4, 32) is not a
+
+
+@pytest.mark.cuda
+def test_opcheck_cuda():
+    from lowbit.ops.coarse_head import _raw
+
+    w = (torch.randn(300, 128, device="cuda") * 0.02).bfloat16()
+    p = pack(w, 4, 64)
+    x = torch.randn(3, 128, device="cuda", dtype=torch.bfloat16)
+    t = _raw(p)
+    torch.library.opcheck(torch.ops.lowbit.coarse_head.default,
+                          (x, *t, p.kind, 4, 64, 300, p.padded_k, 64, 3, BOUND_DET, 4.0, True))
