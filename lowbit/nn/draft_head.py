@@ -132,6 +132,8 @@ class DraftHead(nn.Module):
         self.n, self.k = n, k
         self.bits, self.group_size, self.mode = bits, group_size, mode
         self.kcand, self.rerank, self.bound, self.sigma, self.block = kcand, rerank, bound, sigma, block
+        # fast mode emits at most this many candidates (k larger than that cannot be answered)
+        self._fast_cands = sum(min(kcand, n - b) for b in range(0, n, block))
         self._packing = None
         self._packed_version = None
         self.reset_stats()
@@ -144,6 +146,11 @@ class DraftHead(nn.Module):
         self._packed_version = weight_version(self.weight)
 
     def _ensure_packed(self):
+        if torch.compiler.is_compiling():
+            # traced graphs skip the version check (storage pointers are not traceable): pack
+            # first (warmup) and re-trace after reloading the weight
+            require(self._packing is not None, "DraftHead: call warmup() (or the head once) before torch.compile")
+            return self._packing
         if self._packing is None or weight_version(self.weight) != self._packed_version:
             if _is_all_zero(self.weight):
                 raise ValueError("DraftHead weight is still all zeros: load the weight before the first call "
@@ -191,7 +198,8 @@ class DraftHead(nn.Module):
         x2 = x.reshape(-1, self.k)
         require(x2.shape[0] > 0, f"x has no rows (shape {tuple(x.shape)})")
         packing = self._ensure_packed()
-        require(x2.device == packing.device, f"x is on {x2.device}, the head on {packing.device}")
+        require(torch.compiler.is_compiling() or x2.device == packing.device,
+                f"x is on {x2.device}, the head on {packing.device}")
         return x2
 
     def _coarse(self, x2, bound: int, write_logits=False):
@@ -230,8 +238,7 @@ class DraftHead(nn.Module):
         require(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= self.n,
                 f"k must be an int in [1, N={self.n}], got {k!r}")
         if self.mode == "fast":
-            avail = sum(min(self.kcand, min(self.block, self.n - b)) for b in range(0, self.n, self.block))
-            require(k <= avail, f"fast mode emits only {avail} candidates (kcand={self.kcand} per block of {self.block}); k={k} is too large")
+            require(k <= self._fast_cands, f"fast mode emits only {self._fast_cands} candidates (kcand={self.kcand} per block of {self.block}); k={k} is too large")
 
     # -- public API -----------------------------------------------------------------------------
     def argmax(self, x: torch.Tensor) -> torch.Tensor:

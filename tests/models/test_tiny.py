@@ -21,9 +21,9 @@ from lowbit.models.tiny.verify import kernel_noise
 from tests._helpers import rel_err
 
 # a model small enough for the Triton interpreter: one block, one head, two experts
-MICRO = TinyConfig(vocab_size=256, dim=128, n_layers=1, max_batch_size=1, max_seq_len=16, n_heads=1,
+MICRO = TinyConfig(vocab_size=256, dim=128, n_layers=1, max_batch_size=3, max_seq_len=16, n_heads=1,
                    index_heads=1, n_experts=2, n_activated_experts=1, moe_inter_dim=128, n_shared_experts=1,
-                   ngram_buckets=(61, 59), window=4, index_topk=4)
+                   ngram_buckets=(61, 59), window=2, index_topk=2)
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +51,8 @@ def test_forward_validates_inputs(model):
         model(torch.zeros(5, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="tokens"):
         model(torch.zeros(1, 4))
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 1024\), got min 0, max 1024"):
+        model(torch.tensor([[0, 1024]]))
 
 
 def test_seeded_init_is_reproducible(model):
@@ -273,7 +275,7 @@ def test_selftest_reports_nan(monkeypatch):
 @pytest.mark.interpret
 def test_selftest_interpreter_micro():
     """The Triton kernels (interpreted on CPU) against the reference path, on a one-block model."""
-    result = selftest(device="cpu", steps=3, prompt_len=6, batch=1, verbose=False, config=MICRO, backend="triton")
+    result = selftest(device="cpu", steps=2, prompt_len=4, batch=2, verbose=False, config=MICRO, backend="triton")
     assert result["path"] == "triton"
     assert result["ok"], result
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import lowbit
-from lowbit.formats import FP8, NVFP4
+from lowbit.formats import FP8, NVFP4, INTx
 from lowbit.nn.draft_head import DraftHead
 
 N, K, M = 317, 80, 4  # N: partial last block; K: a multiple of 16, not of 32
@@ -40,7 +40,7 @@ def _case(name: str, dtype=torch.bfloat16):
         w[200] = 0.1 * v
     elif name == "all_equal":  # every row identical: all logits tie, lowest index wins
         w = w[:1].expand(N, K).clone()
-    elif name == "planted":  # the winner by a hair, but its INT4 coarse logit is below the runner-up's
+    elif name == "planted":  # token 250 wins row 0 by a hair, but its INT4 coarse logit is lower
         w, x = _planted(w, x, g)
     return w.to(dtype), x.to(dtype)
 
@@ -49,16 +49,13 @@ def _planted(w, x, g):
     v = torch.randn(K, generator=g).sign()
     x = v * (0.5 + torch.rand(M, K, generator=g))
     w[50] = 0.03 * v + 0.01 * torch.randn(K, generator=g)  # the runner-up, far ahead of the rest
-    xb = x.bfloat16().double()
-    for _ in range(500):
-        cand = w[50] + 2e-3 * torch.randn(K, generator=g)
-        w[250] = cand
-        wb = w.bfloat16()
-        exact = xb @ wb.double().t()
-        coarse = xb @ lowbit.ops.coarse_head.pack(wb, 4, 32).dense().double().t()
-        wins = exact[:, 250] > exact[:, 50]
-        flipped = coarse[:, 250] < coarse[:, 50]
-        if bool((wins & flipped).all()):
+    xb = x[0].bfloat16().double()
+    for _ in range(2000):
+        w[250] = w[50] + 2e-3 * torch.randn(K, generator=g)
+        pair = w[[50, 250]].bfloat16()  # rows quantize independently: as in the whole head
+        exact = pair.double() @ xb
+        coarse = INTx.quantize(pair, 4, 32).dequantize().double() @ xb
+        if exact[1] > exact[0] and coarse[1] < coarse[0]:  # row 0 of x: winner underrated
             return w, x
     raise AssertionError("no planted row found: the test premise failed")
 
@@ -86,6 +83,9 @@ CASE_BITS = {"random": (8, True), "near_ties": (4, True), "dominant": (2, True),
 
 @pytest.mark.parametrize("case", CASES)
 def test_certified_exact(backend, case):
+    if backend.name == "interpret" and case in ("random", "near_ties", "dominant"):
+        pytest.skip("interpreter time budget: planted / all-equal cover the kernel path there; "
+                    "these cases run on the reference and cuda tiers")
     bits, set_path = CASE_BITS[case]
     w, x = _case(case)
     w, x = w.to(backend.device), x.to(backend.device)
@@ -99,6 +99,9 @@ def test_certified_exact(backend, case):
 
 @pytest.mark.parametrize("fmt", ["int8", "int4_stat", "fp8_native", "nvfp4_native", "fp32_x"])
 def test_certified_exact_formats(backend, fmt):
+    if backend.name == "interpret" and fmt in ("int8", "fp32_x"):
+        pytest.skip("interpreter time budget: INT8 runs in test_certified_exact there, and fp32 x in "
+                    "tests/ops/test_coarse_head.py; this case runs on the reference and cuda tiers")
     w, x = _case("random")
     kwargs = dict(mode="certified", block=64)
     if fmt == "int8":
@@ -130,7 +133,7 @@ def test_certified_fallback_counts(backend):
 
 def test_fast_matches_reference(backend):
     w, x = _case("random")
-    x = x.reshape(2, 3, K)  # [..., K] inputs
+    x = x.reshape(2, 2, K)  # [..., K] inputs
     with lowbit.backend("reference"):
         ref = DraftHead(w, bits=4, mode="fast", kcand=2, rerank=8, block=64)
         ra, (rv, ri) = ref.argmax(x), ref.topk(x, 4)
@@ -138,13 +141,13 @@ def test_fast_matches_reference(backend):
     with backend.active():
         head = DraftHead(wd, bits=4, mode="fast", kcand=2, rerank=8, block=64)
         a, (v, i) = head.argmax(xd), head.topk(xd, 4)
-    assert a.shape == (2, 3) and v.shape == (2, 3, 4)
+    assert a.shape == (2, 2) and v.shape == (2, 2, 4)
     assert torch.equal(a.cpu(), ra) and torch.equal(i.cpu(), ri)
     torch.testing.assert_close(v.cpu(), rv, rtol=1e-5, atol=1e-5)
     # values are exact for the returned indices, and INT4 + rerank finds the argmax here
     exact = _exact64(x, w)
     torch.testing.assert_close(v.cpu().double().reshape(-1, 4), exact.gather(1, i.cpu().reshape(-1, 4)), rtol=1e-5, atol=1e-5)
-    assert (a.cpu().reshape(-1) == exact.argmax(-1)).float().mean() >= 5 / 6
+    assert (a.cpu().reshape(-1) == exact.argmax(-1)).float().mean() >= 3 / 4
 
 
 @pytest.mark.parametrize("mode", ["fast", "certified"])
@@ -222,7 +225,7 @@ def test_value_errors(bad):
     head = DraftHead(w, mode="fast" if bad == "fast_k" else "certified", kcand=1, **kw)
     with pytest.raises(ValueError):
         if bad == "x_k":
-            head.argmax(x[:, :80])
+            head.argmax(x[:, :64])
         elif bad == "x_dtype":
             head.argmax(x.double())
         elif bad == "k0":
@@ -232,8 +235,7 @@ def test_value_errors(bad):
         elif bad == "k_float":
             head.topk(x, 2.0)
         elif bad == "fast_k":
-            head.topk(x, 9)  # 9 blocks x kcand 1 = 9 candidates ... 10 needed
-            head.topk(x, 10)
+            head.topk(x, 6)  # 5 blocks x kcand 1 = 5 candidates: top-6 cannot be answered
 
 
 @pytest.mark.cuda

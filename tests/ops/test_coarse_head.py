@@ -28,12 +28,18 @@ def _exact64(x, weight):
     return x.double().cpu() @ dense.double().cpu().t()
 
 
-CASES = [("int2", BOUND_DET), ("int4", BOUND_NONE), ("int8", BOUND_DET), ("int4", BOUND_STAT),
-         ("fp8", BOUND_DET), ("nvfp4", BOUND_NONE), ("nvfp4", BOUND_DET)]
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+# Every format x bound, and each of the GEMV (m = 1) and tl.dot (m > 1) paths with every x dtype
+# (fp32 x takes the hi + lo split on the GPU), in few enough cases for the interpreter.
+CASES = [
+    ("int2", BOUND_DET, 1, BF16), ("int2", BOUND_NONE, 5, FP32), ("int4", BOUND_NONE, 1, FP16),
+    ("int4", BOUND_STAT, 5, BF16), ("int4", BOUND_DET, 3, FP16), ("int8", BOUND_DET, 5, BF16),
+    ("int8", BOUND_NONE, 1, FP32), ("fp8", BOUND_DET, 1, BF16), ("fp8", BOUND_NONE, 5, FP32),
+    ("nvfp4", BOUND_NONE, 1, FP32), ("nvfp4", BOUND_DET, 5, BF16), ("nvfp4", BOUND_DET, 3, FP16),
+]
 
 
-@pytest.mark.parametrize("kind,bound", CASES)
-@pytest.mark.parametrize("m,xdtype", [(1, torch.bfloat16), (5, torch.float32), (3, torch.float16)])
+@pytest.mark.parametrize("kind,bound,m,xdtype", CASES)
 def test_matches_reference(backend, kind, bound, m, xdtype):
     weight, bits = _weight(kind)
     x = torch.randn(m, K).to(xdtype)

@@ -107,25 +107,33 @@ def save_hf(model, path: str, experts_dtype: str = "bf16") -> str:
 
 
 def read_config(path: str) -> TinyConfig:
-    with open(os.path.join(path, "config.json")) as f:
+    """The :class:`TinyConfig` in ``path/config.json`` (HF keys ``model_type`` / ``mp`` ignored)."""
+    file = os.path.join(path, "config.json")
+    require(os.path.isfile(file), f"no config.json in {path!r}: not a tiny-model checkpoint directory")
+    with open(file) as f:
         d = json.load(f)
     d = {k: v for k, v in d.items() if k not in ("model_type", "mp")}
     return TinyConfig.from_dict(d)
 
 
 def read_hf(path: str) -> tuple[TinyConfig, dict[str, torch.Tensor]]:
-    """(config, tensors under the model's names) from an HF-style directory (all ``*.safetensors``)."""
+    """(config, tensors under the model's names) from an HF-style directory (all its
+    ``*.safetensors``), or from one ``.safetensors`` file with ``config.json`` beside it."""
     from safetensors.torch import load_file
 
-    files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+    if os.path.isfile(path):
+        folder, files = os.path.dirname(os.path.abspath(path)), [os.path.basename(path)]
+    else:
+        require(os.path.isdir(path), f"{path!r} is neither a directory nor a file")
+        folder, files = path, sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
     require(bool(files), f"no *.safetensors files in {path!r}")
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
-        for k, v in load_file(os.path.join(path, f)).items():
+        for k, v in load_file(os.path.join(folder, f)).items():
             name = from_hf_name(k)
             require(name not in tensors, f"tensor {k!r} maps to {name!r}, which another tensor already gave")
             tensors[name] = v
-    return read_config(path), tensors
+    return read_config(folder), tensors
 
 
 def load_hf(path: str, device="cpu"):

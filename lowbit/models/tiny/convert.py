@@ -53,12 +53,12 @@ def shard_file(i: int, mp: int) -> str:
 
 def _check_split(name: str, tensors: dict, dim: int, mp: int) -> None:
     t = tensors[name]
-    require(t.shape[dim] % mp == 0, f"{name} has shape {tuple(t.shape)}: dim {dim} is not divisible by mp={mp}")
     if name.endswith(".scale") and t.dtype == torch.float32:  # FP8 128x128 block scale
         w = tensors[name[: -len("scale")] + "weight"]
-        require((w.shape[dim] // mp) % FP8_BLOCK == 0,
-                f"{name}: the FP8 weight {tuple(w.shape)} split {mp} ways on dim {dim} gives {w.shape[dim] // mp}, "
+        require(w.shape[dim] % mp == 0 and (w.shape[dim] // mp) % FP8_BLOCK == 0,
+                f"{name}: the FP8 weight {tuple(w.shape)} split {mp} ways on dim {dim} gives {w.shape[dim] / mp:g}, "
                 f"not a multiple of the {FP8_BLOCK}-wide scale blocks")
+    require(t.shape[dim] % mp == 0, f"{name} has shape {tuple(t.shape)}: dim {dim} is not divisible by mp={mp}")
 
 
 def _requantize_experts(tensors: dict, fmt: str) -> dict:

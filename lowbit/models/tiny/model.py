@@ -123,6 +123,8 @@ class TinyModel(nn.Module):
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
+        """tokens [b, s] int32/int64 at positions start_pos .. start_pos+s-1 -> logits [b, s, vocab] fp32.
+        Writes the caches (KV, indexer keys, token history) at those positions for rows 0 .. b-1."""
         cfg = self.cfg
         check_tensor("tokens", tokens, dtypes=(torch.int32, torch.int64), ndim=2)
         b, s = tokens.shape
@@ -130,6 +132,8 @@ class TinyModel(nn.Module):
         require(s >= 1 and 0 <= start_pos and start_pos + s <= cfg.max_seq_len,
                 f"positions {start_pos}..{start_pos + s - 1} (tokens {tuple(tokens.shape)}) must lie in [0, max_seq_len={cfg.max_seq_len})")
         require(tokens.device == self.device, f"tokens are on {tokens.device}, the model on {self.device}")
+        lo, hi = int(tokens.min()), int(tokens.max())  # a host sync per call: fine for a reference model
+        require(0 <= lo and hi < cfg.vocab_size, f"token ids must lie in [0, {cfg.vocab_size}), got min {lo}, max {hi}")
         end = start_pos + s
         self.history[:b, start_pos:end] = tokens
         cos, sin = self.rope_cos[start_pos:end], self.rope_sin[start_pos:end]

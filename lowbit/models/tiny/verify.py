@@ -17,9 +17,15 @@ reference. The kernels' own contract (their tests) is a relative error of at mos
 layers amplify them: SwiGLU, softmax, FP8 re-quantization of the next input) is *measured*: the
 reference path is rerun with every linear's output perturbed by seeded, independent uniform
 noise of rms ``KERNEL_REL``, and the logits' relative error of that run is the noise floor.
-``tol = 2 * floor``: the two runs compared each carry up to one kernel-contract error. Measured on
-CPU with the defaults: floor ~1e-2, decode vs prefill ~6e-4; Triton interpreter vs reference
-~2e-2 on the one-block test model (floor ~2e-2 there).
+``tol = 2 * floor`` (at least 2^-8): the two runs compared each carry up to one kernel-contract
+error.
+The floor is large, ~0.07-0.11 with the defaults (12 seeds), because FP8 re-quantization of each
+linear's input amplifies small errors: an element nudged across an e4m3 rounding boundary moves
+by a whole e4m3 step (2^-3 relative), so a perturbation eps becomes ~sqrt(2 * eps * 2^-4) rms.
+Measured on CPU: decode vs prefill 0-1.6e-2 (12 seeds); Triton interpreter vs reference 2.3e-2
+on the tests' one-block model (floor 2.3e-2 there). Per-kernel rounding bugs are the kernels'
+tests' business; this end-to-end check catches wiring, caching, masking and NaN errors, which
+move the logits by O(1).
 Discrete choices (indexer top-k sets, MoE top-k experts) could flip at an exact near-tie and move
 one token's logits further; the report counts such flips (``decision_flips``) so a failure caused
 by one is recognisable rather than silent.
@@ -49,7 +55,9 @@ def kernel_noise(model: torch.nn.Module, rel: float = KERNEL_REL, seed: int = 0)
     gens: dict[torch.device, torch.Generator] = {}
 
     def hook(_mod, _inp, out):
-        g = gens.setdefault(out.device, torch.Generator(device=out.device).manual_seed(seed))
+        if out.device not in gens:
+            gens[out.device] = torch.Generator(device=out.device).manual_seed(seed)
+        g = gens[out.device]
         u = torch.rand(out.shape, generator=g, device=out.device) * 2 - 1
         return (out.float() * (1 + u * rel * 3**0.5)).to(out.dtype)
 
@@ -156,6 +164,7 @@ def selftest(device: str = "cpu", steps: int = 22, verbose: bool = True, *, conf
     if not (1 <= batch <= cfg.max_batch_size and prompt_len >= 1 and steps >= 1 and prompt_len + steps <= cfg.max_seq_len):
         raise ValueError(f"batch={batch}, prompt_len={prompt_len}, steps={steps} do not fit max_batch_size="
                          f"{cfg.max_batch_size}, max_seq_len={cfg.max_seq_len}")
+
     def main_ctx():
         return lowbit.backend(backend) if backend else contextlib.nullcontext()
 
@@ -187,7 +196,7 @@ def selftest(device: str = "cpu", steps: int = 22, verbose: bool = True, *, conf
                 noisy = model(tokens, 0)
             watch.take()
         floor = _rel_err(noisy, ref)
-        tol = TOL_FACTOR * floor
+        tol = max(TOL_FACTOR * floor, KERNEL_REL)  # never below one kernel's own allowance
         check("decode_vs_prefill", _rel_err(gen_logits[:, prompt_len:], full[:, prompt_len:]), tol)
         check("prompt_vs_prefill", _rel_err(gen_logits[:, :prompt_len], full[:, :prompt_len]), tol)
         flips = _count_flips(gen_dec, full_dec, batch)
@@ -220,7 +229,7 @@ def format_report(result: dict) -> str:
              f"{result['positions']} positions, {result['seconds']:.1f} s)"]
     for name, c in result["checks"].items():
         lines.append(f"  {'PASS' if c['ok'] else 'FAIL'}  {name:22s} {c['value']:.3g}  (tol {c['tol']:.3g})")
-    lines.append(f"        (tol = {TOL_FACTOR:g} x the logit error when every linear is off by 2^-8: {result['noise_floor']:.3g})")
+    lines.append(f"        (tol = {TOL_FACTOR:g} x {result['noise_floor']:.3g}, the logit error when every linear is off by 2^-8)")
     for name, n in result["decision_flips"].items():
         if n:
             lines.append(f"  note  {name}: {n} token(s) chose different indexer positions / experts (near ties)")

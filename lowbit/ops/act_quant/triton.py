@@ -14,10 +14,11 @@ import triton.language as tl
 
 from lowbit._backend import interpret_mode
 
-_E4M3_MAX = 448.0
-_E2M1_MAX = 6.0
-_F32_NAN_BITS = 0x7FC00000
-_F32_2M127_BITS = 0x00400000  # 2^-127, the fp32 subnormal UE8M0 byte 0 decodes to
+# constexpr: a @triton.jit function may only read module globals that are tl.constexpr
+_E4M3_MAX = tl.constexpr(448.0)
+_E2M1_MAX = tl.constexpr(6.0)
+_F32_NAN_BITS = tl.constexpr(0x7FC00000)
+_F32_2M127_BITS = tl.constexpr(0x00400000)  # 2^-127, the fp32 subnormal UE8M0 byte 0 decodes to
 
 
 @triton.jit

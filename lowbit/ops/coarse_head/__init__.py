@@ -40,6 +40,7 @@ __all__ = [
 KIND_INTX, KIND_FP8, KIND_NVFP4 = 0, 1, 2
 #: M bands with their own launch configuration (see triton.py); warmup() compiles each.
 M_BANDS = (1, 16, 32, 64)
+_INT64_MAX = 2**63 - 1
 _X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -56,10 +57,11 @@ class CoarsePacking:
         self.kind, self.fmt, self.n, self.k, self.bits, self.group_size = kind, fmt, n, k, bits, group_size
         self._dense = None
         self._coef = None
+        self.tensors = tuple(fmt._tensor_fields().values())
 
     @property
     def device(self) -> torch.device:
-        return self.fmt.device
+        return self.tensors[0].device
 
     @property
     def nbytes(self) -> int:
@@ -170,18 +172,20 @@ def coarse_head(
     """
     check_tensor("x", x, dtypes=_X_DTYPES, ndim=2)
     require(x.shape[1] == packing.k, f"x has K={x.shape[1]} (shape {tuple(x.shape)}), the head has K={packing.k}")
-    require(x.device == packing.device, f"x is on {x.device}, the coarse weight on {packing.device}")
+    compiling = torch.compiler.is_compiling()
+    require(compiling or x.device == packing.device, f"x is on {x.device}, the coarse weight on {packing.device}")
     require(block >= 16 and block <= 256 and block & (block - 1) == 0, f"block must be a power of two in [16, 256], got {block}")
     require(1 <= kcand <= block, f"kcand must be in [1, block={block}], got {kcand}")
     require(bound in (BOUND_NONE, BOUND_DET, BOUND_STAT), f"bound must be 0, 1 or 2, got {bound}")
     require(not (bound == BOUND_STAT and packing.bits is None), "the statistical bound needs an INTx coarse copy (native rows have no quantization error)")
     if x.shape[0] == 0:
         raise ValueError(f"x has no rows (shape {tuple(x.shape)})")
-    if use_triton(x, *packing.fmt._tensor_fields().values()):
+    # traced graphs: Triton exactly for CUDA tensors (use_triton's import probe is not traceable)
+    if (x.is_cuda if compiling else use_triton(x, *packing.tensors)):
         w, s, z, gs = _raw(packing)
         # eager: call the launcher directly (the op wrapper costs several µs of Python at M = 1);
         # under torch.compile the registered op is traced instead
-        op = torch.ops.lowbit.coarse_head if torch.compiler.is_compiling() else _coarse_head_impl
+        op = torch.ops.lowbit.coarse_head if compiling else _coarse_head_impl
         outs = op(x, w, s, z, gs, packing.kind, packing.bits or 0, packing.group_size,
                                             packing.n, packing.padded_k, block, kcand, bound, float(sigma),
                                             bool(write_logits))
@@ -230,8 +234,7 @@ def _(x, w, s, z, gs, kind, bits, group_size, n, padded_k, block, kcand, bound, 
 def argmax_lowest(vals: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """Index of the largest value per row, the lowest index among equals. vals fp32, idx int64 [M, T]."""
     best = vals.amax(-1, keepdim=True)
-    big = torch.iinfo(torch.int64).max
-    return torch.where(vals == best, idx, torch.full_like(idx, big)).amin(-1)
+    return torch.where(vals == best, idx, torch.full_like(idx, _INT64_MAX)).amin(-1)
 
 
 def topk_lowest(vals: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -183,21 +183,25 @@ def kernel_depth(padded_k: int, bk: int) -> int:
 
 
 def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, block, kcand, bound,
-                       sigma, write_logits):
+                       sigma, write_logits, config=None):
     """Launch the coarse kernel. Tensors as stored (see ``coarse_head._raw``): INTx packed / scale
     fp16 / zero; FP8 data viewed as uint8 / row scale fp32; NVFP4 packed / scale viewed as uint8 /
-    global scale. Returns a :class:`CoarseOut` of fresh tensors (nothing is mutated)."""
+    global scale. ``config`` = (BM, num_warps, num_stages, BK) overrides the M-band table (for
+    tuning). Returns the six :class:`CoarseOut` tensors, all fresh (nothing is mutated)."""
     m, k = x.shape
     if x.stride(1) != 1:
         x = x.contiguous()
-    _, (bm, warps, stages) = _config(m)
+    if config is None:
+        _, (bm, warps, stages) = _config(m)
+        bk = _bk(kind, group_size)
+    else:
+        bm, warps, stages, bk = config
     use_dot = bm > 1
     if interpret_mode():
         dt, split = tl.float32, False  # the interpreter's bf16 tl.dot is broken; fp32 is exact here
     else:
         dt = tl.float16 if x.dtype == torch.float16 else tl.bfloat16
         split = use_dot and x.dtype == torch.float32
-    bk = _bk(kind, group_size)
     nb = -(-n // block)
     depth = kernel_depth(padded_k, bk)
     if kind == KIND_INTX:

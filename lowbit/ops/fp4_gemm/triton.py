@@ -89,8 +89,11 @@ def _upcast_e2m1x2(p, ROWS: tl.constexpr, COLS: tl.constexpr, ASM: tl.constexpr)
 @triton.jit
 def _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
               AS_E8M0: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
-    """acc[BLOCK_N, BLOCK_M] += sum_j dot(W_j, A_j^T) * 2^(b_s - 127) * a_s over one 128 K block."""
-    blk = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    """acc[BLOCK_N, BLOCK_M] += sum_j (dot(W_j, A_j^T) * 2^(b_s_j - 127)) * a_s over one 128 K block.
+
+    The power-of-two weight scale is applied first (exact), then the activation scale in the same
+    FMA, so no second accumulator tile is kept (register pressure)."""
+    s_a = _load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
     for j in tl.static_range(4):
         o_k = kb * 128 + j * 32 + tl.arange(0, 32)
         # [BLOCK_M, 32] e4m3
@@ -101,9 +104,8 @@ def _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb
         b_w = _upcast_e2m1x2(b_p, BLOCK_N, 16, ASM)
         # [BLOCK_N] UE8M0 scale of this 32-wide block
         s_b = _load_scale(bs_ptr + o_n * (K // 32) + kb * 4 + j, m_n, True)
-        blk += tl.dot(b_w, tl.trans(b_a)) * s_b[:, None]
-    s_a = _load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
-    return acc + blk * s_a[None, :]
+        acc = acc + (tl.dot(b_w, tl.trans(b_a)) * s_b[:, None]) * s_a[None, :]
+    return acc
 
 
 @triton.jit(do_not_specialize=["M", "n_kb", "kb_per_split"])  # see _fp8_gemm_kernel

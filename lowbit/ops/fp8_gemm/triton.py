@@ -39,14 +39,18 @@ class GemmConfig(NamedTuple):
     swap_ab: bool  # compute C^T tiles (decode)
     group_m: int = 8  # row tiles that share a weight tile in L2 (grouped order)
     tma: bool = False  # fp8 non-swap only: TMA descriptor loads
+    warp_spec: bool = False  # fp8 TMA only: warp-specialized K loop
     waves: int = 2  # split K until the grid has about waves x #SMs programs
 
 
 @triton.jit
 def _load_scale(p, mask, E8M0: tl.constexpr):
+    """fp32 scales at p; E8M0: UE8M0 bytes decoded to 2^(e-127)."""
     if E8M0:
-        return _e8m0_decode(tl.load(p, mask=mask, other=127).to(tl.int32))
-    return tl.load(p, mask=mask, other=1.0)
+        s = _e8m0_decode(tl.load(p, mask=mask, other=127).to(tl.int32))
+    else:
+        s = tl.load(p, mask=mask, other=1.0)
+    return s
 
 
 @triton.jit
@@ -62,28 +66,56 @@ def tile_coords(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.
 
 
 @triton.jit
-def _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
-              AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr):
+def weight_tile_scale(bs_ptr, i_n, o_n, m_n, kb, n_kb, BLOCK_N: tl.constexpr, E8M0: tl.constexpr):
+    """The 128x128 weight-block scale(s) of K block kb for this tile's weight rows: a scalar when
+    BLOCK_N <= 128 (the tile lies inside one 128-row block), else one per row [BLOCK_N]."""
+    if BLOCK_N <= 128:
+        s = _load_scale(bs_ptr + (i_n * BLOCK_N // 128) * n_kb + kb, True, E8M0)
+    else:
+        s = _load_scale(bs_ptr + (o_n // 128) * n_kb + kb, m_n, E8M0)
+    return s
+
+
+@triton.jit
+def scale_dot(acc, d, s_a, s_b, BLOCK_N: tl.constexpr, SWAP_AB: tl.constexpr):
+    """acc + d * a_s * b_s (d is [BLOCK_N, BLOCK_M] under SWAP_AB); a scalar s_b folds into s_a, so
+    the update is one FMA per element."""
+    if BLOCK_N <= 128:
+        if SWAP_AB:
+            acc = acc + d * (s_a * s_b)[None, :]
+        else:
+            acc = acc + d * (s_a * s_b)[:, None]
+    else:
+        if SWAP_AB:
+            acc = acc + (d * s_b[:, None]) * s_a[None, :]
+        else:
+            acc = acc + (d * s_a[:, None]) * s_b[None, :]
+    return acc
+
+
+@triton.jit
+def _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, K, n_kb,
+              AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr, BLOCK_N: tl.constexpr):
     """acc += dot(A[:, kb], B[:, kb]^T) * a_s[:, kb] * b_s[n // 128, kb] (one 128-wide K block)."""
     o_k = kb * 128 + tl.arange(0, 128)
     # [BLOCK_M, 128] e4m3
     b_a = tl.load(a_ptr + o_m[:, None] * K + o_k[None, :], mask=m_m[:, None], other=0.0)
     # [BLOCK_N, 128] e4m3
     b_b = tl.load(b_ptr + o_n[:, None] * K + o_k[None, :], mask=m_n[:, None], other=0.0)
-    # [BLOCK_M], [BLOCK_N] fp32
+    # [BLOCK_M] fp32; scalar or [BLOCK_N] fp32
     s_a = _load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
-    s_b = _load_scale(bs_ptr + (o_n // 128) * n_kb + kb, m_n, BS_E8M0)
+    s_b = weight_tile_scale(bs_ptr, i_n, o_n, m_n, kb, n_kb, BLOCK_N, BS_E8M0)
     if SWAP_AB:
-        acc += tl.dot(b_b, tl.trans(b_a)) * (s_b[:, None] * s_a[None, :])
+        d = tl.dot(b_b, tl.trans(b_a))
     else:
-        acc += tl.dot(b_a, tl.trans(b_b)) * (s_a[:, None] * s_b[None, :])
-    return acc
+        d = tl.dot(b_a, tl.trans(b_b))
+    return scale_dot(acc, d, s_a, s_b, BLOCK_N, SWAP_AB)
 
 
 @triton.jit
 def store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, SWAP_AB: tl.constexpr):
     """Write the [BLOCK_M, BLOCK_N] tile (acc is [BLOCK_N, BLOCK_M] under SWAP_AB) of split i_split."""
-    base = out_ptr + i_split * M * N
+    base = out_ptr + i_split.to(tl.int64) * M * N
     if SWAP_AB:
         tl.store(base + o_m[None, :] * N + o_n[:, None], acc.to(out_ptr.dtype.element_ty), mask=m_m[None, :] & m_n[:, None])
     else:
@@ -93,11 +125,10 @@ def store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, SWAP_AB: tl.cons
 @triton.jit
 def split_range(n_kb, kb_per_split):
     """[kb0, kb1): the K blocks of this program's split (program_id(1))."""
-    i_split = tl.program_id(1).to(tl.int64)
+    # int32 loop bounds: the software pipeliner does not multi-buffer a loop over int64 bounds
+    i_split = tl.program_id(1)
     kb0 = i_split * kb_per_split
-    kb1 = kb0 + kb_per_split
-    if kb1 > n_kb:
-        kb1 = n_kb
+    kb1 = tl.minimum(kb0 + kb_per_split, n_kb)
     return i_split, kb0, kb1
 
 
@@ -124,11 +155,11 @@ def _fp8_gemm_kernel(
         # a while loop runs there, but it is not software-pipelined on the GPU.
         kb = kb0
         while kb < kb1:
-            acc = _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BS_E8M0, SWAP_AB)
+            acc = _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BS_E8M0, SWAP_AB, BLOCK_N)
             kb += 1
     else:
         for kb in range(kb0, kb1):
-            acc = _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BS_E8M0, SWAP_AB)
+            acc = _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BS_E8M0, SWAP_AB, BLOCK_N)
     store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, SWAP_AB)
 
 
@@ -136,9 +167,10 @@ def _fp8_gemm_kernel(
 def _fp8_gemm_tma_kernel(
     a_desc, as_ptr, b_desc, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split,
     AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, WARP_SPEC: tl.constexpr,
 ):
-    """Same math as ``_fp8_gemm_kernel`` (non-swap), A / B tiles through TMA (GPU only)."""
+    """Same math as ``_fp8_gemm_kernel`` (non-swap), A / B tiles through TMA (GPU only).
+    WARP_SPEC: Triton's automatic warp specialization of the K loop (a producer warp issues TMA)."""
     i_m, i_n = tile_coords(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     i_split, kb0, kb1 = split_range(n_kb, kb_per_split)
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -148,13 +180,13 @@ def _fp8_gemm_tma_kernel(
     row_a = (i_m * BLOCK_M).to(tl.int32)
     row_b = (i_n * BLOCK_N).to(tl.int32)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kb in range(kb0, kb1):
-        col = (kb * 128).to(tl.int32)
+    for kb in tl.range(kb0, kb1, warp_specialize=WARP_SPEC):
+        col = kb * 128
         b_a = a_desc.load([row_a, col])  # [BLOCK_M, 128] e4m3, rows >= M zero-filled
         b_b = b_desc.load([row_b, col])  # [BLOCK_N, 128] e4m3
         s_a = _load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
-        s_b = _load_scale(bs_ptr + (o_n // 128) * n_kb + kb, m_n, BS_E8M0)
-        acc += tl.dot(b_a, tl.trans(b_b)) * (s_a[:, None] * s_b[None, :])
+        s_b = weight_tile_scale(bs_ptr, i_n, o_n, m_n, kb, n_kb, BLOCK_N, BS_E8M0)
+        acc = scale_dot(acc, tl.dot(b_a, tl.trans(b_b)), s_a, s_b, BLOCK_N, False)
     store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, False)
 
 
@@ -176,7 +208,7 @@ _CONFIGS = (
     (16, GemmConfig(16, 64, 4, 6, True)),
     (32, GemmConfig(32, 64, 4, 6, True)),
     (64, GemmConfig(64, 64, 4, 5, True)),
-    (256, GemmConfig(64, 128, 4, 4, False)),
+    (1024, GemmConfig(64, 128, 4, 4, False)),
     (None, GemmConfig(128, 128, 8, 4, False, 8, True)),
 )
 
@@ -242,7 +274,8 @@ def launch_gemm(kernel, a, a_s, b, b_s, n: int, k_blocks: int, extra: dict, spli
 
         a_desc = TensorDescriptor.from_tensor(a, [cfg.block_m, 128])
         b_desc = TensorDescriptor.from_tensor(b, [cfg.block_n, 128])
-        tma_kernel[(tiles, split_k)](a_desc, a_s, b_desc, b_s, out, m, n, a.shape[1], k_blocks, kb_per_split, **meta)
+        tma_kernel[(tiles, split_k)](a_desc, a_s, b_desc, b_s, out, m, n, a.shape[1], k_blocks, kb_per_split,
+                                     WARP_SPEC=cfg.warp_spec, **meta)
     else:
         kernel[(tiles, split_k)](a, a_s, b, b_s, out, m, n, a.shape[1], k_blocks, kb_per_split,
                                  SWAP_AB=cfg.swap_ab, INTERPRET=interpret_mode(), **meta)

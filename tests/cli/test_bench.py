@@ -1,0 +1,97 @@
+"""lowbit bench: the report (table / JSON / PNG) on fake rows, and the CLI's errors on a CPU machine."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lowbit.bench import report, runner
+from lowbit.bench.registry import BenchContext, Result
+from lowbit.cli import main
+
+CTX = BenchContext(copy_gbps=4000.0, bf16_tflops=700.0, fp8_tflops=1200.0, quick=True)
+
+
+def _rows():
+    return [
+        Result("lm_head", "M1 V49152 K576", "lowbit int4", us=20.0, bytes=16_000_000),
+        Result("lm_head", "M1 V49152 K576", "cuBLAS bf16", us=25.0, bytes=56_000_000),
+        Result("lm_head", "M1 V49152 K576", "fp8 rowwise", us=40.0, bytes=28_000_000),
+        Result("gemm", "4096^3", "lowbit fp8", us=200.0, flops=2 * 4096**3, extra={"peak": "fp8"}),
+        Result("gemm", "4096^3", "torch bf16", us=300.0, flops=2 * 4096**3),
+    ]
+
+
+def test_derive_numbers():
+    d = report.derive(_rows(), CTX)
+    low = d[0]
+    assert low["gbps"] == pytest.approx(16e6 / 20 / 1e3)  # bytes / µs / 1e3 = GB/s
+    assert low["floor_us"] == pytest.approx(16e6 / (4000 * 1e3))  # 4 µs at 4000 GB/s
+    assert low["pct_floor"] == pytest.approx(100 * 4 / 20)
+    assert low["speedup"] == {"cuBLAS bf16": pytest.approx(25 / 20), "fp8 rowwise": pytest.approx(2.0)}
+    assert "speedup" not in d[1]
+    gemm = d[3]
+    assert gemm["tflops"] == pytest.approx(2 * 4096**3 / 200 / 1e6)
+    # the lowbit fp8 row is held to the FP8 peak, the bf16 baseline to the bf16 one
+    assert gemm["floor_us"] == pytest.approx(2 * 4096**3 / (1200 * 1e6))
+    assert d[4]["floor_us"] == pytest.approx(2 * 4096**3 / (700 * 1e6))
+    assert gemm["speedup"] == {"torch bf16": pytest.approx(1.5)}
+
+
+def test_table_json_png(tmp_path, capsys):
+    d = report.derive(_rows(), CTX)
+    header, cells = report.table_rows(d)
+    assert header[:4] == ["op", "case", "impl", "µs"]
+    assert cells[0][3] == "20.0" and "1.25x cuBLAS bf16" in cells[0][7] and "2.00x fp8 rowwise" in cells[0][7]
+    report.print_table(d)
+    out = capsys.readouterr().out
+    assert "lowbit int4" in out and "cuBLAS bf16" in out
+    report.write_json(d, CTX, str(tmp_path / "b.json"), {"device": "fake"})
+    body = json.loads((tmp_path / "b.json").read_text())
+    assert body["context"]["copy_gbps"] == 4000.0 and len(body["results"]) == 5
+    report.plot(d, str(tmp_path / "b.png"))
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_specs_records_failures():
+    from lowbit.bench.registry import BenchSpec
+
+    def good(ctx):
+        return _rows()[:2]
+
+    def bad(ctx):
+        raise RuntimeError("kernel exploded")
+
+    out = runner.run_specs([BenchSpec("good", good), BenchSpec("bad", bad)], CTX)
+    assert len(out.results) == 2 and "kernel exploded" in out.failures["bad"]
+
+
+def test_bench_unknown_op_is_usage_error(capsys):
+    rc = main(["bench", "--op", "no_such_op"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("lowbit: error: unknown benchmark op 'no_such_op'") and "known ops:" in err
+
+
+def test_bench_list_works_without_gpu(capsys):
+    assert main(["bench", "--list"]) == 0
+    names = sorted(runner.available_ops())
+    out = capsys.readouterr().out
+    assert all(n in out for n in names)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown on a machine without a GPU")
+def test_bench_without_gpu_says_so(capsys, tmp_path):
+    rc = main(["bench", "--quick", "--out", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "no CUDA GPU" in err and "Traceback" not in err
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.cuda
+def test_bench_quick_on_gpu(tmp_path):
+    names = sorted(runner.available_ops())
+    assert names, "no benchmark registered"
+    assert main(["bench", "--quick", "--op", names[0], "--out", str(tmp_path)]) == 0
+    body = json.loads((tmp_path / "bench.json").read_text())
+    assert body["results"] and (tmp_path / "bench.png").exists()
