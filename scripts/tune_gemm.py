@@ -49,12 +49,11 @@ FP8_BANDS = {
         C(64, 128, 4, 4, False), C(64, 128, 4, 6, True), C(64, 64, 4, 5, True, waves=4)]),
     "m<=1024": dict(ms=(512,), shapes=[(7168, 16384), (2112, 7168), (4096, 7168)], cfgs=[
         C(128, 128, 8, 4, False), C(64, 128, 4, 4, False), C(128, 128, 8, 4, False, 8, True),
-        C(128, 128, 8, 3, False, 8, True, waves=1), C(128, 256, 16, 3, False, 8, True), C(64, 256, 8, 3, False, 8, True)]),
+        C(128, 128, 8, 3, False, 8, True, waves=1), C(64, 256, 8, 3, False, 8, True), C(64, 128, 4, 4, False, 8, True)]),
     "m>1024": dict(ms=(4096,), shapes=[(7168, 16384), (4096, 7168), (24576, 1536)], cfgs=[
         C(128, 128, 8, 4, False), C(128, 128, 8, 4, False, 8, True), C(128, 128, 8, 5, False, 8, True),
-        C(128, 256, 16, 3, False, 8, True), C(256, 128, 16, 3, False, 8, True), C(128, 256, 8, 3, False, 8, True),
-        C(128, 128, 8, 4, False, 16, True), C(128, 128, 8, 4, False, 8, True, warp_spec=True),
-        C(128, 256, 16, 3, False, 8, True, warp_spec=True)]),
+        C(128, 128, 8, 3, False, 8, True), C(256, 128, 16, 3, False, 8, True), C(64, 256, 8, 4, False, 8, True),
+        C(128, 128, 8, 4, False, 16, True), C(128, 128, 8, 4, False, 4, True)]),
 }
 FP4_BANDS = {
     "m<=16": dict(ms=(1, 16), shapes=DEC_SHAPES, cfgs=[
@@ -65,13 +64,16 @@ FP4_BANDS = {
         (C(64, 64, 4, 4, True), True), (C(64, 64, 4, 4, True), False), (C(64, 128, 4, 4, True), True),
         (C(64, 128, 8, 3, True), True), (C(64, 64, 4, 6, True), True)]),
     "m>64": dict(ms=(4096,), shapes=[(4096, 7168)], cfgs=[
-        (C(128, 128, 8, 3, True), True), (C(64, 128, 4, 4, True), True), (C(128, 128, 8, 3, True), False)]),
+        (C(128, 128, 8, 3, True), True), (C(64, 128, 8, 3, True), True), (C(64, 128, 8, 4, True), True),
+        (C(128, 128, 8, 3, True), False)]),
 }
 # (elements per program, num_warps); the first is the table's value before tuning
 ACT_CFGS = [(4096, 4), (2048, 4), (8192, 4), (8192, 8), (16384, 8), (4096, 8), (32768, 16)]
 TOL = 2.0**-8
+ACT_SHAPE = (8192, 7168)
 
 T0 = time.monotonic()
+DEVICE = "cuda"  # "cpu" (Triton interpreter, tiny shapes) for the --smoke self-test of this script
 
 
 def log(*a):
@@ -87,7 +89,7 @@ LOG = None
 
 def cfg_name(cfg, asm=None) -> str:
     s = f"{cfg.block_m}x{cfg.block_n} w{cfg.warps} s{cfg.stages}" + (" swap" if cfg.swap_ab else "")
-    s += (f" g{cfg.group_m}" if cfg.group_m != 8 else "") + (" tma" if cfg.tma else "") + (" ws" if cfg.warp_spec else "") + (f" waves{cfg.waves}" if cfg.waves != 2 else "")
+    s += (f" g{cfg.group_m}" if cfg.group_m != 8 else "") + (" tma" if cfg.tma else "") + (f" waves{cfg.waves}" if cfg.waves != 2 else "")
     return s + ("" if asm is None else (" asm" if asm else " alu"))
 
 
@@ -103,9 +105,9 @@ def operands(op: str, m: int, n: int, k: int):
 
         from lowbit.formats import FP8, MXFP4
 
-        g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
-        a = FP8.quantize(torch.randn(m, k, device="cuda", generator=g), "group", 128)
-        w = torch.randn(n, k, device="cuda", generator=g) * 0.05
+        g = torch.Generator(device=DEVICE).manual_seed(m * 7 + n * 3 + k)
+        a = FP8.quantize(torch.randn(m, k, device=DEVICE, generator=g), "group", 128)
+        w = torch.randn(n, k, device=DEVICE, generator=g) * 0.05
         if op == "fp8":
             b = FP8.quantize(w, "block", 128)
             bd, bt, bs = b.dequantize(torch.float32), b.data, b.scale
@@ -129,6 +131,60 @@ def call(op: str, cfg, asm, m, n, k):
     if op == "fp8":
         return lambda: f8.fp8_gemm(a, a_s, b, b_s, config=cfg)
     return lambda: f4.fp4_gemm(a, a_s, b, b_s, config=cfg, asm=asm)
+
+
+def timer():
+    """lowbit.bench.gemm.cold_us on the GPU; a plain wall-clock median for the CPU self-test."""
+    if DEVICE == "cuda":
+        from lowbit.bench.gemm import cold_us
+
+        return cold_us
+
+    def cpu_us(fn, graph=False):
+        fn()
+        ts = []
+        for _ in range(3):
+            t = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t)
+        return sorted(ts)[1] * 1e6
+
+    return cpu_us
+
+
+def sync():
+    import torch
+
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def smoke() -> None:
+    """Self-test of the check path on CPU (Triton interpreter, tiny shapes, a few candidates)."""
+    global DEVICE
+    DEVICE = "cpu"
+    import lowbit
+
+    lowbit.set_backend("triton")
+    for bands in (FP8_BANDS, FP4_BANDS):
+        for spec in bands.values():
+            spec["ms"] = spec["ms"][:1]
+            spec["shapes"] = [(96, 256)]
+            spec["cfgs"] = spec["cfgs"][:2]
+    global ACT_SHAPE
+    ACT_SHAPE = (4, 1024)
+    for bands in (FP8_BANDS, FP4_BANDS):
+        for spec in bands.values():
+            spec["ms"] = tuple(min(m, 64) for m in spec["ms"])
+    worker(0, 1, "/tmp/tune_gemm_smoke.json")
+    res = json.load(open("/tmp/tune_gemm_smoke.json"))
+    assert res and all(r["ok"] for r in res), res
+    results = {}
+    act = time_act_quant(results)
+    best = time_bands(results, res, time.monotonic() + 600)
+    print(json.dumps(install(best, act)))
+    json.dumps(results, default=str)
+    print("smoke OK:", len(res), "cases")
 
 
 def rel_err(c, ref) -> float:
@@ -166,13 +222,13 @@ def worker(index: int, count: int, path: str) -> None:
                 t = time.monotonic()
                 try:
                     c = call(op, cfg, asm, m, n, k)()
-                    torch.cuda.synchronize()
+                    sync()
                     r["rel_err"] = rel_err(c, operands(op, m, n, k)[4])
                     r["ok"] = r["rel_err"] < TOL
                 except Exception as e:  # compile / resource errors: record, go on
                     r["ok"] = False
                     r["error"] = f"{type(e).__name__}: {str(e)[-400:]}"
-                    torch.cuda.synchronize()
+                    sync()
                 r["check_s"] = round(time.monotonic() - t, 2)
                 res.append(r)
                 print(json.dumps(r), flush=True)
@@ -181,7 +237,8 @@ def worker(index: int, count: int, path: str) -> None:
             if res and "error" in res[-1]:
                 break
         _OPS.clear()
-        torch.cuda.empty_cache()
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
     with open(path, "w") as f:
         json.dump(res, f)
 
@@ -191,7 +248,7 @@ def time_bands(results: dict, checks: list, deadline: float) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from lowbit.bench.gemm import cold_us
+    cold_us = timer()
 
     ok = {}
     for r in checks:
@@ -207,12 +264,12 @@ def time_bands(results: dict, checks: list, deadline: float) -> dict:
                     if time.monotonic() > deadline:
                         break
                     # baselines on the same shape
-                    a8 = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
-                    w8 = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+                    a8 = torch.randn(m, k, device=DEVICE).to(torch.float8_e4m3fn)
+                    w8 = torch.randn(n, k, device=DEVICE).to(torch.float8_e4m3fn)
                     wb = w8.to(torch.bfloat16)
                     ab = a8.to(torch.bfloat16)
-                    one = torch.ones((), device="cuda")
-                    sa, sb = torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda")
+                    one = torch.ones((), device=DEVICE)
+                    sa, sb = torch.ones(m, 1, device=DEVICE), torch.ones(1, n, device=DEVICE)
                     g = m <= 64
                     b = {}
                     try:
@@ -264,11 +321,11 @@ def time_bands(results: dict, checks: list, deadline: float) -> dict:
 def time_act_quant(results: dict) -> tuple:
     import torch
 
-    from lowbit.bench.gemm import cold_us
+    cold_us = timer()
     from lowbit.ops.act_quant import triton as aq
     from lowbit.ops.act_quant.reference import act_quant_ref
 
-    x = torch.randn(8192, 7168, device="cuda", dtype=torch.bfloat16) * 3
+    x = torch.randn(*ACT_SHAPE, device=DEVICE, dtype=torch.bfloat16) * 3
     ry, rs = act_quant_ref(x, 128)
     copy_us = cold_us(lambda: x.clone())
     nbytes = x.numel() * 2 + x.numel() + x.numel() // 128 * 4
@@ -322,17 +379,18 @@ def install(best: dict, act_best) -> dict:
 
 
 def run_bench(results: dict) -> None:
-    from lowbit.bench.registry import BenchContext, discover
+    from lowbit.bench.registry import BenchContext
     from lowbit.bench.timing import bf16_matmul_tflops, copy_bandwidth_gbps, fp8_matmul_tflops
 
     ctx = BenchContext(copy_gbps=copy_bandwidth_gbps(), bf16_tflops=bf16_matmul_tflops(), fp8_tflops=fp8_matmul_tflops())
     log("ctx", ctx)
     results["ctx"] = ctx.__dict__
-    reg = discover()
+    from lowbit.bench import gemm as bench
+
     rows = []
-    for name in ("act_quant", "fp4_gemm", "fp8_gemm"):
+    for name, fn in (("act_quant", bench.bench_act_quant), ("fp4_gemm", bench.bench_fp4_gemm), ("fp8_gemm", bench.bench_fp8_gemm)):
         try:
-            res = reg[name].fn(ctx)
+            res = fn(ctx)
         except Exception:
             log(f"bench {name} failed:\n{traceback.format_exc()}")
             continue
@@ -368,7 +426,7 @@ def compile_only() -> None:
             fn = f8._fp8_gemm_tma_kernel
             sig["a"] = f"tensordesc<fp8e4nv[{cfg.block_m}, 128]>"
             sig["b"] = f"tensordesc<fp8e4nv[{cfg.block_n}, 128]>"
-            const.update(BS_E8M0=False, WARP_SPEC=cfg.warp_spec)
+            const.update(BS_E8M0=False)
         elif op == "fp8":
             fn = f8._fp8_gemm_kernel
             const.update(BS_E8M0=False, SWAP_AB=cfg.swap_ab, INTERPRET=False)
@@ -404,11 +462,15 @@ def main() -> int:
     ap.add_argument("--no-tests", action="store_true")
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="CPU self-test of the script (needs TRITON_INTERPRET=1)")
     ap.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.compile_only:
         compile_only()
+        return 0
+    if args.smoke:
+        smoke()
         return 0
     if args.worker is not None:
         worker(args.worker, args.workers, args.worker_out)
@@ -466,9 +528,12 @@ def main() -> int:
     best, act_best = {}, None
     try:
         act_best = time_act_quant(results)
+    except Exception:
+        log("act_quant sweep failed:\n" + traceback.format_exc())
+    try:
         best = time_bands(results, checks, deadline - (60 if not args.no_bench else 5))
     except Exception:
-        log("sweep failed:\n" + traceback.format_exc())
+        log("GEMM sweep failed:\n" + traceback.format_exc())
     results["best"] = {f"{op} {band}": cfg_name(*((c, None) if op == "fp8" else c)) for (op, band), c in best.items()}
     results["installed"] = install(best, act_best)
     log("installed tables:", json.dumps(results["installed"]))
@@ -486,6 +551,7 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             log(f"{name} did not finish within the budget: killed")
             p.kill()
+            p.wait()
         results[f"{name}_rc"] = p.returncode
         log(f"{name} rc={p.returncode}")
     json.dump(results, open(os.path.join(out, "tune.json"), "w"), indent=1, default=str)

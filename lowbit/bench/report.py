@@ -5,9 +5,10 @@ Pure Python + matplotlib (Agg): no GPU needed, so it is tested on the CPU with m
 Derived columns per row (``ctx`` is the run's :class:`~lowbit.bench.registry.BenchContext`):
 
 * ``gbps`` = bytes / µs / 1e3 and ``tflops`` = flops / µs / 1e6 (0 when not counted);
-* ``floor_us`` = max(bytes / copy bandwidth, flops / peak), the peak being the FP8 one for rows
-  whose ``extra["peak"] == "fp8"`` (or whose impl names fp8/fp4 when no peak is given) and bf16
-  otherwise; ``pct_floor`` = 100 * floor_us / us (100 % = at the roofline);
+* ``floor_us`` = ``extra["floor_us"]`` when the benchmark gives one (a launch floor, or the bytes
+  that must be read), else max(bytes / copy bandwidth, flops / peak), the peak being the FP8 one for
+  rows whose ``extra["peak"] == "fp8"`` (or whose impl names fp8 / fp4 / scaled_mm when no peak is
+  given) and bf16 otherwise; ``pct_floor`` = 100 * floor_us / us (100 % = at the roofline);
 * ``speedup`` (lowbit rows only): for each baseline of the same (op, case),
   ``baseline µs / lowbit µs`` (> 1: lowbit is faster).
 """
@@ -27,7 +28,7 @@ def is_lowbit(impl: str) -> bool:
 
 def _peak(row: Result, ctx: BenchContext) -> float | None:
     peak = row.extra.get("peak") if isinstance(row.extra, dict) else None
-    if peak == "fp8" or (peak is None and any(t in row.impl.lower() for t in ("fp8", "fp4", "nvfp4", "mxfp4"))):
+    if peak == "fp8" or (peak is None and any(t in row.impl.lower() for t in ("fp8", "fp4", "scaled_mm"))):
         return ctx.fp8_tflops or ctx.bf16_tflops
     return ctx.bf16_tflops
 
@@ -38,8 +39,10 @@ def derive(rows: Sequence[Result], ctx: BenchContext) -> list[dict]:
     out = []
     for r in rows:
         us = float(r.us)
-        ok = us > 0 and math.isfinite(us)
-        floor = r.floor_us(ctx, _peak(r, ctx))
+        ok = math.isfinite(us) and us > 0
+        own = r.extra.get("floor_us") if isinstance(r.extra, dict) else None
+        # a benchmark that knows its floor better (a launch floor, the coarse bytes only) says so
+        floor = float(own) if isinstance(own, (int, float)) and own > 0 else r.floor_us(ctx, _peak(r, ctx))
         d = dataclasses.asdict(r)
         d.update(
             gbps=(r.bytes / (us * 1e3)) if ok and r.bytes else None,
@@ -55,8 +58,13 @@ def derive(rows: Sequence[Result], ctx: BenchContext) -> list[dict]:
         baselines = [d for d in group if not is_lowbit(d["impl"])]
         for d in group:
             if is_lowbit(d["impl"]):
-                d["speedup"] = {b["impl"]: (b["us"] / d["us"]) if d["us"] > 0 else None for b in baselines}
+                d["speedup"] = {b["impl"]: _ratio(b["us"], d["us"]) for b in baselines}
     return out
+
+
+def _ratio(a: float, b: float) -> float | None:
+    ok = all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (a, b))
+    return a / b if ok else None
 
 
 def _fmt(v, spec: str) -> str:
@@ -70,6 +78,9 @@ def table_rows(derived: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
     for d in derived:
         sp = d.get("speedup") or {}
         sp_text = ", ".join(f"{v:.2f}x {k}" for k, v in sp.items() if v is not None) if sp else ""
+        err = d.get("extra", {}).get("error") if isinstance(d.get("extra"), dict) else None
+        if err:
+            sp_text = f"failed: {err[:60]}"
         cells.append([d["op"], d["case"], d["impl"], _fmt(d["us"], ".1f"), _fmt(d["gbps"], ".0f"),
                       _fmt(d["tflops"], ".1f"), _fmt(d["pct_floor"], ".0f"), sp_text])
     return header, cells
@@ -105,8 +116,9 @@ def write_json(derived: Sequence[dict], ctx: BenchContext, path: str, meta: dict
 
 
 def plot(derived: Sequence[dict], path: str, title: str = "lowbit bench") -> None:
-    """One panel per op: time (µs, log scale) per case, one bar per impl; the byte/FLOP floor
-    of the lowbit row as a tick."""
+    """One row of panels per op. Left: time per case (µs, log scale), one bar per impl, the
+    byte/FLOP floor as a red dotted line. Right: the lowbit rows' speedup over each baseline of the
+    same case (> 1: lowbit is faster)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -115,31 +127,55 @@ def plot(derived: Sequence[dict], path: str, title: str = "lowbit bench") -> Non
     ops = list(dict.fromkeys(d["op"] for d in derived))
     if not ops:
         raise ValueError("no benchmark rows to plot")
-    fig, axes = plt.subplots(len(ops), 1, figsize=(11, 3.6 * len(ops)), squeeze=False)
-    for ax, op in zip(axes[:, 0], ops):
+    fig, axes = plt.subplots(len(ops), 2, figsize=(15, 3.8 * len(ops)), squeeze=False,
+                             gridspec_kw={"width_ratios": [3, 2]})
+    for (ax, ax_sp), op in zip(axes, ops):
         rows = [d for d in derived if d["op"] == op]
         cases = list(dict.fromkeys(d["case"] for d in rows))
         impls = list(dict.fromkeys(d["impl"] for d in rows))
         width = 0.8 / max(len(impls), 1)
+        lows = []
         for j, impl in enumerate(impls):
             xs, ys = [], []
             for i, case in enumerate(cases):
                 hit = [d for d in rows if d["case"] == case and d["impl"] == impl]
-                if hit and hit[0]["us"] > 0:
+                if hit and _ratio(hit[0]["us"], 1.0) is not None:
                     xs.append(i + (j - (len(impls) - 1) / 2) * width)
                     ys.append(hit[0]["us"])
+            lows += ys
             ax.bar(xs, ys, width, label=impl, edgecolor="black" if is_lowbit(impl) else None)
         for i, case in enumerate(cases):
             floors = [d["floor_us"] for d in rows if d["case"] == case and d["floor_us"]]
             if floors:
-                ax.hlines(min(floors), i - 0.45, i + 0.45, colors="red", linestyles=":", lw=1)
+                lows.append(min(floors))
+                ax.hlines(min(floors), i - 0.45, i + 0.45, colors="red", linestyles=":", lw=1.5)
         ax.set_yscale("log")
+        if lows:
+            ax.set_ylim(bottom=min(lows) / 3)  # bars keep visible length on the log axis
         ax.set_xticks(range(len(cases)))
         ax.set_xticklabels(cases, rotation=20, ha="right", fontsize=8)
         ax.set_ylabel("µs (log)")
-        ax.set_title(f"{op}  (red dotted: byte/FLOP floor)")
+        ax.set_title(f"{op}: time (red dotted: floor)")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7, ncol=min(len(impls), 4))
+        labels, vals = [], []
+        for d in rows:
+            for base, ratio in (d.get("speedup") or {}).items():
+                if ratio is not None:
+                    labels.append(f"{d['case']}\n{d['impl']} vs {base}")
+                    vals.append(ratio)
+        if vals:
+            ax_sp.barh(range(len(vals)), vals, color=["tab:green" if v >= 1 else "tab:red" for v in vals])
+            ax_sp.axvline(1.0, color="black", lw=1)
+            ax_sp.set_yticks(range(len(vals)))
+            ax_sp.set_yticklabels(labels, fontsize=6)
+            ax_sp.invert_yaxis()
+            for y, v in enumerate(vals):
+                ax_sp.annotate(f"{v:.2f}x", (v, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+        else:
+            ax_sp.text(0.5, 0.5, "no lowbit row with a baseline", ha="center", va="center", transform=ax_sp.transAxes)
+        ax_sp.set_title("speedup of lowbit (> 1: faster)")
+        ax_sp.grid(axis="x", alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -152,7 +152,8 @@ def evaluate_head(hidden: torch.Tensor, weight: torch.Tensor, configs: Iterable[
     n, k_dim = weight.shape
     device = weight.device
     kmax = max(ks)
-    ref = exact_topk(hidden.to(device), weight, kmax)  # [P, kmax]
+    # the reference sees exactly the x the head sees (cast to the weight's dtype), in fp32
+    ref = exact_topk(hidden.to(device=device, dtype=weight.dtype), weight, kmax)  # [P, kmax]
     rows = []
     for ci, cfg in enumerate(configs):
         head = factory(weight, cfg)

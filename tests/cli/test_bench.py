@@ -39,6 +39,20 @@ def test_derive_numbers():
     assert gemm["speedup"] == {"torch bf16": pytest.approx(1.5)}
 
 
+def test_own_floor_and_failed_rows():
+    rows = [Result("g", "c", "lowbit", us=10.0, bytes=4_000_000, extra={"floor_us": 5.0}),
+            Result("g", "c", "torch", us=float("nan"), extra={"error": "not supported"}),
+            Result("g", "c", "torch._scaled_mm", us=20.0, flops=2 * 1024**3)]
+    d = report.derive(rows, CTX)
+    assert d[0]["floor_us"] == 5.0 and d[0]["pct_floor"] == pytest.approx(50.0)
+    assert d[0]["speedup"] == {"torch": None, "torch._scaled_mm": pytest.approx(2.0)}
+    assert d[1]["gbps"] is None and d[1]["pct_floor"] is None
+    assert d[2]["floor_us"] == pytest.approx(2 * 1024**3 / (1200 * 1e6))  # scaled_mm: the FP8 peak
+    _, cells = report.table_rows(d)
+    assert cells[1][3] == "-" and cells[1][7].startswith("failed: not supported")
+    assert cells[0][7] == "2.00x torch._scaled_mm"
+
+
 def test_table_json_png(tmp_path, capsys):
     d = report.derive(_rows(), CTX)
     header, cells = report.table_rows(d)

@@ -12,7 +12,6 @@ import importlib
 import pytest
 import torch
 
-import lowbit
 from lowbit.formats.fp8 import FP8
 from lowbit.models.tiny import TinyConfig, TinyModel, selftest
 from lowbit.models.tiny.attention import Attention, Indexer

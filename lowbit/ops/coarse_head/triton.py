@@ -27,15 +27,32 @@ def _dot(a, b, DT: tl.constexpr):
 
 
 @triton.jit
+def _x_stats_kernel(x_ptr, st_ptr, M, stride_xm, K: tl.constexpr, NG: tl.constexpr, G: tl.constexpr,
+                    GC: tl.constexpr):
+    """Per (row m, group g): sum x, sum |x|, sum x^2 over k in [gG, gG + G) (zero past K).
+    st fp32 [3, M, NG]. One launch per call, so the main loop never reduces x across threads."""
+    i_m = tl.program_id(0).to(tl.int64)
+    o_g = tl.program_id(1) * GC + tl.arange(0, GC)
+    o_k = o_g[:, None] * G + tl.arange(0, G)[None, :]
+    # [GC, G]
+    b_x = tl.load(x_ptr + i_m * stride_xm + o_k, mask=(o_k < K) & (o_g[:, None] < NG), other=0.0).to(tl.float32)
+    m_g = o_g < NG
+    base = st_ptr + i_m * NG + o_g
+    tl.store(base, tl.sum(b_x, axis=1), mask=m_g)
+    tl.store(base + M * NG, tl.sum(tl.abs(b_x), axis=1), mask=m_g)
+    tl.store(base + 2 * M * NG, tl.sum(b_x * b_x, axis=1), mask=m_g)
+
+
+@triton.jit
 def _coarse_head_kernel(
-    x_ptr, w_ptr, s_ptr, z_ptr, gs_ptr,
+    x_ptr, st_ptr, w_ptr, s_ptr, z_ptr, gs_ptr,
     ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, lg_ptr,
     M, N, NB,
     stride_xm, stride_wn, stride_sn,
     bcoef, sigma, abs_slack,
-    K: tl.constexpr, L: tl.constexpr,  # per head: constexpr (also avoids the interpreter's 1-element scalars)
+    K: tl.constexpr, L: tl.constexpr, NG: tl.constexpr,  # per head: constexpr
     KIND: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr, G: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KCAND: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KCAND: tl.constexpr, GC: tl.constexpr,
     BOUND: tl.constexpr, USE_DOT: tl.constexpr, SPLIT: tl.constexpr, DT: tl.constexpr,
     WRITE_LOGITS: tl.constexpr,
 ):
@@ -47,13 +64,19 @@ def _coarse_head_kernel(
     m_n = o_n < N
     m_m = o_m < M
     NBK = NB * KCAND
-    acc = tl.zeros([BM, BN], dtype=tl.float32)
-    bnd = tl.zeros([BM, BN], dtype=tl.float32)
+    p_w = w_ptr + o_n[:, None] * stride_wn + o_b[None, :]
+
+    if USE_DOT:
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        bnd = tl.zeros([BM, BN], dtype=tl.float32)
+    else:
+        # GEMV (BM = 1): elementwise fp32 accumulators, reduced once after the loop
+        acc2 = tl.zeros([BN, BK], dtype=tl.float32)
+        bnd2 = tl.zeros([BN, BK], dtype=tl.float32)
     for j0 in range(0, L, BK):
         m_j = (j0 + o_b) < L
         # [BN, BK] packed bytes: one load feeds all P planes
-        b_w = tl.load(w_ptr + o_n[:, None] * stride_wn + (j0 + o_b)[None, :],
-                      mask=m_n[:, None] & m_j[None, :], other=0)
+        b_w = tl.load(p_w + j0, mask=m_n[:, None] & m_j[None, :], other=0)
         for i in tl.static_range(P):
             if KIND == 0:
                 o_k = i * L + j0 + o_b  # plane i holds the contiguous K run [iL + j0, iL + j0 + BK)
@@ -61,12 +84,11 @@ def _coarse_head_kernel(
                 o_k = j0 + o_b
             else:
                 o_k = 2 * (j0 + o_b) + i  # NVFP4: element 2j low nibble, 2j+1 high nibble
-            # [BM, BK] activations (fp32 for the stats)
-            b_x = tl.load(x_ptr + o_m[:, None] * stride_xm + o_k[None, :],
-                          mask=m_m[:, None] & (o_k < K)[None, :], other=0.0).to(tl.float32)
             q = ((b_w >> (i * SHIFT)) & MASK).to(tl.int32)  # [BN, BK]
             if KIND == 0:
-                wv = q  # small integers: exact in bf16 / fp16
+                wv = q.to(tl.float32)  # small integers: exact in fp32 / bf16 / fp16
+                # the group of this plane-step (BK divides G): its scale goes on the accumulator
+                b_sc = tl.load(s_ptr + o_n * stride_sn + (i * L + j0) // G, mask=m_n, other=0.0).to(tl.float32)
             elif KIND == 1:
                 # e4m3 -> fp16 bit pattern (value * 2^-8, exact incl. subnormals), then * 256
                 h = ((q & 0x80) << 8) | ((q & 0x7F) << 7)
@@ -81,42 +103,69 @@ def _coarse_head_kernel(
                 hs = ((b_s & 0x80) << 8) | ((b_s & 0x7F) << 7)
                 wv = e2 * (hs.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0)
             if USE_DOT:
-                # integer -> fp32 -> DT: exact; the interpreter mis-converts int -> bf16 directly
-                b_wt = tl.trans(wv.to(tl.float32).to(DT))  # [BK, BN]
+                # [BM, BK] activations
+                b_x = tl.load(x_ptr + o_m[:, None] * stride_xm + o_k[None, :],
+                              mask=m_m[:, None] & (o_k < K)[None, :], other=0.0)
+                b_wt = tl.trans(wv.to(DT))  # [BK, BN]
                 x_hi = b_x.to(DT)
                 part = _dot(x_hi, b_wt, DT)
                 if SPLIT:
-                    part += _dot((b_x - x_hi.to(tl.float32)).to(DT), b_wt, DT)
-                if KIND != 0 and BOUND == 1:
-                    b_wa = tl.trans(tl.abs(wv).to(tl.float32).to(DT))
-                    xa = tl.abs(b_x)
-                    xa_hi = xa.to(DT)
-                    bnd += _dot(xa_hi, b_wa, DT)
-                    if SPLIT:
-                        bnd += _dot((xa - xa_hi.to(tl.float32)).to(DT), b_wa, DT)
+                    part += _dot((b_x.to(tl.float32) - x_hi.to(tl.float32)).to(DT), b_wt, DT)
+                if KIND == 0:
+                    acc += part * b_sc[None, :]
+                else:
+                    acc += part
+                    if BOUND == 1:
+                        b_wa = tl.trans(tl.abs(wv).to(DT))
+                        xa = tl.abs(b_x.to(tl.float32))
+                        xa_hi = xa.to(DT)
+                        bnd += _dot(xa_hi, b_wa, DT)
+                        if SPLIT:
+                            bnd += _dot((xa - xa_hi.to(tl.float32)).to(DT), b_wa, DT)
             else:
-                wf = wv.to(tl.float32)
-                part = tl.sum(b_x[:, None, :] * wf[None, :, :], axis=2)  # [BM, BN]
-                if KIND != 0 and BOUND == 1:
-                    bnd += tl.sum(tl.abs(b_x)[:, None, :] * tl.abs(wf)[None, :, :], axis=2)
-            if KIND == 0:
-                # group scale on the fp32 accumulator; zero point via sum(x_g) and s*z
-                g = (i * L + j0) // G
-                b_sc = tl.load(s_ptr + o_n * stride_sn + g, mask=m_n, other=0.0).to(tl.float32)  # [BN]
-                b_z = tl.load(z_ptr + o_n * stride_sn + g, mask=m_n, other=0).to(tl.float32)
-                xs = tl.sum(b_x, axis=1)  # [BM]
-                acc += part * b_sc[None, :] - xs[:, None] * (b_sc * b_z)[None, :]
-                if BOUND == 1:
-                    bnd += tl.sum(tl.abs(b_x), axis=1)[:, None] * b_sc[None, :]
-                elif BOUND == 2:
-                    bnd += tl.sum(b_x * b_x, axis=1)[:, None] * (b_sc * b_sc)[None, :]
+                b_x = tl.load(x_ptr + i_m * stride_xm + o_k, mask=o_k < K, other=0.0).to(tl.float32)  # [BK]
+                t = wv * b_x[None, :]
+                if KIND == 0:
+                    acc2 += t * b_sc[:, None]
+                else:
+                    acc2 += t
+                    if BOUND == 1:
+                        bnd2 += tl.abs(t)
+    if not USE_DOT:
+        acc = tl.sum(acc2, axis=1)[None, :]  # [1, BN]
+        bnd = tl.sum(bnd2, axis=1)[None, :]
+    if KIND == 0:
+        # zero point and bound terms, per group: [BM, NG] x-statistics times [NG, BN] (s*z, s, s^2)
+        for g0 in range(0, NG, GC):
+            o_g = g0 + tl.arange(0, GC)
+            m_g = o_g < NG
+            p_sg = o_n[:, None] * stride_sn + o_g[None, :]
+            # [BN, GC]
+            b_s = tl.load(s_ptr + p_sg, mask=m_n[:, None] & m_g[None, :], other=0.0).to(tl.float32)
+            b_z = tl.load(z_ptr + p_sg, mask=m_n[:, None] & m_g[None, :], other=0).to(tl.float32)
+            # [BM, GC]
+            p_st = st_ptr + o_m[:, None] * NG + o_g[None, :]
+            m_st = m_m[:, None] & m_g[None, :]
+            b_xs = tl.load(p_st, mask=m_st, other=0.0)
+            if BOUND == 1:
+                b_xb = tl.load(p_st + M * NG, mask=m_st, other=0.0)
+                b_sb = b_s
+            elif BOUND == 2:
+                b_xb = tl.load(p_st + 2 * M * NG, mask=m_st, other=0.0)
+                b_sb = b_s * b_s
+            if USE_DOT:
+                acc -= tl.dot(b_xs, tl.trans(b_s * b_z), input_precision="ieee")
+                if BOUND != 0:
+                    bnd += tl.dot(b_xb, tl.trans(b_sb), input_precision="ieee")
             else:
-                acc += part
-    if KIND == 1:
+                acc -= tl.sum(b_xs * (b_s * b_z), axis=1)[None, :]
+                if BOUND != 0:
+                    bnd += tl.sum(b_xb * b_sb, axis=1)[None, :]
+    elif KIND == 1:
         b_rs = tl.load(s_ptr + o_n * stride_sn, mask=m_n, other=0.0)  # fp32 row scales
         acc = acc * b_rs[None, :]
         bnd = bnd * b_rs[None, :]
-    elif KIND == 2:
+    else:
         gsc = tl.load(gs_ptr)
         acc = acc * gsc
         bnd = bnd * gsc
@@ -137,6 +186,7 @@ def _coarse_head_kernel(
     key = tl.where(m_n[None, :], key, neg)
     big = N + BN
     o_c = o_m * NBK + i_n * KCAND
+    # successive max-and-mask: the block's KCAND best keys, ties to the lower index
     for c in tl.static_range(KCAND):
         best = tl.max(key, axis=1)  # [BM]
         loc = tl.min(tl.where(key == best[:, None], o_n[None, :], big), axis=1)
@@ -175,11 +225,12 @@ def _bk(kind: int, group_size: int) -> int:
     return 64
 
 
-def kernel_depth(padded_k: int, bk: int) -> int:
-    """Summation depth of the kernel's fp32 accumulation: one BK-long dot per step, then a few
-    accumulator updates per step (scale, zero point) — at most BK + 4 * steps + 16."""
+def kernel_depth(padded_k: int, bk: int, group_size: int) -> int:
+    """Summation depth of the kernel's fp32 accumulation: a BK-long dot (or final row sum) per
+    plane-step, up to 4 roundings per plane-step on the accumulator (product, scale, add), the
+    G-long x statistics and the NG-long zero-point / bound dots: BK + 4 steps + G + NG + 16."""
     steps = -(-padded_k // bk)
-    return bk + 4 * steps + 16
+    return bk + 4 * steps + group_size + padded_k // group_size + 16
 
 
 def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, block, kcand, bound,
@@ -203,7 +254,7 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
         dt = tl.float16 if x.dtype == torch.float16 else tl.bfloat16
         split = use_dot and x.dtype == torch.float32
     nb = -(-n // block)
-    depth = kernel_depth(padded_k, bk)
+    depth = kernel_depth(padded_k, bk, group_size)
     if kind == KIND_INTX:
         p, shift, mask = 8 // bits, bits, (1 << bits) - 1
         bcoef = 0.5 * (1.0 + rounding_eps(bits, depth, split))
@@ -215,6 +266,11 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
         bcoef = rounding_eps(None, depth, split)
     ell = w.shape[1]
     dev = x.device
+    ng = s.shape[1] if kind == KIND_INTX else 1
+    stats = torch.empty(3, m if kind == KIND_INTX else 0, ng, dtype=torch.float32, device=dev)
+    if kind == KIND_INTX:
+        _x_stats_kernel[(m, triton.cdiv(ng, 16))](x, stats, m, x.stride(0), K=k, NG=ng, G=group_size, GC=16,
+                                                   num_warps=4)
     c = nb * kcand
     certified = bound != BOUND_NONE
     cand_key = torch.empty(m, c, dtype=torch.float32, device=dev)
@@ -225,13 +281,13 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     logits = torch.empty(m if write_logits else 0, n, dtype=torch.float32, device=dev)
     grid = (nb, triton.cdiv(m, bm))
     _coarse_head_kernel[grid](
-        x, w, s, z, gs,
+        x, stats, w, s, z, gs,
         cand_key, cand_lb, cand_idx, block_lb, block_rest, logits,
         m, n, nb,
         x.stride(0), w.stride(0), s.stride(0),
         float(bcoef), float(sigma), ABS_SLACK,
-        K=k, L=ell, KIND=kind, P=p, SHIFT=shift, MASK=mask, G=group_size,
-        BM=bm, BN=block, BK=bk, KCAND=kcand,
+        K=k, L=ell, NG=ng, KIND=kind, P=p, SHIFT=shift, MASK=mask, G=group_size,
+        BM=bm, BN=block, BK=bk, KCAND=kcand, GC=16,
         BOUND=bound, USE_DOT=use_dot, SPLIT=split,
         DT=dt,
         WRITE_LOGITS=write_logits,

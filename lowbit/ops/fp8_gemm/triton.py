@@ -39,7 +39,6 @@ class GemmConfig(NamedTuple):
     swap_ab: bool  # compute C^T tiles (decode)
     group_m: int = 8  # row tiles that share a weight tile in L2 (grouped order)
     tma: bool = False  # fp8 non-swap only: TMA descriptor loads
-    warp_spec: bool = False  # fp8 TMA only: warp-specialized K loop
     waves: int = 2  # split K until the grid has about waves x #SMs programs
 
 
@@ -167,10 +166,9 @@ def _fp8_gemm_kernel(
 def _fp8_gemm_tma_kernel(
     a_desc, as_ptr, b_desc, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split,
     AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, WARP_SPEC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
 ):
-    """Same math as ``_fp8_gemm_kernel`` (non-swap), A / B tiles through TMA (GPU only).
-    WARP_SPEC: Triton's automatic warp specialization of the K loop (a producer warp issues TMA)."""
+    """Same math as ``_fp8_gemm_kernel`` (non-swap), A / B tiles through TMA (GPU only)."""
     i_m, i_n = tile_coords(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     i_split, kb0, kb1 = split_range(n_kb, kb_per_split)
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -180,7 +178,7 @@ def _fp8_gemm_tma_kernel(
     row_a = (i_m * BLOCK_M).to(tl.int32)
     row_b = (i_n * BLOCK_N).to(tl.int32)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kb in tl.range(kb0, kb1, warp_specialize=WARP_SPEC):
+    for kb in range(kb0, kb1):
         col = kb * 128
         b_a = a_desc.load([row_a, col])  # [BLOCK_M, 128] e4m3, rows >= M zero-filled
         b_b = b_desc.load([row_b, col])  # [BLOCK_N, 128] e4m3
@@ -274,8 +272,7 @@ def launch_gemm(kernel, a, a_s, b, b_s, n: int, k_blocks: int, extra: dict, spli
 
         a_desc = TensorDescriptor.from_tensor(a, [cfg.block_m, 128])
         b_desc = TensorDescriptor.from_tensor(b, [cfg.block_n, 128])
-        tma_kernel[(tiles, split_k)](a_desc, a_s, b_desc, b_s, out, m, n, a.shape[1], k_blocks, kb_per_split,
-                                     WARP_SPEC=cfg.warp_spec, **meta)
+        tma_kernel[(tiles, split_k)](a_desc, a_s, b_desc, b_s, out, m, n, a.shape[1], k_blocks, kb_per_split, **meta)
     else:
         kernel[(tiles, split_k)](a, a_s, b, b_s, out, m, n, a.shape[1], k_blocks, kb_per_split,
                                  SWAP_AB=cfg.swap_ab, INTERPRET=interpret_mode(), **meta)
