@@ -256,14 +256,24 @@ def _collect(args, console):
     have = hf.count_tokens(tokenizer, texts)
     with _progress(console) as progress:
         if have < args.positions:
-            need = args.positions - have
             prompts = [hf.prompt_ids(tokenizer, p, chat=not args.no_chat) for p in data.PROMPTS]
             prompts += [tokenizer(t.split(".")[0] + ".", add_special_tokens=False)["input_ids"] for t in data.TEXTS]
-            new = max(16, min(512, -(-need // len(prompts)) + 8))
-            task = progress.add_task(f"model's own continuations ({new} tokens each)", total=len(prompts))
-            seqs = hf.continuations(model, tokenizer, prompts, new, batch_size=args.batch_gen,
-                                    on_batch=lambda done: progress.update(task, completed=done))
-            texts += seqs
+            eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+            eos = set([eos] if isinstance(eos, int) else (eos or []))
+            done: list = []
+            # continuations that end at EOS come out shorter than asked: extend the open ones
+            # for a few more rounds until there are enough positions
+            for rnd in range(4):
+                need = args.positions - have - sum(map(len, done)) - sum(map(len, prompts))
+                if need <= 0 or not prompts:
+                    break
+                new = max(16, min(512, -(-need // len(prompts)) + 8))
+                task = progress.add_task(f"model's own continuations, round {rnd + 1} ({new} tokens each)", total=len(prompts))
+                out = hf.continuations(model, tokenizer, prompts, new, batch_size=args.batch_gen,
+                                       on_batch=lambda n_done, task=task: progress.update(task, completed=n_done))
+                done += [s for s in out if s[-1] in eos or len(s) >= 2048]
+                prompts = [s for s in out if not (s[-1] in eos or len(s) >= 2048)]
+            texts += done + prompts
         task = progress.add_task("collecting hidden states", total=args.positions)
         hidden = hf.collect_hidden(model, tokenizer, texts, args.positions,
                                    on_text=lambda done: progress.update(task, completed=done))
@@ -277,6 +287,10 @@ def _collect(args, console):
     return hidden, weight, desc
 
 
+def _pct(v) -> str:
+    return "-" if v is None or v != v else f"{100 * v:.2f}%"
+
+
 def _eval_table(rows, console, title):
     from rich.table import Table
 
@@ -288,7 +302,7 @@ def _eval_table(rows, console, title):
     for r in rows:
         cert = r.get("mode") == "certified"
         table.add_row(r["label"], f"{r['bits_per_weight']:.2f}", f"{r['bytes'] / 1e6:.1f}", f"{100 * r['agreement']:.2f}%",
-                      *[f"{100 * r[k]:.2f}%" for k in rows[0] if k.startswith("recall@") and k != "recall@1"],
+                      *[_pct(r[k]) for k in rows[0] if k.startswith("recall@") and k != "recall@1"],
                       f"{r['mean_set_size']:.1f}" if cert else "-", str(r["max_set_size"]) if cert else "-",
                       f"{100 * r['fallback_rate']:.2f}%" if cert else "-", f"{r['seconds']:.1f}")
     console.print(table)
@@ -310,7 +324,6 @@ def _cmd_eval_head(args: argparse.Namespace) -> int:
     hidden, weight, desc = _collect(args, console)
     if hidden.shape[1] != weight.shape[1]:
         raise UserError(f"hidden states are {tuple(hidden.shape)} but the head is {tuple(weight.shape)}")
-    os.makedirs(args.out, exist_ok=True)
     n, k = weight.shape
     console.print(f"{hidden.shape[0]} positions, head {n} x {k} ({desc}); {len(configs)} configurations")
     with _progress(console) as progress:
@@ -321,10 +334,12 @@ def _cmd_eval_head(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UserError(str(e)) from None
     _eval_table(rows, console, f"DraftHead vs the exact head: {hidden.shape[0]} positions of {desc}")
+    os.makedirs(args.out, exist_ok=True)
     base = os.path.join(args.out, "eval_head")
     eval_head.write_csv(rows, base + ".csv")
     with open(base + ".json", "w") as fh:
-        json.dump({"model": desc, "positions": int(hidden.shape[0]), "vocab": n, "hidden": k, "rows": rows}, fh, indent=2)
+        json.dump({"model": desc, "positions": int(hidden.shape[0]), "vocab": n, "hidden": k, "rows": eval_head.jsonable(rows)},
+                  fh, indent=2, allow_nan=False)
         fh.write("\n")
     eval_head.plot(rows, base + ".png", title=f"DraftHead vs exact head, {hidden.shape[0]} positions, {n}x{k}")
     if args.save_hidden:

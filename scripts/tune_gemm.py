@@ -37,8 +37,9 @@ sys.path.insert(0, ROOT)
 from lowbit.ops.fp8_gemm.triton import GemmConfig as C  # noqa: E402  (imports triton, not CUDA)
 
 DEC_SHAPES = [(7168, 16384), (2112, 7168), (24576, 1536)]
-# band -> M values timed, (N, K) shapes, candidates. The first candidate is the table's config
-# before tuning ("before" numbers). fp4 candidates are (config, asm upcast).
+# band -> M values timed, (N, K) shapes, candidates. The first candidate of each band is the config
+# the tables held before the first tuning run (its "before" numbers, docs/gemm.md); the tuned
+# choices are among the others. fp4 candidates are (config, asm upcast).
 FP8_BANDS = {
     "m<=16": dict(ms=(1, 16), shapes=DEC_SHAPES, cfgs=[
         C(16, 64, 4, 6, True), C(16, 64, 4, 8, True), C(16, 128, 4, 4, True), C(16, 128, 4, 6, True),
@@ -67,7 +68,7 @@ FP4_BANDS = {
         (C(128, 128, 8, 3, True), True), (C(64, 128, 8, 3, True), True), (C(64, 128, 8, 4, True), True),
         (C(128, 128, 8, 3, True), False)]),
 }
-# (elements per program, num_warps); the first is the table's value before tuning
+# (elements per program, num_warps); the first is the table's value
 ACT_CFGS = [(4096, 4), (2048, 4), (8192, 4), (8192, 8), (16384, 8), (4096, 8), (32768, 16)]
 TOL = 2.0**-8
 ACT_SHAPE = (8192, 7168)

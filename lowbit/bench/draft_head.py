@@ -27,6 +27,8 @@ from lowbit.bench.registry import BenchContext, Result, register
 
 SHAPES = [(124160, 5120), (128256, 4096), (49152, 576)]
 MS = [1, 4, 16, 32, 64]
+FAST_BITS = (2, 4, 8)
+CERT_BITS = (2, 4, 8)
 TOPK = 16
 L2 = 60 * 2**20
 
@@ -65,7 +67,6 @@ def run(ctx: BenchContext) -> list[Result]:
 
     shapes = [SHAPES[0], SHAPES[-1]] if ctx.quick else SHAPES
     ms = [1, 16, 64] if ctx.quick else MS
-    bits_list = (2, 4, 8)
     results: list[Result] = []
     torch.manual_seed(0)
     for n, k in shapes:
@@ -77,12 +78,11 @@ def run(ctx: BenchContext) -> list[Result]:
         w8 = [(w.float() / s).clamp(-448, 448).to(torch.float8_e4m3fn) for w, s in zip(ws, fp8)]
         int4 = _tinygemm_weights(ws)
         heads = {}
-        for bits in bits_list:
-            for mode in ("fast", "certified"):
-                hs = [DraftHead(w, bits=bits, mode=mode) for w in ws[: _copies(n * k * bits // 8)]]
-                for h in hs:
-                    h.warmup(max_m=max(ms), ks=(1, TOPK))
-                heads[bits, mode] = hs
+        for bits, mode in [(b, "fast") for b in FAST_BITS] + [(b, "certified") for b in CERT_BITS]:
+            hs = [DraftHead(w, bits=bits, mode=mode) for w in ws[: _copies(n * k * bits // 8)]]
+            for h in hs:
+                h.warmup(max_m=max(ms), ks=(1, TOPK))
+            heads[bits, mode] = hs
         for m in ms:
             case = f"{case0} M{m}"
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -130,6 +130,7 @@ def run(ctx: BenchContext) -> list[Result]:
                              "coarse_bytes": floor_bytes}
                     if mode == "certified":
                         extra["fallback_rate"] = st["fallback_rate"]
+                        extra["wide_rate"] = st["wide"] / max(st["rows"], 1)
                         extra["mean_set_size"] = st["mean_set_size"]
                     results.append(Result("draft_head", case, f"lowbit int{bits} {mode} {op}", t,
                                           floor_bytes + m * k * 2, 2 * m * n * k, extra=extra))
@@ -159,12 +160,19 @@ def _tinygemm_weights(ws):
         return None
 
 
-def tune(n: int = 124160, k: int = 5120, bits_list=(2, 4), ms=(1, 16, 64), quick: bool = True) -> list[dict]:
-    """Sweep the coarse kernel's launch configurations (BM, warps, stages, BK, block) per M band
-    and print µs and % of the byte floor; the table in ``lowbit/ops/coarse_head/triton.py`` was
-    chosen from this. Fast mode (no bound), the kernel alone (no selection / rerank)."""
-    import itertools
+TUNE_SPACE = {  # (BM, num_warps, num_stages, BK) candidates per M band
+    1: [(1, 4, 3, 64), (1, 8, 3, 64), (16, 4, 3, 64), (16, 4, 4, 64), (16, 8, 3, 64)],
+    16: [(16, 4, 3, 64), (16, 4, 4, 64), (16, 8, 3, 64), (16, 4, 3, 32)],
+    32: [(32, 4, 3, 64), (32, 8, 3, 64)],
+    64: [(64, 4, 3, 64), (64, 8, 3, 64), (64, 4, 4, 64), (64, 8, 4, 64)],
+}
 
+
+def tune(n: int = 124160, k: int = 5120, bits_list=(2, 4), bands=(1, 16, 32, 64), block: int = 128) -> dict:
+    """Time the coarse kernel alone (fast mode, INTx g64) for each launch configuration of
+    :data:`TUNE_SPACE`, print µs and % of the byte floor, and return the best per M band
+    (smallest summed time over ``bits_list``) as ``{band: (BM, warps, stages, BK)}``. The table in
+    ``lowbit/ops/coarse_head/triton.py`` was chosen with this."""
     import torch
 
     from lowbit.bench.timing import copy_bandwidth_gbps, time_us
@@ -173,31 +181,32 @@ def tune(n: int = 124160, k: int = 5120, bits_list=(2, 4), ms=(1, 16, 64), quick
 
     gbps = copy_bandwidth_gbps(2**30)
     w = (torch.randn(n, k, device="cuda") * 0.02).to(torch.bfloat16)
-    rows = []
-    for bits in bits_list:
-        p = pack(w, bits, 64)
-        raw = _raw(p)
-        floor = p.nbytes / (gbps * 1e3)
-        for m in ms:
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            bms = [1] if m == 1 else [max(16, m)]
-            if quick:
-                space = itertools.product(bms, (4, 8), (3, 4), (64,), (128, 256))
-            else:
-                space = itertools.product(bms, (4, 8), (2, 3, 4), (32, 64), (64, 128, 256))
-            for bm, warps, stages, bk, block in space:
-                def call():
+    packs = {bits: pack(w, bits, 64) for bits in bits_list}
+    best = {}
+    for band in bands:
+        x = torch.randn(band, k, device="cuda", dtype=torch.bfloat16)
+        totals = {}
+        for cfg in TUNE_SPACE[band]:
+            total = 0.0
+            for bits, p in packs.items():
+                raw = _raw(p)
+
+                def call(p=p, raw=raw, bits=bits):
                     return coarse_head_triton(x, p.kind, *raw, n=n, bits=bits, group_size=64, padded_k=p.padded_k,
-                                              block=block, kcand=4, bound=BOUND_NONE, sigma=4.0, write_logits=False,
-                                              config=(bm, warps, stages, bk))
+                                              block=block, kcand=4, bound=BOUND_NONE, sigma=4.0,
+                                              write_logits=False, config=cfg)
                 try:
                     call()
                     t = time_us(call)
                 except Exception as e:  # an invalid config (e.g. out of shared memory) is skipped
-                    print(f"int{bits} M{m} bm{bm} w{warps} s{stages} bk{bk} block{block}: {type(e).__name__}")
-                    continue
-                row = dict(bits=bits, m=m, bm=bm, warps=warps, stages=stages, bk=bk, block=block, us=t,
-                           pct_floor=100 * t / floor)
-                rows.append(row)
-                print(f"int{bits} M{m} bm{bm} w{warps} s{stages} bk{bk} block{block}: {t:.1f} us = {row['pct_floor']:.0f}% of floor {floor:.1f}", flush=True)
-    return rows
+                    print(f"M{band} int{bits} {cfg}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                    total = float("inf")
+                    break
+                floor = p.nbytes / (gbps * 1e3)
+                print(f"M{band} int{bits} cfg(BM,warps,stages,BK)={cfg}: {t:.1f} us = {100 * t / floor:.0f}% of "
+                      f"floor {floor:.1f} us", flush=True)
+                total += t
+            totals[cfg] = total
+        best[band] = min(totals, key=totals.get)
+        print(f"best for M band {band}: {best[band]}", flush=True)
+    return best

@@ -13,8 +13,12 @@ _FLUSH = []
 
 
 def cold_us(fn, graph: bool = False, target_ms: float = 25.0, min_reps: int = 10, max_reps: int = 200) -> float:
-    """Median µs of one ``fn()`` with a cold L2: a 256 MB buffer is zeroed before every timed run
+    """Median µs of one ``fn()`` with a cold L2: a 256 MB buffer is *read* before every timed run
     (the decode weights, 15-120 MB, would otherwise be served from the 60 MB L2 on repeats).
+    Reading leaves clean lines: zeroing the buffer instead (as ``triton.testing.do_bench`` does)
+    leaves up to ~60 MB of dirty lines whose write-back the timed kernel pays for (the likely cause
+    of the ~11-14 µs floor under every small GEMM, cuBLAS included, in the zeroing runs recorded in
+    docs/gemm.md; the read flush is not yet re-measured).
     ``graph=True`` times the replay of a CUDA graph of ``fn`` (no launch overhead: decode kernels
     take a few µs). ``triton.testing.do_bench_cudagraph`` does not flush L2, hence this timer."""
     import torch
@@ -28,7 +32,7 @@ def cold_us(fn, graph: bool = False, target_ms: float = 25.0, min_reps: int = 10
             fn()
         run = g.replay
     if not _FLUSH:
-        _FLUSH.append(torch.empty(256 * 2**20, dtype=torch.int8, device="cuda"))
+        _FLUSH.append(torch.ones(64 * 2**20, dtype=torch.int32, device="cuda"))
     flush = _FLUSH[0]
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
     ev[0].record()
@@ -41,7 +45,7 @@ def cold_us(fn, graph: bool = False, target_ms: float = 25.0, min_reps: int = 10
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     for i in range(n):
-        flush.zero_()
+        flush.sum()
         starts[i].record()
         run()
         ends[i].record()

@@ -108,10 +108,21 @@ def print_table(derived: Sequence[dict], console=None, title: str = "lowbit benc
     console.print(table)
 
 
+def _finite(obj):
+    """NaN / inf -> None, recursively (strict JSON has neither)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def write_json(derived: Sequence[dict], ctx: BenchContext, path: str, meta: dict | None = None) -> None:
-    body = {"context": dataclasses.asdict(ctx), "meta": meta or {}, "results": list(derived)}
+    body = _finite({"context": dataclasses.asdict(ctx), "meta": meta or {}, "results": list(derived)})
     with open(path, "w") as fh:
-        json.dump(body, fh, indent=2, default=str)
+        json.dump(body, fh, indent=2, default=str, allow_nan=False)
         fh.write("\n")
 
 

@@ -39,7 +39,9 @@ def fp8_scale_from_amax(amax: torch.Tensor, scale_fmt: str | None = None) -> tor
     amax = amax.float().clamp_min(AMAX_FLOOR)
     if scale_fmt == "ue8m0":
         return pow2_round_up(amax * torch.tensor(1.0 / E4M3_MAX, dtype=torch.float32))
-    return amax / E4M3_MAX
+    # Divide by a tensor, not a Python float: CUDA turns tensor / scalar into a multiply by the
+    # reciprocal, which is not bit-exact with the true division the CPU and the kernels do.
+    return amax / torch.full_like(amax, E4M3_MAX)
 
 
 @dataclasses.dataclass(frozen=True)

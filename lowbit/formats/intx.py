@@ -103,7 +103,7 @@ class INTx(TensorFormat):
         g = wf.view(n, kp // group_size, group_size)
         lo = g.amin(-1).clamp_max(0.0)
         hi = g.amax(-1).clamp_min(0.0)
-        s = _fp16_round_up(((hi - lo) / qmax).clamp_min(1e-8))
+        s = _fp16_round_up(((hi - lo) / torch.full_like(hi, float(qmax))).clamp_min(1e-8))
         z = torch.round(-lo / s).clamp(0, qmax)
         q = torch.round(g / s.unsqueeze(-1) + z.unsqueeze(-1)).clamp(0, qmax).to(torch.uint8).view(n, kp)
         return cls(pack_planes(q, bits), s.to(torch.float16), z.to(torch.uint8), bits, group_size, k)

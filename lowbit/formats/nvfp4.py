@@ -62,7 +62,7 @@ class NVFP4(TensorFormat):
         wf = w.float()
         if global_scale is None:
             amax = wf.abs().amax()
-            gs = amax / (E2M1_MAX * E4M3_MAX)
+            gs = amax / torch.full_like(amax, E2M1_MAX * E4M3_MAX)  # true division on every device
             gs = torch.where(gs > 0, gs, torch.ones_like(gs))
         else:
             gs = torch.as_tensor(global_scale, dtype=torch.float32, device=w.device).reshape(())

@@ -203,6 +203,11 @@ def evaluate_head(hidden: torch.Tensor, weight: torch.Tensor, configs: Iterable[
     return rows
 
 
+def jsonable(rows: Sequence[dict]) -> list[dict]:
+    """The rows with NaN replaced by None (strict JSON has no NaN)."""
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
+
+
 def write_csv(rows: Sequence[dict], path: str) -> None:
     import csv
 

@@ -164,13 +164,14 @@ class DraftHead(nn.Module):
         return self._packing
 
     def reset_stats(self) -> None:
-        self._calls = self._rows = self._fallbacks = self._set_rows = self._set_sum = self._set_max = 0
+        self._calls = self._rows = self._fallbacks = self._wide = self._set_rows = self._set_sum = self._set_max = 0
 
     @property
     def stats(self) -> dict:
-        """calls, rows, fallbacks (rows scored in full), mean/max certified-set size (certified)."""
+        """calls, rows, fallbacks (rows scored in full), wide (rows whose set exceeded the cap but
+        lay among the candidates: all candidates rescored), mean/max certified-set size."""
         mean = self._set_sum / self._set_rows if self._set_rows else float("nan")
-        return {"calls": self._calls, "rows": self._rows, "fallbacks": self._fallbacks,
+        return {"calls": self._calls, "rows": self._rows, "fallbacks": self._fallbacks, "wide": self._wide,
                 "fallback_rate": self._fallbacks / self._rows if self._rows else 0.0,
                 "mean_set_size": mean, "max_set_size": self._set_max}
 
@@ -211,20 +212,43 @@ class DraftHead(nn.Module):
         return torch.where(valid, exact, torch.full_like(exact, float("-inf")))
 
     def _certified(self, x2, k: int, write_logits=False):
-        """Rescored certified candidates + the rows that must fall back (one host sync)."""
+        """Rescored certified candidates, plus the rows whose set did not fit (one host sync).
+
+        Returns (coarse out, idx [M, T], exact vals [M, T], fallback) where fallback is None or
+        (rows_wide, wide_idx, wide_vals, rows_full, full_logits): rows whose certified set
+        exceeded the cap but lies among the emitted candidates get all their candidates rescored
+        (``wide``); rows where a block may hide a member are scored in full (``full``).
+        """
         out = self._coarse(x2, BOUNDS[self.bound], write_logits)
-        idx, valid, overflow, size = certify(out, k, self.rerank)
+        idx, valid, over_block, over_cap, size = certify(out, k, self.rerank)
         vals = self._rescore(x2, idx, valid)
-        n_over, size_sum, size_max = (int(v) for v in torch.stack([overflow.sum(), size.sum(), size.max()]).tolist())
+        wide = over_cap & ~over_block
+        n_full, n_wide, size_sum, size_max = (
+            int(v) for v in torch.stack([over_block.sum(), wide.sum(), size.sum(), size.max()]).tolist())
         self._calls += 1
         self._rows += x2.shape[0]
-        self._fallbacks += n_over
+        self._fallbacks += n_full
+        self._wide += n_wide
         self._set_rows += x2.shape[0]
         self._set_sum += size_sum
         self._set_max = max(self._set_max, size_max)
-        rows = overflow.nonzero().squeeze(-1) if n_over else None
-        full = exact_logits(x2[rows], self.weight, self.n) if n_over else None
-        return out, idx, vals, rows, full
+        if not (n_full or n_wide):
+            return out, idx, vals, None
+        rows_w = wide.nonzero().squeeze(-1)
+        w_idx = out.cand_idx[rows_w]
+        w_vals = self._rescore(x2[rows_w], w_idx, out.cand_key[rows_w] > float("-inf")) if n_wide else None
+        rows_f = over_block.nonzero().squeeze(-1)
+        full = self._exact_full(x2[rows_f]) if n_full else None
+        return out, idx, vals, (rows_w, w_idx, w_vals, rows_f, full)
+
+    def _exact_full(self, xr):
+        """Exact fp32 logits [B, N] of whole rows: the same gathered_dot as the rerank on the GPU
+        (streams the stored rows, nothing dequantized in full), a chunked fp32 matmul on the CPU."""
+        if xr.device.type != "cuda":
+            return exact_logits(xr, self.weight, self.n)
+        ar = torch.arange(self.n, device=xr.device)
+        return torch.cat([gathered_dot(xr[i:i + 8], self.weight, ar.expand(min(8, xr.shape[0] - i), -1))
+                          for i in range(0, xr.shape[0], 8)])
 
     def _fast(self, x2, k: int, write_logits=False):
         out = self._coarse(x2, BOUND_NONE, write_logits)
@@ -247,11 +271,14 @@ class DraftHead(nn.Module):
         if self.mode == "fast":
             _, idx, vals = self._fast(x2, 1)
             return argmax_lowest(vals, idx).view(x.shape[:-1])
-        _, idx, vals, rows, full = self._certified(x2, 1)
+        _, idx, vals, fb = self._certified(x2, 1)
         ans = argmax_lowest(vals, idx)
-        if rows is not None:
-            ar = torch.arange(self.n, device=x2.device).expand(rows.shape[0], -1)
-            ans[rows] = argmax_lowest(full, ar)
+        if fb is not None:
+            rows_w, w_idx, w_vals, rows_f, full = fb
+            if w_vals is not None:
+                ans[rows_w] = argmax_lowest(w_vals, w_idx)
+            if full is not None:
+                ans[rows_f] = argmax_lowest(full, torch.arange(self.n, device=x2.device).expand(rows_f.shape[0], -1))
         return ans.view(x.shape[:-1])
 
     def topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -263,16 +290,19 @@ class DraftHead(nn.Module):
             _, idx, vals = self._fast(x2, k)
             v, i = topk_lowest(vals, idx, k)
         else:
-            _, idx, vals, rows, full = self._certified(x2, k)
-            if vals.shape[1] < k:  # fewer candidates than k: every row is in `rows`
+            _, idx, vals, fb = self._certified(x2, k)
+            if vals.shape[1] < k:  # fewer candidates than k: every row falls back
                 pad = k - vals.shape[1]
                 vals = torch.nn.functional.pad(vals, (0, pad), value=float("-inf"))
                 idx = torch.nn.functional.pad(idx, (0, pad))
             v, i = topk_lowest(vals, idx, k)
-            if rows is not None:
-                ar = torch.arange(self.n, device=x2.device).expand(rows.shape[0], -1)
-                fv, fi = topk_lowest(full, ar, k)
-                v[rows], i[rows] = fv, fi
+            if fb is not None:
+                rows_w, w_idx, w_vals, rows_f, full = fb
+                if w_vals is not None and w_vals.shape[1] >= k:
+                    v[rows_w], i[rows_w] = topk_lowest(w_vals, w_idx, k)
+                if full is not None:
+                    ar = torch.arange(self.n, device=x2.device).expand(rows_f.shape[0], -1)
+                    v[rows_f], i[rows_f] = topk_lowest(full, ar, k)
         return v.view(*x.shape[:-1], k), i.view(*x.shape[:-1], k)
 
     def logits(self, x: torch.Tensor, topk_only: bool = False) -> torch.Tensor:
@@ -282,9 +312,9 @@ class DraftHead(nn.Module):
         x2 = self._flat(x)
         if self.mode == "fast":
             out, idx, vals = self._fast(x2, 1, write_logits=not topk_only)
-            rows = full = None
+            fb = None
         else:
-            out, idx, vals, rows, full = self._certified(x2, 1, write_logits=not topk_only)
+            out, idx, vals, fb = self._certified(x2, 1, write_logits=not topk_only)
         if topk_only:
             base = torch.full((x2.shape[0], self.n), float("-inf"), device=x2.device)
         else:
@@ -294,8 +324,15 @@ class DraftHead(nn.Module):
         idx = torch.where(filler, idx[:, :1], idx)
         vals = torch.where(filler, vals[:, :1], vals)
         base = base.scatter(1, idx, vals)
-        if rows is not None:
-            base[rows] = full
+        if fb is not None:
+            rows_w, w_idx, w_vals, rows_f, full = fb
+            if w_vals is not None:  # every candidate of these rows was rescored
+                filler = w_vals == float("-inf")
+                w_idx = torch.where(filler, w_idx[:, :1], w_idx)
+                w_vals = torch.where(filler, w_vals[:, :1], w_vals)  # block 0's best: always real
+                base[rows_w] = base[rows_w].scatter(1, w_idx, w_vals)
+            if full is not None:
+                base[rows_f] = full
         return base.view(*x.shape[:-1], self.n)
 
     def forward(self, x: torch.Tensor, topk_only: bool = False) -> torch.Tensor:

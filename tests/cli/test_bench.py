@@ -53,6 +53,13 @@ def test_own_floor_and_failed_rows():
     assert cells[0][7] == "2.00x torch._scaled_mm"
 
 
+def test_json_is_strict_with_failed_rows(tmp_path):
+    d = report.derive([Result("g", "c", "torch", us=float("nan"), extra={"error": "x"})], CTX)
+    report.write_json(d, CTX, str(tmp_path / "b.json"))
+    body = json.loads((tmp_path / "b.json").read_text(), parse_constant=lambda c: pytest.fail(f"non-strict JSON {c}"))
+    assert body["results"][0]["us"] is None
+
+
 def test_table_json_png(tmp_path, capsys):
     d = report.derive(_rows(), CTX)
     header, cells = report.table_rows(d)

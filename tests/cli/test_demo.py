@@ -3,7 +3,6 @@ model plumbing in lowbit.models.hf."""
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import pytest
 import torch

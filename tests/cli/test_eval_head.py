@@ -111,6 +111,19 @@ def test_cli_eval_head_tiny_model(tiny_model, tmp_path, capsys):
     assert saved["hidden"].shape == (400, 64)
 
 
+def test_cli_eval_head_needs_the_models_continuations(tiny_model, tmp_path, capsys):
+    from lowbit.models import data
+    from transformers import AutoTokenizer
+
+    n_text = sum(len(AutoTokenizer.from_pretrained(tiny_model)(t, add_special_tokens=False)["input_ids"]) for t in data.TEXTS)
+    want = n_text + 600  # more than the shipped text holds: the rest comes from generation
+    rc = main(["eval-head", "--model", tiny_model, "--positions", str(want), "--configs", "fast:int4:g64:k8:r32",
+               "--out", str(tmp_path / "out"), "--no-cache", "--save-hidden", str(tmp_path / "h.pt")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "continuations" in out
+    assert torch.load(tmp_path / "h.pt")["hidden"].shape == (want, 64)
+
+
 def test_cli_eval_head_bad_arguments(tmp_path, capsys):
     assert main(["eval-head", "--configs", "fast:int3", "--hidden", "x"]) == 2
     assert "lowbit: error: --configs" in capsys.readouterr().err

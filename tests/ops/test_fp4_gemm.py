@@ -7,6 +7,7 @@ import torch
 from lowbit.formats import FP8, MXFP4
 from lowbit.ops.fp4_gemm import fp4_gemm
 from tests._helpers import rel_err
+from tests.ops.test_fp8_gemm import opcheck_no_mutation
 
 TOL = 2.0**-8  # bf16 output rounding dominates (see test_fp8_gemm)
 
@@ -69,6 +70,13 @@ def test_fp4_gemm_validation():
         fp4_gemm(torch.zeros(1, 64, dtype=torch.float8_e4m3fn), torch.ones(1, 0), b.packed[:, :32], b.scale[:, :2])
 
 
+
+def test_opcheck_cpu():
+    """The registered op on CPU tensors (reference path): fake / autograd / AOT checks, no mutation."""
+    a, b = _operands(5, 64, 256)
+    opcheck_no_mutation(torch.ops.lowbit.fp4_gemm.default, [a.data, a.scale, b.packed, b.scale])
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("m,n,k", [(1, 2112, 7168), (16, 4096, 1536), (130, 300, 1024), (1024, 2048, 2048)])
 def test_cuda_shapes(m, n, k):
@@ -81,7 +89,7 @@ def test_cuda_shapes(m, n, k):
 def test_cuda_compile_opcheck_graph():
     a, b = _operands(16, 256, 512)
     args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
-    torch.library.opcheck(torch.ops.lowbit.fp4_gemm.default, args)
+    opcheck_no_mutation(torch.ops.lowbit.fp4_gemm.default, args)
     f = torch.compile(fp4_gemm, fullgraph=True)
     assert torch.equal(f(*args), fp4_gemm(*args))
     static = [t.clone() for t in args]

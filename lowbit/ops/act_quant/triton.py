@@ -188,7 +188,9 @@ def _weight_dequant_kernel(
 
 
 # Launch config of the memory-bound act-quant kernels: (elements per program, num_warps).
-# CONFIGS_PLACEHOLDER
+# scripts/tune_gemm.py on the H200, act_quant of [8192, 7168] bf16 (fp32 scales), cold L2, copy of
+# the same tensor 60.8 us (3865 GB/s): (4096, 4) 60.5 us = 76% of copy bandwidth; (2048, 4) 59.3;
+# (4096, 8) 60.6; (8192, 4) 72.8; (8192, 8) 65.9; (16384, 8) 75.6; (32768, 16) 83.6 us.
 ACT_QUANT_CONFIG = (4096, 4)
 
 

@@ -261,9 +261,11 @@ def certify(out: CoarseOut, k: int, cap: int):
     the exact top-k has ``ub >= L``. The set is certified when no block holds such a token it did
     not emit (``block_rest < L``) and at most ``cap`` candidates reach ``L``.
 
-    Returns (index int64 [M, T], valid bool [M, T], overflow bool [M], size int64 [M]), T =
-    min(cap, C): the T candidates with the largest upper bounds, a superset of the certified set
-    on every row where ``overflow`` is False.
+    Returns (index int64 [M, T], valid bool [M, T], over_block bool [M], over_cap bool [M], size
+    int64 [M]), T = min(cap, C): the T candidates with the largest upper bounds, a superset of the
+    certified set on every row where neither flag is set. ``over_cap`` without ``over_block``: the
+    set is still among the emitted candidates (rescore them all); ``over_block``: a block may
+    hide a member (score the whole row).
     """
     c = out.cand_key.shape[1]
     neg = float("-inf")
@@ -275,10 +277,10 @@ def certify(out: CoarseOut, k: int, cap: int):
         thr = torch.full((out.cand_key.shape[0],), neg, device=out.cand_key.device)
     thr = thr.unsqueeze(-1)
     size = (out.cand_key >= thr).sum(-1)
-    overflow = (out.block_rest >= thr).any(-1) | (size > cap) | (thr.squeeze(-1) == neg)
+    over_block = (out.block_rest >= thr).any(-1) | (thr.squeeze(-1) == neg)
     t = min(cap, c)
     key, pos = out.cand_key.topk(t, dim=-1)
-    return out.cand_idx.gather(-1, pos), key > neg, overflow, size
+    return out.cand_idx.gather(-1, pos), key > neg, over_block, size > cap, size
 
 
 def nblocks(n: int, block: int) -> int:

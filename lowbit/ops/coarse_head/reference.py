@@ -42,7 +42,7 @@ def gamma(depth: int) -> float:
     return nu / (1.0 - nu)
 
 
-def rounding_eps(bits: int | None, depth: int, split_x: bool) -> float:
+def rounding_eps(bits: int | None, depth: int, split_x: bool, offset: int = 0) -> float:
     """Relative slack on the deterministic bound so it also covers fp32 rounding.
 
     INTx (``bits`` set): the coarse value is evaluated as ``sum_g s_g (sum x q - z sum x)``;
@@ -53,13 +53,16 @@ def rounding_eps(bits: int | None, depth: int, split_x: bool) -> float:
     bf16 tensor cores as hi + lo parts, the residual ``|x - hi - lo| <= 2^-16 |x|`` adds
     ``2^-16 * sum |x||w~| <= 2^-15 qmax D``.
 
+    ``offset``: a kernel that multiplies ``q + offset`` (and folds ``offset`` into the zero point)
+    has terms up to ``s (qmax + offset) |x_k|``: qmax is replaced by ``qmax + offset``.
+
     Native rows (``bits`` None): returns the multiplier of ``A = sum |x||w|``:
     ``gamma (1 + 2 gamma)`` (+ ``2^-16`` for the split-x residual).
     """
     g = gamma(depth)
     if bits is None:
         return g * (1.0 + 2.0 * g) + (2.0**-16 if split_x else 0.0)
-    qmax = (1 << bits) - 1
+    qmax = (1 << bits) - 1 + offset
     return (4 * qmax + 4) * g + (2.0**-15 * qmax if split_x else 0.0)
 
 

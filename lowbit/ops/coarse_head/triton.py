@@ -28,14 +28,16 @@ def _dot(a, b, DT: tl.constexpr):
 
 @triton.jit
 def _x_stats_kernel(x_ptr, st_ptr, M, stride_xm, K: tl.constexpr, NG: tl.constexpr, G: tl.constexpr,
-                    GC: tl.constexpr):
+                    GP: tl.constexpr, GC: tl.constexpr):
     """Per (row m, group g): sum x, sum |x|, sum x^2 over k in [gG, gG + G) (zero past K).
     st fp32 [3, M, NG]. One launch per call, so the main loop never reduces x across threads."""
     i_m = tl.program_id(0).to(tl.int64)
     o_g = tl.program_id(1) * GC + tl.arange(0, GC)
-    o_k = o_g[:, None] * G + tl.arange(0, G)[None, :]
-    # [GC, G]
-    b_x = tl.load(x_ptr + i_m * stride_xm + o_k, mask=(o_k < K) & (o_g[:, None] < NG), other=0.0).to(tl.float32)
+    o_e = tl.arange(0, GP)  # GP: G rounded up to a power of two
+    o_k = o_g[:, None] * G + o_e[None, :]
+    # [GC, GP]
+    b_x = tl.load(x_ptr + i_m * stride_xm + o_k, mask=(o_k < K) & (o_g[:, None] < NG) & (o_e[None, :] < G),
+                  other=0.0).to(tl.float32)
     m_g = o_g < NG
     base = st_ptr + i_m * NG + o_g
     tl.store(base, tl.sum(b_x, axis=1), mask=m_g)
@@ -54,7 +56,7 @@ def _coarse_head_kernel(
     KIND: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr, G: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KCAND: tl.constexpr, GC: tl.constexpr,
     BOUND: tl.constexpr, USE_DOT: tl.constexpr, SPLIT: tl.constexpr, DT: tl.constexpr,
-    WRITE_LOGITS: tl.constexpr,
+    MAGIC: tl.constexpr, ZOFF: tl.constexpr, WRITE_LOGITS: tl.constexpr,
 ):
     i_n = tl.program_id(0).to(tl.int64)
     i_m = tl.program_id(1).to(tl.int64)
@@ -67,8 +69,10 @@ def _coarse_head_kernel(
     p_w = w_ptr + o_n[:, None] * stride_wn + o_b[None, :]
 
     if USE_DOT:
-        acc = tl.zeros([BM, BN], dtype=tl.float32)
-        bnd = tl.zeros([BM, BN], dtype=tl.float32)
+        # transposed: logits^T [BN, BM] = W [BN, BK] @ x^T [BK, BM], so the decoded weight tile
+        # is the A operand (Hopper wgmma reads A from registers: no shared-memory round trip)
+        acc_t = tl.zeros([BN, BM], dtype=tl.float32)
+        bnd_t = tl.zeros([BN, BM], dtype=tl.float32)
     else:
         # GEMV (BM = 1): elementwise fp32 accumulators, reduced once after the loop
         acc2 = tl.zeros([BN, BK], dtype=tl.float32)
@@ -84,16 +88,23 @@ def _coarse_head_kernel(
                 o_k = j0 + o_b
             else:
                 o_k = 2 * (j0 + o_b) + i  # NVFP4: element 2j low nibble, 2j+1 high nibble
-            q = ((b_w >> (i * SHIFT)) & MASK).to(tl.int32)  # [BN, BK]
+            fld = (b_w >> (i * SHIFT)) & MASK  # [BN, BK] uint8
             if KIND == 0:
-                wv = q.to(tl.float32)  # small integers: exact in fp32 / bf16 / fp16
+                if MAGIC:
+                    # bf16 bits 0x4300 | q = 128 + q exactly (q < 128): no int->float convert;
+                    # the +128 is folded into the zero point (ZOFF)
+                    wd = (fld.to(tl.int16) | 0x4300).to(tl.bfloat16, bitcast=True)
+                else:
+                    wd = fld.to(tl.int32).to(tl.float32)  # small integers: exact in any float
                 # the group of this plane-step (BK divides G): its scale goes on the accumulator
                 b_sc = tl.load(s_ptr + o_n * stride_sn + (i * L + j0) // G, mask=m_n, other=0.0).to(tl.float32)
             elif KIND == 1:
+                q = fld.to(tl.int32)
                 # e4m3 -> fp16 bit pattern (value * 2^-8, exact incl. subnormals), then * 256
                 h = ((q & 0x80) << 8) | ((q & 0x7F) << 7)
-                wv = h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
+                wd = h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
             else:
+                q = fld.to(tl.int32)
                 # e2m1 -> fp16 bit pattern (value * 2^-14), times the block's e4m3 scale; the
                 # product has <= 6 significant bits, so it is exact in bf16 / fp16
                 h = ((q & 0x8) << 12) | ((q & 0x7) << 9)
@@ -101,37 +112,40 @@ def _coarse_head_kernel(
                 b_s = tl.load(s_ptr + o_n[:, None] * stride_sn + ((j0 + o_b) // 8)[None, :],
                               mask=m_n[:, None] & m_j[None, :], other=0).to(tl.int32)
                 hs = ((b_s & 0x80) << 8) | ((b_s & 0x7F) << 7)
-                wv = e2 * (hs.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0)
+                wd = e2 * (hs.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0)
             if USE_DOT:
-                # [BM, BK] activations
-                b_x = tl.load(x_ptr + o_m[:, None] * stride_xm + o_k[None, :],
-                              mask=m_m[:, None] & (o_k < K)[None, :], other=0.0)
-                b_wt = tl.trans(wv.to(DT))  # [BK, BN]
-                x_hi = b_x.to(DT)
-                part = _dot(x_hi, b_wt, DT)
+                # [BK, BM] activations, transposed
+                b_xt = tl.load(x_ptr + o_m[None, :] * stride_xm + o_k[:, None],
+                               mask=m_m[None, :] & (o_k < K)[:, None], other=0.0)
+                w_dt = wd.to(DT)
+                x_hi = b_xt.to(DT)
+                part = _dot(w_dt, x_hi, DT)  # [BN, BM]
                 if SPLIT:
-                    part += _dot((b_x.to(tl.float32) - x_hi.to(tl.float32)).to(DT), b_wt, DT)
+                    part += _dot(w_dt, (b_xt.to(tl.float32) - x_hi.to(tl.float32)).to(DT), DT)
                 if KIND == 0:
-                    acc += part * b_sc[None, :]
+                    acc_t += part * b_sc[:, None]
                 else:
-                    acc += part
+                    acc_t += part
                     if BOUND == 1:
-                        b_wa = tl.trans(tl.abs(wv).to(DT))
-                        xa = tl.abs(b_x.to(tl.float32))
+                        w_abs = tl.abs(wd).to(DT)
+                        xa = tl.abs(b_xt.to(tl.float32))
                         xa_hi = xa.to(DT)
-                        bnd += _dot(xa_hi, b_wa, DT)
+                        bnd_t += _dot(w_abs, xa_hi, DT)
                         if SPLIT:
-                            bnd += _dot((xa - xa_hi.to(tl.float32)).to(DT), b_wa, DT)
+                            bnd_t += _dot(w_abs, (xa - xa_hi.to(tl.float32)).to(DT), DT)
             else:
                 b_x = tl.load(x_ptr + i_m * stride_xm + o_k, mask=o_k < K, other=0.0).to(tl.float32)  # [BK]
-                t = wv * b_x[None, :]
+                t = wd.to(tl.float32) * b_x[None, :]
                 if KIND == 0:
                     acc2 += t * b_sc[:, None]
                 else:
                     acc2 += t
                     if BOUND == 1:
                         bnd2 += tl.abs(t)
-    if not USE_DOT:
+    if USE_DOT:
+        acc = tl.trans(acc_t)  # [BM, BN]
+        bnd = tl.trans(bnd_t)
+    else:
         acc = tl.sum(acc2, axis=1)[None, :]  # [1, BN]
         bnd = tl.sum(bnd2, axis=1)[None, :]
     if KIND == 0:
@@ -142,7 +156,7 @@ def _coarse_head_kernel(
             p_sg = o_n[:, None] * stride_sn + o_g[None, :]
             # [BN, GC]
             b_s = tl.load(s_ptr + p_sg, mask=m_n[:, None] & m_g[None, :], other=0.0).to(tl.float32)
-            b_z = tl.load(z_ptr + p_sg, mask=m_n[:, None] & m_g[None, :], other=0).to(tl.float32)
+            b_z = tl.load(z_ptr + p_sg, mask=m_n[:, None] & m_g[None, :], other=0).to(tl.float32) + ZOFF
             # [BM, GC]
             p_st = st_ptr + o_m[:, None] * NG + o_g[None, :]
             m_st = m_m[:, None] & m_g[None, :]
@@ -204,7 +218,7 @@ def _coarse_head_kernel(
 # decode + FMA path streams bytes at full width); M <= 64 pads M to BM for tl.dot. Larger M loops
 # over M tiles of 64 (the weight is then read ceil(M/64) times). Chosen on the H200 with
 # lowbit/bench/draft_head.py (see docs/draft_head.md for the numbers).
-_CONFIGS = {1: (1, 4, 4), 16: (16, 4, 3), 32: (32, 4, 3), 64: (64, 8, 3)}
+_CONFIGS = {1: (16, 4, 3), 16: (16, 4, 3), 32: (32, 4, 3), 64: (64, 4, 3)}
 
 
 def _config(m: int):
@@ -255,9 +269,11 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
         split = use_dot and x.dtype == torch.float32
     nb = -(-n // block)
     depth = kernel_depth(padded_k, bk, group_size)
+    magic = use_dot and kind == KIND_INTX and bits <= 4 and dt == tl.bfloat16
     if kind == KIND_INTX:
         p, shift, mask = 8 // bits, bits, (1 << bits) - 1
-        bcoef = 0.5 * (1.0 + rounding_eps(bits, depth, split))
+        # the magic decode computes with codes q + 128: the rounding slack scales with that
+        bcoef = 0.5 * (1.0 + rounding_eps(bits, depth, split, offset=128 if magic else 0))
     elif kind == KIND_FP8:
         p, shift, mask = 1, 0, 0xFF
         bcoef = rounding_eps(None, depth, split)
@@ -269,7 +285,8 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     ng = s.shape[1] if kind == KIND_INTX else 1
     stats = torch.empty(3, m if kind == KIND_INTX else 0, ng, dtype=torch.float32, device=dev)
     if kind == KIND_INTX:
-        _x_stats_kernel[(m, triton.cdiv(ng, 16))](x, stats, m, x.stride(0), K=k, NG=ng, G=group_size, GC=16,
+        _x_stats_kernel[(m, triton.cdiv(ng, 16))](x, stats, m, x.stride(0), K=k, NG=ng, G=group_size,
+                                                   GP=triton.next_power_of_2(group_size), GC=16,
                                                    num_warps=4)
     c = nb * kcand
     certified = bound != BOUND_NONE
@@ -289,7 +306,7 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
         K=k, L=ell, NG=ng, KIND=kind, P=p, SHIFT=shift, MASK=mask, G=group_size,
         BM=bm, BN=block, BK=bk, KCAND=kcand, GC=16,
         BOUND=bound, USE_DOT=use_dot, SPLIT=split,
-        DT=dt,
+        DT=dt, MAGIC=magic, ZOFF=128.0 if magic else 0.0,
         WRITE_LOGITS=write_logits,
         num_warps=warps, num_stages=stages,
     )

@@ -135,11 +135,17 @@ def _fp4_gemm_kernel(
 
 
 # Launch configs by M band (first band with m <= max M wins). Always swap-AB (see the module
-# docstring); the packed weight tile is [block_n, 64] bytes per 128-wide K block.
-# CONFIGS_PLACEHOLDER
+# docstring); the packed weight tile is [block_n, 64] bytes per 128-wide K block. Chosen by
+# scripts/tune_gemm.py on the H200, cold L2 (docs/gemm.md):
+#   M 1, N7168 K16384: 79.8 us with the PRMT upcast (integer upcast 107.0; _scaled_mm row-wise
+#     72.7, per-tensor 44.1): 0.91x of row-wise FP8, far from the 1.6x target — the kernel is bound
+#     by its four dependent K=32 wgmma + scale steps per 128 block and the register upcast, not by
+#     bytes. BLOCK_N 128 / 256, 8 warps, 6 stages were all slower.
+#   M 64, N7168 K16384: 148.7 us (integer upcast 216.5; _scaled_mm row-wise 56.6).
+#   M 4096, N4096 K7168: 1411 us = 0.12x _scaled_mm (128x128 spills 18 regs; no target there).
 _CONFIGS = (
     (16, GemmConfig(16, 64, 4, 4, True)),
-    (32, GemmConfig(32, 64, 4, 4, True)),
+    (32, GemmConfig(32, 64, 4, 4, True)),  # not measured (no benchmark shape)
     (64, GemmConfig(64, 64, 4, 4, True)),
     (None, GemmConfig(128, 128, 8, 3, True)),
 )

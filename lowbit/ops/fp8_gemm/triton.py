@@ -199,15 +199,25 @@ def _split_k_reduce_kernel(ws_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.c
     tl.store(c_ptr + o, acc.to(c_ptr.dtype.element_ty), mask=m)
 
 
-# Launch configs keyed by the M band (first band with m <= max M wins).
-# Decode bands stream the weight (bandwidth-bound): swap-AB puts the weight rows in the MMA's M.
-# CONFIGS_PLACEHOLDER
+# Launch configs keyed by the M band (first band with m <= max M wins), chosen by
+# scripts/tune_gemm.py on the H200 (Triton 3.6, torch 2.11). Measured, cold L2 (see docs/gemm.md;
+# that timer's write-flush adds ~10 us to every decode case, lowbit and baselines alike):
+#   M 1/16, N7168 K16384: 42.8 / 43.8 us (_scaled_mm per-tensor 43.4 / 44.4, row-wise 72.1 / 66.1);
+#     16x128 and BLOCK_N 256, 8 stages, 4 waves of split-K were all slower.
+#   M 64, N7168 K16384: 56.1 us non-swap 64x128 (swap 64x64 s5 before: 72.0; _scaled_mm 42.6).
+#   M 512: 64x128 TMA 142.4 / 32.5 / 34.7 us on N7168 K16384 / N2112 K7168 / N4096 K7168
+#     (128x128 pointer loads before: 165.3 / 45.8 / 59.8; _scaled_mm 86.8 / 19.3 / 26.7).
+#   M 4096: 128x128 TMA 8 warps 4 stages GROUP_M 16: 969 / 920 / 762 TFLOP/s on N7168 K16384 /
+#     N4096 K7168 / N24576 K1536 = 0.67x / 0.66x / 0.60x _scaled_mm per-tensor (pointer loads
+#     before: 815 / 735 / 662). 5 stages ~= GROUP_M 16; 128x256 / 256x128 tiles spill (the scaled
+#     accumulation keeps the dot result and the accumulator live: 2 x 128 regs per thread).
+# Decode bands stream the weight: swap-AB puts the weight rows in the MMA's M.
 _CONFIGS = (
     (16, GemmConfig(16, 64, 4, 6, True)),
-    (32, GemmConfig(32, 64, 4, 6, True)),
-    (64, GemmConfig(64, 64, 4, 5, True)),
-    (1024, GemmConfig(64, 128, 4, 4, False)),
-    (None, GemmConfig(128, 128, 8, 4, False, 8, True)),
+    (32, GemmConfig(32, 64, 4, 6, True)),  # not measured (no benchmark shape): the M <= 16 shape
+    (64, GemmConfig(64, 128, 4, 4, False)),
+    (1024, GemmConfig(64, 128, 4, 4, False, 8, True)),
+    (None, GemmConfig(128, 128, 8, 4, False, 16, True)),
 )
 
 
