@@ -67,14 +67,14 @@ def sparse_candidates():
 
 
 # (name, m, b, h, topk, fp8, n)
-SPARSE_SHAPES = [
+SPARSE_SHAPES = [  # in order of priority (the budget may cut the tail)
+    ("decode m1 b32 h128 top2048 fp8kv", 1, 32, 128, 2048, True, 65536),
     ("decode m1 b1 h64 top2048", 1, 1, 64, 2048, False, 65536),
     ("decode m1 b32 h128 top2048", 1, 32, 128, 2048, False, 65536),
     ("decode m1 b128 h128 top512", 1, 128, 128, 512, False, 65536),
-    ("decode m2 b32 h128 top512", 2, 32, 128, 512, False, 65536),
-    ("decode m1 b32 h128 top2048 fp8kv", 1, 32, 128, 2048, True, 65536),
-    ("decode m1 b1 h64 top2048 fp8kv", 1, 1, 64, 2048, True, 65536),
     ("prefill m4096 b1 h128 top2048", 4096, 1, 128, 2048, False, 65536),
+    ("decode m2 b32 h128 top512", 2, 32, 128, 512, False, 65536),
+    ("decode m1 b1 h64 top2048 fp8kv", 1, 1, 64, 2048, True, 65536),
 ]
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -83,15 +83,14 @@ def gathered_candidates():
     c = []
     for bt in (1, 2, 4, 8, 16):
         for tile in (256, 512, 1024):
-            for w in (2, 4, 8):
-                for st in (2, 3):
-                    c.append(dict(BT=bt, TILE=tile, num_warps=w, num_stages=st, F16=True))
+            for w, st in ((2, 2), (4, 2), (4, 3), (8, 2)):
+                c.append(dict(BT=bt, TILE=tile, num_warps=w, num_stages=st, F16=True))
     for bt, tile, w in ((1, 1024, 4), (4, 256, 4), (8, 256, 8)):  # the old table, old decode
         c.append(dict(BT=bt, TILE=tile, num_warps=w, num_stages=2, F16=False))
     return c
 
 
-GATHERED_SHAPES = [(256, 1, 8), (1024, 16, 32), (1024, 64, 64), (4096, 16, 64), (4096, 256, 64)]
+GATHERED_SHAPES = [(4096, 256, 64), (4096, 16, 64), (1024, 64, 64), (1024, 16, 32), (256, 1, 8)]
 V = 131072
 
 
@@ -177,7 +176,8 @@ def gathered_call(w, x, values, idx, logits, cfg):
     gk.gathered_bias(x, fmt, data, scale, aux, values, idx, logits, 1.0, k, bits, gs, config=cfg)
 
 
-def hc_inputs(rows=16384):
+def hc_inputs(rows=None):
+    rows = rows or (64 if DRY else 16384)
     import torch
 
     return (torch.randn(1, rows, 24, device=DEVICE), torch.rand(3, device=DEVICE) + 0.5,
@@ -291,24 +291,31 @@ def main():
     if DRY:
         outs = map(_warm, tasks[:3] + [t for t in tasks if t[0] == "sparse"][:2] + [t for t in tasks if t[0] == "gathered"][:2])
     else:
-        pool = mp.get_context("spawn").Pool(12)
+        pool = mp.get_context("spawn").Pool(14)
         outs = pool.imap(_warm, tasks, chunksize=1)
-    for task, err in zip(tasks, outs):
+    for task in tasks if not DRY else tasks[:0]:
+        try:
+            err = outs.next(timeout=max(1.0, left() - 160))
+        except mp.TimeoutError:
+            log("warm-up: out of time, the rest compiles on first use")
+            pool.terminate()
+            break
         if err:
             kind, key, cfg, extra = task
             errors[(kind, str(key), key_of(cfg), extra)] = err
             if kind == "sparse":
                 sparse_bad.add((key_of(cfg), key[5]))
-    if not DRY:
-        pool.close()
-        pool.join()
+    if DRY:
+        list(outs)
+    else:
+        pool.terminate()
     log(f"warm-up done, {len(errors)} failures")
     for k, e in list(errors.items())[:40]:
         log("  compile/run error", k, e)
     results["compile_errors"] = {" | ".join(map(str, k)): v for k, v in errors.items()}
     if pyt is not None:
         try:
-            pyt.wait(timeout=max(5.0, min(90.0, left() - 150)))
+            pyt.wait(timeout=max(5.0, min(60.0, left() - 170)))
         except subprocess.TimeoutExpired:
             log("pytest still running; timing anyway")
     failed = lambda kind, key, cfg, extra=None: (kind, str(key), key_of(cfg), extra) in errors  # noqa: E731
@@ -337,10 +344,66 @@ def main():
     report_shape("hc rows16384", rows)
     dump(results)
 
+    # --- sparse_attn
+    for name, m, b, h, topk, fp8, n in SPARSE_SHAPES:
+        if left() < 70:
+            log("budget: skipping", name)
+            continue
+        prefill = m > 2
+        ncopies = 1 if (prefill or b >= 32) else 4
+        copies = [sparse_inputs(m, b, h, topk, fp8, n, seed=s) for s in range(ncopies)]
+        inp0 = copies[0]
+        ref = sparse_call(inp0, dict(BLOCK_H=64 if h >= 64 else 16, BLOCK_N=32, num_warps=8, num_stages=1), 1)
+        rows = {}
+
+        def timed(cfg, splits):
+            out = sparse_call(inp0, cfg, splits)
+            err = rel_err(out, ref)
+            if not err < 2e-2:
+                return None, err
+            if prefill and not DRY:
+                from lowbit.bench.timing import time_us
+
+                return time_us(lambda: sparse_call(inp0, cfg, splits), rep=40), err
+            it = iter(range(10 ** 9))
+            return graph_us(lambda: sparse_call(copies[next(it) % ncopies], cfg, splits), rep=25), err
+
+        for cfg in sparse_candidates():
+            if (key_of(cfg), fp8) in sparse_bad:
+                continue
+            try:
+                us, err = timed(cfg, None)
+                rows[key_of(cfg)] = dict(cfg=cfg, us=us, err=err)
+            except Exception as e:  # noqa: BLE001
+                rows[key_of(cfg)] = dict(cfg=cfg, us=None, err=repr(e)[:200])
+            if left() < 60:
+                break
+        # explicit split counts for the best three (decode only)
+        if not prefill:
+            top = sorted((r for r in rows.values() if r["us"]), key=lambda r: r["us"])[:3]
+            for r in top:
+                for s in SPLITS:
+                    if left() < 60:
+                        break
+                    cfg = dict(r["cfg"], SPLITS=s)
+                    tiles = math.ceil(topk / cfg["BLOCK_N"])
+                    if s > tiles:
+                        continue
+                    try:
+                        us, err = timed(r["cfg"], s)
+                        rows[key_of(cfg)] = dict(cfg=cfg, us=us, err=err)
+                    except Exception as e:  # noqa: BLE001
+                        rows[key_of(cfg)] = dict(cfg=cfg, us=None, err=repr(e)[:200])
+        results["sparse"][name] = rows
+        report_shape(name, rows)
+        del copies, inp0, ref
+        torch.cuda.empty_cache()
+        dump(results)
+
     # --- gathered_bias
     weights = {}
     for k, b, t in GATHERED_SHAPES:
-        if left() < 110:
+        if left() < 30:
             log("budget: skipping the rest of gathered")
             break
         if k not in weights:
@@ -376,62 +439,6 @@ def main():
         dump(results)
     weights.clear()
     torch.cuda.empty_cache()
-
-    # --- sparse_attn
-    for name, m, b, h, topk, fp8, n in SPARSE_SHAPES:
-        if left() < (40 if "prefill" not in name else 30):
-            log("budget: skipping", name)
-            continue
-        prefill = m > 2
-        ncopies = 1 if (prefill or b >= 32) else 4
-        copies = [sparse_inputs(m, b, h, topk, fp8, n, seed=s) for s in range(ncopies)]
-        inp0 = copies[0]
-        ref = sparse_call(inp0, dict(BLOCK_H=64 if h >= 64 else 16, BLOCK_N=32, num_warps=8, num_stages=1), 1)
-        rows = {}
-
-        def timed(cfg, splits):
-            out = sparse_call(inp0, cfg, splits)
-            err = rel_err(out, ref)
-            if not err < 2e-2:
-                return None, err
-            if prefill and not DRY:
-                from lowbit.bench.timing import time_us
-
-                return time_us(lambda: sparse_call(inp0, cfg, splits), rep=40), err
-            it = iter(range(10 ** 9))
-            return graph_us(lambda: sparse_call(copies[next(it) % ncopies], cfg, splits), rep=25), err
-
-        for cfg in sparse_candidates():
-            if (key_of(cfg), fp8) in sparse_bad:
-                continue
-            try:
-                us, err = timed(cfg, None)
-                rows[key_of(cfg)] = dict(cfg=cfg, us=us, err=err)
-            except Exception as e:  # noqa: BLE001
-                rows[key_of(cfg)] = dict(cfg=cfg, us=None, err=repr(e)[:200])
-            if left() < 25:
-                break
-        # explicit split counts for the best three (decode only)
-        if not prefill:
-            top = sorted((r for r in rows.values() if r["us"]), key=lambda r: r["us"])[:3]
-            for r in top:
-                for s in SPLITS:
-                    if left() < 25:
-                        break
-                    cfg = dict(r["cfg"], SPLITS=s)
-                    tiles = math.ceil(topk / cfg["BLOCK_N"])
-                    if s > tiles:
-                        continue
-                    try:
-                        us, err = timed(r["cfg"], s)
-                        rows[key_of(cfg)] = dict(cfg=cfg, us=us, err=err)
-                    except Exception as e:  # noqa: BLE001
-                        rows[key_of(cfg)] = dict(cfg=cfg, us=None, err=repr(e)[:200])
-        results["sparse"][name] = rows
-        report_shape(name, rows)
-        del copies, inp0, ref
-        torch.cuda.empty_cache()
-        dump(results)
 
     if pyt is not None:
         try:

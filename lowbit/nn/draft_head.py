@@ -185,7 +185,7 @@ class DraftHead(nn.Module):
             x = torch.randn(m, self.k, device=packing.device, dtype=dtype)
             self.argmax(x)
             for k in ks:
-                if k > 1 and k <= self.n:
+                if 1 < k <= (self._fast_cands if self.mode == "fast" else self.n):
                     self.topk(x, k)
             self.logits(x)
         if packing.device.type == "cuda":

@@ -43,17 +43,20 @@ CASES = [
 def test_matches_reference(backend, kind, bound, m, xdtype):
     weight, bits = _weight(kind)
     x = torch.randn(m, K).to(xdtype)
+    packing = pack(weight, bits, 32)  # one packing (quantized on the CPU) for both sides
     with lowbit.backend("reference"):
-        ref = coarse_head(x, pack(weight, bits, 32), block=BLOCK, kcand=KCAND, bound=bound, write_logits=True)
-    wd = weight.to(backend.device)
+        ref = coarse_head(x, packing, block=BLOCK, kcand=KCAND, bound=bound, write_logits=True)
     xd = x.to(backend.device)
     with backend.active():
-        out = coarse_head(xd, pack(wd, bits, 32), block=BLOCK, kcand=KCAND, bound=bound, write_logits=True)
+        out = coarse_head(xd, packing.to(backend.device), block=BLOCK, kcand=KCAND, bound=bound, write_logits=True)
     out = type(out)(*(t.cpu() for t in out))
     nb = -(-N // BLOCK)
     assert out.cand_key.shape == (m, nb * KCAND) and out.cand_idx.dtype == torch.int64
-    # fp32 sums in a different order: |diff| <~ K * 2^-24 * sum|x w~| ~ 1e-5 relative
-    assert rel_err(out.logits, ref.logits) < 1e-5
+    # fp32 sums in a different order: |diff| <~ K * 2^-24 * sum|x w~| ~ 1e-5 relative. The GPU's
+    # INT2/INT4 dot path multiplies codes q + 128 (bf16 decode without int->float converts) and
+    # folds the 128 into the zero point: terms ~ (128 + qmax) / qmax larger, so up to ~1e-3.
+    magic = backend.name == "cuda" and bits in (2, 4) and m > 1 and xdtype != FP16
+    assert rel_err(out.logits, ref.logits) < (1e-3 if magic else 1e-5)
     assert not out.cand_key.isnan().any()
     if bound == BOUND_NONE:
         # the candidates are exactly the per-block top-kcand of the kernel's own logits
@@ -165,6 +168,8 @@ def test_gemv_path_matches_dot_path(backend, kind):
                                        sigma=4.0, write_logits=True, config=cfg))
     (k1, lb1, i1, _, _, lg1), (k2, lb2, i2, _, _, lg2) = outs
     assert rel_err(lg1, lg2) < 1e-5
-    # bounds agree up to the rounding slack (the GPU dot path's bf16 decode of q + 128 has a larger one)
-    torch.testing.assert_close(k1, k2, rtol=1e-4, atol=2e-3)
-    torch.testing.assert_close(lb1, lb2, rtol=1e-4, atol=2e-3)
+    # bounds agree up to the rounding slack: the GPU dot path's bf16 decode of q + 128 has a
+    # larger one, eps = (4 * 131 + 4) * gamma ~ 1% of the INT2 bound here
+    b1, b2 = (k1 - lb1) / 2, (k2 - lb2) / 2
+    torch.testing.assert_close(b1, b2, rtol=2e-2, atol=1e-6)
+    torch.testing.assert_close(k1 - b1, k2 - b2, rtol=1e-4, atol=1e-4)  # the coarse logits

@@ -68,6 +68,10 @@ class CoarsePacking:
         """Bytes one coarse pass streams (packed codes + scales + zeros, or the native rows)."""
         return self.fmt.nbytes
 
+    def to(self, device) -> "CoarsePacking":
+        """The same coarse copy on ``device`` (an uncached copy; for tests and CPU evaluation)."""
+        return CoarsePacking(self.kind, self.fmt.to(device), self.n, self.k, self.bits, self.group_size)
+
     @property
     def padded_k(self) -> int:
         return self.fmt.padded_k if self.kind == KIND_INTX else self.k

@@ -214,11 +214,14 @@ def _coarse_head_kernel(
         tl.store(brest_ptr + o_m * NB + i_n, tl.max(key, axis=1), mask=m_m)
 
 
-# Launch configurations per M band: (BM, num_warps, num_stages). M = 1 is a GEMV (no tl.dot: the
-# decode + FMA path streams bytes at full width); M <= 64 pads M to BM for tl.dot. Larger M loops
-# over M tiles of 64 (the weight is then read ceil(M/64) times). Chosen on the H200 with
-# lowbit/bench/draft_head.py (see docs/draft_head.md for the numbers).
-_CONFIGS = {1: (16, 4, 3), 16: (16, 4, 3), 32: (32, 4, 3), 64: (64, 4, 3)}
+# Launch configurations per M band: (BM, num_warps, num_stages). BM = 1 is the GEMV variant (no
+# tl.dot: decode + fp32 FMA into a [BN, BK] accumulator, one row reduction at the end); BM > 1 pads
+# M to BM for tl.dot with the decoded weight tile as the A operand. M > 64 loops over M tiles of 64
+# (the weight is then read ceil(M/64) times). Chosen on the H200 with
+# lowbit.bench.draft_head.tune() (124160 x 5120, INT2 + INT4 g64, block 128; numbers in
+# docs/draft_head.md): M=1 GEMV 8 warps 231/237 us vs tl.dot BM=16 224/255 us; M=64: 8 warps
+# 440/568 us vs 4 warps 869/527 us.
+_CONFIGS = {1: (1, 8, 3), 16: (16, 4, 3), 32: (32, 4, 3), 64: (64, 8, 4)}
 
 
 def _config(m: int):
