@@ -12,7 +12,12 @@ Run from the repository root on the CUDA machine (``PYTHONPATH=$PWD``)::
    config's output first;
 4. prints the best config per shape and per regime and writes ``$OUT/sweep.json``;
 5. installs the per-regime winners into the module tables and runs the registered benchmarks
-   (``$OUT/bench.txt``) while the time budget lasts.
+   (``$OUT/bench.txt``) while the time budget lasts (a winner's explicit split count is dropped:
+   the tables keep the cost-model split, whose MERGE knob is set by hand from the split sweep).
+
+``--dry`` runs tiny shapes on CPU under the Triton interpreter to check the plumbing.
+One H200 run (2026-11-29, --budget 283) took 198 s: 44 s parallel compile of 295 configs, pytest
+in the background (135 passed), the sweep, then the benchmarks.
 
 The tables in ``lowbit/ops/gathered/triton.py`` (``_DOT_CONFIGS``), ``lowbit/ops/sparse_attn/
 triton.py`` (``_TUNED``) and ``lowbit/ops/hc_sinkhorn/triton.py`` (``HC4_CONFIG``) are set by hand
@@ -506,11 +511,13 @@ def install_winners(results):
         big = best_common(results, "gathered", ["K4096 B256 T64"])
         if small and mid and big:
             gk._DOT_CONFIGS = ((256, small), (4096, mid), (1 << 62, big))
-        sp = best_common(results, "sparse", ["decode m1 b1 h64 top2048", "decode m1 b32 h128 top2048",
-                                             "decode m2 b32 h128 top512"])
-        sp8 = best_common(results, "sparse", ["decode m1 b32 h128 top2048 fp8kv", "decode m1 b1 h64 top2048 fp8kv"])
+        small = best_common(results, "sparse", ["decode m1 b1 h64 top2048"])
+        small8 = best_common(results, "sparse", ["decode m1 b1 h64 top2048 fp8kv"])
+        sp = best_common(results, "sparse", ["decode m1 b32 h128 top2048", "decode m2 b32 h128 top512"])
+        sp8 = best_common(results, "sparse", ["decode m1 b32 h128 top2048 fp8kv"])
         bulk = best_common(results, "sparse", ["decode m1 b128 h128 top512", "prefill m4096 b1 h128 top2048"])
-        for key, c in ((("split", False), sp), (("split", True), sp8), (("bulk", False), bulk), (("bulk", True), bulk)):
+        for key, c in ((("small", False), small), (("small", True), small8), (("split", False), sp),
+                       (("split", True), sp8), (("bulk", False), bulk)):
             if c:
                 c = dict(c)
                 c.pop("SPLITS", None)

@@ -11,7 +11,8 @@ and reports for each:
   fast head with ``kcand=1`` over fewer than k blocks).
 * ``mean_set_size`` / ``max_set_size`` / ``fallback_rate`` — certified mode only (from the
   head's ``stats`` during the argmax pass): how many tokens were rescored exactly per position,
-  and the fraction of positions scored in full because the set outgrew ``rerank``.
+  and the fraction of positions scored in full because the set outgrew ``rerank`` (``wide_rate``:
+  the set outgrew the cap but every member was among the candidates, so all were rescored).
 * ``bytes`` — what one coarse pass streams (packed codes + scales + zeros), next to
   ``bf16_bytes = N * K * 2``, and ``bits_per_weight = 8 * bytes / (N * K)``.
 
@@ -192,6 +193,8 @@ def evaluate_head(hidden: torch.Tensor, weight: torch.Tensor, configs: Iterable[
             "mean_set_size": float(stats.get("mean_set_size", math.nan)) if certified else math.nan,
             "max_set_size": int(stats.get("max_set_size", 0)) if certified else None,
             "fallback_rate": float(stats.get("fallback_rate", 0.0)) if certified else 0.0,
+            # rows whose set outgrew the cap but lay among the candidates (all candidates rescored)
+            "wide_rate": stats["wide"] / max(int(stats.get("rows", 0)) or p, 1) if certified and "wide" in stats else None,
             "bytes": nbytes,
             "bf16_bytes": n * k_dim * 2,
             "bits_per_weight": 8 * nbytes / (n * k_dim) if nbytes else math.nan,
@@ -231,22 +234,27 @@ def plot(rows: Sequence[dict], path: str, title: str = "DraftHead accuracy vs th
     labels = [r["label"] for r in rows]
     recall_keys = sorted((k for k in rows[0] if k.startswith("recall@")), key=lambda s: int(s.split("@")[1])) if rows else []
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(10, 1.1 * len(rows) + 6), 5), gridspec_kw={"width_ratios": [2, 1]})
-    xs = range(len(rows))
-    ax1.plot(xs, [100 * r["agreement"] for r in rows], "o-", label="argmax agreement", lw=2)
-    for key in recall_keys:
-        if key != "recall@1":
-            ax1.plot(xs, [100 * r[key] for r in rows], "s--", label=key, alpha=0.8)
+    xs = list(range(len(rows)))
+    series = [("argmax agreement", "agreement")] + [(k, k) for k in recall_keys if k != "recall@1"]
+    width = 0.8 / len(series)
+    for j, (name, key) in enumerate(series):
+        vals = [100 * r[key] if r[key] == r[key] else 0.0 for r in rows]  # NaN (not available) -> no bar
+        ax1.bar([x + (j - (len(series) - 1) / 2) * width for x in xs], vals, width, label=name)
     ax1.set_xticks(list(xs))
     ax1.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
     ax1.set_ylabel("% of positions")
-    ax1.set_ylim(0, 102)
+    ax1.set_ylim(0, 105)
     ax1.grid(alpha=0.3)
     ax1.legend(loc="lower right", fontsize=8)
     ax1.set_title("agreement / recall@k per configuration")
     mb = [r["bytes"] / 1e6 for r in rows]
     ax2.scatter(mb, [100 * r["agreement"] for r in rows], c=["tab:green" if r.get("mode") == "certified" else "tab:blue" for r in rows])
+    stacked: dict[tuple, int] = {}
     for x, r in zip(mb, rows):
-        ax2.annotate(r["label"], (x, 100 * r["agreement"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        spot = (round(x), round(100 * r["agreement"]))  # labels of coinciding points are stacked
+        i = stacked.get(spot, 0)
+        stacked[spot] = i + 1
+        ax2.annotate(r["label"], (x, 100 * r["agreement"]), fontsize=6, xytext=(4, -4 - 8 * i), textcoords="offset points")
     if rows:
         ax2.axvline(rows[0]["bf16_bytes"] / 1e6, color="gray", ls=":", label="bf16 head")
         ax2.legend(fontsize=8)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lowbit._backend import use_triton
 from lowbit._validate import check_tensor, require
 from lowbit.formats.fp8 import FP8
 from lowbit.formats.nvfp4 import NVFP4
@@ -25,6 +26,7 @@ from lowbit.ops.coarse_head import (
     topk_lowest,
     weight_version,
 )
+from lowbit.ops import coarse_head as _coarse_mod
 
 MODES = ("fast", "certified")
 BOUNDS = {"det": BOUND_DET, "stat": BOUND_STAT}
@@ -250,6 +252,24 @@ class DraftHead(nn.Module):
         return torch.cat([gathered_dot(xr[i:i + 8], self.weight, ar.expand(min(8, xr.shape[0] - i), -1))
                           for i in range(0, xr.shape[0], 8)])
 
+    def _fast_best(self, x2, k: int):
+        """Fast mode's exact top-``k`` among the reranked candidates: (vals fp32 [M, k], idx int64
+        [M, k]). Dense weights on the Triton path use the fused select + rerank kernels
+        (:mod:`lowbit.ops.coarse_head.select`, two launches); otherwise torch ops."""
+        compiling = torch.compiler.is_compiling()
+        if (_coarse_mod.FUSED_SELECT and isinstance(self.weight, torch.Tensor)
+                and (x2.is_cuda if compiling else use_triton(x2, self.weight))):
+            out = self._coarse(x2, BOUND_NONE)
+            op = torch.ops.lowbit.draft_fast_select if compiling else _coarse_mod.fast_select_rerank
+            v, i = op(out.cand_key, out.cand_idx, x2, self.weight, max(self.rerank, k), k)
+            self._calls += 1
+            self._rows += x2.shape[0]
+            return v, i
+        _, idx, vals = self._fast(x2, k)
+        if k == 1:
+            return None, argmax_lowest(vals, idx)[:, None]
+        return topk_lowest(vals, idx, k)
+
     def _fast(self, x2, k: int, write_logits=False):
         out = self._coarse(x2, BOUND_NONE, write_logits)
         idx, valid = select_fast(out, max(self.rerank, k))
@@ -269,8 +289,7 @@ class DraftHead(nn.Module):
         """int64 [...]: the index of the largest logit per row (lower index among exact ties)."""
         x2 = self._flat(x)
         if self.mode == "fast":
-            _, idx, vals = self._fast(x2, 1)
-            return argmax_lowest(vals, idx).view(x.shape[:-1])
+            return self._fast_best(x2, 1)[1][:, 0].view(x.shape[:-1])
         _, idx, vals, fb = self._certified(x2, 1)
         ans = argmax_lowest(vals, idx)
         if fb is not None:
@@ -287,8 +306,7 @@ class DraftHead(nn.Module):
         self._check_k(k)
         x2 = self._flat(x)
         if self.mode == "fast":
-            _, idx, vals = self._fast(x2, k)
-            v, i = topk_lowest(vals, idx, k)
+            v, i = self._fast_best(x2, k)
         else:
             _, idx, vals, fb = self._certified(x2, k)
             if vals.shape[1] < k:  # fewer candidates than k: every row falls back

@@ -173,3 +173,37 @@ def test_gemv_path_matches_dot_path(backend, kind):
     b1, b2 = (k1 - lb1) / 2, (k2 - lb2) / 2
     torch.testing.assert_close(b1, b2, rtol=2e-2, atol=1e-6)
     torch.testing.assert_close(k1 - b1, k2 - b2, rtol=1e-4, atol=1e-4)  # the coarse logits
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_fused_select_matches_torch_path(backend, k):
+    """Fused fast select + rerank (select.py) against select_fast + gathered_dot + topk_lowest:
+    same indices, same exact values; fillers (the partial last block emits -inf keys), a row with
+    tied coarse keys and tied exact values (duplicated weight rows) included."""
+    if not backend.is_triton:
+        pytest.skip("the fused selection kernels exist on the Triton tiers only")
+    from lowbit.ops.coarse_head import fast_select_rerank, select_fast, topk_lowest
+    from lowbit.ops.gathered import gathered_dot
+
+    n, kdim, block, kcand, r = 300, 96, 64, 3, 7  # 5 blocks; the last holds 44 tokens
+    w = torch.randn(n, kdim) * 0.02
+    w[[40, 100, 230]] = w[7].clone()  # exact ties across blocks: the lowest index must win
+    w = w.to(torch.bfloat16).to(backend.device)
+    x = torch.randn(3, kdim).to(backend.device)
+    x[2] = w[7].float() * 50  # row 2: tokens 7, 40, 100, 230 tie for the top
+    p = pack(w, 4, 32)
+    with backend.active():
+        out = coarse_head(x, p, block=block, kcand=kcand, bound=BOUND_NONE)
+        v, i = fast_select_rerank(out.cand_key, out.cand_idx, x, w, r, k)
+        idx, valid = select_fast(out, r)
+        vals = gathered_dot(x, w, idx)
+    vals = torch.where(valid, vals, torch.full_like(vals, float("-inf")))
+    rv, ri = topk_lowest(vals.cpu(), idx.cpu(), k)
+    assert v.shape == (3, k) and i.dtype == torch.int64
+    assert torch.equal(i.cpu(), ri)
+    torch.testing.assert_close(v.cpu(), rv, rtol=1e-6, atol=1e-6)
+    assert i[2, 0].item() == 7
+    # a second call reuses the counter buffer (left at zero by the last program of each row)
+    with backend.active():
+        v2, i2 = fast_select_rerank(out.cand_key, out.cand_idx, x, w, r, k)
+    assert torch.equal(i2, i) and torch.equal(v2, v)

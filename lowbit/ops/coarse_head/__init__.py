@@ -235,6 +235,31 @@ def _(x, w, s, z, gs, kind, bits, group_size, n, padded_k, block, kcand, bound, 
             x.new_empty(m if write_logits else 0, n, **f32))
 
 
+#: Fast mode on dense weights: fused select + rerank kernels (``select.py``, 2 launches) instead
+#: of the torch ops of :func:`select_fast` + ``gathered_dot`` + :func:`topk_lowest` (~12 launches).
+#: Measured on the H200: see docs/draft_head.md ("Measured").
+FUSED_SELECT = True
+
+
+def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                       r: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused fast-mode selection: the exact top-``k`` among the ``r`` best coarse candidates
+    (values fp32 [M, k] descending, indices int64 [M, k]). Triton only; see ``select.py``."""
+    from lowbit.ops.coarse_head.select import fast_select_rerank as impl
+
+    return impl(cand_key, cand_idx, x, weight, r, k)
+
+
+# mutates_args=(): the kernel's counter buffer is internal scratch that every call leaves at zero
+_fast_select_op = torch.library.custom_op("lowbit::draft_fast_select", fast_select_rerank, mutates_args=())
+
+
+@_fast_select_op.register_fake
+def _(cand_key, cand_idx, x, weight, r, k):
+    m = cand_key.shape[0]
+    return (cand_key.new_empty(m, k, dtype=torch.float32), cand_key.new_empty(m, k, dtype=torch.int64))
+
+
 def argmax_lowest(vals: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """Index of the largest value per row, the lowest index among equals. vals fp32, idx int64 [M, T]."""
     best = vals.amax(-1, keepdim=True)

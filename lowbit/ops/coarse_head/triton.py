@@ -46,6 +46,38 @@ def _x_stats_kernel(x_ptr, st_ptr, M, stride_xm, K: tl.constexpr, NG: tl.constex
 
 
 @triton.jit
+def _words_step(acc2, b_w, j0, x_ptr, s_ptr, o_n, m_n, o_t, i_m, stride_xm, stride_sn,
+                K: tl.constexpr, L: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr,
+                G: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr):
+    """One K step of the word-GEMV: ``b_w`` int32 [BN, BW] holds bytes [4 j0, 4 j0 + 4 BW) of
+    each row; byte b of word t, plane i is element k = i L + 4 (j0 + t) + b. Each code is
+    decoded with one and-or into an fp32 whose exponent is chosen per (plane, byte) so that its
+    value is exactly ``2^E + q`` (the code sits in the low mantissa bits); one exact subtraction
+    gives q — no int->float convert (quarter rate on the CUDA cores). Per plane-step: 4 products
+    summed per word, then the group scale once per word (BK divides G: one group per plane-step)."""
+    for i in tl.static_range(P):
+        b_sc = tl.load(s_ptr + o_n * stride_sn + (i * L + 4 * j0) // G, mask=m_n, other=0.0).to(tl.float32)
+        tmp = tl.zeros([BN, BW], dtype=tl.float32)
+        for b in tl.static_range(4):
+            o_k = i * L + 4 * (j0 + o_t) + b
+            b_x = tl.load(x_ptr + i_m * stride_xm + o_k, mask=o_k < K, other=0.0).to(tl.float32)
+            POS: tl.constexpr = 8 * b + i * SHIFT  # bit position of the code in the word
+            if POS + SHIFT > 23:
+                # move the code to bit 23 - SHIFT (the top of the mantissa); sign bits are masked
+                PP: tl.constexpr = 23 - SHIFT
+                v = b_w >> (POS - PP)
+            else:
+                PP: tl.constexpr = POS
+                v = b_w
+            # exponent 150 - PP: the float is 2^(23 - PP) * (1 + q 2^(PP - 23)) = 2^(23 - PP) + q
+            f = ((v & (MASK << PP)) | ((150 - PP) << 23)).to(tl.float32, bitcast=True)
+            q = f - (2.0 ** (23 - PP))
+            tmp += q * b_x[None, :]
+        acc2 += tmp * b_sc[:, None]
+    return acc2
+
+
+@triton.jit
 def _coarse_head_kernel(
     x_ptr, st_ptr, w_ptr, s_ptr, z_ptr, gs_ptr,
     ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, lg_ptr,
@@ -57,6 +89,7 @@ def _coarse_head_kernel(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KCAND: tl.constexpr, GC: tl.constexpr,
     BOUND: tl.constexpr, USE_DOT: tl.constexpr, SPLIT: tl.constexpr, DT: tl.constexpr,
     MAGIC: tl.constexpr, ZOFF: tl.constexpr, WRITE_LOGITS: tl.constexpr,
+    WORDS: tl.constexpr = False, UNROLL: tl.constexpr = 1,
 ):
     i_n = tl.program_id(0).to(tl.int64)
     i_m = tl.program_id(1).to(tl.int64)
@@ -68,7 +101,25 @@ def _coarse_head_kernel(
     NBK = NB * KCAND
     p_w = w_ptr + o_n[:, None] * stride_wn + o_b[None, :]
 
-    if USE_DOT:
+    if WORDS:
+        # word-GEMV (INTx, BM = 1): w_ptr is the packed codes viewed as int32, stride_wn in words
+        BW: tl.constexpr = BK // 4
+        o_t = tl.arange(0, BW)
+        p_ww = w_ptr + o_n[:, None] * stride_wn + o_t[None, :]
+        acc2 = tl.zeros([BN, BW], dtype=tl.float32)
+        LW: tl.constexpr = L // 4
+        for j0 in range(0, LW, BW * UNROLL):
+            # UNROLL tiles loaded before any is used: more bytes in flight per program
+            b_w0 = tl.load(p_ww + j0, mask=m_n[:, None] & ((j0 + o_t) < LW)[None, :], other=0)
+            if UNROLL == 2:
+                b_w1 = tl.load(p_ww + j0 + BW, mask=m_n[:, None] & ((j0 + BW + o_t) < LW)[None, :], other=0)
+            acc2 = _words_step(acc2, b_w0, j0, x_ptr, s_ptr, o_n, m_n, o_t, i_m, stride_xm, stride_sn,
+                               K, L, P, SHIFT, MASK, G, BN, BW)
+            if UNROLL == 2:
+                acc2 = _words_step(acc2, b_w1, j0 + BW, x_ptr, s_ptr, o_n, m_n, o_t, i_m, stride_xm, stride_sn,
+                                   K, L, P, SHIFT, MASK, G, BN, BW)
+        bnd2 = tl.zeros([BN, BW], dtype=tl.float32)  # INTx: the bound comes from the x statistics
+    elif USE_DOT:
         # transposed: logits^T [BN, BM] = W [BN, BK] @ x^T [BK, BM], so the decoded weight tile
         # is the A operand (Hopper wgmma reads A from registers: no shared-memory round trip)
         acc_t = tl.zeros([BN, BM], dtype=tl.float32)
@@ -77,71 +128,72 @@ def _coarse_head_kernel(
         # GEMV (BM = 1): elementwise fp32 accumulators, reduced once after the loop
         acc2 = tl.zeros([BN, BK], dtype=tl.float32)
         bnd2 = tl.zeros([BN, BK], dtype=tl.float32)
-    for j0 in range(0, L, BK):
-        m_j = (j0 + o_b) < L
-        # [BN, BK] packed bytes: one load feeds all P planes
-        b_w = tl.load(p_w + j0, mask=m_n[:, None] & m_j[None, :], other=0)
-        for i in tl.static_range(P):
-            if KIND == 0:
-                o_k = i * L + j0 + o_b  # plane i holds the contiguous K run [iL + j0, iL + j0 + BK)
-            elif KIND == 1:
-                o_k = j0 + o_b
-            else:
-                o_k = 2 * (j0 + o_b) + i  # NVFP4: element 2j low nibble, 2j+1 high nibble
-            fld = (b_w >> (i * SHIFT)) & MASK  # [BN, BK] uint8
-            if KIND == 0:
-                if MAGIC:
-                    # bf16 bits 0x4300 | q = 128 + q exactly (q < 128): no int->float convert;
-                    # the +128 is folded into the zero point (ZOFF)
-                    wd = (fld.to(tl.int16) | 0x4300).to(tl.bfloat16, bitcast=True)
-                else:
-                    wd = fld.to(tl.int32).to(tl.float32)  # small integers: exact in any float
-                # the group of this plane-step (BK divides G): its scale goes on the accumulator
-                b_sc = tl.load(s_ptr + o_n * stride_sn + (i * L + j0) // G, mask=m_n, other=0.0).to(tl.float32)
-            elif KIND == 1:
-                q = fld.to(tl.int32)
-                # e4m3 -> fp16 bit pattern (value * 2^-8, exact incl. subnormals), then * 256
-                h = ((q & 0x80) << 8) | ((q & 0x7F) << 7)
-                wd = h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
-            else:
-                q = fld.to(tl.int32)
-                # e2m1 -> fp16 bit pattern (value * 2^-14), times the block's e4m3 scale; the
-                # product has <= 6 significant bits, so it is exact in bf16 / fp16
-                h = ((q & 0x8) << 12) | ((q & 0x7) << 9)
-                e2 = h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 16384.0
-                b_s = tl.load(s_ptr + o_n[:, None] * stride_sn + ((j0 + o_b) // 8)[None, :],
-                              mask=m_n[:, None] & m_j[None, :], other=0).to(tl.int32)
-                hs = ((b_s & 0x80) << 8) | ((b_s & 0x7F) << 7)
-                wd = e2 * (hs.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0)
-            if USE_DOT:
-                # [BK, BM] activations, transposed
-                b_xt = tl.load(x_ptr + o_m[None, :] * stride_xm + o_k[:, None],
-                               mask=m_m[None, :] & (o_k < K)[:, None], other=0.0)
-                w_dt = wd.to(DT)
-                x_hi = b_xt.to(DT)
-                part = _dot(w_dt, x_hi, DT)  # [BN, BM]
-                if SPLIT:
-                    part += _dot(w_dt, (b_xt.to(tl.float32) - x_hi.to(tl.float32)).to(DT), DT)
+    if not WORDS:
+        for j0 in range(0, L, BK):
+            m_j = (j0 + o_b) < L
+            # [BN, BK] packed bytes: one load feeds all P planes
+            b_w = tl.load(p_w + j0, mask=m_n[:, None] & m_j[None, :], other=0)
+            for i in tl.static_range(P):
                 if KIND == 0:
-                    acc_t += part * b_sc[:, None]
+                    o_k = i * L + j0 + o_b  # plane i holds the contiguous K run [iL + j0, iL + j0 + BK)
+                elif KIND == 1:
+                    o_k = j0 + o_b
                 else:
-                    acc_t += part
-                    if BOUND == 1:
-                        w_abs = tl.abs(wd).to(DT)
-                        xa = tl.abs(b_xt.to(tl.float32))
-                        xa_hi = xa.to(DT)
-                        bnd_t += _dot(w_abs, xa_hi, DT)
-                        if SPLIT:
-                            bnd_t += _dot(w_abs, (xa - xa_hi.to(tl.float32)).to(DT), DT)
-            else:
-                b_x = tl.load(x_ptr + i_m * stride_xm + o_k, mask=o_k < K, other=0.0).to(tl.float32)  # [BK]
-                t = wd.to(tl.float32) * b_x[None, :]
+                    o_k = 2 * (j0 + o_b) + i  # NVFP4: element 2j low nibble, 2j+1 high nibble
+                fld = (b_w >> (i * SHIFT)) & MASK  # [BN, BK] uint8
                 if KIND == 0:
-                    acc2 += t * b_sc[:, None]
+                    if MAGIC:
+                        # bf16 bits 0x4300 | q = 128 + q exactly (q < 128): no int->float convert;
+                        # the +128 is folded into the zero point (ZOFF)
+                        wd = (fld.to(tl.int16) | 0x4300).to(tl.bfloat16, bitcast=True)
+                    else:
+                        wd = fld.to(tl.int32).to(tl.float32)  # small integers: exact in any float
+                    # the group of this plane-step (BK divides G): its scale goes on the accumulator
+                    b_sc = tl.load(s_ptr + o_n * stride_sn + (i * L + j0) // G, mask=m_n, other=0.0).to(tl.float32)
+                elif KIND == 1:
+                    q = fld.to(tl.int32)
+                    # e4m3 -> fp16 bit pattern (value * 2^-8, exact incl. subnormals), then * 256
+                    h = ((q & 0x80) << 8) | ((q & 0x7F) << 7)
+                    wd = h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
                 else:
-                    acc2 += t
-                    if BOUND == 1:
-                        bnd2 += tl.abs(t)
+                    q = fld.to(tl.int32)
+                    # e2m1 -> fp16 bit pattern (value * 2^-14), times the block's e4m3 scale; the
+                    # product has <= 6 significant bits, so it is exact in bf16 / fp16
+                    h = ((q & 0x8) << 12) | ((q & 0x7) << 9)
+                    e2 = h.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 16384.0
+                    b_s = tl.load(s_ptr + o_n[:, None] * stride_sn + ((j0 + o_b) // 8)[None, :],
+                                  mask=m_n[:, None] & m_j[None, :], other=0).to(tl.int32)
+                    hs = ((b_s & 0x80) << 8) | ((b_s & 0x7F) << 7)
+                    wd = e2 * (hs.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0)
+                if USE_DOT:
+                    # [BK, BM] activations, transposed
+                    b_xt = tl.load(x_ptr + o_m[None, :] * stride_xm + o_k[:, None],
+                                   mask=m_m[None, :] & (o_k < K)[:, None], other=0.0)
+                    w_dt = wd.to(DT)
+                    x_hi = b_xt.to(DT)
+                    part = _dot(w_dt, x_hi, DT)  # [BN, BM]
+                    if SPLIT:
+                        part += _dot(w_dt, (b_xt.to(tl.float32) - x_hi.to(tl.float32)).to(DT), DT)
+                    if KIND == 0:
+                        acc_t += part * b_sc[:, None]
+                    else:
+                        acc_t += part
+                        if BOUND == 1:
+                            w_abs = tl.abs(wd).to(DT)
+                            xa = tl.abs(b_xt.to(tl.float32))
+                            xa_hi = xa.to(DT)
+                            bnd_t += _dot(w_abs, xa_hi, DT)
+                            if SPLIT:
+                                bnd_t += _dot(w_abs, (xa - xa_hi.to(tl.float32)).to(DT), DT)
+                else:
+                    b_x = tl.load(x_ptr + i_m * stride_xm + o_k, mask=o_k < K, other=0.0).to(tl.float32)  # [BK]
+                    t = wd.to(tl.float32) * b_x[None, :]
+                    if KIND == 0:
+                        acc2 += t * b_sc[:, None]
+                    else:
+                        acc2 += t
+                        if BOUND == 1:
+                            bnd2 += tl.abs(t)
     if USE_DOT:
         acc = tl.trans(acc_t)  # [BM, BN]
         bnd = tl.trans(bnd_t)
@@ -214,14 +266,18 @@ def _coarse_head_kernel(
         tl.store(brest_ptr + o_m * NB + i_n, tl.max(key, axis=1), mask=m_m)
 
 
-# Launch configurations per M band: (BM, num_warps, num_stages). BM = 1 is the GEMV variant (no
-# tl.dot: decode + fp32 FMA into a [BN, BK] accumulator, one row reduction at the end); BM > 1 pads
-# M to BM for tl.dot with the decoded weight tile as the A operand. M > 64 loops over M tiles of 64
-# (the weight is then read ceil(M/64) times). Chosen on the H200 with
-# lowbit.bench.draft_head.tune() (124160 x 5120, INT2 + INT4 g64, block 128; numbers in
-# docs/draft_head.md): M=1 GEMV 8 warps 231/237 us vs tl.dot BM=16 224/255 us; M=64: 8 warps
-# 440/568 us vs 4 warps 869/527 us.
-_CONFIGS = {1: (1, 8, 3), 16: (16, 4, 3), 32: (32, 4, 3), 64: (64, 8, 4)}
+# Launch configurations per M band: (BM, num_warps, num_stages, BK, VARIANT). BM = 1 is a GEMV
+# (no tl.dot); BM > 1 pads M to BM for tl.dot with the decoded weight tile as the A operand. M > 64
+# loops over M tiles of 64 (the weight is then read ceil(M/64) times). BK = 0: the largest power
+# of two <= 64 dividing the group (see _bk). VARIANT (GEMV only, INTx only; other kinds fall back
+# to 0): 0 = byte GEMV (shift-and-mask per byte, int->float convert, fp32 FMA into [BN, BK]);
+# 1 = word GEMV (int32 loads, exponent-trick decode, group scale once per word, _words_step);
+# 2 = word GEMV with two K steps loaded before use. Chosen on the H200 with
+# scripts/tune_draft_head.py (124160 x 5120, INT2 + INT4 g64, block 128); numbers below and in
+# docs/draft_head.md. Previous table (byte GEMV M=1 231/237 us INT2/INT4; dot BM=16 226/257;
+# BM=32 282/304; BM=64 8 warps 440/568):
+#   {1: (1, 8, 3, 0, 0), 16: (16, 4, 3, 0, 0), 32: (32, 4, 3, 0, 0), 64: (64, 8, 4, 0, 0)}
+_CONFIGS = {1: (1, 8, 3, 0, 1), 16: (16, 4, 3, 0, 0), 32: (32, 4, 3, 0, 0), 64: (64, 8, 4, 0, 0)}
 
 
 def _config(m: int):
@@ -254,17 +310,23 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
                        sigma, write_logits, config=None):
     """Launch the coarse kernel. Tensors as stored (see ``coarse_head._raw``): INTx packed / scale
     fp16 / zero; FP8 data viewed as uint8 / row scale fp32; NVFP4 packed / scale viewed as uint8 /
-    global scale. ``config`` = (BM, num_warps, num_stages, BK) overrides the M-band table (for
-    tuning). Returns the six :class:`CoarseOut` tensors, all fresh (nothing is mutated)."""
+    global scale. ``config`` = (BM, num_warps, num_stages, BK[, VARIANT]) overrides the M-band
+    table (for tuning; BK = 0: the default for the group). Returns the six :class:`CoarseOut` tensors, all fresh (nothing is mutated)."""
     m, k = x.shape
     if x.stride(1) != 1:
         x = x.contiguous()
     if config is None:
-        _, (bm, warps, stages) = _config(m)
+        _, config = _config(m)
+    bm, warps, stages, bk = config[:4]
+    variant = config[4] if len(config) > 4 else 0
+    if not bk:
         bk = _bk(kind, group_size)
-    else:
-        bm, warps, stages, bk = config
     use_dot = bm > 1
+    words = (variant in (1, 2) and not use_dot and kind == KIND_INTX and bk % 16 == 0 and group_size % bk == 0
+             and w.shape[1] % 4 == 0 and w.stride(1) == 1 and w.stride(0) % 4 == 0 and w.data_ptr() % 16 == 0)
+    ell = w.shape[1]  # bytes per row (L)
+    if words:
+        w = w.view(torch.int32)  # [N, L / 4]: stride(0) now in words
     if interpret_mode():
         dt, split = tl.float32, False  # the interpreter's bf16 tl.dot is broken; fp32 is exact here
     else:
@@ -283,7 +345,6 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     else:
         p, shift, mask = 2, 4, 0xF
         bcoef = rounding_eps(None, depth, split)
-    ell = w.shape[1]
     dev = x.device
     ng = s.shape[1] if kind == KIND_INTX else 1
     stats = torch.empty(3, m if kind == KIND_INTX else 0, ng, dtype=torch.float32, device=dev)
@@ -310,7 +371,7 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
         BM=bm, BN=block, BK=bk, KCAND=kcand, GC=16,
         BOUND=bound, USE_DOT=use_dot, SPLIT=split,
         DT=dt, MAGIC=magic, ZOFF=128.0 if magic else 0.0,
-        WRITE_LOGITS=write_logits,
+        WRITE_LOGITS=write_logits, WORDS=words, UNROLL=2 if variant == 2 else 1,
         num_warps=warps, num_stages=stages,
     )
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits

@@ -256,16 +256,22 @@ def _gathered_rows_kernel(
             tl.store(p_o + k[None, :, :], _cast(w, ty, INTERPRET), mask=m_o & (k < K)[None, :, :])
 
 
-# Launch configs, keyed by shape regime. A program's tile is BT rows x TILE units (bytes for the
-# packed formats). Few gathered rows (B*T <= 256) are latency-bound: one row per program and a
-# wide tile (fewer dependent K iterations); many rows are bandwidth/ALU-bound: a program takes
-# several rows (more bytes in flight, x reused across them). F16: the cheaper E2M1 decode.
-# Rows: (max B*T, dict(BT, TILE, num_warps, num_stages, F16)). Re-tune with
-# scripts/tune_sparse_gathered.py (it sweeps these keys on the benchmark shapes).
+# Launch configs, keyed by B*T. A program's tile is BT rows (of one batch row, sharing x) x TILE
+# units (bytes for the packed formats). F16: the cheaper E2M1 decode (_e2m1_f16).
+# Rows: (max B*T, dict(BT, TILE, num_warps, num_stages, F16)). Set from
+# scripts/tune_sparse_gathered.py on the H200 (NVFP4, V = 131072, CUDA-graph replay, 63 configs
+# per shape; best / this row / old table):
+#   K256  B1   T8   1.68 / 1.85 / 1.87 us   (launch-bound: one launch is 1.1 us)
+#   K1024 B16  T32  2.45 / 2.45 / 2.73 us
+#   K1024 B64  T64  4.93 / 5.06 / 5.82 us
+#   K4096 B16  T64  5.56 / 5.56 / 7.66 us
+#   K4096 B256 T64 47.34 / 47.34 / 67.42 us (the old decode at the new geometry: 57.98)
+# BT = 4 rows at 4 warps won everywhere past a handful of rows: taller tiles (8-16 rows) spill or
+# starve the grid; BT 1-2 leave x reuse and bytes in flight on the table.
 _DOT_CONFIGS = (
-    (256, dict(BT=1, TILE=1024, num_warps=4, num_stages=2, F16=True)),
-    (4096, dict(BT=4, TILE=256, num_warps=4, num_stages=2, F16=True)),
-    (1 << 62, dict(BT=8, TILE=256, num_warps=8, num_stages=2, F16=True)),
+    (256, dict(BT=2, TILE=1024, num_warps=4, num_stages=2, F16=True)),
+    (4096, dict(BT=4, TILE=1024, num_warps=4, num_stages=2, F16=True)),
+    (1 << 62, dict(BT=4, TILE=512, num_warps=4, num_stages=2, F16=True)),
 )
 # True: the interpreter launches with the GPU table (tests use it to check the GPU geometry).
 _GPU_CONFIGS_UNDER_INTERPRETER = False

@@ -196,26 +196,41 @@ def _sparse_attn_combine_kernel(
              out.to(o_ptr.dtype.element_ty), mask=m_hd)
 
 
-# Launch configurations. Register budget: the fp32 accumulator is BLOCK_H x D_PAD, kept at
-# <= 32K elements (128 KB: 128 registers a thread at 8 warps); the KV tile BLOCK_N x D_PAD bf16
-# is 32 KB at d = 512. Two regimes: "split" (rows x head blocks leave SMs idle: small-batch
-# decode; the top-k list is split by the cost model of _num_splits, MERGE its merge cost per
-# split in tile steps) and "bulk" (enough programs without splitting). The tuned entries are
-# set from scripts/tune_sparse_gathered.py on the H200; the later entries of _configs() are
-# smaller fallbacks, used only if the compiler reports the previous one out of resources.
+# Launch configurations. Register budget: the fp32 accumulator is BLOCK_H x D_PAD (<= 32K
+# elements: 128 registers a thread at 8 warps). Three regimes by p64 = rows x ceil(h / 64):
+# "small" (p64 < 16: b = 1-8 decode; a few head blocks, the top-k list split 16 ways),
+# "split" (16 <= p64 < SMs: the top-k list split by the cost model of _num_splits, MERGE its
+# merge cost per split in tile steps) and "bulk" (p64 >= SMs: no split). The later entries of
+# _configs() are smaller fallbacks, used only if the compiler reports one out of resources.
 MAX_ACC_ELEMS = 64 * 512
 MAX_SPLITS = 64
-# (regime, fp8 kv) -> config at d_pad = 512
+SMALL_P64 = 16
+# (regime, fp8 kv) -> config at d_pad = 512, from scripts/tune_sparse_gathered.py on the H200
+# (12 configs x split counts per shape, CUDA-graph replay over rotating inputs; n = 65536):
+#   small bf16: b1 h64 top2048: 19.6 us (BH16 BN64, 16 splits); BH64 BN64 26.7; old 34.4
+#   small fp8:  b1 h64 top2048: 23.6 us (BH64 BN64 1 stage, 16 splits); BH16 BN32 25.0
+#   split bf16: b32 h128 top2048 98.2 us (BH64 BN64 8 warps 2 stages, 2 splits; old 160);
+#               m2 b32 h128 top512 52.2 us (unsplit; best 51.7; old 99.8)
+#   split fp8:  b32 h128 top2048 100.2 us (1 stage; 2 stages 108; 4 warps 387; old 1204)
+#   bulk bf16:  b128 h128 top512 103.0 us (BH32 BN64 4 warps; BH64 8 warps 103.9; old 130);
+#               prefill m4096 h128 top2048 10.3 ms (BH64 8 warps 10.6; old 14.5)
+#   bulk fp8:   not swept; the fp8 decode at 4 warps was 3.9x slower at b32, so 8 warps
+# BLOCK_N = 32 was 1.3x slower than 64 everywhere (per-tile softmax and sync overhead).
 _TUNED = {
-    ("split", False): dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=2, MERGE=0.25),
-    ("split", True): dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=2, MERGE=0.25),
-    ("bulk", False): dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=2),
-    ("bulk", True): dict(BLOCK_H=64, BLOCK_N=32, num_warps=8, num_stages=2),
+    ("small", False): dict(BLOCK_H=16, BLOCK_N=64, num_warps=4, num_stages=2, MERGE=0.125),
+    ("small", True): dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=1, MERGE=0.125),
+    ("split", False): dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2, MERGE=0.25),
+    ("split", True): dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=1, MERGE=0.25),
+    ("bulk", False): dict(BLOCK_H=32, BLOCK_N=64, num_warps=4, num_stages=2),
+    ("bulk", True): dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=1),
 }
 
 
 def _regime(rows: int, h: int, device: torch.device) -> str:
-    return "split" if rows * triton.cdiv(h, 64) < _sms(device) else "bulk"
+    p64 = rows * triton.cdiv(h, 64)
+    if p64 >= _sms(device):
+        return "bulk"
+    return "small" if p64 < SMALL_P64 else "split"
 
 
 def _configs(h: int, d_pad: int, regime: str = "bulk", fp8: bool = False) -> list[dict]:

@@ -1,0 +1,136 @@
+"""Fused fast-mode selection + exact rerank (two Triton launches instead of ~12 torch ops).
+
+After the coarse pass, fast mode needs: the ``R`` best coarse candidates of each row, their exact
+logits against the original dense rows, and the best ``k`` of those (argmax: k = 1). With torch
+ops that is a top-k, gathers, a gathered dot, masks and an argmax — a dozen launches of a few µs
+each, more than the whole INT2 byte floor at M = 1. Here:
+
+* ``_select_kernel`` (grid ``(M,)``): the ``R`` best of the row's ``C`` candidate keys by
+  successive max over one packed int64 key ``(order-preserving key bits << 32) | (CP - 1 - pos)``
+  (one reduction per pick; ties go to the lower candidate position, i.e. the lower token index,
+  because blocks are emitted in token order and each block's candidates in key order, lower
+  index first among equals). Writes the picked token indices ``sel [M, R]`` (-1: no token).
+* ``_rerank_kernel`` (grid ``(M, R)``): one exact fp32 dot ``x[m] . W[sel[m, r]]`` per program
+  (``vals [M, R]``); the last program of each row (an atomic counter, reset by that program so
+  the buffer is reusable and CUDA-graph replay works) picks the best ``k`` values, ties to the
+  lower token index, and writes ``out_v [M, k]``, ``out_i [M, k]``.
+
+Exact values are fp32-accumulated dot products of the stored x and weight rows (the same
+definition as :func:`lowbit.ops.gathered_dot`; the summation order may differ, so the last bit
+may too). Dense weights only (bf16 / fp16 / fp32); FP8 / NVFP4 heads keep the torch path.
+Nothing is mutated except the internal counter buffer, which every call leaves at zero.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+_INT64_MIN = -(2**63)
+
+
+@triton.jit
+def _select_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, CP: tl.constexpr, RP: tl.constexpr):
+    m = tl.program_id(0).to(tl.int64)
+    o_c = tl.arange(0, CP)
+    m_c = o_c < C
+    key = tl.load(ck_ptr + m * C + o_c, mask=m_c, other=float("-inf"))
+    bits = key.to(tl.int32, bitcast=True)
+    # order-preserving int32 of an fp32 (negatives: flip the magnitude bits)
+    ordk = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    packed = (ordk.to(tl.int64) << 32) | (CP - 1 - o_c).to(tl.int64)
+    packed = tl.where(m_c, packed, _INT64_MIN)
+    o_r = tl.arange(0, RP)
+    pos = tl.full([RP], 0, dtype=tl.int64)
+    for r in range(0, R):
+        best = tl.max(packed, axis=0)
+        p = CP - 1 - (best & 0xFFFFFFFF)
+        pos = tl.where(o_r == r, p, pos)
+        packed = tl.where(packed == best, _INT64_MIN, packed)
+    m_r = o_r < R
+    k_sel = tl.load(ck_ptr + m * C + pos, mask=m_r, other=float("-inf"))
+    tok = tl.load(ci_ptr + m * C + pos, mask=m_r, other=0)
+    tok = tl.where(k_sel > float("-inf"), tok, -1)
+    tl.store(sel_ptr + m * R + o_r, tok, mask=m_r)
+
+
+@triton.jit
+def _rerank_kernel(x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr, ov_ptr, oi_ptr, R, stride_xm, stride_wn,
+                   K: tl.constexpr, BKK: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr,
+                   BIG: tl.constexpr):
+    m = tl.program_id(0).to(tl.int64)
+    r = tl.program_id(1)
+    tok = tl.load(sel_ptr + m * R + r)
+    valid = tok >= 0
+    row = tl.where(valid, tok, 0)
+    o_k = tl.arange(0, BKK)
+    acc = tl.zeros([BKK], dtype=tl.float32)
+    for k0 in range(0, K, BKK):
+        mk = (k0 + o_k) < K
+        b_w = tl.load(w_ptr + row * stride_wn + k0 + o_k, mask=mk & valid, other=0.0).to(tl.float32)
+        b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=mk, other=0.0).to(tl.float32)
+        acc += b_w * b_x
+    val = tl.sum(acc, axis=0)
+    val = tl.where(valid, val, float("-inf"))
+    tl.store(val_ptr + m * R + r, val)
+    tl.debug_barrier()
+    # the last program of row m to arrive (acq_rel: it sees every other program's value)
+    done = tl.atomic_add(cnt_ptr + m, 1, sem="acq_rel")
+    if done == R - 1:
+        o_r = tl.arange(0, RP)
+        m_r = o_r < R
+        vals = tl.load(val_ptr + m * R + o_r, mask=m_r, other=float("-inf"), cache_modifier=".cg")
+        toks = tl.load(sel_ptr + m * R + o_r, mask=m_r, other=-1)
+        # fillers (no token) get distinct out-of-range indices so ties among them stay ordered
+        toks = tl.where(toks >= 0, toks, BIG + o_r)
+        live = m_r
+        for j in tl.static_range(KOUT):
+            vm = tl.where(live, vals, float("-inf"))
+            best = tl.max(vm, axis=0)
+            loc = tl.min(tl.where(live & (vm == best), toks, BIG + 2 * RP), axis=0)
+            tl.store(ov_ptr + m * KOUT + j, best)
+            tl.store(oi_ptr + m * KOUT + j, tl.where(loc >= BIG, 0, loc))
+            live = live & (toks != loc)
+        tl.atomic_xchg(cnt_ptr + m, 0)
+
+
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+
+
+def _counter(device: torch.device, m: int) -> torch.Tensor:
+    """A zeroed int32 [>= m] buffer per device (each call leaves it zero again)."""
+    buf = _COUNTERS.get(device)
+    if buf is None or buf.numel() < m:
+        buf = torch.zeros(max(m, 64), dtype=torch.int32, device=device)
+        _COUNTERS[device] = buf
+    return buf
+
+
+def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                       r: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact top-``k`` (values fp32 [M, k] descending, indices int64 [M, k]; ties: lower
+    index) among the ``r`` best coarse candidates of each row. ``cand_key`` fp32 / ``cand_idx``
+    int64 [M, C] from the coarse pass, ``x [M, K]``, ``weight`` dense [N, K] (the exact rows).
+    Requires ``k <= min(r, C)``; the caller validates shapes. Nothing is mutated."""
+    m, c = cand_key.shape
+    r = min(r, c)
+    kk = x.shape[1]
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    if weight.stride(1) != 1:
+        weight = weight.contiguous()
+    dev = x.device
+    sel = torch.empty(m, r, dtype=torch.int64, device=dev)
+    vals = torch.empty(m, r, dtype=torch.float32, device=dev)
+    out_v = torch.empty(m, k, dtype=torch.float32, device=dev)
+    out_i = torch.empty(m, k, dtype=torch.int64, device=dev)
+    cp = triton.next_power_of_2(c)
+    rp = triton.next_power_of_2(r)
+    _select_kernel[(m,)](cand_key, cand_idx, sel, c, r, CP=cp, RP=rp, num_warps=8 if cp >= 4096 else 4)
+    bkk = min(1024, triton.next_power_of_2(kk))
+    _rerank_kernel[(m, r)](x, weight, sel, vals, _counter(dev, m), out_v, out_i, r, x.stride(0), weight.stride(0),
+                           K=kk, BKK=bkk, RP=rp, KOUT=k, BIG=weight.shape[0] + 1, num_warps=4)
+    return out_v, out_i
+
+
+__all__ = ["fast_select_rerank"]
