@@ -78,6 +78,43 @@ def _words_step(acc2, b_w, j0, x_ptr, s_ptr, o_n, m_n, o_t, i_m, stride_xm, stri
 
 
 @triton.jit
+def _words_dot_step(acc_t, b_w, j0, x_ptr, s_ptr, o_n, m_n, o_t, o_m, m_m, stride_xm, stride_sn,
+                    K: tl.constexpr, L: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr,
+                    G: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr, BW: tl.constexpr, DT: tl.constexpr,
+                    MAGIC: tl.constexpr, SPLIT: tl.constexpr):
+    """One K step of the word-dot path (INT2 / INT4, BM >= 16): ``b_w`` int32 [BN, BW] as in
+    :func:`_words_step`. Per plane, two and-or ops decode a whole word into bf16 pairs: with
+    ``MAGIC`` the halves of ``((w >> sh) & (MASK | MASK << 16)) | 0x43004300`` are the bf16
+    values ``128 + q`` of bytes 0 and 2 (``sh = i bits``) or 1 and 3 (``sh = i bits + 8``). The
+    four byte-columns are four K-permuted operand tiles [BN, BW] chained into one dot per plane
+    (x^T tiles loaded with the same permutation), then the group scale goes on the accumulator."""
+    for i in tl.static_range(P):
+        b_sc = tl.load(s_ptr + o_n * stride_sn + (i * L + 4 * j0) // G, mask=m_n, other=0.0).to(tl.float32)
+        part = tl.zeros([BN, BM], dtype=tl.float32)
+        for h in tl.static_range(2):  # h = 0: bytes 0, 2; h = 1: bytes 1, 3
+            if MAGIC:
+                pair = ((b_w >> (i * SHIFT + 8 * h)) & (MASK | (MASK << 16))) | 0x43004300
+                halves = (pair.to(tl.int16).to(tl.bfloat16, bitcast=True),
+                          (pair >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True))
+            else:
+                halves = (((b_w >> (i * SHIFT + 8 * h)) & MASK).to(tl.float32).to(DT),
+                          ((b_w >> (i * SHIFT + 8 * h + 16)) & MASK).to(tl.float32).to(DT))
+            for e in tl.static_range(2):
+                o_k = i * L + 4 * (j0 + o_t) + h + 2 * e  # [BW]
+                b_xt = tl.load(x_ptr + o_m[None, :] * stride_xm + o_k[:, None],
+                               mask=m_m[None, :] & (o_k < K)[:, None], other=0.0)  # [BW, BM]
+                x_hi = b_xt.to(DT)
+                if DT == tl.float32:
+                    part = tl.dot(halves[e], x_hi, part, input_precision="ieee")
+                else:
+                    part = tl.dot(halves[e], x_hi, part)
+                if SPLIT:
+                    part = tl.dot(halves[e], (b_xt.to(tl.float32) - x_hi.to(tl.float32)).to(DT), part)
+        acc_t += part * b_sc[:, None]
+    return acc_t
+
+
+@triton.jit
 def _coarse_head_kernel(
     x_ptr, st_ptr, w_ptr, s_ptr, z_ptr, gs_ptr,
     ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, lg_ptr,
@@ -101,7 +138,19 @@ def _coarse_head_kernel(
     NBK = NB * KCAND
     p_w = w_ptr + o_n[:, None] * stride_wn + o_b[None, :]
 
-    if WORDS:
+    if WORDS and USE_DOT:
+        # word-dot (INT2 / INT4): w_ptr is the packed codes viewed as int32, stride_wn in words
+        BWD: tl.constexpr = BK // 4
+        o_t = tl.arange(0, BWD)
+        p_ww = w_ptr + o_n[:, None] * stride_wn + o_t[None, :]
+        acc_t = tl.zeros([BN, BM], dtype=tl.float32)
+        LWD: tl.constexpr = L // 4
+        for j0 in range(0, LWD, BWD):
+            b_w0 = tl.load(p_ww + j0, mask=m_n[:, None] & ((j0 + o_t) < LWD)[None, :], other=0)
+            acc_t = _words_dot_step(acc_t, b_w0, j0, x_ptr, s_ptr, o_n, m_n, o_t, o_m, m_m, stride_xm, stride_sn,
+                                    K, L, P, SHIFT, MASK, G, BN, BM, BWD, DT, MAGIC, SPLIT)
+        bnd_t = tl.zeros([BN, BM], dtype=tl.float32)  # INTx: the bound comes from the x statistics
+    elif WORDS:
         # word-GEMV (INTx, BM = 1): w_ptr is the packed codes viewed as int32, stride_wn in words
         BW: tl.constexpr = BK // 4
         o_t = tl.arange(0, BW)
@@ -272,7 +321,8 @@ def _coarse_head_kernel(
 # of two <= 64 dividing the group (see _bk). VARIANT (GEMV only, INTx only; other kinds fall back
 # to 0): 0 = byte GEMV (shift-and-mask per byte, int->float convert, fp32 FMA into [BN, BK]);
 # 1 = word GEMV (int32 loads, exponent-trick decode, group scale once per word, _words_step);
-# 2 = word GEMV with two K steps loaded before use. Chosen on the H200 with
+# 2 = word GEMV with two K steps loaded before use; 3 (dot path, INT2 / INT4, BK = 64) = word-dot
+# (_words_dot_step: two and-or ops per plane decode a word into bf16 pairs). Chosen on the H200 with
 # scripts/tune_draft_head.py (124160 x 5120, INT2 + INT4 g64, block 128); numbers below and in
 # docs/draft_head.md. Previous table (byte GEMV M=1 231/237 us INT2/INT4; dot BM=16 226/257;
 # BM=32 282/304; BM=64 8 warps 440/568):
@@ -322,8 +372,12 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     if not bk:
         bk = _bk(kind, group_size)
     use_dot = bm > 1
-    words = (variant in (1, 2) and not use_dot and kind == KIND_INTX and bk % 16 == 0 and group_size % bk == 0
-             and w.shape[1] % 4 == 0 and w.stride(1) == 1 and w.stride(0) % 4 == 0 and w.data_ptr() % 16 == 0)
+    aligned = (kind == KIND_INTX and group_size % bk == 0 and w.shape[1] % 4 == 0 and w.stride(1) == 1
+               and w.stride(0) % 4 == 0 and w.data_ptr() % 16 == 0)
+    if use_dot:  # word-dot: INT2 / INT4, BK = 64 (K = 16 per sub-dot)
+        words = variant == 3 and aligned and bits is not None and bits <= 4 and bk == 64
+    else:
+        words = variant in (1, 2) and aligned and bk % 16 == 0
     ell = w.shape[1]  # bytes per row (L)
     if words:
         w = w.view(torch.int32)  # [N, L / 4]: stride(0) now in words
