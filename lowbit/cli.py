@@ -398,6 +398,12 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     from lowbit.io import convert as conv
 
     console = _console()
+    if args.mp is not None:
+        return _convert_shards(args, console)
+    if not args.format:
+        raise UserError("--format is required (or --mp N to shard a tiny-model checkpoint)")
+    if args.experts_dtype:
+        raise UserError("--experts-dtype goes with --mp N")
     state = {}
     with _progress(console) as progress:
         def on_plan(n):
@@ -429,6 +435,38 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                       f"max {max(t.rel_err for t in q):.4f}")
     console.print(f"wrote {summary.out}")
     return 0
+
+
+def _convert_shards(args: argparse.Namespace, console) -> int:
+    """``lowbit convert SRC --mp N``: tensor-parallel shards of a tiny-model HF-style checkpoint."""
+    from lowbit.models.tiny import convert_hf_to_shards
+
+    if args.format:
+        raise UserError("--mp shards a tiny-model checkpoint; it takes --experts-dtype, not --format")
+    if args.mp < 1:
+        raise UserError(f"--mp must be >= 1, got {args.mp}")
+    if os.path.exists(args.out) and os.listdir(args.out) and not args.overwrite:
+        raise UserError(f"--out {args.out!r} exists and is not empty (use --overwrite)")
+    try:
+        paths = convert_hf_to_shards(args.src, args.out, args.mp, experts_dtype=args.experts_dtype)
+    except (ValueError, FileNotFoundError) as e:
+        raise UserError(str(e)) from None
+    console.print(f"wrote {len(paths)} shards to {args.out}: " + ", ".join(os.path.basename(str(p)) for p in paths))
+    return 0
+
+
+# ------------------------------------------------------------------------------------- selftest
+def _cmd_selftest(args: argparse.Namespace) -> int:
+    import torch
+
+    from lowbit.models.tiny import selftest
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"--device {device}: no CUDA GPU is visible here (use --device cpu)")
+    if args.steps < 1:
+        raise UserError(f"--steps must be >= 1, got {args.steps}")
+    return 0 if selftest(device=device, steps=args.steps, seed=args.seed)["ok"] else 1
 
 
 # --------------------------------------------------------------------------------------- parser
@@ -492,12 +530,24 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Quantize every 2-D Linear / lm_head *.weight (not embeddings or norms) of a safetensors "
                                    "file or directory and write a checkpoint under the tensor names its readers use.")
     p.add_argument("src", metavar="SRC", help="a .safetensors file or a directory of them")
-    p.add_argument("--format", required=True, choices=FORMATS, help="target format")
+    p.add_argument("--format", choices=FORMATS, help="target format (required unless --mp)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (must not exist unless --overwrite)")
     p.add_argument("--exclude", action="append", metavar="PATTERN", help="keep tensors / modules matching this fnmatch pattern (repeatable)")
     p.add_argument("--group-size", type=int, default=64, help="INTx group size along K for int2/int4/int8 (default 64)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    p.add_argument("--mp", type=int, metavar="N",
+                   help="instead of quantizing: shard a tiny-model HF-style checkpoint into N tensor-parallel files "
+                        "model{i}-mp{N}.safetensors (column-parallel on dim 0, row-parallel on dim 1, experts whole)")
+    p.add_argument("--experts-dtype", choices=("fp4", "fp8"), help="with --mp: re-quantize the routed experts")
     p.set_defaults(func=_cmd_convert)
+
+    p = sub.add_parser("selftest", help="tiny DeepSeek-style model: prefill + decode through every kernel, checked",
+                       description="Build the tiny model, run a prefill and decode steps with a KV cache, and check decode "
+                                   "logits against a from-scratch prefill, Triton against the reference (on CUDA), and no NaN.")
+    p.add_argument("--device", default=None, help="cpu (reference) or cuda (Triton); default cuda if available")
+    p.add_argument("--steps", type=int, default=22, help="decode steps after the prompt (default 22)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_selftest)
     return parser
 
 

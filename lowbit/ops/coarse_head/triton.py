@@ -327,14 +327,20 @@ def _coarse_head_kernel(
 # docs/draft_head.md. Previous table (byte GEMV M=1 231/237 us INT2/INT4; dot BM=16 226/257;
 # BM=32 282/304; BM=64 8 warps 440/568):
 #   {1: (1, 8, 3, 0, 0), 16: (16, 4, 3, 0, 0), 32: (32, 4, 3, 0, 0), 64: (64, 8, 4, 0, 0)}
-_CONFIGS = {1: (1, 8, 3, 0, 1), 16: (16, 4, 3, 0, 0), 32: (32, 4, 3, 0, 0), 64: (64, 8, 4, 0, 0)}
+_CONFIGS = {1: (1, 8, 3, 0, 1), 16: (16, 4, 3, 0, 3), 32: (32, 4, 3, 0, 3), 64: (64, 8, 4, 0, 3)}
 
 
-def _config(m: int):
-    for band in (1, 16, 32, 64):
-        if m <= band:
-            return band, _CONFIGS[band]
-    return 64, _CONFIGS[64]
+# Per (band, bits) overrides of _CONFIGS (INTx bits; None = native FP8 / NVFP4 rows).
+_CONFIGS_BITS: dict = {}
+
+
+def _config(m: int, bits=None):
+    band = 64
+    for b in (1, 16, 32, 64):
+        if m <= b:
+            band = b
+            break
+    return band, _CONFIGS_BITS.get((band, bits), _CONFIGS[band])
 
 
 def _bk(kind: int, group_size: int) -> int:
@@ -366,7 +372,7 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     if x.stride(1) != 1:
         x = x.contiguous()
     if config is None:
-        _, config = _config(m)
+        _, config = _config(m, bits if kind == KIND_INTX else None)
     bm, warps, stages, bk = config[:4]
     variant = config[4] if len(config) > 4 else 0
     if not bk:
