@@ -3,8 +3,10 @@
 #   OUT=results bash scripts/gpu_check.sh [--full] [--op NAME ...] [--skip-tests] [--skip-bench]
 # 1. the cuda-marked tests (same tests as CI on CUDA tensors + compile / opcheck / CUDA graphs),
 # 2. the SASS check of the FP8 GEMMs (scripts/check_sass.py),
-# 3. the benchmark registry (`lowbit bench`, --quick unless --full), table + JSON + PNG.
-# Everything lands under $OUT (at most a handful of files, so a remote runner can fetch them).
+# 3. the tiny DeepSeek-style model's self-test on CUDA (Triton vs reference, decode vs prefill),
+# 4. the vocab-parallel head's benchmark as a one-GPU dry run (world size 1),
+# 5. the benchmark registry (`lowbit bench`, --quick unless --full), table + JSON + PNG.
+# Everything lands under $OUT in at most 8 files, so a remote runner can fetch them.
 set -uo pipefail
 OUT="${OUT:-gpu_results}"
 mkdir -p "$OUT"
@@ -26,13 +28,18 @@ status=0
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-} > "$OUT/env.txt" 2>&1
+} > "$OUT/pytest_cuda.log" 2>&1
 if [ "$RUN_TESTS" = 1 ]; then
   python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=300 "${PYTEST_ARGS[@]}" 2>&1 \
-    | tee "$OUT/pytest_cuda.log" || status=1
+    | tee -a "$OUT/pytest_cuda.log" || status=1
   [ -f scripts/check_sass.py ] && { python3 scripts/check_sass.py 2>&1 | tee "$OUT/sass.txt" || status=1; }
 fi
+if [ "$RUN_TESTS" = 1 ]; then
+  python3 -m lowbit.cli selftest --device cuda 2>&1 | tee "$OUT/selftest.log" || status=1
+fi
 if [ "$RUN_BENCH" = 1 ]; then
+  python3 scripts/bench_parallel_head.py --iters 20 --out "$OUT/parallel_head_tp1.json" 2>&1 \
+    | tee "$OUT/parallel_head.log" || status=1
   python3 -m lowbit.cli bench $QUICK "${OPS[@]}" --out "$OUT" 2>&1 | tee "$OUT/bench.log" || status=1
 fi
 exit $status

@@ -160,18 +160,20 @@ def _tinygemm_weights(ws):
         return None
 
 
-TUNE_SPACE = {  # (BM, num_warps, num_stages, BK) candidates per M band
-    1: [(1, 4, 3, 64), (1, 8, 3, 64), (16, 4, 3, 64), (16, 4, 4, 64), (16, 8, 3, 64)],
-    16: [(16, 4, 3, 64), (16, 4, 4, 64), (16, 8, 3, 64), (16, 4, 3, 32)],
-    32: [(32, 4, 3, 64), (32, 8, 3, 64)],
-    64: [(64, 4, 3, 64), (64, 8, 3, 64), (64, 4, 4, 64), (64, 8, 4, 64)],
+TUNE_SPACE = {  # (BM, num_warps, num_stages, BK, VARIANT) candidates per M band; BK 0 = the default
+    # for the group; VARIANT: 0 byte path (the previous kernel), 1 / 2 / 4 word GEMV, 3 word-dot
+    # (lowbit/ops/coarse_head/triton.py). scripts/tune_draft_head.py runs this sweep end to end.
+    1: [(1, 8, 3, 0, 0), (1, 8, 3, 0, 1), (1, 8, 3, 0, 4), (1, 4, 3, 0, 4), (1, 8, 3, 0, 2), (16, 4, 3, 0, 3)],
+    16: [(16, 4, 3, 0, 0), (16, 4, 3, 0, 3), (16, 8, 3, 0, 3), (16, 4, 4, 0, 3)],
+    32: [(32, 4, 3, 0, 0), (32, 4, 3, 0, 3), (32, 8, 3, 0, 3)],
+    64: [(64, 8, 4, 0, 0), (64, 8, 4, 0, 3), (64, 8, 3, 0, 3), (32, 4, 3, 0, 3)],
 }
 
 
 def tune(n: int = 124160, k: int = 5120, bits_list=(2, 4), bands=(1, 16, 32, 64), block: int = 128) -> dict:
     """Time the coarse kernel alone (fast mode, INTx g64) for each launch configuration of
     :data:`TUNE_SPACE`, print µs and % of the byte floor, and return the best per M band
-    (smallest summed time over ``bits_list``) as ``{band: (BM, warps, stages, BK)}``. The table in
+    (smallest summed time over ``bits_list``) as ``{band: (BM, warps, stages, BK, VARIANT)}``. The table in
     ``lowbit/ops/coarse_head/triton.py`` was chosen with this."""
     import torch
 
@@ -203,7 +205,7 @@ def tune(n: int = 124160, k: int = 5120, bits_list=(2, 4), bands=(1, 16, 32, 64)
                     total = float("inf")
                     break
                 floor = p.nbytes / (gbps * 1e3)
-                print(f"M{band} int{bits} cfg(BM,warps,stages,BK)={cfg}: {t:.1f} us = {100 * t / floor:.0f}% of "
+                print(f"M{band} int{bits} cfg(BM,warps,stages,BK,VARIANT)={cfg}: {t:.1f} us = {100 * t / floor:.0f}% of "
                       f"floor {floor:.1f} us", flush=True)
                 total += t
             totals[cfg] = total

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-_INT64_MIN = -(2**63)
+_INT64_MIN = tl.constexpr(-(2**63))
 
 
 @triton.jit
@@ -127,9 +127,11 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
     cp = triton.next_power_of_2(c)
     rp = triton.next_power_of_2(r)
     _select_kernel[(m,)](cand_key, cand_idx, sel, c, r, CP=cp, RP=rp, num_warps=8 if cp >= 4096 else 4)
-    bkk = min(1024, triton.next_power_of_2(kk))
+    # one program per (row, candidate): the whole K row in at most two loads per operand, so the
+    # ~10 KB of a 5120-wide bf16 row are in flight at once (the kernel is latency-bound)
+    bkk = min(4096, triton.next_power_of_2(kk))
     _rerank_kernel[(m, r)](x, weight, sel, vals, _counter(dev, m), out_v, out_i, r, x.stride(0), weight.stride(0),
-                           K=kk, BKK=bkk, RP=rp, KOUT=k, BIG=weight.shape[0] + 1, num_warps=4)
+                           K=kk, BKK=bkk, RP=rp, KOUT=k, BIG=weight.shape[0] + 1, num_warps=8 if bkk >= 2048 else 4)
     return out_v, out_i
 
 

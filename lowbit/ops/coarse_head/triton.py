@@ -48,7 +48,7 @@ def _x_stats_kernel(x_ptr, st_ptr, M, stride_xm, K: tl.constexpr, NG: tl.constex
 @triton.jit
 def _words_step(acc2, b_w, j0, x_ptr, s_ptr, o_n, m_n, o_t, i_m, stride_xm, stride_sn,
                 K: tl.constexpr, L: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr,
-                G: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr):
+                G: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr, OFFS: tl.constexpr):
     """One K step of the word-GEMV: ``b_w`` int32 [BN, BW] holds bytes [4 j0, 4 j0 + 4 BW) of
     each row; byte b of word t, plane i is element k = i L + 4 (j0 + t) + b. Each code is
     decoded with one and-or into an fp32 whose exponent is chosen per (plane, byte) so that its
@@ -61,18 +61,31 @@ def _words_step(acc2, b_w, j0, x_ptr, s_ptr, o_n, m_n, o_t, i_m, stride_xm, stri
         for b in tl.static_range(4):
             o_k = i * L + 4 * (j0 + o_t) + b
             b_x = tl.load(x_ptr + i_m * stride_xm + o_k, mask=o_k < K, other=0.0).to(tl.float32)
-            POS: tl.constexpr = 8 * b + i * SHIFT  # bit position of the code in the word
-            if POS + SHIFT > 23:
+            POS = 8 * b + i * SHIFT  # bit position of the code in the word
+            if OFFS:
+                # every code moved to the top of the mantissa: the float is 2^SHIFT + q exactly,
+                # used as is (the 2^SHIFT offset is folded into the zero point: ZOFF)
+                PP = 23 - SHIFT
+                if POS > PP:
+                    v = b_w >> (POS - PP)
+                elif POS < PP:
+                    v = b_w << (PP - POS)
+                else:
+                    v = b_w
+            elif POS + SHIFT > 23:
                 # move the code to bit 23 - SHIFT (the top of the mantissa); sign bits are masked
-                PP: tl.constexpr = 23 - SHIFT
+                PP = 23 - SHIFT
                 v = b_w >> (POS - PP)
             else:
-                PP: tl.constexpr = POS
+                PP = POS
                 v = b_w
             # exponent 150 - PP: the float is 2^(23 - PP) * (1 + q 2^(PP - 23)) = 2^(23 - PP) + q
             f = ((v & (MASK << PP)) | ((150 - PP) << 23)).to(tl.float32, bitcast=True)
-            q = f - (2.0 ** (23 - PP))
-            tmp += q * b_x[None, :]
+            if OFFS:
+                tmp += f * b_x[None, :]
+            else:
+                q = f - (8388608.0 / (1 << PP))  # 2^(23 - PP), exact
+                tmp += q * b_x[None, :]
         acc2 += tmp * b_sc[:, None]
     return acc2
 
@@ -126,7 +139,7 @@ def _coarse_head_kernel(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KCAND: tl.constexpr, GC: tl.constexpr,
     BOUND: tl.constexpr, USE_DOT: tl.constexpr, SPLIT: tl.constexpr, DT: tl.constexpr,
     MAGIC: tl.constexpr, ZOFF: tl.constexpr, WRITE_LOGITS: tl.constexpr,
-    WORDS: tl.constexpr = False, UNROLL: tl.constexpr = 1,
+    WORDS: tl.constexpr = False, UNROLL: tl.constexpr = 1, OFFS: tl.constexpr = False,
 ):
     i_n = tl.program_id(0).to(tl.int64)
     i_m = tl.program_id(1).to(tl.int64)
@@ -146,7 +159,8 @@ def _coarse_head_kernel(
         acc_t = tl.zeros([BN, BM], dtype=tl.float32)
         LWD: tl.constexpr = L // 4
         for j0 in range(0, LWD, BWD):
-            b_w0 = tl.load(p_ww + j0, mask=m_n[:, None] & ((j0 + o_t) < LWD)[None, :], other=0)
+            # streamed once: bypass L1 (.cg) so the scale lines re-read every step stay there
+            b_w0 = tl.load(p_ww + j0, mask=m_n[:, None] & ((j0 + o_t) < LWD)[None, :], other=0, cache_modifier=".cg")
             acc_t = _words_dot_step(acc_t, b_w0, j0, x_ptr, s_ptr, o_n, m_n, o_t, o_m, m_m, stride_xm, stride_sn,
                                     K, L, P, SHIFT, MASK, G, BN, BM, BWD, DT, MAGIC, SPLIT)
         bnd_t = tl.zeros([BN, BM], dtype=tl.float32)  # INTx: the bound comes from the x statistics
@@ -159,14 +173,16 @@ def _coarse_head_kernel(
         LW: tl.constexpr = L // 4
         for j0 in range(0, LW, BW * UNROLL):
             # UNROLL tiles loaded before any is used: more bytes in flight per program
-            b_w0 = tl.load(p_ww + j0, mask=m_n[:, None] & ((j0 + o_t) < LW)[None, :], other=0)
+            # streamed once: bypass L1 (.cg) so the scale lines re-read every step stay there
+            b_w0 = tl.load(p_ww + j0, mask=m_n[:, None] & ((j0 + o_t) < LW)[None, :], other=0, cache_modifier=".cg")
             if UNROLL == 2:
-                b_w1 = tl.load(p_ww + j0 + BW, mask=m_n[:, None] & ((j0 + BW + o_t) < LW)[None, :], other=0)
+                b_w1 = tl.load(p_ww + j0 + BW, mask=m_n[:, None] & ((j0 + BW + o_t) < LW)[None, :], other=0,
+                               cache_modifier=".cg")
             acc2 = _words_step(acc2, b_w0, j0, x_ptr, s_ptr, o_n, m_n, o_t, i_m, stride_xm, stride_sn,
-                               K, L, P, SHIFT, MASK, G, BN, BW)
+                               K, L, P, SHIFT, MASK, G, BN, BW, OFFS)
             if UNROLL == 2:
                 acc2 = _words_step(acc2, b_w1, j0 + BW, x_ptr, s_ptr, o_n, m_n, o_t, i_m, stride_xm, stride_sn,
-                                   K, L, P, SHIFT, MASK, G, BN, BW)
+                                   K, L, P, SHIFT, MASK, G, BN, BW, OFFS)
         bnd2 = tl.zeros([BN, BW], dtype=tl.float32)  # INTx: the bound comes from the x statistics
     elif USE_DOT:
         # transposed: logits^T [BN, BM] = W [BN, BK] @ x^T [BK, BM], so the decoded weight tile
@@ -383,7 +399,8 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     if use_dot:  # word-dot: INT2 / INT4, BK = 64 (K = 16 per sub-dot)
         words = variant == 3 and aligned and bits is not None and bits <= 4 and bk == 64
     else:
-        words = variant in (1, 2) and aligned and bk % 16 == 0
+        words = variant in (1, 2, 4) and aligned and bk % 16 == 0
+    offs = words and variant == 4
     ell = w.shape[1]  # bytes per row (L)
     if words:
         w = w.view(torch.int32)  # [N, L / 4]: stride(0) now in words
@@ -397,8 +414,10 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     magic = use_dot and kind == KIND_INTX and bits <= 4 and dt == tl.bfloat16
     if kind == KIND_INTX:
         p, shift, mask = 8 // bits, bits, (1 << bits) - 1
-        # the magic decode computes with codes q + 128: the rounding slack scales with that
-        bcoef = 0.5 * (1.0 + rounding_eps(bits, depth, split, offset=128 if magic else 0))
+        # the magic bf16 decode computes with codes q + 128, the offset word-GEMV with q + 2^bits:
+        # the rounding slack scales with that
+        zoff = 128.0 if magic else (float(2**bits) if offs else 0.0)
+        bcoef = 0.5 * (1.0 + rounding_eps(bits, depth, split, offset=int(zoff)))
     elif kind == KIND_FP8:
         p, shift, mask = 1, 0, 0xFF
         bcoef = rounding_eps(None, depth, split)
@@ -430,8 +449,8 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
         K=k, L=ell, NG=ng, KIND=kind, P=p, SHIFT=shift, MASK=mask, G=group_size,
         BM=bm, BN=block, BK=bk, KCAND=kcand, GC=16,
         BOUND=bound, USE_DOT=use_dot, SPLIT=split,
-        DT=dt, MAGIC=magic, ZOFF=128.0 if magic else 0.0,
-        WRITE_LOGITS=write_logits, WORDS=words, UNROLL=2 if variant == 2 else 1,
+        DT=dt, MAGIC=magic, ZOFF=zoff if kind == KIND_INTX else 0.0,
+        WRITE_LOGITS=write_logits, WORDS=words, UNROLL=2 if variant == 2 else 1, OFFS=offs,
         num_warps=warps, num_stages=stages,
     )
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
