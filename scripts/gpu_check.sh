@@ -24,22 +24,24 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+# Per-step wall-clock caps in seconds (a capped step counts as a failure; its output is kept).
+T_TESTS="${T_TESTS:-1800}"; T_SELFTEST="${T_SELFTEST:-300}"; T_BENCH="${T_BENCH:-1800}"; T_PARALLEL="${T_PARALLEL:-300}"
 status=0
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 } > "$OUT/pytest_cuda.log" 2>&1
 if [ "$RUN_TESTS" = 1 ]; then
-  python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=300 "${PYTEST_ARGS[@]}" 2>&1 \
+  timeout "$T_TESTS" python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=300 "${PYTEST_ARGS[@]}" 2>&1 \
     | tee -a "$OUT/pytest_cuda.log" || status=1
   [ -f scripts/check_sass.py ] && { python3 scripts/check_sass.py 2>&1 | tee "$OUT/sass.txt" || status=1; }
 fi
 if [ "$RUN_TESTS" = 1 ]; then
-  python3 -m lowbit.cli selftest --device cuda 2>&1 | tee "$OUT/selftest.log" || status=1
+  timeout "$T_SELFTEST" python3 -m lowbit.cli selftest --device cuda 2>&1 | tee "$OUT/selftest.log" || status=1
 fi
 if [ "$RUN_BENCH" = 1 ]; then
-  python3 scripts/bench_parallel_head.py --iters 20 --out "$OUT/parallel_head_tp1.json" 2>&1 \
+  timeout "$T_BENCH" python3 -m lowbit.cli bench $QUICK "${OPS[@]}" --out "$OUT" 2>&1 | tee "$OUT/bench.log" || status=1
+  timeout "$T_PARALLEL" python3 scripts/bench_parallel_head.py --iters 20 --out "$OUT/parallel_head_tp1.json" 2>&1 \
     | tee "$OUT/parallel_head.log" || status=1
-  python3 -m lowbit.cli bench $QUICK "${OPS[@]}" --out "$OUT" 2>&1 | tee "$OUT/bench.log" || status=1
 fi
 exit $status
