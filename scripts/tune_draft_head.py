@@ -165,7 +165,9 @@ def main():
             log("sweep.jsonl", {"skipped": [band, bits, cfg], "reason": "timing budget"})
             continue
         try:
-            t = ev_time(lambda: call(band, bits, cfg))
+            # CUDA-graph replay: an eager per-call timing with a sync is CPU-launch-bound (~300 us
+            # at M = 1 on the first H200 run, more than the kernel itself)
+            t = graph_time(lambda: call(band, bits, cfg))
         except Exception as e:
             log("sweep.jsonl", {"band": band, "bits": bits, "cfg": cfg, "error": f"{type(e).__name__}: {str(e)[:300]}"})
             continue

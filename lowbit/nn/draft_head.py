@@ -261,9 +261,14 @@ class DraftHead(nn.Module):
                 and (x2.is_cuda if compiling else use_triton(x2, self.weight))):
             out = self._coarse(x2, BOUND_NONE)
             op = torch.ops.lowbit.draft_fast_select if compiling else _coarse_mod.fast_select_rerank
-            v, i = op(out.cand_key, out.cand_idx, x2, self.weight, max(self.rerank, k), k)
-            self._calls += 1
-            self._rows += x2.shape[0]
+            v, i = op(out.cand_key, out.cand_idx, x2, self.weight, max(self.rerank, k), k, self.kcand)
+            if compiling:
+                self._calls += 1
+                self._rows += x2.shape[0]
+            else:  # plain ints: skip nn.Module.__setattr__ (µs of host time per call at M = 1)
+                d = self.__dict__
+                d["_calls"] += 1
+                d["_rows"] += x2.shape[0]
             return v, i
         _, idx, vals = self._fast(x2, k)
         if k == 1:

@@ -194,7 +194,8 @@ def test_fused_select_matches_torch_path(backend, k):
     p = pack(w, 4, 32)
     with backend.active():
         out = coarse_head(x, p, block=block, kcand=kcand, bound=BOUND_NONE)
-        v, i = fast_select_rerank(out.cand_key, out.cand_idx, x, w, r, k)
+        v, i = fast_select_rerank(out.cand_key, out.cand_idx, x, w, r, k, kcand)  # two-stage selection
+        vf, i_f = fast_select_rerank(out.cand_key, out.cand_idx, x, w, r, k)  # flat selection
         idx, valid = select_fast(out, r)
         vals = gathered_dot(x, w, idx)
     vals = torch.where(valid, vals, torch.full_like(vals, float("-inf")))
@@ -203,9 +204,10 @@ def test_fused_select_matches_torch_path(backend, k):
     assert torch.equal(i.cpu(), ri)
     torch.testing.assert_close(v.cpu(), rv, rtol=1e-6, atol=1e-6)
     assert i[2, 0].item() == 7
+    assert torch.equal(i_f, i) and torch.equal(vf, v)
     # a second call reuses the counter buffer (left at zero by the last program of each row)
     with backend.active():
-        v2, i2 = fast_select_rerank(out.cand_key, out.cand_idx, x, w, r, k)
+        v2, i2 = fast_select_rerank(out.cand_key, out.cand_idx, x, w, r, k, kcand)
     assert torch.equal(i2, i) and torch.equal(v2, v)
 
 
@@ -247,4 +249,4 @@ def test_fused_select_opcheck_cuda():
     w = (torch.randn(300, 128, device="cuda") * 0.02).bfloat16()
     x = torch.randn(3, 128, device="cuda", dtype=torch.bfloat16)
     out = coarse_head(x, pack(w, 4, 64), block=64, kcand=3, bound=BOUND_NONE)
-    torch.library.opcheck(torch.ops.lowbit.draft_fast_select.default, (out.cand_key, out.cand_idx, x, w, 6, 2))
+    torch.library.opcheck(torch.ops.lowbit.draft_fast_select.default, (out.cand_key, out.cand_idx, x, w, 6, 2, 3))

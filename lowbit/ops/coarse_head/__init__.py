@@ -242,12 +242,13 @@ FUSED_SELECT = True
 
 
 def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                       r: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+                       r: int, k: int, kcand: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused fast-mode selection: the exact top-``k`` among the ``r`` best coarse candidates
-    (values fp32 [M, k] descending, indices int64 [M, k]). Triton only; see ``select.py``."""
+    (values fp32 [M, k] descending, indices int64 [M, k]); ``kcand`` candidates per block as
+    emitted by :func:`coarse_head` (0: unknown). Triton only; see ``select.py``."""
     from lowbit.ops.coarse_head.select import fast_select_rerank as impl
 
-    return impl(cand_key, cand_idx, x, weight, r, k)
+    return impl(cand_key, cand_idx, x, weight, r, k, kcand)
 
 
 # mutates_args=(): the kernel's counter buffer is internal scratch that every call leaves at zero
@@ -255,7 +256,7 @@ _fast_select_op = torch.library.custom_op("lowbit::draft_fast_select", fast_sele
 
 
 @_fast_select_op.register_fake
-def _(cand_key, cand_idx, x, weight, r, k):
+def _(cand_key, cand_idx, x, weight, r, k, kcand=0):
     m = cand_key.shape[0]
     return (cand_key.new_empty(m, k, dtype=torch.float32), cand_key.new_empty(m, k, dtype=torch.int64))
 

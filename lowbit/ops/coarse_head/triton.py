@@ -17,6 +17,16 @@ from lowbit.ops.coarse_head.reference import ABS_SLACK, BOUND_NONE, rounding_eps
 KIND_INTX, KIND_FP8, KIND_NVFP4 = 0, 1, 2
 
 
+def _pow2(n: int) -> int:
+    """Smallest power of two >= n (plain Python: triton.next_power_of_2 is a constexpr function
+    whose call costs several µs of host time, which matters at M = 1 in eager mode)."""
+    return 1 << (int(n) - 1).bit_length() if n > 1 else 1
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-int(a) // int(b))
+
+
 @triton.jit
 def _dot(a, b, DT: tl.constexpr):
     # fp32 operands only under the interpreter (whose bf16 tl.dot is broken): exact, no TF32
@@ -334,20 +344,27 @@ def _coarse_head_kernel(
 # Launch configurations per M band: (BM, num_warps, num_stages, BK, VARIANT). BM = 1 is a GEMV
 # (no tl.dot); BM > 1 pads M to BM for tl.dot with the decoded weight tile as the A operand. M > 64
 # loops over M tiles of 64 (the weight is then read ceil(M/64) times). BK = 0: the largest power
-# of two <= 64 dividing the group (see _bk). VARIANT (GEMV only, INTx only; other kinds fall back
-# to 0): 0 = byte GEMV (shift-and-mask per byte, int->float convert, fp32 FMA into [BN, BK]);
-# 1 = word GEMV (int32 loads, exponent-trick decode, group scale once per word, _words_step);
-# 2 = word GEMV with two K steps loaded before use; 3 (dot path, INT2 / INT4, BK = 64) = word-dot
-# (_words_dot_step: two and-or ops per plane decode a word into bf16 pairs). Chosen on the H200 with
-# scripts/tune_draft_head.py (124160 x 5120, INT2 + INT4 g64, block 128); numbers below and in
-# docs/draft_head.md. Previous table (byte GEMV M=1 231/237 us INT2/INT4; dot BM=16 226/257;
-# BM=32 282/304; BM=64 8 warps 440/568):
-#   {1: (1, 8, 3, 0, 0), 16: (16, 4, 3, 0, 0), 32: (32, 4, 3, 0, 0), 64: (64, 8, 4, 0, 0)}
-_CONFIGS = {1: (1, 8, 3, 0, 1), 16: (16, 4, 3, 0, 3), 32: (32, 4, 3, 0, 3), 64: (64, 8, 4, 0, 3)}
+# of two <= 64 dividing the group (see _bk). VARIANT (INTx only; other kinds, and shapes a
+# variant cannot take, fall back to 0): 0 = the byte path (the previous kernel: GEMV with
+# shift-and-mask per byte, int->float convert, fp32 FMA into [BN, BK]; or the byte dot path);
+# GEMV: 1 = word GEMV (int32 loads, exponent-trick decode, group scale once per word,
+# _words_step), 2 = 1 with two K steps loaded before use, 4 = word GEMV keeping the exact offset
+# 2^bits (float 2^bits + q: shift, and-or, FMA; the offset goes into the zero point like the bf16
+# decode's 128); dot path (INT2 / INT4, BK = 64): 3 = word-dot (_words_dot_step: two and-or ops
+# per plane decode a word into bf16 pairs). Chosen on the H200 with scripts/tune_draft_head.py
+# (124160 x 5120, g64, block 128, 2026-11-29; docs/draft_head.md):
+# M = 1: word GEMV — in-graph profile INT2 (1, 8, 3, 0, 2) 203 us vs the byte GEMV's 231 us
+#   (INT4 (1, 16, 3, 0, 4) ~212 us vs 237); the eager per-call sweep is CPU-launch-bound there
+#   (~300 us for every good config), so the choice among word variants is not resolved.
+#   INT8: byte GEMV 551 us vs word 547 (variant 4) / 648 (variant 1), eager: kept on the byte path.
+# M = 16 / 64: the word-dot lost (M=16: 529-712 us vs byte dot 421 / 441; M=64: 1037-1459 vs
+#   690 / 863, eager, INT2 / INT4): the byte dot path stays.
+# Previous table: {1: (1, 8, 3, 0, 0), 16: (16, 4, 3, 0, 0), 32: (32, 4, 3, 0, 0), 64: (64, 8, 4, 0, 0)}
+_CONFIGS = {1: (1, 8, 3, 0, 2), 16: (16, 4, 3, 0, 0), 32: (32, 4, 3, 0, 0), 64: (64, 8, 4, 0, 0)}
 
 
 # Per (band, bits) overrides of _CONFIGS (INTx bits; None = native FP8 / NVFP4 rows).
-_CONFIGS_BITS: dict = {}
+_CONFIGS_BITS: dict = {(1, 4): (1, 16, 3, 0, 4), (1, 8): (1, 8, 3, 0, 0)}
 
 
 def _config(m: int, bits=None):
@@ -428,8 +445,8 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     ng = s.shape[1] if kind == KIND_INTX else 1
     stats = torch.empty(3, m if kind == KIND_INTX else 0, ng, dtype=torch.float32, device=dev)
     if kind == KIND_INTX:
-        _x_stats_kernel[(m, triton.cdiv(ng, 16))](x, stats, m, x.stride(0), K=k, NG=ng, G=group_size,
-                                                   GP=triton.next_power_of_2(group_size), GC=16,
+        _x_stats_kernel[(m, _cdiv(ng, 16))](x, stats, m, x.stride(0), K=k, NG=ng, G=group_size,
+                                                   GP=_pow2(group_size), GC=16,
                                                    num_warps=4)
     c = nb * kcand
     certified = bound != BOUND_NONE
@@ -439,7 +456,7 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     block_lb = torch.empty(m if certified else 0, nb, dtype=torch.float32, device=dev)
     block_rest = torch.empty(m if certified else 0, nb, dtype=torch.float32, device=dev)
     logits = torch.empty(m if write_logits else 0, n, dtype=torch.float32, device=dev)
-    grid = (nb, triton.cdiv(m, bm))
+    grid = (nb, _cdiv(m, bm))
     _coarse_head_kernel[grid](
         x, stats, w, s, z, gs,
         cand_key, cand_lb, cand_idx, block_lb, block_rest, logits,
