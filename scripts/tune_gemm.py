@@ -28,6 +28,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -177,8 +178,9 @@ def smoke() -> None:
     for bands in (FP8_BANDS, FP4_BANDS):
         for spec in bands.values():
             spec["ms"] = tuple(min(m, 64) for m in spec["ms"])
-    worker(0, 1, "/tmp/tune_gemm_smoke.json")
-    res = json.load(open("/tmp/tune_gemm_smoke.json"))
+    smoke = os.path.join(tempfile.gettempdir(), "tune_gemm_smoke.json")
+    worker(0, 1, smoke)
+    res = json.load(open(smoke))
     assert res and all(r["ok"] for r in res), res
     results = {}
     act = time_act_quant(results)
@@ -494,7 +496,7 @@ def main() -> int:
     wlog = open(os.path.join(out, "workers.log"), "w")
     workers = []
     for i in range(args.workers):
-        path = f"/tmp/tune_gemm_worker{i}.json"
+        path = os.path.join(tempfile.gettempdir(), f"tune_gemm_worker{i}.json")
         if os.path.exists(path):
             os.remove(path)
         workers.append((path, subprocess.Popen([sys.executable, __file__, "--worker", str(i), "--workers", str(args.workers),
