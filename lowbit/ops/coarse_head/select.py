@@ -40,23 +40,17 @@ _INT64_MIN = tl.constexpr(-(2**63))
 
 
 @triton.jit
-def _select_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, CP: tl.constexpr, RP: tl.constexpr):
-    m = tl.program_id(0).to(tl.int64)
-    o_c = tl.arange(0, CP)
-    m_c = o_c < C
-    key = tl.load(ck_ptr + m * C + o_c, mask=m_c, other=float("-inf"))
+def _pack_key(key, pos, CP: tl.constexpr):
+    """int64 (order-preserving key bits << 32) | (CP - 1 - pos): larger key first, then lower pos."""
     bits = key.to(tl.int32, bitcast=True)
     # order-preserving int32 of an fp32 (negatives: flip the magnitude bits)
     ordk = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    packed = (ordk.to(tl.int64) << 32) | (CP - 1 - o_c).to(tl.int64)
-    packed = tl.where(m_c, packed, _INT64_MIN)
-    o_r = tl.arange(0, RP)
-    pos = tl.full([RP], 0, dtype=tl.int64)
-    for r in range(0, R):
-        best = tl.max(packed, axis=0)
-        p = CP - 1 - (best & 0xFFFFFFFF)
-        pos = tl.where(o_r == r, p, pos)
-        packed = tl.where(packed == best, _INT64_MIN, packed)
+    return (ordk.to(tl.int64) << 32) | (CP - 1 - pos).to(tl.int64)
+
+
+@triton.jit
+def _store_selected(ck_ptr, ci_ptr, sel_ptr, m, C, R, pos, o_r):
+    """Write the tokens at candidate positions ``pos`` (-1 where the key is -inf: a filler)."""
     m_r = o_r < R
     k_sel = tl.load(ck_ptr + m * C + pos, mask=m_r, other=float("-inf"))
     tok = tl.load(ci_ptr + m * C + pos, mask=m_r, other=0)
@@ -65,11 +59,20 @@ def _select_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, CP: tl.constexpr, RP: tl.const
 
 
 @triton.jit
-def _pack_key(key, pos, CP: tl.constexpr):
-    """int64 (order-preserving key bits << 32) | (CP - 1 - pos): larger key first, then lower pos."""
-    bits = key.to(tl.int32, bitcast=True)
-    ordk = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    return (ordk.to(tl.int64) << 32) | (CP - 1 - pos).to(tl.int64)
+def _select_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, CP: tl.constexpr, RP: tl.constexpr):
+    m = tl.program_id(0).to(tl.int64)
+    o_c = tl.arange(0, CP)
+    m_c = o_c < C
+    key = tl.load(ck_ptr + m * C + o_c, mask=m_c, other=float("-inf"))
+    packed = tl.where(m_c, _pack_key(key, o_c, CP), _INT64_MIN)
+    o_r = tl.arange(0, RP)
+    pos = tl.full([RP], 0, dtype=tl.int64)
+    for r in range(0, R):
+        best = tl.max(packed, axis=0)
+        p = CP - 1 - (best & 0xFFFFFFFF)
+        pos = tl.where(o_r == r, p, pos)
+        packed = tl.where(packed == best, _INT64_MIN, packed)
+    _store_selected(ck_ptr, ci_ptr, sel_ptr, m, C, R, pos, o_r)
 
 
 @triton.jit
@@ -104,11 +107,7 @@ def _select2_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.cons
         p = CP - 1 - (best & 0xFFFFFFFF)
         pos = tl.where(o_r == r, p, pos)
         pk = tl.where(pk == best, _INT64_MIN, pk)
-    m_r = o_r < R
-    k_sel = tl.load(ck_ptr + m * C + pos, mask=m_r, other=float("-inf"))
-    tok = tl.load(ci_ptr + m * C + pos, mask=m_r, other=0)
-    tok = tl.where(k_sel > float("-inf"), tok, -1)
-    tl.store(sel_ptr + m * R + o_r, tok, mask=m_r)
+    _store_selected(ck_ptr, ci_ptr, sel_ptr, m, C, R, pos, o_r)
 
 
 @triton.jit
