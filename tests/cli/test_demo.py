@@ -22,6 +22,17 @@ def test_demo_tiny_model(tiny_model, capsys):
     assert "100.0%" in line
 
 
+@pytest.mark.cuda
+def test_demo_tiny_model_cuda(tiny_model, capsys):
+    """--device cuda: the model in bf16 and the draft heads' Triton kernels."""
+    rc = main(["demo", "--model", tiny_model, "--device", "cuda", "--max-new-tokens", "6", "--prompt", "hello there",
+               "--no-cache"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    line = next(l for l in out.splitlines() if "lowbit certified int8 g64" in l and "%" in l)
+    assert "100.0%" in line
+
+
 def test_greedy_generate_matches_hf_generate(tiny_model):
     from lowbit.models import hf
 
