@@ -31,8 +31,11 @@ status=0
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 } > "$OUT/pytest_cuda.log" 2>&1
+# pytest-xdist spreads the cuda tier over PYTEST_WORKERS processes when it is installed.
+XDIST=()
+if python3 -c "import xdist" 2>/dev/null; then XDIST=(-n "${PYTEST_WORKERS:-8}"); fi
 if [ "$RUN_TESTS" = 1 ]; then
-  timeout "$T_TESTS" python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=300 "${PYTEST_ARGS[@]}" 2>&1 \
+  timeout "$T_TESTS" python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=300 "${XDIST[@]}" "${PYTEST_ARGS[@]}" 2>&1 \
     | tee -a "$OUT/pytest_cuda.log" || status=1
   [ -f scripts/check_sass.py ] && { python3 scripts/check_sass.py 2>&1 | tee "$OUT/sass.txt" || status=1; }
 fi
