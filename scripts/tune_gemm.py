@@ -57,17 +57,23 @@ FP8_BANDS = {
         C(128, 128, 8, 3, False, 8, True), C(256, 128, 16, 3, False, 8, True), C(64, 256, 8, 4, False, 8, True),
         C(128, 128, 8, 4, False, 16, True), C(128, 128, 8, 4, False, 4, True)]),
 }
+# fp4 variants: "alu" / "asm" = four 32-wide dots per 128 block with the integer / PRMT upcast
+# (the kernel before the aligned step), "aligned" = one 128-wide dot per block on shift-aligned
+# groups (lowbit/ops/fp4_gemm/triton.py, the default). The first candidate of each band is the
+# previous table entry.
 FP4_BANDS = {
     "m<=16": dict(ms=(1, 16), shapes=DEC_SHAPES, cfgs=[
-        (C(16, 64, 4, 4, True), False), (C(16, 64, 4, 4, True), True), (C(16, 128, 4, 4, True), True),
-        (C(16, 128, 4, 6, True), True), (C(16, 64, 4, 6, True), True), (C(16, 128, 8, 4, True), True),
-        (C(16, 256, 8, 3, True), True), (C(16, 128, 4, 4, True, waves=4), True)]),
+        (C(16, 64, 4, 4, True), "asm"), (C(16, 64, 4, 4, True), "aligned"), (C(16, 128, 4, 4, True), "aligned"),
+        (C(16, 64, 4, 6, True), "aligned"), (C(16, 128, 4, 6, True), "aligned"), (C(16, 128, 8, 4, True), "aligned"),
+        (C(16, 256, 8, 3, True), "aligned"), (C(16, 64, 4, 4, True, waves=4), "aligned"),
+        (C(16, 128, 4, 4, True, waves=4), "aligned")]),
     "m<=64": dict(ms=(64,), shapes=DEC_SHAPES, cfgs=[
-        (C(64, 64, 4, 4, True), True), (C(64, 64, 4, 4, True), False), (C(64, 128, 4, 4, True), True),
-        (C(64, 128, 8, 3, True), True), (C(64, 64, 4, 6, True), True)]),
-    "m>64": dict(ms=(4096,), shapes=[(4096, 7168)], cfgs=[
-        (C(128, 128, 8, 3, True), True), (C(64, 128, 8, 3, True), True), (C(64, 128, 8, 4, True), True),
-        (C(128, 128, 8, 3, True), False)]),
+        (C(64, 64, 4, 4, True), "asm"), (C(64, 64, 4, 4, True), "aligned"), (C(64, 128, 4, 4, True), "aligned"),
+        (C(64, 128, 8, 3, True), "aligned"), (C(64, 64, 4, 6, True), "aligned"), (C(64, 128, 8, 4, True), "aligned")]),
+    "m>64": dict(ms=(4096,), shapes=[(4096, 7168), (7168, 2048)], cfgs=[
+        (C(128, 128, 8, 3, True), "asm"), (C(128, 128, 8, 3, True), "aligned"), (C(64, 128, 8, 3, True), "aligned"),
+        (C(128, 128, 8, 4, True), "aligned"), (C(128, 256, 8, 3, True), "aligned"), (C(64, 256, 8, 3, True), "aligned"),
+        (C(128, 128, 4, 3, True), "aligned")]),
 }
 # (elements per program, num_warps); the first is the table's value
 ACT_CFGS = [(4096, 4), (2048, 4), (8192, 4), (8192, 8), (16384, 8), (4096, 8), (32768, 16)]
@@ -75,6 +81,7 @@ TOL = 2.0**-8
 ACT_SHAPE = (8192, 7168)
 
 T0 = time.monotonic()
+ONLY = os.environ.get("TUNE_GEMM_ONLY") or None  # "fp8" / "fp4": sweep one op (workers read it from the env too)
 DEVICE = "cuda"  # "cpu" (Triton interpreter, tiny shapes) for the --smoke self-test of this script
 
 
@@ -92,7 +99,9 @@ LOG = None
 def cfg_name(cfg, asm=None) -> str:
     s = f"{cfg.block_m}x{cfg.block_n} w{cfg.warps} s{cfg.stages}" + (" swap" if cfg.swap_ab else "")
     s += (f" g{cfg.group_m}" if cfg.group_m != 8 else "") + (" tma" if cfg.tma else "") + (f" waves{cfg.waves}" if cfg.waves != 2 else "")
-    return s + ("" if asm is None else (" asm" if asm else " alu"))
+    if asm is None:
+        return s
+    return s + (f" {asm}" if isinstance(asm, str) else (" asm" if asm else " alu"))
 
 
 # ------------------------------------------------------------------------------------------ operands
@@ -132,7 +141,7 @@ def call(op: str, cfg, asm, m, n, k):
     a, a_s, b, b_s, _ = operands(op, m, n, k)
     if op == "fp8":
         return lambda: f8.fp8_gemm(a, a_s, b, b_s, config=cfg)
-    return lambda: f4.fp4_gemm(a, a_s, b, b_s, config=cfg, asm=asm)
+    return lambda: f4.fp4_gemm(a, a_s, b, b_s, config=cfg, asm=asm != "alu", aligned=asm == "aligned")
 
 
 def timer():
@@ -198,10 +207,12 @@ def rel_err(c, ref) -> float:
 def jobs():
     """All (op, band, index, cfg, asm) candidates."""
     out = []
-    for band, spec in FP8_BANDS.items():
-        out += [("fp8", band, i, cfg, None) for i, cfg in enumerate(spec["cfgs"])]
-    for band, spec in FP4_BANDS.items():
-        out += [("fp4", band, i, cfg, asm) for i, (cfg, asm) in enumerate(spec["cfgs"])]
+    if ONLY in (None, "fp8"):
+        for band, spec in FP8_BANDS.items():
+            out += [("fp8", band, i, cfg, None) for i, cfg in enumerate(spec["cfgs"])]
+    if ONLY in (None, "fp4"):
+        for band, spec in FP4_BANDS.items():
+            out += [("fp4", band, i, cfg, asm) for i, (cfg, asm) in enumerate(spec["cfgs"])]
     return out
 
 
@@ -259,6 +270,8 @@ def time_bands(results: dict, checks: list, deadline: float) -> dict:
         ok[key] = ok.get(key, True) and r["ok"]
     best = {}
     for op, bands in (("fp8", FP8_BANDS), ("fp4", FP4_BANDS)):
+        if ONLY not in (None, op):
+            continue
         for band, spec in bands.items():
             rows = []
             base = {}
@@ -435,7 +448,8 @@ def compile_only() -> None:
             const.update(BS_E8M0=False, SWAP_AB=cfg.swap_ab, INTERPRET=False)
         else:
             fn = f4._fp4_gemm_kernel
-            const.update(SWAP_AB=True, INTERPRET=False, ASM=asm)
+            const.update(SWAP_AB=True, INTERPRET=False, ASM=asm != "alu", ALIGNED=asm == "aligned", FAR=True)
+            sig["lut_ptr"] = "*i32"
         sig = {(p if p not in ("a", "b") else p + ("_desc" if cfg.tma and op == "fp8" else "_ptr")): v for p, v in sig.items()}
         div = [j for j, p in enumerate(names) if p in ("a", "as_ptr", "b", "bs_ptr", "out_ptr", "N", "K") and not (cfg.tma and p in ("a", "b"))]
         t = time.monotonic()
@@ -465,10 +479,14 @@ def main() -> int:
     ap.add_argument("--no-tests", action="store_true")
     ap.add_argument("--no-bench", action="store_true")
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--only", choices=("fp8", "fp4"), default=None, help="sweep one op (skips the act_quant sweep)")
     ap.add_argument("--smoke", action="store_true", help="CPU self-test of the script (needs TRITON_INTERPRET=1)")
     ap.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global ONLY
+    if args.only:
+        ONLY = os.environ["TUNE_GEMM_ONLY"] = args.only
     if args.compile_only:
         compile_only()
         return 0
@@ -530,7 +548,7 @@ def main() -> int:
     log("device", torch.cuda.get_device_name(), "torch", torch.__version__)
     best, act_best = {}, None
     try:
-        act_best = time_act_quant(results)
+        act_best = time_act_quant(results) if ONLY is None else None
     except Exception:
         log("act_quant sweep failed:\n" + traceback.format_exc())
     try:

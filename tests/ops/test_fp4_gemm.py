@@ -46,6 +46,64 @@ def test_fp4_gemm_dtypes_and_leading_dims(backend):
     assert rel_err(c, _fp64_ref(a, b)) < TOL
 
 
+def _spread_operands(m, n, k, seed=0, d_min=0):
+    """Weights whose four 32-wide scales in each 128 block lie d = 0..12 binades below the block's
+    largest (group 0, exponent byte 140), and activations that are ZERO on every group 0: the
+    output then comes from the smaller groups alone, so losing them (d > 8) or mis-encoding their
+    shifted E4M3 values (d = 6..8 are E4M3 subnormals) is a large relative error."""
+    g = torch.Generator().manual_seed(seed)
+    packed = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8)
+    d = torch.randint(d_min, 13, (n, k // 32), generator=g)
+    d[:, 0::4] = 0
+    if d_min == 0:
+        d[: min(n, 13), 1] = torch.arange(min(n, 13))  # every shift appears at least once
+    scale = (140 - d).to(torch.uint8)
+    x = torch.randn(m, k, generator=g)
+    x.view(m, k // 32, 32)[:, 0::4] = 0.0
+    return FP8.quantize(x, "group", 128), MXFP4(packed, scale)
+
+
+@pytest.mark.parametrize("m,n", [(1, 64), (5, 96)])
+def test_fp4_gemm_scale_spread(backend, m, n):
+    """Exact for any spread of the per-32 scales inside a 128 block (the aligned kernel shifts each
+    group to the block's largest exponent and adds groups more than 8 binades down separately)."""
+    a, b = _spread_operands(m, n, 512)
+    dev = backend.device
+    with backend.active():
+        c = fp4_gemm(a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev))
+    assert rel_err(c, _fp64_ref(a, b)) < TOL
+
+
+def test_fp4_gemm_scale_spread_needs_far_groups(backend):
+    """The spread test can fail: without the far-group pass the aligned kernel loses them."""
+    if not backend.is_triton:
+        pytest.skip("the far-group switch is a Triton launch parameter")
+    from lowbit.ops.fp4_gemm import triton as tr
+
+    a, b = _spread_operands(3, 64, 512, d_min=9)  # every nonzero product is from a far group
+    dev = backend.device
+    args = (a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev))
+    with backend.active():
+        c_far = tr.fp4_gemm(*args)
+        c_drop = tr.fp4_gemm(*args, far=False)
+        c_old = tr.fp4_gemm(*args, aligned=False)
+    ref = _fp64_ref(a, b)
+    assert rel_err(c_far, ref) < TOL and rel_err(c_old, ref) < TOL
+    assert rel_err(c_drop, ref) > 0.5
+
+
+def test_shift_tables_are_exact():
+    """Row d of the upcast tables is E2M1 * 2^-d in E4M3, decoded back exactly; row 9 is zero."""
+    from lowbit.ops.fp4_gemm.triton import shift_tables
+
+    t = shift_tables().to(torch.int64) & 0xFFFFFFFF
+    mags = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
+    for d in range(10):
+        raw = [(int(t[d, i // 4]) >> (8 * (i % 4))) & 0xFF for i in range(8)]
+        vals = torch.tensor(raw, dtype=torch.uint8).view(torch.float8_e4m3fn).double()
+        assert torch.equal(vals, mags * 2.0**-d if d < 9 else torch.zeros(8, dtype=torch.float64))
+
+
 def test_fp4_gemm_split_k(backend):
     if not backend.is_triton:
         pytest.skip("split-K is a Triton launch parameter; the reference has none")

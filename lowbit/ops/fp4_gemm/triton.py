@@ -1,13 +1,19 @@
 """Triton kernel for ``fp4_gemm``: FP8 activations x packed E2M1 weights (UE8M0 per 32), Hopper.
 
 Hopper has no FP4 MMA, but every E2M1 value is exactly an E4M3 value, so the packed weight tile is
-upcast in registers by bit arithmetic — magnitude code ``c`` (0..7) maps to the E4M3 byte
-``0`` / ``0x30`` (0.5) for ``c < 2`` and ``(c << 2) + 0x30`` otherwise, the sign moves from bit 3
-to bit 7 — and fed to the FP8 tensor cores. The weight scale changes every 32 along K per row, so
-it cannot be applied after a 128-wide dot; each 128-wide K block runs four 32-wide FP8 dots
-(32 is the wgmma K of FP8), scales each by its power of two, then applies the activation scale
-(exact reordering of the spec's ``acc += dot32 * a_s * b_s``). Pre-scaling the upcast weights by
-the power of two instead would lose exactness (E4M3 has a narrower exponent range).
+upcast in registers (a byte-permute table lookup, ``PRMT``) and fed to the FP8 tensor cores. The
+weight scale changes every 32 along K per row, so it cannot simply be applied after a 128-wide dot.
+Two steps per 128-wide K block exist:
+
+* **aligned** (default): each row's four groups are shifted to the row's largest exponent of the
+  block — group g is upcast to ``e2m1 * 2^-(e_max - e_g)``, exact in E4M3 while the shift is at
+  most 8 — so the block is ONE 128-wide dot scaled by ``2^(e_max - 127) * a_s``, as in
+  ``fp8_gemm``. A group more than 8 binades below its block's largest is left out of that dot and
+  added exactly by a second pass over the tile, which runs only when the tile has such a group.
+* **four dots** (``aligned=False``, the first design): four dependent 32-wide dots (32 is the
+  wgmma K of FP8), each scaled by its own power of two.
+
+Both are exact reorderings of the spec's ``acc += dot32 * a_s * b_s`` up to fp32 summation order.
 
 The kernel always runs swap-AB (tile of ``C^T = B @ A^T``): the decoded weight is the register
 operand and fills the MMA's M (64+ rows), the activation rows the narrow N — the right shape for
@@ -20,6 +26,7 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
+from lowbit.ops.act_quant.triton import _e8m0_decode
 from lowbit.ops.fp8_gemm.triton import GemmConfig, _load_scale, launch_gemm, pick_config, split_range, store_tile, tile_coords
 
 
@@ -71,6 +78,101 @@ or.b32 $1, m, g;
 """)
 
 
+# The byte-permute upcast with per-element magnitude tables, two packed bytes (4 codes) per call:
+# $2 holds bytes p0 (bits 0-7) and p1 (bits 8-15); $3 / $4 are the low table words (entries 0..3)
+# of p0 / p1 and $5 / $6 the high words (entries 4..7) — inline_asm_elementwise passes an int32
+# argument to pack=2 as 2 registers. Each byte is looked up in its own table, so nothing assumes
+# which elements Triton's register layout puts in one call. PRMT's selector is 4 nibbles, and the
+# low 16 bits of a byte pair (& 0x77 per byte) are exactly the 2 magnitudes of that byte; a PRMT in
+# sign-replicate mode over 0x80 bytes yields 0xFF for negative codes, whose bit 6 moved to bit 7 is
+# the sign. Out: $0 = E4M3 of the low nibbles (elements 2i) of p0, p1; $1 = of the high nibbles.
+_UPCAST_TABLE_PTX = tl.constexpr("""
+{
+.reg .b32 s0, s1, m0, m1, m, g, c8, z;
+mov.b32 c8, 0x80808080;
+mov.b32 z, 0;
+and.b32 s0, $2, 0x77;
+prmt.b32 m0, $3, $5, s0;
+shr.u32 s1, $2, 8;
+and.b32 s1, s1, 0x77;
+prmt.b32 m1, $4, $6, s1;
+prmt.b32 m, m0, m1, 0x5410;
+prmt.b32 g, c8, c8, $2;
+shl.b32 g, g, 1;
+and.b32 g, g, 0x80808080;
+or.b32 m, m, g;
+prmt.b32 $0, m, z, 0x0020;
+prmt.b32 $1, m, z, 0x0031;
+}
+""")
+
+
+@triton.jit
+def _e2m1_table_bits(c, ta, tb):
+    """E4M3 bits (int32) of E2M1 code c (int32 0..15) looked up in the 8-byte magnitude table
+    (ta = bytes 0..3, tb = bytes 4..7), sign from bit 3: what _UPCAST_TABLE_PTX computes."""
+    mag = c & 7
+    t = tl.where(mag < 4, ta, tb)
+    return ((t >> ((mag & 3) * 8)) & 0xFF) | ((c & 8) << 4)
+
+
+@triton.jit
+def _upcast_e2m1x2_table(p, ta, tb, ROWS: tl.constexpr, COLS: tl.constexpr, ASM: tl.constexpr):
+    """Packed bytes [ROWS, COLS] + per-byte tables (int32 [ROWS, COLS], see _UPCAST_TABLE_PTX)
+    -> float8e4nv [ROWS, 2 * COLS] (element 2i from the low nibble of byte i)."""
+    if ASM:
+        lo, hi = tl.inline_asm_elementwise(_UPCAST_TABLE_PTX, "=r,=r,r,r,r,r,r", [p, ta, tb],
+                                           dtype=(tl.uint8, tl.uint8), is_pure=True, pack=2)
+    else:
+        q = p.to(tl.int32)
+        lo = _e2m1_table_bits(q & 0xF, ta, tb).to(tl.uint8)
+        hi = _e2m1_table_bits(q >> 4, ta, tb).to(tl.uint8)
+    bits = tl.reshape(tl.join(lo, hi), (ROWS, 2 * COLS))
+    return bits.to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
+def _group_tables(lut_ptr, di, BLOCK_N: tl.constexpr):
+    """Per-byte magnitude tables for a [BLOCK_N, 64]-byte tile: di [BLOCK_N, 4] are the table rows
+    (one per 32-wide group = 16 bytes); returns (ta, tb) int32 [BLOCK_N, 64]."""
+    ta = tl.load(lut_ptr + di * 2)
+    tb = tl.load(lut_ptr + di * 2 + 1)
+    ta = tl.reshape(tl.broadcast_to(ta[:, :, None], (BLOCK_N, 4, 16)), (BLOCK_N, 64))
+    tb = tl.reshape(tl.broadcast_to(tb[:, :, None], (BLOCK_N, 4, 16)), (BLOCK_N, 64))
+    return ta, tb
+
+
+@triton.jit
+def _fp4_block(kb, a_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K):
+    """Operands of 128 K block kb: activations e4m3 [BLOCK_M, 128], packed weights uint8
+    [BLOCK_N, 64] and the four 32-wide groups' UE8M0 exponents int32 [BLOCK_N, 4]."""
+    o_k = kb * 128 + tl.arange(0, 128)
+    b_a = tl.load(a_ptr + o_m[:, None] * K + o_k[None, :], mask=m_m[:, None], other=0.0)
+    o_p = kb * 64 + tl.arange(0, 64)
+    b_p = tl.load(b_ptr + o_n[:, None] * (K // 2) + o_p[None, :], mask=m_n[:, None], other=0)
+    o_g = tl.arange(0, 4)
+    e = tl.load(bs_ptr + o_n[:, None] * (K // 32) + kb * 4 + o_g[None, :], mask=m_n[:, None], other=127).to(tl.int32)
+    return b_a, b_p, e
+
+
+@triton.jit
+def _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, lut_ptr, o_m, o_n, m_m, m_n, K, n_kb,
+                      AS_E8M0: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
+    """One 128 K block as ONE 128-wide FP8 dot: each weight row's four 32-wide groups are brought
+    to the row's largest scale exponent e_max, i.e. group g is upcast to e2m1 * 2^-(e_max - e_g) —
+    exact in E4M3 while that shift d <= 8 (the smallest magnitude, 0.5 * 2^-8 = 2^-9, is E4M3's
+    smallest subnormal) — and the dot is scaled by 2^(e_max - 127) * a_s. Groups with d > 8 get a
+    zero table here; ``far`` (the largest d seen) tells the kernel to add them in a second pass."""
+    s_a = _load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
+    b_a, b_p, e = _fp4_block(kb, a_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K)
+    e_max = tl.max(e, 1)
+    d = e_max[:, None] - e
+    ta, tb = _group_tables(lut_ptr, tl.minimum(d, 9), BLOCK_N)
+    b_w = _upcast_e2m1x2_table(b_p, ta, tb, BLOCK_N, 64, ASM)
+    acc = acc + tl.dot(b_w, tl.trans(b_a)) * (_e8m0_decode(e_max)[:, None] * s_a[None, :])
+    return acc, tl.maximum(far, tl.max(tl.max(d, 1), 0))
+
+
 @triton.jit
 def _upcast_e2m1x2(p, ROWS: tl.constexpr, COLS: tl.constexpr, ASM: tl.constexpr):
     """Packed bytes [ROWS, COLS] (element 2i = low nibble) -> float8e4nv [ROWS, 2 * COLS].
@@ -84,6 +186,32 @@ def _upcast_e2m1x2(p, ROWS: tl.constexpr, COLS: tl.constexpr, ASM: tl.constexpr)
         hi = _e2m1_to_e4m3_bits(q >> 4).to(tl.uint8)
     bits = tl.reshape(tl.join(lo, hi), (ROWS, 2 * COLS))
     return bits.to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
+def _fp4_step_far(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
+                  AS_E8M0: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
+    """The groups _fp4_step_aligned left out (d > 8) of block kb, exactly: one 32-wide dot per group
+    over the rows where it is far (other rows' bytes zeroed), scaled by its own power of two. Runs
+    only for tiles that have such a group (rare in real weights: a 32-wide group more than 256x
+    below the largest scale of its 128 block), and in a loop of its own after the main one, so it
+    costs the main loop no registers."""
+    o_g = tl.arange(0, 4)
+    e = tl.load(bs_ptr + o_n[:, None] * (K // 32) + kb * 4 + o_g[None, :], mask=m_n[:, None], other=127).to(tl.int32)
+    e_max = tl.max(e, 1)
+    if tl.max(e_max[:, None] - e) > 8:
+        s_a = _load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
+        for j in tl.static_range(4):
+            e_j = tl.sum(tl.where(o_g[None, :] == j, e, 0), 1)
+            far_j = e_max - e_j > 8
+            o_k = kb * 128 + j * 32 + tl.arange(0, 32)
+            b_a = tl.load(a_ptr + o_m[:, None] * K + o_k[None, :], mask=m_m[:, None], other=0.0)
+            o_p = kb * 64 + j * 16 + tl.arange(0, 16)
+            b_p = tl.load(b_ptr + o_n[:, None] * (K // 2) + o_p[None, :], mask=m_n[:, None] & far_j[:, None], other=0)
+            b_w = _upcast_e2m1x2(b_p, BLOCK_N, 16, ASM)
+            part = tl.dot(b_w, tl.trans(b_a)) * (_e8m0_decode(e_j)[:, None] * s_a[None, :])
+            acc = acc + tl.where(far_j[:, None], part, 0.0)
+    return acc
 
 
 @triton.jit
@@ -110,10 +238,10 @@ def _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb
 
 @triton.jit(do_not_specialize=["M", "n_kb", "kb_per_split"])  # see _fp8_gemm_kernel
 def _fp4_gemm_kernel(
-    a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split,
+    a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split, lut_ptr,
     AS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, INTERPRET: tl.constexpr,
-    ASM: tl.constexpr,
+    ASM: tl.constexpr, ALIGNED: tl.constexpr, FAR: tl.constexpr,
 ):
     i_m, i_n = tile_coords(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     i_split, kb0, kb1 = split_range(n_kb, kb_per_split)
@@ -122,15 +250,38 @@ def _fp4_gemm_kernel(
     m_m = o_m < M
     m_n = o_n < N
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    far = kb0 * 0  # largest scale shift seen inside a 128 block (aligned step)
     if INTERPRET:
         # see _fp8_gemm_kernel: range() over a runtime bound fails in the 3.6 interpreter
         kb = kb0
         while kb < kb1:
-            acc = _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM)
+            if ALIGNED:
+                acc, far = _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, lut_ptr, o_m, o_n, m_m, m_n, K,
+                                             n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM)
+            else:
+                acc = _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM)
             kb += 1
+        if FAR:
+            if far > 8:
+                kb = kb0
+                while kb < kb1:
+                    acc = _fp4_step_far(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
+                                        AS_E8M0, BLOCK_M, BLOCK_N, ASM)
+                    kb += 1
     else:
         for kb in range(kb0, kb1):
-            acc = _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM)
+            if ALIGNED:
+                acc, far = _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, lut_ptr, o_m, o_n, m_m, m_n, K,
+                                             n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM)
+            else:
+                acc = _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM)
+        if FAR:
+            # a second pass over the tile's K range, after the main loop so its registers are
+            # not live during it; taken only when some group was more than 8 binades down
+            if far > 8:
+                for kb in range(kb0, kb1):
+                    acc = _fp4_step_far(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
+                                        AS_E8M0, BLOCK_M, BLOCK_N, ASM)
     store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, True)
 
 
@@ -151,14 +302,48 @@ _CONFIGS = (
 )
 
 
+_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def shift_tables() -> torch.Tensor:
+    """int32 [10, 2] (CPU): row d < 9 holds the 8 E4M3 bytes of {0, .5, 1, 1.5, 2, 3, 4, 6} * 2^-d
+    (bytes 0..3 in column 0, 4..7 in column 1, little-endian); row 9 is all zero (a group too far
+    below its row's largest scale, handled apart). Every entry is exact: 0.5 * 2^-8 = 2^-9 is the
+    smallest E4M3 subnormal, and the check below would fail otherwise."""
+    rows = []
+    for d in range(9):
+        vals = torch.tensor([m * 2.0**-d for m in _MAGNITUDES], dtype=torch.float32)
+        e4 = vals.to(torch.float8_e4m3fn)
+        if not torch.equal(e4.float(), vals):
+            raise AssertionError(f"E2M1 * 2^-{d} is not exact in E4M3")
+        b = e4.view(torch.uint8).to(torch.int64)
+        rows.append([int(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24), int(b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24)])
+    rows.append([0, 0])
+    return torch.tensor(rows, dtype=torch.int64).to(torch.int32)
+
+
+_TABLES: dict[torch.device, torch.Tensor] = {}
+
+
+def _tables_on(device: torch.device) -> torch.Tensor:
+    """shift_tables() on ``device``, built once per device (the first call must not be inside a
+    CUDA-graph capture; ``warmup`` / any eager call before capture does it)."""
+    t = _TABLES.get(device)
+    if t is None:
+        t = _TABLES[device] = shift_tables().to(device)
+    return t
+
+
 def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None,
-             config=None, asm: bool = True) -> torch.Tensor:
+             config=None, asm: bool = True, aligned: bool = True, far: bool = True) -> torch.Tensor:
     """a e4m3 [M, K], a_s [M, K/128]; b uint8 [N, K/2], b_s uint8 UE8M0 [N, K/32] -> bf16 [M, N].
 
     ``config`` (:class:`GemmConfig`, ``swap_ab`` must be True) and ``split_k`` override the tables;
-    ``asm=False`` selects the integer-arithmetic upcast (always used by the interpreter)."""
+    ``asm=False`` selects the integer-arithmetic upcast (always used by the interpreter);
+    ``aligned=False`` the four-32-wide-dots step; ``far=False`` drops the exact handling of groups
+    more than 8 binades below their row's largest scale (tuning only: wrong for such weights)."""
     cfg = GemmConfig(*config) if config is not None else pick_config(a.shape[0], _CONFIGS)
     if not cfg.swap_ab:
         raise ValueError(f"fp4_gemm runs swap-AB only, got config {cfg}")
-    return launch_gemm(_fp4_gemm_kernel, a, a_s, b, b_s, b.shape[0], a.shape[1] // 128,
-                       {"ASM": asm and not interpret_mode()}, split_k, cfg)
+    extra = {"ASM": asm and not interpret_mode(), "ALIGNED": aligned, "FAR": far, "lut_ptr": _tables_on(a.device)}
+    return launch_gemm(_fp4_gemm_kernel, a, a_s, b, b_s, b.shape[0], a.shape[1] // 128, extra, split_k, cfg)
