@@ -55,7 +55,11 @@ FP8_BANDS = {
     "m>1024": dict(ms=(4096,), shapes=[(7168, 16384), (4096, 7168), (24576, 1536)], cfgs=[
         C(128, 128, 8, 4, False), C(128, 128, 8, 4, False, 8, True), C(128, 128, 8, 5, False, 8, True),
         C(128, 128, 8, 3, False, 8, True), C(256, 128, 16, 3, False, 8, True), C(64, 256, 8, 4, False, 8, True),
-        C(128, 128, 8, 4, False, 16, True), C(128, 128, 8, 4, False, 4, True)]),
+        C(128, 128, 8, 4, False, 16, True), C(128, 128, 8, 4, False, 4, True),
+        # one-warpgroup tiles: fewer registers per CTA, so 2-3 CTAs per SM overlap one CTA's
+        # scale-FMA phase (the dot must complete before it) with another's wgmma
+        C(128, 64, 4, 4, False, 16, True), C(128, 64, 4, 6, False, 16, True), C(64, 128, 4, 5, False, 16, True),
+        C(128, 128, 8, 5, False, 16, True, waves=1)]),
 }
 # fp4 variants: "alu" / "asm" = four 32-wide dots per 128 block with the integer / PRMT upcast
 # (the kernel before the aligned step), "aligned" = one 128-wide dot per block on shift-aligned

@@ -9,6 +9,9 @@ from lowbit.formats import FP8, e2m1_unpack, ue8m0_decode
 from lowbit.ops.act_quant import act_quant, fp4_act_quant, weight_dequant
 from lowbit.ops.act_quant.reference import act_quant_ref, fp4_act_quant_ref, weight_dequant_ref
 
+# the Triton tiers only (the launch-config tests call the kernel module directly)
+TRITON_TIERS = [pytest.param("interpret", marks=pytest.mark.interpret), pytest.param("cuda", marks=pytest.mark.cuda)]
+
 
 def _bits(t):
     return t.view(torch.uint8) if t.element_size() == 1 else t.view(torch.int32) if t.dtype == torch.float32 else t.view(torch.int16)
@@ -74,6 +77,177 @@ def test_act_quant_inplace_writes_x(backend, scale_fmt):
     assert out is x
     want = FP8.quantize(x0.cpu(), "group", 128, scale_fmt).dequantize(torch.bfloat16)
     assert torch.equal(_bits(x.cpu()), _bits(want))
+
+
+@pytest.fixture
+def poison_empty(monkeypatch):
+    """Every float buffer the op allocates starts as NaN (E4M3 0x7F, UE8M0 0xFF), so an unwritten
+    element fails."""
+    real_empty = torch.empty
+
+    def nan_empty(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        if t.dtype == torch.float8_e8m0fnu:
+            t.view(torch.uint8).fill_(0xFF)
+        elif t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+
+
+def _hard_input(shape, dtype):
+    """_special_input plus one group each with: a NaN, +inf, -inf, all -0.0 (one +0.0), subnormal
+    values beside a 1.0 (quotients that underflow), an amax under the 1e-4 floor, mixed signs."""
+    x = _special_input(shape, torch.float32, 128)
+    x[1, 256 + 5] = float("nan")
+    x[2, 384 + 7] = float("inf")
+    x[2, 512 + 9] = -float("inf")
+    x[3, 128:256] = -0.0
+    x[3, 130] = 0.0
+    x[4, 256:384] = torch.randn(128) * 1e-39
+    x[4, 300] = 1.0
+    x[5, :128] = torch.randn(128) * 1e-6
+    x[6, :128:3] *= -1
+    return x.to(dtype)
+
+
+def _same_e4m3(a, b):
+    """Bytes equal, or both NaN (the NaN's sign bit is the platform's: x86 makes new NaNs negative)."""
+    a, b = a.view(torch.uint8), b.view(torch.uint8)
+    return torch.equal(torch.where((a & 0x7F) == 0x7F, 0x7F, a), torch.where((b & 0x7F) == 0x7F, 0x7F, b))
+
+
+def _same_f32(a, b):
+    """Bits equal, or both NaN."""
+    nan = torch.isnan(a)
+    return torch.equal(nan, torch.isnan(b)) and torch.equal(_bits(a)[~nan], _bits(b)[~nan])
+
+
+def _aq_configs():
+    from lowbit.ops.act_quant.triton import ActQuantConfig as C
+
+    # [7, 640] has 35 groups of 128: 256 elements per program -> 18 blocks, the last one half full;
+    # persistent k launches 2k programs in the interpreter (2 "SMs"), so each loops
+    return {
+        "table": None,
+        "pair 256 w2": (256, 2),
+        "1024 w8": C(1024, 8),
+        "persistent 1": C(256, 4, persistent=1),
+        "persistent 2 stages 3": C(256, 4, persistent=2, stages=3),
+        "evict loads": C(512, 4, evict=1),
+        "evict loads+stores": C(512, 4, evict=2),
+        "fast": C(256, 4, fast=True),
+        "fast 2048 w16": C(2048, 16, fast=True),
+        "fast persistent evict stages 2": C(256, 2, persistent=1, evict=2, fast=True, stages=2),
+    }
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy on inf / NaN
+@pytest.mark.parametrize("tier", TRITON_TIERS)
+@pytest.mark.parametrize("cfg_name,dtype", [(name, torch.bfloat16) for name in _aq_configs()] + [
+    (name, torch.float32) for name in ("table", "persistent 1", "fast", "fast persistent evict stages 2")])
+def test_act_quant_config_variants(tier, poison_empty, cfg_name, dtype):
+    """Every launch-config knob of the FP8 kernel is bit-exact with the reference (fp32 and UE8M0
+    scales, UE8M0 bytes, in place), on awkward groups, with every output element written."""
+    from lowbit.ops.act_quant import triton as aq
+
+    cfg = _aq_configs()[cfg_name]
+    device = "cuda" if tier == "cuda" else "cpu"
+    x = _hard_input((7, 640), dtype)
+    xd = x.to(device)
+    for scale_fmt, e8m0 in [(None, False), ("ue8m0", False), ("ue8m0", True)]:
+        y, s = aq.act_quant(xd, 128, scale_fmt == "ue8m0", e8m0, config=cfg)
+        ry, rs = act_quant_ref(x, 128, scale_fmt, e8m0)
+        assert _same_e4m3(y.cpu(), ry), (scale_fmt, e8m0)
+        if e8m0:
+            assert torch.equal(s.cpu().view(torch.uint8), rs.view(torch.uint8))
+        else:
+            assert _same_f32(s.cpu(), rs), scale_fmt
+    if tier == "interpret":  # its E4M3 -> fp32 cast makes NaN finite: inf / inf * s(inf) gives inf, not NaN
+        x = x.nan_to_num(nan=float("nan"), posinf=3e38, neginf=-3e38).to(dtype)
+    for scale_fmt in (None, "ue8m0"):
+        xi = x.to(device)
+        aq.act_quant_inplace(xi, 128, scale_fmt == "ue8m0", config=cfg)
+        want = FP8.quantize(x, "group", 128, scale_fmt).dequantize(dtype)
+        assert _same_f32(xi.cpu().float(), want.float()), scale_fmt
+
+
+def _fma32(a, b, c):
+    """Exact fp32 fma (one rounding), as the GPU's: the fp64 product is exact, TwoSum gives the
+    fp64 sum's error, and a sum that lands exactly between two fp32 values is settled by it."""
+    p = a.double() * b.double()
+    c = c.double()
+    t = p + c
+    z = t - p
+    err = (p - (t - z)) + (c - z)
+    r = t.float()
+    back = r.double()
+    other = torch.where(back < t, torch.nextafter(r, torch.tensor(float("inf"))), torch.nextafter(r, torch.tensor(-float("inf"))))
+    tie = (err != 0) & (back != t) & (t == (back + other.double()) / 2)
+    pick = torch.where(err > 0, torch.maximum(r, other), torch.minimum(r, other))
+    return torch.where(tie, pick, r)
+
+
+def _div_exact_emulated(x, s, pow2):
+    """lowbit.ops.act_quant.triton._div_exact with the GPU's fp32 operations."""
+    r = 1.0 / s
+    q = x * r
+    if not pow2:
+        s_r = torch.where(s == float("inf"), torch.zeros_like(s), s)
+        for _ in range(2):
+            q = _fma32(_fma32(s_r, q, -x).neg(), r, q)
+    return q
+
+
+@pytest.mark.parametrize("n_scales,n", [(8, 1 << 17), pytest.param(200, 1 << 22, marks=pytest.mark.slow)])
+def test_div_exact_sequence_is_true_division(n_scales, n):
+    """The division-free quotient of the ``fast`` variant (two Markstein corrections from the
+    correctly rounded reciprocal; a multiply for power-of-two scales) equals IEEE x / s bit for bit
+    wherever |x / s| >= 2^-60, and gives the same E4M3 byte everywhere. The interpreter tier cannot
+    show this (its fma rounds twice): this emulates the GPU's exact fp32 fma. Cases: every bf16 x
+    under random scales, random fp32 x, quotients within 3 ulp of an fp32 midpoint, zeros,
+    subnormals, inf / NaN groups, power-of-two scales."""
+    g = torch.Generator().manual_seed(0)
+    cases = []  # (x, s, power-of-two s)
+
+    def add(x, s, pow2=False):
+        cases.append((x, s.expand_as(x), torch.full_like(x, pow2, dtype=torch.bool)))
+
+    def log_uniform(k, lo, hi):
+        return torch.exp(torch.empty(k).uniform_(lo, hi, generator=g)).float()
+
+    allbf = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    allbf = allbf[torch.isfinite(allbf)]
+    amax = log_uniform(n_scales, -9.2, 87.3)  # 1e-4 .. 7e37
+    for a in torch.cat([amax, amax.bfloat16().float()]):
+        add(allbf[allbf.abs() <= a], a / torch.tensor(448.0))
+    a = log_uniform(n, -9.2, 87.3)
+    add(a * torch.empty(n).uniform_(-1, 1, generator=g), a / 448.0)
+    # near midpoints m (25 bits, quotients 2^-11 .. 2^8): x = fp32(m * s) +- up to 3 ulp
+    s = log_uniform(n, -15.3, 81.2)
+    m = (torch.randint(1 << 23, 1 << 24, (n,), generator=g).double() + 0.5)
+    m = m * torch.pow(2.0, torch.randint(-34, -15, (n,), generator=g).double())
+    ulps = torch.randint(-3, 4, (n,), generator=g, dtype=torch.int32)
+    x = ((m * s.double()).float().view(torch.int32) + ulps).view(torch.float32)
+    ok = torch.isfinite(x) & ((x.double() / s.double()).abs() <= 448.01)
+    add(x[ok], s[ok])
+    sp = torch.tensor([0.0, -0.0, 1e-45, -1e-45, 1e-40, -1e-40, 1.2e-38, -1.2e-38, -3e-35, 5.0, -7.0])
+    for sv in [2.2321429e-7, 1e-3, 1.0, 3.3e5, 7.5e35]:
+        add(sp, torch.tensor(sv))
+    sp = torch.tensor([0.0, -0.0, 1.0, -2.5, float("inf"), -float("inf"), float("nan")])  # an inf / NaN group's x
+    for sv in [float("inf"), float("nan")]:
+        add(sp, torch.tensor(sv))
+    for k in (-22, -9, -1, 0, 5, 64, 120) if n_scales < 100 else range(-22, 121):  # UE8M0: 2^-22 (the 1e-4 floor) .. 2^120
+        add(allbf[allbf.abs() <= 448 * 2.0**k], torch.tensor(2.0**k), pow2=True)
+    xs, ss, pw = zip(*cases)
+    x, s, pw = torch.cat(xs), torch.cat(ss), torch.cat(pw)
+    want = x / s
+    got = torch.where(pw, _div_exact_emulated(x, s, True), _div_exact_emulated(x, s, False))
+    big = ~(want.abs() < 2.0**-60)
+    assert _same_f32(got[big], want[big])
+    e4m3 = lambda v: v.clamp(-448, 448).to(torch.float8_e4m3fn)  # noqa: E731
+    assert _same_e4m3(e4m3(got), e4m3(want))
 
 
 @pytest.mark.parametrize("scale_fmt,block", [("ue8m0", 32), ("e4m3", 16)])
@@ -199,3 +373,21 @@ def test_cuda_large_bit_exact():
     q, s = fp4_act_quant(x)
     rq, rs = fp4_act_quant_ref(x.cpu())
     assert torch.equal(q.cpu(), rq) and torch.equal(s.cpu().view(torch.uint8), rs.view(torch.uint8))
+
+
+@pytest.mark.cuda
+def test_cuda_large_config_variants():
+    """Some of scripts/tune_act_quant.py's candidates on 1024 benchmark rows, fp32 and UE8M0
+    scales and UE8M0 bytes, bit-exact with the reference computed on the CPU."""
+    from lowbit.ops.act_quant import triton as aq
+    from lowbit.ops.act_quant.triton import ActQuantConfig as C
+
+    x = torch.randn(1024, 7168, device="cuda", dtype=torch.bfloat16) * 4
+    xc = x.cpu()
+    refs = {fmt: act_quant_ref(xc, 128, *fmt) for fmt in [(None, False), ("ue8m0", False), ("ue8m0", True)]}
+    for cfg in [None, C(4096, 4, fast=True), C(8192, 8, evict=2, fast=True), C(4096, 4, persistent=8, stages=2),
+                C(4096, 4, persistent=4, stages=3, evict=1, fast=True), C(16384, 16, persistent=1, stages=2, fast=True)]:
+        for (scale_fmt, e8m0), (ry, rs) in refs.items():
+            y, s = aq.act_quant(x, 128, scale_fmt == "ue8m0", e8m0, config=cfg)
+            assert torch.equal(_bits(y.cpu()), _bits(ry)), (cfg, scale_fmt, e8m0)
+            assert torch.equal(_bits(s.cpu()), _bits(rs)), (cfg, scale_fmt, e8m0)

@@ -1,12 +1,17 @@
 """Triton kernels for ``act_quant`` / ``fp4_act_quant`` / ``weight_dequant``.
 
 One pass over x: each program owns ``BLOCK_G`` consecutive groups of ``BS`` elements of the
-flattened (contiguous) input. Bit-exact with :mod:`.reference`: divisions are IEEE
-(``tl.div_rn``; Triton's ``/`` on fp32 is approximate), the power-of-two scales are exponent-bit
-arithmetic, clamps are written with ``tl.where`` so a NaN survives them as in torch, and a NaN
-anywhere in a group is propagated to its amax explicitly (``tl.max`` may drop NaN).
+flattened (contiguous) input (the FP8 kernel can also loop over blocks: ``ActQuantConfig``).
+Bit-exact with :mod:`.reference`: divisions are IEEE (``tl.div_rn``; Triton's ``/`` on fp32 is
+approximate), the power-of-two scales are exponent-bit arithmetic, clamps are written with
+``tl.where`` so a NaN survives them as in torch, and a NaN anywhere in a group is propagated to its
+amax explicitly (``tl.max`` may drop NaN). The FP8 kernel's ``fast`` variant gets the same bits
+with one reciprocal per group instead of a division per element (:func:`_div_exact`).
 """
 from __future__ import annotations
+
+import functools
+from typing import NamedTuple
 
 import torch
 import triton
@@ -48,10 +53,13 @@ def _to_e4m3(v, INTERPRET: tl.constexpr):
     E4M3 grid explicitly (step 2^(max(e, -6) - 3)), after which the cast is exact.
     """
     if INTERPRET:
-        e = ((v.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+        b = v.to(tl.int32, bitcast=True)
+        e = ((b >> 23) & 0xFF) - 127
         step = ((tl.maximum(e, -6) - 3 + 127) << 23).to(tl.float32, bitcast=True)
         magic = step * 12582912.0  # 1.5 * 2^23 * step: fp32 add rounds v to a multiple of step, RNE
-        r = ((v + magic) - magic).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+        r = ((v + magic) - magic).to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
+        # the add turns a negative value that rounds to 0 into +0; the GPU's cast keeps its sign
+        r = r | ((b >> 24) & 0x80)
         # the interpreter also casts NaN to a finite byte: force E4M3's NaN, 0x7F
         return tl.where(v != v, 0x7F, r).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
     return v.to(tl.float8e4nv)
@@ -74,38 +82,127 @@ def _clamp_keep_nan(v, lim):
 
 
 @triton.jit
-def _act_quant_kernel(
-    x_ptr, y_ptr, s_ptr, n_groups,
+def _fma(a, b, c, INTERPRET: tl.constexpr):
+    """fp32 a * b + c with one rounding. The interpreter's fma rounds the product first; there the
+    product is formed in fp64 (exact for fp32 operands) and the sum rounded from fp64."""
+    if INTERPRET:
+        return (a.to(tl.float64) * b.to(tl.float64) + c.to(tl.float64)).to(tl.float32)
+    return tl.fma(a, b, c)
+
+
+@triton.jit
+def _div_exact(x, s, r, POW2: tl.constexpr, INTERPRET: tl.constexpr):
+    """IEEE fp32 x / s (bit-identical to ``tl.div_rn``) from ``r = div_rn(1, s)``, computed once per
+    group, without a division per element.
+
+    * POW2 (UE8M0 scales, normal powers of two): x * r is the same correctly rounded value.
+    * otherwise two Markstein corrections: q1 = q0 + (x - s q0) r is faithful, after which one
+      more correction is the correctly rounded quotient (r is the correctly rounded 1/s; the
+      remainders are exact FMAs). The remainder is formed as s q - x and subtracted, so a -0 input
+      keeps its sign. s = inf (an inf in the group) has r = 0: the remainder's s is replaced by 0,
+      which leaves q = x * 0 (or NaN for an inf x), as x / inf. NaN s, r: NaN throughout.
+      Quotients small enough to underflow in the remainders are far below E4M3's smallest
+      subnormal; they keep their sign. tests/ops/test_act_quant.py checks the sequence against
+      true division with an exact fp32 FMA emulation.
+    """
+    q = x * r
+    if not POW2:
+        s_r = tl.where(s == float("inf"), 0.0, s)
+        # negation as * -1 (Triton's unary minus is 0 - v, which turns -0 into +0)
+        n_x = x * -1.0
+        q = _fma(_fma(s_r, q, n_x, INTERPRET) * -1.0, r, q, INTERPRET)
+        q = _fma(_fma(s_r, q, n_x, INTERPRET) * -1.0, r, q, INTERPRET)
+    return q
+
+
+@triton.jit
+def _nanmax(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _act_quant_block(
+    i_blk, x_ptr, y_ptr, s_ptr, n_groups,
     BS: tl.constexpr, BLOCK_G: tl.constexpr, UE8M0: tl.constexpr, S_E8M0: tl.constexpr, INPLACE: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    EVICT: tl.constexpr, FAST: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    i_g = tl.program_id(0).to(tl.int64)
-    o_g = i_g * BLOCK_G + tl.arange(0, BLOCK_G)
+    """Groups [i_blk * BLOCK_G, (i_blk + 1) * BLOCK_G) of x."""
+    o_g = i_blk.to(tl.int64) * BLOCK_G + tl.arange(0, BLOCK_G)
     m_g = o_g < n_groups
     o_x = o_g[:, None] * BS + tl.arange(0, BS)[None, :]
     # [BLOCK_G, BS]
-    b_x = tl.load(x_ptr + o_x, mask=m_g[:, None], other=0.0).to(tl.float32)
-    amax = tl.maximum(tl.max(tl.abs(b_x), axis=1), 1e-4)
+    if EVICT >= 1:
+        b_x = tl.load(x_ptr + o_x, mask=m_g[:, None], other=0.0, eviction_policy="evict_first").to(tl.float32)
+    else:
+        b_x = tl.load(x_ptr + o_x, mask=m_g[:, None], other=0.0).to(tl.float32)
+    if FAST:
+        # NaN-propagating amax (one max.NaN per element): a NaN group gets a NaN amax, hence a
+        # NaN scale (UE8M0 byte 255) and NaN values without a separate NaN reduction; the 1e-4
+        # floor is a where() so it keeps the NaN
+        amax = tl.reduce(tl.abs(b_x), 1, _nanmax)
+        has_nan = amax != amax
+        amax = tl.where(amax < 1e-4, 1e-4, amax)
+    else:
+        amax = tl.maximum(tl.max(tl.abs(b_x), axis=1), 1e-4)
     if UE8M0:
         e = _pow2_ceil_byte(amax * (1.0 / 448.0))
         s = _e8m0_decode(e)
     else:
         s = tl.div_rn(amax, _E4M3_MAX)
-    # amax of a group with a NaN is NaN (tl.maximum above may have dropped it)
-    has_nan = tl.max((b_x != b_x).to(tl.int32), axis=1) > 0
-    s = tl.where(has_nan, float("nan"), s)
-    if UE8M0:
-        e = tl.where(has_nan, 255, e)
-    b_y = _to_e4m3(_clamp_keep_nan(tl.div_rn(b_x, s[:, None]), _E4M3_MAX), INTERPRET)
+    if FAST:
+        s = tl.where(has_nan, float("nan"), s)  # the NaN the default path stores (per group: cheap)
+        v = _div_exact(b_x, s[:, None], tl.div_rn(1.0, s)[:, None], UE8M0, INTERPRET)
+        if INTERPRET:  # the GPU's cvt.rn.satfinite already saturates to +-448 and keeps NaN
+            v = _clamp_keep_nan(v, _E4M3_MAX)
+        b_y = _to_e4m3(v, INTERPRET)
+    else:
+        # amax of a group with a NaN is NaN (tl.maximum above may have dropped it)
+        has_nan = tl.max((b_x != b_x).to(tl.int32), axis=1) > 0
+        s = tl.where(has_nan, float("nan"), s)
+        if UE8M0:
+            e = tl.where(has_nan, 255, e)
+        b_y = _to_e4m3(_clamp_keep_nan(tl.div_rn(b_x, s[:, None]), _E4M3_MAX), INTERPRET)
     if INPLACE:
         b_q = b_y.to(tl.float32) * s[:, None]
         tl.store(x_ptr + o_x, _to_out(b_q, x_ptr.dtype.element_ty, INTERPRET), mask=m_g[:, None])
     else:
-        tl.store(y_ptr + o_x, b_y, mask=m_g[:, None])
+        if EVICT >= 2:
+            tl.store(y_ptr + o_x, b_y, mask=m_g[:, None], eviction_policy="evict_first")
+        else:
+            tl.store(y_ptr + o_x, b_y, mask=m_g[:, None])
         if S_E8M0:
             tl.store(s_ptr + o_g, e.to(tl.uint8), mask=m_g)
         else:
             tl.store(s_ptr + o_g, s, mask=m_g)
+
+
+@triton.jit
+def _act_quant_kernel(
+    x_ptr, y_ptr, s_ptr, n_groups, n_blocks,
+    BS: tl.constexpr, BLOCK_G: tl.constexpr, UE8M0: tl.constexpr, S_E8M0: tl.constexpr, INPLACE: tl.constexpr,
+    PERSISTENT: tl.constexpr, STAGES: tl.constexpr, EVICT: tl.constexpr, FAST: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """One block of BLOCK_G groups per program, or (PERSISTENT) a grid-stride loop over the
+    n_blocks blocks, software-pipelined over STAGES (cp.async prefetch of x; 1: none). EVICT: 1
+    loads x evict_first, 2 also stores y evict_first. FAST: the division-free arithmetic of
+    :func:`_div_exact` and a NaN-propagating amax (same bits)."""
+    if PERSISTENT:
+        i_blk = tl.program_id(0)
+        step = tl.num_programs(0)
+        # The interpreter (Triton 3.6 with NumPy 2.4) cannot run `range` over a runtime bound, so
+        # it gets the equivalent while loop; the GPU keeps the for loop, which Triton pipelines.
+        if INTERPRET:
+            while i_blk < n_blocks:
+                _act_quant_block(i_blk, x_ptr, y_ptr, s_ptr, n_groups, BS, BLOCK_G, UE8M0, S_E8M0, INPLACE, EVICT,
+                                 FAST, INTERPRET)
+                i_blk += step
+        else:
+            for i in tl.range(i_blk, n_blocks, step, num_stages=STAGES):
+                _act_quant_block(i, x_ptr, y_ptr, s_ptr, n_groups, BS, BLOCK_G, UE8M0, S_E8M0, INPLACE, EVICT,
+                                 FAST, INTERPRET)
+    else:
+        _act_quant_block(tl.program_id(0), x_ptr, y_ptr, s_ptr, n_groups, BS, BLOCK_G, UE8M0, S_E8M0, INPLACE,
+                         EVICT, FAST, INTERPRET)
 
 
 @triton.jit
@@ -187,23 +284,74 @@ def _weight_dequant_kernel(
     tl.store(out_ptr + o_n[:, None] * K + o_k[None, :], _to_out(b_w * b_s, out_ptr.dtype.element_ty, INTERPRET), mask=m)
 
 
-# Launch config of the memory-bound act-quant kernels: (elements per program, num_warps).
+# Launch config of the memory-bound act-quant kernels: (elements per program, num_warps), or an
+# ActQuantConfig (the FP8 kernel's other knobs; a plain pair leaves them off).
 # scripts/tune_gemm.py on the H200, act_quant of [8192, 7168] bf16 (fp32 scales), cold L2, copy of
 # the same tensor 60.8 us (3865 GB/s): (4096, 4) 60.5 us = 76% of copy bandwidth; (2048, 4) 59.3;
 # (4096, 8) 60.6; (8192, 4) 72.8; (8192, 8) 65.9; (16384, 8) 75.6; (32768, 16) 83.6 us.
+# scripts/tune_act_quant.py sweeps every knob.
 ACT_QUANT_CONFIG = (4096, 4)
+
+
+class ActQuantConfig(NamedTuple):
+    """Launch config of :func:`act_quant`; ``ActQuantConfig(*pair)`` reads an (elements, warps) pair.
+
+    * ``elems``: elements per program (per loop step when persistent), a multiple of the block size.
+    * ``warps``: num_warps.
+    * ``persistent``: 0 launches one program per block; k launches k x SM-count programs (at most
+      one per block) that loop over the blocks with a grid stride.
+    * ``evict``: 1 loads x with ``evict_first`` (x is read once); 2 also stores y ``evict_first``.
+    * ``fast``: division-free arithmetic, same bits (:func:`_div_exact`, NaN-propagating amax).
+    * ``stages``: software-pipelining depth of the persistent loop (1: none; 2+: x is prefetched
+      with cp.async into shared memory ``stages - 1`` blocks ahead).
+    """
+
+    elems: int = 4096
+    warps: int = 4
+    persistent: int = 0
+    evict: int = 0
+    fast: bool = False
+    stages: int = 1
+
+
+def act_quant_config(config=None) -> ActQuantConfig:
+    """``config`` (a pair, a tuple of the fields in order, or an ActQuantConfig; None: the table)."""
+    return ActQuantConfig(*(config or ACT_QUANT_CONFIG))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 2  # interpreter: a small number makes the persistent programs loop
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _launch_shape(bs: int, config=None):
     """(groups per program, num_warps) for block size bs; config = (elements per program, warps)."""
-    elems, warps = config or ACT_QUANT_CONFIG
-    return max(1, elems // bs), warps
+    cfg = act_quant_config(config)
+    return max(1, cfg.elems // bs), cfg.warps
+
+
+def _launch_act_quant(x, y, s, n_groups, block_size, ue8m0, e8m0_scale, inplace, config):
+    cfg = act_quant_config(config)
+    bg = max(1, cfg.elems // block_size)
+    n_blocks = triton.cdiv(n_groups, bg)
+    grid = min(n_blocks, cfg.persistent * _sms(x.device)) if cfg.persistent else n_blocks
+    _act_quant_kernel[(grid,)](
+        x, y, s, n_groups, n_blocks, BS=block_size, BLOCK_G=bg, UE8M0=ue8m0, S_E8M0=e8m0_scale, INPLACE=inplace,
+        PERSISTENT=cfg.persistent > 0, STAGES=cfg.stages, EVICT=cfg.evict, FAST=bool(cfg.fast),
+        INTERPRET=interpret_mode(), num_warps=cfg.warps,
+    )
 
 
 def act_quant(x: torch.Tensor, block_size: int, ue8m0: bool, e8m0_scale: bool, config=None):
     """Launch on a contiguous x; returns (y e4m3 like x, s [..., K/bs] fp32 or float8_e8m0fnu).
 
-    ``config = (elements per program, num_warps)`` overrides ``ACT_QUANT_CONFIG`` (tuning)."""
+    ``config`` (see :class:`ActQuantConfig`) overrides ``ACT_QUANT_CONFIG`` (tuning)."""
     n_groups = x.numel() // block_size
     y = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     s_shape = (*x.shape[:-1], x.shape[-1] // block_size)
@@ -212,23 +360,16 @@ def act_quant(x: torch.Tensor, block_size: int, ue8m0: bool, e8m0_scale: bool, c
         s_arg = s.view(torch.uint8)
     else:
         s = s_arg = torch.empty(s_shape, dtype=torch.float32, device=x.device)
-    bg, warps = _launch_shape(block_size, config)
     if n_groups:
-        _act_quant_kernel[(triton.cdiv(n_groups, bg),)](
-            x, y, s_arg, n_groups, BS=block_size, BLOCK_G=bg, UE8M0=ue8m0, S_E8M0=e8m0_scale, INPLACE=False,
-            INTERPRET=interpret_mode(), num_warps=warps,
-        )
+        _launch_act_quant(x, y, s_arg, n_groups, block_size, ue8m0, e8m0_scale, False, config)
     return y, s
 
 
-def act_quant_inplace(x: torch.Tensor, block_size: int, ue8m0: bool) -> None:
+def act_quant_inplace(x: torch.Tensor, block_size: int, ue8m0: bool, config=None) -> None:
     """Overwrite contiguous x with its FP8 quantize-dequantize round trip."""
     n_groups = x.numel() // block_size
-    bg, warps = _launch_shape(block_size)
     if n_groups:
-        _act_quant_kernel[(triton.cdiv(n_groups, bg),)](
-            x, x, x, n_groups, BS=block_size, BLOCK_G=bg, UE8M0=ue8m0, S_E8M0=False, INPLACE=True, INTERPRET=interpret_mode(), num_warps=warps,
-        )
+        _launch_act_quant(x, x, x, n_groups, block_size, ue8m0, False, True, config)
 
 
 def fp4_act_quant(x: torch.Tensor, block_size: int, e4m3_scale: bool, config=None):
