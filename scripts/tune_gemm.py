@@ -70,14 +70,20 @@ FP4_BANDS = {
         (C(16, 64, 4, 4, True), "asm"), (C(16, 64, 4, 4, True), "aligned"), (C(16, 128, 4, 4, True), "aligned"),
         (C(16, 64, 4, 6, True), "aligned"), (C(16, 128, 4, 6, True), "aligned"), (C(16, 128, 8, 4, True), "aligned"),
         (C(16, 256, 8, 3, True), "aligned"), (C(16, 64, 4, 4, True, waves=4), "aligned"),
-        (C(16, 128, 4, 4, True, waves=4), "aligned")]),
+        (C(16, 128, 4, 4, True, waves=4), "aligned"),
+        # not swapped: the decoded weight is the wgmma B operand via shared memory
+        (C(16, 64, 4, 4, False), "aligned"), (C(16, 128, 4, 4, False), "aligned"), (C(64, 128, 4, 4, False), "aligned"),
+        (C(16, 64, 4, 6, False), "aligned"), (C(64, 64, 4, 4, False), "aligned"), (C(16, 256, 8, 4, False), "aligned")]),
     "m<=64": dict(ms=(64,), shapes=DEC_SHAPES, cfgs=[
         (C(64, 64, 4, 4, True), "asm"), (C(64, 64, 4, 4, True), "aligned"), (C(64, 128, 4, 4, True), "aligned"),
-        (C(64, 128, 8, 3, True), "aligned"), (C(64, 64, 4, 6, True), "aligned"), (C(64, 128, 8, 4, True), "aligned")]),
+        (C(64, 128, 8, 3, True), "aligned"), (C(64, 64, 4, 6, True), "aligned"), (C(64, 128, 8, 4, True), "aligned"),
+        (C(64, 128, 4, 4, False), "aligned"), (C(64, 64, 4, 4, False), "aligned"), (C(64, 256, 8, 3, False), "aligned")]),
     "m>64": dict(ms=(4096,), shapes=[(4096, 7168), (7168, 2048)], cfgs=[
         (C(128, 128, 8, 3, True), "asm"), (C(128, 128, 8, 3, True), "aligned"), (C(64, 128, 8, 3, True), "aligned"),
         (C(128, 128, 8, 4, True), "aligned"), (C(128, 256, 8, 3, True), "aligned"), (C(64, 256, 8, 3, True), "aligned"),
-        (C(128, 128, 4, 3, True), "aligned")]),
+        (C(128, 128, 4, 3, True), "aligned"),
+        (C(128, 128, 8, 3, False), "aligned"), (C(128, 64, 4, 4, False), "aligned"), (C(64, 128, 4, 4, False), "aligned"),
+        (C(128, 256, 8, 3, False), "aligned"), (C(128, 128, 8, 4, False, 16), "aligned")]),
 }
 # (elements per program, num_warps); the first is the table's value
 ACT_CFGS = [(4096, 4), (2048, 4), (8192, 4), (8192, 8), (16384, 8), (4096, 8), (32768, 16)]
@@ -452,7 +458,7 @@ def compile_only() -> None:
             const.update(BS_E8M0=False, SWAP_AB=cfg.swap_ab, INTERPRET=False)
         else:
             fn = f4._fp4_gemm_kernel
-            const.update(SWAP_AB=True, INTERPRET=False, ASM=asm != "alu", ALIGNED=asm == "aligned", FAR=True)
+            const.update(SWAP_AB=cfg.swap_ab, INTERPRET=False, ASM=asm != "alu", ALIGNED=asm == "aligned", FAR=True)
             sig["lut_ptr"] = "*i32"
         sig = {(p if p not in ("a", "b") else p + ("_desc" if cfg.tma and op == "fp8" else "_ptr")): v for p, v in sig.items()}
         div = [j for j, p in enumerate(names) if p in ("a", "as_ptr", "b", "bs_ptr", "out_ptr", "N", "K") and not (cfg.tma and p in ("a", "b"))]

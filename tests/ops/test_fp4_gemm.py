@@ -92,6 +92,25 @@ def test_fp4_gemm_scale_spread_needs_far_groups(backend):
     assert rel_err(c_drop, ref) > 0.5
 
 
+@pytest.mark.parametrize("cfg", [(16, 64, 4, 4, False), (64, 64, 4, 4, False), (16, 64, 4, 4, True)],
+                         ids=["noswap16", "noswap64", "swap16"])
+def test_fp4_gemm_aligned_orientations(backend, cfg):
+    """The aligned step in both tile orientations (weight as the register A operand under swap-AB,
+    or as the shared-memory B operand), with scale spreads that need the far-group pass."""
+    if not backend.is_triton:
+        pytest.skip("the launch configuration is a Triton parameter")
+    from lowbit.ops.fp4_gemm import triton as tr
+
+    a, b = _spread_operands(5, 96, 512, seed=3)
+    dev = backend.device
+    with backend.active():
+        c = tr.fp4_gemm(a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev), config=cfg)
+    assert rel_err(c, _fp64_ref(a, b)) < TOL
+    with pytest.raises(ValueError, match="swap-AB"):
+        tr.fp4_gemm(a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev), config=(16, 64, 4, 4, False),
+                    aligned=False)
+
+
 def test_shift_tables_are_exact():
     """Row d of the upcast tables is E2M1 * 2^-d in E4M3, decoded back exactly; row 9 is zero."""
     from lowbit.ops.fp4_gemm.triton import shift_tables

@@ -289,8 +289,15 @@ def _weight_dequant_kernel(
 # scripts/tune_gemm.py on the H200, act_quant of [8192, 7168] bf16 (fp32 scales), cold L2, copy of
 # the same tensor 60.8 us (3865 GB/s): (4096, 4) 60.5 us = 76% of copy bandwidth; (2048, 4) 59.3;
 # (4096, 8) 60.6; (8192, 4) 72.8; (8192, 8) 65.9; (16384, 8) 75.6; (32768, 16) 83.6 us.
-# scripts/tune_act_quant.py sweeps every knob.
-ACT_QUANT_CONFIG = (4096, 4)
+# scripts/tune_act_quant.py sweeps every knob; its H200 run (copy_bandwidth_gbps 4267 GB/s; bytes
+# read + written / time): the table's old (4096, 4) 60.4 us = 69% (fp32 scales), 56.4 us = 74%
+# (ue8m0); with the fast exact division (2048, 2, fast) 46.9 us = 88.9% / 46.5-47.4 us = 88-90%,
+# the best worst case of both formats (docs/measurements/2026-11-29_tune_act_quant.log).
+# Fields: (elems, warps, persistent, evict, fast).
+ACT_QUANT_CONFIG = (2048, 2, 0, 0, True)
+# fp4_act_quant reads (elems, warps) only; same run, [8192, 7168] bf16: (4096, 4) 133.6 us was the
+# best of (2048, 4) 186, (4096, 8) 179, (8192, 8) 142, (16384, 16) 155.
+FP4_ACT_QUANT_CONFIG = (4096, 4)
 
 
 class ActQuantConfig(NamedTuple):
@@ -381,7 +388,7 @@ def fp4_act_quant(x: torch.Tensor, block_size: int, e4m3_scale: bool, config=Non
     else:
         s = torch.empty(s_shape, dtype=torch.float8_e8m0fnu, device=x.device)
         s_arg = s.view(torch.uint8)
-    bg, warps = _launch_shape(block_size, config)
+    bg, warps = _launch_shape(block_size, config or FP4_ACT_QUANT_CONFIG)
     if n_groups:
         _fp4_act_quant_kernel[(triton.cdiv(n_groups, bg),)](
             x, q, s_arg, n_groups, BS=block_size, BLOCK_G=bg, E4M3_SCALE=e4m3_scale, INPLACE=False, INTERPRET=interpret_mode(), num_warps=warps,
@@ -391,7 +398,7 @@ def fp4_act_quant(x: torch.Tensor, block_size: int, e4m3_scale: bool, config=Non
 
 def fp4_act_quant_inplace(x: torch.Tensor, block_size: int, e4m3_scale: bool) -> None:
     n_groups = x.numel() // block_size
-    bg, warps = _launch_shape(block_size)
+    bg, warps = _launch_shape(block_size, FP4_ACT_QUANT_CONFIG)
     if n_groups:
         _fp4_act_quant_kernel[(triton.cdiv(n_groups, bg),)](
             x, x, x, n_groups, BS=block_size, BLOCK_G=bg, E4M3_SCALE=e4m3_scale, INPLACE=True, INTERPRET=interpret_mode(), num_warps=warps,

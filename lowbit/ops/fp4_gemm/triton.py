@@ -143,6 +143,17 @@ def _group_tables(lut_ptr, di, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _scaled_wdot(b_w, b_a, s_w, s_a, SWAP_AB: tl.constexpr):
+    """dot(W, A^T) * s_w[n] * s_a[m] as an accumulator tile: [BLOCK_N, BLOCK_M] under SWAP_AB (the
+    decoded weight is the register A operand), else [BLOCK_M, BLOCK_N] (the weight goes through
+    shared memory as the B operand and the activation rows pad the MMA's M)."""
+    if SWAP_AB:
+        return tl.dot(b_w, tl.trans(b_a)) * (s_w[:, None] * s_a[None, :])
+    else:
+        return tl.dot(b_a, tl.trans(b_w)) * (s_a[:, None] * s_w[None, :])
+
+
+@triton.jit
 def _fp4_block(kb, a_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K):
     """Operands of 128 K block kb: activations e4m3 [BLOCK_M, 128], packed weights uint8
     [BLOCK_N, 64] and the four 32-wide groups' UE8M0 exponents int32 [BLOCK_N, 4]."""
@@ -157,7 +168,8 @@ def _fp4_block(kb, a_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K):
 
 @triton.jit
 def _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, lut_ptr, o_m, o_n, m_m, m_n, K, n_kb,
-                      AS_E8M0: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
+                      AS_E8M0: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr,
+                      SWAP_AB: tl.constexpr):
     """One 128 K block as ONE 128-wide FP8 dot: each weight row's four 32-wide groups are brought
     to the row's largest scale exponent e_max, i.e. group g is upcast to e2m1 * 2^-(e_max - e_g) —
     exact in E4M3 while that shift d <= 8 (the smallest magnitude, 0.5 * 2^-8 = 2^-9, is E4M3's
@@ -169,7 +181,7 @@ def _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, lut_ptr, o_m, 
     d = e_max[:, None] - e
     ta, tb = _group_tables(lut_ptr, tl.minimum(d, 9), BLOCK_N)
     b_w = _upcast_e2m1x2_table(b_p, ta, tb, BLOCK_N, 64, ASM)
-    acc = acc + tl.dot(b_w, tl.trans(b_a)) * (_e8m0_decode(e_max)[:, None] * s_a[None, :])
+    acc = acc + _scaled_wdot(b_w, b_a, _e8m0_decode(e_max), s_a, SWAP_AB)
     return acc, tl.maximum(far, tl.max(tl.max(d, 1), 0))
 
 
@@ -190,7 +202,8 @@ def _upcast_e2m1x2(p, ROWS: tl.constexpr, COLS: tl.constexpr, ASM: tl.constexpr)
 
 @triton.jit
 def _fp4_step_far(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
-                  AS_E8M0: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
+                  AS_E8M0: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr,
+                  SWAP_AB: tl.constexpr):
     """The groups _fp4_step_aligned left out (d > 8) of block kb, exactly: one 32-wide dot per group
     over the rows where it is far (other rows' bytes zeroed), scaled by its own power of two. Runs
     only for tiles that have such a group (rare in real weights: a 32-wide group more than 256x
@@ -209,8 +222,9 @@ def _fp4_step_far(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, 
             o_p = kb * 64 + j * 16 + tl.arange(0, 16)
             b_p = tl.load(b_ptr + o_n[:, None] * (K // 2) + o_p[None, :], mask=m_n[:, None] & far_j[:, None], other=0)
             b_w = _upcast_e2m1x2(b_p, BLOCK_N, 16, ASM)
-            part = tl.dot(b_w, tl.trans(b_a)) * (_e8m0_decode(e_j)[:, None] * s_a[None, :])
-            acc = acc + tl.where(far_j[:, None], part, 0.0)
+            # rows where group j is not far: bytes zeroed above and a zero scale (their own scale
+            # may be 0xFF = NaN); a NaN activation makes the row NaN on the main path anyway
+            acc = acc + _scaled_wdot(b_w, b_a, tl.where(far_j, _e8m0_decode(e_j), 0.0), s_a, SWAP_AB)
     return acc
 
 
@@ -249,7 +263,10 @@ def _fp4_gemm_kernel(
     o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_m = o_m < M
     m_n = o_n < N
-    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    if SWAP_AB:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     far = kb0 * 0  # largest scale shift seen inside a 128 block (aligned step)
     if INTERPRET:
         # see _fp8_gemm_kernel: range() over a runtime bound fails in the 3.6 interpreter
@@ -257,7 +274,7 @@ def _fp4_gemm_kernel(
         while kb < kb1:
             if ALIGNED:
                 acc, far = _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, lut_ptr, o_m, o_n, m_m, m_n, K,
-                                             n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM)
+                                             n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB)
             else:
                 acc = _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM)
             kb += 1
@@ -266,13 +283,13 @@ def _fp4_gemm_kernel(
                 kb = kb0
                 while kb < kb1:
                     acc = _fp4_step_far(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
-                                        AS_E8M0, BLOCK_M, BLOCK_N, ASM)
+                                        AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB)
                     kb += 1
     else:
         for kb in range(kb0, kb1):
             if ALIGNED:
                 acc, far = _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, lut_ptr, o_m, o_n, m_m, m_n, K,
-                                             n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM)
+                                             n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB)
             else:
                 acc = _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM)
         if FAR:
@@ -281,8 +298,8 @@ def _fp4_gemm_kernel(
             if far > 8:
                 for kb in range(kb0, kb1):
                     acc = _fp4_step_far(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
-                                        AS_E8M0, BLOCK_M, BLOCK_N, ASM)
-    store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, True)
+                                        AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB)
+    store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, SWAP_AB)
 
 
 # Launch configs by M band (first band with m <= max M wins). Always swap-AB (see the module
@@ -338,12 +355,13 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
              config=None, asm: bool = True, aligned: bool = True, far: bool = True) -> torch.Tensor:
     """a e4m3 [M, K], a_s [M, K/128]; b uint8 [N, K/2], b_s uint8 UE8M0 [N, K/32] -> bf16 [M, N].
 
-    ``config`` (:class:`GemmConfig`, ``swap_ab`` must be True) and ``split_k`` override the tables;
+    ``config`` (:class:`GemmConfig`; ``swap_ab=False`` needs the aligned step) and ``split_k``
+    override the tables;
     ``asm=False`` selects the integer-arithmetic upcast (always used by the interpreter);
     ``aligned=False`` the four-32-wide-dots step; ``far=False`` drops the exact handling of groups
     more than 8 binades below their row's largest scale (tuning only: wrong for such weights)."""
     cfg = GemmConfig(*config) if config is not None else pick_config(a.shape[0], _CONFIGS)
-    if not cfg.swap_ab:
-        raise ValueError(f"fp4_gemm runs swap-AB only, got config {cfg}")
+    if not cfg.swap_ab and not aligned:
+        raise ValueError(f"the four-dot fp4_gemm step runs swap-AB only, got config {cfg}")
     extra = {"ASM": asm and not interpret_mode(), "ALIGNED": aligned, "FAR": far, "lut_ptr": _tables_on(a.device)}
     return launch_gemm(_fp4_gemm_kernel, a, a_s, b, b_s, b.shape[0], a.shape[1] // 128, extra, split_k, cfg)
