@@ -45,10 +45,12 @@ FP8_BANDS = {
     "m<=16": dict(ms=(1, 16), shapes=DEC_SHAPES, cfgs=[
         C(16, 64, 4, 6, True), C(16, 64, 4, 8, True), C(16, 128, 4, 4, True), C(16, 128, 4, 6, True),
         C(16, 128, 8, 4, True), C(16, 64, 4, 6, True, waves=4), C(16, 128, 4, 6, True, waves=4),
-        C(16, 256, 8, 4, True)]),
+        C(16, 256, 8, 4, True), C(16, 64, 4, 5, True), C(16, 64, 4, 6, True, waves=3), C(16, 64, 4, 4, True)]),
     "m<=64": dict(ms=(64,), shapes=DEC_SHAPES, cfgs=[
         C(64, 64, 4, 5, True), C(64, 128, 4, 4, True), C(64, 128, 8, 4, True), C(64, 64, 4, 6, True),
-        C(64, 128, 4, 4, False), C(64, 128, 4, 6, True), C(64, 64, 4, 5, True, waves=4)]),
+        C(64, 128, 4, 4, False), C(64, 128, 4, 6, True), C(64, 64, 4, 5, True, waves=4),
+        C(64, 128, 4, 5, False), C(64, 128, 4, 6, False), C(64, 64, 4, 4, False), C(64, 256, 8, 4, False),
+        C(64, 128, 4, 4, False, waves=4), C(64, 128, 8, 4, False)]),
     "m<=1024": dict(ms=(512,), shapes=[(7168, 16384), (2112, 7168), (4096, 7168)], cfgs=[
         C(128, 128, 8, 4, False), C(64, 128, 4, 4, False), C(128, 128, 8, 4, False, 8, True),
         C(128, 128, 8, 3, False, 8, True, waves=1), C(64, 256, 8, 3, False, 8, True), C(64, 128, 4, 4, False, 8, True)]),
@@ -389,18 +391,24 @@ def install(best: dict, act_best) -> dict:
         out = []
         for max_m, cfg in table:
             pick = best.get((op, band_of.get(max_m)))
-            if pick is not None and op == "fp4":
-                pick = pick[0]
             out.append((max_m, pick if pick is not None else cfg))
         return tuple(out)
 
+    def merge_fp4(table, band_of):
+        # fp4 rows are (max M, config, aligned); a pick is (config, variant)
+        out = []
+        for max_m, cfg, aligned in table:
+            pick = best.get(("fp4", band_of.get(max_m)))
+            out.append((max_m, pick[0], pick[1] == "aligned") if pick is not None else (max_m, cfg, aligned))
+        return tuple(out)
+
     f8._CONFIGS = merge(f8._CONFIGS, "fp8", {16: "m<=16", 64: "m<=64", 1024: "m<=1024", None: "m>1024"})
-    f4._CONFIGS = merge(f4._CONFIGS, "fp4", {16: "m<=16", 64: "m<=64", None: "m>64"})
+    f4._CONFIGS = merge_fp4(f4._CONFIGS, {16: "m<=16", 64: "m<=64", None: "m>64"})
     # the asm / alu upcast choice is global (fp4_gemm(asm=True) default): report it
     asm_pick = {band: c[1] for (op, band), c in best.items() if op == "fp4"}
     if act_best:
         aq.ACT_QUANT_CONFIG = act_best
-    return {"fp8": [(m, cfg_name(c)) for m, c in f8._CONFIGS], "fp4": [(m, cfg_name(c)) for m, c in f4._CONFIGS],
+    return {"fp8": [(m, cfg_name(c)) for m, c in f8._CONFIGS], "fp4": [(m, cfg_name(c, "aligned" if al else "asm")) for m, c, al in f4._CONFIGS],
             "fp4_asm_by_band": asm_pick, "act_quant": aq.ACT_QUANT_CONFIG}
 
 

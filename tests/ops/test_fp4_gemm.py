@@ -84,8 +84,8 @@ def test_fp4_gemm_scale_spread_needs_far_groups(backend):
     dev = backend.device
     args = (a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev))
     with backend.active():
-        c_far = tr.fp4_gemm(*args)
-        c_drop = tr.fp4_gemm(*args, far=False)
+        c_far = tr.fp4_gemm(*args, aligned=True)
+        c_drop = tr.fp4_gemm(*args, aligned=True, far=False)
         c_old = tr.fp4_gemm(*args, aligned=False)
     ref = _fp64_ref(a, b)
     assert rel_err(c_far, ref) < TOL and rel_err(c_old, ref) < TOL

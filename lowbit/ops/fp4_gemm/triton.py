@@ -27,7 +27,7 @@ import triton.language as tl
 
 from lowbit._backend import interpret_mode
 from lowbit.ops.act_quant.triton import _e8m0_decode
-from lowbit.ops.fp8_gemm.triton import GemmConfig, _load_scale, launch_gemm, pick_config, split_range, store_tile, tile_coords
+from lowbit.ops.fp8_gemm.triton import GemmConfig, _load_scale, launch_gemm, split_range, store_tile, tile_coords
 
 
 @triton.jit
@@ -302,21 +302,30 @@ def _fp4_gemm_kernel(
     store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, SWAP_AB)
 
 
-# Launch configs by M band (first band with m <= max M wins). Always swap-AB (see the module
-# docstring); the packed weight tile is [block_n, 64] bytes per 128-wide K block. Chosen by
-# scripts/tune_gemm.py on the H200, cold L2 (docs/gemm.md):
-#   M 1, N7168 K16384: 79.8 us with the PRMT upcast (integer upcast 107.0; _scaled_mm row-wise
-#     72.7, per-tensor 44.1): 0.91x of row-wise FP8, far from the 1.6x target — the kernel is bound
-#     by its four dependent K=32 wgmma + scale steps per 128 block and the register upcast, not by
-#     bytes. BLOCK_N 128 / 256, 8 warps, 6 stages were all slower.
-#   M 64, N7168 K16384: 148.7 us (integer upcast 216.5; _scaled_mm row-wise 56.6).
-#   M 4096, N4096 K7168: 1411 us = 0.12x _scaled_mm (128x128 spills 18 regs; no target there).
+# Launch configs by M band (first band with m <= max M wins): (max M, config, aligned step). The
+# packed weight tile is [block_n, 64] bytes per 128-wide K block. Chosen by scripts/tune_gemm.py
+# on the H200, cold L2 (docs/measurements/2026-11-29_tune_fp4_*.log, docs/gemm.md):
+#   M 1, N7168 K16384: four-dot step, PRMT upcast, swap-AB 16x64: 78.8 us (_scaled_mm row-wise
+#     70.8, per-tensor 37.2): 0.90x of row-wise FP8, far from the 1.6x target. The aligned step
+#     (one 128-wide dot) is slower here: 93.2 us not swapped, 99.9 swapped — the dots were not
+#     the bottleneck; the decode / layout path per K block is (~750 GB/s either way).
+#   M 64, N7168 K16384: four-dot swap 64x64 54.0 us geomean over the three decode shapes.
+#   M 4096: aligned, not swapped, 128x64 4 warps: 966 us (N4096 K7168) / 506 us (N7168 K2048) vs
+#     1409 / 740 for the four-dot 128x128 swap-AB (0.12x -> 0.18-0.20x of _scaled_mm; no target).
 _CONFIGS = (
-    (16, GemmConfig(16, 64, 4, 4, True)),
-    (32, GemmConfig(32, 64, 4, 4, True)),  # not measured (no benchmark shape)
-    (64, GemmConfig(64, 64, 4, 4, True)),
-    (None, GemmConfig(128, 128, 8, 3, True)),
+    (16, GemmConfig(16, 64, 4, 4, True), False),
+    (32, GemmConfig(32, 64, 4, 4, True), False),  # not measured (no benchmark shape)
+    (64, GemmConfig(64, 64, 4, 4, True), False),
+    (None, GemmConfig(128, 64, 4, 4, False), True),
 )
+
+
+def pick_fp4_config(m: int) -> tuple[GemmConfig, bool]:
+    """(launch config, aligned step) of the M band of ``m``."""
+    for max_m, cfg, aligned in _CONFIGS:
+        if max_m is None or m <= max_m:
+            return cfg, aligned
+    raise AssertionError("unreachable: the last band has no M bound")
 
 
 _MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -352,15 +361,19 @@ def _tables_on(device: torch.device) -> torch.Tensor:
 
 
 def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None,
-             config=None, asm: bool = True, aligned: bool = True, far: bool = True) -> torch.Tensor:
+             config=None, asm: bool = True, aligned: bool | None = None, far: bool = True) -> torch.Tensor:
     """a e4m3 [M, K], a_s [M, K/128]; b uint8 [N, K/2], b_s uint8 UE8M0 [N, K/32] -> bf16 [M, N].
 
     ``config`` (:class:`GemmConfig`; ``swap_ab=False`` needs the aligned step) and ``split_k``
     override the tables;
     ``asm=False`` selects the integer-arithmetic upcast (always used by the interpreter);
-    ``aligned=False`` the four-32-wide-dots step; ``far=False`` drops the exact handling of groups
+    ``aligned`` picks the step (None: the band's choice in ``_CONFIGS``; False: four 32-wide dots,
+    swap-AB only); ``far=False`` drops the exact handling of groups
     more than 8 binades below their row's largest scale (tuning only: wrong for such weights)."""
-    cfg = GemmConfig(*config) if config is not None else pick_config(a.shape[0], _CONFIGS)
+    band_cfg, band_aligned = pick_fp4_config(a.shape[0])
+    cfg = GemmConfig(*config) if config is not None else band_cfg
+    if aligned is None:
+        aligned = band_aligned if config is None else True
     if not cfg.swap_ab and not aligned:
         raise ValueError(f"the four-dot fp4_gemm step runs swap-AB only, got config {cfg}")
     extra = {"ASM": asm and not interpret_mode(), "ALIGNED": aligned, "FAR": far, "lut_ptr": _tables_on(a.device)}
