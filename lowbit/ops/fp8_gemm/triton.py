@@ -200,22 +200,26 @@ def _split_k_reduce_kernel(ws_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.c
 
 
 # Launch configs keyed by the M band (first band with m <= max M wins), chosen by
-# scripts/tune_gemm.py on the H200 (Triton 3.6, torch 2.11). Measured, cold L2 (see docs/gemm.md;
-# that timer's write-flush adds ~10 us to every decode case, lowbit and baselines alike):
-#   M 1/16, N7168 K16384: 42.8 / 43.8 us (_scaled_mm per-tensor 43.4 / 44.4, row-wise 72.1 / 66.1);
-#     16x128 and BLOCK_N 256, 8 stages, 4 waves of split-K were all slower.
-#   M 64, N7168 K16384: 56.1 us non-swap 64x128 (swap 64x64 s5 before: 72.0; _scaled_mm 42.6).
-#   M 512: 64x128 TMA 142.4 / 32.5 / 34.7 us on N7168 K16384 / N2112 K7168 / N4096 K7168
-#     (128x128 pointer loads before: 165.3 / 45.8 / 59.8; _scaled_mm 86.8 / 19.3 / 26.7).
-#   M 4096: 128x128 TMA 8 warps 4 stages GROUP_M 16: 969 / 920 / 762 TFLOP/s on N7168 K16384 /
-#     N4096 K7168 / N24576 K1536 = 0.67x / 0.66x / 0.60x _scaled_mm per-tensor (pointer loads
-#     before: 815 / 735 / 662). 5 stages ~= GROUP_M 16; 128x256 / 256x128 tiles spill (the scaled
-#     accumulation keeps the dot result and the accumulator live: 2 x 128 regs per thread).
+# scripts/tune_gemm.py on the H200 (Triton 3.6, torch 2.11), cold L2 by reading 2x L2 before each
+# run (docs/measurements/2026-11-29_tune_fp8_*.log; docs/gemm.md). Byte floor of N7168 K16384 at
+# 4238 GB/s: 27.7 us.
+#   M 1/16, N7168 K16384: 34.3 / 35.3 us (1.24x / 1.27x of the floor; _scaled_mm per-tensor
+#     36.4 / 37.4, row-wise 70.6 / 64.9) with 16x64 swap-AB, 5 stages (6 stages 35.2 / 35.5);
+#     N2112 K7168 and N24576 K1536 13.1 / 15.1 us, launch-bound like _scaled_mm (11.9 / 14.6).
+#   M 64, N7168 K16384: 42.1 us non-swap 64x64 4 stages (1.50x of the floor; 64x128 48.0, swap
+#     64x128 55.9; _scaled_mm per-tensor 36.0, row-wise 54.6).
+#   M 512: 64x128 TMA 146 / 32.0 / 35.6 us on N7168 K16384 / N2112 K7168 / N4096 K7168
+#     (_scaled_mm 84.8 / 18.3 / 26.0).
+#   M 4096: 128x128 TMA 8 warps 4 stages GROUP_M 16: 967 / 935 TFLOP/s on N7168 K16384 /
+#     N4096 K7168 = 0.68x / 0.67x _scaled_mm per-tensor (0.58-0.62x on the K <= 2048 shapes).
+#     5 stages ~= GROUP_M 16; 128x256 / 256x128 tiles spill (the scaled accumulation keeps the dot
+#     result and the accumulator live: 2 x 128 regs per thread); one-warpgroup 128x64 / 64x128
+#     tiles (2-3 CTAs per SM) were slower: 0.46-0.54x.
 # Decode bands stream the weight: swap-AB puts the weight rows in the MMA's M.
 _CONFIGS = (
-    (16, GemmConfig(16, 64, 4, 6, True)),
-    (32, GemmConfig(32, 64, 4, 6, True)),  # not measured (no benchmark shape): the M <= 16 shape
-    (64, GemmConfig(64, 128, 4, 4, False)),
+    (16, GemmConfig(16, 64, 4, 5, True)),
+    (32, GemmConfig(32, 64, 4, 5, True)),  # not measured (no benchmark shape): the M <= 16 shape
+    (64, GemmConfig(64, 64, 4, 4, False)),
     (1024, GemmConfig(64, 128, 4, 4, False, 8, True)),
     (None, GemmConfig(128, 128, 8, 4, False, 16, True)),
 )
