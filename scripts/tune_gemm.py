@@ -50,7 +50,9 @@ FP8_BANDS = {
         C(64, 64, 4, 5, True), C(64, 128, 4, 4, True), C(64, 128, 8, 4, True), C(64, 64, 4, 6, True),
         C(64, 128, 4, 4, False), C(64, 128, 4, 6, True), C(64, 64, 4, 5, True, waves=4),
         C(64, 128, 4, 5, False), C(64, 128, 4, 6, False), C(64, 64, 4, 4, False), C(64, 256, 8, 4, False),
-        C(64, 128, 4, 4, False, waves=4), C(64, 128, 8, 4, False)]),
+        C(64, 128, 4, 4, False, waves=4), C(64, 128, 8, 4, False),
+        C(64, 64, 4, 3, False), C(64, 64, 4, 5, False), C(64, 64, 4, 6, False), C(64, 32, 4, 4, False),
+        C(64, 64, 4, 4, False, waves=4), C(64, 64, 4, 4, False, waves=1), C(64, 64, 8, 4, False), C(64, 32, 4, 6, False)]),
     "m<=1024": dict(ms=(512,), shapes=[(7168, 16384), (2112, 7168), (4096, 7168)], cfgs=[
         C(128, 128, 8, 4, False), C(64, 128, 4, 4, False), C(128, 128, 8, 4, False, 8, True),
         C(128, 128, 8, 3, False, 8, True, waves=1), C(64, 256, 8, 3, False, 8, True), C(64, 128, 4, 4, False, 8, True)]),
