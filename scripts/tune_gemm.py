@@ -469,7 +469,6 @@ def compile_only() -> None:
         else:
             fn = f4._fp4_gemm_kernel
             const.update(SWAP_AB=cfg.swap_ab, INTERPRET=False, ASM=asm != "alu", ALIGNED=asm == "aligned", FAR=True)
-            sig["lut_ptr"] = "*i32"
         sig = {(p if p not in ("a", "b") else p + ("_desc" if cfg.tma and op == "fp8" else "_ptr")): v for p, v in sig.items()}
         div = [j for j, p in enumerate(names) if p in ("a", "as_ptr", "b", "bs_ptr", "out_ptr", "N", "K") and not (cfg.tma and p in ("a", "b"))]
         t = time.monotonic()

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from lowbit.formats import FP8, MXFP4
 from lowbit.ops.fp4_gemm import fp4_gemm
+from lowbit.ops.fp4_gemm.triton import shift_table_words
 from tests._helpers import rel_err
 from tests.ops.test_fp8_gemm import opcheck_no_mutation
 
@@ -109,6 +112,27 @@ def test_fp4_gemm_aligned_orientations(backend, cfg):
     with pytest.raises(ValueError, match="swap-AB"):
         tr.fp4_gemm(a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev), config=(16, 64, 4, 4, False),
                     aligned=False)
+
+
+@triton.jit
+def _table_words_kernel(out_ptr):
+    d = tl.arange(0, 16)
+    lo, hi = shift_table_words(tl.minimum(d, 9))
+    tl.store(out_ptr + 2 * d, lo)
+    tl.store(out_ptr + 2 * d + 1, hi)
+
+
+def test_shift_table_words_match_the_tables(backend):
+    """The in-register table words of the aligned kernel equal shift_tables() row for row."""
+    if not backend.is_triton:
+        pytest.skip("a Triton helper")
+    from lowbit.ops.fp4_gemm.triton import shift_tables
+
+    out = torch.full((16, 2), -1, dtype=torch.int32, device=backend.device)
+    with backend.active():
+        _table_words_kernel[(1,)](out)
+    assert torch.equal(out[:10].cpu(), shift_tables())
+    assert torch.equal(out[10:].cpu(), torch.zeros(6, 2, dtype=torch.int32))
 
 
 def test_shift_tables_are_exact():

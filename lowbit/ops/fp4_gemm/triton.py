@@ -132,11 +132,22 @@ def _upcast_e2m1x2_table(p, ta, tb, ROWS: tl.constexpr, COLS: tl.constexpr, ASM:
 
 
 @triton.jit
-def _group_tables(lut_ptr, di, BLOCK_N: tl.constexpr):
+def shift_table_words(di):
+    """(low, high) int32 words of the 8-byte magnitude table for shift di (int32 0..9): the rows of
+    :func:`shift_tables`, computed in registers instead of read from memory (no table tensor, so
+    nothing to upload before a CUDA-graph capture). Rows 0..5 are the unshifted bytes minus
+    8 * d in every nonzero byte (E4M3 exponent - d, still normal); 6..8 reach the subnormals."""
+    lo = tl.where(di < 6, 0x3C383000 - di * 0x08080800,
+                  tl.where(di == 6, 0x0C080400, tl.where(di == 7, 0x06040200, tl.where(di == 8, 0x03020100, 0))))
+    hi = tl.where(di < 8, 0x4C484440 - di * 0x08080808, tl.where(di == 8, 0x0C080604, 0))
+    return lo, hi
+
+
+@triton.jit
+def _group_tables(di, BLOCK_N: tl.constexpr):
     """Per-byte magnitude tables for a [BLOCK_N, 64]-byte tile: di [BLOCK_N, 4] are the table rows
     (one per 32-wide group = 16 bytes); returns (ta, tb) int32 [BLOCK_N, 64]."""
-    ta = tl.load(lut_ptr + di * 2)
-    tb = tl.load(lut_ptr + di * 2 + 1)
+    ta, tb = shift_table_words(di)
     ta = tl.reshape(tl.broadcast_to(ta[:, :, None], (BLOCK_N, 4, 16)), (BLOCK_N, 64))
     tb = tl.reshape(tl.broadcast_to(tb[:, :, None], (BLOCK_N, 4, 16)), (BLOCK_N, 64))
     return ta, tb
@@ -167,7 +178,7 @@ def _fp4_block(kb, a_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K):
 
 
 @triton.jit
-def _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, lut_ptr, o_m, o_n, m_m, m_n, K, n_kb,
+def _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
                       AS_E8M0: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr,
                       SWAP_AB: tl.constexpr):
     """One 128 K block as ONE 128-wide FP8 dot: each weight row's four 32-wide groups are brought
@@ -179,7 +190,7 @@ def _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, lut_ptr, o_m, 
     b_a, b_p, e = _fp4_block(kb, a_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K)
     e_max = tl.max(e, 1)
     d = e_max[:, None] - e
-    ta, tb = _group_tables(lut_ptr, tl.minimum(d, 9), BLOCK_N)
+    ta, tb = _group_tables(tl.minimum(d, 9), BLOCK_N)
     b_w = _upcast_e2m1x2_table(b_p, ta, tb, BLOCK_N, 64, ASM)
     acc = acc + _scaled_wdot(b_w, b_a, _e8m0_decode(e_max), s_a, SWAP_AB)
     return acc, tl.maximum(far, tl.max(tl.max(d, 1), 0))
@@ -252,7 +263,7 @@ def _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb
 
 @triton.jit(do_not_specialize=["M", "n_kb", "kb_per_split"])  # see _fp8_gemm_kernel
 def _fp4_gemm_kernel(
-    a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split, lut_ptr,
+    a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split,
     AS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, INTERPRET: tl.constexpr,
     ASM: tl.constexpr, ALIGNED: tl.constexpr, FAR: tl.constexpr,
@@ -273,7 +284,7 @@ def _fp4_gemm_kernel(
         kb = kb0
         while kb < kb1:
             if ALIGNED:
-                acc, far = _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, lut_ptr, o_m, o_n, m_m, m_n, K,
+                acc, far = _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K,
                                              n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB)
             else:
                 acc = _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM)
@@ -288,7 +299,7 @@ def _fp4_gemm_kernel(
     else:
         for kb in range(kb0, kb1):
             if ALIGNED:
-                acc, far = _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, lut_ptr, o_m, o_n, m_m, m_n, K,
+                acc, far = _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K,
                                              n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB)
             else:
                 acc = _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM)
@@ -332,7 +343,7 @@ _MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 
 def shift_tables() -> torch.Tensor:
-    """int32 [10, 2] (CPU): row d < 9 holds the 8 E4M3 bytes of {0, .5, 1, 1.5, 2, 3, 4, 6} * 2^-d
+    """int32 [10, 2] (CPU), the reference of :func:`shift_table_words`: row d < 9 holds the 8 E4M3 bytes of {0, .5, 1, 1.5, 2, 3, 4, 6} * 2^-d
     (bytes 0..3 in column 0, 4..7 in column 1, little-endian); row 9 is all zero (a group too far
     below its row's largest scale, handled apart). Every entry is exact: 0.5 * 2^-8 = 2^-9 is the
     smallest E4M3 subnormal, and the check below would fail otherwise."""
@@ -346,18 +357,6 @@ def shift_tables() -> torch.Tensor:
         rows.append([int(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24), int(b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24)])
     rows.append([0, 0])
     return torch.tensor(rows, dtype=torch.int64).to(torch.int32)
-
-
-_TABLES: dict[torch.device, torch.Tensor] = {}
-
-
-def _tables_on(device: torch.device) -> torch.Tensor:
-    """shift_tables() on ``device``, built once per device (the first call must not be inside a
-    CUDA-graph capture; ``warmup`` / any eager call before capture does it)."""
-    t = _TABLES.get(device)
-    if t is None:
-        t = _TABLES[device] = shift_tables().to(device)
-    return t
 
 
 def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None,
@@ -376,5 +375,5 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
         aligned = band_aligned if config is None else True
     if not cfg.swap_ab and not aligned:
         raise ValueError(f"the four-dot fp4_gemm step runs swap-AB only, got config {cfg}")
-    extra = {"ASM": asm and not interpret_mode(), "ALIGNED": aligned, "FAR": far, "lut_ptr": _tables_on(a.device)}
+    extra = {"ASM": asm and not interpret_mode(), "ALIGNED": aligned, "FAR": far}
     return launch_gemm(_fp4_gemm_kernel, a, a_s, b, b_s, b.shape[0], a.shape[1] // 128, extra, split_k, cfg)
