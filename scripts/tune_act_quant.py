@@ -15,7 +15,10 @@ kernel's, the ratio the ``act_quant`` benchmark row reports as its speedup vs ``
 (a time ratio: the clone moves 4 bytes per element, act_quant 3.03, so 1.0x there is 76% of the
 clone's bandwidth). The best configs are re-timed with ``lowbit.bench.gemm.cold_us`` (the
 benchmark rows' timer: L2 flushed by reading), beside the public ``act_quant(x)`` with the table
-config. ``fp4_act_quant`` (MXFP4, UE8M0 per 32) is swept over (elements, warps) on the same x.
+config. ``fp4_act_quant`` is swept on the same x over ``Fp4ActQuantConfig`` (elements, warps, the
+``fast`` kernel: contiguous loads, exact reciprocal / Markstein division, bit-arithmetic E2M1; eviction
+hints) for MXFP4 (UE8M0 per 32) and E4M3 scales per 16, bit-exact vs the CPU reference; it prints
+the ``FP4_ACT_QUANT_CONFIG = ...`` line to paste (the lowest worst-case time over both formats).
 
 Compiles run first in worker processes (Triton's disk cache then serves the timing phase) while
 the CPU references are computed. The whole run takes about a minute on one H200; nothing is
@@ -42,6 +45,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from lowbit.ops.act_quant.triton import ACT_QUANT_CONFIG, ActQuantConfig as C  # noqa: E402  (imports triton, not CUDA)
+from lowbit.ops.act_quant.triton import FP4_ACT_QUANT_CONFIG, Fp4ActQuantConfig as F4  # noqa: E402
 
 SHAPE = (8192, 7168)
 BS = 128
@@ -65,7 +69,27 @@ QUICK = [C(*ACT_QUANT_CONFIG), C(4096, 4, fast=True), C(8192, 8, fast=True), C(4
 # (scale_fmt, UE8M0 bytes): the sweep formats; the third is re-checked for the best configs only
 FMTS = [(None, False), ("ue8m0", False)]
 E8M0_FMT = ("ue8m0", True)
-FP4_CFGS = [C(*ACT_QUANT_CONFIG), C(2048, 4), C(4096, 8), C(8192, 8), C(16384, 16)]
+# fp4_act_quant candidates (Fp4ActQuantConfig: elems, warps, fast, evict); the table's first. fast=2
+# differs from fast=1 for E4M3 scales only (Markstein instead of a division per element): for
+# UE8M0 it is the same kernel, so UE8M0 runs the fast <= 1 candidates and reuses their times.
+FP4_CFGS = [F4(*FP4_ACT_QUANT_CONFIG), F4(4096, 4), F4(8192, 8)]
+FP4_CFGS += [F4(e, w, fast) for fast in (1, 2) for e, w in ((1024, 1), (2048, 2), (2048, 4), (4096, 4), (4096, 8),
+                                                            (8192, 4), (8192, 8), (16384, 8), (16384, 16))]
+FP4_CFGS += [F4(4096, 4, 1, 1), F4(4096, 4, 1, 2), F4(8192, 8, 1, 2), F4(4096, 4, 2, 1), F4(8192, 8, 2, 2)]
+FP4_CFGS = list(dict.fromkeys(FP4_CFGS))
+FP4_QUICK = [F4(*FP4_ACT_QUANT_CONFIG), F4(4096, 4, 1), F4(8192, 8, 1), F4(4096, 4, 2)]
+# (scale_fmt, block size)
+FP4_FMTS = [("ue8m0", 32), ("e4m3", 16)]
+
+
+def fp4_runs(cfg: F4, fmt) -> bool:
+    """Whether the sweep times cfg for fmt (UE8M0 skips fast=2, the fast=1 kernel)."""
+    return not (fmt[0] == "ue8m0" and cfg.fast >= 2)
+
+
+def fp4_twin(cfg: F4, fmt) -> F4:
+    """The candidate whose time stands for cfg in fmt."""
+    return cfg._replace(fast=1) if fmt[0] == "ue8m0" and cfg.fast >= 2 else cfg
 
 T0 = time.monotonic()
 
@@ -92,8 +116,15 @@ def nbytes(numel: int, fmt) -> int:
     return numel * 2 + numel + numel // BS * (1 if fmt[1] else 4)
 
 
-def fp4_nbytes(numel: int) -> int:
-    return numel * 2 + numel // 2 + numel // 32
+def fp4_nbytes(numel: int, bs: int = 32) -> int:
+    """bf16 x read + packed codes (half a byte each) + one byte scale per bs written."""
+    return numel * 2 + numel // 2 + numel // bs
+
+
+def fp4_cfg_name(cfg) -> str:
+    cfg = F4(*cfg)
+    s = f"{cfg.elems}/w{cfg.warps}" + ("" if not cfg.fast else " fast" if cfg.fast == 1 else " fast-markstein")
+    return s + {0: "", 1: " evict-x", 2: " evict-xy"}[cfg.evict]
 
 
 def make_x():
@@ -109,15 +140,16 @@ def run_fp8(x, cfg, fmt):
     return aq.act_quant(x, BS, fmt[0] == "ue8m0", fmt[1], config=cfg)
 
 
-def run_fp4(x, cfg):
+def run_fp4(x, cfg, fmt=FP4_FMTS[0]):
     from lowbit.ops.act_quant import triton as aq
 
-    return aq.fp4_act_quant(x, 32, False, config=cfg)
+    return aq.fp4_act_quant(x, fmt[1], fmt[0] == "e4m3", config=cfg)
 
 
 # ------------------------------------------------------------------------------ compile workers
-def jobs(cfgs):
-    return [("fp8", cfg, fmt) for fmt in FMTS for cfg in cfgs] + [("fp4", cfg, None) for cfg in FP4_CFGS]
+def jobs(cfgs, fp4_cfgs=None):
+    return [("fp8", cfg, fmt) for fmt in FMTS for cfg in cfgs] + [
+        ("fp4", cfg, fmt) for fmt in FP4_FMTS for cfg in (fp4_cfgs or FP4_CFGS) if fp4_runs(cfg, fmt)]
 
 
 def worker(index: int, count: int, path: str, quick: bool) -> None:
@@ -126,13 +158,13 @@ def worker(index: int, count: int, path: str, quick: bool) -> None:
 
     x = make_x()
     res = []
-    for j, (op, cfg, fmt) in enumerate(jobs(QUICK if quick else CFGS)):
+    for j, (op, cfg, fmt) in enumerate(jobs(QUICK, FP4_QUICK) if quick else jobs(CFGS)):
         if j % count != index:
             continue
         t = time.monotonic()
         r = dict(op=op, cfg=list(cfg), fmt=list(fmt) if fmt else None)
         try:
-            run_fp8(x, cfg, fmt) if op == "fp8" else run_fp4(x, cfg)
+            run_fp8(x, cfg, fmt) if op == "fp8" else run_fp4(x, cfg, fmt)
             torch.cuda.synchronize()
             r["ok"] = True
         except Exception as e:  # compile / resource errors: the main process skips the candidate
@@ -215,10 +247,11 @@ def references(x) -> dict:
             diag[fmt_name(fmt)] = mismatch(gy, gs, *refs[fmt]) or "equal"
             del gy, gs
         log(f"reference {fmt_name(fmt)}: {time.monotonic() - t:.1f}s; GPU-computed reference vs CPU: {diag.get(fmt_name(fmt), '-')}")
-    t = time.monotonic()
-    rq, rs = fp4_act_quant_ref(xc, 32, "ue8m0")
-    refs["fp4"] = (rq.to(DEVICE), rs.to(DEVICE))
-    log(f"reference fp4_act_quant: {time.monotonic() - t:.1f}s")
+    for fmt in FP4_FMTS:
+        t = time.monotonic()
+        rq, rs = fp4_act_quant_ref(xc, fmt[1], fmt[0])
+        refs[("fp4", fmt)] = (rq.to(DEVICE), rs.to(DEVICE))
+        log(f"reference fp4_act_quant {fmt}: {time.monotonic() - t:.1f}s")
     del xc
     if DEVICE == "cuda":
         torch.cuda.empty_cache()
@@ -271,7 +304,7 @@ def sweep(args) -> dict:
 
     workers = [] if DEVICE != "cuda" or args.workers <= 0 else start_workers(args.workers, args.quick)
     if workers:
-        log(f"{len(workers)} compile workers started ({len(jobs(QUICK if args.quick else CFGS))} candidates)")
+        log(f"{len(workers)} compile workers started ({len(jobs(QUICK, FP4_QUICK) if args.quick else jobs(CFGS))} candidates)")
     cfgs = QUICK if args.quick else CFGS
     x = make_x()
     out = {"shape": list(SHAPE), "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu",
@@ -357,22 +390,36 @@ def sweep(args) -> dict:
             cold.append(row("fp8", cfg, fmt, cold_us(lambda: run_fp8(x, cfg, fmt)), nbytes(numel, fmt), cbase, "ok"))
     out["cold_rows"] = cold
 
-    # fp4_act_quant (MXFP4, UE8M0 per 32), (elements, warps) only
+    # fp4_act_quant: MXFP4 (UE8M0 per 32) and E4M3 scales per 16
     f4 = []
-    rq, rs4 = refs["fp4"]
-    for cfg in FP4_CFGS:
-        if ("fp4", tuple(cfg), None) in failed:
-            continue
-        try:
-            q, s = run_fp4(x, cfg)
-            bad = mismatch(q, s.view(torch.uint8), rq, rs4.view(torch.uint8))
-            del q, s
-            us = time_us(lambda: run_fp4(x, cfg))
-        except Exception as e:
-            f4.append(dict(row("fp4", cfg, "mxfp4", None, 0, base, "ERROR"), error=f"{type(e).__name__}: {str(e)[:300]}"))
-            continue
-        f4.append(dict(row("fp4", cfg, "mxfp4", us, fp4_nbytes(numel), base, "ok" if bad is None else "INVALID"),
-                       **({"mismatch": bad} if bad else {})))
+    fp4_cfgs = FP4_QUICK if args.quick else FP4_CFGS
+    for fmt in FP4_FMTS:
+        rq, rs4 = refs[("fp4", fmt)]
+        fname = f"{fmt[0]}/{fmt[1]}"
+        for cfg in fp4_cfgs:
+            if not fp4_runs(cfg, fmt):
+                continue
+            if ("fp4", tuple(cfg), fmt) in failed:
+                f4.append(dict(row("fp4", None, fname, None, 0, base, "ERROR"), cfg=fp4_cfg_name(cfg), config=list(cfg),
+                               error=failed[("fp4", tuple(cfg), fmt)]))
+                continue
+            try:
+                q, s = run_fp4(x, cfg, fmt)
+                bad = mismatch(q, s.view(torch.uint8), rq, rs4.view(torch.uint8))
+                if bad and fmt[0] == "e4m3":  # a NaN scale's sign bit is the platform's: compare NaN as NaN
+                    nan = lambda t: torch.where((t.view(torch.uint8) & 0x7F) == 0x7F, 0x7F, t.view(torch.uint8))  # noqa: E731
+                    bad = mismatch(q, nan(s), rq, nan(rs4))
+                del q, s
+                us = time_us(lambda: run_fp4(x, cfg, fmt))
+            except Exception as e:
+                f4.append(dict(row("fp4", None, fname, None, 0, base, "ERROR"), cfg=fp4_cfg_name(cfg), config=list(cfg),
+                               error=f"{type(e).__name__}: {str(e)[:300]}"))
+                continue
+            r = dict(row("fp4", None, fname, us, fp4_nbytes(numel, fmt[1]), base, "ok" if bad is None else "INVALID"),
+                     cfg=fp4_cfg_name(cfg), config=list(cfg), **({"mismatch": bad} if bad else {}))
+            f4.append(r)
+            log(f"  fp4 {r['cfg']:28s} {fname:9s} {us:7.1f} us {r['pct_copy']:5.1f}% of copy  {r['status']}"
+                + (f" ({bad})" if bad else ""))
     out["fp4_rows"] = f4
 
     # report
@@ -381,7 +428,9 @@ def sweep(args) -> dict:
                     f"act_quant {list(SHAPE)} bf16, {fmt_name(fmt)} (time_us = do_bench, L2 flushed; sorted)")
     print_table(extra, "UE8M0 byte scales (float8_e8m0fnu), the table config and the best configs")
     print_table(cold, "cold_us (the benchmark rows' timer: L2 flushed by reading); clone/us and %clone vs this clone")
-    print_table(f4, "fp4_act_quant (MXFP4: e2m1 + UE8M0 per 32), (elements, warps) only")
+    for fmt in FP4_FMTS:
+        print_table(sorted((r for r in f4 if r["fmt"] == f"{fmt[0]}/{fmt[1]}"), key=lambda r: (r.get("us") is None, r.get("us") or 0)),
+                    f"fp4_act_quant {list(SHAPE)} bf16, e2m1 + {fmt[0]} scale per {fmt[1]} (time_us; sorted)")
     print(f"\nceilings: copy_bandwidth_gbps() {base['copy_gbps']:.0f} GB/s (75% = {0.75 * base['copy_gbps']:.0f}); "
           f"x.clone() {base['clone_us']:.1f} us = {base['clone_gbps']:.0f} GB/s; dst.copy_(x) {base['copy_same_us']:.1f} us = "
           f"{base['copy_same_gbps']:.0f} GB/s")
@@ -407,6 +456,31 @@ def sweep(args) -> dict:
         print(f"BEST for both formats (lowest worst-case time): {k} = {cfg}; worst {us:.1f} us = "
               f"{min(r['pct_copy'] for r in v.values()):.1f}% of copy bandwidth")
         out["best_joint"] = dict(cfg=k, config=list(cfg), worst_us=us)
+    # fp4: best per format, and the line to paste (lowest worst-case time over both formats)
+    ok4 = {(r["fmt"], tuple(r["config"])): r for r in f4 if r["status"] == "ok"}
+    table4 = F4(*FP4_ACT_QUANT_CONFIG)
+    for fmt in FP4_FMTS:
+        fname = f"{fmt[0]}/{fmt[1]}"
+        b = sorted((r for (f, _), r in ok4.items() if f == fname), key=lambda r: r["us"])
+        t = ok4.get((fname, tuple(table4)))
+        if b:
+            print(f"BEST fp4 {fname}: {b[0]['cfg']} = {tuple(b[0]['config'])}: {b[0]['us']:.1f} us, {b[0]['pct_copy']:.1f}% of copy "
+                  f"bandwidth" + (f" (table config {t['cfg']}: {t['us']:.1f} us, {t['pct_copy']:.1f}%)" if t else ""))
+        else:
+            print(f"BEST fp4 {fname}: no valid config")
+    joint4 = []
+    for cfg in fp4_cfgs:
+        rs_ = [ok4.get((f"{fmt[0]}/{fmt[1]}", tuple(fp4_twin(cfg, fmt)))) for fmt in FP4_FMTS]
+        if all(rs_):
+            joint4.append((max(r["us"] for r in rs_), rs_[0]["us"], cfg, rs_))
+    if joint4:
+        worst, _, cfg, rs_ = min(joint4, key=lambda t: (t[0], t[1]))
+        print(f"BEST fp4 for both formats (lowest worst-case time): {fp4_cfg_name(cfg)}: "
+              + ", ".join(f"{r['fmt']} {r['us']:.1f} us = {r['pct_copy']:.1f}% of copy" for r in rs_))
+        print(f"paste into lowbit/ops/act_quant/triton.py:  FP4_ACT_QUANT_CONFIG = {tuple(cfg)}")
+        out["fp4_best_joint"] = dict(cfg=fp4_cfg_name(cfg), config=list(cfg), worst_us=worst)
+    else:
+        print("BEST fp4 for both formats: no config valid in both")
     out["elapsed_s"] = time.monotonic() - T0
     return out
 
@@ -424,20 +498,25 @@ def compile_only() -> int:
 
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     n_fail = 0
-    for op, cfg, fmt in jobs(CFGS) + [("fp8", cfg, E8M0_FMT) for cfg in CFGS[:3]]:
-        bg = max(1, cfg.elems // (BS if op == "fp8" else 32))
+    only_fp4 = os.environ.get("TUNE_FP4_ONLY") == "1"  # skip the FP8 candidates
+    todo = jobs(CFGS) + [("fp8", cfg, E8M0_FMT) for cfg in CFGS[:3]]
+    for op, cfg, fmt in [j for j in todo if j[0] == "fp4" or not only_fp4]:
+        bg = max(1, cfg.elems // (BS if op == "fp8" else fmt[1]))
         if op == "fp8":
             fn = aq._act_quant_kernel
             sig = {"x_ptr": "*bf16", "y_ptr": "*fp8e4nv", "s_ptr": "*u8" if fmt[1] else "*fp32", "n_groups": "i32", "n_blocks": "i32"}
             const = dict(BS=BS, BLOCK_G=bg, UE8M0=fmt[0] == "ue8m0", S_E8M0=fmt[1], INPLACE=False, PERSISTENT=cfg.persistent > 0,
                          STAGES=cfg.stages, EVICT=cfg.evict, FAST=bool(cfg.fast), INTERPRET=False)
         else:
-            fn = aq._fp4_act_quant_kernel
-            sig = {"x_ptr": "*bf16", "q_ptr": "*u8", "s_ptr": "*u8", "n_groups": "i32"}
-            const = dict(BS=32, BLOCK_G=bg, E4M3_SCALE=False, INPLACE=False, INTERPRET=False)
+            e4m3 = fmt[0] == "e4m3"
+            fn = aq._fp4_fast_kernel if cfg.fast else aq._fp4_act_quant_kernel
+            sig = {"x_ptr": "*bf16", "q_ptr": "*u8", "s_ptr": "*fp8e4nv" if e4m3 else "*u8", "n_groups": "i32"}
+            const = dict(BS=fmt[1], BLOCK_G=bg, E4M3_SCALE=e4m3, INPLACE=False, INTERPRET=False)
+            if cfg.fast:
+                const.update(MARKSTEIN=cfg.fast >= 2, EVICT=cfg.evict)
         # the launch specializes every argument of the benchmark shape as divisible by 16
         attrs = {(j,): [["tt.divisibility", 16]] for j in range(len(sig))}
-        name = f"{op} {cfg_name(cfg):34s} {fmt_name(fmt) if fmt else 'mxfp4':14s}"
+        name = f"{op} {cfg_name(cfg) if op == 'fp8' else fp4_cfg_name(cfg):34s} {fmt_name(fmt) if op == 'fp8' else f'{fmt[0]}/{fmt[1]}':14s}"
         t = time.monotonic()
         try:
             k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs),
@@ -450,9 +529,13 @@ def compile_only() -> int:
             res = " ".join(re.findall(r"(?:REG|STACK|LOCAL):\d+", use))
             ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass, re.M)
             ldg = sorted({o for o in ops if o.startswith("LDG")})
-            n = {key: sum(o.startswith(key) for o in ops) for key in ("LDGSTS", "MUFU.RCP", "FCHK")}
-            print(f"{name} {res} shared {k.metadata.shared:6d}  SASS {len(ops):4d} instr  loads {ldg} cp.async {n['LDGSTS']} "
-                  f"rcp {n['MUFU.RCP']} fchk {n['FCHK']}  {time.monotonic() - t:.1f}s", flush=True)
+            stg = sorted({o for o in ops if o.startswith("STG")})
+            n = {key: sum(o.startswith(key) for o in ops) for key in ("LDGSTS", "MUFU.RCP", "FCHK", "BAR", "STS", "LDS")}
+            # flush-to-zero fp32 arithmetic would break the exact-reciprocal argument for subnormal quotients
+            ftz = len(re.findall(r"\.ftz\.f32", k.asm["ptx"]))
+            print(f"{name} {res} shared {k.metadata.shared:6d}  SASS {len(ops):4d} instr  loads {ldg} stores {stg} "
+                  f"cp.async {n['LDGSTS']} rcp {n['MUFU.RCP']} fchk {n['FCHK']} bar {n['BAR']} sts/lds {n['STS']}/{n['LDS']} "
+                  f"ptx-ftz {ftz}  {time.monotonic() - t:.1f}s", flush=True)
         except Exception as e:
             n_fail += 1
             c = e
@@ -465,11 +548,11 @@ def compile_only() -> int:
 
 def smoke(args) -> int:
     """CPU self-test of the sweep path: Triton interpreter, a tiny x, a few candidates, no workers."""
-    global DEVICE, SHAPE, CFGS, QUICK, FP4_CFGS
+    global DEVICE, SHAPE, CFGS, QUICK, FP4_QUICK
     DEVICE = "cpu"
     SHAPE = (4, 2048)
     QUICK = [C(*ACT_QUANT_CONFIG), C(512, 4, fast=True), C(256, 2, persistent=1, stages=2, evict=1, fast=True)]
-    FP4_CFGS = FP4_CFGS[:2]
+    FP4_QUICK = [F4(*FP4_ACT_QUANT_CONFIG), F4(512, 4, 1), F4(256, 2, 2, 1)]
     args.quick, args.workers = True, 0
     out = sweep(args)
     assert out["rows"] and all(r["status"] == "ok" for r in out["rows"] + out["e8m0_rows"] + out["fp4_rows"]), out

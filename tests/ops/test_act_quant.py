@@ -391,3 +391,120 @@ def test_cuda_large_config_variants():
             y, s = aq.act_quant(x, 128, scale_fmt == "ue8m0", e8m0, config=cfg)
             assert torch.equal(_bits(y.cpu()), _bits(ry)), (cfg, scale_fmt, e8m0)
             assert torch.equal(_bits(s.cpu()), _bits(rs)), (cfg, scale_fmt, e8m0)
+
+
+# ------------------------------------------------------------------ fp4_act_quant launch variants
+def _fp4_hard_input(dtype):
+    """[7, 256] with, per 16-/32-element group: random values, all zeros, all -0.0 (one +0.0), a NaN,
+    +inf, -inf, exact powers of two, every E2M1 tie and decision point of a power-of-two scale (amax
+    6 * 2^k) and of the E4M3 scale 1.125, values past 6 * s (E4M3 scales round down), subnormals
+    beside a 1.0, near fp32 max (UE8M0 byte 253), and quotients at the fp32 underflow limit
+    (-2^-149 / 2 is a tie that rounds to -0: code 0x0; -2^-148 / 2 is not: 0x8)."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(7, 256, generator=g) * 3
+    x[0, :32] = 0.0
+    x[0, 32:64] = -0.0
+    x[0, 40] = 0.0
+    x[0, 64 + 5] = float("nan")
+    x[0, 128 + 7] = float("inf")
+    x[0, 192 + 20] = -float("inf")
+    x[1] = 2.0 ** torch.randint(-12, 12, (256,), generator=g).float() * torch.where(torch.rand(256, generator=g) < 0.5, -1.0, 1.0)
+    ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 0.2, 5.5])
+    ties = torch.cat([ties, -ties])  # 32: every tie / code, both signs; amax 6
+    for j, k in enumerate((-3, 0, 4, 9)):
+        x[2, 32 * j:32 * (j + 1)] = ties * 2.0**k
+    x[2, 128:160] = ties * 1.125  # amax 6.75: E4M3 scale 1.125 exactly (16-groups: 6 * 1.125 in each)
+    x[2, 144:160] = ties[:16] * -1.125
+    x[2, 160:192] = torch.linspace(-7, 7, 32)  # E4M3: s = e4m3(7/6) = 1.125, so |x| / s up to 6.2 saturates
+    x[3, :32] = torch.randn(32, generator=g) * 1e-39
+    x[3, 3] = 1.0
+    x[3, 16 + 3] = -1.0
+    x[3, 32:64] = torch.randn(32, generator=g).clamp(-3, 3) * 7.5e37
+    x[3, 40] = 3.3e38
+    x[3, 56] = -3.3e38
+    tiny = torch.tensor([-1.0, -2.0, -3.0, 1.0, 2.0, 3.0, -5.0, 7.0]) * 2.0**-149
+    x[4, :16] = torch.cat([tiny, torch.tensor([12.0, -12.0, 0.0, -0.0, 11.0, 1.0, -1.0, 0.5])])  # E4M3 scale 2, UE8M0 4
+    x[4, 16:32] = torch.cat([tiny, torch.full((8,), 2688.0)])  # E4M3 scale 448
+    x[4, 32:64] = torch.randn(32, generator=g) * 1e-6
+    x[5, :64:3] *= -1
+    x = x.to(dtype)
+    if dtype == torch.bfloat16:  # subnormal bf16 values: the 3.6 interpreter's bf16 cast of them is off
+        x[4, :8] = 0.0
+    return x
+
+
+def _fp4_configs():
+    from lowbit.ops.act_quant.triton import Fp4ActQuantConfig as F
+
+    # [7, 256] has 56 groups of 32 (112 of 16): 1024 elements per program leaves the last block partial
+    return {
+        "table": None,
+        "pair 256 w2": (256, 2),
+        "fast": F(256, 4, fast=1),
+        "fast 1024 w1": F(1024, 1, fast=1),
+        "fast 2048 w8 evict": F(2048, 8, fast=1, evict=2),
+        "markstein": F(256, 4, fast=2),
+        "markstein 1024 evict": F(1024, 2, fast=2, evict=1),
+    }
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy on inf / NaN
+@pytest.mark.parametrize("tier", TRITON_TIERS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("scale_fmt,block", [("ue8m0", 32), ("e4m3", 16)])
+@pytest.mark.parametrize("cfg_name", list(_fp4_configs()))
+def test_fp4_act_quant_config_variants(tier, cfg_name, scale_fmt, block, dtype):
+    """Every fp4_act_quant launch variant is bit-exact with the reference (codes, scale bytes, in
+    place) on awkward groups, every output written (NaN-poisoned buffers, 0xFF-filled codes)."""
+    from lowbit.ops.act_quant import triton as aq
+    from lowbit.ops.act_quant.reference import fp4_act_quant_dequant_ref
+
+    cfg = _fp4_configs()[cfg_name]
+    device = "cuda" if tier == "cuda" else "cpu"
+    x = _fp4_hard_input(dtype)
+    if dtype == torch.bfloat16 and tier == "interpret" and not (cfg and aq.fp4_act_quant_config(cfg).fast):
+        # the original kernel casts bf16 with the interpreter's cast, which mangles subnormals (the
+        # fast kernel widens the bits itself there)
+        x = torch.where((x.float().abs() < 2.0**-126) & (x != 0), torch.zeros_like(x), x)
+    e4m3 = scale_fmt == "e4m3"
+    real_empty = torch.empty
+
+    def poisoned(*args, **kwargs):  # as poison_empty, for the kernel's buffers only; uint8 codes 0xFF
+        t = real_empty(*args, **kwargs)
+        return t.view(torch.uint8).fill_(0xFF).view(t.dtype) if t.element_size() == 1 else t.fill_(float("nan"))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "empty", poisoned)
+        q, s = aq.fp4_act_quant(x.to(device), block, e4m3, config=cfg)
+    rq, rs = fp4_act_quant_ref(x, block, scale_fmt)
+    assert s.dtype == rs.dtype
+    bad = (q.cpu() != rq).nonzero()
+    assert bad.numel() == 0, (bad[:5].tolist(), q.cpu()[tuple(bad[:5].T)].tolist(), rq[tuple(bad[:5].T)].tolist())
+    if e4m3:
+        assert _same_e4m3(s.cpu(), rs)
+        assert (rs.view(torch.uint8) & 0x7F == 0x7F).sum() == 1  # the NaN group is covered (inf: s = 448)
+    else:
+        assert torch.equal(s.cpu().view(torch.uint8), rs.view(torch.uint8))
+        assert (rs.view(torch.uint8) == 0xFF).sum() == 3 and (rs.view(torch.uint8) == 253).any()  # NaN / inf; near max
+    xi = x.clone().to(device)
+    aq.fp4_act_quant_inplace(xi, block, e4m3, config=cfg)
+    assert _same_f32(xi.cpu().float(), fp4_act_quant_dequant_ref(x, block, scale_fmt).float())
+
+
+def test_e2m1_bit_encode_matches_thresholds():
+    """_fp4_fast_kernel's E2M1 magnitude encode (fp32 magic add below 2, integer mantissa rounding
+    above) equals the reference's threshold encode on every fp32 magnitude class: all bf16 values,
+    the neighbours of every decision point, 0, subnormals, huge values and inf."""
+    from lowbit.formats.e2m1 import e2m1_encode
+
+    a = torch.arange(0, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    pts = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 7.0, 8.0])
+    b = pts.view(torch.int32)
+    near = torch.cat([(b + d).view(torch.float32) for d in range(-3, 4)])
+    a = torch.cat([a[torch.isfinite(a)], near, torch.tensor([0.0, 1e-45, 1e-40, 3.4e38, float("inf")])])
+    # the kernel's arithmetic in torch (fp32 add is RNE on the CPU, as on the GPU)
+    small = (a + 4194304.0).view(torch.int32) - 0x4A800000
+    bits = a.view(torch.int32).long()
+    big = ((bits + 0x1FFFFF + ((bits >> 22) & 1)) >> 22) - 252
+    got = torch.where(a < 2.0, small.long(), big.clamp(max=7))
+    assert torch.equal(got, e2m1_encode(a).long())

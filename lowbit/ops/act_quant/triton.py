@@ -242,7 +242,10 @@ def _fp4_act_quant_kernel(
     amax = tl.maximum(tl.max(tl.abs(b_xe), axis=1), tl.max(tl.abs(b_xo), axis=1))
     has_nan = (tl.max((b_xe != b_xe).to(tl.int32), axis=1) + tl.max((b_xo != b_xo).to(tl.int32), axis=1)) > 0
     if E4M3_SCALE:
-        s8 = _to_e4m3(tl.minimum(tl.maximum(tl.div_rn(amax, _E2M1_MAX), 2.0**-9), _E4M3_MAX), INTERPRET)
+        # a NaN group stores the E4M3 NaN scale (0x7F), as the reference: NaN before the cast, and
+        # clamps by where() so that it survives them
+        t = tl.where(has_nan, float("nan"), tl.div_rn(amax, _E2M1_MAX))
+        s8 = _to_e4m3(_clamp_keep_nan(tl.where(t < 2.0**-9, 2.0**-9, t), _E4M3_MAX), INTERPRET)
         s = tl.where(has_nan, float("nan"), s8.to(tl.float32))
     else:
         e = _pow2_ceil_byte(tl.maximum(amax, 6.0 * 2.0**-126) * (1.0 / 6.0))
@@ -262,6 +265,107 @@ def _fp4_act_quant_kernel(
             tl.store(s_ptr + o_s, s8, mask=o_g < n_groups)
         else:
             tl.store(s_ptr + o_s, e.to(tl.uint8), mask=o_g < n_groups)
+
+
+@triton.jit
+def _e2m1_mag(a):
+    """RNE E2M1 magnitude code (int32 0..7) of a = |v| >= 0 (fp32, may be inf; not NaN: the caller
+    masks NaN groups), by fp32 / integer bit arithmetic instead of seven comparisons.
+
+    * a < 2 (grid step 0.5): fp32 a + 2^22 rounds a to a multiple of 0.5 with RNE (the ulp of
+      [2^22, 2^23) is 0.5) and its mantissa bits count the steps: codes 0..4 (0.25 -> 0,
+      0.75 -> 2, 1.25 -> 2, 1.75 -> 4, as the reference's thresholds).
+    * a >= 2: round a's mantissa to one bit with RNE in the integer domain (add 0x1FFFFF plus the
+      kept bit, truncate); (bits >> 22) - 252 is the code (2 -> 4, 3 -> 5, 4 -> 6, 6 -> 7, 5 -> 6,
+      3.5 -> 6, 2.5 -> 4), saturated at 7 (past 6, inf).
+    """
+    small = (a + 4194304.0).to(tl.int32, bitcast=True) - 0x4A800000
+    b = a.to(tl.int32, bitcast=True)
+    big = ((b + 0x1FFFFF + ((b >> 22) & 1)) >> 22) - 252
+    return tl.where(a < 2.0, small, tl.minimum(big, 7))
+
+
+@triton.jit
+def _fp4_fast_kernel(
+    x_ptr, q_ptr, s_ptr, n_groups,
+    BS: tl.constexpr, BLOCK_G: tl.constexpr, E4M3_SCALE: tl.constexpr, INPLACE: tl.constexpr,
+    MARKSTEIN: tl.constexpr, EVICT: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """``fp4_act_quant`` with contiguous group loads and no division per element (UE8M0), same bits.
+
+    Each program loads ``BLOCK_G`` whole groups as one [BLOCK_G, BS] tile (16-byte vector loads),
+    splits even / odd elements in registers (reshape [BLOCK_G, BS/2, 2] + split), and stores the
+    packed bytes contiguously. Numerics (equal to :mod:`.reference` bit for bit):
+
+    * amax: NaN-propagating max; a group with a NaN (UE8M0: or an inf, whose scale byte is 255)
+      gets a NaN scale and all-zero codes (the byte mask below), as ``x / NaN`` gives in the
+      reference.
+    * UE8M0: v = x * 2^(127-e), the exact reciprocal of s = 2^(e-127), built from exponent bits:
+      the same correctly rounded value as x / s (one rounding of the same real number; fp32 mul
+      is not flushed to zero). The amax floor keeps e >= 1 and a finite amax keeps e <= 253
+      (fp32 max * f32(1/6) < 2^126), so 1/s is a normal fp32; the unreachable e = 254 would still
+      be exact (2^-127 is the subnormal 0x00400000).
+    * E4M3 scales: IEEE division per element (``tl.div_rn``), or with MARKSTEIN the corrected
+      reciprocal of :func:`_div_exact` (bit-exact wherever |x / s| >= 2^-60, far below the first
+      E2M1 threshold 0.25). The code's sign is ``x / s < 0``, which for quotients that underflow
+      depends on the rounding, so MARKSTEIN decides it exactly instead: x < 0 and |x| / s > 2^-150
+      (the rounded quotient is nonzero), i.e. |x| * 2^75 * 2^75 > s (exact power-of-two scaling).
+      An inf x gives NaN in the corrections: it is put back (inf / s = inf).
+    """
+    HALF: tl.constexpr = BS // 2
+    o_g = tl.program_id(0).to(tl.int64) * BLOCK_G + tl.arange(0, BLOCK_G)
+    m_g = o_g < n_groups
+    o_x = o_g[:, None] * BS + tl.arange(0, BS)[None, :]
+    # [BLOCK_G, BS]
+    if INTERPRET and x_ptr.dtype.element_ty == tl.bfloat16:
+        # the 3.6 interpreter's bf16 -> fp32 cast mangles subnormals: widen the bits instead (the
+        # GPU's cast is this shift)
+        b_x = tl.load(x_ptr.to(tl.pointer_type(tl.int16)) + o_x, mask=m_g[:, None], other=0)
+        b_x = (b_x.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    elif EVICT >= 1:
+        b_x = tl.load(x_ptr + o_x, mask=m_g[:, None], other=0.0, eviction_policy="evict_first").to(tl.float32)
+    else:
+        b_x = tl.load(x_ptr + o_x, mask=m_g[:, None], other=0.0).to(tl.float32)
+    amax = tl.reduce(tl.abs(b_x), 1, _nanmax)
+    if E4M3_SCALE:
+        t = tl.div_rn(amax, _E2M1_MAX)
+        t = tl.where(t < 2.0**-9, 2.0**-9, t)  # where(): a NaN amax stays NaN (E4M3 0x7F)
+        s8 = _to_e4m3(tl.where(t > _E4M3_MAX, _E4M3_MAX, t), INTERPRET)
+        s = s8.to(tl.float32)
+        bad = t != t  # a NaN in the group (an inf gives s = 448)
+        s = tl.where(bad, float("nan"), s)  # the interpreter's E4M3 -> fp32 cast makes NaN finite
+        s2 = s[:, None]
+        if MARKSTEIN:
+            v = _div_exact(b_x, s2, tl.div_rn(1.0, s)[:, None], False, INTERPRET)
+            a_x = tl.abs(b_x)
+            v = tl.where(a_x == float("inf"), b_x, v)
+            neg = (b_x < 0) & (a_x * 2.0**75 * 2.0**75 > s2)
+        else:
+            v = tl.div_rn(b_x, s2)
+            neg = v < 0
+    else:
+        e = _pow2_ceil_byte(tl.where(amax < 6.0 * 2.0**-126, 6.0 * 2.0**-126, amax) * (1.0 / 6.0))
+        bad = e == 255  # NaN or inf in the group: NaN scale
+        s2 = _e8m0_decode(e)[:, None]
+        v = b_x * _e8m0_decode(tl.where(bad, 255, 254 - e))[:, None]
+        neg = v < 0
+    c = _e2m1_mag(tl.abs(v)) | (neg.to(tl.int32) << 3)
+    if INPLACE:
+        c = tl.where(bad[:, None], 0, c)
+        tl.store(x_ptr + o_x, _to_out(_e2m1_value(c) * s2, x_ptr.dtype.element_ty, INTERPRET), mask=m_g[:, None])
+    else:
+        # element 2i in the low nibble: pairs are adjacent in a thread's registers
+        c_e, c_o = tl.split(tl.reshape(c, (BLOCK_G, HALF, 2)))
+        byte = tl.where(bad[:, None], 0, c_e | (c_o << 4))
+        o_q = o_g[:, None] * HALF + tl.arange(0, HALF)[None, :]
+        if EVICT >= 2:
+            tl.store(q_ptr + o_q, byte.to(tl.uint8), mask=m_g[:, None], eviction_policy="evict_first")
+        else:
+            tl.store(q_ptr + o_q, byte.to(tl.uint8), mask=m_g[:, None])
+        if E4M3_SCALE:
+            tl.store(s_ptr + o_g, s8, mask=m_g)
+        else:
+            tl.store(s_ptr + o_g, e.to(tl.uint8), mask=m_g)
 
 
 @triton.jit
@@ -295,8 +399,10 @@ def _weight_dequant_kernel(
 # the best worst case of both formats (docs/measurements/2026-11-29_tune_act_quant.log).
 # Fields: (elems, warps, persistent, evict, fast).
 ACT_QUANT_CONFIG = (2048, 2, 0, 0, True)
-# fp4_act_quant reads (elems, warps) only; same run, [8192, 7168] bf16: (4096, 4) 133.6 us was the
-# best of (2048, 4) 186, (4096, 8) 179, (8192, 8) 142, (16384, 16) 155.
+# fp4_act_quant: (elems, warps) or an Fp4ActQuantConfig (elems, warps, fast, evict; a pair leaves
+# fast / evict at 0 = the original kernel). Same run, [8192, 7168] bf16, fast=0: (4096, 4) 133.6 us
+# was the best of (2048, 4) 186, (4096, 8) 179, (8192, 8) 142, (16384, 16) 155. scripts/
+# tune_act_quant.py sweeps fast / evict and prints the line to paste here.
 FP4_ACT_QUANT_CONFIG = (4096, 4)
 
 
@@ -379,7 +485,48 @@ def act_quant_inplace(x: torch.Tensor, block_size: int, ue8m0: bool, config=None
         _launch_act_quant(x, x, x, n_groups, block_size, ue8m0, False, True, config)
 
 
+class Fp4ActQuantConfig(NamedTuple):
+    """Launch config of :func:`fp4_act_quant`; ``Fp4ActQuantConfig(*pair)`` reads an (elements, warps) pair.
+
+    * ``elems``: elements per program, a multiple of the block size; ``warps``: num_warps.
+    * ``fast``: 0 the original kernel (even / odd strided loads, a division per element);
+      1 :func:`_fp4_fast_kernel` (contiguous group loads, packed in registers, UE8M0 by an exact
+      reciprocal multiply, bit-arithmetic E2M1 encode; E4M3 scales keep the IEEE division);
+      2 as 1, and E4M3 scales by the Markstein-corrected reciprocal (:func:`_div_exact`). Same bits.
+    * ``evict`` (fast >= 1): 1 loads x ``evict_first``; 2 also stores the codes ``evict_first``.
+    """
+
+    elems: int = 4096
+    warps: int = 4
+    fast: int = 0
+    evict: int = 0
+
+
+def fp4_act_quant_config(config=None) -> Fp4ActQuantConfig:
+    """``config`` (a pair, a tuple of the fields in order, or an Fp4ActQuantConfig; None: the table)."""
+    return Fp4ActQuantConfig(*(config or FP4_ACT_QUANT_CONFIG))
+
+
+def _launch_fp4(x, q, s, n_groups, block_size, e4m3_scale, inplace, config):
+    cfg = fp4_act_quant_config(config)
+    bg = max(1, cfg.elems // block_size)
+    grid = (triton.cdiv(n_groups, bg),)
+    if cfg.fast:
+        _fp4_fast_kernel[grid](
+            x, q, s, n_groups, BS=block_size, BLOCK_G=bg, E4M3_SCALE=e4m3_scale, INPLACE=inplace,
+            MARKSTEIN=cfg.fast >= 2, EVICT=cfg.evict, INTERPRET=interpret_mode(), num_warps=cfg.warps,
+        )
+    else:
+        _fp4_act_quant_kernel[grid](
+            x, q, s, n_groups, BS=block_size, BLOCK_G=bg, E4M3_SCALE=e4m3_scale, INPLACE=inplace,
+            INTERPRET=interpret_mode(), num_warps=cfg.warps,
+        )
+
+
 def fp4_act_quant(x: torch.Tensor, block_size: int, e4m3_scale: bool, config=None):
+    """Launch on a contiguous x; returns (packed uint8 [..., K/2], s [..., K/bs] e8m0 or e4m3).
+
+    ``config`` (see :class:`Fp4ActQuantConfig`) overrides ``FP4_ACT_QUANT_CONFIG`` (tuning)."""
     n_groups = x.numel() // block_size
     q = torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=torch.uint8, device=x.device)
     s_shape = (*x.shape[:-1], x.shape[-1] // block_size)
@@ -388,21 +535,16 @@ def fp4_act_quant(x: torch.Tensor, block_size: int, e4m3_scale: bool, config=Non
     else:
         s = torch.empty(s_shape, dtype=torch.float8_e8m0fnu, device=x.device)
         s_arg = s.view(torch.uint8)
-    bg, warps = _launch_shape(block_size, config or FP4_ACT_QUANT_CONFIG)
     if n_groups:
-        _fp4_act_quant_kernel[(triton.cdiv(n_groups, bg),)](
-            x, q, s_arg, n_groups, BS=block_size, BLOCK_G=bg, E4M3_SCALE=e4m3_scale, INPLACE=False, INTERPRET=interpret_mode(), num_warps=warps,
-        )
+        _launch_fp4(x, q, s_arg, n_groups, block_size, e4m3_scale, False, config)
     return q, s
 
 
-def fp4_act_quant_inplace(x: torch.Tensor, block_size: int, e4m3_scale: bool) -> None:
+def fp4_act_quant_inplace(x: torch.Tensor, block_size: int, e4m3_scale: bool, config=None) -> None:
+    """Overwrite contiguous x with its FP4 quantize-dequantize round trip."""
     n_groups = x.numel() // block_size
-    bg, warps = _launch_shape(block_size, FP4_ACT_QUANT_CONFIG)
     if n_groups:
-        _fp4_act_quant_kernel[(triton.cdiv(n_groups, bg),)](
-            x, x, x, n_groups, BS=block_size, BLOCK_G=bg, E4M3_SCALE=e4m3_scale, INPLACE=True, INTERPRET=interpret_mode(), num_warps=warps,
-        )
+        _launch_fp4(x, x, x, n_groups, block_size, e4m3_scale, True, config)
 
 
 def weight_dequant(w: torch.Tensor, s: torch.Tensor, block_size: int, dtype: torch.dtype) -> torch.Tensor:
