@@ -241,7 +241,10 @@ MAX_SPLITS = 64
 SMALL_P64 = 16
 # (regime, fp8 kv) -> config at d_pad = 512, from scripts/tune_sparse_gathered.py on the H200
 # (12 configs x split counts per shape, CUDA-graph replay over rotating inputs; n = 65536):
-#   small bf16: b1 h64 top2048: 19.6 us (BH16 BN64, 16 splits); BH64 BN64 26.7; old 34.4
+#   small bf16: b1 h64 top2048: 19.6 us (BH16 BN64, 16 splits); BH64 BN64 26.7; old 34.4.
+#     scripts/tune_sparse_decode.py (docs/measurements/2026-11-29_sparse_decode.txt): 1 stage
+#     20.8 us vs 22.0 with 2 (same run); the single-launch merge (FUSED_MERGE) 22.1 — the merge
+#     on one program per head block costs what the saved launch did; b1 top512 13.7 fused vs 12.3
 #   small fp8:  b1 h64 top2048: 23.6 us (BH64 BN64 1 stage, 16 splits); BH16 BN32 25.0
 #   split bf16: b32 h128 top2048 98.2 us (BH64 BN64 8 warps 2 stages, 2 splits; old 160);
 #               m2 b32 h128 top512 52.2 us (unsplit; best 51.7; old 99.8)
@@ -251,7 +254,7 @@ SMALL_P64 = 16
 #   bulk fp8:   not swept; the fp8 decode at 4 warps was 3.9x slower at b32, so 8 warps
 # BLOCK_N = 32 was 1.3x slower than 64 everywhere (per-tile softmax and sync overhead).
 _TUNED = {
-    ("small", False): dict(BLOCK_H=16, BLOCK_N=64, num_warps=4, num_stages=2, MERGE=0.125),
+    ("small", False): dict(BLOCK_H=16, BLOCK_N=64, num_warps=4, num_stages=1, MERGE=0.125),
     ("small", True): dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=1, MERGE=0.125),
     ("split", False): dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2, MERGE=0.25),
     ("split", True): dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=1, MERGE=0.25),
