@@ -43,10 +43,12 @@ DEC_SHAPES = [(7168, 16384), (2112, 7168), (24576, 1536)]
 # choices are among the others. fp4 candidates are (config, asm upcast).
 FP8_BANDS = {
     "m<=16": dict(ms=(1, 16), shapes=DEC_SHAPES, cfgs=[
+        C(16, 64, 4, 5, True, prefetch=False), C(16, 64, 4, 5, True, prefetch=True),
         C(16, 64, 4, 6, True), C(16, 64, 4, 8, True), C(16, 128, 4, 4, True), C(16, 128, 4, 6, True),
         C(16, 128, 8, 4, True), C(16, 64, 4, 6, True, waves=4), C(16, 128, 4, 6, True, waves=4),
         C(16, 256, 8, 4, True), C(16, 64, 4, 5, True), C(16, 64, 4, 6, True, waves=3), C(16, 64, 4, 4, True)]),
     "m<=64": dict(ms=(64,), shapes=DEC_SHAPES, cfgs=[
+        C(64, 64, 4, 3, False, prefetch=False), C(64, 64, 4, 3, False, prefetch=True),
         C(64, 64, 4, 5, True), C(64, 128, 4, 4, True), C(64, 128, 8, 4, True), C(64, 64, 4, 6, True),
         C(64, 128, 4, 4, False), C(64, 128, 4, 6, True), C(64, 64, 4, 5, True, waves=4),
         C(64, 128, 4, 5, False), C(64, 128, 4, 6, False), C(64, 64, 4, 4, False), C(64, 256, 8, 4, False),
@@ -57,6 +59,7 @@ FP8_BANDS = {
         C(128, 128, 8, 4, False), C(64, 128, 4, 4, False), C(128, 128, 8, 4, False, 8, True),
         C(128, 128, 8, 3, False, 8, True, waves=1), C(64, 256, 8, 3, False, 8, True), C(64, 128, 4, 4, False, 8, True)]),
     "m>1024": dict(ms=(4096,), shapes=[(7168, 16384), (4096, 7168), (24576, 1536)], cfgs=[
+        C(128, 128, 8, 4, False, 16, True, prefetch=False), C(128, 128, 8, 4, False, 16, True, prefetch=True),
         C(128, 128, 8, 4, False), C(128, 128, 8, 4, False, 8, True), C(128, 128, 8, 5, False, 8, True),
         C(128, 128, 8, 3, False, 8, True), C(256, 128, 16, 3, False, 8, True), C(64, 256, 8, 4, False, 8, True),
         C(128, 128, 8, 4, False, 16, True), C(128, 128, 8, 4, False, 4, True),
@@ -71,6 +74,7 @@ FP8_BANDS = {
 # previous table entry.
 FP4_BANDS = {
     "m<=16": dict(ms=(1, 16), shapes=DEC_SHAPES, cfgs=[
+        (C(16, 64, 4, 4, True, prefetch=False), "asm"),
         (C(16, 64, 4, 4, True), "asm"), (C(16, 64, 4, 4, True), "aligned"), (C(16, 128, 4, 4, True), "aligned"),
         (C(16, 64, 4, 6, True), "aligned"), (C(16, 128, 4, 6, True), "aligned"), (C(16, 128, 8, 4, True), "aligned"),
         (C(16, 256, 8, 3, True), "aligned"), (C(16, 64, 4, 4, True, waves=4), "aligned"),
@@ -79,10 +83,12 @@ FP4_BANDS = {
         (C(16, 64, 4, 4, False), "aligned"), (C(16, 128, 4, 4, False), "aligned"), (C(64, 128, 4, 4, False), "aligned"),
         (C(16, 64, 4, 6, False), "aligned"), (C(64, 64, 4, 4, False), "aligned"), (C(16, 256, 8, 4, False), "aligned")]),
     "m<=64": dict(ms=(64,), shapes=DEC_SHAPES, cfgs=[
+        (C(64, 64, 4, 4, True, prefetch=False), "asm"),
         (C(64, 64, 4, 4, True), "asm"), (C(64, 64, 4, 4, True), "aligned"), (C(64, 128, 4, 4, True), "aligned"),
         (C(64, 128, 8, 3, True), "aligned"), (C(64, 64, 4, 6, True), "aligned"), (C(64, 128, 8, 4, True), "aligned"),
         (C(64, 128, 4, 4, False), "aligned"), (C(64, 64, 4, 4, False), "aligned"), (C(64, 256, 8, 3, False), "aligned")]),
     "m>64": dict(ms=(4096,), shapes=[(4096, 7168), (7168, 2048)], cfgs=[
+        (C(128, 64, 4, 4, False, prefetch=False), "aligned"), (C(128, 64, 4, 4, False), "aligned"),
         (C(128, 128, 8, 3, True), "asm"), (C(128, 128, 8, 3, True), "aligned"), (C(64, 128, 8, 3, True), "aligned"),
         (C(128, 128, 8, 4, True), "aligned"), (C(128, 256, 8, 3, True), "aligned"), (C(64, 256, 8, 3, True), "aligned"),
         (C(128, 128, 4, 3, True), "aligned"),
@@ -113,6 +119,7 @@ LOG = None
 def cfg_name(cfg, asm=None) -> str:
     s = f"{cfg.block_m}x{cfg.block_n} w{cfg.warps} s{cfg.stages}" + (" swap" if cfg.swap_ab else "")
     s += (f" g{cfg.group_m}" if cfg.group_m != 8 else "") + (" tma" if cfg.tma else "") + (f" waves{cfg.waves}" if cfg.waves != 2 else "")
+    s += "" if cfg.prefetch else " noprefetch"
     if asm is None:
         return s
     return s + (f" {asm}" if isinstance(asm, str) else (" asm" if asm else " alu"))
@@ -457,7 +464,7 @@ def compile_only() -> None:
         bytes_b = "*fp8e4nv" if op == "fp8" else "*u8"
         sig = {"a": "*fp8e4nv", "as_ptr": "*fp32", "b": bytes_b, "bs_ptr": "*fp32" if op == "fp8" else "*u8",
                "out_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "n_kb": "i32", "kb_per_split": "i32"}
-        const = dict(AS_E8M0=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, GROUP_M=cfg.group_m)
+        const = dict(AS_E8M0=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, GROUP_M=cfg.group_m, PREFETCH=cfg.prefetch)
         if op == "fp8" and cfg.tma:
             fn = f8._fp8_gemm_tma_kernel
             sig["a"] = f"tensordesc<fp8e4nv[{cfg.block_m}, 128]>"

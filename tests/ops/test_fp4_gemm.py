@@ -203,3 +203,22 @@ def test_cuda_compile_opcheck_graph():
     static[1].copy_(a2.scale.cuda())
     graph.replay()
     assert rel_err(out, _fp64_ref(a2, b)) < TOL
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+def test_fp4_gemm_without_scale_prefetch(backend, aligned):
+    """The kernel that loads each block's scales where they are used (PREFETCH off) gives the same
+    result as the default that loads them one iteration ahead."""
+    if not backend.is_triton:
+        pytest.skip("a Triton launch parameter")
+    from lowbit.ops.fp4_gemm import triton as tr
+    from lowbit.ops.fp8_gemm.triton import GemmConfig
+
+    a, b = _spread_operands(3, 64, 512, seed=5)
+    dev = backend.device
+    args = (a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev))
+    with backend.active():
+        on = tr.fp4_gemm(*args, config=GemmConfig(16, 64, 4, 4, True), aligned=aligned, split_k=2)
+        off = tr.fp4_gemm(*args, config=GemmConfig(16, 64, 4, 4, True, prefetch=False), aligned=aligned, split_k=2)
+    assert torch.equal(on, off)
+    assert rel_err(on, _fp64_ref(a, b)) < TOL

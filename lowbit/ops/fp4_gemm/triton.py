@@ -165,29 +165,36 @@ def _scaled_wdot(b_w, b_a, s_w, s_a, SWAP_AB: tl.constexpr):
 
 
 @triton.jit
-def _fp4_block(kb, a_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K):
-    """Operands of 128 K block kb: activations e4m3 [BLOCK_M, 128], packed weights uint8
-    [BLOCK_N, 64] and the four 32-wide groups' UE8M0 exponents int32 [BLOCK_N, 4]."""
+def _fp4_block(kb, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K):
+    """Operands of 128 K block kb: activations e4m3 [BLOCK_M, 128], packed weights uint8 [BLOCK_N, 64]."""
     o_k = kb * 128 + tl.arange(0, 128)
     b_a = tl.load(a_ptr + o_m[:, None] * K + o_k[None, :], mask=m_m[:, None], other=0.0)
     o_p = kb * 64 + tl.arange(0, 64)
     b_p = tl.load(b_ptr + o_n[:, None] * (K // 2) + o_p[None, :], mask=m_n[:, None], other=0)
-    o_g = tl.arange(0, 4)
-    e = tl.load(bs_ptr + o_n[:, None] * (K // 32) + kb * 4 + o_g[None, :], mask=m_n[:, None], other=127).to(tl.int32)
-    return b_a, b_p, e
+    return b_a, b_p
 
 
 @triton.jit
-def _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
-                      AS_E8M0: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr,
-                      SWAP_AB: tl.constexpr):
+def _fp4_scales(kb, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0: tl.constexpr):
+    """(a_s fp32 [BLOCK_M], the four 32-wide groups' UE8M0 exponents int32 [BLOCK_N, 4]) of K
+    block kb, clamped to the last block. Called one iteration ahead (PREFETCH): plain loads are
+    not software-pipelined by Triton, and loaded where they are used they stall every step."""
+    kbc = tl.minimum(kb, n_kb - 1)
+    s_a = _load_scale(as_ptr + o_m * n_kb + kbc, m_m, AS_E8M0)
+    o_g = tl.arange(0, 4)
+    e = tl.load(bs_ptr + o_n[:, None] * (K // 32) + kbc * 4 + o_g[None, :], mask=m_n[:, None], other=127).to(tl.int32)
+    return s_a, e
+
+
+@triton.jit
+def _fp4_step_aligned(acc, far, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr, SWAP_AB: tl.constexpr):
     """One 128 K block as ONE 128-wide FP8 dot: each weight row's four 32-wide groups are brought
     to the row's largest scale exponent e_max, i.e. group g is upcast to e2m1 * 2^-(e_max - e_g) —
     exact in E4M3 while that shift d <= 8 (the smallest magnitude, 0.5 * 2^-8 = 2^-9, is E4M3's
     smallest subnormal) — and the dot is scaled by 2^(e_max - 127) * a_s. Groups with d > 8 get a
     zero table here; ``far`` (the largest d seen) tells the kernel to add them in a second pass."""
-    s_a = _load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
-    b_a, b_p, e = _fp4_block(kb, a_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K)
+    b_a, b_p = _fp4_block(kb, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K)
     e_max = tl.max(e, 1)
     d = e_max[:, None] - e
     ta, tb = _group_tables(tl.minimum(d, 9), BLOCK_N)
@@ -240,13 +247,14 @@ def _fp4_step_far(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, 
 
 
 @triton.jit
-def _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
-              AS_E8M0: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
-    """acc[BLOCK_N, BLOCK_M] += sum_j (dot(W_j, A_j^T) * 2^(b_s_j - 127)) * a_s over one 128 K block.
+def _fp4_step(acc, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
+    """acc[BLOCK_N, BLOCK_M] += sum_j (dot(W_j, A_j^T) * 2^(e_j - 127)) * a_s over one 128 K block
+    (e [BLOCK_N, 4]: the groups' UE8M0 exponents).
 
     The power-of-two weight scale is applied first (exact), then the activation scale in the same
     FMA, so no second accumulator tile is kept (register pressure)."""
-    s_a = _load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
+    o_g = tl.arange(0, 4)
     for j in tl.static_range(4):
         o_k = kb * 128 + j * 32 + tl.arange(0, 32)
         # [BLOCK_M, 32] e4m3
@@ -256,9 +264,21 @@ def _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb
         b_p = tl.load(b_ptr + o_n[:, None] * (K // 2) + o_p[None, :], mask=m_n[:, None], other=0)
         b_w = _upcast_e2m1x2(b_p, BLOCK_N, 16, ASM)
         # [BLOCK_N] UE8M0 scale of this 32-wide block
-        s_b = _load_scale(bs_ptr + o_n * (K // 32) + kb * 4 + j, m_n, True)
+        s_b = _e8m0_decode(tl.sum(tl.where(o_g[None, :] == j, e, 0), 1))
         acc = acc + (tl.dot(b_w, tl.trans(b_a)) * s_b[:, None]) * s_a[None, :]
     return acc
+
+
+@triton.jit
+def _fp4_main_step(acc, far, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr, SWAP_AB: tl.constexpr,
+                   ALIGNED: tl.constexpr):
+    if ALIGNED:
+        acc, far = _fp4_step_aligned(acc, far, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, BLOCK_M, BLOCK_N, ASM,
+                                     SWAP_AB)
+    else:
+        acc = _fp4_step(acc, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, BLOCK_M, BLOCK_N, ASM)
+    return acc, far
 
 
 @triton.jit(do_not_specialize=["M", "n_kb", "kb_per_split"])  # see _fp8_gemm_kernel
@@ -266,7 +286,7 @@ def _fp4_gemm_kernel(
     a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split,
     AS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, INTERPRET: tl.constexpr,
-    ASM: tl.constexpr, ALIGNED: tl.constexpr, FAR: tl.constexpr,
+    ASM: tl.constexpr, ALIGNED: tl.constexpr, FAR: tl.constexpr, PREFETCH: tl.constexpr = True,
 ):
     i_m, i_n = tile_coords(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     i_split, kb0, kb1 = split_range(n_kb, kb_per_split)
@@ -279,15 +299,21 @@ def _fp4_gemm_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     far = kb0 * 0  # largest scale shift seen inside a 128 block (aligned step)
+    # the scales of the current block; with PREFETCH the next block's are loaded before this one's
+    # dots (see _fp4_scales)
+    s_a, e = _fp4_scales(kb0, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
     if INTERPRET:
         # see _fp8_gemm_kernel: range() over a runtime bound fails in the 3.6 interpreter
         kb = kb0
         while kb < kb1:
-            if ALIGNED:
-                acc, far = _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K,
-                                             n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB)
+            if PREFETCH:
+                s_a_n, e_n = _fp4_scales(kb + 1, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
             else:
-                acc = _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM)
+                s_a, e = _fp4_scales(kb, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
+                s_a_n, e_n = s_a, e
+            acc, far = _fp4_main_step(acc, far, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, BLOCK_M, BLOCK_N, ASM,
+                                      SWAP_AB, ALIGNED)
+            s_a, e = s_a_n, e_n
             kb += 1
         if FAR:
             if far > 8:
@@ -298,11 +324,14 @@ def _fp4_gemm_kernel(
                     kb += 1
     else:
         for kb in range(kb0, kb1):
-            if ALIGNED:
-                acc, far = _fp4_step_aligned(acc, far, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K,
-                                             n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB)
+            if PREFETCH:
+                s_a_n, e_n = _fp4_scales(kb + 1, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
             else:
-                acc = _fp4_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM)
+                s_a, e = _fp4_scales(kb, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
+                s_a_n, e_n = s_a, e
+            acc, far = _fp4_main_step(acc, far, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, BLOCK_M, BLOCK_N, ASM,
+                                      SWAP_AB, ALIGNED)
+            s_a, e = s_a_n, e_n
         if FAR:
             # a second pass over the tile's K range, after the main loop so its registers are
             # not live during it; taken only when some group was more than 8 binades down

@@ -40,6 +40,7 @@ class GemmConfig(NamedTuple):
     group_m: int = 8  # row tiles that share a weight tile in L2 (grouped order)
     tma: bool = False  # fp8 non-swap only: TMA descriptor loads
     waves: int = 2  # split K until the grid has about waves x #SMs programs
+    prefetch: bool = True  # load the next K block's scales one iteration ahead (see _fp8_scales)
 
 
 @triton.jit
@@ -93,22 +94,41 @@ def scale_dot(acc, d, s_a, s_b, BLOCK_N: tl.constexpr, SWAP_AB: tl.constexpr):
 
 
 @triton.jit
-def _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, K, n_kb,
-              AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr, BLOCK_N: tl.constexpr):
-    """acc += dot(A[:, kb], B[:, kb]^T) * a_s[:, kb] * b_s[n // 128, kb] (one 128-wide K block)."""
+def _fp8_scales(kb, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb,
+                AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(a_s [BLOCK_M], b_s scalar or [BLOCK_N]) of K block kb, clamped to the last block (the
+    prefetch one past the end reloads it). The kernels call this one iteration ahead: these are
+    plain loads (Triton pipelines only the dot operands through cp.async / TMA), and issued at
+    the top of the previous iteration their latency hides behind its dot instead of stalling
+    the scale FMA."""
+    kbc = tl.minimum(kb, n_kb - 1)
+    s_a = _load_scale(as_ptr + o_m * n_kb + kbc, m_m, AS_E8M0)
+    s_b = weight_tile_scale(bs_ptr, i_n, o_n, m_n, kbc, n_kb, BLOCK_N, BS_E8M0)
+    return s_a, s_b
+
+
+@triton.jit
+def _fp8_step_scaled(acc, kb, s_a, s_b, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K,
+                     SWAP_AB: tl.constexpr, BLOCK_N: tl.constexpr):
+    """acc += dot(A[:, kb], B[:, kb]^T) * s_a * s_b (one 128-wide K block, scales given)."""
     o_k = kb * 128 + tl.arange(0, 128)
     # [BLOCK_M, 128] e4m3
     b_a = tl.load(a_ptr + o_m[:, None] * K + o_k[None, :], mask=m_m[:, None], other=0.0)
     # [BLOCK_N, 128] e4m3
     b_b = tl.load(b_ptr + o_n[:, None] * K + o_k[None, :], mask=m_n[:, None], other=0.0)
-    # [BLOCK_M] fp32; scalar or [BLOCK_N] fp32
-    s_a = _load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
-    s_b = weight_tile_scale(bs_ptr, i_n, o_n, m_n, kb, n_kb, BLOCK_N, BS_E8M0)
     if SWAP_AB:
         d = tl.dot(b_b, tl.trans(b_a))
     else:
         d = tl.dot(b_a, tl.trans(b_b))
     return scale_dot(acc, d, s_a, s_b, BLOCK_N, SWAP_AB)
+
+
+@triton.jit
+def _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, K, n_kb,
+              AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr, BLOCK_N: tl.constexpr):
+    """acc += dot(A[:, kb], B[:, kb]^T) * a_s[:, kb] * b_s[n // 128, kb] (one 128-wide K block)."""
+    s_a, s_b = _fp8_scales(kb, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
+    return _fp8_step_scaled(acc, kb, s_a, s_b, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, SWAP_AB, BLOCK_N)
 
 
 @triton.jit
@@ -138,6 +158,7 @@ def _fp8_gemm_kernel(
     a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split,
     AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, INTERPRET: tl.constexpr,
+    PREFETCH: tl.constexpr = True,
 ):
     i_m, i_n = tile_coords(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     i_split, kb0, kb1 = split_range(n_kb, kb_per_split)
@@ -152,10 +173,22 @@ def _fp8_gemm_kernel(
     if INTERPRET:
         # The interpreter (Triton 3.6 + NumPy >= 2.4) cannot run range() over a runtime bound;
         # a while loop runs there, but it is not software-pipelined on the GPU.
+        s_a, s_b = _fp8_scales(kb0, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
         kb = kb0
         while kb < kb1:
-            acc = _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BS_E8M0, SWAP_AB, BLOCK_N)
+            if PREFETCH:
+                s_a_n, s_b_n = _fp8_scales(kb + 1, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
+                acc = _fp8_step_scaled(acc, kb, s_a, s_b, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, SWAP_AB, BLOCK_N)
+                s_a, s_b = s_a_n, s_b_n
+            else:
+                acc = _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BS_E8M0, SWAP_AB, BLOCK_N)
             kb += 1
+    elif PREFETCH:
+        s_a, s_b = _fp8_scales(kb0, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
+        for kb in range(kb0, kb1):
+            s_a_n, s_b_n = _fp8_scales(kb + 1, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
+            acc = _fp8_step_scaled(acc, kb, s_a, s_b, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, SWAP_AB, BLOCK_N)
+            s_a, s_b = s_a_n, s_b_n
     else:
         for kb in range(kb0, kb1):
             acc = _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BS_E8M0, SWAP_AB, BLOCK_N)
@@ -166,7 +199,7 @@ def _fp8_gemm_kernel(
 def _fp8_gemm_tma_kernel(
     a_desc, as_ptr, b_desc, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split,
     AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, PREFETCH: tl.constexpr = True,
 ):
     """Same math as ``_fp8_gemm_kernel`` (non-swap), A / B tiles through TMA (GPU only)."""
     i_m, i_n = tile_coords(M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -178,13 +211,18 @@ def _fp8_gemm_tma_kernel(
     row_a = (i_m * BLOCK_M).to(tl.int32)
     row_b = (i_n * BLOCK_N).to(tl.int32)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    s_a, s_b = _fp8_scales(kb0, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
     for kb in range(kb0, kb1):
         col = kb * 128
         b_a = a_desc.load([row_a, col])  # [BLOCK_M, 128] e4m3, rows >= M zero-filled
         b_b = b_desc.load([row_b, col])  # [BLOCK_N, 128] e4m3
-        s_a = _load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
-        s_b = weight_tile_scale(bs_ptr, i_n, o_n, m_n, kb, n_kb, BLOCK_N, BS_E8M0)
+        if PREFETCH:
+            s_a_n, s_b_n = _fp8_scales(kb + 1, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
+        else:
+            s_a, s_b = _fp8_scales(kb, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
+            s_a_n, s_b_n = s_a, s_b
         acc = scale_dot(acc, tl.dot(b_a, tl.trans(b_b)), s_a, s_b, BLOCK_N, False)
+        s_a, s_b = s_a_n, s_b_n
     store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, False)
 
 
@@ -280,7 +318,7 @@ def launch_gemm(kernel, a, a_s, b, b_s, n: int, k_blocks: int, extra: dict, spli
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
     a_s = a_s.view(torch.uint8) if as_e8m0 else a_s
     meta = dict(AS_E8M0=as_e8m0, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, GROUP_M=cfg.group_m,
-                num_warps=cfg.warps, num_stages=cfg.stages, **extra)
+                PREFETCH=cfg.prefetch, num_warps=cfg.warps, num_stages=cfg.stages, **extra)
     if tma_kernel is not None and _tma_ok(cfg, a, b):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
