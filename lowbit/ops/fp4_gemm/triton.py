@@ -349,13 +349,16 @@ def _fp4_gemm_kernel(
 #     70.8, per-tensor 37.2): 0.90x of row-wise FP8, far from the 1.6x target. The aligned step
 #     (one 128-wide dot) is slower here: 93.2 us not swapped, 99.9 swapped — the dots were not
 #     the bottleneck; the decode / layout path per K block is (~750 GB/s either way).
-#   M 64, N7168 K16384: four-dot swap 64x64 54.0 us geomean over the three decode shapes.
+#   M 64: aligned swap-AB 64x64: 128.5 / 22.5 / 38.7 us on N7168 K16384 / N2112 K7168 /
+#     N24576 K1536 vs 158.2 / 24.8 / 46.2 for the four-dot step (2026-11-29_tune_fp4_prefetch.log).
+#   Loading the next block's scales one iteration ahead (PREFETCH, all bands): M 1 N7168 K16384
+#     85.1 -> 77.0 us, M 4096 N4096 K7168 1045 -> 944 us (same run).
 #   M 4096: aligned, not swapped, 128x64 4 warps: 966 us (N4096 K7168) / 506 us (N7168 K2048) vs
 #     1409 / 740 for the four-dot 128x128 swap-AB (0.12x -> 0.18-0.20x of _scaled_mm; no target).
 _CONFIGS = (
     (16, GemmConfig(16, 64, 4, 4, True), False),
     (32, GemmConfig(32, 64, 4, 4, True), False),  # not measured (no benchmark shape)
-    (64, GemmConfig(64, 64, 4, 4, True), False),
+    (64, GemmConfig(64, 64, 4, 4, True), True),
     (None, GemmConfig(128, 64, 4, 4, False), True),
 )
 
