@@ -446,12 +446,6 @@ def _sms(device: torch.device) -> int:
     return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
-def _launch_shape(bs: int, config=None):
-    """(groups per program, num_warps) for block size bs; config = (elements per program, warps)."""
-    cfg = act_quant_config(config)
-    return max(1, cfg.elems // bs), cfg.warps
-
-
 def _launch_act_quant(x, y, s, n_groups, block_size, ue8m0, e8m0_scale, inplace, config):
     cfg = act_quant_config(config)
     bg = max(1, cfg.elems // block_size)
