@@ -270,15 +270,23 @@ def _fp4_step(acc, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K,
 
 
 @triton.jit
-def _fp4_main_step(acc, far, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr, SWAP_AB: tl.constexpr,
-                   ALIGNED: tl.constexpr):
+def _fp4_iteration(acc, far, kb, s_a, e, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
+                   AS_E8M0: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr,
+                   SWAP_AB: tl.constexpr, ALIGNED: tl.constexpr, PREFETCH: tl.constexpr):
+    """One K block of the main loop: returns (acc, far, the scales to carry). PREFETCH: (s_a, e)
+    were loaded one iteration ago and block kb + 1's are loaded now; otherwise block kb's are
+    loaded here, where they are used."""
+    if PREFETCH:
+        s_a_n, e_n = _fp4_scales(kb + 1, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
+    else:
+        s_a, e = _fp4_scales(kb, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
+        s_a_n, e_n = s_a, e
     if ALIGNED:
         acc, far = _fp4_step_aligned(acc, far, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, BLOCK_M, BLOCK_N, ASM,
                                      SWAP_AB)
     else:
         acc = _fp4_step(acc, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, BLOCK_M, BLOCK_N, ASM)
-    return acc, far
+    return acc, far, s_a_n, e_n
 
 
 @triton.jit(do_not_specialize=["M", "n_kb", "kb_per_split"])  # see _fp8_gemm_kernel
@@ -299,21 +307,14 @@ def _fp4_gemm_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     far = kb0 * 0  # largest scale shift seen inside a 128 block (aligned step)
-    # the scales of the current block; with PREFETCH the next block's are loaded before this one's
-    # dots (see _fp4_scales)
+    # the scales of the current block, carried through the loop (see _fp4_iteration)
     s_a, e = _fp4_scales(kb0, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
     if INTERPRET:
         # see _fp8_gemm_kernel: range() over a runtime bound fails in the 3.6 interpreter
         kb = kb0
         while kb < kb1:
-            if PREFETCH:
-                s_a_n, e_n = _fp4_scales(kb + 1, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
-            else:
-                s_a, e = _fp4_scales(kb, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
-                s_a_n, e_n = s_a, e
-            acc, far = _fp4_main_step(acc, far, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, BLOCK_M, BLOCK_N, ASM,
-                                      SWAP_AB, ALIGNED)
-            s_a, e = s_a_n, e_n
+            acc, far, s_a, e = _fp4_iteration(acc, far, kb, s_a, e, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K,
+                                              n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB, ALIGNED, PREFETCH)
             kb += 1
         if FAR:
             if far > 8:
@@ -324,14 +325,8 @@ def _fp4_gemm_kernel(
                     kb += 1
     else:
         for kb in range(kb0, kb1):
-            if PREFETCH:
-                s_a_n, e_n = _fp4_scales(kb + 1, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
-            else:
-                s_a, e = _fp4_scales(kb, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
-                s_a_n, e_n = s_a, e
-            acc, far = _fp4_main_step(acc, far, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, BLOCK_M, BLOCK_N, ASM,
-                                      SWAP_AB, ALIGNED)
-            s_a, e = s_a_n, e_n
+            acc, far, s_a, e = _fp4_iteration(acc, far, kb, s_a, e, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K,
+                                              n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB, ALIGNED, PREFETCH)
         if FAR:
             # a second pass over the tile's K range, after the main loop so its registers are
             # not live during it; taken only when some group was more than 8 binades down

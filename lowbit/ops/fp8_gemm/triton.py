@@ -124,11 +124,28 @@ def _fp8_step_scaled(acc, kb, s_a, s_b, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K,
 
 
 @triton.jit
-def _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, K, n_kb,
-              AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr, BLOCK_N: tl.constexpr):
-    """acc += dot(A[:, kb], B[:, kb]^T) * a_s[:, kb] * b_s[n // 128, kb] (one 128-wide K block)."""
-    s_a, s_b = _fp8_scales(kb, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
-    return _fp8_step_scaled(acc, kb, s_a, s_b, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, SWAP_AB, BLOCK_N)
+def _fp8_iter_scales(kb, s_a, s_b, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb,
+                     AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr):
+    """(scales for block kb, scales to carry into the next iteration). PREFETCH: (s_a, s_b) were
+    loaded one iteration ago and block kb + 1's are loaded now; otherwise block kb's are loaded
+    here, where they are used."""
+    if PREFETCH:
+        s_a_n, s_b_n = _fp8_scales(kb + 1, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
+    else:
+        s_a, s_b = _fp8_scales(kb, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
+        s_a_n, s_b_n = s_a, s_b
+    return s_a, s_b, s_a_n, s_b_n
+
+
+@triton.jit
+def _fp8_iteration(acc, kb, s_a, s_b, a_ptr, as_ptr, b_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, K, n_kb,
+                   AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr, BLOCK_N: tl.constexpr,
+                   PREFETCH: tl.constexpr):
+    """One K block of the pointer kernel: returns (acc, the scales to carry)."""
+    s_a, s_b, s_a_n, s_b_n = _fp8_iter_scales(kb, s_a, s_b, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb,
+                                              AS_E8M0, BS_E8M0, BLOCK_N, PREFETCH)
+    acc = _fp8_step_scaled(acc, kb, s_a, s_b, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, SWAP_AB, BLOCK_N)
+    return acc, s_a_n, s_b_n
 
 
 @triton.jit
@@ -170,28 +187,19 @@ def _fp8_gemm_kernel(
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    s_a, s_b = _fp8_scales(kb0, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
     if INTERPRET:
         # The interpreter (Triton 3.6 + NumPy >= 2.4) cannot run range() over a runtime bound;
         # a while loop runs there, but it is not software-pipelined on the GPU.
-        s_a, s_b = _fp8_scales(kb0, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
         kb = kb0
         while kb < kb1:
-            if PREFETCH:
-                s_a_n, s_b_n = _fp8_scales(kb + 1, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
-                acc = _fp8_step_scaled(acc, kb, s_a, s_b, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, SWAP_AB, BLOCK_N)
-                s_a, s_b = s_a_n, s_b_n
-            else:
-                acc = _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BS_E8M0, SWAP_AB, BLOCK_N)
+            acc, s_a, s_b = _fp8_iteration(acc, kb, s_a, s_b, a_ptr, as_ptr, b_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, K,
+                                           n_kb, AS_E8M0, BS_E8M0, SWAP_AB, BLOCK_N, PREFETCH)
             kb += 1
-    elif PREFETCH:
-        s_a, s_b = _fp8_scales(kb0, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
-        for kb in range(kb0, kb1):
-            s_a_n, s_b_n = _fp8_scales(kb + 1, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
-            acc = _fp8_step_scaled(acc, kb, s_a, s_b, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, SWAP_AB, BLOCK_N)
-            s_a, s_b = s_a_n, s_b_n
     else:
         for kb in range(kb0, kb1):
-            acc = _fp8_step(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0, BS_E8M0, SWAP_AB, BLOCK_N)
+            acc, s_a, s_b = _fp8_iteration(acc, kb, s_a, s_b, a_ptr, as_ptr, b_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, K,
+                                           n_kb, AS_E8M0, BS_E8M0, SWAP_AB, BLOCK_N, PREFETCH)
     store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, SWAP_AB)
 
 
@@ -216,11 +224,8 @@ def _fp8_gemm_tma_kernel(
         col = kb * 128
         b_a = a_desc.load([row_a, col])  # [BLOCK_M, 128] e4m3, rows >= M zero-filled
         b_b = b_desc.load([row_b, col])  # [BLOCK_N, 128] e4m3
-        if PREFETCH:
-            s_a_n, s_b_n = _fp8_scales(kb + 1, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
-        else:
-            s_a, s_b = _fp8_scales(kb, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb, AS_E8M0, BS_E8M0, BLOCK_N)
-            s_a_n, s_b_n = s_a, s_b
+        s_a, s_b, s_a_n, s_b_n = _fp8_iter_scales(kb, s_a, s_b, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb,
+                                                  AS_E8M0, BS_E8M0, BLOCK_N, PREFETCH)
         acc = scale_dot(acc, tl.dot(b_a, tl.trans(b_b)), s_a, s_b, BLOCK_N, False)
         s_a, s_b = s_a_n, s_b_n
     store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, False)
