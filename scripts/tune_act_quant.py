@@ -489,14 +489,10 @@ def sweep(args) -> dict:
 def compile_only() -> int:
     """Compile every candidate for sm_90 without a GPU; print registers / shared memory / spills and
     what the SASS does per thread: 16-byte loads, cp.async, per-element divisions (MUFU.RCP)."""
-    os.environ.pop("TRITON_INTERPRET", None)
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from sm90_offline import compile_sm90, resource_usage, root_cause, sass_opcodes
 
     from lowbit.ops.act_quant import triton as aq
 
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     n_fail = 0
     only_fp4 = os.environ.get("TUNE_FP4_ONLY") == "1"  # skip the FP8 candidates
     todo = jobs(CFGS) + [("fp8", cfg, E8M0_FMT) for cfg in CFGS[:3]]
@@ -515,19 +511,13 @@ def compile_only() -> int:
             if cfg.fast:
                 const.update(MARKSTEIN=cfg.fast >= 2, EVICT=cfg.evict)
         # the launch specializes every argument of the benchmark shape as divisible by 16
-        attrs = {(j,): [["tt.divisibility", 16]] for j in range(len(sig))}
+        divisible = range(len(sig))
         name = f"{op} {cfg_name(cfg) if op == 'fp8' else fp4_cfg_name(cfg):34s} {fmt_name(fmt) if op == 'fp8' else f'{fmt[0]}/{fmt[1]}':14s}"
         t = time.monotonic()
         try:
-            k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs),
-                               target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.warps})
-            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-                f.write(k.asm["cubin"])
-                f.flush()
-                use = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
-                sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
-            res = " ".join(re.findall(r"(?:REG|STACK|LOCAL):\d+", use))
-            ops = re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass, re.M)
+            k = compile_sm90(fn, sig, const, divisible, cfg.warps)
+            res = resource_usage(k)
+            ops = sass_opcodes(k)
             ldg = sorted({o for o in ops if o.startswith("LDG")})
             stg = sorted({o for o in ops if o.startswith("STG")})
             n = {key: sum(o.startswith(key) for o in ops) for key in ("LDGSTS", "MUFU.RCP", "FCHK", "BAR", "STS", "LDS")}
@@ -538,10 +528,7 @@ def compile_only() -> int:
                   f"ptx-ftz {ftz}  {time.monotonic() - t:.1f}s", flush=True)
         except Exception as e:
             n_fail += 1
-            c = e
-            while c.__cause__ is not None:
-                c = c.__cause__
-            print(f"{name} FAILED {type(c).__name__}: {str(c)[-300:]}", flush=True)
+            print(f"{name} FAILED {root_cause(e)}", flush=True)
     print(f"{'all compiled' if not n_fail else f'{n_fail} FAILED'} ({time.monotonic() - T0:.0f}s)")
     return 1 if n_fail else 0
 

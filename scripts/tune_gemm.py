@@ -447,18 +447,13 @@ def run_bench(results: dict) -> None:
 # ----------------------------------------------------------------------------- offline compile check
 def compile_only() -> None:
     """Compile each candidate for sm_90 without a GPU; print shared memory and the cubin's resource use."""
-    os.environ.pop("TRITON_INTERPRET", None)
     import re
-    import tempfile
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from sm90_offline import compile_sm90, resource_usage, root_cause
 
     from lowbit.ops.fp4_gemm import triton as f4
     from lowbit.ops.fp8_gemm import triton as f8
 
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     names = ["a", "as_ptr", "b", "bs_ptr", "out_ptr", "M", "N", "K", "n_kb", "kb_per_split"]
     for op, band, i, cfg, asm in jobs():
         bytes_b = "*fp8e4nv" if op == "fp8" else "*u8"
@@ -480,20 +475,12 @@ def compile_only() -> None:
         div = [j for j, p in enumerate(names) if p in ("a", "as_ptr", "b", "bs_ptr", "out_ptr", "N", "K") and not (cfg.tma and p in ("a", "b"))]
         t = time.monotonic()
         try:
-            k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const, attrs={(j,): [["tt.divisibility", 16]] for j in div}),
-                               target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg.warps, "num_stages": cfg.stages})
-            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-                f.write(k.asm["cubin"])
-                f.flush()
-                use = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
-            res = " ".join(re.findall(r"(?:REG|STACK|SHARED|LOCAL):\d+", use))
+            k = compile_sm90(fn, sig, const, div, cfg.warps, cfg.stages)
+            res = resource_usage(k)
             wg = sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", k.asm["ptx"])))
             print(f"{op} {band:8s} {cfg_name(cfg, asm):34s} shared {k.metadata.shared:6d}  {res}  wgmma {wg}  {time.monotonic() - t:.1f}s", flush=True)
         except Exception as e:
-            c = e
-            while c.__cause__ is not None:
-                c = c.__cause__
-            print(f"{op} {band:8s} {cfg_name(cfg, asm):34s} FAILED {type(c).__name__}: {str(c)[-300:]}", flush=True)
+            print(f"{op} {band:8s} {cfg_name(cfg, asm):34s} FAILED {root_cause(e)}", flush=True)
 
 
 # ------------------------------------------------------------------------------------------------ main

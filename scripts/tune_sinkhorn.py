@@ -34,10 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -275,9 +272,7 @@ class Sweep:
 
 
 def _compile_one(cfg: dict) -> str:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from sm90_offline import compile_sm90, resource_usage, root_cause, sass_opcodes
 
     from lowbit.ops.hc_sinkhorn import triton as hk
 
@@ -298,22 +293,11 @@ def _compile_one(cfg: dict) -> str:
             const[p] = 1
     div = [i for i, p in enumerate(names) if i < 6 or (p in vals and vals[p] != 1 and vals[p] % 16 == 0)]
     try:
-        k = triton.compile(ASTSource(fn=hk._hc4_sinkhorn_kernel, signature=sig, constexprs=const,
-                                     attrs={(i,): [["tt.divisibility", 16]] for i in div}),
-                           target=GPUTarget("cuda", 90, 32), options=opts)
+        k = compile_sm90(hk._hc4_sinkhorn_kernel, sig, const, div, opts.get("num_warps", 4), opts.get("num_stages"))
     except Exception as e:  # noqa: BLE001
-        c = e
-        while c.__cause__ is not None:
-            c = c.__cause__
-        return f"{name(cfg):38s} FAILED {type(c).__name__}: {str(c)[-400:]}"
-    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        use = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", f.name], capture_output=True, text=True).stdout
-        sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", f.name], capture_output=True, text=True).stdout
-    res = " ".join(re.findall(r"(?:REG|STACK|SHARED|LOCAL):\d+", use))
-    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass)
+        return f"{name(cfg):38s} FAILED {root_cause(e)}"
+    res = resource_usage(k)
+    ops = sass_opcodes(k)
     count = lambda pre: sum(o.startswith(pre) for o in ops)  # noqa: E731
     vec = lambda op: sum(o.startswith(op) and o.endswith(".128") for o in ops)  # noqa: E731
     return (f"{name(cfg):38s} {res:34s} sass {len(ops):5d}  MUFU {count('MUFU'):3d}  LDG {count('LDG'):2d} "

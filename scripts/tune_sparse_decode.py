@@ -100,35 +100,18 @@ def compile_only(only=None) -> int:
     """Compile the decode candidates (split kernel, fused merge on/off, bf16 and FP8 KV) and the
     combine kernel for sm_90 without a GPU, as scripts/tune_gemm.py does; print shared memory and
     the cubin's registers / spills."""
-    os.environ.pop("TRITON_INTERPRET", None)
     import re
-    import subprocess
-    import tempfile
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from sm90_offline import compile_sm90, resource_usage
 
     from lowbit.ops.sparse_attn import triton as sk
 
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    target = GPUTarget("cuda", 90, 32)
-
     def build(fn, sig, const, warps, stages):
         ptrs = [i for i, p in enumerate(fn.arg_names) if p in sig and sig[p].startswith("*")]
-        k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const,
-                                     attrs={(i,): [["tt.divisibility", 16]] for i in ptrs}),
-                           target=target, options={"num_warps": warps, "num_stages": stages})
-        res = ""
-        if os.path.exists(tool):
-            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-                f.write(k.asm["cubin"])
-                f.flush()
-                use = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
-            res = " ".join(re.findall(r"(?:REG|STACK|SHARED|LOCAL):\d+", use))
+        k = compile_sm90(fn, sig, const, ptrs, warps, stages)
         atom = sorted(set(re.findall(r"atom\.[\w.]+", k.asm["ptx"])))
         bars = len(re.findall(r"bar\.sync|barrier\.sync", k.asm["ptx"]))
-        return k, res, atom, bars
+        return k, resource_usage(k), atom, bars
 
     failures = 0
     fn = sk._sparse_attn_kernel

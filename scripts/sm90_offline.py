@@ -1,0 +1,60 @@
+"""Compile Triton kernels for sm_90 on a machine without a GPU, and read the cubin back.
+
+Shared by the ``--compile-only`` modes of the tuning scripts (``tune_gemm.py``,
+``tune_act_quant.py``, ``tune_sinkhorn.py``, ``tune_sparse_decode.py``): they catch what the
+interpreter accepts but the sm_90 compiler rejects, and report registers / spills before a GPU
+session. ``TRITON_INTERPRET`` must be unset before Triton is imported (``compile_sm90`` drops it).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+
+
+def compile_sm90(fn, signature: dict, constexprs: dict, divisible=(), num_warps: int = 4, num_stages: int | None = None):
+    """``triton.compile`` of the @triton.jit ``fn`` for sm_90. ``signature`` maps argument names to
+    Triton types ("*fp32", "i32", "constexpr", ...); ``divisible`` lists the argument indices the
+    launch would specialise as divisible by 16."""
+    os.environ.pop("TRITON_INTERPRET", None)
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    options = {"num_warps": num_warps}
+    if num_stages is not None:
+        options["num_stages"] = num_stages
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs,
+                    attrs={(i,): [["tt.divisibility", 16]] for i in divisible})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def cuobjdump(kernel, *args: str) -> str:
+    """Output of Triton's bundled ``cuobjdump ARGS`` on the kernel's cubin ("" if it is missing)."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(tool):
+        return ""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        return subprocess.run([tool, *args, f.name], capture_output=True, text=True).stdout
+
+
+def resource_usage(kernel) -> str:
+    """"REG:n STACK:n SHARED:n LOCAL:n" from ``cuobjdump -res-usage`` (spills show as STACK / LOCAL)."""
+    return " ".join(re.findall(r"(?:REG|STACK|SHARED|LOCAL):\d+", cuobjdump(kernel, "-res-usage")))
+
+
+def sass_opcodes(kernel) -> list[str]:
+    """The SASS instructions' opcodes (with modifiers, predicates dropped), in order."""
+    return re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", cuobjdump(kernel, "-sass"))
+
+
+def root_cause(e: BaseException) -> str:
+    """"Type: message" of the innermost cause (the compiler wraps its errors)."""
+    while e.__cause__ is not None:
+        e = e.__cause__
+    return f"{type(e).__name__}: {str(e)[-400:]}"
