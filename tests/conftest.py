@@ -91,3 +91,20 @@ def _seed_and_reset_backend():
     previous = lowbit.get_backend()
     yield
     lowbit.set_backend(previous)
+
+
+@pytest.fixture
+def poison_empty(monkeypatch):
+    """Every float buffer the op allocates starts as NaN (E4M3 0x7F, UE8M0 0xFF), so an unwritten
+    element fails."""
+    real_empty = torch.empty
+
+    def nan_empty(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        if t.dtype == torch.float8_e8m0fnu:
+            t.view(torch.uint8).fill_(0xFF)
+        elif t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", nan_empty)

@@ -79,23 +79,6 @@ def test_act_quant_inplace_writes_x(backend, scale_fmt):
     assert torch.equal(_bits(x.cpu()), _bits(want))
 
 
-@pytest.fixture
-def poison_empty(monkeypatch):
-    """Every float buffer the op allocates starts as NaN (E4M3 0x7F, UE8M0 0xFF), so an unwritten
-    element fails."""
-    real_empty = torch.empty
-
-    def nan_empty(*args, **kwargs):
-        t = real_empty(*args, **kwargs)
-        if t.dtype == torch.float8_e8m0fnu:
-            t.view(torch.uint8).fill_(0xFF)
-        elif t.is_floating_point():
-            t.fill_(float("nan"))
-        return t
-
-    monkeypatch.setattr(torch, "empty", nan_empty)
-
-
 def _hard_input(shape, dtype):
     """_special_input plus one group each with: a NaN, +inf, -inf, all -0.0 (one +0.0), subnormal
     values beside a 1.0 (quotients that underflow), an amax under the 1e-4 floor, mixed signs."""
