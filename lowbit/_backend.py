@@ -14,6 +14,7 @@ the environment variable ``LOWBIT_BACKEND``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from typing import Iterator
 
@@ -77,6 +78,20 @@ def use_triton(*tensors: torch.Tensor) -> bool:
         f"backend 'triton' was forced but the inputs are on {sorted(devices)}; CPU tensors can "
         "only run Triton kernels under TRITON_INTERPRET=1 (set before triton is imported)"
     )
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device: torch.device, interpret: int) -> int:
+    """Streaming multiprocessors of ``device`` (cached per device). For CPU tensors (the Triton
+    interpreter) the caller's ``interpret`` count, chosen small so that its multi-program paths
+    (split-K, persistent loops, split top-k lists) still run on small test shapes."""
+    if device.type != "cuda":
+        return interpret
+    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def describe() -> dict:

@@ -10,14 +10,13 @@ with one reciprocal per group instead of a division per element (:func:`_div_exa
 """
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
-from lowbit._backend import interpret_mode
+from lowbit._backend import interpret_mode, sm_count
 
 # constexpr: a @triton.jit function may only read module globals that are tl.constexpr
 _E4M3_MAX = tl.constexpr(448.0)
@@ -435,22 +434,11 @@ def act_quant_config(config=None) -> ActQuantConfig:
     return ActQuantConfig(*(config or ACT_QUANT_CONFIG))
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def _sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 2  # interpreter: a small number makes the persistent programs loop
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
 def _launch_act_quant(x, y, s, n_groups, block_size, ue8m0, e8m0_scale, inplace, config):
     cfg = act_quant_config(config)
     bg = max(1, cfg.elems // block_size)
     n_blocks = triton.cdiv(n_groups, bg)
-    grid = min(n_blocks, cfg.persistent * _sms(x.device)) if cfg.persistent else n_blocks
+    grid = min(n_blocks, cfg.persistent * sm_count(x.device, interpret=2)) if cfg.persistent else n_blocks
     _act_quant_kernel[(grid,)](
         x, y, s, n_groups, n_blocks, BS=block_size, BLOCK_G=bg, UE8M0=ue8m0, S_E8M0=e8m0_scale, INPLACE=inplace,
         PERSISTENT=cfg.persistent > 0, STAGES=cfg.stages, EVICT=cfg.evict, FAST=bool(cfg.fast),

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lowbit._backend import interpret_mode
+from lowbit._backend import interpret_mode, sm_count
 from lowbit.ops.act_quant.triton import _e8m0_decode
 
 
@@ -278,10 +278,6 @@ def _props(device: torch.device):
     return _device_props(device.index if device.index is not None else torch.cuda.current_device())
 
 
-def sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 4  # interpreter: any small number exercises the split-K path
-    return _props(device)[0]
 
 
 def pick_config(m: int, table=None) -> GemmConfig:
@@ -313,7 +309,7 @@ def launch_gemm(kernel, a, a_s, b, b_s, n: int, k_blocks: int, extra: dict, spli
     cfg = GemmConfig(*config) if config is not None else pick_config(m)
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
     if split_k is None:
-        split_k = pick_split_k(tiles, k_blocks, sm_count(a.device), waves=cfg.waves)
+        split_k = pick_split_k(tiles, k_blocks, sm_count(a.device, interpret=4), waves=cfg.waves)
     kb_per_split = triton.cdiv(k_blocks, split_k)
     split_k = triton.cdiv(k_blocks, kb_per_split)  # no empty splits
     c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)

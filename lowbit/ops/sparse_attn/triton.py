@@ -11,13 +11,12 @@ does that merge itself, found by an atomic arrival counter: one launch instead o
 """
 from __future__ import annotations
 
-import functools
 
 import torch
 import triton
 import triton.language as tl
 
-from lowbit._backend import interpret_mode
+from lowbit._backend import interpret_mode, sm_count
 
 LOG2E = 1.4426950408889634
 
@@ -289,15 +288,8 @@ def _configs(h: int, d_pad: int, regime: str = "bulk", fp8: bool = False) -> lis
 _CHOSEN: dict[tuple, int] = {}
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
 def _sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 4
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return sm_count(device, interpret=4)
 
 
 def _num_splits(programs: int, tiles: int, device: torch.device, merge: float = 0.25, min_tiles: int = 1) -> int:
