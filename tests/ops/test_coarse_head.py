@@ -250,3 +250,102 @@ def test_fused_select_opcheck_cuda():
     x = torch.randn(3, 128, device="cuda", dtype=torch.bfloat16)
     out = coarse_head(x, pack(w, 4, 64), block=64, kcand=3, bound=BOUND_NONE)
     torch.library.opcheck(torch.ops.lowbit.draft_fast_select.default, (out.cand_key, out.cand_idx, x, w, 6, 2, 3))
+
+
+# --- the packed-half GEMV (variant 5: fast mode, M rows one per program) --------------------
+
+TRITON_TIERS = [pytest.param("interpret", marks=pytest.mark.interpret), pytest.param("cuda", marks=pytest.mark.cuda)]
+H2_CONFIG = (1, 4, 1, 0, 5)
+
+
+@pytest.fixture
+def poison_int32(monkeypatch, poison_empty):
+    """As ``poison_empty``, and int32 buffers (the packed x pairs) start as fp16 NaN pairs."""
+    nan_empty = torch.empty
+
+    def empty(*args, **kwargs):
+        t = nan_empty(*args, **kwargs)
+        if t.dtype == torch.int32:
+            t.fill_(0x7E007E00)
+        return t
+
+    monkeypatch.setattr(torch, "empty", empty)
+
+
+def _h2_run(tier, packing, x, n, block=64, kcand=3, config=H2_CONFIG):
+    from lowbit.ops.coarse_head import _raw
+    from lowbit.ops.coarse_head.triton import coarse_head_triton
+
+    dev = "cuda" if tier == "cuda" else "cpu"
+    p = packing.to(dev) if dev == "cuda" else packing
+    with lowbit.backend("triton"):
+        out = coarse_head_triton(x.to(dev), p.kind, *_raw(p), n=n, bits=p.bits, group_size=p.group_size,
+                                 padded_k=p.padded_k, block=block, kcand=kcand, bound=BOUND_NONE, sigma=4.0,
+                                 write_logits=True, config=config)
+    return [t.cpu() for t in out]
+
+
+# Each case crosses a path of the kernel: g >= 64 (the step is one group: fp16 sum over the
+# row's four vectors) or g < 64 (a group per vector); one or several K steps, a partial last
+# step (LW % 16 != 0: K = 96 at g16); padded K (K % (planes * g) != 0); every x dtype; M > 1.
+H2_CASES = [(2, 64, 160, 1, BF16), (2, 64, 576, 3, FP32), (2, 16, 96, 2, BF16), (4, 32, 160, 1, FP16),
+            (4, 64, 1024, 1, BF16), (8, 64, 576, 2, BF16), (8, 16, 96, 1, FP32)]
+
+
+@pytest.mark.parametrize("tier", TRITON_TIERS)
+@pytest.mark.parametrize("bits,g,k,m,xdtype", H2_CASES)
+def test_packed_half_gemv_matches_reference(tier, poison_int32, bits, g, k, m, xdtype):
+    w = (torch.randn(N, k) * 0.02).to(torch.bfloat16)
+    x = torch.randn(m, k).to(xdtype)
+    packing = pack(w, bits, g)
+    with lowbit.backend("reference"):
+        ref = coarse_head(x, packing, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
+    cand_key, _, cand_idx, _, _, logits = _h2_run(tier, packing, x, N, BLOCK, KCAND)
+    # fp16 products and partial sums of at most 32 terms: ~2^-11 relative each, so the logits
+    # agree to a few 1e-4 (measured 2e-4 .. 6e-4 at these shapes); fp32 kernels agree to 1e-5
+    assert not logits.isnan().any() and not cand_key.isnan().any()
+    assert rel_err(logits, ref.logits) < 3e-3
+    assert rel_err(logits, ref.logits) > 0  # the fp16 path really ran (the fp32 one matches to 1e-6)
+    mine = block_candidates_reference(logits, None, block=BLOCK, kcand=KCAND, write_logits=False)
+    torch.testing.assert_close(cand_key, mine.cand_key, rtol=0, atol=0)
+    assert torch.equal(cand_idx, mine.cand_idx)
+
+
+@pytest.mark.parametrize("tier", TRITON_TIERS)
+def test_packed_half_gemv_scales_x(tier, poison_int32):
+    """Rows of x far from unit scale (1e4, 1e-5) and an all-zero row: the per-row power of two
+    keeps the fp16 products in range (no inf, no flush to zero); a zero row gives zero logits."""
+    k = 576
+    w = (torch.randn(N, k) * 0.02).to(torch.bfloat16)
+    x = torch.randn(3, k)
+    x[0] *= 1e4
+    x[1] *= 1e-5
+    x[2] = 0.0
+    packing = pack(w, 2, 64)
+    with lowbit.backend("reference"):
+        ref = coarse_head(x, packing, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
+    logits = _h2_run(tier, packing, x, N)[5]
+    for r in range(2):
+        assert rel_err(logits[r], ref.logits[r]) < 3e-3
+    assert torch.equal(logits[2], torch.zeros(N))
+
+
+def test_packed_half_gemv_only_for_fast_mode():
+    """Certified keys need the fp32 kernels' rounding proof: variant 5 falls back to the word
+    GEMV there (the bound then matches the reference's)."""
+    w = torch.randn(N, 576) * 0.02
+    packing = pack(w, 4, 64)
+    x = torch.randn(1, 576)
+    if not lowbit._backend.interpret_mode():
+        pytest.skip("calls the Triton launcher on CPU tensors: interpreter tier only")
+    from lowbit.ops.coarse_head import _raw
+    from lowbit.ops.coarse_head.triton import coarse_head_triton
+
+    with lowbit.backend("triton"):
+        out = coarse_head_triton(x, packing.kind, *_raw(packing), n=N, bits=4, group_size=64, padded_k=packing.padded_k,
+                                 block=BLOCK, kcand=KCAND, bound=BOUND_DET, sigma=4.0, write_logits=True,
+                                 config=H2_CONFIG)
+    with lowbit.backend("reference"):
+        ref = coarse_head(x, packing, block=BLOCK, kcand=KCAND, bound=BOUND_DET, write_logits=True)
+    assert rel_err(out[5], ref.logits) < 1e-5
+    assert out[1].shape == ref.cand_lb.shape

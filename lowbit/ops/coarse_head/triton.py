@@ -15,6 +15,8 @@ from lowbit._backend import interpret_mode
 from lowbit.ops.coarse_head.reference import ABS_SLACK, BOUND_NONE, rounding_eps
 
 KIND_INTX, KIND_FP8, KIND_NVFP4 = 0, 1, 2
+#: epilogue kind of a kernel whose accumulator already holds the coarse logits (zero point applied)
+KIND_DONE = 3
 
 
 def _pow2(n: int) -> int:
@@ -138,6 +140,85 @@ def _words_dot_step(acc_t, b_w, j0, x_ptr, s_ptr, o_n, m_n, o_t, o_m, m_m, strid
 
 
 @triton.jit
+def _epilogue(acc, bnd, st_ptr, s_ptr, z_ptr, gs_ptr, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, lg_ptr,
+              o_m, m_m, o_n, m_n, i_n, M, N, NB, stride_sn, bcoef, sigma, abs_slack,
+              NG: tl.constexpr, KIND: tl.constexpr, BOUND: tl.constexpr, USE_DOT: tl.constexpr,
+              ZOFF: tl.constexpr, WRITE_LOGITS: tl.constexpr, KCAND: tl.constexpr, GC: tl.constexpr,
+              BN: tl.constexpr):
+    """After the K loop, shared by the coarse kernels: ``acc`` / ``bnd`` fp32 [BM, BN] (BM = 1
+    for the GEMVs) get the per-group zero-point and bound terms (INTx) or the row / global scale
+    (native rows; nothing for KIND_DONE = 3); then the logits are written if asked and the block's ``KCAND`` candidates
+    emitted by successive max-and-mask (ties to the lower index)."""
+    NBK = NB * KCAND
+    if KIND == 0:
+        # zero point and bound terms, per group: [BM, NG] x-statistics times [NG, BN] (s*z, s, s^2)
+        for g0 in range(0, NG, GC):
+            o_g = g0 + tl.arange(0, GC)
+            m_g = o_g < NG
+            p_sg = o_n[:, None] * stride_sn + o_g[None, :]
+            # [BN, GC]
+            b_s = tl.load(s_ptr + p_sg, mask=m_n[:, None] & m_g[None, :], other=0.0).to(tl.float32)
+            b_z = tl.load(z_ptr + p_sg, mask=m_n[:, None] & m_g[None, :], other=0).to(tl.float32) + ZOFF
+            # [BM, GC]
+            p_st = st_ptr + o_m[:, None] * NG + o_g[None, :]
+            m_st = m_m[:, None] & m_g[None, :]
+            b_xs = tl.load(p_st, mask=m_st, other=0.0)
+            if BOUND == 1:
+                b_xb = tl.load(p_st + M * NG, mask=m_st, other=0.0)
+                b_sb = b_s
+            elif BOUND == 2:
+                b_xb = tl.load(p_st + 2 * M * NG, mask=m_st, other=0.0)
+                b_sb = b_s * b_s
+            if USE_DOT:
+                acc -= tl.dot(b_xs, tl.trans(b_s * b_z), input_precision="ieee")
+                if BOUND != 0:
+                    bnd += tl.dot(b_xb, tl.trans(b_sb), input_precision="ieee")
+            else:
+                acc -= tl.sum(b_xs * (b_s * b_z), axis=1)[None, :]
+                if BOUND != 0:
+                    bnd += tl.sum(b_xb * b_sb, axis=1)[None, :]
+    elif KIND == 1:
+        b_rs = tl.load(s_ptr + o_n * stride_sn, mask=m_n, other=0.0)  # fp32 row scales
+        acc = acc * b_rs[None, :]
+        bnd = bnd * b_rs[None, :]
+    elif KIND == 2:
+        gsc = tl.load(gs_ptr)
+        acc = acc * gsc
+        bnd = bnd * gsc
+    # KIND == 3 (KIND_DONE): the caller's accumulator is already the coarse logit
+
+    if WRITE_LOGITS:
+        tl.store(lg_ptr + o_m[:, None] * N + o_n[None, :], acc, mask=m_m[:, None] & m_n[None, :])
+    neg = float("-inf")
+    if BOUND == 1:
+        b = bnd * bcoef + abs_slack
+    elif BOUND == 2:
+        b = sigma * tl.sqrt(bnd * (1.0 / 12.0))
+    if BOUND != 0:
+        key = acc + b
+        lb = tl.where(m_n[None, :], acc - b, neg)
+        tl.store(blb_ptr + o_m * NB + i_n, tl.max(lb, axis=1), mask=m_m)
+    else:
+        key = acc
+    key = tl.where(m_n[None, :], key, neg)
+    big = N + BN
+    o_c = o_m * NBK + i_n * KCAND
+    # successive max-and-mask: the block's KCAND best keys, ties to the lower index
+    for c in tl.static_range(KCAND):
+        best = tl.max(key, axis=1)  # [BM]
+        loc = tl.min(tl.where(key == best[:, None], o_n[None, :], big), axis=1)
+        sel = o_n[None, :] == loc[:, None]
+        tl.store(ck_ptr + o_c + c, best, mask=m_m)
+        tl.store(ci_ptr + o_c + c, tl.where(best == neg, 0, loc), mask=m_m)
+        if BOUND != 0:
+            tl.store(clb_ptr + o_c + c, tl.max(tl.where(sel, lb, neg), axis=1), mask=m_m)
+        key = tl.where(sel, neg, key)
+    if BOUND != 0:
+        tl.store(brest_ptr + o_m * NB + i_n, tl.max(key, axis=1), mask=m_m)
+
+
+
+@triton.jit
 def _coarse_head_kernel(
     x_ptr, st_ptr, w_ptr, s_ptr, z_ptr, gs_ptr,
     ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, lg_ptr,
@@ -158,7 +239,6 @@ def _coarse_head_kernel(
     o_b = tl.arange(0, BK)
     m_n = o_n < N
     m_m = o_m < M
-    NBK = NB * KCAND
     p_w = w_ptr + o_n[:, None] * stride_wn + o_b[None, :]
 
     if WORDS and USE_DOT:
@@ -275,70 +355,9 @@ def _coarse_head_kernel(
     else:
         acc = tl.sum(acc2, axis=1)[None, :]  # [1, BN]
         bnd = tl.sum(bnd2, axis=1)[None, :]
-    if KIND == 0:
-        # zero point and bound terms, per group: [BM, NG] x-statistics times [NG, BN] (s*z, s, s^2)
-        for g0 in range(0, NG, GC):
-            o_g = g0 + tl.arange(0, GC)
-            m_g = o_g < NG
-            p_sg = o_n[:, None] * stride_sn + o_g[None, :]
-            # [BN, GC]
-            b_s = tl.load(s_ptr + p_sg, mask=m_n[:, None] & m_g[None, :], other=0.0).to(tl.float32)
-            b_z = tl.load(z_ptr + p_sg, mask=m_n[:, None] & m_g[None, :], other=0).to(tl.float32) + ZOFF
-            # [BM, GC]
-            p_st = st_ptr + o_m[:, None] * NG + o_g[None, :]
-            m_st = m_m[:, None] & m_g[None, :]
-            b_xs = tl.load(p_st, mask=m_st, other=0.0)
-            if BOUND == 1:
-                b_xb = tl.load(p_st + M * NG, mask=m_st, other=0.0)
-                b_sb = b_s
-            elif BOUND == 2:
-                b_xb = tl.load(p_st + 2 * M * NG, mask=m_st, other=0.0)
-                b_sb = b_s * b_s
-            if USE_DOT:
-                acc -= tl.dot(b_xs, tl.trans(b_s * b_z), input_precision="ieee")
-                if BOUND != 0:
-                    bnd += tl.dot(b_xb, tl.trans(b_sb), input_precision="ieee")
-            else:
-                acc -= tl.sum(b_xs * (b_s * b_z), axis=1)[None, :]
-                if BOUND != 0:
-                    bnd += tl.sum(b_xb * b_sb, axis=1)[None, :]
-    elif KIND == 1:
-        b_rs = tl.load(s_ptr + o_n * stride_sn, mask=m_n, other=0.0)  # fp32 row scales
-        acc = acc * b_rs[None, :]
-        bnd = bnd * b_rs[None, :]
-    else:
-        gsc = tl.load(gs_ptr)
-        acc = acc * gsc
-        bnd = bnd * gsc
-
-    if WRITE_LOGITS:
-        tl.store(lg_ptr + o_m[:, None] * N + o_n[None, :], acc, mask=m_m[:, None] & m_n[None, :])
-    neg = float("-inf")
-    if BOUND == 1:
-        b = bnd * bcoef + abs_slack
-    elif BOUND == 2:
-        b = sigma * tl.sqrt(bnd * (1.0 / 12.0))
-    if BOUND != 0:
-        key = acc + b
-        lb = tl.where(m_n[None, :], acc - b, neg)
-        tl.store(blb_ptr + o_m * NB + i_n, tl.max(lb, axis=1), mask=m_m)
-    else:
-        key = acc
-    key = tl.where(m_n[None, :], key, neg)
-    big = N + BN
-    o_c = o_m * NBK + i_n * KCAND
-    # successive max-and-mask: the block's KCAND best keys, ties to the lower index
-    for c in tl.static_range(KCAND):
-        best = tl.max(key, axis=1)  # [BM]
-        loc = tl.min(tl.where(key == best[:, None], o_n[None, :], big), axis=1)
-        sel = o_n[None, :] == loc[:, None]
-        tl.store(ck_ptr + o_c + c, best, mask=m_m)
-        tl.store(ci_ptr + o_c + c, tl.where(best == neg, 0, loc), mask=m_m)
-        if BOUND != 0:
-            tl.store(clb_ptr + o_c + c, tl.max(tl.where(sel, lb, neg), axis=1), mask=m_m)
-        key = tl.where(sel, neg, key)
-    if BOUND != 0:
-        tl.store(brest_ptr + o_m * NB + i_n, tl.max(key, axis=1), mask=m_m)
+    _epilogue(acc, bnd, st_ptr, s_ptr, z_ptr, gs_ptr, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, lg_ptr,
+              o_m, m_m, o_n, m_n, i_n, M, N, NB, stride_sn, bcoef, sigma, abs_slack,
+              NG, KIND, BOUND, USE_DOT, ZOFF, WRITE_LOGITS, KCAND, GC, BN)
 
 
 # Launch configurations per M band: (BM, num_warps, num_stages, BK, VARIANT). BM = 1 is a GEMV
@@ -367,12 +386,21 @@ _CONFIGS = {1: (1, 8, 3, 0, 2), 16: (16, 4, 3, 0, 0), 32: (32, 4, 3, 0, 0), 64: 
 _CONFIGS_BITS: dict = {(1, 4): (1, 16, 3, 0, 4), (1, 8): (1, 8, 3, 0, 0)}
 
 
-def _config(m: int, bits=None):
+# Fast mode only (no bound: the keys are the coarse logits), per (band, INTx bits), checked before
+# the tables above. VARIANT 5 = the packed-half GEMV (triton_h2.py: fp16-pair decode + FMA, the
+# next K step's words in flight); its fp16 rounding is outside the certified bound's proof, so
+# certified keys never use it.
+_CONFIGS_FAST: dict = {(1, 2): (1, 4, 1, 0, 5), (1, 4): (1, 4, 1, 0, 5), (1, 8): (1, 4, 1, 0, 5)}
+
+
+def _config(m: int, bits=None, fast: bool = False):
     band = 64
     for b in (1, 16, 32, 64):
         if m <= b:
             band = b
             break
+    if fast and (band, bits) in _CONFIGS_FAST:
+        return band, _CONFIGS_FAST[band, bits]
     return band, _CONFIGS_BITS.get((band, bits), _CONFIGS[band])
 
 
@@ -405,7 +433,7 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     if x.stride(1) != 1:
         x = x.contiguous()
     if config is None:
-        _, config = _config(m, bits if kind == KIND_INTX else None)
+        _, config = _config(m, bits if kind == KIND_INTX else None, fast=bound == BOUND_NONE)
     bm, warps, stages, bk = config[:4]
     variant = config[4] if len(config) > 4 else 0
     if not bk:
@@ -413,6 +441,13 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     use_dot = bm > 1
     aligned = (kind == KIND_INTX and group_size % bk == 0 and w.shape[1] % 4 == 0 and w.stride(1) == 1
                and w.stride(0) % 4 == 0 and w.data_ptr() % 16 == 0)
+    if variant == 5 and not use_dot and aligned and bound == BOUND_NONE:
+        from lowbit.ops.coarse_head.triton_h2 import coarse_gemv_h2
+
+        return coarse_gemv_h2(x, w, s, z, n=n, bits=bits, group_size=group_size, block=block, kcand=kcand,
+                              write_logits=write_logits, num_warps=warps, num_stages=stages)
+    if variant == 5:  # certified keys (fp32 rounding proof) or an unaligned view: the word GEMV
+        variant = 2
     if use_dot:  # word-dot: INT2 / INT4, BK = 64 (K = 16 per sub-dot)
         words = variant == 3 and aligned and bits is not None and bits <= 4 and bk == 64
     else:
