@@ -32,13 +32,15 @@ DEV = os.environ.get("TUNE_DEVICE", "cuda")  # "cpu" + TRITON_INTERPRET=1: a dry
 # (band, bits) -> configs (BM, warps, stages, BK, VARIANT), most promising first (the sweep is
 # cut at its time budget). Variant 0 = the byte path; 2 / 4 = the previous word GEMV choices
 # (INT2 / INT4); 5 = the packed-half GEMV (triton_h2.py).
-H2 = [(1, 4, 1, 0, 5), (1, 8, 1, 0, 5), (1, 2, 1, 0, 5), (1, 4, 2, 0, 5), (1, 8, 2, 0, 5), (1, 1, 1, 0, 5)]
+# (5 / 6: one thread per row with / without .cg word loads; 7 / 8: four threads per row)
+H2 = [(1, 1, 1, 0, 6), (1, 1, 1, 0, 5), (1, 2, 1, 0, 6), (1, 4, 1, 0, 6), (1, 4, 1, 0, 8), (1, 2, 1, 0, 8),
+      (1, 1, 1, 0, 8), (1, 4, 1, 0, 7), (1, 2, 1, 0, 5)]
 SWEEP = {
     1: H2 + [(1, 8, 3, 0, 2), (1, 16, 3, 0, 4)],
     16: [(16, 4, 3, 0, 0)],
     64: [(64, 8, 4, 0, 0)],
 }
-INT8_M1 = H2[:4] + [(1, 8, 3, 0, 0)]
+INT8_M1 = H2[:5] + [(1, 8, 3, 0, 0)]
 
 
 def log(path, rec):
@@ -222,7 +224,7 @@ def e2e(best, w, floors, ev_time, graph_time, torch, ch, cht):
     from lowbit.nn.draft_head import DraftHead
     import torch.nn.functional as F
 
-    new_fast = {(b, bits): c for (b, bits), (c, _) in best.items() if b == 1 and len(c) > 4 and c[4] == 5}
+    new_fast = {(b, bits): c for (b, bits), (c, _) in best.items() if b == 1 and len(c) > 4 and c[4] in cht.H2_VARIANTS}
     log("e2e.jsonl", {"new_fast_table": {f"{b}/{bits}": c for (b, bits), c in new_fast.items()}})
 
     def set_path(new: bool):

@@ -393,6 +393,10 @@ _CONFIGS_BITS: dict = {(1, 4): (1, 16, 3, 0, 4), (1, 8): (1, 8, 3, 0, 0)}
 _CONFIGS_FAST: dict = {(1, 2): (1, 4, 1, 0, 5), (1, 4): (1, 4, 1, 0, 5), (1, 8): (1, 4, 1, 0, 5)}
 
 
+#: packed-half GEMV variants -> (SPREAD: four threads per row instead of one, CG: .cg word loads)
+H2_VARIANTS = {5: (False, True), 6: (False, False), 7: (True, True), 8: (True, False)}
+
+
 def _config(m: int, bits=None, fast: bool = False):
     band = 64
     for b in (1, 16, 32, 64):
@@ -441,12 +445,13 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     use_dot = bm > 1
     aligned = (kind == KIND_INTX and group_size % bk == 0 and w.shape[1] % 4 == 0 and w.stride(1) == 1
                and w.stride(0) % 4 == 0 and w.data_ptr() % 16 == 0)
-    if variant == 5 and not use_dot and aligned and bound == BOUND_NONE:
+    if variant in H2_VARIANTS and not use_dot and aligned and bound == BOUND_NONE:
         from lowbit.ops.coarse_head.triton_h2 import coarse_gemv_h2
 
+        spread, cg = H2_VARIANTS[variant]
         return coarse_gemv_h2(x, w, s, z, n=n, bits=bits, group_size=group_size, block=block, kcand=kcand,
-                              write_logits=write_logits, num_warps=warps, num_stages=stages)
-    if variant == 5:  # certified keys (fp32 rounding proof) or an unaligned view: the word GEMV
+                              write_logits=write_logits, num_warps=warps, num_stages=stages, spread=spread, cg=cg)
+    if variant in H2_VARIANTS:  # certified keys (fp32 rounding proof) or an unaligned view: the word GEMV
         variant = 2
     if use_dot:  # word-dot: INT2 / INT4, BK = 64 (K = 16 per sub-dot)
         words = variant == 3 and aligned and bits is not None and bits <= 4 and bk == 64

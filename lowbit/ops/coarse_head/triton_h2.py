@@ -160,17 +160,23 @@ def _x_pairs_kernel(x_ptr, x2_ptr, alpha_ptr, stride_xm,
 @triton.jit
 def _plane_step(acc, w0, w1, w2, w3, p_x2, s_ptr, z_ptr, o_n, m_n, o_u, j0, stride_sn, j: tl.constexpr,
                 L: tl.constexpr, LW: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr, G: tl.constexpr,
-                INTERPRET: tl.constexpr):
+                SUM_U: tl.constexpr, INTERPRET: tl.constexpr):
     """Plane ``j`` of one K step: words ``w0..w3`` [BN, 4] are words ``j0 + 4u + i`` (i = 0..3)
-    of each row; 8 fp16-pair products per (row, u). ``G % 64 == 0`` (the step is one group of
-    each row): summed over u in fp16 (32 products per half), widened once per row, times the
-    group scale — ``acc`` is [BN]. Otherwise each vector u has its own group: widened per (row,
-    u) — ``acc`` is [BN, 4]."""
+    of each row; 8 fp16-pair products per (row, u). ``G % 64 == 0``: the step is one group of
+    each row (one scale / zero per row). ``SUM_U`` (needs that, and the four vectors of a row in
+    one thread): the products are summed over u in fp16 (32 per half), widened once per row,
+    times the group scale — ``acc`` is [BN]. Otherwise widened per (row, u) — ``acc`` [BN, 4]."""
     M2: tl.constexpr = (MASK << (SHIFT * j)) * 0x10001
     ONE_GROUP: tl.constexpr = G % 64 == 0
-    if ONE_GROUP:
+    if SUM_U:
         p_g = o_n * stride_sn + (j * L + 4 * j0) // G  # [BN]
         b_z = tl.load(z_ptr + p_g, mask=m_n, other=0).to(tl.int32)[:, None]
+    elif ONE_GROUP:
+        # [BN, 4], the same group for the four vectors: loaded in the tile's own layout (a [BN]
+        # load would need a layout conversion through shared memory in every step)
+        p_g = (o_n * stride_sn + (j * L + 4 * j0) // G)[:, None] + 0 * o_u[None, :]
+        m_g = m_n[:, None] & (o_u >= 0)[None, :]
+        b_z = tl.load(z_ptr + p_g, mask=m_g, other=0).to(tl.int32)
     else:
         # the group of each 16-byte vector (G is a multiple of 16: a vector never straddles groups)
         o_g = (j * L + 4 * (j0 + 4 * o_u)) // G  # [4]
@@ -195,7 +201,7 @@ def _plane_step(acc, w0, w1, w2, w3, p_x2, s_ptr, z_ptr, o_n, m_n, o_u, j0, stri
         x_b = tl.load(p_x2 + 8 * i + 4 + o_u)
         a16 = _h2_fma(a16, w, mask, zero, x_a[None, :], INTERPRET)
         a16 = _h2_fma(a16, w >> 8, mask, zero, x_b[None, :], INTERPRET)
-    if ONE_GROUP:
+    if SUM_U:
         b_sc = tl.load(s_ptr + p_g, mask=m_n, other=0.0).to(tl.float32)
         return acc + _h2_sum(_h2_sum_vectors(a16, w0.shape[0], INTERPRET), INTERPRET) * b_sc
     else:
@@ -210,39 +216,55 @@ def _coarse_gemv_h2_kernel(
     M, N, NB, stride_wn, stride_sn,
     L: tl.constexpr, LW: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
     MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, KCAND: tl.constexpr,
-    WRITE_LOGITS: tl.constexpr, INTERPRET: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr, SPREAD: tl.constexpr, CG: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Grid (ceil(N / BN), M). Per program: BN tokens of one row of x; 16 words per row per K
     step as a [BN, 4 vectors, 4 words] tile, the next step's tile loaded before this one is
-    decoded. Outputs as the main coarse kernel's fast mode (candidates, optional logits)."""
+    decoded. Outputs as the main coarse kernel's fast mode (candidates, optional logits).
+
+    ``SPREAD``: the tile is loaded as [BN, 16] words (four threads share a row: each load
+    instruction of a warp reads 8 rows x 64 contiguous bytes) instead of one thread per row
+    (32 rows x 16 bytes). ``CG``: the word loads bypass L1 (``.cg``)."""
     i_n = tl.program_id(0).to(tl.int64)
     i_m = tl.program_id(1).to(tl.int64)
     o_n = i_n * BN + tl.arange(0, BN)
     m_n = o_n < N
     o_u = tl.arange(0, 4)
     o_i = tl.arange(0, 4)
-    o_w = 4 * o_u[None, :, None] + o_i[None, None, :]  # [1, 4, 4] word offset within a step
-    p_w = w_ptr + o_n[:, None, None] * stride_wn + o_w
-    m_w = m_n[:, None, None]
+    if SPREAD:
+        o_w = tl.arange(0, 16)[None, :]  # [1, 16]
+        p_w = w_ptr + o_n[:, None] * stride_wn + o_w
+        m_w = m_n[:, None]
+    else:
+        o_w = 4 * o_u[None, :, None] + o_i[None, None, :]  # [1, 4, 4] word offset within a step
+        p_w = w_ptr + o_n[:, None, None] * stride_wn + o_w
+        m_w = m_n[:, None, None]
     p_x2 = x2_ptr + i_m * (P * NS * 32)
-    if G % 64 == 0:
+    SUM_U: tl.constexpr = G % 64 == 0 and not SPREAD
+    if SUM_U:
         acc = tl.zeros([BN], dtype=tl.float32)
     else:
         acc = tl.zeros([BN, 4], dtype=tl.float32)
-    # [BN, 4, 4] int32; streamed once (.cg: L1 keeps the x pairs and scale lines instead)
-    b_next = tl.load(p_w, mask=m_w & (o_w < LW), other=0, cache_modifier=".cg")
+    # streamed once (.cg: L1 keeps the x pairs and scale lines instead)
+    if CG:
+        b_next = tl.load(p_w, mask=m_w & (o_w < LW), other=0, cache_modifier=".cg")
+    else:
+        b_next = tl.load(p_w, mask=m_w & (o_w < LW), other=0)
     for i_s in range(0, NS):
         j0 = 16 * i_s
         b_cur = b_next
-        b_next = tl.load(p_w + j0 + 16, mask=m_w & (j0 + 16 + o_w < LW), other=0, cache_modifier=".cg")
+        if CG:
+            b_next = tl.load(p_w + j0 + 16, mask=m_w & (j0 + 16 + o_w < LW), other=0, cache_modifier=".cg")
+        else:
+            b_next = tl.load(p_w + j0 + 16, mask=m_w & (j0 + 16 + o_w < LW), other=0)
         b_e, b_o = tl.split(tl.reshape(b_cur, [BN, 4, 2, 2]))  # words i even / odd: [BN, 4, 2]
         w0, w2 = tl.split(b_e)
         w1, w3 = tl.split(b_o)
         for j in tl.static_range(P):
             acc = _plane_step(acc, w0, w1, w2, w3, p_x2 + (j * NS + i_s) * 32, s_ptr, z_ptr, o_n, m_n, o_u, j0,
-                              stride_sn, j, L, LW, SHIFT, MASK, G, INTERPRET)
+                              stride_sn, j, L, LW, SHIFT, MASK, G, SUM_U, INTERPRET)
     alpha = tl.load(alpha_ptr + i_m)
-    if G % 64 == 0:
+    if SUM_U:
         row = (acc / alpha)[None, :]  # [1, BN]
     else:
         row = (tl.sum(acc, axis=1) / alpha)[None, :]
@@ -259,7 +281,8 @@ def _limit(bits: int) -> float:
     return 512.0 / ((1 << bits) - 1)
 
 
-def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logits, num_warps=4, num_stages=1):
+def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logits, num_warps=4, num_stages=1,
+                   spread=False, cg=True):
     """Launch the packed-half GEMV (fast mode). ``x`` [M, K] (unit stride along K), ``w`` the INTx
     plane-split codes uint8 [N, L] (L % 4 == 0, 16-byte aligned rows), ``s`` fp16 / ``z`` uint8
     [N, NG]. Returns the six ``CoarseOut`` tensors (certified outputs empty)."""
@@ -285,7 +308,7 @@ def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logit
         x2, alpha, wq, s, z, cand_key, cand_idx, logits,
         m, n, nb, wq.stride(0), s.stride(0),
         L=ell, LW=lw, NS=ns, NG=s.shape[1], P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
-        KCAND=kcand, WRITE_LOGITS=write_logits, INTERPRET=interpret_mode(),
+        KCAND=kcand, WRITE_LOGITS=write_logits, SPREAD=spread, CG=cg, INTERPRET=interpret_mode(),
         num_warps=num_warps, num_stages=num_stages,
     )
     return cand_key, empty, cand_idx, empty_b, empty_b, logits
