@@ -32,9 +32,10 @@ DEV = os.environ.get("TUNE_DEVICE", "cuda")  # "cpu" + TRITON_INTERPRET=1: a dry
 # (band, bits) -> configs (BM, warps, stages, BK, VARIANT), most promising first (the sweep is
 # cut at its time budget). Variant 0 = the byte path; 2 / 4 = the previous word GEMV choices
 # (INT2 / INT4); 5 = the packed-half GEMV (triton_h2.py).
-# (5 / 6: one thread per row with / without .cg word loads; 7 / 8: four threads per row)
-H2 = [(1, 1, 1, 0, 6), (1, 1, 1, 0, 5), (1, 2, 1, 0, 6), (1, 4, 1, 0, 6), (1, 4, 1, 0, 8), (1, 2, 1, 0, 8),
-      (1, 1, 1, 0, 8), (1, 4, 1, 0, 7), (1, 2, 1, 0, 5)]
+# (5 / 6: one thread per row with / without .cg word loads; 7 / 8: four threads per row; 9 / 10:
+# four threads per row, the wide tile). Round 2 (2026-12-01): 7 at 4 warps best for INT2 (150 us).
+H2 = [(1, 8, 1, 0, 9), (1, 8, 1, 0, 7), (1, 4, 1, 0, 9), (1, 8, 1, 0, 10), (1, 8, 1, 0, 8), (1, 4, 1, 0, 7),
+      (1, 16, 1, 0, 9), (1, 2, 1, 0, 8), (1, 4, 1, 0, 10)]
 SWEEP = {
     1: H2 + [(1, 8, 3, 0, 2), (1, 16, 3, 0, 4)],
     16: [(16, 4, 3, 0, 0)],

@@ -56,7 +56,9 @@ def test_matches_reference(backend, kind, bound, m, xdtype):
     # INT2/INT4 dot path multiplies codes q + 128 (bf16 decode without int->float converts) and
     # folds the 128 into the zero point: terms ~ (128 + qmax) / qmax larger, so up to ~1e-3.
     magic = backend.name == "cuda" and bits in (2, 4) and m > 1 and xdtype != FP16
-    assert rel_err(out.logits, ref.logits) < (1e-3 if magic else 1e-5)
+    # fast mode at M = 1 takes the packed-half GEMV (fp16 products: see its own tests below)
+    half = backend.is_triton and bound == BOUND_NONE and m == 1 and bits is not None
+    assert rel_err(out.logits, ref.logits) < (3e-3 if half else 1e-3 if magic else 1e-5)
     assert not out.cand_key.isnan().any()
     if bound == BOUND_NONE:
         # the candidates are exactly the per-block top-kcand of the kernel's own logits
@@ -255,8 +257,10 @@ def test_fused_select_opcheck_cuda():
 # --- the packed-half GEMV (variant 5: fast mode, M rows one per program) --------------------
 
 TRITON_TIERS = [pytest.param("interpret", marks=pytest.mark.interpret), pytest.param("cuda", marks=pytest.mark.cuda)]
-H2_CONFIGS = [(1, 4, 1, 0, 5), (1, 4, 1, 0, 8)]
-H2_CONFIG = H2_CONFIGS[0]
+H2_CONFIG = (1, 4, 1, 0, 5)  # one thread per row
+# four threads per row (variant 8: the words split per thread; 9: the wide tile, g >= 64 only,
+# smaller groups fall back to 8)
+H2_SPREAD_CONFIGS = [(1, 4, 1, 0, 8), (1, 8, 1, 0, 9)]
 
 
 @pytest.fixture
@@ -294,14 +298,16 @@ H2_CASES = [(2, 64, 160, 1, BF16), (2, 64, 576, 3, FP32), (2, 16, 96, 2, BF16), 
 
 
 @pytest.mark.parametrize("tier", TRITON_TIERS)
-@pytest.mark.parametrize("bits,g,k,m,xdtype", H2_CASES)
-def test_packed_half_gemv_matches_reference(tier, poison_int32, bits, g, k, m, xdtype):
+@pytest.mark.parametrize("bits,g,k,m,xdtype,config",
+                         [c + (H2_CONFIG,) for c in H2_CASES]
+                         + [c + (cfg,) for cfg in H2_SPREAD_CONFIGS for c in (H2_CASES[1], H2_CASES[3], H2_CASES[6])])
+def test_packed_half_gemv_matches_reference(tier, poison_int32, bits, g, k, m, xdtype, config):
     w = (torch.randn(N, k) * 0.02).to(torch.bfloat16)
     x = torch.randn(m, k).to(xdtype)
     packing = pack(w, bits, g)
     with lowbit.backend("reference"):
         ref = coarse_head(x, packing, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
-    cand_key, _, cand_idx, _, _, logits = _h2_run(tier, packing, x, N, BLOCK, KCAND)
+    cand_key, _, cand_idx, _, _, logits = _h2_run(tier, packing, x, N, BLOCK, KCAND, config=config)
     # fp16 products and partial sums of at most 32 terms: ~2^-11 relative each, so the logits
     # agree to a few 1e-4 (measured 2e-4 .. 6e-4 at these shapes); fp32 kernels agree to 1e-5
     assert not logits.isnan().any() and not cand_key.isnan().any()

@@ -122,13 +122,14 @@ def _h2_sum(acc, INTERPRET: tl.constexpr):
 @triton.jit
 def _x_pairs_kernel(x_ptr, x2_ptr, alpha_ptr, stride_xm,
                     K: tl.constexpr, L: tl.constexpr, LW: tl.constexpr, NS: tl.constexpr, P: tl.constexpr,
-                    SHIFT: tl.constexpr, LIMIT: tl.constexpr, BLK: tl.constexpr):
+                    SHIFT: tl.constexpr, LIMIT: tl.constexpr, BLK: tl.constexpr, WIDE: tl.constexpr = False):
     """One program per row m of x [M, K]: ``alpha[m]`` (fp32 power of two, ``amax |x| alpha`` in
     ``(LIMIT/2, LIMIT]``) and ``x2[m]`` int32 ``[P, NS, 4 (i), 2 (h), 4 (u)]``: for plane j, K
     step s, word ``t = 16 s + 4 u + i`` of the step, byte pair h, the fp16 pair
     ``(x[k], x[k + 2]) * alpha * 2^-(SHIFT j)`` with ``k = j L + 4 t + h`` (zero past K and past
     the plane's LW words). The four u of one (j, s, i, h) are contiguous: one 16-byte load in the
-    GEMV, where a thread's four vectors u are its four words of x."""
+    GEMV, where a thread's four vectors u are its four words of x. ``WIDE``: ``[P, NS, 2 (h),
+    16 (word of the step)]`` instead (the wide GEMV loads the 16 words' pairs of one h at once)."""
     i_m = tl.program_id(0).to(tl.int64)
     p_x = x_ptr + i_m * stride_xm
     b_amax = tl.zeros([BLK], dtype=tl.float32)
@@ -145,8 +146,12 @@ def _x_pairs_kernel(x_ptr, x2_ptr, alpha_ptr, stride_xm,
     for o0 in range(0, TOT, BLK):
         o = o0 + tl.arange(0, BLK)
         j = tl.minimum(o // (NS * 32), P - 1)  # clamped on the masked tail: no stray exponents
-        t = 16 * ((o // 32) % NS) + 4 * (o % 4) + (o // 8) % 4
-        h = (o // 4) % 2
+        if WIDE:
+            t = 16 * ((o // 32) % NS) + o % 16
+            h = (o // 16) % 2
+        else:
+            t = 16 * ((o // 32) % NS) + 4 * (o % 4) + (o // 8) % 4
+            h = (o // 4) % 2
         k = j * L + 4 * t + h
         m_o = o < TOT
         m_t = m_o & (t < LW)  # entries past the plane's words are written as zeros
@@ -210,6 +215,30 @@ def _plane_step(acc, w0, w1, w2, w3, p_x2, s_ptr, z_ptr, o_n, m_n, o_u, j0, stri
 
 
 @triton.jit
+def _wide_plane_step(acc, b_w, b_wh, p_x2, s_ptr, z_ptr, o_n, m_n, j0, stride_sn, j: tl.constexpr,
+                     L: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr,
+                     INTERPRET: tl.constexpr):
+    """Plane ``j`` of one K step of the wide GEMV (G % 64 == 0): ``b_w`` / ``b_wh = b_w >> 8``
+    int32 [BN, 16] as loaded (each thread holds 4 consecutive words of a row); the pairs are
+    decoded and multiplied in place, the 4 words of a thread summed in fp16 (8 products per
+    half), widened, times the row's group scale: ``acc`` [BN, 4]."""
+    M2: tl.constexpr = (MASK << (SHIFT * j)) * 0x10001
+    p_g = o_n * stride_sn + (j * L + 4 * j0) // G  # [BN]
+    b_z = tl.load(z_ptr + p_g, mask=m_n, other=0).to(tl.int32)
+    zero = ((0x6400 | (b_z << (SHIFT * j))) * 0x10001)[:, None]  # fp16 pair 1024 + z 2^(SHIFT j)
+    mask = tl.full(b_w.shape, M2, tl.int32)
+    o_t = tl.arange(0, 16)
+    x_a = tl.load(p_x2 + o_t)[None, :]  # [1, 16] bytes (0, 2) of the step's 16 words
+    x_b = tl.load(p_x2 + 16 + o_t)[None, :]  # bytes (1, 3)
+    a16 = _h2_fma(tl.zeros(b_w.shape, dtype=tl.int32), b_w, mask, zero, x_a, INTERPRET)
+    a16 = _h2_fma(a16, b_wh, mask, zero, x_b, INTERPRET)
+    a, b = tl.split(tl.reshape(a16, [BN, 8, 2]))
+    a, b = tl.split(tl.reshape(_h2_add(a, b, INTERPRET), [BN, 4, 2]))
+    b_sc = tl.load(s_ptr + p_g, mask=m_n, other=0.0).to(tl.float32)
+    return acc + _h2_sum(_h2_add(a, b, INTERPRET), INTERPRET) * b_sc[:, None]
+
+
+@triton.jit
 def _coarse_gemv_h2_kernel(
     x2_ptr, alpha_ptr, w_ptr, s_ptr, z_ptr,
     ck_ptr, ci_ptr, lg_ptr,
@@ -224,13 +253,16 @@ def _coarse_gemv_h2_kernel(
 
     ``SPREAD``: the tile is loaded as [BN, 16] words (four threads share a row: each load
     instruction of a warp reads 8 rows x 64 contiguous bytes) instead of one thread per row
-    (32 rows x 16 bytes). ``CG``: the word loads bypass L1 (``.cg``)."""
+    (32 rows x 16 bytes); ``SPREAD == 2`` (the *wide* GEMV, G % 64 == 0 only): the same loads,
+    decoded in place without splitting the tile into words (no layout conversion). ``CG``: the
+    word loads bypass L1 (``.cg``)."""
     i_n = tl.program_id(0).to(tl.int64)
     i_m = tl.program_id(1).to(tl.int64)
     o_n = i_n * BN + tl.arange(0, BN)
     m_n = o_n < N
     o_u = tl.arange(0, 4)
     o_i = tl.arange(0, 4)
+    WIDE: tl.constexpr = SPREAD == 2
     if SPREAD:
         o_w = tl.arange(0, 16)[None, :]  # [1, 16]
         p_w = w_ptr + o_n[:, None] * stride_wn + o_w
@@ -257,12 +289,18 @@ def _coarse_gemv_h2_kernel(
             b_next = tl.load(p_w + j0 + 16, mask=m_w & (j0 + 16 + o_w < LW), other=0, cache_modifier=".cg")
         else:
             b_next = tl.load(p_w + j0 + 16, mask=m_w & (j0 + 16 + o_w < LW), other=0)
-        b_e, b_o = tl.split(tl.reshape(b_cur, [BN, 4, 2, 2]))  # words i even / odd: [BN, 4, 2]
-        w0, w2 = tl.split(b_e)
-        w1, w3 = tl.split(b_o)
-        for j in tl.static_range(P):
-            acc = _plane_step(acc, w0, w1, w2, w3, p_x2 + (j * NS + i_s) * 32, s_ptr, z_ptr, o_n, m_n, o_u, j0,
-                              stride_sn, j, L, LW, SHIFT, MASK, G, SUM_U, INTERPRET)
+        if WIDE:
+            b_h = b_cur >> 8
+            for j in tl.static_range(P):
+                acc = _wide_plane_step(acc, b_cur, b_h, p_x2 + (j * NS + i_s) * 32, s_ptr, z_ptr, o_n, m_n, j0,
+                                       stride_sn, j, L, SHIFT, MASK, G, BN, INTERPRET)
+        else:
+            b_e, b_o = tl.split(tl.reshape(b_cur, [BN, 4, 2, 2]))  # words i even / odd: [BN, 4, 2]
+            w0, w2 = tl.split(b_e)
+            w1, w3 = tl.split(b_o)
+            for j in tl.static_range(P):
+                acc = _plane_step(acc, w0, w1, w2, w3, p_x2 + (j * NS + i_s) * 32, s_ptr, z_ptr, o_n, m_n, o_u, j0,
+                                  stride_sn, j, L, LW, SHIFT, MASK, G, SUM_U, INTERPRET)
     alpha = tl.load(alpha_ptr + i_m)
     if SUM_U:
         row = (acc / alpha)[None, :]  # [1, BN]
@@ -295,7 +333,7 @@ def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logit
     x2 = torch.empty(m, p * ns * 32, dtype=torch.int32, device=dev)
     alpha = torch.empty(m, dtype=torch.float32, device=dev)
     _x_pairs_kernel[(m,)](x, x2, alpha, x.stride(0), K=k, L=ell, LW=lw, NS=ns, P=p, SHIFT=bits,
-                          LIMIT=_limit(bits), BLK=1024, num_warps=4)
+                          LIMIT=_limit(bits), BLK=1024, WIDE=spread == 2, num_warps=4)
     nb = -(-n // block)
     c = nb * kcand
     cand_key = torch.empty(m, c, dtype=torch.float32, device=dev)
