@@ -387,10 +387,15 @@ _CONFIGS_BITS: dict = {(1, 4): (1, 16, 3, 0, 4), (1, 8): (1, 8, 3, 0, 0)}
 
 
 # Fast mode only (no bound: the keys are the coarse logits), per (band, INTx bits), checked before
-# the tables above. VARIANT 5 = the packed-half GEMV (triton_h2.py: fp16-pair decode + FMA, the
-# next K step's words in flight); its fp16 rounding is outside the certified bound's proof, so
-# certified keys never use it.
-_CONFIGS_FAST: dict = {(1, 2): (1, 4, 1, 0, 5), (1, 4): (1, 4, 1, 0, 5), (1, 8): (1, 4, 1, 0, 5)}
+# the tables above. VARIANTS 5-10 = the packed-half GEMV (triton_h2.py: fp16-pair decode + FMA,
+# the next K step's words in flight; H2_VARIANTS below); its fp16 rounding is outside the
+# certified bound's proof, so certified keys never use it. Chosen on the H200 with
+# scripts/tune_draft_head.py (124160 x 5120, g64, block 128, CUDA-graph replay, 2026-12-01):
+# the wide GEMV (9) at 8 warps — coarse kernel INT2 109.6 us in-graph profile (the word GEMV:
+# 202 us), INT4 ~171-189 (210), INT8 ~300 (316); one thread per row (5, 6) 196-230 us:
+# scripts/probe_stream.py shows that tiling alone caps the read at ~2.3 TB/s, four threads per
+# row at 8 warps reads at 3.9 TB/s (a flat read: 4.0).
+_CONFIGS_FAST: dict = {(1, 2): (1, 8, 1, 0, 9), (1, 4): (1, 8, 1, 0, 9), (1, 8): (1, 8, 1, 0, 9)}
 
 
 #: packed-half GEMV variants -> (SPREAD: four threads per row instead of one, CG: .cg word loads)
