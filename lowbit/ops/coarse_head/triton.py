@@ -400,8 +400,7 @@ _CONFIGS_FAST: dict = {(1, 2): (1, 8, 1, 0, 9), (1, 4): (1, 8, 1, 0, 9), (1, 8):
 
 #: packed-half GEMV variants -> (SPREAD: four threads per row instead of one, CG: .cg word loads)
 #: (SPREAD 2: the wide GEMV, g64 and coarser groups only; other groups take variant 8)
-#: SPREAD 3: the wide GEMV with the zero point subtracted per thread in fp32 (11)
-H2_VARIANTS = {5: (0, True), 6: (0, False), 7: (1, True), 8: (1, False), 9: (2, True), 10: (2, False), 11: (3, True)}
+H2_VARIANTS = {5: (0, True), 6: (0, False), 7: (1, True), 8: (1, False), 9: (2, True), 10: (2, False)}
 
 
 def _config(m: int, bits=None, fast: bool = False):
@@ -456,7 +455,7 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
         from lowbit.ops.coarse_head.triton_h2 import coarse_gemv_h2
 
         spread, cg = H2_VARIANTS[variant]
-        if spread >= 2 and group_size % 64:
+        if spread == 2 and group_size % 64:
             spread = 1
         return coarse_gemv_h2(x, w, s, z, n=n, bits=bits, group_size=group_size, block=block, kcand=kcand,
                               write_logits=write_logits, num_warps=warps, num_stages=stages, spread=spread, cg=cg)

@@ -120,20 +120,16 @@ def _h2_sum(acc, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _x_pairs_kernel(x_ptr, x2_ptr, alpha_ptr, xs_ptr, stride_xm,
+def _x_pairs_kernel(x_ptr, x2_ptr, alpha_ptr, stride_xm,
                     K: tl.constexpr, L: tl.constexpr, LW: tl.constexpr, NS: tl.constexpr, P: tl.constexpr,
-                    SHIFT: tl.constexpr, LIMIT: tl.constexpr, BLK: tl.constexpr, WIDE: tl.constexpr = False,
-                    XSUM: tl.constexpr = False):
+                    SHIFT: tl.constexpr, LIMIT: tl.constexpr, BLK: tl.constexpr, WIDE: tl.constexpr = False):
     """One program per row m of x [M, K]: ``alpha[m]`` (fp32 power of two, ``amax |x| alpha`` in
     ``(LIMIT/2, LIMIT]``) and ``x2[m]`` int32 ``[P, NS, 4 (i), 2 (h), 4 (u)]``: for plane j, K
     step s, word ``t = 16 s + 4 u + i`` of the step, byte pair h, the fp16 pair
     ``(x[k], x[k + 2]) * alpha * 2^-(SHIFT j)`` with ``k = j L + 4 t + h`` (zero past K and past
     the plane's LW words). The four u of one (j, s, i, h) are contiguous: one 16-byte load in the
     GEMV, where a thread's four vectors u are its four words of x. ``WIDE``: ``[P, NS, 2 (h),
-    16 (word of the step)]`` instead (the wide GEMV loads the 16 words' pairs of one h at once).
-    ``XSUM``: also ``xs[m]`` fp32 ``[P, NS, 4]``, ``alpha`` times the sum of x over the 16 K
-    positions ``j L + 64 s + 16 c + (0..15)`` (zero past K) — the zero-point term of the
-    zero-free wide GEMV."""
+    16 (word of the step)]`` instead (the wide GEMV loads the 16 words' pairs of one h at once)."""
     i_m = tl.program_id(0).to(tl.int64)
     p_x = x_ptr + i_m * stride_xm
     b_amax = tl.zeros([BLK], dtype=tl.float32)
@@ -164,15 +160,6 @@ def _x_pairs_kernel(x_ptr, x2_ptr, alpha_ptr, xs_ptr, stride_xm,
         # alpha * 2^-(SHIFT j), an exact power of two built from its exponent
         f = alpha * ((127 - SHIFT * j) << 23).to(tl.float32, bitcast=True)
         tl.store(x2_ptr + i_m * TOT + o, _pack_halves(x_a * f, x_b * f), mask=m_o)
-    if XSUM:
-        TS: tl.constexpr = P * NS * 4
-        for o0 in range(0, TS, 64):
-            o = o0 + tl.arange(0, 64)
-            j = o // (NS * 4)
-            k = (j * L + 64 * ((o // 4) % NS) + 16 * (o % 4))[:, None] + tl.arange(0, 16)[None, :]
-            # [64, 16]
-            b_x = tl.load(p_x + k, mask=(o < TS)[:, None] & (k < K), other=0.0).to(tl.float32)
-            tl.store(xs_ptr + i_m * TS + o, tl.sum(b_x, axis=1) * alpha, mask=o < TS)
 
 
 @triton.jit
@@ -252,45 +239,8 @@ def _wide_plane_step(acc, b_w, b_wh, p_x2, s_ptr, z_ptr, o_n, m_n, j0, stride_sn
 
 
 @triton.jit
-def _h2_fma_const(acc, w, mask, x2, INTERPRET: tl.constexpr):
-    """``acc += ((w & mask) | 0x64006400 - 1024) * x2`` on packed fp16 pairs: the code pair
-    ``q 2^e`` exactly (no zero point), times the x pair, accumulated."""
-    if INTERPRET:
-        return _h2_fma(acc, w, mask, tl.full(w.shape, 0x64006400, tl.int32), x2, INTERPRET)
-    else:
-        return tl.inline_asm_elementwise(
-            "{ .reg .b32 t, c; mov.b32 c, 0x64006400; lop3.b32 t, $2, $3, c, 0xEA; sub.f16x2 t, t, c; "
-            "fma.rn.f16x2 $0, t, $4, $1; }",
-            "=r,r,r,r,r", [acc, w, mask, x2], dtype=tl.int32, is_pure=True, pack=1)
-
-
-@triton.jit
-def _wide_zs_plane_step(acc, b_w, b_wh, p_x2, p_xs, s_ptr, z_ptr, o_n, m_n, o_c, j0, stride_sn, j: tl.constexpr,
-                        L: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr,
-                        INTERPRET: tl.constexpr):
-    """As :func:`_wide_plane_step`, with the zero point taken out of the decode: the fp16 pairs
-    hold ``q x``; after the in-thread sum over a thread's 4 words (16 K positions of the plane)
-    ``z * sum(x)`` of those positions (``p_xs``: fp32 [4], per vector c) is subtracted in fp32.
-    The group scale and zero are loaded as [BN, 4] (the same address across c), the layout the
-    tile's per-thread sums already have, so no shared-memory conversion is needed."""
-    M2: tl.constexpr = (MASK << (SHIFT * j)) * 0x10001
-    p_g = (o_n * stride_sn + (j * L + 4 * j0) // G)[:, None] + 0 * o_c[None, :]  # [BN, 4]
-    m_g = m_n[:, None] & (o_c >= 0)[None, :]
-    mask = tl.full(b_w.shape, M2, tl.int32)
-    o_t = tl.arange(0, 16)
-    a16 = _h2_fma_const(tl.zeros(b_w.shape, dtype=tl.int32), b_w, mask, tl.load(p_x2 + o_t)[None, :], INTERPRET)
-    a16 = _h2_fma_const(a16, b_wh, mask, tl.load(p_x2 + 16 + o_t)[None, :], INTERPRET)
-    a, b = tl.split(tl.reshape(a16, [BN, 8, 2]))
-    a, b = tl.split(tl.reshape(_h2_add(a, b, INTERPRET), [BN, 4, 2]))
-    part = _h2_sum(_h2_add(a, b, INTERPRET), INTERPRET)  # [BN, 4] fp32: sum q x (times alpha)
-    b_z = tl.load(z_ptr + p_g, mask=m_g, other=0).to(tl.float32)
-    b_sc = tl.load(s_ptr + p_g, mask=m_g, other=0.0).to(tl.float32)
-    return acc + (part - b_z * tl.load(p_xs + o_c)[None, :]) * b_sc
-
-
-@triton.jit
 def _coarse_gemv_h2_kernel(
-    x2_ptr, alpha_ptr, xs_ptr, w_ptr, s_ptr, z_ptr,
+    x2_ptr, alpha_ptr, w_ptr, s_ptr, z_ptr,
     ck_ptr, ci_ptr, lg_ptr,
     M, N, NB, stride_wn, stride_sn,
     L: tl.constexpr, LW: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
@@ -312,8 +262,7 @@ def _coarse_gemv_h2_kernel(
     m_n = o_n < N
     o_u = tl.arange(0, 4)
     o_i = tl.arange(0, 4)
-    WIDE: tl.constexpr = SPREAD >= 2
-    o_c = tl.arange(0, 4)
+    WIDE: tl.constexpr = SPREAD == 2
     if SPREAD:
         o_w = tl.arange(0, 16)[None, :]  # [1, 16]
         p_w = w_ptr + o_n[:, None] * stride_wn + o_w
@@ -340,13 +289,7 @@ def _coarse_gemv_h2_kernel(
             b_next = tl.load(p_w + j0 + 16, mask=m_w & (j0 + 16 + o_w < LW), other=0, cache_modifier=".cg")
         else:
             b_next = tl.load(p_w + j0 + 16, mask=m_w & (j0 + 16 + o_w < LW), other=0)
-        if SPREAD == 3:
-            b_h = b_cur >> 8
-            for j in tl.static_range(P):
-                acc = _wide_zs_plane_step(acc, b_cur, b_h, p_x2 + (j * NS + i_s) * 32,
-                                          xs_ptr + i_m * (P * NS * 4) + (j * NS + i_s) * 4, s_ptr, z_ptr, o_n, m_n,
-                                          o_c, j0, stride_sn, j, L, SHIFT, MASK, G, BN, INTERPRET)
-        elif WIDE:
+        if WIDE:
             b_h = b_cur >> 8
             for j in tl.static_range(P):
                 acc = _wide_plane_step(acc, b_cur, b_h, p_x2 + (j * NS + i_s) * 32, s_ptr, z_ptr, o_n, m_n, j0,
@@ -389,9 +332,8 @@ def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logit
     ns = -(-lw // _STEP_WORDS)
     x2 = torch.empty(m, p * ns * 32, dtype=torch.int32, device=dev)
     alpha = torch.empty(m, dtype=torch.float32, device=dev)
-    xs = torch.empty(m if spread == 3 else 0, p * ns * 4, dtype=torch.float32, device=dev)
-    _x_pairs_kernel[(m,)](x, x2, alpha, xs, x.stride(0), K=k, L=ell, LW=lw, NS=ns, P=p, SHIFT=bits,
-                          LIMIT=_limit(bits), BLK=1024, WIDE=spread >= 2, XSUM=spread == 3, num_warps=4)
+    _x_pairs_kernel[(m,)](x, x2, alpha, x.stride(0), K=k, L=ell, LW=lw, NS=ns, P=p, SHIFT=bits,
+                          LIMIT=_limit(bits), BLK=1024, WIDE=spread == 2, num_warps=4)
     nb = -(-n // block)
     c = nb * kcand
     cand_key = torch.empty(m, c, dtype=torch.float32, device=dev)
@@ -401,7 +343,7 @@ def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logit
     empty_b = torch.empty(0, nb, dtype=torch.float32, device=dev)
     wq = w.view(torch.int32)
     _coarse_gemv_h2_kernel[(nb, m)](
-        x2, alpha, xs, wq, s, z, cand_key, cand_idx, logits,
+        x2, alpha, wq, s, z, cand_key, cand_idx, logits,
         m, n, nb, wq.stride(0), s.stride(0),
         L=ell, LW=lw, NS=ns, NG=s.shape[1], P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
         KCAND=kcand, WRITE_LOGITS=write_logits, SPREAD=spread, CG=cg, INTERPRET=interpret_mode(),
