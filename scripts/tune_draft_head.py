@@ -34,6 +34,9 @@ DEV = os.environ.get("TUNE_DEVICE", "cuda")  # "cpu" + TRITON_INTERPRET=1: a dry
 # (INT2 / INT4); 5 = the packed-half GEMV (triton_h2.py).
 # (5 / 6: one thread per row with / without .cg word loads; 7 / 8: four threads per row; 9 / 10:
 # four threads per row, the wide tile). Round 2 (2026-12-01): 7 at 4 warps best for INT2 (150 us).
+# Round 3 (2026-12-01): 9 at 8 warps best (INT2 117.6 us, INT4 166.9, INT8 297.2 in the sweep).
+# Round 4 tried a wide tile with the zero point subtracted in fp32 after the in-thread sums (one
+# layout conversion per plane-step instead of two): 190-200 us for INT2, slower; removed.
 H2 = [(1, 8, 1, 0, 9), (1, 8, 1, 0, 7), (1, 4, 1, 0, 9), (1, 8, 1, 0, 10), (1, 8, 1, 0, 8), (1, 4, 1, 0, 7),
       (1, 16, 1, 0, 9), (1, 2, 1, 0, 8), (1, 4, 1, 0, 10)]
 SWEEP = {
