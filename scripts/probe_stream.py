@@ -6,7 +6,8 @@ Streams the INT2 coarse copy of a 124160 x 5120 head ([N, 1280] bytes, 190 MB) t
 packed-half GEMV does — one program per 128 rows, 64 bytes per row per K step — but only
 XOR-reduces the words, so the time is the memory side's ceiling for that tiling. Layouts: one
 thread per row ([128, 4, 4] tile), four threads per row ([128, 16] tile), and a flat contiguous
-read of the same bytes; each with and without ``.cg``. Times are CUDA-graph replays, medians.
+read of the same bytes; each with and without ``.cg``. Times: median CUDA-graph replay
+(``lowbit.bench.timing.time_us(graph=True)``).
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import json
 import torch
 import triton
 import triton.language as tl
+
+from lowbit.bench.timing import time_us
 
 
 @triton.jit
@@ -56,27 +59,6 @@ def _flat_kernel(w_ptr, out_ptr, total, BLOCK: tl.constexpr, ITERS: tl.constexpr
     tl.store(out_ptr + i, tl.xor_sum(acc, axis=0))
 
 
-def graph_us(fn, inner=10, reps=15) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(inner):
-            fn()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / inner)
-    return sorted(ts)[len(ts) // 2]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
@@ -92,14 +74,14 @@ def main():
                 def fn():
                     _probe_kernel[(triton.cdiv(n, 128),)](w, out, n, w.stride(0), LW=lw, BN=128, LAYOUT=layout, CG=cg,
                                                           num_warps=warps)
-                us = graph_us(fn)
+                us = time_us(fn, graph=True)
                 rows.append({"layout": ["thread/row", "4 threads/row"][layout], "cg": cg, "warps": warps,
                              "us": round(us, 1), "GBps": round(nbytes / us / 1e3)})
                 print(json.dumps(rows[-1]), flush=True)
     block, iters = 1024, 16
     grid = triton.cdiv(w.numel(), block * iters)
     flat = torch.empty(grid, dtype=torch.int32, device="cuda")
-    us = graph_us(lambda: _flat_kernel[(grid,)](w, flat, w.numel(), BLOCK=block, ITERS=iters, num_warps=4))
+    us = time_us(lambda: _flat_kernel[(grid,)](w, flat, w.numel(), BLOCK=block, ITERS=iters, num_warps=4), graph=True)
     rows.append({"layout": "flat", "us": round(us, 1), "GBps": round(nbytes / us / 1e3)})
     print(json.dumps(rows[-1]), flush=True)
     if args.out:

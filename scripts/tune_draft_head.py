@@ -31,9 +31,9 @@ N, K = int(os.environ.get("TUNE_N", 124160)), int(os.environ.get("TUNE_K", 5120)
 DEV = os.environ.get("TUNE_DEVICE", "cuda")  # "cpu" + TRITON_INTERPRET=1: a dry run of the logic
 # (band, bits) -> configs (BM, warps, stages, BK, VARIANT), most promising first (the sweep is
 # cut at its time budget). Variant 0 = the byte path; 2 / 4 = the previous word GEMV choices
-# (INT2 / INT4); 5 = the packed-half GEMV (triton_h2.py).
-# (5 / 6: one thread per row with / without .cg word loads; 7 / 8: four threads per row; 9 / 10:
-# four threads per row, the wide tile). Round 2 (2026-12-01): 7 at 4 warps best for INT2 (150 us).
+# (INT2 / INT4); 7-10 = the packed-half GEMV (triton_h2.py: 7 / 8 the split step with / without
+# .cg word loads, 9 / 10 the wide step). Rounds 1-2 (2026-12-01) also had 5 / 6, one thread per
+# row: 196-230 us for INT2 (the tiling caps the read), since removed; 7 at 4 warps 150 us.
 # Round 3 (2026-12-01): 9 at 8 warps best (INT2 117.6 us, INT4 166.9, INT8 297.2 in the sweep).
 # Round 4 tried a wide tile with the zero point subtracted in fp32 after the in-thread sums (one
 # layout conversion per plane-step instead of two): 190-200 us for INT2, slower; removed.

@@ -254,13 +254,11 @@ def test_fused_select_opcheck_cuda():
     torch.library.opcheck(torch.ops.lowbit.draft_fast_select.default, (out.cand_key, out.cand_idx, x, w, 6, 2, 3))
 
 
-# --- the packed-half GEMV (variant 5: fast mode, M rows one per program) --------------------
+# --- the packed-half GEMV (variants 7-10: fast mode, M rows one per program) ----------------
 
 TRITON_TIERS = [pytest.param("interpret", marks=pytest.mark.interpret), pytest.param("cuda", marks=pytest.mark.cuda)]
-H2_CONFIG = (1, 4, 1, 0, 5)  # one thread per row
-# four threads per row (variant 8: the words split per thread; 9: the wide tile, g >= 64 only,
-# smaller groups fall back to 8)
-H2_SPREAD_CONFIGS = [(1, 4, 1, 0, 8), (1, 8, 1, 0, 9)]
+H2_CONFIG = (1, 8, 1, 0, 9)  # the wide step (the default); groups < 64 take the split step
+H2_SPLIT_CONFIGS = [(1, 4, 1, 0, 8)]  # the split step at every group size
 
 
 @pytest.fixture
@@ -300,7 +298,7 @@ H2_CASES = [(2, 64, 160, 1, BF16), (2, 64, 576, 3, FP32), (2, 16, 96, 2, BF16), 
 @pytest.mark.parametrize("tier", TRITON_TIERS)
 @pytest.mark.parametrize("bits,g,k,m,xdtype,config",
                          [c + (H2_CONFIG,) for c in H2_CASES]
-                         + [c + (cfg,) for cfg in H2_SPREAD_CONFIGS for c in (H2_CASES[1], H2_CASES[3], H2_CASES[6])])
+                         + [c + (cfg,) for cfg in H2_SPLIT_CONFIGS for c in (H2_CASES[1], H2_CASES[3], H2_CASES[6])])
 def test_packed_half_gemv_matches_reference(tier, poison_int32, bits, g, k, m, xdtype, config):
     w = (torch.randn(N, k) * 0.02).to(torch.bfloat16)
     x = torch.randn(m, k).to(xdtype)
@@ -338,7 +336,7 @@ def test_packed_half_gemv_scales_x(tier, poison_int32):
 
 
 def test_packed_half_gemv_only_for_fast_mode():
-    """Certified keys need the fp32 kernels' rounding proof: variant 5 falls back to the word
+    """Certified keys need the fp32 kernels' rounding proof: variant 9 falls back to the word
     GEMV there (the bound then matches the reference's)."""
     w = torch.randn(N, 576) * 0.02
     packing = pack(w, 4, 64)

@@ -15,8 +15,9 @@ from lowbit._backend import interpret_mode
 from lowbit.ops.coarse_head.reference import ABS_SLACK, BOUND_NONE, rounding_eps
 
 KIND_INTX, KIND_FP8, KIND_NVFP4 = 0, 1, 2
-#: epilogue kind of a kernel whose accumulator already holds the coarse logits (zero point applied)
-KIND_DONE = 3
+#: epilogue kind of a kernel whose accumulator already holds the coarse logits (zero point
+#: applied); a constexpr so the kernels can name it
+KIND_DONE = tl.constexpr(3)
 
 
 def _pow2(n: int) -> int:
@@ -147,8 +148,8 @@ def _epilogue(acc, bnd, st_ptr, s_ptr, z_ptr, gs_ptr, ck_ptr, clb_ptr, ci_ptr, b
               BN: tl.constexpr):
     """After the K loop, shared by the coarse kernels: ``acc`` / ``bnd`` fp32 [BM, BN] (BM = 1
     for the GEMVs) get the per-group zero-point and bound terms (INTx) or the row / global scale
-    (native rows; nothing for KIND_DONE = 3); then the logits are written if asked and the block's ``KCAND`` candidates
-    emitted by successive max-and-mask (ties to the lower index)."""
+    (native rows; nothing for KIND_DONE); then the logits are written if asked and the block's
+    ``KCAND`` candidates emitted by successive max-and-mask (ties to the lower index)."""
     NBK = NB * KCAND
     if KIND == 0:
         # zero point and bound terms, per group: [BM, NG] x-statistics times [NG, BN] (s*z, s, s^2)
@@ -185,7 +186,7 @@ def _epilogue(acc, bnd, st_ptr, s_ptr, z_ptr, gs_ptr, ck_ptr, clb_ptr, ci_ptr, b
         gsc = tl.load(gs_ptr)
         acc = acc * gsc
         bnd = bnd * gsc
-    # KIND == 3 (KIND_DONE): the caller's accumulator is already the coarse logit
+    # KIND_DONE: the caller's accumulator is already the coarse logit
 
     if WRITE_LOGITS:
         tl.store(lg_ptr + o_m[:, None] * N + o_n[None, :], acc, mask=m_m[:, None] & m_n[None, :])
@@ -387,7 +388,7 @@ _CONFIGS_BITS: dict = {(1, 4): (1, 16, 3, 0, 4), (1, 8): (1, 8, 3, 0, 0)}
 
 
 # Fast mode only (no bound: the keys are the coarse logits), per (band, INTx bits), checked before
-# the tables above. VARIANTS 5-10 = the packed-half GEMV (triton_h2.py: fp16-pair decode + FMA,
+# the tables above. VARIANTS 7-10 = the packed-half GEMV (triton_h2.py: fp16-pair decode + FMA,
 # the next K step's words in flight; H2_VARIANTS below); its fp16 rounding is outside the
 # certified bound's proof, so certified keys never use it. Chosen on the H200 with
 # scripts/tune_draft_head.py (124160 x 5120, g64, block 128, CUDA-graph replay, 2026-12-01):
@@ -398,9 +399,10 @@ _CONFIGS_BITS: dict = {(1, 4): (1, 16, 3, 0, 4), (1, 8): (1, 8, 3, 0, 0)}
 _CONFIGS_FAST: dict = {(1, 2): (1, 8, 1, 0, 9), (1, 4): (1, 8, 1, 0, 9), (1, 8): (1, 8, 1, 0, 9)}
 
 
-#: packed-half GEMV variants -> (SPREAD: four threads per row instead of one, CG: .cg word loads)
-#: (SPREAD 2: the wide GEMV, g64 and coarser groups only; other groups take variant 8)
-H2_VARIANTS = {5: (0, True), 6: (0, False), 7: (1, True), 8: (1, False), 9: (2, True), 10: (2, False)}
+#: packed-half GEMV variants -> (WIDE: the wide step, g64 and coarser groups only, else the split
+#: step; CG: .cg word loads). Variants 5 / 6 (one thread per row) measured 196-413 us on the
+#: H200 (slower than 7-10 at every bits) and were removed.
+H2_VARIANTS = {7: (False, True), 8: (False, False), 9: (True, True), 10: (True, False)}
 
 
 def _config(m: int, bits=None, fast: bool = False):
@@ -454,11 +456,9 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     if variant in H2_VARIANTS and not use_dot and aligned and bound == BOUND_NONE:
         from lowbit.ops.coarse_head.triton_h2 import coarse_gemv_h2
 
-        spread, cg = H2_VARIANTS[variant]
-        if spread == 2 and group_size % 64:
-            spread = 1
+        wide, cg = H2_VARIANTS[variant]
         return coarse_gemv_h2(x, w, s, z, n=n, bits=bits, group_size=group_size, block=block, kcand=kcand,
-                              write_logits=write_logits, num_warps=warps, num_stages=stages, spread=spread, cg=cg)
+                              write_logits=write_logits, num_warps=warps, num_stages=stages, wide=wide, cg=cg)
     if variant in H2_VARIANTS:  # certified keys (fp32 rounding proof) or an unaligned view: the word GEMV
         variant = 2
     if use_dot:  # word-dot: INT2 / INT4, BK = 64 (K = 16 per sub-dot)

@@ -16,10 +16,17 @@ the next step's load in flight while it computes the current one:
   decode produces codes, pre-scaled by ``alpha 2^-(SHIFT j)``: ``alpha`` is a power of two per
   row of x that keeps every fp16 partial sum far from overflow, ``2^-(SHIFT j)`` undoes plane
   j's code position;
-* the fp16 pairs of one (row, plane, 16-byte vector) — 8 products per half — are widened to
-  fp32 and multiplied by the group scale once per K step (g64 and coarser: first summed over
-  the row's four vectors, 32 products per half, one widening per row and plane); the candidates and the logits are the
-  shared epilogue of ``triton.py``.
+* four threads share a row and each holds one 16-byte vector of it per K step (a warp's load
+  reads 8 rows x 64 contiguous bytes: one thread per row, 32 rows x 16 bytes, caps the read
+  near 2.3 TB/s on the H200, see ``scripts/probe_stream.py``);
+* the fp16 pairs of one (row, plane, vector) — 8 products per half — are widened to fp32 and
+  multiplied by the group scale once per K step; the candidates and the logits are the shared
+  epilogue of ``triton.py``.
+
+Two forms of the step (``WIDE``): the *wide* one (g64 and coarser groups) decodes the [BN, 16]
+word tile in place and sums a thread's four words in fp16; the *split* one (any group size)
+splits the tile into its four words first, which Triton pays for with a layout conversion
+through shared memory in every step.
 
 The fp16 products and 8-term sums round at 2^-11 relative, far below the 2-/4-/8-bit coarse
 error itself, so this is a fast-mode kernel only: the certified bound's rounding proof covers
@@ -38,7 +45,7 @@ import triton.language as tl
 
 from lowbit._backend import interpret_mode
 
-from lowbit.ops.coarse_head.triton import _epilogue
+from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue
 
 #: fp16 1024.0 in both halves of a word: the decode's magic and its exact offset
 _MAGIC = 0x64006400
@@ -98,14 +105,6 @@ def _h2_add(a, b, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _h2_sum_vectors(a16, BN: tl.constexpr, INTERPRET: tl.constexpr):
-    """[BN, 4] packed pairs -> [BN]: the fp16 sum over the four vectors of a row (in-thread)."""
-    a, b = tl.split(tl.reshape(a16, [BN, 2, 2]))
-    c, d = tl.split(_h2_add(a, b, INTERPRET))
-    return _h2_add(c, d, INTERPRET)
-
-
-@triton.jit
 def _h2_sum(acc, INTERPRET: tl.constexpr):
     """fp32 sum of the two fp16 halves of ``acc`` (int32)."""
     if INTERPRET:
@@ -127,9 +126,9 @@ def _x_pairs_kernel(x_ptr, x2_ptr, alpha_ptr, stride_xm,
     ``(LIMIT/2, LIMIT]``) and ``x2[m]`` int32 ``[P, NS, 4 (i), 2 (h), 4 (u)]``: for plane j, K
     step s, word ``t = 16 s + 4 u + i`` of the step, byte pair h, the fp16 pair
     ``(x[k], x[k + 2]) * alpha * 2^-(SHIFT j)`` with ``k = j L + 4 t + h`` (zero past K and past
-    the plane's LW words). The four u of one (j, s, i, h) are contiguous: one 16-byte load in the
-    GEMV, where a thread's four vectors u are its four words of x. ``WIDE``: ``[P, NS, 2 (h),
-    16 (word of the step)]`` instead (the wide GEMV loads the 16 words' pairs of one h at once)."""
+    the plane's LW words): the split step's order, the four u of one (j, s, i, h) contiguous.
+    ``WIDE``: ``[P, NS, 2 (h), 16 (word of the step)]`` instead (the wide step loads the 16
+    words' pairs of one h at once)."""
     i_m = tl.program_id(0).to(tl.int64)
     p_x = x_ptr + i_m * stride_xm
     b_amax = tl.zeros([BLK], dtype=tl.float32)
@@ -163,32 +162,19 @@ def _x_pairs_kernel(x_ptr, x2_ptr, alpha_ptr, stride_xm,
 
 
 @triton.jit
-def _plane_step(acc, w0, w1, w2, w3, p_x2, s_ptr, z_ptr, o_n, m_n, o_u, j0, stride_sn, j: tl.constexpr,
-                L: tl.constexpr, LW: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr, G: tl.constexpr,
-                SUM_U: tl.constexpr, INTERPRET: tl.constexpr):
-    """Plane ``j`` of one K step: words ``w0..w3`` [BN, 4] are words ``j0 + 4u + i`` (i = 0..3)
-    of each row; 8 fp16-pair products per (row, u). ``G % 64 == 0``: the step is one group of
-    each row (one scale / zero per row). ``SUM_U`` (needs that, and the four vectors of a row in
-    one thread): the products are summed over u in fp16 (32 per half), widened once per row,
-    times the group scale — ``acc`` is [BN]. Otherwise widened per (row, u) — ``acc`` [BN, 4]."""
+def _split_plane_step(acc, w0, w1, w2, w3, p_x2, s_ptr, z_ptr, o_n, m_n, o_u, j0, stride_sn, j: tl.constexpr,
+                      L: tl.constexpr, LW: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr,
+                      G: tl.constexpr, INTERPRET: tl.constexpr):
+    """Plane ``j`` of one K step, split form (any group size): words ``w0..w3`` [BN, 4] are
+    words ``j0 + 4u + i`` (i = 0..3) of each row; 8 fp16-pair products per (row, u), widened
+    per (row, u), times the group of vector u: ``acc`` [BN, 4]."""
     M2: tl.constexpr = (MASK << (SHIFT * j)) * 0x10001
-    ONE_GROUP: tl.constexpr = G % 64 == 0
-    if SUM_U:
-        p_g = o_n * stride_sn + (j * L + 4 * j0) // G  # [BN]
-        b_z = tl.load(z_ptr + p_g, mask=m_n, other=0).to(tl.int32)[:, None]
-    elif ONE_GROUP:
-        # [BN, 4], the same group for the four vectors: loaded in the tile's own layout (a [BN]
-        # load would need a layout conversion through shared memory in every step)
-        p_g = (o_n * stride_sn + (j * L + 4 * j0) // G)[:, None] + 0 * o_u[None, :]
-        m_g = m_n[:, None] & (o_u >= 0)[None, :]
-        b_z = tl.load(z_ptr + p_g, mask=m_g, other=0).to(tl.int32)
-    else:
-        # the group of each 16-byte vector (G is a multiple of 16: a vector never straddles groups)
-        o_g = (j * L + 4 * (j0 + 4 * o_u)) // G  # [4]
-        p_g = o_n[:, None] * stride_sn + o_g[None, :]  # [BN, 4]
-        # vectors past the plane's LW words (a partial last step) read no group: z = s = 0 there
-        m_g = m_n[:, None] & ((j0 + 4 * o_u) < LW)[None, :]
-        b_z = tl.load(z_ptr + p_g, mask=m_g, other=0).to(tl.int32)
+    # the group of each 16-byte vector (G is a multiple of 16: a vector never straddles groups)
+    o_g = (j * L + 4 * (j0 + 4 * o_u)) // G  # [4]
+    p_g = o_n[:, None] * stride_sn + o_g[None, :]  # [BN, 4]
+    # vectors past the plane's LW words (a partial last step) read no group: z = s = 0 there
+    m_g = m_n[:, None] & ((j0 + 4 * o_u) < LW)[None, :]
+    b_z = tl.load(z_ptr + p_g, mask=m_g, other=0).to(tl.int32)
     zero = (0x6400 | (b_z << (SHIFT * j))) * 0x10001  # fp16 pair 1024 + z 2^(SHIFT j)
     a16 = tl.zeros(w0.shape, dtype=tl.int32)
     mask = tl.full(w0.shape, M2, tl.int32)
@@ -206,19 +192,15 @@ def _plane_step(acc, w0, w1, w2, w3, p_x2, s_ptr, z_ptr, o_n, m_n, o_u, j0, stri
         x_b = tl.load(p_x2 + 8 * i + 4 + o_u)
         a16 = _h2_fma(a16, w, mask, zero, x_a[None, :], INTERPRET)
         a16 = _h2_fma(a16, w >> 8, mask, zero, x_b[None, :], INTERPRET)
-    if SUM_U:
-        b_sc = tl.load(s_ptr + p_g, mask=m_n, other=0.0).to(tl.float32)
-        return acc + _h2_sum(_h2_sum_vectors(a16, w0.shape[0], INTERPRET), INTERPRET) * b_sc
-    else:
-        b_sc = tl.load(s_ptr + p_g, mask=m_g, other=0.0).to(tl.float32)
-        return acc + _h2_sum(a16, INTERPRET) * b_sc
+    b_sc = tl.load(s_ptr + p_g, mask=m_g, other=0.0).to(tl.float32)
+    return acc + _h2_sum(a16, INTERPRET) * b_sc
 
 
 @triton.jit
 def _wide_plane_step(acc, b_w, b_wh, p_x2, s_ptr, z_ptr, o_n, m_n, j0, stride_sn, j: tl.constexpr,
                      L: tl.constexpr, SHIFT: tl.constexpr, MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr,
                      INTERPRET: tl.constexpr):
-    """Plane ``j`` of one K step of the wide GEMV (G % 64 == 0): ``b_w`` / ``b_wh = b_w >> 8``
+    """Plane ``j`` of one K step, wide form (G % 64 == 0: the step is one group of each row): ``b_w`` / ``b_wh = b_w >> 8``
     int32 [BN, 16] as loaded (each thread holds 4 consecutive words of a row); the pairs are
     decoded and multiplied in place, the 4 words of a thread summed in fp16 (8 products per
     half), widened, times the row's group scale: ``acc`` [BN, 4]."""
@@ -245,38 +227,23 @@ def _coarse_gemv_h2_kernel(
     M, N, NB, stride_wn, stride_sn,
     L: tl.constexpr, LW: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
     MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, KCAND: tl.constexpr,
-    WRITE_LOGITS: tl.constexpr, SPREAD: tl.constexpr, CG: tl.constexpr, INTERPRET: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr, WIDE: tl.constexpr, CG: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Grid (ceil(N / BN), M). Per program: BN tokens of one row of x; 16 words per row per K
-    step as a [BN, 4 vectors, 4 words] tile, the next step's tile loaded before this one is
-    decoded. Outputs as the main coarse kernel's fast mode (candidates, optional logits).
-
-    ``SPREAD``: the tile is loaded as [BN, 16] words (four threads share a row: each load
-    instruction of a warp reads 8 rows x 64 contiguous bytes) instead of one thread per row
-    (32 rows x 16 bytes); ``SPREAD == 2`` (the *wide* GEMV, G % 64 == 0 only): the same loads,
-    decoded in place without splitting the tile into words (no layout conversion). ``CG``: the
-    word loads bypass L1 (``.cg``)."""
+    step as a [BN, 16] tile (four threads per row), the next step's tile loaded before this one
+    is decoded. Outputs as the main coarse kernel's fast mode (candidates, optional logits).
+    ``WIDE`` (G % 64 == 0 only): the wide step, else the split one. ``CG``: the word loads
+    bypass L1 (``.cg``)."""
     i_n = tl.program_id(0).to(tl.int64)
     i_m = tl.program_id(1).to(tl.int64)
     o_n = i_n * BN + tl.arange(0, BN)
     m_n = o_n < N
     o_u = tl.arange(0, 4)
-    o_i = tl.arange(0, 4)
-    WIDE: tl.constexpr = SPREAD == 2
-    if SPREAD:
-        o_w = tl.arange(0, 16)[None, :]  # [1, 16]
-        p_w = w_ptr + o_n[:, None] * stride_wn + o_w
-        m_w = m_n[:, None]
-    else:
-        o_w = 4 * o_u[None, :, None] + o_i[None, None, :]  # [1, 4, 4] word offset within a step
-        p_w = w_ptr + o_n[:, None, None] * stride_wn + o_w
-        m_w = m_n[:, None, None]
+    o_w = tl.arange(0, 16)[None, :]  # [1, 16]
+    p_w = w_ptr + o_n[:, None] * stride_wn + o_w
+    m_w = m_n[:, None]
     p_x2 = x2_ptr + i_m * (P * NS * 32)
-    SUM_U: tl.constexpr = G % 64 == 0 and not SPREAD
-    if SUM_U:
-        acc = tl.zeros([BN], dtype=tl.float32)
-    else:
-        acc = tl.zeros([BN, 4], dtype=tl.float32)
+    acc = tl.zeros([BN, 4], dtype=tl.float32)
     # streamed once (.cg: L1 keeps the x pairs and scale lines instead)
     if CG:
         b_next = tl.load(p_w, mask=m_w & (o_w < LW), other=0, cache_modifier=".cg")
@@ -299,32 +266,30 @@ def _coarse_gemv_h2_kernel(
             w0, w2 = tl.split(b_e)
             w1, w3 = tl.split(b_o)
             for j in tl.static_range(P):
-                acc = _plane_step(acc, w0, w1, w2, w3, p_x2 + (j * NS + i_s) * 32, s_ptr, z_ptr, o_n, m_n, o_u, j0,
-                                  stride_sn, j, L, LW, SHIFT, MASK, G, SUM_U, INTERPRET)
+                acc = _split_plane_step(acc, w0, w1, w2, w3, p_x2 + (j * NS + i_s) * 32, s_ptr, z_ptr, o_n, m_n,
+                                        o_u, j0, stride_sn, j, L, LW, SHIFT, MASK, G, INTERPRET)
     alpha = tl.load(alpha_ptr + i_m)
-    if SUM_U:
-        row = (acc / alpha)[None, :]  # [1, BN]
-    else:
-        row = (tl.sum(acc, axis=1) / alpha)[None, :]
+    row = (tl.sum(acc, axis=1) / alpha)[None, :]  # [1, BN]
     o_m = i_m + tl.arange(0, 1)
     _epilogue(row, row, s_ptr, s_ptr, z_ptr, s_ptr, ck_ptr, ck_ptr, ci_ptr, ck_ptr, ck_ptr, lg_ptr,
               o_m, o_m < M, o_n, m_n, i_n, M, N, NB, stride_sn, 0.0, 0.0, 0.0,
-              NG, 3, 0, False, 0.0, WRITE_LOGITS, KCAND, 16, BN)  # 3: KIND_DONE
+              NG, KIND_DONE, 0, False, 0.0, WRITE_LOGITS, KCAND, 16, BN)
 
 
 def _limit(bits: int) -> float:
     """``amax |x| alpha`` is kept in ``(LIMIT/2, LIMIT]``: a product is then at most
-    ``qmax LIMIT = 512`` and a half's partial sum (at most 32 products) at most 16384 (fp16
-    max: 65504)."""
+    ``qmax LIMIT = 512`` and a half's partial sum (8 products) at most 4096 (fp16 max: 65504)."""
     return 512.0 / ((1 << bits) - 1)
 
 
 def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logits, num_warps=4, num_stages=1,
-                   spread=False, cg=True):
+                   wide=True, cg=True):
     """Launch the packed-half GEMV (fast mode). ``x`` [M, K] (unit stride along K), ``w`` the INTx
     plane-split codes uint8 [N, L] (L % 4 == 0, 16-byte aligned rows), ``s`` fp16 / ``z`` uint8
-    [N, NG]. Returns the six ``CoarseOut`` tensors (certified outputs empty)."""
+    [N, NG]. ``wide`` takes effect for ``group_size % 64 == 0`` only. Returns the six
+    ``CoarseOut`` tensors (certified outputs empty)."""
     m, k = x.shape
+    wide = wide and group_size % 64 == 0
     ell = w.shape[1]
     lw = ell // 4
     p = 8 // bits
@@ -333,7 +298,7 @@ def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logit
     x2 = torch.empty(m, p * ns * 32, dtype=torch.int32, device=dev)
     alpha = torch.empty(m, dtype=torch.float32, device=dev)
     _x_pairs_kernel[(m,)](x, x2, alpha, x.stride(0), K=k, L=ell, LW=lw, NS=ns, P=p, SHIFT=bits,
-                          LIMIT=_limit(bits), BLK=1024, WIDE=spread == 2, num_warps=4)
+                          LIMIT=_limit(bits), BLK=1024, WIDE=wide, num_warps=4)
     nb = -(-n // block)
     c = nb * kcand
     cand_key = torch.empty(m, c, dtype=torch.float32, device=dev)
@@ -346,7 +311,7 @@ def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logit
         x2, alpha, wq, s, z, cand_key, cand_idx, logits,
         m, n, nb, wq.stride(0), s.stride(0),
         L=ell, LW=lw, NS=ns, NG=s.shape[1], P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
-        KCAND=kcand, WRITE_LOGITS=write_logits, SPREAD=spread, CG=cg, INTERPRET=interpret_mode(),
+        KCAND=kcand, WRITE_LOGITS=write_logits, WIDE=wide, CG=cg, INTERPRET=interpret_mode(),
         num_warps=num_warps, num_stages=num_stages,
     )
     return cand_key, empty, cand_idx, empty_b, empty_b, logits
