@@ -84,11 +84,17 @@ def candidates(b, h, topk, sms):
     return out
 
 
+# merge-kernel tiles (COMBINE_H heads x COMBINE_D dims a program) tried on the best two-launch
+# configs of each shape (--combine); (8, 128) is the launcher's default
+COMBINE_TILES = ((8, 128), (4, 128), (2, 128), (1, 128), (4, 64), (2, 64), (1, 64), (8, 32), (2, 256), (1, 512))
+
+
 def name(c) -> str:
     if c is None:
         return "-"
+    comb = f" C{c['COMBINE_H']}x{c['COMBINE_D']}w{c.get('COMBINE_WARPS', 4)}" if "COMBINE_H" in c else ""
     return (f"{'fused' if c.get('FUSED_MERGE') else '2-launch'} S{c.get('SPLITS', '?')} "
-            f"BH{c['BLOCK_H']} BN{c['BLOCK_N']} w{c['num_warps']} st{c['num_stages']}")
+            f"BH{c['BLOCK_H']} BN{c['BLOCK_N']} w{c['num_warps']} st{c['num_stages']}{comb}")
 
 
 def key(c) -> str:
@@ -210,6 +216,8 @@ def main() -> int:
     ap.add_argument("--retime", type=int, default=3, help="re-time the best N candidates of each shape at --final-rep")
     ap.add_argument("--workers", type=int, default=8, help="parallel compile processes (0: compile on first use)")
     ap.add_argument("--json", default=None, help="write every row here")
+    ap.add_argument("--combine", type=int, default=0, help="also sweep the merge kernel's tile on the best N two-launch configs")
+    ap.add_argument("--shapes", default=None, help="only these shapes, e.g. '1,64,2048;1,128,512' (b,h,topk)")
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--quick", action="store_true", help="with --compile-only: two configs")
     ap.add_argument("--dry", action="store_true", help="tiny shapes on CPU under the Triton interpreter")
@@ -217,6 +225,8 @@ def main() -> int:
     if args.compile_only:
         # --quick: just the current small-regime config and the same with the fused merge
         return compile_only([(False, f, 16, 64, 2) for f in (False, True)] if args.quick else None)
+    if args.shapes:
+        SHAPES = [tuple(int(v) for v in t.split(",")) for t in args.shapes.split(";")]
     if args.dry:
         DRY = True
         os.environ["TRITON_INTERPRET"] = "1"
@@ -336,8 +346,40 @@ def main() -> int:
                 except Exception as e:  # noqa: BLE001 - a config that fails is a result
                     row.update(status="ERROR", err=f"{type(e).__name__}: {str(e)[:200]}")
             shape_rows.append(row)
+        if args.combine:
+            # the merge kernel's tile on the best two-launch configs (its grid is rows x heads /
+            # COMBINE_H x D / COMBINE_D programs: 32 at b1 h64 with the default 8 x 128)
+            best2 = sorted((r for r in shape_rows if r["us"] is not None and not r["cfg"]["FUSED_MERGE"]),
+                           key=lambda r: r["us"])[:args.combine]
+            for r0 in best2:
+                for ch, cd in COMBINE_TILES[1:]:
+                    if time.monotonic() - T0 > args.budget - 5:
+                        break
+                    # one warp per 128 merged elements, 1-4 warps
+                    c = dict(r0["cfg"], COMBINE_H=ch, COMBINE_D=cd, COMBINE_WARPS=max(1, min(4, ch * cd // 128)))
+                    row = dict(shape=shape, b=b, h=h, topk=topk, cfg=c, us=None, err=None, status="ok")
+                    try:
+                        err = rel_err(sk.sparse_attn_triton(q0, kv0, sink0, idx0, scale, config=c), ref)
+                        row["err"] = err
+                        if not err < TOL:
+                            row["status"] = "INVALID"
+                        else:
+                            row["us"] = time_fn(lambda: ours(c), args.rep)
+                    except Exception as e:  # noqa: BLE001 - a config that fails is a result
+                        row.update(status="ERROR", err=f"{type(e).__name__}: {str(e)[:200]}")
+                    shape_rows.append(row)
         # re-time the best few at the benchmark's rep
         timed = sorted((r for r in shape_rows if r["us"] is not None), key=lambda r: r["us"])
+        if timed and not DRY and timed[0]["cfg"].get("SPLITS", 1) > 1 and not timed[0]["cfg"]["FUSED_MERGE"]:
+            # where the time goes: the best config with its merge kernel replaced by a no-op
+            real = sk._sparse_attn_combine_kernel
+            sk._sparse_attn_combine_kernel = _NoLaunch()
+            try:
+                main_us = time_fn(lambda: ours(timed[0]["cfg"]), args.final_rep)
+            finally:
+                sk._sparse_attn_combine_kernel = real
+            log(f"   split kernel alone (merge skipped) of {name(timed[0]['cfg'])}: {main_us:.2f} us")
+            baselines[shape]["split_kernel_alone_us"] = main_us
         for r in timed[:args.retime]:
             r["us_sweep"] = r["us"]
             r["us"] = time_fn(lambda: ours(r["cfg"]), args.final_rep)
@@ -356,6 +398,13 @@ def main() -> int:
         dump(args.json, rows, baselines, compile_errors)
         log(f"rows written to {args.json}")
     return 0
+
+
+class _NoLaunch:
+    """Stands in for a kernel: ``k[grid](...)`` launches nothing (timing the other kernel alone)."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
 
 
 def report(shape, shape_rows, base, top=12):
@@ -413,7 +462,8 @@ def summary(rows, baselines, sms):
         print(f"   {s:28s} {r['us']:8.2f} us (best {best_of[s]:.2f}, torch bf16 {baselines[s]['torch_bf16_us']:.2f}, "
               f"{baselines[s]['torch_bf16_us'] / r['us']:.2f}x)")
     entry = dict(BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], num_warps=cfg["num_warps"],
-                 num_stages=cfg["num_stages"], SPLITS=cfg["SPLITS"], FUSED_MERGE=cfg["FUSED_MERGE"])
+                 num_stages=cfg["num_stages"], SPLITS=cfg["SPLITS"], FUSED_MERGE=cfg["FUSED_MERGE"],
+                 **{k_: cfg[k_] for k_ in ("COMBINE_H", "COMBINE_D", "COMBINE_WARPS") if k_ in cfg})
     body = ", ".join(f"{a}={b!r}" for a, b in entry.items())
     print(f'   suggested: ("small", False): dict({body}),')
     print("   (a fixed SPLITS overrides the split cost model; drop it and keep MERGE=0.125 to let the model choose)")

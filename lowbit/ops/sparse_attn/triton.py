@@ -343,6 +343,7 @@ def _launch(q, kv, attn_sink, topk_idxs, softmax_scale, kv_scale, o, cfg, num_sp
     merge, min_tiles = cfg.pop("MERGE", 0.25), cfg.pop("MIN_TILES", 1)
     # merge kernel tile: COMBINE_H heads x COMBINE_D dims per program
     combine_h, combine_d = cfg.pop("COMBINE_H", 8), cfg.pop("COMBINE_D", 128)
+    combine_warps = cfg.pop("COMBINE_WARPS", 4)
     # single launch: the last split program of each (row, head block) merges, MERGE_D dims at a time
     fused_merge, merge_d = bool(cfg.pop("FUSED_MERGE", False)), cfg.pop("MERGE_D", None)
     if num_splits is None:
@@ -388,7 +389,7 @@ def _launch(q, kv, attn_sink, topk_idxs, softmax_scale, kv_scale, o, cfg, num_sp
         combine_d = max(16, min(d_pad, combine_d))
         _sparse_attn_combine_kernel[(b * m * triton.cdiv(h, combine_h), triton.cdiv(d, combine_d))](
             part_o, part_m, part_l, attn_sink, o, m, h, splits, *o.stride(),
-            D=d, BLOCK_D=combine_d, BLOCK_H=combine_h, num_warps=4,
+            D=d, BLOCK_D=combine_d, BLOCK_H=combine_h, num_warps=combine_warps,
         )
 
 
@@ -406,7 +407,7 @@ def sparse_attn_triton(
 
     ``num_splits`` overrides the split-top-k heuristic (tests use it to exercise the merge);
     ``config`` replaces the launch config (BLOCK_H, BLOCK_N, num_warps, num_stages, and
-    optionally SPLITS / MERGE / MIN_TILES / COMBINE_H / COMBINE_D, and FUSED_MERGE (bool: when
+    optionally SPLITS / MERGE / MIN_TILES / COMBINE_H / COMBINE_D / COMBINE_WARPS, and FUSED_MERGE (bool: when
     the top-k list is split, merge in the last split program instead of a second kernel) with its
     MERGE_D (dims merged per step, default 8192 // BLOCK_H); the tuning script uses it).
     """
