@@ -184,6 +184,24 @@ def test_split_topk_path(backend, poison_empty, splits):
     assert rel_err(out, fp64_reference(q, kv, sink_inf, idx, 0.1)) < TOL
 
 
+@pytest.mark.parametrize("combine", [(1, 64, 1), (1, 16, 1), (2, 32, 1), (4, 64, 2)])
+def test_merge_kernel_tiles(backend, poison_empty, combine):
+    """The merge kernel's tile (COMBINE_H heads x COMBINE_D dims, COMBINE_WARPS): the small-regime
+    default is 1 x 128 on one warp; d = 64 here, so 16 and 32 split it into several programs."""
+    if not backend.is_triton:
+        pytest.skip("the merge kernel is a Triton launch detail; the reference has no splits")
+    from lowbit.ops.sparse_attn.triton import sparse_attn_triton
+
+    ch, cd, cw = combine
+    q, kv, sink, idx, _ = make_inputs(1, 2, 6, 64, 80, 150, backend.device)
+    idx[0, 1] = -1
+    cfg = dict(BLOCK_H=16, BLOCK_N=16, num_warps=4, num_stages=1, SPLITS=3, COMBINE_H=ch, COMBINE_D=cd,
+               COMBINE_WARPS=cw)
+    out = sparse_attn_triton(q, kv, sink, idx, 0.1, config=cfg)
+    assert (out[0, 1] == 0).all()
+    assert rel_err(out, fp64_reference(q, kv, sink, idx, 0.1)) < TOL
+
+
 def test_empty_topk_gives_zeros(backend):
     q, kv, sink, idx, _ = make_inputs(1, 2, 4, 32, 30, 0, backend.device)
     out = run(backend, q, kv, sink, idx, 0.2)

@@ -252,9 +252,18 @@ SMALL_P64 = 16
 #               prefill m4096 h128 top2048 10.3 ms (BH64 8 warps 10.6; old 14.5)
 #   bulk fp8:   not swept; the fp8 decode at 4 warps was 3.9x slower at b32, so 8 warps
 # BLOCK_N = 32 was 1.3x slower than 64 everywhere (per-tile softmax and sync overhead).
+# The merge kernel's tile (third session, `tune_sparse_decode.py --combine 3`,
+# docs/measurements/2026-12-01_sparse_decode_combine.txt): one head x 128 dims a program, one warp,
+# instead of 8 heads x 128 dims on 4 warps. The small regime has few (row, head) pairs, so the
+# default tile launched 32 programs (b1 h64) that each walked 16 splits of 8 x 128 partials; the
+# 1 x 128 tile spreads the same reads over 256 programs. Same run, b1 m1, bf16 PyTorch path in
+# brackets: h64 top2048 20.8 -> 13.5 us (42.4), h128 top2048 21.1 -> 14.2 (44.0), h64 top512
+# 12.3 -> 8.8 (37.2), h128 top512 12.5 -> 9.3 (37.9). The split kernel alone takes 10.2 / 6.1 us
+# (top2048 / top512), so the merge went from ~11 to ~4 us.
+_SMALL_MERGE = dict(COMBINE_H=1, COMBINE_D=128, COMBINE_WARPS=1)
 _TUNED = {
-    ("small", False): dict(BLOCK_H=16, BLOCK_N=64, num_warps=4, num_stages=1, MERGE=0.125),
-    ("small", True): dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=1, MERGE=0.125),
+    ("small", False): dict(BLOCK_H=16, BLOCK_N=64, num_warps=4, num_stages=1, MERGE=0.125, **_SMALL_MERGE),
+    ("small", True): dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=1, MERGE=0.125, **_SMALL_MERGE),
     ("split", False): dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2, MERGE=0.25),
     ("split", True): dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=1, MERGE=0.25),
     ("bulk", False): dict(BLOCK_H=32, BLOCK_N=64, num_warps=4, num_stages=2),
