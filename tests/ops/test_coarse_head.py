@@ -213,6 +213,44 @@ def test_fused_select_matches_torch_path(backend, k):
     assert torch.equal(i2, i) and torch.equal(v2, v)
 
 
+@pytest.mark.parametrize("nb, kcand, r", [(97, 8, 32), (5, 3, 7), (3, 4, 10), (40, 2, 1)])
+def test_select_forms_agree(backend, monkeypatch, nb, kcand, r):
+    """The three selection forms (bitonic top-k, two-stage successive max, flat successive max)
+    pick the same tokens in the same order, from candidate keys with ties (equal keys: the lower
+    position wins), -inf fillers, more picks than blocks (3 blocks, 10 picks) and R = 1."""
+    if not backend.is_triton:
+        pytest.skip("the fused selection kernels exist on the Triton tiers only")
+    from lowbit.ops.coarse_head import select as sel_mod
+
+    m, kdim = 3, 64
+    c = nb * kcand
+    # each block's candidates best first (as the coarse pass emits them), coarse keys on a grid of
+    # 1/8 so that ties across blocks are common
+    key = (torch.randint(-40, 40, (m, nb, kcand)).float() / 8).sort(dim=-1, descending=True).values
+    key[:, -1, kcand // 2:] = float("-inf")  # a partial last block: fillers
+    key = key.reshape(m, c).to(backend.device)
+    idx = torch.randperm(10 * c)[:c].repeat(m, 1).to(backend.device)  # distinct token ids
+    w = (torch.randn(10 * c, kdim) * 0.02).to(backend.device)
+    x = torch.randn(m, kdim).to(backend.device)
+    sels = {}
+    real_empty = torch.empty
+    for form in ("bitonic", "two_stage", "flat"):
+        monkeypatch.setattr(sel_mod, "SELECT", form)
+        grabbed = []
+
+        def spy_empty(*args, **kwargs):
+            t = real_empty(*args, **kwargs)
+            grabbed.append(t)
+            return t
+
+        monkeypatch.setattr(torch, "empty", spy_empty)
+        sel_mod.fast_select_rerank(key, idx, x, w, r, 1, kcand if form != "flat" else 0)
+        monkeypatch.setattr(torch, "empty", real_empty)
+        sels[form] = grabbed[0].cpu()  # the first buffer allocated is sel [M, R]
+    assert sels["bitonic"].shape == (m, min(r, c))
+    assert torch.equal(sels["bitonic"], sels["two_stage"]) and torch.equal(sels["bitonic"], sels["flat"])
+
+
 @pytest.mark.parametrize("bits,m,variants", [(2, 1, (1, 2, 4)), (8, 1, (1, 4)), (2, 5, (3,)), (4, 5, (3,))])
 def test_word_variants_match_byte_path(backend, bits, m, variants):
     """The word-load kernel variants (GEMV 1 / 2 / 4, word-dot 3) against the byte path (variant 0)

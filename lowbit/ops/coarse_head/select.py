@@ -5,11 +5,15 @@ logits against the original dense rows, and the best ``k`` of those (argmax: k =
 ops that is a top-k, gathers, a gathered dot, masks and an argmax — a dozen launches of a few µs
 each, more than the whole INT2 byte floor at M = 1. Here:
 
-* ``_select_kernel`` (grid ``(M,)``): the ``R`` best of the row's ``C`` candidate keys by
-  successive max over one packed int64 key ``(order-preserving key bits << 32) | (CP - 1 - pos)``
-  (one reduction per pick; ties go to the lower candidate position, i.e. the lower token index,
-  because blocks are emitted in token order and each block's candidates in key order, lower
-  index first among equals). Writes the picked token indices ``sel [M, R]`` (-1: no token).
+* selection (grid ``(M,)``): the ``R`` best of the row's ``C`` candidate keys, ordered by one
+  packed int64 key ``(order-preserving key bits << 32) | (CP - 1 - pos)`` (ties go to the lower
+  candidate position, i.e. the lower token index, because blocks are emitted in token order and
+  each block's candidates in key order, lower index first among equals). Three forms with the
+  same output: ``_select_topk_kernel`` (default: the R best block heads, then the R best of those
+  blocks' candidates, each stage one bitonic top-k), ``_select2_kernel`` (the same two stages by
+  successive maxima) and ``_select_kernel`` (successive maxima over all C candidates; the path
+  when blocks emit no known candidate count). Writes the picked token indices ``sel [M, R]``
+  (-1: no token).
 * ``_rerank_kernel`` (grid ``(M, R)``): one exact fp32 dot ``x[m] . W[sel[m, r]]`` per program
   (``vals [M, R]``); the last program of each row (an atomic counter, reset by that program so
   the buffer is reusable and CUDA-graph replay works) picks the best ``k`` values, ties to the
@@ -111,6 +115,34 @@ def _select2_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.cons
 
 
 @triton.jit
+def _select_topk_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.constexpr, NBP: tl.constexpr,
+                        RP: tl.constexpr, KCP: tl.constexpr):
+    """:func:`_select2_kernel`'s two stages (same result, same order), each a bitonic top-RP
+    (``tl.topk``: log2 steps of compare-exchange over the whole tile at once) instead of R
+    successive block-wide maxima: every maximum is a reduction across the program's warps, and
+    R = 32 of them in a row (twice) is a ~17 µs chain of barriers at M = 1. The packed keys are
+    distinct (they carry the position), so the RP largest are well defined; the first R of them
+    are the R picks of the successive-max form, in the same order."""
+    m = tl.program_id(0).to(tl.int64)
+    NB = C // KC
+    o_b = tl.arange(0, NBP)
+    m_b = o_b < NB
+    head = tl.load(ck_ptr + m * C + o_b * KC, mask=m_b, other=float("-inf"))
+    packed = tl.where(m_b, _pack_key(head, o_b * KC, CP), _INT64_MIN)  # NBP >= RP: fillers pad
+    best = tl.topk(packed, RP)  # [RP] descending
+    o_r = tl.arange(0, RP)
+    blk = tl.where((o_r < R) & (best != _INT64_MIN), (CP - 1 - (best & 0xFFFFFFFF)) // KC, -1)
+    o_k = tl.arange(0, KCP)
+    m2 = (blk >= 0)[:, None] & (o_k < KC)[None, :]
+    pos2 = blk[:, None] * KC + o_k[None, :]
+    key2 = tl.load(ck_ptr + m * C + pos2, mask=m2, other=float("-inf"))
+    pk = tl.reshape(tl.where(m2, _pack_key(key2, pos2, CP), _INT64_MIN), [RP * KCP])
+    best2 = tl.topk(pk, RP)
+    pos = CP - 1 - (best2 & 0xFFFFFFFF)
+    _store_selected(ck_ptr, ci_ptr, sel_ptr, m, C, R, pos, o_r)
+
+
+@triton.jit
 def _rerank_kernel(x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr, ov_ptr, oi_ptr, R, stride_xm, stride_wn,
                    K: tl.constexpr, BKK: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr,
                    BIG: tl.constexpr):
@@ -162,10 +194,13 @@ def _counter(device: torch.device, m: int) -> torch.Tensor:
     return buf
 
 
-#: "two_stage" (_select2_kernel: R best block heads, then R best of their candidates) or "flat"
-#: (_select_kernel: R successive maxima over all C candidates; 25.7 µs per call on the H200 at
-#: C = 7760, R = 32 — the measured one; two_stage is expected ~2x faster, not yet measured).
-SELECT = "two_stage"
+#: "bitonic" (_select_topk_kernel: the two stages of two_stage as bitonic top-k), "two_stage"
+#: (_select2_kernel: R best block heads, then R best of their candidates, by successive maxima:
+#: 17.2 µs per call on the H200 at C = 7760, R = 32, M = 1) or "flat" (_select_kernel: R successive
+#: maxima over all C candidates; 25.7 µs).
+SELECT = "bitonic"
+#: warps of the bitonic selection program (one program per row of x)
+SELECT_WARPS = 4
 
 
 def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
@@ -189,7 +224,12 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
     out_i = torch.empty(m, k, dtype=torch.int64, device=dev)
     cp = _pow2(c)
     rp = _pow2(r)
-    if SELECT == "two_stage" and kcand > 0 and c % kcand == 0 and rp * _pow2(kcand) <= 4096:
+    staged = kcand > 0 and c % kcand == 0 and rp * _pow2(kcand) <= 4096
+    if staged and SELECT == "bitonic":
+        rp2 = max(2, rp)  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
+        _select_topk_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=max(rp2, _pow2(c // kcand)),
+                                  RP=rp2, KCP=_pow2(kcand), num_warps=SELECT_WARPS)
+    elif staged and SELECT == "two_stage":
         _select2_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=_pow2(c // kcand),
                               RP=rp, KCP=_pow2(kcand), num_warps=4)
     else:

@@ -60,6 +60,7 @@ try:
         mbarrier,
         tma,
         warpgroup_mma,
+        warpgroup_mma_init,
         warpgroup_mma_wait,
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -155,7 +156,12 @@ if _GLUON_IMPORT_ERROR is None:
         done); returns (acc + d * a_s[:, None] * b_s, d): one FFMA per element (b_s folds into
         a_s), and d's registers are handed to the next wgmma."""
         d = warpgroup_mma_wait(num_outstanding=NUM_OUTSTANDING, deps=(d, ))
-        return acc + d * gl.expand_dims(s_a * s_b, 1), d
+        acc = acc + d * gl.expand_dims(s_a * s_b, 1)
+        # A second (no-op) wait taking acc pins the FFMAs here: the waits and wgmmas are ordered
+        # inline asm, while plain FFMAs would otherwise sink below the next wgmma issue that
+        # overwrites d's registers (LLVM then copies d first: 64 MOVs and serialized wgmmas).
+        acc = warpgroup_mma_wait(num_outstanding=NUM_OUTSTANDING, deps=(acc, ))
+        return acc, d
 
     @gluon.jit
     def _refill(a_desc, b_desc, a_bufs, b_bufs, bars, kb, off_m, off_n, n_kb, NUM_STAGES: gl.constexpr):
@@ -196,8 +202,8 @@ if _GLUON_IMPORT_ERROR is None:
             mbarrier.init(bars.index(i), count=1)
         fence_async_shared()  # barrier inits visible to the TMA unit before the first copy
 
-        # Fill the ring: blocks 0 .. NUM_STAGES-1.
-        for i in gl.static_range(NUM_STAGES):
+        # Blocks 0 .. NUM_STAGES-2 ahead; the loop's first refill (of "block -1") loads NUM_STAGES-1.
+        for i in gl.static_range(NUM_STAGES - 1):
             _load_block(a_desc, b_desc, a_bufs, b_bufs, bars, i, off_m, off_n, NUM_STAGES, i < n_kb)
 
         offs_m = off_m + gl.arange(0, BLOCK_M, layout=row_l)
@@ -209,38 +215,38 @@ if _GLUON_IMPORT_ERROR is None:
 
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma)
         # Two register tiles alternate between "in flight" and "being scaled"; each must keep fixed
-        # registers. A wgmma whose accumulator input is a register tile writes its result into those
-        # same registers, so every wgmma names the tile it overwrites (already scaled) as input and
-        # ignores it through a scale-d predicate that is false at run time (n_kb < 0 never holds;
-        # a compile-time False would drop the input and give the result fresh registers, which the
-        # loop's back edge then copies while the wgmma is in flight: 64 MOVs, and ptxas serializes
-        # every wgmma, C7514). The loop is unrolled by two so each tile has its own variable.
+        # registers, or ptxas copies an in-flight accumulator and then serializes every wgmma
+        # (C7514). So: the loop is unrolled by two (tile A: odd blocks, tile B: even blocks); each
+        # wgmma names the tile it overwrites (already scaled) as its accumulator input and ignores
+        # it through a scale-d predicate that is false at run time (n_kb < 0 never holds; a
+        # compile-time False drops the input and gives the result fresh registers); and both tiles
+        # enter the loop as zeros -- tile A as a stand-in for "block -1", retired with scale 0 --
+        # so no wgmma result flows into the loop from outside (that one got copied on entry).
         never = n_kb < 0
+        d_a = warpgroup_mma_init(gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma))  # an "in-flight" zero tile
         tile_b = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma)
-        d_a = _issue_mma(a_bufs, b_bufs, bars, 0, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma), never, NUM_STAGES)
-        n_pairs = (n_kb - 1) // 2  # inside the loop block kb + 2 always exists
-        for i in range(0, n_pairs):
-            kb = 2 * i
-            d_b = _issue_mma(a_bufs, b_bufs, bars, kb + 1, tile_b, never, NUM_STAGES)
-            s_a_b = _row_scales(as_rows + (kb + 1), m_mask, AS_E8M0)  # used one block later
-            s_b_b = _block_scale(bs_blk + (kb + 1), BS_E8M0)
-            acc, tile_a = _retire(acc, d_a, s_a, s_b, 1)
+        s_a_a = gl.zeros([BLOCK_M], gl.float32, row_l)
+        s_b_a = 0.0
+        for i in range(0, n_kb // 2):
+            kb = 2 * i  # tile B: block kb, tile A: blocks kb - 1 (retired here) and kb + 1
+            d_b = _issue_mma(a_bufs, b_bufs, bars, kb, tile_b, never, NUM_STAGES)
+            acc, tile_a = _retire(acc, d_a, s_a_a, s_b_a, 1)
+            _refill(a_desc, b_desc, a_bufs, b_bufs, bars, kb - 1, off_m, off_n, n_kb, NUM_STAGES)
+            d_a = _issue_mma(a_bufs, b_bufs, bars, kb + 1, tile_a, never, NUM_STAGES)
+            s_a_a = _row_scales(as_rows + (kb + 1), m_mask, AS_E8M0)  # used one block later
+            s_b_a = _block_scale(bs_blk + (kb + 1), BS_E8M0)
+            acc, tile_b = _retire(acc, d_b, s_a, s_b, 1)
             _refill(a_desc, b_desc, a_bufs, b_bufs, bars, kb, off_m, off_n, n_kb, NUM_STAGES)
-
-            d_a = _issue_mma(a_bufs, b_bufs, bars, kb + 2, tile_a, never, NUM_STAGES)
-            s_a = _row_scales(as_rows + (kb + 2), m_mask, AS_E8M0)
-            s_b = _block_scale(bs_blk + (kb + 2), BS_E8M0)
-            acc, tile_b = _retire(acc, d_b, s_a_b, s_b_b, 1)
-            _refill(a_desc, b_desc, a_bufs, b_bufs, bars, kb + 1, off_m, off_n, n_kb, NUM_STAGES)
-        # Tail: d_a holds block 2 * n_pairs; one more block remains when n_kb is even.
-        if n_kb % 2 == 0:
+            kb_next = gl.minimum(kb + 2, n_kb - 1)  # the last pair of an even n_kb reloads its own
+            s_a = _row_scales(as_rows + kb_next, m_mask, AS_E8M0)
+            s_b = _block_scale(bs_blk + kb_next, BS_E8M0)
+        # Tail: tile A holds the last odd block (or the zero stand-in); an odd n_kb leaves one more.
+        if n_kb % 2 == 1:
             d_b = _issue_mma(a_bufs, b_bufs, bars, n_kb - 1, tile_b, never, NUM_STAGES)
-            s_a_b = _row_scales(as_rows + (n_kb - 1), m_mask, AS_E8M0)
-            s_b_b = _block_scale(bs_blk + (n_kb - 1), BS_E8M0)
-            acc, tile_a = _retire(acc, d_a, s_a, s_b, 1)
-            acc, tile_b = _retire(acc, d_b, s_a_b, s_b_b, 0)
+            acc, tile_a = _retire(acc, d_a, s_a_a, s_b_a, 1)
+            acc, tile_b = _retire(acc, d_b, s_a, s_b, 0)
         else:
-            acc, tile_a = _retire(acc, d_a, s_a, s_b, 0)
+            acc, tile_a = _retire(acc, d_a, s_a_a, s_b_a, 0)
 
         for i in gl.static_range(NUM_STAGES):
             mbarrier.invalidate(bars.index(i))
