@@ -66,7 +66,7 @@ def round1() -> list[dict]:
     the two variants expected to be fastest."""
     from lowbit.ops.hc_sinkhorn.triton import HC4_CONFIG, HC4_DEFAULTS
 
-    out = [{**HC4_DEFAULTS, **HC4_CONFIG}, {**HC4_DEFAULTS, **HC4_CONFIG, "TREE_DOT": True}]
+    out = [{**HC4_DEFAULTS, **HC4_CONFIG}]
     out += [make_cfg((64, 2), a, io) for a in ARITH for io in IO]
     out += [make_cfg(ln, a, (True, True, 2)) for a in ARITH[1::2] for ln in LAUNCH]
     return dedupe(out)
@@ -77,8 +77,7 @@ def name(cfg: dict) -> str:
 
     c = {**HC4_DEFAULTS, **cfg}
     s = f"r{c['BLOCK_R']} w{c['num_warps']} join{int(c['JOIN_STORE'])}"
-    for k, short in (("FAST_RCP", "rcp"), ("SCALED", "scaled"), ("PAIR_RCP", "pair"), ("FLAT_ROWS", "flat"), ("VEC_LOAD", "vec"),
-                     ("TREE_DOT", "tree")):
+    for k, short in (("FAST_RCP", "rcp"), ("SCALED", "scaled"), ("PAIR_RCP", "pair"), ("FLAT_ROWS", "flat"), ("VEC_LOAD", "vec")):
         if c[k]:
             s += " " + short
     return s
@@ -381,7 +380,6 @@ def main() -> int:
         c = {**HC4_DEFAULTS, **r["cfg"]}
         cand2 += [dict(c, BLOCK_R=br, num_warps=w) for br, w in LAUNCH]
         cand2 += [dict(c, JOIN_STORE=j) for j in (False, True, 2)]
-        cand2 += [dict(c, TREE_DOT=not c["TREE_DOT"])]
     cand2 = [c for c in dedupe(cand2) if name(c) not in sw.rows]
     if args.dry:
         cand2 = cand2[:1]

@@ -75,7 +75,6 @@ HC4_VARIANTS = [
     dict(FLAT_ROWS=True, VEC_LOAD=True, JOIN_STORE=2, FAST_RCP=True, SCALED=True),
     dict(BLOCK_R=32, num_warps=1, FLAT_ROWS=True, VEC_LOAD=True, FAST_RCP=True),
     dict(BLOCK_R=128, num_warps=4, FLAT_ROWS=True, VEC_LOAD=True, JOIN_STORE=False),
-    dict(BLOCK_R=32, num_warps=1, FLAT_ROWS=True, VEC_LOAD=True, FAST_RCP=True, SCALED=True, TREE_DOT=True),
 ]
 
 
@@ -100,8 +99,7 @@ def test_hc4_variants(backend, poison_empty, cfg):
 
 
 @pytest.mark.parametrize("cfg", [dict(FAST_RCP=True), dict(SCALED=True, FAST_RCP=True),
-                                 dict(SCALED=True, PAIR_RCP=True, FAST_RCP=True),
-                                 dict(SCALED=True, FAST_RCP=True, TREE_DOT=True)], ids=_variant_id)
+                                 dict(SCALED=True, PAIR_RCP=True, FAST_RCP=True)], ids=_variant_id)
 @pytest.mark.parametrize("eps", [1e-6, 1e-8])
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp2")  # FAST_RCP's sigmoid: 1 / (1 + inf) = 0
 def test_hc4_variants_extreme_logits(backend, cfg, eps):
@@ -142,8 +140,8 @@ def test_hc4_launch_resolution():
     assert (kw["ROW_ADDR"], kw["FAST_RCP"], kw["SCALED"], kw["JOIN_STORE"]) == expect
     _, kw, _ = hc4_launch(dict(SCALED=True, PAIR_RCP=True), contiguous, _SCALED_MIN_EPS / 2)
     assert not kw["SCALED"] and not kw["PAIR_RCP"]
-    _, kw, _ = hc4_launch(dict(PAIR_RCP=True, TREE_DOT=True), contiguous, 1e-6)  # both need SCALED
-    assert not kw["PAIR_RCP"] and not kw["TREE_DOT"]
+    _, kw, _ = hc4_launch(dict(PAIR_RCP=True), contiguous, 1e-6)  # PAIR_RCP needs SCALED
+    assert not kw["PAIR_RCP"]
     _, kw, _ = hc4_launch(dict(FAST_RCP=True, SCALED=True), contiguous, 0.0)  # no subnormal flush at eps = 0
     assert not kw["FAST_RCP"] and not kw["SCALED"]
     _, kw, _ = hc4_launch(dict(FAST_RCP=True, SCALED=True), contiguous, 1e-6)

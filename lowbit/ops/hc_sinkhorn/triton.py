@@ -166,14 +166,8 @@ def _store4(ptr, a, b, c, d, m_r, BLOCK_R: tl.constexpr):
 
 
 @triton.jit
-def _dot4(k0, k1, k2, k3, x0, x1, x2, x3, u, eps, TREE: tl.constexpr):
-    """Scaled Sinkhorn half-step for one row (column): k . x + eps * u.
-    Default: one FMA chain (4 dependent FMAs after the x's arrive). TREE: two independent
-    chains of two joined by an add, 3 dependent steps instead of 4 — the iterations are one
-    long dependency chain per lane (x of a half-step is the reciprocal of the previous one),
-    so its latency, not the instruction count, sets the kernel's time."""
-    if TREE:
-        return tl.fma(k1, x1, k0 * x0) + tl.fma(k3, x3, tl.fma(k2, x2, eps * u))
+def _dot4(k0, k1, k2, k3, x0, x1, x2, x3, u, eps):
+    """Scaled Sinkhorn half-step for one row (column): k . x + eps * u, as an FMA chain."""
     return tl.fma(k3, x3, tl.fma(k2, x2, tl.fma(k1, x1, tl.fma(k0, x0, eps * u))))
 
 
@@ -201,7 +195,7 @@ def _rcp4(a, b, c, d, PAIR_RCP: tl.constexpr, FAST_RCP: tl.constexpr, INTERPRET:
 @triton.jit
 def _sinkhorn4_scaled(k00, k01, k02, k03, k10, k11, k12, k13, k20, k21, k22, k23, k30, k31, k32, k33,
                       eps, ITERS: tl.constexpr, BLOCK_R: tl.constexpr, PAIR_RCP: tl.constexpr,
-                      FAST_RCP: tl.constexpr, INTERPRET: tl.constexpr, TREE_DOT: tl.constexpr = False):
+                      FAST_RCP: tl.constexpr, INTERPRET: tl.constexpr):
     """The Sinkhorn steps on scaling vectors: c = diag(r) K diag(s) with K (softmax + eps) fixed.
 
     The reference's row step c / (rowsum(c) + eps) is r_i <- r_i / (r_i t_i + eps)
@@ -213,8 +207,7 @@ def _sinkhorn4_scaled(k00, k01, k02, k03, k10, k11, k12, k13, k20, k21, k22, k23
     Range: K_ij is in [eps, 1 + eps] and r_i s_j = c_ij / K_ij, so r, s, u, v stay within about
     [eps^2, 1 / eps^2]: normal fp32 (pair products of PAIR_RCP included) for eps >=
     _SCALED_MIN_EPS, which the launcher checks.
-    PAIR_RCP: a half-step's four reciprocals as two _rcp2 (2 MUFU instead of 4, 6 more FMULs).
-    TREE_DOT: the half-step dots as two short chains (see _dot4)."""
+    PAIR_RCP: a half-step's four reciprocals as two _rcp2 (2 MUFU instead of 4, 6 more FMULs)."""
     # first column step, from r = 1
     v0 = k00 + k10 + k20 + k30 + eps
     v1 = k01 + k11 + k21 + k31 + eps
@@ -225,15 +218,15 @@ def _sinkhorn4_scaled(k00, k01, k02, k03, k10, k11, k12, k13, k20, k21, k22, k23
     u0, u1, u2, u3 = one, one, one, one
     r0, r1, r2, r3 = one, one, one, one
     for _ in tl.static_range(ITERS - 1):
-        u0 = _dot4(k00, k01, k02, k03, s0, s1, s2, s3, u0, eps, TREE_DOT)
-        u1 = _dot4(k10, k11, k12, k13, s0, s1, s2, s3, u1, eps, TREE_DOT)
-        u2 = _dot4(k20, k21, k22, k23, s0, s1, s2, s3, u2, eps, TREE_DOT)
-        u3 = _dot4(k30, k31, k32, k33, s0, s1, s2, s3, u3, eps, TREE_DOT)
+        u0 = _dot4(k00, k01, k02, k03, s0, s1, s2, s3, u0, eps)
+        u1 = _dot4(k10, k11, k12, k13, s0, s1, s2, s3, u1, eps)
+        u2 = _dot4(k20, k21, k22, k23, s0, s1, s2, s3, u2, eps)
+        u3 = _dot4(k30, k31, k32, k33, s0, s1, s2, s3, u3, eps)
         r0, r1, r2, r3 = _rcp4(u0, u1, u2, u3, PAIR_RCP, FAST_RCP, INTERPRET)
-        v0 = _dot4(k00, k10, k20, k30, r0, r1, r2, r3, v0, eps, TREE_DOT)
-        v1 = _dot4(k01, k11, k21, k31, r0, r1, r2, r3, v1, eps, TREE_DOT)
-        v2 = _dot4(k02, k12, k22, k32, r0, r1, r2, r3, v2, eps, TREE_DOT)
-        v3 = _dot4(k03, k13, k23, k33, r0, r1, r2, r3, v3, eps, TREE_DOT)
+        v0 = _dot4(k00, k10, k20, k30, r0, r1, r2, r3, v0, eps)
+        v1 = _dot4(k01, k11, k21, k31, r0, r1, r2, r3, v1, eps)
+        v2 = _dot4(k02, k12, k22, k32, r0, r1, r2, r3, v2, eps)
+        v3 = _dot4(k03, k13, k23, k33, r0, r1, r2, r3, v3, eps)
         s0, s1, s2, s3 = _rcp4(v0, v1, v2, v3, PAIR_RCP, FAST_RCP, INTERPRET)
     return (k00 * r0 * s0, k01 * r0 * s1, k02 * r0 * s2, k03 * r0 * s3,
             k10 * r1 * s0, k11 * r1 * s1, k12 * r1 * s2, k13 * r1 * s3,
@@ -247,7 +240,7 @@ def _hc4_sinkhorn_kernel(
     R, S, stride_mb, stride_ms, stride_mk, eps,
     ITERS: tl.constexpr, BLOCK_R: tl.constexpr, JOIN_STORE: tl.constexpr, FAST_RCP: tl.constexpr,
     SCALED: tl.constexpr, PAIR_RCP: tl.constexpr, ROW_ADDR: tl.constexpr, VEC_LOAD: tl.constexpr,
-    INTERPRET: tl.constexpr, TREE_DOT: tl.constexpr = False,
+    INTERPRET: tl.constexpr,
 ):
     """hc = 4, one row per lane: each of the 16 matrix entries is its own [BLOCK_R] vector, so
     a lane holds whole matrices and every row/column sum is plain in-thread arithmetic (no
@@ -266,7 +259,6 @@ def _hc4_sinkhorn_kernel(
       2 = contiguous rows: r * 24, element stride 1 (compile-time, so alignment is known).
     VEC_LOAD (ROW_ADDR == 2 only): pre / post / comb rows read as [BLOCK_R, 4] tiles, one 16-byte
       load per lane each, instead of 24 scalar loads.
-    TREE_DOT (SCALED only): shorter dependency chains in the half-steps (see _dot4).
     """
     i_r = tl.program_id(0).to(tl.int64)
     o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -321,7 +313,7 @@ def _hc4_sinkhorn_kernel(
         (c00, c01, c02, c03, c10, c11, c12, c13,
          c20, c21, c22, c23, c30, c31, c32, c33) = _sinkhorn4_scaled(
             c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33,
-            eps, ITERS, BLOCK_R, PAIR_RCP, FAST_RCP, INTERPRET, TREE_DOT)
+            eps, ITERS, BLOCK_R, PAIR_RCP, FAST_RCP, INTERPRET)
     else:
         c00, c10, c20, c30 = _norm4(c00, c10, c20, c30, eps, FAST_RCP, INTERPRET)
         c01, c11, c21, c31 = _norm4(c01, c11, c21, c31, eps, FAST_RCP, INTERPRET)
@@ -390,10 +382,9 @@ HC4_CONFIG = dict(BLOCK_R=32, num_warps=1, JOIN_STORE=True, FAST_RCP=True, SCALE
 # SCALED: Sinkhorn on scaling vectors; PAIR_RCP (with SCALED): two reciprocals from one. Both need
 # eps >= _SCALED_MIN_EPS, smaller eps runs the plain form. FLAT_ROWS: address a row by one stride
 # when the [b, s] rows allow it (no 64-bit division), with compile-time strides when mixes is
-# contiguous. VEC_LOAD (contiguous mixes only, else ignored): 16-byte tile loads. TREE_DOT (with
-# SCALED): the half-step dots as two short chains.
+# contiguous. VEC_LOAD (contiguous mixes only, else ignored): 16-byte tile loads.
 HC4_DEFAULTS = dict(BLOCK_R=64, num_warps=2, JOIN_STORE=True, FAST_RCP=False, SCALED=False,
-                    PAIR_RCP=False, FLAT_ROWS=False, VEC_LOAD=False, TREE_DOT=False)
+                    PAIR_RCP=False, FLAT_ROWS=False, VEC_LOAD=False)
 
 # SCALED keeps r, s, u, v (and PAIR_RCP their pair products, ~eps^4) normal in fp32 down to this eps.
 _SCALED_MIN_EPS = 1e-8
@@ -426,9 +417,8 @@ def hc4_launch(config: dict | None, mixes: torch.Tensor, eps: float) -> tuple[in
     pair = bool(cfg.pop("PAIR_RCP")) and scaled
     block_r = cfg.pop("BLOCK_R")
     join = cfg.pop("JOIN_STORE")
-    tree = bool(cfg.pop("TREE_DOT")) and scaled
     kwargs = dict(JOIN_STORE=2 if join == 2 else bool(join), FAST_RCP=fast,
-                  SCALED=scaled, PAIR_RCP=pair, ROW_ADDR=row_addr, VEC_LOAD=vec, TREE_DOT=tree,
+                  SCALED=scaled, PAIR_RCP=pair, ROW_ADDR=row_addr, VEC_LOAD=vec,
                   INTERPRET=interpret_mode(), **cfg)
     return block_r, kwargs, strides
 
