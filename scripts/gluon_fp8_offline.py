@@ -1,20 +1,28 @@
-"""Compile the Gluon ``fp8_gemm`` prefill kernel for sm_90 without a GPU and inspect the cubin.
+"""Compile the Gluon ``fp8_gemm`` prefill kernels for sm_90 without a GPU and inspect the cubin.
 
-Prints, per config: shared memory, ``REG / STACK / SHARED / LOCAL`` (spills show as STACK / LOCAL),
-the counts of QGMMA / WARPGROUP.DEPBAR / WARPGROUP.ARRIVE / FFMA / BAR.SYNC in the SASS, the main
-loop's opcode sequence (runs of one opcode compressed to ``OPx n``), and whether the overlap holds:
-inside the loop the scale FFMAs of block kb must come after the wgmma issue of block kb + 1
-(QGMMA) and after the ``WARPGROUP.DEPBAR`` that retires block kb (wait with 1 outstanding),
-with no second DEPBAR in between that would wait for block kb + 1.
+Per config (``lowbit/ops/fp8_gemm/gluon.py``: the single-partition kernel and the warp-specialized
+one; stages, fp32 / UE8M0 scales, TMA or masked store) it prints: shared memory;
+``REG / STACK / SHARED / LOCAL`` (spills show as STACK / LOCAL); ptxas's wgmma notes (C7514 =
+wgmma serialized, which would undo the overlap; fails the check); the SASS counts of QGMMA /
+WARPGROUP.DEPBAR / WARPGROUP.ARRIVE / FFMA / BAR.SYNC; the K loop as a compressed event string
+(see ``events``) and, for two configs, its compressed opcode sequence; and whether the overlap
+holds: every run of scale FFMAs (one K block) comes after the wgmma issue of the next block
+(QGMMA) and a ``WARPGROUP.DEPBAR.LE 1`` that retires its own block, and no ``DEPBAR.LE 0``
+drains the tensor cores inside the loop. Exit status 1 if any config fails.
 
-Run from the repository root: ``python scripts/gluon_fp8_offline.py [--dump DIR]``.
+Compiled like ``sm90_offline.compile_sm90`` but from a ``GluonASTSource``; the signature comes
+from the JIT's own specializer applied to CPU stand-ins of the launch arguments.
+
+Run from the repository root: ``python scripts/gluon_fp8_offline.py [--verbose] [--dump DIR]``.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
@@ -31,11 +39,16 @@ CONFIGS = (
     ("128x128 s5 fp32 scales tma-store", dict(stages=5, as_e8m0=False, bs_e8m0=False, n=7168)),
     ("128x128 s4 ue8m0 scales tma-store", dict(stages=4, as_e8m0=True, bs_e8m0=True, n=7168)),
     ("128x128 s4 fp32 scales masked-store", dict(stages=4, as_e8m0=False, bs_e8m0=False, n=7170)),
+    ("warp-specialized 128x128 s4 fp32 scales tma-store", dict(stages=4, as_e8m0=False, bs_e8m0=False, n=7168, ws=True)),
+    ("warp-specialized 128x128 s4 ue8m0 masked-store", dict(stages=4, as_e8m0=True, bs_e8m0=True, n=7170, ws=True)),
 )
+
+# configs whose full in-loop opcode sequence is printed (all with --verbose)
+SHOW_OPCODES = {CONFIGS[0][0], CONFIGS[-2][0]}
 
 
 def compile_gluon_sm90(stages: int, as_e8m0: bool, bs_e8m0: bool, n: int, block_m=128, block_n=128, group_m=16,
-                       num_warps=8):
+                       num_warps=8, ws=False, producer_regs=40):
     """``triton.compile`` of ``_fp8_gemm_gluon_kernel`` for sm_90 from a ``GluonASTSource`` whose
     signature comes from the JIT's own specializer applied to CPU stand-ins of the launch args."""
     import torch
@@ -61,7 +74,7 @@ def compile_gluon_sm90(stages: int, as_e8m0: bool, bs_e8m0: bool, n: int, block_
         c_desc=TensorDescriptor.from_tensor(c, [block_m, block_n], c_l) if tma_store else None,
         M=m, N=n, n_kb=k // 128,
     )
-    fn = g._fp8_gemm_gluon_kernel
+    fn = g._fp8_gemm_gluon_ws_kernel if ws else g._fp8_gemm_gluon_kernel
     no_spec = {"M", "n_kb"}  # do_not_specialize in the kernel's decorator
     signature, attrs = {}, {}
     for i, (name, v) in enumerate(args.items()):
@@ -71,6 +84,8 @@ def compile_gluon_sm90(stages: int, as_e8m0: bool, bs_e8m0: bool, n: int, block_
             attrs[(i, )] = [["tt.divisibility", 16]]
     constexprs = dict(AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, TMA_STORE=tma_store, GROUP_M=group_m, NUM_STAGES=stages,
                       num_warps=num_warps)
+    if ws:
+        constexprs["PRODUCER_REGS"] = producer_regs
     if args["c_desc"] is None:
         constexprs["c_desc"] = None
     for name in constexprs:
@@ -92,56 +107,119 @@ def compress(ops: list[str]) -> str:
     return " ".join(out)
 
 
-def main_loop(sass: str) -> list[str] | None:
-    """Opcodes of the K loop: the backward branch whose body holds QGMMA and FFMA."""
-    lines = re.findall(r"/\*([0-9a-f]{4,})\*/\s+((?:@!?U?P\w+\s+)?[A-Z][A-Z0-9_.]*)([^;]*);", sass)
-    addr = [int(x[0], 16) for x in lines]
-    ops = [re.sub(r"^@!?U?P\w+\s+", "", x[1]) for x in lines]
+def sass_lines(sass: str) -> list[tuple[int, str, str]]:
+    """(address, opcode without predicate, operands) of every SASS instruction."""
+    out = []
+    for a, op, rest in re.findall(r"/\*([0-9a-f]{4,})\*/\s+((?:@!?U?P\w+\s+)?[A-Z][A-Z0-9_.]*)([^;]*);", sass):
+        out.append((int(a, 16), re.sub(r"^@!?U?P\w+\s+", "", op), rest.strip()))
+    return out
+
+
+def main_loop(lines: list[tuple[int, str, str]]) -> list[tuple[int, str, str]] | None:
+    """The K loop: the shortest backward-branch region holding QGMMA and FFMA but no EXIT (the
+    persistent tile loop around it is longer; the try-wait retry stubs after EXIT also jump back
+    into the loop)."""
+    addr = [x[0] for x in lines]
     best = None
-    for i, (op, (_, _, rest)) in enumerate(zip(ops, lines)):
-        if not op.startswith("BRA"):
+    for i, (a, op, rest) in enumerate(lines):
+        tgt = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
+        if not tgt or int(tgt.group(1), 16) >= a or int(tgt.group(1), 16) not in addr:
             continue
-        tgt = re.search(r"0x([0-9a-f]+)", rest)
-        if not tgt:
+        body = lines[addr.index(int(tgt.group(1), 16)):i + 1]
+        ops = [x[1] for x in body]
+        if "EXIT" in ops or not any(o.startswith("QGMMA") for o in ops) or "FFMA" not in ops:
             continue
-        t = int(tgt.group(1), 16)
-        if t >= addr[i]:
-            continue
-        j = addr.index(t) if t in addr else None
-        if j is None:
-            continue
-        body = ops[j:i + 1]
-        # the K loop's back edge (not a try-wait retry stub after EXIT jumping back into it)
-        if "EXIT" in body:
-            continue
-        if any(o.startswith("QGMMA") for o in body) and any(o == "FFMA" for o in body):
-            if best is None or len(body) > len(best):
-                best = body
+        if best is None or len(body) < len(best):
+            best = body
     return best
 
 
-def overlap_ok(body: list[str]) -> tuple[bool, str]:
-    """In the loop body: QGMMA (issue kb+1) ... DEPBAR (retire kb) ... FFMA (scale kb), and no
-    DEPBAR between the first FFMA and the last FFMA (which would retire kb+1 first)."""
-    q = [i for i, o in enumerate(body) if o.startswith("QGMMA")]
-    dep = [i for i, o in enumerate(body) if o.startswith("WARPGROUP.DEPBAR")]
-    ff = [i for i, o in enumerate(body) if o == "FFMA"]
-    if not (q and dep and ff):
-        return False, "missing QGMMA / DEPBAR / FFMA in the loop"
-    issue_end, first_ff, last_ff = max(q), min(ff), max(ff)
-    deps_before = [i for i in dep if i < first_ff]
-    if not deps_before or issue_end > first_ff:
-        return False, "the FFMAs do not follow the next block's wgmma issue and a wait"
-    if any(first_ff < i < last_ff for i in dep):
-        return False, "a wgmma wait sits inside the FFMA run"
-    dep_ops = sorted({body[i] for i in deps_before})
-    return True, (f"QGMMA issue ends at {issue_end}, {dep_ops} at {deps_before}, FFMA {first_ff}..{last_ff} "
-                  f"({len(ff)} FFMA) of {len(body)} loop instructions")
+def events(body: list[tuple[int, str, str]]) -> list[str]:
+    """The loop as synchronisation / math events: Q = QGMMA (wgmma issue), D<n> = WARPGROUP.DEPBAR
+    (wait until <= n wgmma groups are in flight), A = WARPGROUP.ARRIVE, F = FFMA, B = BAR.SYNC,
+    W = mbarrier try-wait, E = mbarrier arrive (expect-tx before a TMA; in the warp-specialized
+    consumer the stage release), T = TMA load, G = global load (scales)."""
+    ev = []
+    for _, op, rest in body:
+        if op.startswith("QGMMA"):
+            ev.append("Q")
+        elif op.startswith("WARPGROUP.DEPBAR"):
+            m = re.search(r"0x([0-9a-f]+)", rest)
+            ev.append(f"D{int(m.group(1), 16) if m else 0}")
+        elif op.startswith("WARPGROUP.ARRIVE"):
+            ev.append("A")
+        elif op == "FFMA":
+            ev.append("F")
+        elif op.startswith("BAR.SYNC"):
+            ev.append("B")
+        elif op.startswith("SYNCS.PHASECHK"):
+            ev.append("W")
+        elif op.startswith("SYNCS.ARRIVE"):
+            ev.append("E")
+        elif op.startswith("UTMALDG"):
+            ev.append("T")
+        elif op.startswith("LDG"):
+            ev.append("G")
+    return ev
+
+
+def overlap_ok(ev: list[str]) -> tuple[bool, str]:
+    """Each run of scale FFMAs (one K block) must follow, going backwards around the loop, a wait
+    that leaves >= 1 wgmma in flight (D1) and before it the issue of the next block's wgmma (Q),
+    with no D0 anywhere in the loop (that would drain the tensor cores every iteration)."""
+    if "D0" in ev:
+        return False, "a full wgmma drain (DEPBAR 0) inside the loop"
+    n = len(ev)
+    # FFMA runs: F's separated only by non-wgmma events
+    runs, i = [], 0
+    while i < n:
+        if ev[i] == "F":
+            j, cnt = i, 0
+            while j < n and ev[j] not in ("Q",) and not ev[j].startswith("D"):
+                cnt += ev[j] == "F"
+                j += 1
+            runs.append((i, cnt))
+            i = j
+        else:
+            i += 1
+    if not runs:
+        return False, "no FFMA in the loop"
+    for start, cnt in runs:
+        k = (start - 1) % n
+        seen_d = False
+        for _ in range(n):
+            e = ev[k]
+            if e.startswith("D"):
+                seen_d = True
+            elif e == "Q":
+                break
+            k = (k - 1) % n
+        if not seen_d:
+            return False, f"the FFMA run at event {start} is not preceded by a wgmma wait"
+    return True, (f"{len(runs)} FFMA runs of {[c for _, c in runs]} FFMA, each after the next block's "
+                  f"wgmma issue and a DEPBAR.LE 1 (never 0); {ev.count('A')} wgmma groups (ARRIVE) per trip")
+
+
+def ptxas_notes(kernel) -> list[str]:
+    """ptxas -v performance notes (C75xx: injected wgmma waits / serialized wgmma) on the PTX."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    if not os.path.exists(tool):
+        return ["(ptxas not found)"]
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(kernel.asm["ptx"])
+        r = subprocess.run([tool, "-v", "--gpu-name=sm_90a", src, "-o", os.path.join(d, "k.o")],
+                           capture_output=True, text=True)
+    return [ln.strip() for ln in (r.stdout + r.stderr).splitlines() if re.search(r"\(C7\d+\)", ln)]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dump", default=None, help="write each config's ttgir / ptx / sass to this folder")
+    ap.add_argument("--verbose", action="store_true", help="also print the loop's full opcode sequence")
     args = ap.parse_args()
     failed = False
     for name, cfg in CONFIGS:
@@ -160,18 +238,27 @@ def main() -> int:
         wg = sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", k.asm["ptx"])))
         waits = sorted(set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", k.asm["ptx"])))
         print(f"  ptx wgmma shapes {wg}   wgmma.wait_group {waits}")
+        notes = ptxas_notes(k)
+        print(f"  ptxas wgmma notes: {notes if notes else 'none (no serialized wgmma, no injected waits)'}")
+        failed |= any("C7514" in x for x in notes)
         print(f"  SASS: QGMMA {count('QGMMA')}  WARPGROUP.DEPBAR {count('WARPGROUP.DEPBAR')}  "
               f"WARPGROUP.ARRIVE {count('WARPGROUP.ARRIVE')}  FFMA {sum(o == 'FFMA' for o in ops)}  "
               f"BAR.SYNC {count('BAR.SYNC')}  SYNCS {count('SYNCS')}  STG {count('STG')}  UTMASTG {count('UTMASTG')}")
-        body = main_loop(sass)
+        body = main_loop(sass_lines(sass))
         if body is None:
             print("  main loop: NOT FOUND")
             failed = True
         else:
-            ok, why = overlap_ok(body)
+            ev = events(body)
+            ok, why = overlap_ok(ev)
             print(f"  overlap {'OK' if ok else 'NOT SHOWN'}: {why}")
-            print(f"  loop: {compress(body)}")
+            print(f"  loop events ({len(body)} instructions): {compress(ev)}")
+            if args.verbose or name in SHOW_OPCODES:
+                print(f"  loop opcodes: {compress([x[1] for x in body])}")
             failed |= not ok
+        if cfg.get("ws"):
+            regs = sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", k.asm["ptx"])))
+            print(f"  warp-specialized register reallocation (setmaxnreg): {regs} (REG above is the launch count)")
         if args.dump:
             os.makedirs(args.dump, exist_ok=True)
             tag = re.sub(r"\W+", "_", name)

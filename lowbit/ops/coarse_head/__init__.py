@@ -57,6 +57,7 @@ class CoarsePacking:
         self.kind, self.fmt, self.n, self.k, self.bits, self.group_size = kind, fmt, n, k, bits, group_size
         self._dense = None
         self._coef = None
+        self._retiled = None
         self.tensors = tuple(fmt._tensor_fields().values())
 
     @property
@@ -81,6 +82,16 @@ class CoarsePacking:
         if self._dense is None:
             self._dense = self.fmt.dequantize(torch.float32)
         return self._dense
+
+    def retiled(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """INTx only: (words, scale, zero) re-tiled for the fast-mode GEMV of ``triton_rt.py``
+        (32-row tiles, one thread per row, coalesced loads), built on first use and kept: as many
+        bytes again as the packed codes, scales and zeros."""
+        if self._retiled is None:
+            from lowbit.ops.coarse_head.triton_rt import retile
+
+            self._retiled = retile(self.fmt.packed, self.fmt.scale, self.fmt.zero)
+        return self._retiled
 
     def coef(self) -> torch.Tensor | None:
         """fp32 [N, NG]: the INTx group scales ``s`` (the bound's coefficients); None if native."""
@@ -187,6 +198,8 @@ def coarse_head(
     # traced graphs: Triton exactly for CUDA tensors (use_triton's import probe is not traceable)
     if (x.is_cuda if compiling else use_triton(x, *packing.tensors)):
         w, s, z, gs = _raw(packing)
+        if _use_retiled(packing, x.shape[0], bound, block, compiling):
+            w, s, z = packing.retiled()
         # eager: call the launcher directly (the op wrapper costs several µs of Python at M = 1);
         # under torch.compile the registered op is traced instead
         op = torch.ops.lowbit.coarse_head if compiling else _coarse_head_impl
@@ -197,6 +210,21 @@ def coarse_head(
     return coarse_head_reference(x, packing.dense(), packing.coef(), bits=packing.bits,
                                  group_size=packing.group_size, bound=bound, sigma=sigma, block=block,
                                  kcand=kcand, write_logits=write_logits)
+
+
+#: Fast mode (no bound) at M <= RETILED_MAX_M on an INTx copy: the re-tiled packed-half GEMV
+#: (``triton_rt.py``; the packing then keeps a re-tiled copy of its codes). 0 turns it off.
+RETILED_MAX_M = 1
+
+
+def _use_retiled(packing: CoarsePacking, m: int, bound: int, block: int, compiling: bool) -> bool:
+    """Whether this call takes the re-tiled GEMV. Under torch.compile only if the copy already
+    exists (``DraftHead.warmup`` builds it eagerly): building it is not part of a traced call."""
+    from lowbit.ops.coarse_head.triton_rt import rt_supported
+
+    return (packing.kind == KIND_INTX and bound == BOUND_NONE and m <= RETILED_MAX_M
+            and rt_supported(packing.group_size, block, packing.fmt.packed.shape[1])
+            and (not compiling or packing._retiled is not None))
 
 
 def _raw(packing: CoarsePacking):

@@ -444,6 +444,12 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     m, k = x.shape
     if x.stride(1) != 1:
         x = x.contiguous()
+    if kind == KIND_INTX and w.dim() == 5:  # the re-tiled copy (CoarsePacking.retiled): its own GEMV
+        from lowbit.ops.coarse_head.triton_rt import coarse_gemv_rt
+
+        ell = padded_k // (8 // bits)  # bytes per row of the plane-split codes (L)
+        return coarse_gemv_rt(x, w, s, z, n=n, ell=ell, bits=bits, group_size=group_size, block=block,
+                              kcand=kcand, write_logits=write_logits)
     if config is None:
         _, config = _config(m, bits if kind == KIND_INTX else None, fast=bound == BOUND_NONE)
     bm, warps, stages, bk = config[:4]

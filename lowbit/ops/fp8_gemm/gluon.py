@@ -1,4 +1,4 @@
-"""Gluon (``triton.experimental.gluon``) kernel for the prefill band of ``fp8_gemm`` on sm_90.
+"""Gluon (``triton.experimental.gluon``) kernels for the prefill band of ``fp8_gemm`` on sm_90.
 
 ``C[M, N] bf16 = A[M, K] e4m3 @ B[N, K]^T e4m3`` with DeepSeek block scales: ``a_s [M, K/128]``
 (one per row and 128-wide K block) and ``b_s [ceil(N/128), K/128]`` (one per 128x128 block of B),
@@ -10,40 +10,61 @@ accumulator (two-level accumulation)::
 Why Gluon: the plain-Triton kernel (``_fp8_gemm_tma_kernel``) lowers ``tl.dot`` to a wgmma that
 each warpgroup waits for (``WARPGROUP.DEPBAR``) before its 64 scale FFMAs per thread, so the
 tensor cores idle during the scale accumulation (~150 of ~640 cycles per K block). Here each K
-block's wgmma is issued asynchronously into a fresh fp32 tile (``use_acc=False``) and the kernel
-retires it with ``warpgroup_mma_wait(num_outstanding=1)`` only after the *next* block's wgmma is
-in flight, so the FFMAs of block kb overlap the tensor-core work of block kb + 1.
+block's wgmma is issued asynchronously into its own fp32 tile and retired with
+``warpgroup_mma_wait(num_outstanding=1)`` only after the *next* block's wgmma is in flight, so
+the FFMAs of block kb overlap the tensor-core work of block kb + 1.
 
-Layout (defaults: 128 x 128 CTA tile, 8 warps):
+Layout (defaults: 128 x 128 CTA tile, 8 warps = 2 warpgroups):
 
-* Accumulator and dot tiles: ``NVMMADistributedLayout`` v3 with ``warps_per_cta = [8, 1]`` and
-  instruction shape ``[16, 128, 32]``: warpgroup g (warps 4g..4g+3) owns rows 64g..64g+63 and all
-  128 columns. Per thread: 64 fp32 accumulator registers + 64 for the block being scaled + 64 for
-  the block in flight (192; the compile check confirms no spills).
-* Shared ring: ``NUM_STAGES`` x (A tile ``[BLOCK_M, 128]`` + B tile ``[BLOCK_N, 128]``) e4m3 in the
-  128-byte-swizzled ``NVMMASharedLayout`` TMA writes and wgmma reads (B is K-major; the wgmma sees
-  ``b_tile.permute((1, 0))`` as its ``[K, N]`` operand). One mbarrier per stage counts the TMA
-  bytes; out-of-bounds rows (M, N edges) arrive zero-filled.
-* Scales: ``a_s`` of the tile's rows in ``SliceLayout(1, mma)`` (each thread loads the 2 rows it
-  owns), ``b_s`` a scalar (BLOCK_N <= 128 lies inside one 128-row block of B). Both are plain
-  loads issued one K block ahead so their latency hides behind a wgmma.
+* Accumulator and dot tiles: ``NVMMADistributedLayout`` v3, ``warps_per_cta = [8, 1]``,
+  instruction ``[16, 128, 32]`` (``wgmma m64n128k32``, 4 per K block): warpgroup g owns rows
+  64g..64g+63 and all 128 columns. Per thread: 64 fp32 accumulator registers + 2 x 64 for the two
+  dot tiles (one in flight, one being scaled); ~230 registers, no spills (offline check).
+* Shared ring: ``NUM_STAGES`` x (A ``[BLOCK_M, 128]`` + B ``[BLOCK_N, 128]``) e4m3 in the 128-byte
+  swizzled ``NVMMASharedLayout`` that TMA writes and wgmma reads (both K-major; the wgmma sees
+  ``b_tile.permute((1, 0))`` as its ``[K, N]`` operand), one mbarrier per stage counting the TMA
+  bytes; out-of-bounds rows (M, N edges) arrive zero-filled. 32 KiB per stage.
+* Scales: ``a_s`` of the tile's rows in ``SliceLayout(1, mma)`` (each thread loads its 2 rows),
+  ``b_s`` a scalar (BLOCK_N <= 128 lies in one 128-row block of B): plain loads issued one K
+  block ahead of their FFMA, so their latency hides behind a wgmma.
 
-Pipeline (per warpgroup, iteration kb; wgmma kb already in flight on entry)::
+Schedule (per warpgroup; two register tiles A and B, the K loop unrolled by two)::
 
-    wait TMA of block kb+1 -> issue wgmma kb+1 (async) -> load scales of kb+1
-    -> wgmma_wait(1): retires wgmma kb -> acc += d_kb * (a_s * b_s)   [tensor cores busy with kb+1]
-    -> CTA barrier -> TMA refill of kb's stage with block kb + NUM_STAGES
+    wait TMA(kb) -> issue wgmma kb into B -> wait(1): wgmma kb-1 (tile A) done
+        -> acc += A * (a_s * b_s)            [tensor cores busy with kb]
+        -> CTA barrier -> TMA of block kb-1+NUM_STAGES into kb-1's stage
+    wait TMA(kb+1) -> issue wgmma kb+1 into A -> wait(1): wgmma kb (tile B) done
+        -> acc += B * (a_s * b_s) -> CTA barrier -> TMA refill of kb's stage
 
-The barrier is needed because B's stage is read by both warpgroups' wgmmas while the refill is
-issued by one thread: a warpgroup's wgmma wait only covers its own wgmmas, so the stage may be
-overwritten only once every warpgroup has retired its wgmma kb. Placing it after the FFMAs keeps
-the tensor cores fed (wgmma kb+1 of both warpgroups is queued while warps meet at the barrier).
+Register tiles must stay put while their wgmma is in flight: if a wgmma result is copied
+(loop-carried value swapped, or an FFMA scheduled after the next wgmma that overwrites it),
+ptxas serializes every wgmma (info C7514) and the overlap is gone. Hence: the unroll by two (each
+tile its own variable); each wgmma names the already-scaled tile it overwrites as accumulator
+input with a run-time-false ``use_acc`` (a compile-time False gives the result fresh registers);
+both tiles enter the K loop as zeros (tile A as a stand-in "block -1" with scale 0); and a no-op
+``warpgroup_mma_wait`` on ``acc`` pins the FFMAs before the next wgmma issue.
 
-Epilogue: bf16 tile through shared memory and a TMA store (clips the M, N edges) when the output
-row pitch is 16-byte aligned (N % 8 == 0), otherwise a masked ``gl.store`` from the MMA layout.
+The CTA barrier before a refill is needed because B's stage is read by both warpgroups' wgmmas
+while a single thread issues the TMA, and a warpgroup's wgmma wait covers only its own wgmmas.
+Triton 3.6's shared-memory barrier analysis also puts a CTA barrier between consecutive mbarrier
+operations (expect / TMA / wait: ``canSkipBarSync`` returns in 3.7), about 4 ``bar.sync`` per K
+block in this kernel; they cost issue slots, not tensor-core time, as wgmma kb+1 is queued.
 
-Grid: one program per output tile, in grouped order (``GROUP_M`` row tiles share a weight tile in
-L2, as ``tile_coords`` of the Triton kernel).
+Persistence: one program per SM (``persistent=True``) walks tiles p, p + P, ... in grouped order
+(``GROUP_M`` row tiles share a weight tile in L2, as ``tile_coords``); its K blocks form one
+stream through the ring, so the refills of a tile's last blocks load the next tile's first ones
+and the epilogue (bf16 -> shared -> TMA store, not waited for until the buffer is reused)
+overlaps those loads. Needs NUM_STAGES <= K/128 (refills reach at most one tile ahead); else, or
+with ``persistent=False``, one program per tile.
+
+Warp-specialized variant (``warp_specialize=True``): a 1-warp producer partition issues all TMA
+loads (``ready`` / ``empty`` mbarrier pair per stage); the 8 consumer warps run the same wgmma /
+FFMA schedule and release stages with an mbarrier arrive after a (partition) barrier, so their
+loop has no TMA issue and half the barriers. Register reallocation gives the consumers 240.
+
+Epilogue: the bf16 tile through shared memory and a TMA store (clips the M, N edges) when the
+output row pitch is 16-byte aligned (N % 8 == 0), otherwise masked ``gl.store`` from the MMA
+layout.
 """
 from __future__ import annotations
 
@@ -122,32 +143,33 @@ if _GLUON_IMPORT_ERROR is None:
         return s
 
     @gluon.jit
-    def _tile_coords(M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
-        """(i_m, i_n) of this program, grouped so GROUP_M row tiles share a weight tile in L2."""
-        pid = gl.program_id(0)
+    def _tile_offsets(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+        """(first row, first column) of output tile ``tile``, grouped so GROUP_M row tiles that
+        run together share a weight tile in L2 (the order of ``tile_coords``)."""
         n_pm = gl.cdiv(M, BLOCK_M)
         n_pn = gl.cdiv(N, BLOCK_N)
         width = GROUP_M * n_pn
-        first_m = (pid // width) * GROUP_M
+        first_m = (tile // width) * GROUP_M
         rows = gl.minimum(n_pm - first_m, GROUP_M)
-        return first_m + (pid % width) % rows, (pid % width) // rows
+        return (first_m + (tile % width) % rows) * BLOCK_M, ((tile % width) // rows) * BLOCK_N
 
     @gluon.jit
-    def _load_block(a_desc, b_desc, a_bufs, b_bufs, bars, kb, off_m, off_n, NUM_STAGES: gl.constexpr, pred):
-        """TMA of K block kb's A / B tiles into stage kb % NUM_STAGES (skipped unless pred).
-        The stage's mbarrier expects the full box bytes (zero-filled rows count too)."""
-        s = kb % NUM_STAGES
+    def _load_block(a_desc, b_desc, a_bufs, b_bufs, bars, g, off_m, off_n, kb, NUM_STAGES: gl.constexpr, pred):
+        """TMA of K block kb of the tile at (off_m, off_n) -- this program's block number g --
+        into stage g % NUM_STAGES (skipped unless pred). The stage's mbarrier expects the full
+        box bytes (zero-filled out-of-bounds rows count too)."""
+        s = g % NUM_STAGES
         bar = bars.index(s)
         mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
         tma.async_copy_global_to_shared(a_desc, [off_m, kb * 128], bar, a_bufs.index(s), pred)
         tma.async_copy_global_to_shared(b_desc, [off_n, kb * 128], bar, b_bufs.index(s), pred)
 
     @gluon.jit
-    def _issue_mma(a_bufs, b_bufs, bars, kb, tile, use_acc, NUM_STAGES: gl.constexpr):
-        """Wait for K block kb's tiles and start its wgmma (returns the in-flight token). The
-        result lands in ``tile``'s registers; ``use_acc`` (false at run time) discards its value."""
-        s = kb % NUM_STAGES
-        mbarrier.wait(bars.index(s), (kb // NUM_STAGES) & 1)
+    def _issue_mma(a_bufs, b_bufs, bars, g, tile, use_acc, NUM_STAGES: gl.constexpr):
+        """Wait for block g's tiles and start its wgmma (returns the in-flight token). The result
+        lands in ``tile``'s registers; ``use_acc`` (false at run time) discards their value."""
+        s = g % NUM_STAGES
+        mbarrier.wait(bars.index(s), (g // NUM_STAGES) & 1)
         return warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), tile, use_acc=use_acc, is_async=True)
 
     @gluon.jit
@@ -164,13 +186,77 @@ if _GLUON_IMPORT_ERROR is None:
         return acc, d
 
     @gluon.jit
-    def _refill(a_desc, b_desc, a_bufs, b_bufs, bars, kb, off_m, off_n, n_kb, NUM_STAGES: gl.constexpr):
-        """Reload the stage of block kb (its wgmma retired by this warpgroup) with block
-        kb + NUM_STAGES. The CTA barrier first makes sure every warpgroup has retired its wgmma kb:
-        the B tile is shared by both warpgroups and the TMA is issued by a single thread."""
+    def _refill(a_desc, b_desc, a_bufs, b_bufs, bars, g0, kb, off_m, off_n, nxt_m, nxt_n, has_next, n_kb,
+                NUM_STAGES: gl.constexpr, pred):
+        """Block kb of the current tile (program block g0 + kb) has retired: reload its stage with
+        the block NUM_STAGES later -- block kb + NUM_STAGES of this tile or, past its end, of the
+        next tile at (nxt_m, nxt_n) (the launcher keeps NUM_STAGES <= n_kb when tiles follow).
+        The CTA barrier first makes sure every warpgroup has retired that wgmma: the B tile is
+        read by both warpgroups and the TMA is issued by a single thread."""
         gl.thread_barrier()
-        _load_block(a_desc, b_desc, a_bufs, b_bufs, bars, kb + NUM_STAGES, off_m, off_n, NUM_STAGES,
-                    kb + NUM_STAGES < n_kb)
+        j = kb + NUM_STAGES
+        here = j < n_kb
+        _load_block(a_desc, b_desc, a_bufs, b_bufs, bars, g0 + j, gl.where(here, off_m, nxt_m),
+                    gl.where(here, off_n, nxt_n), gl.where(here, j, j - n_kb), NUM_STAGES, pred & (here | has_next))
+
+    @gluon.jit
+    def _tile_product(a_desc, b_desc, a_bufs, b_bufs, bars, as_rows, m_mask, bs_blk, g0, first, off_m, off_n, nxt_m,
+                      nxt_n, has_next, n_kb, mma: gl.constexpr, AS_E8M0: gl.constexpr, BS_E8M0: gl.constexpr,
+                      NUM_STAGES: gl.constexpr):
+        """The fp32 [BLOCK_M, BLOCK_N] accumulator of one output tile: sum over K blocks of
+        dot * a_s * b_s, with the wgmma of block kb+1 in flight during block kb's FFMAs.
+
+        g0: this program's number of the tile's block 0 (ring stage / mbarrier phase); first: the
+        program's first tile (whose prologue loaded blocks 0 .. NUM_STAGES-2 only)."""
+        BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+        row_l: gl.constexpr = gl.SliceLayout(1, mma)
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma)
+        # Two register tiles alternate between "in flight" and "being scaled"; each must keep fixed
+        # registers, or ptxas copies an in-flight accumulator and then serializes every wgmma
+        # (C7514). So: the loop is unrolled by two (tile B: even blocks, tile A: odd blocks); each
+        # wgmma names the tile it overwrites (already scaled) as its accumulator input and ignores
+        # it through a scale-d predicate that is false at run time (n_kb < 0 never holds; a
+        # compile-time False drops the input and gives the result fresh registers); and both tiles
+        # enter the loop as zeros -- tile A as a stand-in for "block -1", retired with scale 0 --
+        # so no wgmma result flows into the loop from outside (that one got copied on entry).
+        never = n_kb < 0
+        d_a = warpgroup_mma_init(gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma))
+        tile_b = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma)
+        s_a_a = gl.zeros([BLOCK_M], gl.float32, row_l)
+        s_b_a = 0.0
+        s_a = _row_scales(as_rows, m_mask, AS_E8M0)
+        s_b = _block_scale(bs_blk, BS_E8M0)
+        for i in range(0, n_kb // 2):
+            kb = 2 * i  # tile B: block kb; tile A: block kb - 1 (retired here), then kb + 1
+            d_b = _issue_mma(a_bufs, b_bufs, bars, g0 + kb, tile_b, never, NUM_STAGES)
+            acc, tile_a = _retire(acc, d_a, s_a_a, s_b_a, 1)
+            # "Block -1" loads block NUM_STAGES-1 on the first tile; on later tiles the previous
+            # tile's last refills already did.
+            _refill(a_desc, b_desc, a_bufs, b_bufs, bars, g0, kb - 1, off_m, off_n, nxt_m, nxt_n, has_next, n_kb,
+                    NUM_STAGES, (kb > 0) | first)
+            d_a = _issue_mma(a_bufs, b_bufs, bars, g0 + kb + 1, tile_a, never, NUM_STAGES)
+            # Scales are plain loads issued one block ahead of their FFMAs (latency behind a wgmma).
+            s_a_a = _row_scales(as_rows + (kb + 1), m_mask, AS_E8M0)
+            s_b_a = _block_scale(bs_blk + (kb + 1), BS_E8M0)
+            acc, tile_b = _retire(acc, d_b, s_a, s_b, 1)
+            _refill(a_desc, b_desc, a_bufs, b_bufs, bars, g0, kb, off_m, off_n, nxt_m, nxt_n, has_next, n_kb,
+                    NUM_STAGES, True)
+            kb_next = gl.minimum(kb + 2, n_kb - 1)  # the last pair of an even n_kb reloads its own
+            s_a = _row_scales(as_rows + kb_next, m_mask, AS_E8M0)
+            s_b = _block_scale(bs_blk + kb_next, BS_E8M0)
+        # Tail: tile A holds the last odd block (or the zero stand-in); an odd n_kb leaves one more.
+        if n_kb % 2 == 1:
+            d_b = _issue_mma(a_bufs, b_bufs, bars, g0 + n_kb - 1, tile_b, never, NUM_STAGES)
+            acc, tile_a = _retire(acc, d_a, s_a_a, s_b_a, 1)
+            _refill(a_desc, b_desc, a_bufs, b_bufs, bars, g0, n_kb - 2, off_m, off_n, nxt_m, nxt_n, has_next, n_kb,
+                    NUM_STAGES, (n_kb > 1) | first)
+            acc, tile_b = _retire(acc, d_b, s_a, s_b, 0)
+        else:
+            acc, tile_a = _retire(acc, d_a, s_a_a, s_b_a, 0)
+        _refill(a_desc, b_desc, a_bufs, b_bufs, bars, g0, n_kb - 1, off_m, off_n, nxt_m, nxt_n, has_next, n_kb,
+                NUM_STAGES, True)
+        return acc
 
     @gluon.jit(do_not_specialize=["M", "n_kb"])
     def _fp8_gemm_gluon_kernel(
@@ -181,7 +267,11 @@ if _GLUON_IMPORT_ERROR is None:
         """a_desc: TMA descriptor of A [M, K] e4m3, box [BLOCK_M, 128]; b_desc: B [N, K], box
         [BLOCK_N, 128]; as_ptr: a_s [M, n_kb]; bs_ptr: b_s [ceil(N/128), n_kb] (fp32, or UE8M0
         bytes when *_E8M0); c_ptr: C [M, N] bf16; c_desc: TMA descriptor of C, box
-        [BLOCK_M, BLOCK_N] (TMA_STORE only, else None)."""
+        [BLOCK_M, BLOCK_N] (TMA_STORE only, else None).
+
+        Program p computes tiles p, p + P, p + 2P, ... (P programs; P = #tiles gives one tile
+        each). Its K blocks form one stream through the ring, so the loads of the next tile's
+        first blocks are in flight during this tile's last blocks and its epilogue."""
         BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
         BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -191,79 +281,199 @@ if _GLUON_IMPORT_ERROR is None:
         mma: gl.constexpr = _mma_layout(BLOCK_M, BLOCK_N, num_warps)
         row_l: gl.constexpr = gl.SliceLayout(1, mma)
 
-        i_m, i_n = _tile_coords(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        off_m = i_m * BLOCK_M
-        off_n = i_n * BLOCK_N
+        pid = gl.program_id(0)
+        n_prog = gl.num_programs(0)
+        n_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+        n_my = (n_tiles - pid + n_prog - 1) // n_prog
 
         a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
         b_bufs = gl.allocate_shared_memory(b_desc.dtype, [NUM_STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        if TMA_STORE:
+            # Own buffer (not aliasing the ring, which is being refilled for the next tile).
+            c_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, BLOCK_N], c_desc.layout)
         for i in gl.static_range(NUM_STAGES):
             mbarrier.init(bars.index(i), count=1)
         fence_async_shared()  # barrier inits visible to the TMA unit before the first copy
 
-        # Blocks 0 .. NUM_STAGES-2 ahead; the loop's first refill (of "block -1") loads NUM_STAGES-1.
+        off_m, off_n = _tile_offsets(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        # Blocks 0 .. NUM_STAGES-2 of the first tile; its first refill (of "block -1") loads the next.
         for i in gl.static_range(NUM_STAGES - 1):
-            _load_block(a_desc, b_desc, a_bufs, b_bufs, bars, i, off_m, off_n, NUM_STAGES, i < n_kb)
+            _load_block(a_desc, b_desc, a_bufs, b_bufs, bars, i, off_m, off_n, i, NUM_STAGES, i < n_kb)
 
-        offs_m = off_m + gl.arange(0, BLOCK_M, layout=row_l)
-        m_mask = offs_m < M
-        as_rows = as_ptr + offs_m.to(gl.int64) * n_kb  # a_s[row, 0]
-        bs_blk = bs_ptr + ((off_n // 128) * n_kb).to(gl.int64)  # b_s[n_block, 0]
-        s_a = _row_scales(as_rows, m_mask, AS_E8M0)
-        s_b = _block_scale(bs_blk, BS_E8M0)
+        for t in range(0, n_my):
+            has_next = t + 1 < n_my
+            nxt_m, nxt_n = _tile_offsets(gl.minimum(pid + (t + 1) * n_prog, n_tiles - 1), M, N, BLOCK_M, BLOCK_N,
+                                         GROUP_M)
+            offs_m = off_m + gl.arange(0, BLOCK_M, layout=row_l)
+            m_mask = offs_m < M
+            as_rows = as_ptr + offs_m.to(gl.int64) * n_kb  # a_s[row, 0]
+            bs_blk = bs_ptr + ((off_n // 128) * n_kb).to(gl.int64)  # b_s[n_block, 0]
+            acc = _tile_product(a_desc, b_desc, a_bufs, b_bufs, bars, as_rows, m_mask, bs_blk, t * n_kb, t == 0,
+                                off_m, off_n, nxt_m, nxt_n, has_next, n_kb, mma, AS_E8M0, BS_E8M0, NUM_STAGES)
+            out = acc.to(gl.bfloat16)
+            if TMA_STORE:
+                tma.store_wait(pendings=0)  # the previous tile's store has read c_smem ...
+                gl.thread_barrier()  # ... before any warp overwrites it
+                c_smem.store(out)
+                fence_async_shared()  # generic-proxy smem writes -> visible to the TMA (async proxy)
+                tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)  # clips the M, N edges
+            else:
+                offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma))
+                ptrs = c_ptr + gl.expand_dims(offs_m.to(gl.int64) * N, 1) + gl.expand_dims(offs_n, 0)
+                mask = gl.expand_dims(m_mask, 1) & gl.expand_dims(offs_n < N, 0)
+                gl.store(ptrs, out, mask=mask)
+            off_m = nxt_m
+            off_n = nxt_n
 
+        if TMA_STORE:
+            tma.store_wait(pendings=0)
+        # Every warp is past its last mbarrier wait before the barriers are invalidated.
+        gl.thread_barrier()
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.invalidate(bars.index(i))
+
+
+    # ------------------------------------------------------------------ warp-specialized variant
+    @gluon.jit
+    def _release(empty, g, NUM_STAGES: gl.constexpr, pred):
+        """Block g has retired: hand its stage back to the producer. The barrier (over the consumer
+        warps) makes sure both warpgroups have retired that wgmma; the arrive is one thread's."""
+        gl.thread_barrier()
+        mbarrier.arrive(empty.index(gl.maximum(g, 0) % NUM_STAGES), pred=pred)
+
+    @gluon.jit
+    def _ws_tile_product(a_bufs, b_bufs, ready, empty, as_rows, m_mask, bs_blk, g0, n_kb, mma: gl.constexpr,
+                         AS_E8M0: gl.constexpr, BS_E8M0: gl.constexpr, NUM_STAGES: gl.constexpr):
+        """``_tile_product`` for the consumer partition: the same two-tile wgmma / FFMA schedule,
+        with stage releases (mbarrier arrives) instead of TMA refills."""
+        BLOCK_M: gl.constexpr = a_bufs.shape[1]
+        BLOCK_N: gl.constexpr = b_bufs.shape[1]
+        row_l: gl.constexpr = gl.SliceLayout(1, mma)
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma)
-        # Two register tiles alternate between "in flight" and "being scaled"; each must keep fixed
-        # registers, or ptxas copies an in-flight accumulator and then serializes every wgmma
-        # (C7514). So: the loop is unrolled by two (tile A: odd blocks, tile B: even blocks); each
-        # wgmma names the tile it overwrites (already scaled) as its accumulator input and ignores
-        # it through a scale-d predicate that is false at run time (n_kb < 0 never holds; a
-        # compile-time False drops the input and gives the result fresh registers); and both tiles
-        # enter the loop as zeros -- tile A as a stand-in for "block -1", retired with scale 0 --
-        # so no wgmma result flows into the loop from outside (that one got copied on entry).
-        never = n_kb < 0
-        d_a = warpgroup_mma_init(gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma))  # an "in-flight" zero tile
+        never = n_kb < 0  # see _tile_product
+        d_a = warpgroup_mma_init(gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma))
         tile_b = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma)
         s_a_a = gl.zeros([BLOCK_M], gl.float32, row_l)
         s_b_a = 0.0
+        s_a = _row_scales(as_rows, m_mask, AS_E8M0)
+        s_b = _block_scale(bs_blk, BS_E8M0)
         for i in range(0, n_kb // 2):
-            kb = 2 * i  # tile B: block kb, tile A: blocks kb - 1 (retired here) and kb + 1
-            d_b = _issue_mma(a_bufs, b_bufs, bars, kb, tile_b, never, NUM_STAGES)
+            kb = 2 * i
+            d_b = _issue_mma(a_bufs, b_bufs, ready, g0 + kb, tile_b, never, NUM_STAGES)
             acc, tile_a = _retire(acc, d_a, s_a_a, s_b_a, 1)
-            _refill(a_desc, b_desc, a_bufs, b_bufs, bars, kb - 1, off_m, off_n, n_kb, NUM_STAGES)
-            d_a = _issue_mma(a_bufs, b_bufs, bars, kb + 1, tile_a, never, NUM_STAGES)
-            s_a_a = _row_scales(as_rows + (kb + 1), m_mask, AS_E8M0)  # used one block later
+            _release(empty, g0 + kb - 1, NUM_STAGES, kb > 0)
+            d_a = _issue_mma(a_bufs, b_bufs, ready, g0 + kb + 1, tile_a, never, NUM_STAGES)
+            s_a_a = _row_scales(as_rows + (kb + 1), m_mask, AS_E8M0)
             s_b_a = _block_scale(bs_blk + (kb + 1), BS_E8M0)
             acc, tile_b = _retire(acc, d_b, s_a, s_b, 1)
-            _refill(a_desc, b_desc, a_bufs, b_bufs, bars, kb, off_m, off_n, n_kb, NUM_STAGES)
-            kb_next = gl.minimum(kb + 2, n_kb - 1)  # the last pair of an even n_kb reloads its own
+            _release(empty, g0 + kb, NUM_STAGES, True)
+            kb_next = gl.minimum(kb + 2, n_kb - 1)
             s_a = _row_scales(as_rows + kb_next, m_mask, AS_E8M0)
             s_b = _block_scale(bs_blk + kb_next, BS_E8M0)
-        # Tail: tile A holds the last odd block (or the zero stand-in); an odd n_kb leaves one more.
         if n_kb % 2 == 1:
-            d_b = _issue_mma(a_bufs, b_bufs, bars, n_kb - 1, tile_b, never, NUM_STAGES)
+            d_b = _issue_mma(a_bufs, b_bufs, ready, g0 + n_kb - 1, tile_b, never, NUM_STAGES)
             acc, tile_a = _retire(acc, d_a, s_a_a, s_b_a, 1)
+            _release(empty, g0 + n_kb - 2, NUM_STAGES, n_kb > 1)
             acc, tile_b = _retire(acc, d_b, s_a, s_b, 0)
         else:
             acc, tile_a = _retire(acc, d_a, s_a_a, s_b_a, 0)
+        _release(empty, g0 + n_kb - 1, NUM_STAGES, True)
+        return acc
 
-        for i in gl.static_range(NUM_STAGES):
-            mbarrier.invalidate(bars.index(i))
-        out = acc.to(gl.bfloat16)
+    @gluon.jit
+    def _ws_consumer(a_bufs, b_bufs, ready, empty, c_smem, as_ptr, bs_ptr, c_ptr, c_desc, M, N, n_kb,
+                     AS_E8M0: gl.constexpr, BS_E8M0: gl.constexpr, TMA_STORE: gl.constexpr, GROUP_M: gl.constexpr,
+                     NUM_STAGES: gl.constexpr, num_warps: gl.constexpr):
+        """Default partition (num_warps warps): wgmma, scale FFMAs and epilogue of this program's
+        tiles p, p + P, ..."""
+        BLOCK_M: gl.constexpr = a_bufs.shape[1]
+        BLOCK_N: gl.constexpr = b_bufs.shape[1]
+        mma: gl.constexpr = _mma_layout(BLOCK_M, BLOCK_N, num_warps)
+        row_l: gl.constexpr = gl.SliceLayout(1, mma)
+        pid = gl.program_id(0)
+        n_prog = gl.num_programs(0)
+        n_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+        for t in range(0, (n_tiles - pid + n_prog - 1) // n_prog):
+            off_m, off_n = _tile_offsets(pid + t * n_prog, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            offs_m = off_m + gl.arange(0, BLOCK_M, layout=row_l)
+            m_mask = offs_m < M
+            as_rows = as_ptr + offs_m.to(gl.int64) * n_kb
+            bs_blk = bs_ptr + ((off_n // 128) * n_kb).to(gl.int64)
+            acc = _ws_tile_product(a_bufs, b_bufs, ready, empty, as_rows, m_mask, bs_blk, t * n_kb, n_kb, mma,
+                                   AS_E8M0, BS_E8M0, NUM_STAGES)
+            out = acc.to(gl.bfloat16)
+            if TMA_STORE:
+                tma.store_wait(pendings=0)
+                gl.thread_barrier()
+                c_smem.store(out)
+                fence_async_shared()
+                tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
+            else:
+                offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma))
+                ptrs = c_ptr + gl.expand_dims(offs_m.to(gl.int64) * N, 1) + gl.expand_dims(offs_n, 0)
+                mask = gl.expand_dims(m_mask, 1) & gl.expand_dims(offs_n < N, 0)
+                gl.store(ptrs, out, mask=mask)
         if TMA_STORE:
-            # The output buffer may alias the ring: wait until every warpgroup's last wgmma is done.
-            gl.thread_barrier()
-            c_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, BLOCK_N], c_desc.layout)
-            c_smem.store(out)
-            fence_async_shared()  # generic-proxy smem writes -> visible to the TMA (async proxy)
-            tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
             tma.store_wait(pendings=0)
+
+    @gluon.jit
+    def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, n_kb, GROUP_M: gl.constexpr,
+                     NUM_STAGES: gl.constexpr):
+        """Worker partition (1 warp): TMA loads of this program's K-block stream, each into the
+        stage the consumers released NUM_STAGES blocks earlier (free on the first lap: a wait
+        on parity 1 of a fresh mbarrier returns at once)."""
+        BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+        pid = gl.program_id(0)
+        n_prog = gl.num_programs(0)
+        n_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+        for t in range(0, (n_tiles - pid + n_prog - 1) // n_prog):
+            off_m, off_n = _tile_offsets(pid + t * n_prog, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            for kb in range(0, n_kb):
+                g = t * n_kb + kb
+                s = g % NUM_STAGES
+                mbarrier.wait(empty.index(s), ((g // NUM_STAGES) & 1) ^ 1)
+                bar = ready.index(s)
+                mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(a_desc, [off_m, kb * 128], bar, a_bufs.index(s))
+                tma.async_copy_global_to_shared(b_desc, [off_n, kb * 128], bar, b_bufs.index(s))
+
+    @gluon.jit(do_not_specialize=["M", "n_kb"])
+    def _fp8_gemm_gluon_ws_kernel(
+        a_desc, as_ptr, b_desc, bs_ptr, c_ptr, c_desc, M, N, n_kb,
+        AS_E8M0: gl.constexpr, BS_E8M0: gl.constexpr, TMA_STORE: gl.constexpr,
+        GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr, PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr,
+    ):
+        """Warp-specialized, persistent form of ``_fp8_gemm_gluon_kernel`` (same arguments): a
+        1-warp producer partition issues the TMA loads; the num_warps consumer warps only wait
+        for ready stages, run the wgmma / FFMA schedule and release stages (``ready`` / ``empty``
+        mbarrier pairs), so their loop carries no TMA issue and fewer CTA barriers."""
+        BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+        BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+        gl.static_assert(BLOCK_K == 128, "one K block per scale block")
+        gl.static_assert(128 % BLOCK_N == 0, "BLOCK_N must lie inside one 128-row block of b_s")
+        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [NUM_STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        if TMA_STORE:
+            c_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, BLOCK_N], c_desc.layout)
         else:
-            offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma))
-            ptrs = c_ptr + gl.expand_dims(offs_m.to(gl.int64) * N, 1) + gl.expand_dims(offs_n, 0)
-            mask = gl.expand_dims(m_mask, 1) & gl.expand_dims(offs_n < N, 0)
-            gl.store(ptrs, out, mask=mask)
+            c_smem = gl.allocate_shared_memory(gl.bfloat16, [16, 16], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=1)
+        fence_async_shared()
+        gl.warp_specialize([
+            (_ws_consumer, (a_bufs, b_bufs, ready, empty, c_smem, as_ptr, bs_ptr, c_ptr, c_desc, M, N, n_kb, AS_E8M0,
+                            BS_E8M0, TMA_STORE, GROUP_M, NUM_STAGES, num_warps)),
+            (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, n_kb, GROUP_M, NUM_STAGES)),
+        ], [1], [PRODUCER_REGS])
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.invalidate(ready.index(i))
+            mbarrier.invalidate(empty.index(i))
 
 
 @functools.lru_cache(maxsize=None)
@@ -274,6 +484,15 @@ def _smem_layouts(block_m: int, block_n: int):
     return a_l, b_l, c_l
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count_of(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _sm_count(device: torch.device) -> int:
+    return _sm_count_of(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def _scale_arg(s: torch.Tensor):
     """(tensor the kernel reads, is_e8m0): UE8M0 scales travel as their uint8 bytes."""
     if s.dtype == torch.float8_e8m0fnu:
@@ -282,16 +501,24 @@ def _scale_arg(s: torch.Tensor):
 
 
 def fp8_gemm_gluon(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, *, block_m: int = 128,
-                   block_n: int = 128, stages: int = 4, group_m: int = 16, num_warps: int = 8) -> torch.Tensor:
+                   block_n: int = 128, stages: int = 4, group_m: int = 16, num_warps: int = 8,
+                   persistent: bool = True, warp_specialize: bool = False, producer_regs: int = 40,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
     """``C = A @ B^T`` (bf16 ``[M, N]``) with the Gluon async-wgmma kernel (sm_90+).
 
     a: e4m3 ``[M, K]``, a_s: ``[M, K/128]``; b: e4m3 ``[N, K]``, b_s: ``[ceil(N/128), K/128]``.
     Scales fp32 or UE8M0 (``torch.float8_e8m0fnu``). Inputs are assumed validated: contiguous,
     16-byte aligned, K % 128 == 0, on one CUDA device. ``block_m`` must be 16 * ``num_warps``;
-    ``block_n`` must divide 128."""
+    ``block_n`` must divide 128.
+
+    ``persistent``: one program per SM looping over tiles, so the next tile's loads overlap this
+    tile's tail and epilogue (the single-partition kernel needs stages <= K/128 for it, else it
+    runs one program per tile). ``warp_specialize``: the variant with a 1-warp TMA producer
+    partition (``producer_regs`` registers). ``out``: optional contiguous bf16 ``[M, N]`` to
+    write (tests pre-fill it with NaN to catch unwritten elements); returned."""
     m, k = a.shape
     n = b.shape[0]
-    c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
+    c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
     if m == 0 or n == 0:
         return c
     a_s, as_e8m0 = _scale_arg(a_s)
@@ -302,8 +529,16 @@ def fp8_gemm_gluon(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     # TMA store needs a 16-byte row pitch; otherwise the kernel stores with masks.
     tma_store = n % 8 == 0 and c.data_ptr() % 16 == 0
     c_desc = TensorDescriptor.from_tensor(c, [block_m, block_n], c_l) if tma_store else None
-    grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n), )
-    _fp8_gemm_gluon_kernel[grid](a_desc, a_s, b_desc, b_s, c, c_desc, m, n, k // _BLOCK_K, AS_E8M0=as_e8m0,
-                                 BS_E8M0=bs_e8m0, TMA_STORE=tma_store, GROUP_M=group_m, NUM_STAGES=stages,
-                                 num_warps=num_warps)
+    n_kb = k // _BLOCK_K
+    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
+    meta = dict(AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, TMA_STORE=tma_store, GROUP_M=group_m, NUM_STAGES=stages,
+                num_warps=num_warps)
+    args = (a_desc, a_s, b_desc, b_s, c, c_desc, m, n, n_kb)
+    if warp_specialize:
+        progs = min(tiles, _sm_count(a.device)) if persistent else tiles
+        _fp8_gemm_gluon_ws_kernel[(progs, )](*args, PRODUCER_REGS=producer_regs, **meta)
+    else:
+        # The refill of the single-partition kernel reaches at most one tile ahead: stages <= n_kb.
+        progs = min(tiles, _sm_count(a.device)) if persistent and stages <= n_kb else tiles
+        _fp8_gemm_gluon_kernel[(progs, )](*args, **meta)
     return c
