@@ -149,3 +149,79 @@ def test_cuda_compile_opcheck_graph():
     static[1].copy_(a2.scale.cuda())
     graph.replay()
     assert rel_err(out, _fp64_ref(a2, b)) < TOL
+
+
+# ---- the Gluon prefill kernel (sm_90; gluon.py) ----------------------------------------------
+
+def _gluon_or_skip():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon kernel is sm_90 only (wgmma); the interpreter cannot run Gluon")
+    from lowbit.ops.fp8_gemm import gluon
+
+    if not gluon.gluon_available():
+        pytest.skip("triton.experimental.gluon is not available in this Triton")
+    return gluon
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("m,n,k", [(17, 256, 512), (130, 2112, 1024), (512, 100, 384), (300, 136, 128),
+                                   (257, 520, 256), (1000, 384, 2048)])
+@pytest.mark.parametrize("ws", [True, False])
+@pytest.mark.parametrize("scale_fmt", [None, "ue8m0"])
+def test_cuda_gluon_kernel(m, n, k, ws, scale_fmt):
+    """Both Gluon variants at tile edges (M, N not multiples of 128; N % 8 != 0 takes the masked
+    store; K = 128..384: fewer K blocks than stages) with fp32 and UE8M0 scales, output pre-filled
+    with NaN."""
+    gluon = _gluon_or_skip()
+    a, b = _operands(m, n, k, scale_fmt)
+    a_s, b_s = a.scale, b.scale
+    if scale_fmt == "ue8m0":
+        a_s, b_s = a_s.to(torch.float8_e8m0fnu), b_s.to(torch.float8_e8m0fnu)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    for stages in (4, 5):
+        c = gluon.fp8_gemm_gluon(a.data.cuda(), a_s.cuda(), b.data.cuda(), b_s.cuda(), warp_specialize=ws,
+                                 stages=stages, group_m=8, out=out)
+        assert not torch.isnan(c).any()
+        assert rel_err(c, _fp64_ref(a, b)) < TOL
+
+
+@pytest.mark.cuda
+def test_cuda_gluon_dispatch_compile_graph(monkeypatch):
+    """fp8_gemm takes the Gluon kernel from GLUON_MIN_M rows (and the Triton one below it, or with
+    GLUON off): same results; torch.compile and CUDA-graph capture / replay on the Gluon path."""
+    _gluon_or_skip()
+    from lowbit.ops.fp8_gemm import gluon
+    from lowbit.ops.fp8_gemm import triton as tr
+
+    a, b = _operands(tr.GLUON_MIN_M, 384, 1024)
+    args = [t.cuda() for t in (a.data, a.scale, b.data, b.scale)]
+    calls = []
+    real = gluon.fp8_gemm_gluon
+    monkeypatch.setattr(gluon, "fp8_gemm_gluon", lambda *x, **kw: calls.append(1) or real(*x, **kw))
+    c = fp8_gemm(*args)
+    assert calls and rel_err(c, _fp64_ref(a, b)) < TOL
+    monkeypatch.setattr(tr, "GLUON", False)
+    calls.clear()
+    c_triton = fp8_gemm(*args)
+    assert not calls and rel_err(c_triton, _fp64_ref(a, b)) < TOL
+    monkeypatch.setattr(tr, "GLUON", True)
+    f = torch.compile(fp8_gemm, fullgraph=True)
+    assert torch.equal(f(*args), c)
+    static = [t.clone() for t in args]
+    fp8_gemm(*static)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp8_gemm(*static)
+    a2, _ = _operands(tr.GLUON_MIN_M, 384, 1024)
+    static[0].copy_(a2.data.cuda())
+    static[1].copy_(a2.scale.cuda())
+    graph.replay()
+    assert rel_err(out, _fp64_ref(a2, b)) < TOL
+
+
+def test_gluon_never_on_cpu_or_interpreter():
+    """CPU tensors (and the interpreter) never reach the Gluon dispatch."""
+    from lowbit.ops.fp8_gemm import triton as tr
+
+    a = torch.zeros(tr.GLUON_MIN_M, 128, dtype=torch.float8_e4m3fn)
+    assert not tr._gluon_ok(a, torch.zeros(128, 128, dtype=torch.float8_e4m3fn))

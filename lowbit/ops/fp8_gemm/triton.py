@@ -335,11 +335,43 @@ def launch_gemm(kernel, a, a_s, b, b_s, n: int, k_blocks: int, extra: dict, spli
     return c
 
 
+# Prefill (M >= GLUON_MIN_M) on sm_90 runs the Gluon kernel (gluon.py: async wgmma overlapping the
+# scale FMAs, warp-specialized TMA producer, persistent), when triton.experimental.gluon imports.
+# H200, same run as _scaled_mm per-tensor (scripts/try_fp8_gluon.py,
+# docs/measurements/2026-12-01_try_fp8_gluon.json), M = 4096: 0.80-0.91x of _scaled_mm's time
+# ratio (N7168 K16384 0.875x at 5 stages, N4096 K7168 0.911x, N2112 K7168 0.797x, N24576 K1536
+# 0.839x, N7168 K2048 0.886x at 4 stages, GROUP_M 8) vs 0.60-0.74x for the Triton kernel above;
+# M = 512, N7168 K16384: 129.6 vs 141.5 us. M between 64 and 512 is not measured: Triton there.
+GLUON_MIN_M = 512
+#: False: never take the Gluon kernel (tuning, A/B runs)
+GLUON = True
+
+
+def _gluon_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if not (GLUON and a.is_cuda and not interpret_mode() and a.shape[0] >= GLUON_MIN_M):
+        return False
+    if _props(a.device)[1] != 9 or a.data_ptr() % 16 or b.data_ptr() % 16:
+        return False  # wgmma is sm_90's; TMA needs 16-byte aligned bases
+    from lowbit.ops.fp8_gemm.gluon import gluon_available
+
+    return gluon_available()
+
+
+def gluon_config(k: int) -> dict:
+    """Launch options of the Gluon kernel for K (the sweep's best: 5 stages at K >= 16384)."""
+    return dict(warp_specialize=True, stages=5 if k >= 16384 else 4, group_m=8)
+
+
 def fp8_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None,
              config=None) -> torch.Tensor:
     """a e4m3 [M, K] contiguous, a_s [M, K/128]; b e4m3 [N, K], b_s [ceil(N/128), K/128] -> bf16 [M, N].
 
-    ``config`` (:class:`GemmConfig`) and ``split_k`` override the tables (for tuning)."""
+    ``config`` (:class:`GemmConfig`) and ``split_k`` override the tables (for tuning; they always
+    select the Triton kernels)."""
+    if config is None and split_k is None and _gluon_ok(a, b):
+        from lowbit.ops.fp8_gemm.gluon import fp8_gemm_gluon
+
+        return fp8_gemm_gluon(a, a_s, b, b_s, **gluon_config(a.shape[1]))
     bs_e8m0 = b_s.dtype == torch.float8_e8m0fnu
     return launch_gemm(_fp8_gemm_kernel, a, a_s, b, b_s.view(torch.uint8) if bs_e8m0 else b_s, b.shape[0],
                        a.shape[1] // 128, {"BS_E8M0": bs_e8m0}, split_k, config, tma_kernel=_fp8_gemm_tma_kernel)
