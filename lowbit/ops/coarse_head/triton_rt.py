@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lowbit._backend import interpret_mode
+from lowbit._backend import interpret_mode, sm_count
 from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue
 from lowbit.ops.coarse_head.triton_h2 import _STEP_WORDS, _h2_add, _h2_fma, _h2_sum, _limit, _x_pairs_kernel
 
@@ -160,25 +160,19 @@ def _rt_plane_step(acc, b_w, b_wh, p_x2, s_ptr, z_ptr, o_b, o_r, m_n, g, NG, j: 
 
 
 @triton.jit
-def _coarse_gemv_rt_kernel(
-    x2_ptr, alpha_ptr, w_ptr, s_ptr, z_ptr,
-    ck_ptr, ci_ptr, lg_ptr,
-    M, N, NB, NR,
-    L: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
-    MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, KCAND: tl.constexpr,
-    WRITE_LOGITS: tl.constexpr, CG: tl.constexpr, CHAIN: tl.constexpr, INTERPRET: tl.constexpr,
-):
-    """Grid (ceil(N / BN), M): BN token rows (BN / 32 re-tiled row blocks, one row per thread at
-    BN / 32 warps) of one row of x. Per K step a [BN, 4, 4] word tile; the next step's tile is
-    loaded before this one is decoded. Outputs as :func:`triton_h2._coarse_gemv_h2_kernel`."""
-    i_n = tl.program_id(0).to(tl.int64)
-    i_m = tl.program_id(1).to(tl.int64)
+def _rt_block(i_n, i_m, x2_ptr, alpha_ptr, w_ptr, s_ptr, z_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NB, NR,
+              L: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
+              MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, KCAND: tl.constexpr,
+              WRITE_LOGITS: tl.constexpr, CG: tl.constexpr, CHAIN: tl.constexpr, INTERPRET: tl.constexpr):
+    """Token block ``i_n`` (BN rows: BN / 32 re-tiled row tiles, one row per thread) against row
+    ``i_m`` of x: per K step a [BN, 4, 4] word tile, the next step's tile loaded before this one
+    is decoded; then the shared epilogue (candidates, optional logits)."""
     o_n = i_n * BN + tl.arange(0, BN)
     m_n = o_n < N
     o_b = o_n // 32
     o_r = o_n % 32
     m_w = (o_b < NR)[:, None, None]
-    # [BN, 4 (v), 4 (w)] offsets of step 0: 16-byte vectors, rows of a block 16 bytes apart
+    # [BN, 4 (v), 4 (w)] offsets of step 0: 16-byte vectors, rows of a tile 16 bytes apart
     o_vw = (tl.arange(0, 4)[:, None] * 128 + tl.arange(0, 4)[None, :])[None, :, :]
     p_w = w_ptr + (o_b * (NS * 512) + o_r * 4)[:, None, None] + o_vw
     p_x2 = x2_ptr + i_m * (P * NS * 32)
@@ -189,8 +183,7 @@ def _coarse_gemv_rt_kernel(
         b_next = tl.load(p_w, mask=m_w, other=0)
     for i_s in range(0, NS):
         b_cur = b_next
-        # one step past the end reads the next row block's first step (or nothing): in bounds
-        m_nx = m_w & (i_s + 1 < NS)
+        m_nx = m_w & (i_s + 1 < NS)  # no step past the last
         if CG:
             b_next = tl.load(p_w + (i_s + 1) * 512, mask=m_nx, other=0, cache_modifier=".cg")
         else:
@@ -206,6 +199,48 @@ def _coarse_gemv_rt_kernel(
     _epilogue(row, row, s_ptr, s_ptr, z_ptr, s_ptr, ck_ptr, ck_ptr, ci_ptr, ck_ptr, ck_ptr, lg_ptr,
               o_m, o_m < M, o_n, m_n, i_n, M, N, NB, 0, 0.0, 0.0, 0.0,
               NG, KIND_DONE, 0, False, 0.0, WRITE_LOGITS, KCAND, 16, BN)
+
+
+@triton.jit(do_not_specialize=["M", "N", "NB", "NR"])
+def _coarse_gemv_rt_kernel(
+    x2_ptr, alpha_ptr, w_ptr, s_ptr, z_ptr,
+    ck_ptr, ci_ptr, lg_ptr,
+    M, N, NB, NR,
+    L: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
+    MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, KCAND: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr, CG: tl.constexpr, CHAIN: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """Grid (programs, M), persistent along the tokens: program p takes blocks p, p + programs, ...
+    (:func:`_rt_block`), so the launcher can size the grid to what the GPU holds at once (no
+    partial last wave: 970 blocks of the 124160-token head in CTAs of 4 warps are 1.5 waves at
+    five CTAs per SM)."""
+    i_m = tl.program_id(1).to(tl.int64)
+    step = tl.num_programs(0)
+    if INTERPRET:
+        i_n = tl.program_id(0).to(tl.int64)
+        while i_n < NB:
+            _rt_block(i_n, i_m, x2_ptr, alpha_ptr, w_ptr, s_ptr, z_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NB, NR,
+                      L, NS, NG, P, SHIFT, MASK, G, BN, KCAND, WRITE_LOGITS, CG, CHAIN, INTERPRET)
+            i_n += step
+    else:
+        for i_n in range(tl.program_id(0), NB, step):
+            _rt_block(i_n.to(tl.int64), i_m, x2_ptr, alpha_ptr, w_ptr, s_ptr, z_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
+                      NB, NR, L, NS, NG, P, SHIFT, MASK, G, BN, KCAND, WRITE_LOGITS, CG, CHAIN, INTERPRET)
+
+
+#: compiled kernel (its constexprs) -> CTAs one SM holds at once (from its registers / shared memory)
+_RESIDENT: dict[tuple, int] = {}
+#: False: one program per token block (no persistent loop), for A/B timing
+PERSISTENT = True
+
+
+def _resident(kernel, threads: int) -> int:
+    """CTAs per SM for a compiled kernel: min of the register file, shared memory and 32 CTAs."""
+    regs = max(1, kernel.n_regs) * threads
+    by_regs = 65536 // regs
+    shared = max(1, kernel.metadata.shared)
+    by_smem = (227 * 1024) // shared
+    return max(1, min(32, by_regs, by_smem))
 
 
 def rt_supported(group_size: int, block: int, ell: int) -> bool:
@@ -235,14 +270,21 @@ def coarse_gemv_rt(x, words, s, z, *, n, ell, bits, group_size, block, kcand, wr
     logits = torch.empty(m if write_logits else 0, n, dtype=torch.float32, device=dev)
     empty = torch.empty(0, c, dtype=torch.float32, device=dev)
     empty_b = torch.empty(0, nb, dtype=torch.float32, device=dev)
-    _coarse_gemv_rt_kernel[(nb, m)](
-        x2, alpha, words, s, z, cand_key, cand_idx, logits,
-        m, n, nb, words.shape[0],
-        L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
-        KCAND=kcand, WRITE_LOGITS=write_logits, CG=cg, CHAIN=CHAIN if chain is None else chain,
-        INTERPRET=interpret_mode(),
-        num_warps=block // ROWS, num_stages=1,
-    )
+    meta = dict(L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
+                KCAND=kcand, WRITE_LOGITS=write_logits, CG=cg, CHAIN=CHAIN if chain is None else chain,
+                INTERPRET=interpret_mode(), num_warps=block // ROWS, num_stages=1)
+    key = (str(dev), *meta.items())
+    if interpret_mode():
+        programs = min(nb, 2)  # the persistent loop runs (and is tested) under the interpreter too
+    elif PERSISTENT and key in _RESIDENT:
+        # all programs resident at once: every SM gets the same number of blocks (+- 1)
+        programs = min(nb, max(1, _RESIDENT[key] * sm_count(dev, interpret=2) // m))
+    else:
+        programs = nb  # first call: one program per block; the compiled kernel gives the residency
+    k = _coarse_gemv_rt_kernel[(programs, m)](x2, alpha, words, s, z, cand_key, cand_idx, logits,
+                                               m, n, nb, words.shape[0], **meta)
+    if not interpret_mode() and key not in _RESIDENT and hasattr(k, "n_regs"):
+        _RESIDENT[key] = _resident(k, block)
     return cand_key, empty, cand_idx, empty_b, empty_b, logits
 
 
