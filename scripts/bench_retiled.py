@@ -6,7 +6,8 @@
 ``DraftHead.argmax`` in fast mode by CUDA-graph replay with the re-tiled packed-half GEMV
 (``coarse_head.RETILED_MAX_M`` >= M; FMA-chain and add-tree sums) and without it (the wide
 packed-half GEMV at M = 1, the band tables above), the coarse pass alone for each, cuBLAS bf16 +
-argmax as the baseline, and whether the argmax agrees between paths. Floors: the coarse copy's
+argmax as the baseline, and whether the argmax agrees between paths; the re-tiled GEMV persistent
+(grid = the CTAs the GPU holds) and with one program per token block. Floors: the coarse copy's
 bytes (codes + fp16 scale + uint8 zero) at the measured copy bandwidth.
 """
 from __future__ import annotations
@@ -58,9 +59,11 @@ def main() -> int:
             p = h._ensure_packed()
             floor = p.nbytes / (bw * 1e3)
             results = {}
-            for name, max_m, chain in (("wide/band (no re-tiling)", 0, True), ("re-tiled chain", 8, True),
-                                       ("re-tiled tree", 8, False)):
-                ch.RETILED_MAX_M, triton_rt.CHAIN = max_m, chain
+            for name, max_m, chain, persistent in (("wide/band (no re-tiling)", 0, True, True),
+                                                   ("re-tiled chain", 8, True, True), ("re-tiled tree", 8, False, True),
+                                                   ("re-tiled chain, one program a block", 8, True, False),
+                                                   ("re-tiled tree, one program a block", 8, False, False)):
+                ch.RETILED_MAX_M, triton_rt.CHAIN, triton_rt.PERSISTENT = max_m, chain, persistent
                 try:
                     results[name] = h.argmax(x)
                     ta = time_us(lambda: h.argmax(x), graph=True)
@@ -72,7 +75,7 @@ def main() -> int:
                     log({"M": m, "bits": bits, "impl": name, "error": f"{type(e).__name__}: {str(e)[:300]}"})
             vals = list(results.values())
             log({"M": m, "bits": bits, "argmax_agree": all(torch.equal(v, vals[0]) for v in vals)})
-    ch.RETILED_MAX_M, triton_rt.CHAIN = 1, True
+    ch.RETILED_MAX_M, triton_rt.CHAIN, triton_rt.PERSISTENT = 1, True, True
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
