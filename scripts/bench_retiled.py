@@ -59,7 +59,8 @@ def main() -> int:
             p = h._ensure_packed()
             floor = p.nbytes / (bw * 1e3)
             results = {}
-            for name, max_m, chain, persistent in (("wide/band (no re-tiling)", 0, True, True),
+            for name, max_m, chain, persistent in (("wide/band (no re-tiling)", 0, None, None),
+                                                   ("re-tiled, RT_CONFIGS", 8, None, None),
                                                    ("re-tiled chain", 8, True, True), ("re-tiled tree", 8, False, True),
                                                    ("re-tiled chain, one program a block", 8, True, False),
                                                    ("re-tiled tree, one program a block", 8, False, False)):
@@ -75,7 +76,7 @@ def main() -> int:
                     log({"M": m, "bits": bits, "impl": name, "error": f"{type(e).__name__}: {str(e)[:300]}"})
             vals = list(results.values())
             log({"M": m, "bits": bits, "argmax_agree": all(torch.equal(v, vals[0]) for v in vals)})
-    ch.RETILED_MAX_M, triton_rt.CHAIN, triton_rt.PERSISTENT = 1, True, True
+    ch.RETILED_MAX_M, triton_rt.CHAIN, triton_rt.PERSISTENT = 2, None, None
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -425,15 +425,18 @@ RT_CASES = [(2, 64, 576, 1, BF16, 64), (2, 128, 1024, 2, FP32, 128), (4, 64, 576
 
 
 @pytest.mark.parametrize("tier", TRITON_TIERS)
-@pytest.mark.parametrize("chain,bits,g,k,m,xdtype,block", [(True,) + c for c in RT_CASES] + [(False,) + RT_CASES[0]])
-def test_retiled_gemv_matches_reference(tier, poison_int32, monkeypatch, chain, bits, g, k, m, xdtype, block):
-    """coarse_head in fast mode on the re-tiled copy (both sums: FMA chains / add tree) against
-    the reference: logits within the fp16 path's tolerance, candidates those of its own logits."""
+@pytest.mark.parametrize("chain,persist,bits,g,k,m,xdtype,block",
+                         [(i % 2 == 0, i % 3 != 0) + c for i, c in enumerate(RT_CASES)] + [(False, False) + RT_CASES[0]])
+def test_retiled_gemv_matches_reference(tier, poison_int32, monkeypatch, chain, persist, bits, g, k, m, xdtype, block):
+    """coarse_head in fast mode on the re-tiled copy (both sums: FMA chains / add tree; the
+    persistent grid and one program a block) against the reference: logits within the fp16
+    path's tolerance, candidates those of its own logits."""
     import lowbit.ops.coarse_head as ch
     from lowbit.ops.coarse_head import triton_rt
 
     monkeypatch.setattr(ch, "RETILED_MAX_M", 2)
     monkeypatch.setattr(triton_rt, "CHAIN", chain)
+    monkeypatch.setattr(triton_rt, "PERSISTENT", persist)
     n = 300
     w = (torch.randn(n, k) * 0.02).to(torch.bfloat16)
     x = torch.randn(m, k).to(xdtype)

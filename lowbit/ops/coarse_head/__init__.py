@@ -213,8 +213,9 @@ def coarse_head(
 
 
 #: Fast mode (no bound) at M <= RETILED_MAX_M on an INTx copy: the re-tiled packed-half GEMV
-#: (``triton_rt.py``; the packing then keeps a re-tiled copy of its codes). 0 turns it off.
-RETILED_MAX_M = 1
+#: (``triton_rt.py``; the packing then keeps a re-tiled copy of its codes; M = 2 measured faster
+#: than the band kernels at every bits, M = 3 slower). 0 turns it off.
+RETILED_MAX_M = 2
 
 
 def _use_retiled(packing: CoarsePacking, m: int, bound: int, block: int, compiling: bool) -> bool:

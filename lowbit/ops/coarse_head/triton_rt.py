@@ -41,8 +41,6 @@ from lowbit.ops.coarse_head.triton_h2 import _STEP_WORDS, _h2_add, _h2_fma, _h2_
 
 #: token rows per tile of the re-tiled layout (one warp's lanes)
 ROWS = 32
-#: sum a (row, plane, step)'s 16 words by two FMA chains (True) or by products + an add tree
-CHAIN = True
 
 
 def retile(packed: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor):
@@ -208,15 +206,18 @@ def _coarse_gemv_rt_kernel(
     M, N, NB, NR,
     L: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
     MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, KCAND: tl.constexpr,
-    WRITE_LOGITS: tl.constexpr, CG: tl.constexpr, CHAIN: tl.constexpr, INTERPRET: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr, CG: tl.constexpr, CHAIN: tl.constexpr, PERSIST: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
-    """Grid (programs, M), persistent along the tokens: program p takes blocks p, p + programs, ...
-    (:func:`_rt_block`), so the launcher can size the grid to what the GPU holds at once (no
-    partial last wave: 970 blocks of the 124160-token head in CTAs of 4 warps are 1.5 waves at
-    five CTAs per SM)."""
+    """Grid (programs, M). PERSIST: persistent along the tokens, program p takes blocks p,
+    p + programs, ... (:func:`_rt_block`) and the launcher sizes the grid to what the GPU holds at
+    once; else one program per block."""
     i_m = tl.program_id(1).to(tl.int64)
     step = tl.num_programs(0)
-    if INTERPRET:
+    if not PERSIST:  # one program per token block: no loop (ptxas allocates and schedules it apart)
+        _rt_block(tl.program_id(0).to(tl.int64), i_m, x2_ptr, alpha_ptr, w_ptr, s_ptr, z_ptr, ck_ptr, ci_ptr, lg_ptr,
+                  M, N, NB, NR, L, NS, NG, P, SHIFT, MASK, G, BN, KCAND, WRITE_LOGITS, CG, CHAIN, INTERPRET)
+    elif INTERPRET:
         i_n = tl.program_id(0).to(tl.int64)
         while i_n < NB:
             _rt_block(i_n, i_m, x2_ptr, alpha_ptr, w_ptr, s_ptr, z_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NB, NR,
@@ -230,8 +231,22 @@ def _coarse_gemv_rt_kernel(
 
 #: compiled kernel (its constexprs) -> CTAs one SM holds at once (from its registers / shared memory)
 _RESIDENT: dict[tuple, int] = {}
-#: False: one program per token block (no persistent loop), for A/B timing
-PERSISTENT = True
+#: Per INTx bits: (CHAIN: FMA-chain sums, else the add tree; PERSIST: the persistent grid).
+#: H200, scripts/bench_retiled.py, 124160 x 5120 g64 block 128, fast argmax (the coarse pass
+#: alone in brackets), against the wide GEMV of triton_h2 in the same run
+#: (docs/measurements/2026-12-01_bench_retiled_round{1,2}.json):
+#:   INT2 tree + persistent 111.7 us (99.1) vs wide 124.3 (111.9); one program a block 110-129,
+#:     chain 126-143 (the tree takes fewer registers' worth of live chains across 4 planes);
+#:   INT4 tree, one program a block 159.1 (146.2) vs wide 175.6 (163.1) in round 1; ~equal
+#:     (168-171) in round 2;
+#:   INT8 chain, one program a block 178.3 (168.4, 1.07x its byte floor) vs wide 307.2 (294.5);
+#:     the persistent loop costs INT8 ~15-40% (196-260 us).
+#: M = 2 (two programs per block): INT2 191-196 vs the band kernel's 241; INT4 237-245 vs 265;
+#: INT8 315 vs 350-359. M >= 3 loses to the band kernels (it reads the codes once per row).
+RT_CONFIGS = {2: (False, True), 4: (False, False), 8: (True, False)}
+#: overrides of RT_CONFIGS (None: the table), for A/B timing
+CHAIN = None
+PERSISTENT = None
 
 
 def _resident(kernel, threads: int) -> int:
@@ -249,7 +264,8 @@ def rt_supported(group_size: int, block: int, ell: int) -> bool:
     return group_size % 64 == 0 and block % ROWS == 0 and 32 <= block <= 256 and ell % 4 == 0
 
 
-def coarse_gemv_rt(x, words, s, z, *, n, ell, bits, group_size, block, kcand, write_logits, cg=True, chain=None):
+def coarse_gemv_rt(x, words, s, z, *, n, ell, bits, group_size, block, kcand, write_logits, cg=True, chain=None,
+                   persist=None):
     """Launch the re-tiled packed-half GEMV (fast mode). ``x`` [M, K] (unit stride along K);
     ``words`` / ``s`` / ``z`` from :func:`retile` of the INTx codes ``[N, ell]`` (bytes per
     row), scale and zero. Returns the six ``CoarseOut`` tensors (certified outputs empty)."""
@@ -270,20 +286,25 @@ def coarse_gemv_rt(x, words, s, z, *, n, ell, bits, group_size, block, kcand, wr
     logits = torch.empty(m if write_logits else 0, n, dtype=torch.float32, device=dev)
     empty = torch.empty(0, c, dtype=torch.float32, device=dev)
     empty_b = torch.empty(0, nb, dtype=torch.float32, device=dev)
+    t_chain, t_persist = RT_CONFIGS[bits]
+    chain = (t_chain if CHAIN is None else CHAIN) if chain is None else chain
+    persist = (t_persist if PERSISTENT is None else PERSISTENT) if persist is None else persist
     meta = dict(L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
-                KCAND=kcand, WRITE_LOGITS=write_logits, CG=cg, CHAIN=CHAIN if chain is None else chain,
+                KCAND=kcand, WRITE_LOGITS=write_logits, CG=cg, CHAIN=chain, PERSIST=persist,
                 INTERPRET=interpret_mode(), num_warps=block // ROWS, num_stages=1)
     key = (str(dev), *meta.items())
-    if interpret_mode():
+    if not persist:
+        programs = nb
+    elif interpret_mode():
         programs = min(nb, 2)  # the persistent loop runs (and is tested) under the interpreter too
-    elif PERSISTENT and key in _RESIDENT:
+    elif key in _RESIDENT:
         # all programs resident at once: every SM gets the same number of blocks (+- 1)
         programs = min(nb, max(1, _RESIDENT[key] * sm_count(dev, interpret=2) // m))
     else:
         programs = nb  # first call: one program per block; the compiled kernel gives the residency
     k = _coarse_gemv_rt_kernel[(programs, m)](x2, alpha, words, s, z, cand_key, cand_idx, logits,
                                                m, n, nb, words.shape[0], **meta)
-    if not interpret_mode() and key not in _RESIDENT and hasattr(k, "n_regs"):
+    if persist and not interpret_mode() and key not in _RESIDENT and hasattr(k, "n_regs"):
         _RESIDENT[key] = _resident(k, block)
     return cand_key, empty, cand_idx, empty_b, empty_b, logits
 
