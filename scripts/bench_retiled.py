@@ -1,4 +1,5 @@
-"""Time the draft head's fast mode with and without the re-tiled GEMV on the H200.
+"""Time the draft head's fast mode on its three coarse paths (wide packed-half GEMV / band
+kernels, re-tiled GEMV, tensor-core MMA) on the H200.
 
     python3 scripts/bench_retiled.py [--json $OUT/retiled.json] [--ms 1,2,3,4]
 
@@ -25,7 +26,7 @@ if ROOT not in sys.path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", default=None)
-    ap.add_argument("--ms", default="1,2,3,4")
+    ap.add_argument("--ms", default="1,2,4,8,16")
     ap.add_argument("--bits", default="2,4,8")
     args = ap.parse_args()
     import torch
@@ -50,7 +51,7 @@ def main() -> int:
     log({"copy_gbps": round(bw, 1)})
     heads = {b: DraftHead(w, bits=b, mode="fast") for b in [int(v) for v in args.bits.split(",")]}
     for bits, h in heads.items():
-        h.warmup(max_m=4)
+        h.warmup(max_m=16)
     for m in [int(v) for v in args.ms.split(",")]:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         t_lin = time_us(lambda: F.linear(x, w).argmax(-1), graph=True)
@@ -59,12 +60,10 @@ def main() -> int:
             p = h._ensure_packed()
             floor = p.nbytes / (bw * 1e3)
             results = {}
-            for name, max_m, chain, persistent in (("wide/band (no re-tiling)", 0, None, None),
-                                                   ("re-tiled, RT_CONFIGS", 8, None, None),
-                                                   ("re-tiled chain", 8, True, True), ("re-tiled tree", 8, False, True),
-                                                   ("re-tiled chain, one program a block", 8, True, False),
-                                                   ("re-tiled tree, one program a block", 8, False, False)):
-                ch.RETILED_MAX_M, triton_rt.CHAIN, triton_rt.PERSISTENT = max_m, chain, persistent
+            for name, mma_m, max_m, chain, persistent in (("wide/band (no re-tiling)", 0, 0, None, None),
+                                                          ("re-tiled, RT_CONFIGS", 0, 8, None, None),
+                                                          ("tensor-core mma (triton_mma)", 8, 0, None, None)):
+                ch.MMA_MAX_M, ch.RETILED_MAX_M, triton_rt.CHAIN, triton_rt.PERSISTENT = mma_m, max_m, chain, persistent
                 try:
                     results[name] = h.argmax(x)
                     ta = time_us(lambda: h.argmax(x), graph=True)
@@ -76,7 +75,7 @@ def main() -> int:
                     log({"M": m, "bits": bits, "impl": name, "error": f"{type(e).__name__}: {str(e)[:300]}"})
             vals = list(results.values())
             log({"M": m, "bits": bits, "argmax_agree": all(torch.equal(v, vals[0]) for v in vals)})
-    ch.RETILED_MAX_M, triton_rt.CHAIN, triton_rt.PERSISTENT = 2, None, None
+    ch.MMA_MAX_M, ch.RETILED_MAX_M, triton_rt.CHAIN, triton_rt.PERSISTENT = 8, 2, None, None
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

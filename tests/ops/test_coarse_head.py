@@ -434,6 +434,7 @@ def test_retiled_gemv_matches_reference(tier, poison_int32, monkeypatch, chain, 
     import lowbit.ops.coarse_head as ch
     from lowbit.ops.coarse_head import triton_rt
 
+    monkeypatch.setattr(ch, "MMA_MAX_M", 0)
     monkeypatch.setattr(ch, "RETILED_MAX_M", 2)
     monkeypatch.setattr(triton_rt, "CHAIN", chain)
     monkeypatch.setattr(triton_rt, "PERSISTENT", persist)
@@ -458,9 +459,12 @@ def test_retiled_gemv_matches_reference(tier, poison_int32, monkeypatch, chain, 
 
 
 @pytest.mark.parametrize("tier", TRITON_TIERS)
-def test_retiled_gemv_scales_x_and_skips_certified(tier, poison_int32):
+def test_retiled_gemv_scales_x_and_skips_certified(tier, poison_int32, monkeypatch):
     """Rows of x at 1e4 / 1e-5 (the per-row power of two keeps fp16 in range) and certified keys:
     a certified call never builds or reads the re-tiled copy (the fp32 rounding proof)."""
+    import lowbit.ops.coarse_head as ch
+
+    monkeypatch.setattr(ch, "MMA_MAX_M", 0)
     k = 576
     dev = "cuda" if tier == "cuda" else "cpu"
     w = (torch.randn(N, k) * 0.02).to(torch.bfloat16)
@@ -481,3 +485,95 @@ def test_retiled_gemv_scales_x_and_skips_certified(tier, poison_int32):
             out = coarse_head(xs.to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
         assert p._retiled is not None
         assert rel_err(out.logits.cpu(), ref.logits) < 3e-3
+
+
+# --- the tensor-core coarse pass (triton_mma.py: fast mode, M <= 8) ----------------------------
+
+def test_mma_tile_layout():
+    """words[b, s, 2 t + qh, 4 g + c, 2 qi + rh] is word 16 s + 4 (2 qh + qi) + c of row
+    32 b + 16 t + 8 rh + g; the scale-zero word of (row, group) holds the fp16 scale and the fp16
+    1024 + z 2^(bits j) of the group's plane j."""
+    from lowbit.ops.coarse_head.triton_mma import mma_tile
+
+    bits, g = 2, 64
+    n, ell = 70, 136  # 34 words a row (a partial third step), 3 row blocks, the last partial
+    ng = 4 * ell // g + 1
+    packed = torch.randint(0, 256, (n, ell), dtype=torch.uint8)
+    scale = torch.randn(n, ng).half()
+    zero = torch.randint(0, 4, (n, ng), dtype=torch.uint8)
+    words, sz = mma_tile(packed, scale, zero, bits, g)
+    assert words.shape == (3, 3, 4, 32, 4) and sz.shape == (3, ng, 32)
+    w32 = packed.view(torch.int32)
+    for b, s_, t, qh, gg, c, qi, rh in [(0, 0, 0, 0, 0, 0, 0, 0), (1, 1, 1, 0, 5, 3, 1, 1), (2, 0, 0, 1, 2, 1, 0, 1),
+                                       (0, 2, 0, 0, 7, 1, 0, 0)]:
+        row, word = 32 * b + 16 * t + 8 * rh + gg, 16 * s_ + 4 * (2 * qh + qi) + c
+        got = words[b, s_, 2 * t + qh, 4 * gg + c, 2 * qi + rh]
+        assert got == (w32[row, word] if row < n and word < ell // 4 else 0)
+    row, grp = 45, 3
+    lo = (sz[1, grp, row - 32] & 0xFFFF).to(torch.int16).view(torch.float16)
+    hi = (sz[1, grp, row - 32] >> 16).to(torch.int16).view(torch.float16)
+    assert lo == scale[row, grp] and hi == 1024 + (int(zero[row, grp]) << (bits * (grp * g // ell)))
+    assert (sz[2, :, n - 64:] == 0).all()
+
+
+# every bits; g64 and g128; M = 1, 3, 8 (the MMA's 8 columns, partly used); N = 300 leaves
+# partial 32-row tiles and blocks; K 576 at g64 pads; blocks of 32 / 64 / 128 tokens (1-4 warps)
+MMA_CASES = [(2, 64, 576, 1, BF16, 64), (2, 128, 1024, 8, FP32, 128), (4, 64, 576, 3, FP16, 32),
+             (4, 64, 160, 1, BF16, 64), (8, 64, 576, 2, BF16, 64), (8, 128, 256, 8, FP32, 128)]
+
+
+@pytest.mark.parametrize("tier", TRITON_TIERS)
+@pytest.mark.parametrize("bits,g,k,m,xdtype,block", MMA_CASES)
+def test_mma_coarse_matches_reference(tier, poison_int32, bits, g, k, m, xdtype, block):
+    """coarse_head in fast mode on the tensor-core path against the reference: logits within x's
+    fp16 rounding, candidates those of its own logits, outputs NaN-poisoned before the call."""
+    n = 300
+    w = (torch.randn(n, k) * 0.02).to(torch.bfloat16)
+    x = torch.randn(m, k).to(xdtype)
+    packing = pack(w, bits, g)
+    with lowbit.backend("reference"):
+        ref = coarse_head(x, packing, block=block, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
+    dev = "cuda" if tier == "cuda" else "cpu"
+    p = packing.to(dev) if dev == "cuda" else packing
+    with lowbit.backend("triton"):
+        out = coarse_head(x.to(dev), p, block=block, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
+        quiet = coarse_head(x.to(dev), p, block=block, kcand=KCAND, bound=BOUND_NONE, write_logits=False)
+    assert p._mma is not None and p._retiled is None  # the tensor-core path ran
+    logits, cand_key, cand_idx = out.logits.cpu(), out.cand_key.cpu(), out.cand_idx.cpu()
+    # x rounded to fp16 (2^-11 relative), products exact, fp32 sums: ~2e-4 of the logits
+    assert not logits.isnan().any() and not cand_key.isnan().any()
+    assert 0 < rel_err(logits, ref.logits) < 2e-3
+    mine = block_candidates_reference(logits, None, block=block, kcand=KCAND, write_logits=False)
+    torch.testing.assert_close(cand_key, mine.cand_key, rtol=0, atol=0)
+    assert torch.equal(cand_idx, mine.cand_idx)
+    assert quiet.logits.shape == (0, n) and torch.equal(quiet.cand_idx.cpu(), cand_idx)
+
+
+@pytest.mark.parametrize("tier", TRITON_TIERS)
+def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32):
+    """Rows of x at 1e4 / 1e-5 and an all-zero row (the per-row power of two keeps x' a normal
+    fp16); M = 9 (more rows than the MMA's columns) and certified keys take the other kernels."""
+    k = 576
+    dev = "cuda" if tier == "cuda" else "cpu"
+    w = (torch.randn(N, k) * 0.02).to(torch.bfloat16)
+    packing = pack(w, 2, 64)
+    p = packing.to(dev) if dev == "cuda" else packing
+    x = torch.randn(3, k)
+    x[0] *= 1e4
+    x[1] *= 1e-5
+    x[2] = 0.0
+    with lowbit.backend("reference"):
+        ref = coarse_head(x, packing, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
+        ref_cert = coarse_head(x[:1], packing, block=BLOCK, kcand=KCAND, bound=BOUND_DET, write_logits=True)
+    with lowbit.backend("triton"):
+        cert = coarse_head(x[:1].to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_DET, write_logits=True)
+        assert p._mma is None  # certified keys: the fp32 kernels' rounding proof
+        out = coarse_head(x.to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
+        assert p._mma is not None
+        many = coarse_head(torch.randn(9, k).to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_NONE)
+    assert rel_err(cert.logits.cpu(), ref_cert.logits) < 1e-5
+    logits = out.logits.cpu()
+    for r in range(2):
+        assert rel_err(logits[r], ref.logits[r]) < 2e-3
+    assert torch.equal(logits[2], torch.zeros(N))
+    assert many.cand_key.shape[0] == 9 and not many.cand_key.isnan().any()

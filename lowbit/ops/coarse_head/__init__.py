@@ -58,6 +58,7 @@ class CoarsePacking:
         self._dense = None
         self._coef = None
         self._retiled = None
+        self._mma = None
         self.tensors = tuple(fmt._tensor_fields().values())
 
     @property
@@ -92,6 +93,16 @@ class CoarsePacking:
 
             self._retiled = retile(self.fmt.packed, self.fmt.scale, self.fmt.zero)
         return self._retiled
+
+    def mma_tiled(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """INTx only: (words, scale-zero) tiled for the tensor-core coarse pass of
+        ``triton_mma.py``, built on first use and kept (as many bytes again as the codes, plus
+        4 bytes per row and group)."""
+        if self._mma is None:
+            from lowbit.ops.coarse_head.triton_mma import mma_tile
+
+            self._mma = mma_tile(self.fmt.packed, self.fmt.scale, self.fmt.zero, self.bits, self.group_size)
+        return self._mma
 
     def coef(self) -> torch.Tensor | None:
         """fp32 [N, NG]: the INTx group scales ``s`` (the bound's coefficients); None if native."""
@@ -198,7 +209,11 @@ def coarse_head(
     # traced graphs: Triton exactly for CUDA tensors (use_triton's import probe is not traceable)
     if (x.is_cuda if compiling else use_triton(x, *packing.tensors)):
         w, s, z, gs = _raw(packing)
-        if _use_retiled(packing, x.shape[0], bound, block, compiling):
+        path = _fast_path(packing, x.shape[0], bound, block, compiling)
+        if path == "mma":
+            w, s = packing.mma_tiled()
+            z = s
+        elif path == "retiled":
             w, s, z = packing.retiled()
         # eager: call the launcher directly (the op wrapper costs several µs of Python at M = 1);
         # under torch.compile the registered op is traced instead
@@ -218,14 +233,26 @@ def coarse_head(
 RETILED_MAX_M = 2
 
 
-def _use_retiled(packing: CoarsePacking, m: int, bound: int, block: int, compiling: bool) -> bool:
-    """Whether this call takes the re-tiled GEMV. Under torch.compile only if the copy already
-    exists (``DraftHead.warmup`` builds it eagerly): building it is not part of a traced call."""
+#: Fast mode at M <= MMA_MAX_M (at most triton_mma.MAX_M = 8) on an INTx copy: the tensor-core
+#: coarse pass (``triton_mma.py``; the packing keeps its own tiling of the codes). 0 turns it off.
+MMA_MAX_M = 8
+
+
+def _fast_path(packing: CoarsePacking, m: int, bound: int, block: int, compiling: bool) -> str | None:
+    """"mma", "retiled" or None (the launch tables of triton.py) for this call. Under
+    torch.compile a private tiling is used only if it already exists (``DraftHead.warmup`` builds
+    it eagerly): building it is not part of a traced call."""
+    if packing.kind != KIND_INTX or bound != BOUND_NONE:
+        return None
+    from lowbit.ops.coarse_head.triton_mma import mma_supported
     from lowbit.ops.coarse_head.triton_rt import rt_supported
 
-    return (packing.kind == KIND_INTX and bound == BOUND_NONE and m <= RETILED_MAX_M
-            and rt_supported(packing.group_size, block, packing.fmt.packed.shape[1])
-            and (not compiling or packing._retiled is not None))
+    ell = packing.fmt.packed.shape[1]
+    if m <= MMA_MAX_M and mma_supported(packing.group_size, block, ell, m) and (not compiling or packing._mma is not None):
+        return "mma"
+    if m <= RETILED_MAX_M and rt_supported(packing.group_size, block, ell) and (not compiling or packing._retiled is not None):
+        return "retiled"
+    return None
 
 
 def _raw(packing: CoarsePacking):

@@ -444,6 +444,11 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     m, k = x.shape
     if x.stride(1) != 1:
         x = x.contiguous()
+    if kind == KIND_INTX and w.dim() == 5 and s.dtype == torch.int32:  # CoarsePacking.mma_tiled: tensor cores
+        from lowbit.ops.coarse_head.triton_mma import coarse_mma
+
+        return coarse_mma(x, w, s, n=n, ell=padded_k // (8 // bits), bits=bits, group_size=group_size, block=block,
+                          kcand=kcand, write_logits=write_logits)
     if kind == KIND_INTX and w.dim() == 5:  # the re-tiled copy (CoarsePacking.retiled): its own GEMV
         from lowbit.ops.coarse_head.triton_rt import coarse_gemv_rt
 

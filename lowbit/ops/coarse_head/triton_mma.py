@@ -1,0 +1,380 @@
+"""Coarse pass on the tensor cores for M <= 8 (fast mode): ``mma.sync.m16n8k16`` with the codes
+decoded straight into the A fragment and up to 8 rows of x as the B fragment.
+
+Why: the packed-half GEMVs (``triton_h2.py``, ``triton_rt.py``) spend an and-or, a pair subtract
+and a pair FMA on every two codes, per row of x, and end instruction-bound near 2.2-2.9
+instructions per code at M = 1 (and M times that for M rows). A tensor-core MMA takes the decoded
+pairs as they come: one and-or (``lop3``) per two codes builds the fp16 pair ``1024 + q 2^e``,
+one ``mma.sync`` per 256 codes of a warp multiplies them by 8 columns of x at once and
+accumulates in fp32. The 1024 offset and the zero point are removed afterwards per (row,
+group) from a per-(plane, step) sum of x — exact enough in fp32, which the fp16 FMA paths could
+not afford. Rows of x 2..8 ride in the MMA's other columns at no extra cost.
+
+Fragments (PTX ``mma.m16n8k16.row.col.f32.f16.f16.f32``; lane ``L = 4 g + c``): A (16 token rows
+x 16 k) ``a0 = (row g, k 2c..2c+1)``, ``a1 = (row g+8, ..)``, ``a2 = (row g, k 2c+8..2c+9)``,
+``a3 = (row g+8, ..)``; B (16 k x 8 columns) ``b0 = (k 2c..2c+1, column g)``, ``b1 = (k
+2c+8..2c+9, column g)``; C / D ``c0, c1 = (row g, columns 2c, 2c+1)``, ``c2, c3 = (row g+8,
+..)``. The k order inside an MMA is free (A and B only have to agree): word ``4q + c`` of a row
+gives, for plane j, the pair of bytes (0, 2) as k ``2c, 2c+1`` and bytes (1, 3) as k ``2c+8,
+2c+9`` of chunk q. So a lane needs word ``4q + c`` of rows g and g + 8 of each 16-row tile.
+
+Layout (:func:`mma_tile`, built once per packing): per 32-row block b and K step s (16 words of
+each row), ``words[b, s, u, L, e]`` int32 with ``u = 2 t + qh`` (tile t of the block, chunk pair
+qh) and ``e = 2 qi + rh``: word ``16 s + 4 (2 qh + qi) + c`` of row ``32 b + 16 t + g + 8 rh``.
+A lane's 16-byte vector u holds exactly the words of its A fragments for chunks 2 qh, 2 qh + 1 of
+tile t, and a warp's load of vector u is 512 contiguous bytes. Scale and zero travel as one int32
+per (32-row block, group, row): fp16 scale bits | zero << 16.
+
+The kernel keeps the data of lane L in element L of ``[32 * warps]`` tensors (one element per
+thread; every address is computed from the element index, so no layout conversion is needed);
+the MMA is inline PTX, emulated with tensor arithmetic under the interpreter. After the K loop
+each lane writes its token rows' logits (the ``[M, N]`` logits buffer doubles as scratch), the
+program synchronizes and re-reads its block as a ``[MP, BN]`` tile for the shared candidate
+epilogue.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from lowbit._backend import interpret_mode
+from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue
+from lowbit.ops.coarse_head.triton_h2 import _half_pair
+
+#: fp16 1024.0 in both halves of a word: the decode's magic
+_MAGIC = tl.constexpr(0x64006400)
+#: words per row per K step (64 bytes: one g64 group of each plane)
+_STEP_WORDS = 16
+#: columns of the MMA's B fragment: the rows of x one launch serves
+MAX_M = 8
+#: |x| alpha is kept <= this: x' = x alpha 2^-(SHIFT j) stays a normal fp16 for every plane
+_LIMIT = tl.constexpr(4096.0)
+
+
+def mma_tile(packed: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int):
+    """Re-tile INTx plane-split tensors for :func:`coarse_mma`. ``packed`` uint8 [N, L] (L % 4 ==
+    0), ``scale`` fp16 / ``zero`` uint8 [N, NG]. Returns (words int32 [NR, NS, 4, 32, 4],
+    scale-zero int32 [NR, NG, 32]) with NR = ceil(N / 32), NS = ceil(L / 64); zero past N and past
+    a row's words. The scale-zero word holds the fp16 scale in its low half and, in its high
+    half, the fp16 ``1024 + z 2^(bits j)`` (j: the group's plane; an integer <= 2047, exact) that
+    the kernel subtracts times the step's sum of x."""
+    n, ell = packed.shape
+    if ell % 4:
+        raise ValueError(f"mma_tile: the packed rows must hold whole int32 words, got L = {ell}")
+    nr = -(-n // 32)
+    ns = -(-(ell // 4) // _STEP_WORDS)
+    w = torch.zeros(nr * 32, ns * _STEP_WORDS, dtype=torch.int32, device=packed.device)
+    w[:n, : ell // 4] = packed.contiguous().view(torch.int32)
+    # row = 32 b + 16 t + 8 rh + g, word = 16 s + 8 qh + 4 qi + c  ->  [b, s, (t, qh), (g, c), (qi, rh)]
+    w = w.view(nr, 2, 2, 8, ns, 2, 2, 4).permute(0, 4, 1, 5, 3, 7, 6, 2).reshape(nr, ns, 4, 32, 4).contiguous()
+    ng = scale.shape[1]
+    plane = torch.arange(ng, device=packed.device) * group_size // ell  # [NG]
+    zz = (1024 + (zero.to(torch.int32) << (bits * plane)[None, :])).to(torch.float16)
+    sz = torch.zeros(nr * 32, ng, dtype=torch.int32, device=packed.device)
+    sz[:n] = (scale.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF) | (zz.view(torch.int16).to(torch.int32) << 16)
+    sz = sz.view(nr, 32, scale.shape[1]).transpose(1, 2).contiguous()
+    return w, sz
+
+
+@triton.jit
+def _x_alpha_kernel(x_ptr, alpha_ptr, stride_xm, K, BLK: tl.constexpr):
+    """alpha[m]: the largest power of two with amax |x[m]| alpha <= _LIMIT (1 for a zero row)."""
+    i_m = tl.program_id(0).to(tl.int64)
+    b_amax = tl.zeros([BLK], dtype=tl.float32)
+    for k0 in range(0, K, BLK):
+        o_k = k0 + tl.arange(0, BLK)
+        b_amax = tl.maximum(b_amax, tl.abs(tl.load(x_ptr + i_m * stride_xm + o_k, mask=o_k < K, other=0.0).to(tl.float32)))
+    amax = tl.max(b_amax, axis=0)
+    ratio = _LIMIT / tl.maximum(amax, 1e-30)
+    alpha = (ratio.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True)
+    tl.store(alpha_ptr + i_m, tl.where(amax > 0.0, alpha, 1.0))
+
+
+@triton.jit
+def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, M, K, stride_xm,
+                   L: tl.constexpr, NS: tl.constexpr, SHIFT: tl.constexpr):
+    """Program (plane j, step s): the B fragments ``xb[j, s, L, 2 q + h]`` (int32 fp16 pairs) of
+    lane L = 4 g + c, chunk q: column g = row g of x, h = 0 the bytes (0, 2), h = 1 the bytes (1,
+    3) of word 16 s + 4 q + c, each value ``x' = fp16(x alpha 2^-(SHIFT j))`` (0 past M, past the
+    plane's bytes, past K); and ``sx[j, s, m]`` = the fp32 sum of those x' of row m over the
+    step's 64 bytes (the decode's 1024 offset and the zero point are removed with it)."""
+    j = tl.program_id(0) // NS
+    s = tl.program_id(0) % NS
+    # fragments: [32 lanes, 8 (q, h)] -> pairs (lo, hi)
+    o_l = tl.arange(0, 32)[:, None]
+    o_e = tl.arange(0, 8)[None, :]
+    g = o_l // 4
+    c = o_l % 4
+    q = o_e // 2
+    h = o_e % 2
+    byte_lo = 4 * (16 * s + 4 * q + c) + h  # byte 0 or 1 of the word
+    byte_hi = byte_lo + 2  # byte 2 or 3
+    m_g = g < M
+    a = tl.load(alpha_ptr + g, mask=m_g, other=1.0)
+    f = a * ((127 - SHIFT * j) << 23).to(tl.float32, bitcast=True)  # alpha 2^-(SHIFT j), exact
+    k_lo = j * L + byte_lo
+    k_hi = j * L + byte_hi
+    m_lo = m_g & (byte_lo < L) & (k_lo < K)
+    m_hi = m_g & (byte_hi < L) & (k_hi < K)
+    x_lo = (tl.load(x_ptr + g * stride_xm + k_lo, mask=m_lo, other=0.0).to(tl.float32) * f).to(tl.float16)
+    x_hi = (tl.load(x_ptr + g * stride_xm + k_hi, mask=m_hi, other=0.0).to(tl.float32) * f).to(tl.float16)
+    pair = (x_lo.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) | (x_hi.to(tl.int16, bitcast=True).to(tl.int32) << 16)
+    tl.store(xb_ptr + (j * NS + s) * 256 + o_l * 8 + o_e, pair)
+    # sums over the step's 64 bytes, from the same fp16 values: [8 rows, 64 bytes]
+    o_m = tl.arange(0, 8)[:, None]
+    o_b = 64 * s + tl.arange(0, 64)[None, :]
+    m_m = o_m < M
+    am = tl.load(alpha_ptr + o_m, mask=m_m, other=1.0)
+    fm = am * ((127 - SHIFT * j) << 23).to(tl.float32, bitcast=True)
+    k = j * L + o_b
+    xv = (tl.load(x_ptr + o_m * stride_xm + k, mask=m_m & (o_b < L) & (k < K), other=0.0).to(tl.float32) * fm)
+    xv = xv.to(tl.float16).to(tl.float32)
+    tl.store(sx_ptr + (j * NS + s) * 8 + tl.arange(0, 8), tl.sum(xv, axis=1))
+
+
+@triton.jit
+def _mma16816(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, NT: tl.constexpr, INTERPRET: tl.constexpr):
+    """D = A B + C of one ``mma.sync.m16n8k16`` per warp, operands as per-lane [NT] tensors (lane
+    = element % 32, warp = element // 32; layouts in the module docstring)."""
+    if INTERPRET:
+        W: tl.constexpr = NT // 32
+        a0l, a0h = _half_pair(a0)
+        a1l, a1h = _half_pair(a1)
+        a2l, a2h = _half_pair(a2)
+        a3l, a3h = _half_pair(a3)
+        b0l, b0h = _half_pair(b0)
+        b1l, b1h = _half_pair(b1)
+
+        # A taps as [W, 8 (g), 1, 4 (c)] (lane 4 g + c), B taps as [W, 1, 8 (n), 4 (c)] (lane 4 n + c)
+        R: tl.constexpr = [NT // 32, 8, 1, 4]
+        Q: tl.constexpr = [NT // 32, 1, 8, 4]
+        top = tl.sum(tl.reshape(a0l, R) * tl.reshape(b0l, Q) + tl.reshape(a0h, R) * tl.reshape(b0h, Q)
+                     + tl.reshape(a2l, R) * tl.reshape(b1l, Q) + tl.reshape(a2h, R) * tl.reshape(b1h, Q), 3)
+        bot = tl.sum(tl.reshape(a1l, R) * tl.reshape(b0l, Q) + tl.reshape(a1h, R) * tl.reshape(b0h, Q)
+                     + tl.reshape(a3l, R) * tl.reshape(b1l, Q) + tl.reshape(a3h, R) * tl.reshape(b1h, Q), 3)
+        t0, t1 = tl.split(tl.reshape(top, [W, 8, 4, 2]))  # columns 2c, 2c + 1 of row g
+        u0, u1 = tl.split(tl.reshape(bot, [W, 8, 4, 2]))
+        return (c0 + tl.reshape(t0, [NT]), c1 + tl.reshape(t1, [NT]), c2 + tl.reshape(u0, [NT]),
+                c3 + tl.reshape(u1, [NT]))
+    else:
+        return tl.inline_asm_elementwise(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, "
+            "{$10, $11, $12, $13};",
+            "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3", [a0, a1, a2, a3, b0, b1, c0, c1, c2, c3],
+            dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+
+
+@triton.jit
+def _split4(t, NT: tl.constexpr):
+    """[NT, 4] -> its 4 columns as [NT] (in-thread)."""
+    a, b = tl.split(tl.reshape(t, [NT, 2, 2]))  # columns 0, 2 / 1, 3
+    e0, e2 = tl.split(a)
+    e1, e3 = tl.split(b)
+    return e0, e1, e2, e3
+
+
+@triton.jit
+def _dec(w, mask, INTERPRET: tl.constexpr):
+    """``(w & mask) | 0x64006400``: the fp16 pair ``1024 + q 2^e`` of a plane's two codes, one
+    ``lop3`` (inline PTX: from Triton's and / or ptxas emits two instructions)."""
+    if INTERPRET:
+        return (w & mask) | _MAGIC
+    return tl.inline_asm_elementwise("lop3.b32 $0, $1, $2, 0x64006400, 0xEA;", "=r,r,r", [w, mask],
+                                     dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _dec8(w, HI: tl.constexpr, INTERPRET: tl.constexpr):
+    """INT8 (one plane, a byte per code): bytes (0, 2) (``HI``: (1, 3)) of ``w`` under the fp16
+    exponent byte 0x64, i.e. the pair ``1024 + q``: one ``prmt`` (no shift, no mask)."""
+    if INTERPRET:
+        if HI:
+            return ((w >> 8) & 0x00FF00FF) | _MAGIC
+        return (w & 0x00FF00FF) | _MAGIC
+    if HI:
+        return tl.inline_asm_elementwise("prmt.b32 $0, $1, 0x64646464, 0x4341;", "=r,r", [w],
+                                         dtype=tl.int32, is_pure=True, pack=1)
+    return tl.inline_asm_elementwise("prmt.b32 $0, $1, 0x64646464, 0x4240;", "=r,r", [w],
+                                     dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _frag(w_g, w_g8, mask, BITS: tl.constexpr, INTERPRET: tl.constexpr):
+    """A fragment (a0, a1, a2, a3) of one chunk: words of rows g and g + 8 -> their byte pairs
+    (0, 2) and (1, 3) decoded for one plane (``mask``: its bits; unused for INT8). ``w_g`` /
+    ``w_g8`` are (word, word >> 8) pairs: the shift is shared by all planes of a step."""
+    if BITS == 8:
+        return (_dec8(w_g[0], False, INTERPRET), _dec8(w_g8[0], False, INTERPRET), _dec8(w_g[0], True, INTERPRET),
+                _dec8(w_g8[0], True, INTERPRET))
+    return (_dec(w_g[0], mask, INTERPRET), _dec(w_g8[0], mask, INTERPRET), _dec(w_g[1], mask, INTERPRET),
+            _dec(w_g8[1], mask, INTERPRET))
+
+
+@triton.jit
+def _words(base, m_b, NT: tl.constexpr, BITS: tl.constexpr):
+    """One 16-byte vector of each lane -> its 4 words as (word, word >> 8) pairs (INT8 needs no
+    shift: its decode permutes bytes)."""
+    e0, e1, e2, e3 = _split4(tl.load(base, mask=m_b[:, None], other=0), NT)
+    if BITS == 8:
+        return (e0, e0), (e1, e1), (e2, e2), (e3, e3)
+    return (e0, e0 >> 8), (e1, e1 >> 8), (e2, e2 >> 8), (e3, e3 >> 8)
+
+
+@triton.jit
+def _fix(acc, d, zz, sx, sc):
+    """acc + scale (d - (1024 + z 2^e) sx): the step's MMA sum without the decode offset and the
+    zero point, times the group scale."""
+    return acc + sc * (d - zz * sx)
+
+
+@triton.jit
+def _coarse_mma_kernel(
+    xb_ptr, sx_ptr, alpha_ptr, w_ptr, sz_ptr, ck_ptr, ci_ptr, lg_ptr,
+    M, N, NB, NR,
+    L: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
+    MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, MP: tl.constexpr, KCAND: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    """Program: BN token rows (one 32-row block per warp, two 16-row MMA tiles each) against the M
+    rows of x. Writes logits [M, N] (scratch and output) and the block's candidates."""
+    NT: tl.constexpr = BN  # one lane per 32 token rows' share: 32 lanes x BN / 32 warps
+    i_n = tl.program_id(0).to(tl.int64)
+    o_e = tl.arange(0, NT)
+    lane = o_e % 32
+    g = lane // 4
+    c = lane % 4
+    blk = i_n * (BN // 32) + o_e // 32  # [NT] the warp's 32-row block
+    m_b = blk < NR
+    p_w = w_ptr + blk * (NS * 512) + lane * 4  # [NT], + u * 128 + e
+    o_4 = tl.arange(0, 4)[None, :]
+    zero = tl.zeros([NT], dtype=tl.float32)
+    # accumulators [NT]: tile t, row half rh, column parity cp (columns 2c + cp)
+    a000 = zero
+    a001 = zero
+    a010 = zero
+    a011 = zero
+    a100 = zero
+    a101 = zero
+    a110 = zero
+    a111 = zero
+    for i_s in range(0, NS):
+        base = p_w[:, None] + i_s * 512 + o_4
+        # vector u = 2 t + qh: words (qi, rh) = (0, 0), (0, 1), (1, 0), (1, 1) of chunks 2 qh + qi
+        w00, w01, w02, w03 = _words(base, m_b, NT, SHIFT)
+        w10, w11, w12, w13 = _words(base + 128, m_b, NT, SHIFT)
+        w20, w21, w22, w23 = _words(base + 256, m_b, NT, SHIFT)
+        w30, w31, w32, w33 = _words(base + 384, m_b, NT, SHIFT)
+        for j in tl.static_range(P):
+            M2 = tl.full([NT], (MASK << (SHIFT * j)) * 0x10001, tl.int32)  # the plane's bits, both halves
+            grp = (j * L + 64 * i_s) // G
+            # B fragments of this lane for chunks 0..3: [NT, 8] -> (q, h)
+            p_xb = xb_ptr + (j * NS + i_s) * 256 + lane * 8
+            xb_lo = tl.load(p_xb[:, None] + o_4)
+            xb_hi = tl.load(p_xb[:, None] + 4 + o_4)
+            b00, b01, b10, b11 = _split4(xb_lo, NT)  # chunk 0 (h 0, 1), chunk 1
+            b20, b21, b30, b31 = _split4(xb_hi, NT)
+            d0, d1, d2, d3 = zero, zero, zero, zero  # tile 0
+            e0, e1, e2, e3 = zero, zero, zero, zero  # tile 1
+            # chunk q of tile t: words (row g, row g + 8) = vector 2 t + q // 2, e = 2 (q % 2) + rh
+            f0, f1, f2, f3 = _frag(w00, w01, M2, SHIFT, INTERPRET)
+            d0, d1, d2, d3 = _mma16816(f0, f1, f2, f3, b00, b01, d0, d1, d2, d3, NT, INTERPRET)
+            f0, f1, f2, f3 = _frag(w02, w03, M2, SHIFT, INTERPRET)
+            d0, d1, d2, d3 = _mma16816(f0, f1, f2, f3, b10, b11, d0, d1, d2, d3, NT, INTERPRET)
+            f0, f1, f2, f3 = _frag(w10, w11, M2, SHIFT, INTERPRET)
+            d0, d1, d2, d3 = _mma16816(f0, f1, f2, f3, b20, b21, d0, d1, d2, d3, NT, INTERPRET)
+            f0, f1, f2, f3 = _frag(w12, w13, M2, SHIFT, INTERPRET)
+            d0, d1, d2, d3 = _mma16816(f0, f1, f2, f3, b30, b31, d0, d1, d2, d3, NT, INTERPRET)
+            f0, f1, f2, f3 = _frag(w20, w21, M2, SHIFT, INTERPRET)
+            e0, e1, e2, e3 = _mma16816(f0, f1, f2, f3, b00, b01, e0, e1, e2, e3, NT, INTERPRET)
+            f0, f1, f2, f3 = _frag(w22, w23, M2, SHIFT, INTERPRET)
+            e0, e1, e2, e3 = _mma16816(f0, f1, f2, f3, b10, b11, e0, e1, e2, e3, NT, INTERPRET)
+            f0, f1, f2, f3 = _frag(w30, w31, M2, SHIFT, INTERPRET)
+            e0, e1, e2, e3 = _mma16816(f0, f1, f2, f3, b20, b21, e0, e1, e2, e3, NT, INTERPRET)
+            f0, f1, f2, f3 = _frag(w32, w33, M2, SHIFT, INTERPRET)
+            e0, e1, e2, e3 = _mma16816(f0, f1, f2, f3, b30, b31, e0, e1, e2, e3, NT, INTERPRET)
+            # per token row: the fp16 pair (scale, 1024 + z 2^(SHIFT j)); per column: the step's sum of x'
+            p_sz = sz_ptr + (blk * NG + grp) * 32 + g
+            sz00 = tl.load(p_sz, mask=m_b, other=0)  # tile 0, row g
+            sz01 = tl.load(p_sz + 8, mask=m_b, other=0)  # tile 0, row g + 8
+            sz10 = tl.load(p_sz + 16, mask=m_b, other=0)
+            sz11 = tl.load(p_sz + 24, mask=m_b, other=0)
+            p_sx = sx_ptr + (j * NS + i_s) * 8 + 2 * c
+            sx0 = tl.load(p_sx)
+            sx1 = tl.load(p_sx + 1)
+            s00, z00 = _half_pair(sz00)
+            s01, z01 = _half_pair(sz01)
+            s10, z10 = _half_pair(sz10)
+            s11, z11 = _half_pair(sz11)
+            a000 = _fix(a000, d0, z00, sx0, s00)
+            a001 = _fix(a001, d1, z00, sx1, s00)
+            a010 = _fix(a010, d2, z01, sx0, s01)
+            a011 = _fix(a011, d3, z01, sx1, s01)
+            a100 = _fix(a100, e0, z10, sx0, s10)
+            a101 = _fix(a101, e1, z10, sx1, s10)
+            a110 = _fix(a110, e2, z11, sx0, s11)
+            a111 = _fix(a111, e3, z11, sx1, s11)
+    # logits[m, token] for token = 32 blk + 16 t + 8 rh + g, m = 2 c + cp (scratch: the output)
+    tok = blk * 32 + g
+    col0 = 2 * c
+    r0 = 1.0 / tl.load(alpha_ptr + col0, mask=col0 < M, other=1.0)
+    r1 = 1.0 / tl.load(alpha_ptr + col0 + 1, mask=col0 + 1 < M, other=1.0)
+    m0 = col0 < M
+    m1 = col0 + 1 < M
+    tl.store(lg_ptr + col0 * N + tok, a000 * r0, mask=m0 & (tok < N))
+    tl.store(lg_ptr + (col0 + 1) * N + tok, a001 * r1, mask=m1 & (tok < N))
+    tl.store(lg_ptr + col0 * N + tok + 8, a010 * r0, mask=m0 & (tok + 8 < N))
+    tl.store(lg_ptr + (col0 + 1) * N + tok + 8, a011 * r1, mask=m1 & (tok + 8 < N))
+    tl.store(lg_ptr + col0 * N + tok + 16, a100 * r0, mask=m0 & (tok + 16 < N))
+    tl.store(lg_ptr + (col0 + 1) * N + tok + 16, a101 * r1, mask=m1 & (tok + 16 < N))
+    tl.store(lg_ptr + col0 * N + tok + 24, a110 * r0, mask=m0 & (tok + 24 < N))
+    tl.store(lg_ptr + (col0 + 1) * N + tok + 24, a111 * r1, mask=m1 & (tok + 24 < N))
+    tl.debug_barrier()  # the block's logits, written by every warp, are visible to the whole program
+    o_n = i_n * BN + tl.arange(0, BN)
+    m_n = o_n < N
+    o_m = tl.arange(0, MP)
+    m_m = o_m < M
+    row = tl.load(lg_ptr + o_m[:, None] * N + o_n[None, :], mask=m_m[:, None] & m_n[None, :], other=0.0)
+    _epilogue(row, row, sz_ptr, sz_ptr, sz_ptr, sz_ptr, ck_ptr, ck_ptr, ci_ptr, ck_ptr, ck_ptr, lg_ptr,
+              o_m, m_m, o_n, m_n, i_n, M, N, NB, 0, 0.0, 0.0, 0.0,
+              NG, KIND_DONE, 0, False, 0.0, False, KCAND, 16, BN)
+
+
+def mma_supported(group_size: int, block: int, ell: int, m: int) -> bool:
+    """Shapes :func:`coarse_mma` takes: g64-multiple groups, blocks of whole 32-row tiles (1-8
+    warps), whole int32 words per row, at most MAX_M rows of x."""
+    return group_size % 64 == 0 and block % 32 == 0 and 32 <= block <= 256 and ell % 4 == 0 and 1 <= m <= MAX_M
+
+
+def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_logits):
+    """Launch the tensor-core coarse pass (fast mode). ``x`` [M <= 8, K] (unit stride along K);
+    ``words`` / ``sz`` from :func:`mma_tile`. Returns the six ``CoarseOut`` tensors (certified
+    outputs empty; the logits are computed either way, returned if ``write_logits``)."""
+    m, k = x.shape
+    p = 8 // bits
+    ns = words.shape[1]
+    ng = sz.shape[1]
+    dev = x.device
+    alpha = torch.empty(max(m, 1), dtype=torch.float32, device=dev)
+    _x_alpha_kernel[(m,)](x, alpha, x.stride(0), k, BLK=1024, num_warps=4)
+    xb = torch.empty(p * ns * 256, dtype=torch.int32, device=dev)
+    sx = torch.empty(p * ns * 8, dtype=torch.float32, device=dev)
+    _x_frag_kernel[(p * ns,)](x, alpha, xb, sx, m, k, x.stride(0), L=ell, NS=ns, SHIFT=bits, num_warps=4)
+    nb = -(-n // block)
+    c = nb * kcand
+    cand_key = torch.empty(m, c, dtype=torch.float32, device=dev)
+    cand_idx = torch.empty(m, c, dtype=torch.int64, device=dev)
+    logits = torch.empty(m, n, dtype=torch.float32, device=dev)
+    empty = torch.empty(0, c, dtype=torch.float32, device=dev)
+    empty_b = torch.empty(0, nb, dtype=torch.float32, device=dev)
+    _coarse_mma_kernel[(nb,)](
+        xb, sx, alpha, words, sz, cand_key, cand_idx, logits, m, n, nb, words.shape[0],
+        L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
+        MP=triton.next_power_of_2(m), KCAND=kcand, INTERPRET=interpret_mode(), num_warps=block // 32, num_stages=1,
+    )
+    if not write_logits:
+        logits = logits[:0]
+    return cand_key, empty, cand_idx, empty_b, empty_b, logits
+
+
+__all__ = ["MAX_M", "coarse_mma", "mma_supported", "mma_tile"]
