@@ -577,3 +577,25 @@ def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32):
         assert rel_err(logits[r], ref.logits[r]) < 2e-3
     assert torch.equal(logits[2], torch.zeros(N))
     assert many.cand_key.shape[0] == 9 and not many.cand_key.isnan().any()
+
+
+@pytest.mark.parametrize("tier", TRITON_TIERS)
+@pytest.mark.parametrize("tiling", ["mma", "retiled"])
+@pytest.mark.parametrize("write_logits", [True, False])
+def test_opcheck_private_tilings(tier, tiling, write_logits):
+    """The registered op over the fast-mode tilings (the tensor-core and the re-tiled GEMV):
+    fake shapes, no aliasing of inputs or outputs (an empty logits output is a fresh tensor)."""
+    dev = "cuda" if tier == "cuda" else "cpu"
+    w = (torch.randn(300, 128) * 0.02).bfloat16()
+    p = pack(w, 2, 64)
+    p = p.to(dev) if dev == "cuda" else p
+    x = torch.randn(2, 128, dtype=torch.bfloat16).to(dev)
+    if tiling == "mma":
+        words, sz = p.mma_tiled()
+        t = (words, sz, sz)
+    else:
+        t = p.retiled()
+    args = (x, *t, p.fmt.scale, p.kind, 2, 64, 300, p.padded_k, 64, 3, BOUND_NONE, 4.0, write_logits)
+    with lowbit.backend("triton"):
+        torch.library.opcheck(torch.ops.lowbit.coarse_head.default, args,
+                              test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))

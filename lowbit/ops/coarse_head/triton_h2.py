@@ -305,7 +305,9 @@ def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logit
     cand_idx = torch.empty(m, c, dtype=torch.int64, device=dev)
     logits = torch.empty(m if write_logits else 0, n, dtype=torch.float32, device=dev)
     empty = torch.empty(0, c, dtype=torch.float32, device=dev)
-    empty_b = torch.empty(0, nb, dtype=torch.float32, device=dev)
+    # distinct empty outputs: a custom op's outputs may not alias each other
+    empty_lb = torch.empty(0, nb, dtype=torch.float32, device=dev)
+    empty_rest = torch.empty(0, nb, dtype=torch.float32, device=dev)
     wq = w.view(torch.int32)
     _coarse_gemv_h2_kernel[(nb, m)](
         x2, alpha, wq, s, z, cand_key, cand_idx, logits,
@@ -314,7 +316,7 @@ def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logit
         KCAND=kcand, WRITE_LOGITS=write_logits, WIDE=wide, CG=cg, INTERPRET=interpret_mode(),
         num_warps=num_warps, num_stages=num_stages,
     )
-    return cand_key, empty, cand_idx, empty_b, empty_b, logits
+    return cand_key, empty, cand_idx, empty_lb, empty_rest, logits
 
 
 __all__ = ["coarse_gemv_h2"]

@@ -77,7 +77,9 @@ def mma_tile(packed: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits
     return w, sz
 
 
-@triton.jit
+# Sizes that vary per call are not specialized (== 1, divisibility): one compiled kernel per
+# head serves every M <= 8 (MP only takes 1, 2, 4, 8; DraftHead.warmup compiles each).
+@triton.jit(do_not_specialize=["K"])
 def _x_alpha_kernel(x_ptr, alpha_ptr, stride_xm, K, BLK: tl.constexpr):
     """alpha[m]: the largest power of two with amax |x[m]| alpha <= _LIMIT (1 for a zero row)."""
     i_m = tl.program_id(0).to(tl.int64)
@@ -91,7 +93,7 @@ def _x_alpha_kernel(x_ptr, alpha_ptr, stride_xm, K, BLK: tl.constexpr):
     tl.store(alpha_ptr + i_m, tl.where(amax > 0.0, alpha, 1.0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "K"])
 def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, M, K, stride_xm,
                    L: tl.constexpr, NS: tl.constexpr, SHIFT: tl.constexpr):
     """Program (plane j, step s): the B fragments ``xb[j, s, L, 2 q + h]`` (int32 fp16 pairs) of
@@ -228,7 +230,7 @@ def _fix(acc, d, zz, sx, sc):
     return acc + sc * (d - zz * sx)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "N", "NB", "NR"])
 def _coarse_mma_kernel(
     xb_ptr, sx_ptr, alpha_ptr, w_ptr, sz_ptr, ck_ptr, ci_ptr, lg_ptr,
     M, N, NB, NR,
@@ -366,15 +368,17 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
     cand_idx = torch.empty(m, c, dtype=torch.int64, device=dev)
     logits = torch.empty(m, n, dtype=torch.float32, device=dev)
     empty = torch.empty(0, c, dtype=torch.float32, device=dev)
-    empty_b = torch.empty(0, nb, dtype=torch.float32, device=dev)
+    # distinct empty outputs: a custom op's outputs may not alias each other
+    empty_lb = torch.empty(0, nb, dtype=torch.float32, device=dev)
+    empty_rest = torch.empty(0, nb, dtype=torch.float32, device=dev)
     _coarse_mma_kernel[(nb,)](
         xb, sx, alpha, words, sz, cand_key, cand_idx, logits, m, n, nb, words.shape[0],
         L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
         MP=triton.next_power_of_2(m), KCAND=kcand, INTERPRET=interpret_mode(), num_warps=block // 32, num_stages=1,
     )
-    if not write_logits:
-        logits = logits[:0]
-    return cand_key, empty, cand_idx, empty_b, empty_b, logits
+    if not write_logits:  # a fresh empty tensor, not a view (custom ops may not return views)
+        logits = torch.empty(0, n, dtype=torch.float32, device=dev)
+    return cand_key, empty, cand_idx, empty_lb, empty_rest, logits
 
 
 __all__ = ["MAX_M", "coarse_mma", "mma_supported", "mma_tile"]

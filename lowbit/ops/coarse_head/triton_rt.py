@@ -285,7 +285,9 @@ def coarse_gemv_rt(x, words, s, z, *, n, ell, bits, group_size, block, kcand, wr
     cand_idx = torch.empty(m, c, dtype=torch.int64, device=dev)
     logits = torch.empty(m if write_logits else 0, n, dtype=torch.float32, device=dev)
     empty = torch.empty(0, c, dtype=torch.float32, device=dev)
-    empty_b = torch.empty(0, nb, dtype=torch.float32, device=dev)
+    # distinct empty outputs: a custom op's outputs may not alias each other
+    empty_lb = torch.empty(0, nb, dtype=torch.float32, device=dev)
+    empty_rest = torch.empty(0, nb, dtype=torch.float32, device=dev)
     t_chain, t_persist = RT_CONFIGS[bits]
     chain = (t_chain if CHAIN is None else CHAIN) if chain is None else chain
     persist = (t_persist if PERSISTENT is None else PERSISTENT) if persist is None else persist
@@ -306,7 +308,7 @@ def coarse_gemv_rt(x, words, s, z, *, n, ell, bits, group_size, block, kcand, wr
                                                m, n, nb, words.shape[0], **meta)
     if persist and not interpret_mode() and key not in _RESIDENT and hasattr(k, "n_regs"):
         _RESIDENT[key] = _resident(k, block)
-    return cand_key, empty, cand_idx, empty_b, empty_b, logits
+    return cand_key, empty, cand_idx, empty_lb, empty_rest, logits
 
 
 __all__ = ["ROWS", "coarse_gemv_rt", "retile", "rt_supported"]
