@@ -182,9 +182,9 @@ class DraftHead(nn.Module):
         CUDA-graph capture; nothing is autotuned or compiled lazily inside a capture)."""
         packing = self._ensure_packed()
         dtype = self.weight.dtype if isinstance(self.weight, torch.Tensor) else torch.bfloat16
-        # the M bands, and the powers of two up to 8 (the tensor-core coarse pass compiles one
-        # epilogue tile per power of two of M)
-        ms = sorted({1, *[b for b in M_BANDS if b <= max_m], *[b for b in (2, 4, 8) if b <= max_m], max_m})
+        # the M bands, and every epilogue tile of the tensor-core coarse pass (one per power of two
+        # of the rows in a launch of at most 8: M = 2, 3 .. 4, 5 .. 8, and 9 for a 1-row tail)
+        ms = sorted({1, *[b for b in M_BANDS if b <= max_m], *[b for b in (2, 3, 4, 5, 8, 9) if b <= max_m], max_m})
         for m in ms:
             x = torch.randn(m, self.k, device=packing.device, dtype=dtype)
             self.argmax(x)

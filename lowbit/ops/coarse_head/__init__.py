@@ -233,9 +233,10 @@ def coarse_head(
 RETILED_MAX_M = 2
 
 
-#: Fast mode at M <= MMA_MAX_M (at most triton_mma.MAX_M = 8) on an INTx copy: the tensor-core
-#: coarse pass (``triton_mma.py``; the packing keeps its own tiling of the codes). 0 turns it off.
-MMA_MAX_M = 8
+#: Fast mode at M <= MMA_MAX_M on an INTx copy: the tensor-core coarse pass (``triton_mma.py``;
+#: the packing keeps its own tiling of the codes; one launch per 8 rows of x, so M = 9..16 reads
+#: the codes twice — still faster than the band kernels there). 0 turns it off.
+MMA_MAX_M = 16
 
 
 def _fast_path(packing: CoarsePacking, m: int, bound: int, block: int, compiling: bool) -> str | None:
@@ -248,7 +249,7 @@ def _fast_path(packing: CoarsePacking, m: int, bound: int, block: int, compiling
     from lowbit.ops.coarse_head.triton_rt import rt_supported
 
     ell = packing.fmt.packed.shape[1]
-    if m <= MMA_MAX_M and mma_supported(packing.group_size, block, ell, m) and (not compiling or packing._mma is not None):
+    if m <= MMA_MAX_M and mma_supported(packing.group_size, block, ell) and (not compiling or packing._mma is not None):
         return "mma"
     if m <= RETILED_MAX_M and rt_supported(packing.group_size, block, ell) and (not compiling or packing._retiled is not None):
         return "retiled"

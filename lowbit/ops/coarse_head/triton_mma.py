@@ -46,7 +46,7 @@ from lowbit.ops.coarse_head.triton_h2 import _half_pair
 _MAGIC = tl.constexpr(0x64006400)
 #: words per row per K step (64 bytes: one g64 group of each plane)
 _STEP_WORDS = 16
-#: columns of the MMA's B fragment: the rows of x one launch serves
+#: columns of the MMA's B fragment: the rows of x one launch serves (more rows: more launches)
 MAX_M = 8
 #: |x| alpha is kept <= this: x' = x alpha 2^-(SHIFT j) stays a normal fp16 for every plane
 _LIMIT = tl.constexpr(4096.0)
@@ -342,40 +342,47 @@ def _coarse_mma_kernel(
               NG, KIND_DONE, 0, False, 0.0, False, KCAND, 16, BN)
 
 
-def mma_supported(group_size: int, block: int, ell: int, m: int) -> bool:
+def mma_supported(group_size: int, block: int, ell: int) -> bool:
     """Shapes :func:`coarse_mma` takes: g64-multiple groups, blocks of whole 32-row tiles (1-8
-    warps), whole int32 words per row, at most MAX_M rows of x."""
-    return group_size % 64 == 0 and block % 32 == 0 and 32 <= block <= 256 and ell % 4 == 0 and 1 <= m <= MAX_M
+    warps), whole int32 words per row."""
+    return group_size % 64 == 0 and block % 32 == 0 and 32 <= block <= 256 and ell % 4 == 0
 
 
 def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_logits):
-    """Launch the tensor-core coarse pass (fast mode). ``x`` [M <= 8, K] (unit stride along K);
-    ``words`` / ``sz`` from :func:`mma_tile`. Returns the six ``CoarseOut`` tensors (certified
-    outputs empty; the logits are computed either way, returned if ``write_logits``)."""
+    """Launch the tensor-core coarse pass (fast mode). ``x`` [M, K] (unit stride along K; rows
+    in launches of MAX_M = 8, each reading the codes once); ``words`` / ``sz`` from
+    :func:`mma_tile`. Returns the six ``CoarseOut`` tensors (certified outputs empty; the logits
+    are computed either way, returned if ``write_logits``)."""
     m, k = x.shape
     p = 8 // bits
     ns = words.shape[1]
     ng = sz.shape[1]
     dev = x.device
-    alpha = torch.empty(max(m, 1), dtype=torch.float32, device=dev)
-    _x_alpha_kernel[(m,)](x, alpha, x.stride(0), k, BLK=1024, num_warps=4)
-    xb = torch.empty(p * ns * 256, dtype=torch.int32, device=dev)
-    sx = torch.empty(p * ns * 8, dtype=torch.float32, device=dev)
-    _x_frag_kernel[(p * ns,)](x, alpha, xb, sx, m, k, x.stride(0), L=ell, NS=ns, SHIFT=bits, num_warps=4)
     nb = -(-n // block)
     c = nb * kcand
     cand_key = torch.empty(m, c, dtype=torch.float32, device=dev)
     cand_idx = torch.empty(m, c, dtype=torch.int64, device=dev)
     logits = torch.empty(m, n, dtype=torch.float32, device=dev)
+    for r0 in range(0, m, MAX_M):
+        r1 = min(m, r0 + MAX_M)
+        mc = r1 - r0
+        xc = x[r0:r1]
+        alpha = torch.empty(mc, dtype=torch.float32, device=dev)
+        _x_alpha_kernel[(mc,)](xc, alpha, xc.stride(0), k, BLK=1024, num_warps=4)
+        xb = torch.empty(p * ns * 256, dtype=torch.int32, device=dev)
+        sx = torch.empty(p * ns * 8, dtype=torch.float32, device=dev)
+        _x_frag_kernel[(p * ns,)](xc, alpha, xb, sx, mc, k, xc.stride(0), L=ell, NS=ns, SHIFT=bits, num_warps=4)
+        # rows r0..r1 of the [M, C] / [M, N] outputs are contiguous: the kernel writes the slices
+        _coarse_mma_kernel[(nb,)](
+            xb, sx, alpha, words, sz, cand_key[r0:r1], cand_idx[r0:r1], logits[r0:r1], mc, n, nb, words.shape[0],
+            L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
+            MP=triton.next_power_of_2(mc), KCAND=kcand, INTERPRET=interpret_mode(), num_warps=block // 32,
+            num_stages=1,
+        )
     empty = torch.empty(0, c, dtype=torch.float32, device=dev)
     # distinct empty outputs: a custom op's outputs may not alias each other
     empty_lb = torch.empty(0, nb, dtype=torch.float32, device=dev)
     empty_rest = torch.empty(0, nb, dtype=torch.float32, device=dev)
-    _coarse_mma_kernel[(nb,)](
-        xb, sx, alpha, words, sz, cand_key, cand_idx, logits, m, n, nb, words.shape[0],
-        L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
-        MP=triton.next_power_of_2(m), KCAND=kcand, INTERPRET=interpret_mode(), num_warps=block // 32, num_stages=1,
-    )
     if not write_logits:  # a fresh empty tensor, not a view (custom ops may not return views)
         logits = torch.empty(0, n, dtype=torch.float32, device=dev)
     return cand_key, empty, cand_idx, empty_lb, empty_rest, logits
