@@ -551,7 +551,7 @@ def test_mma_coarse_matches_reference(tier, poison_int32, bits, g, k, m, xdtype,
 
 
 @pytest.mark.parametrize("tier", TRITON_TIERS)
-def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32):
+def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, monkeypatch):
     """Rows of x at 1e4 / 1e-5 and an all-zero row (the per-row power of two keeps x' a normal
     fp16); M = 11 (two launches: 8 + 3 rows) against the reference; certified keys never take
     the tensor cores."""
@@ -574,6 +574,9 @@ def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32):
         out = coarse_head(x.to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
         assert p._mma is not None
         x11 = torch.randn(11, k)
+        import lowbit.ops.coarse_head as ch
+
+        monkeypatch.setattr(ch, "MMA_MAX_M", 16)  # (the default stops at 8)
         many = coarse_head(x11.to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
     with lowbit.backend("reference"):
         ref11 = coarse_head(x11, packing, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)

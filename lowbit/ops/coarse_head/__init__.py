@@ -234,9 +234,11 @@ RETILED_MAX_M = 2
 
 
 #: Fast mode at M <= MMA_MAX_M on an INTx copy: the tensor-core coarse pass (``triton_mma.py``;
-#: the packing keeps its own tiling of the codes; one launch per 8 rows of x, so M = 9..16 reads
-#: the codes twice — still faster than the band kernels there). 0 turns it off.
-MMA_MAX_M = 16
+#: the packing keeps its own tiling of the codes). One launch serves 8 rows of x; more rows run
+#: one launch per 8 (tested), but M = 16 that way measured slower than the band kernels in the
+#: registry benchmark (INT4 432 vs 281 us, not understood yet), so the default stops at 8.
+#: 0 turns it off.
+MMA_MAX_M = 8
 
 
 def _fast_path(packing: CoarsePacking, m: int, bound: int, block: int, compiling: bool) -> str | None:
