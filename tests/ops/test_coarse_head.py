@@ -420,8 +420,8 @@ def test_retile_layout():
 # every case one plane count; N = 300 and block 32 / 64 / 128 leave partial row tiles and blocks;
 # K 576 at g64 pads (K % (planes g) != 0); several K steps; every x dtype; M = 1 (the default
 # band) and M = 2 (two programs along the grid's second axis)
-RT_CASES = [(2, 64, 576, 1, BF16, 64), (2, 128, 1024, 2, FP32, 128), (4, 64, 576, 1, FP16, 32),
-            (4, 64, 160, 1, BF16, 64), (8, 64, 576, 2, BF16, 64), (8, 128, 256, 1, FP32, 128)]
+RT_CASES = [(2, 64, 576, 1, BF16, 64), (2, 128, 1024, 2, FP32, 128), (4, 64, 160, 1, FP16, 32),
+            (8, 128, 256, 2, BF16, 128)]
 
 
 @pytest.mark.parametrize("tier", TRITON_TIERS)
