@@ -553,8 +553,8 @@ def test_mma_coarse_matches_reference(tier, poison_int32, bits, g, k, m, xdtype,
 @pytest.mark.parametrize("tier", TRITON_TIERS)
 def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, monkeypatch):
     """Rows of x at 1e4 / 1e-5 and an all-zero row (the per-row power of two keeps x' a normal
-    fp16); M = 11 (two launches: 8 + 3 rows) against the reference; certified keys never take
-    the tensor cores."""
+    fp16); M = 19 (a launch of 16 rows on two B column tiles, then one of 3) against the
+    reference; certified keys never take the tensor cores."""
     k = 576
     dev = "cuda" if tier == "cuda" else "cpu"
     w = (torch.randn(N, k) * 0.02).to(torch.bfloat16)
@@ -573,14 +573,15 @@ def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, monkeypatch):
         assert p._mma is None  # certified keys: the fp32 kernels' rounding proof
         out = coarse_head(x.to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
         assert p._mma is not None
-        x11 = torch.randn(11, k)
+        x19 = torch.randn(19, k)
         import lowbit.ops.coarse_head as ch
 
-        monkeypatch.setattr(ch, "MMA_MAX_M", 16)  # (the default stops at 8)
-        many = coarse_head(x11.to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
+        monkeypatch.setattr(ch, "MMA_MAX_M", 32)  # (the default stops at 8)
+        many = coarse_head(x19.to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
     with lowbit.backend("reference"):
-        ref11 = coarse_head(x11, packing, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
-    assert rel_err(many.logits.cpu(), ref11.logits) < 2e-3
+        ref19 = coarse_head(x19, packing, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
+    for r in range(19):  # rows 0..15: one launch, two B column tiles; rows 16..18: a second launch
+        assert rel_err(many.logits[r].cpu(), ref19.logits[r]) < 2e-3
     mine = block_candidates_reference(many.logits.cpu(), None, block=BLOCK, kcand=KCAND, write_logits=False)
     assert torch.equal(many.cand_idx.cpu(), mine.cand_idx)
     assert rel_err(cert.logits.cpu(), ref_cert.logits) < 1e-5

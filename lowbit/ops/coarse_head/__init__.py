@@ -234,10 +234,11 @@ RETILED_MAX_M = 2
 
 
 #: Fast mode at M <= MMA_MAX_M on an INTx copy: the tensor-core coarse pass (``triton_mma.py``;
-#: the packing keeps its own tiling of the codes). One launch serves 8 rows of x; more rows run
-#: one launch per 8 (tested), but M = 16 that way measured slower than the band kernels in the
-#: registry benchmark (INT4 432 vs 281 us, not understood yet), so the default stops at 8.
-#: 0 turns it off.
+#: the packing keeps its own tiling of the codes). Measured on the H200 up to M = 8 (one 8-column
+#: B tile). One launch also serves M = 9..16 (two B tiles, the A fragments decoded once: 1.89
+#: SASS instructions per code for 16 rows vs 1.45 for 8, no spills) — tested, not yet timed on a
+#: GPU; an earlier form (two launches of 8) measured slower than the band kernels at M = 16.
+#: So the default stops at 8 until M = 16 is measured. 0 turns it off.
 MMA_MAX_M = 8
 
 

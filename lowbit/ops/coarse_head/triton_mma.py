@@ -46,8 +46,8 @@ from lowbit.ops.coarse_head.triton_h2 import _half_pair
 _MAGIC = tl.constexpr(0x64006400)
 #: words per row per K step (64 bytes: one g64 group of each plane)
 _STEP_WORDS = 16
-#: columns of the MMA's B fragment: the rows of x one launch serves (more rows: more launches)
-MAX_M = 8
+#: rows of x one launch serves: two 8-column B tiles (more rows: more launches)
+MAX_M = 16
 #: |x| alpha is kept <= this: x' = x alpha 2^-(SHIFT j) stays a normal fp16 for every plane
 _LIMIT = tl.constexpr(4096.0)
 
@@ -95,18 +95,20 @@ def _x_alpha_kernel(x_ptr, alpha_ptr, stride_xm, K, BLK: tl.constexpr):
 
 @triton.jit(do_not_specialize=["M", "K"])
 def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, M, K, stride_xm,
-                   L: tl.constexpr, NS: tl.constexpr, SHIFT: tl.constexpr):
-    """Program (plane j, step s): the B fragments ``xb[j, s, L, 2 q + h]`` (int32 fp16 pairs) of
-    lane L = 4 g + c, chunk q: column g = row g of x, h = 0 the bytes (0, 2), h = 1 the bytes (1,
-    3) of word 16 s + 4 q + c, each value ``x' = fp16(x alpha 2^-(SHIFT j))`` (0 past M, past the
-    plane's bytes, past K); and ``sx[j, s, m]`` = the fp32 sum of those x' of row m over the
-    step's 64 bytes (the decode's 1024 offset and the zero point are removed with it)."""
-    j = tl.program_id(0) // NS
-    s = tl.program_id(0) % NS
+                   L: tl.constexpr, NS: tl.constexpr, SHIFT: tl.constexpr, NCT: tl.constexpr):
+    """Program (plane j, step s, column tile ct): the B fragments ``xb[j, s, ct, L, 2 q + h]``
+    (int32 fp16 pairs) of lane L = 4 g + c, chunk q: column g = row 8 ct + g of x, h = 0 the
+    bytes (0, 2), h = 1 the bytes (1, 3) of word 16 s + 4 q + c, each value ``x' = fp16(x alpha
+    2^-(SHIFT j))`` (0 past M, past the plane's bytes, past K); and ``sx[j, s, 8 ct + m]`` = the
+    fp32 sum of those x' of row 8 ct + m over the step's 64 bytes (the decode's 1024 offset and
+    the zero point are removed with it)."""
+    ct = tl.program_id(0) % NCT
+    j = tl.program_id(0) // (NS * NCT)
+    s = (tl.program_id(0) // NCT) % NS
     # fragments: [32 lanes, 8 (q, h)] -> pairs (lo, hi)
     o_l = tl.arange(0, 32)[:, None]
     o_e = tl.arange(0, 8)[None, :]
-    g = o_l // 4
+    g = 8 * ct + o_l // 4  # the row of x this lane's column holds
     c = o_l % 4
     q = o_e // 2
     h = o_e % 2
@@ -122,9 +124,9 @@ def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, M, K, stride_xm,
     x_lo = (tl.load(x_ptr + g * stride_xm + k_lo, mask=m_lo, other=0.0).to(tl.float32) * f).to(tl.float16)
     x_hi = (tl.load(x_ptr + g * stride_xm + k_hi, mask=m_hi, other=0.0).to(tl.float32) * f).to(tl.float16)
     pair = (x_lo.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) | (x_hi.to(tl.int16, bitcast=True).to(tl.int32) << 16)
-    tl.store(xb_ptr + (j * NS + s) * 256 + o_l * 8 + o_e, pair)
+    tl.store(xb_ptr + ((j * NS + s) * NCT + ct) * 256 + o_l * 8 + o_e, pair)
     # sums over the step's 64 bytes, from the same fp16 values: [8 rows, 64 bytes]
-    o_m = tl.arange(0, 8)[:, None]
+    o_m = 8 * ct + tl.arange(0, 8)[:, None]
     o_b = 64 * s + tl.arange(0, 64)[None, :]
     m_m = o_m < M
     am = tl.load(alpha_ptr + o_m, mask=m_m, other=1.0)
@@ -132,7 +134,7 @@ def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, M, K, stride_xm,
     k = j * L + o_b
     xv = (tl.load(x_ptr + o_m * stride_xm + k, mask=m_m & (o_b < L) & (k < K), other=0.0).to(tl.float32) * fm)
     xv = xv.to(tl.float16).to(tl.float32)
-    tl.store(sx_ptr + (j * NS + s) * 8 + tl.arange(0, 8), tl.sum(xv, axis=1))
+    tl.store(sx_ptr + (j * NS + s) * (8 * NCT) + 8 * ct + tl.arange(0, 8), tl.sum(xv, axis=1))
 
 
 @triton.jit
@@ -224,101 +226,54 @@ def _words(base, m_b, NT: tl.constexpr, BITS: tl.constexpr):
 
 
 @triton.jit
-def _fix(acc, d, zz, sx, sc):
-    """acc + scale (d - (1024 + z 2^e) sx): the step's MMA sum without the decode offset and the
-    zero point, times the group scale."""
-    return acc + sc * (d - zz * sx)
-
-
-@triton.jit(do_not_specialize=["M", "N", "NB", "NR"])
-def _coarse_mma_kernel(
-    xb_ptr, sx_ptr, alpha_ptr, w_ptr, sz_ptr, ck_ptr, ci_ptr, lg_ptr,
-    M, N, NB, NR,
-    L: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
-    MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, MP: tl.constexpr, KCAND: tl.constexpr,
-    INTERPRET: tl.constexpr,
-):
-    """Program: BN token rows (one 32-row block per warp, two 16-row MMA tiles each) against the M
-    rows of x. Writes logits [M, N] (scratch and output) and the block's candidates."""
-    NT: tl.constexpr = BN  # one lane per 32 token rows' share: 32 lanes x BN / 32 warps
-    i_n = tl.program_id(0).to(tl.int64)
-    o_e = tl.arange(0, NT)
-    lane = o_e % 32
-    g = lane // 4
-    c = lane % 4
-    blk = i_n * (BN // 32) + o_e // 32  # [NT] the warp's 32-row block
-    m_b = blk < NR
-    p_w = w_ptr + blk * (NS * 512) + lane * 4  # [NT], + u * 128 + e
+def _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22, w23, w30, w31, w32, w33, M2, p_xb,
+               NT: tl.constexpr, SHIFT: tl.constexpr, INTERPRET: tl.constexpr):
+    """One plane-step of one 8-column tile: the 8 MMAs (2 token tiles x 4 chunks) with the B
+    fragments at ``p_xb`` [NT] (this lane's 8 int32); returns the two C tiles (d: token tile 0,
+    e: token tile 1), each (c0, c1, c2, c3). A fragments are pure functions of the words, so a
+    second column tile recomputes nothing (common subexpressions)."""
     o_4 = tl.arange(0, 4)[None, :]
+    b00, b01, b10, b11 = _split4(tl.load(p_xb[:, None] + o_4), NT)  # chunk 0 (h 0, 1), chunk 1
+    b20, b21, b30, b31 = _split4(tl.load(p_xb[:, None] + 4 + o_4), NT)
     zero = tl.zeros([NT], dtype=tl.float32)
-    # accumulators [NT]: tile t, row half rh, column parity cp (columns 2c + cp)
-    a000 = zero
-    a001 = zero
-    a010 = zero
-    a011 = zero
-    a100 = zero
-    a101 = zero
-    a110 = zero
-    a111 = zero
-    for i_s in range(0, NS):
-        base = p_w[:, None] + i_s * 512 + o_4
-        # vector u = 2 t + qh: words (qi, rh) = (0, 0), (0, 1), (1, 0), (1, 1) of chunks 2 qh + qi
-        w00, w01, w02, w03 = _words(base, m_b, NT, SHIFT)
-        w10, w11, w12, w13 = _words(base + 128, m_b, NT, SHIFT)
-        w20, w21, w22, w23 = _words(base + 256, m_b, NT, SHIFT)
-        w30, w31, w32, w33 = _words(base + 384, m_b, NT, SHIFT)
-        for j in tl.static_range(P):
-            M2 = tl.full([NT], (MASK << (SHIFT * j)) * 0x10001, tl.int32)  # the plane's bits, both halves
-            grp = (j * L + 64 * i_s) // G
-            # B fragments of this lane for chunks 0..3: [NT, 8] -> (q, h)
-            p_xb = xb_ptr + (j * NS + i_s) * 256 + lane * 8
-            xb_lo = tl.load(p_xb[:, None] + o_4)
-            xb_hi = tl.load(p_xb[:, None] + 4 + o_4)
-            b00, b01, b10, b11 = _split4(xb_lo, NT)  # chunk 0 (h 0, 1), chunk 1
-            b20, b21, b30, b31 = _split4(xb_hi, NT)
-            d0, d1, d2, d3 = zero, zero, zero, zero  # tile 0
-            e0, e1, e2, e3 = zero, zero, zero, zero  # tile 1
-            # chunk q of tile t: words (row g, row g + 8) = vector 2 t + q // 2, e = 2 (q % 2) + rh
-            f0, f1, f2, f3 = _frag(w00, w01, M2, SHIFT, INTERPRET)
-            d0, d1, d2, d3 = _mma16816(f0, f1, f2, f3, b00, b01, d0, d1, d2, d3, NT, INTERPRET)
-            f0, f1, f2, f3 = _frag(w02, w03, M2, SHIFT, INTERPRET)
-            d0, d1, d2, d3 = _mma16816(f0, f1, f2, f3, b10, b11, d0, d1, d2, d3, NT, INTERPRET)
-            f0, f1, f2, f3 = _frag(w10, w11, M2, SHIFT, INTERPRET)
-            d0, d1, d2, d3 = _mma16816(f0, f1, f2, f3, b20, b21, d0, d1, d2, d3, NT, INTERPRET)
-            f0, f1, f2, f3 = _frag(w12, w13, M2, SHIFT, INTERPRET)
-            d0, d1, d2, d3 = _mma16816(f0, f1, f2, f3, b30, b31, d0, d1, d2, d3, NT, INTERPRET)
-            f0, f1, f2, f3 = _frag(w20, w21, M2, SHIFT, INTERPRET)
-            e0, e1, e2, e3 = _mma16816(f0, f1, f2, f3, b00, b01, e0, e1, e2, e3, NT, INTERPRET)
-            f0, f1, f2, f3 = _frag(w22, w23, M2, SHIFT, INTERPRET)
-            e0, e1, e2, e3 = _mma16816(f0, f1, f2, f3, b10, b11, e0, e1, e2, e3, NT, INTERPRET)
-            f0, f1, f2, f3 = _frag(w30, w31, M2, SHIFT, INTERPRET)
-            e0, e1, e2, e3 = _mma16816(f0, f1, f2, f3, b20, b21, e0, e1, e2, e3, NT, INTERPRET)
-            f0, f1, f2, f3 = _frag(w32, w33, M2, SHIFT, INTERPRET)
-            e0, e1, e2, e3 = _mma16816(f0, f1, f2, f3, b30, b31, e0, e1, e2, e3, NT, INTERPRET)
-            # per token row: the fp16 pair (scale, 1024 + z 2^(SHIFT j)); per column: the step's sum of x'
-            p_sz = sz_ptr + (blk * NG + grp) * 32 + g
-            sz00 = tl.load(p_sz, mask=m_b, other=0)  # tile 0, row g
-            sz01 = tl.load(p_sz + 8, mask=m_b, other=0)  # tile 0, row g + 8
-            sz10 = tl.load(p_sz + 16, mask=m_b, other=0)
-            sz11 = tl.load(p_sz + 24, mask=m_b, other=0)
-            p_sx = sx_ptr + (j * NS + i_s) * 8 + 2 * c
-            sx0 = tl.load(p_sx)
-            sx1 = tl.load(p_sx + 1)
-            s00, z00 = _half_pair(sz00)
-            s01, z01 = _half_pair(sz01)
-            s10, z10 = _half_pair(sz10)
-            s11, z11 = _half_pair(sz11)
-            a000 = _fix(a000, d0, z00, sx0, s00)
-            a001 = _fix(a001, d1, z00, sx1, s00)
-            a010 = _fix(a010, d2, z01, sx0, s01)
-            a011 = _fix(a011, d3, z01, sx1, s01)
-            a100 = _fix(a100, e0, z10, sx0, s10)
-            a101 = _fix(a101, e1, z10, sx1, s10)
-            a110 = _fix(a110, e2, z11, sx0, s11)
-            a111 = _fix(a111, e3, z11, sx1, s11)
-    # logits[m, token] for token = 32 blk + 16 t + 8 rh + g, m = 2 c + cp (scratch: the output)
-    tok = blk * 32 + g
-    col0 = 2 * c
+    d0, d1, d2, d3 = zero, zero, zero, zero
+    e0, e1, e2, e3 = zero, zero, zero, zero
+    # chunk q of tile t: words (row g, row g + 8) = vector 2 t + q // 2, e = 2 (q % 2) + rh
+    f0, f1, f2, f3 = _frag(w00, w01, M2, SHIFT, INTERPRET)
+    d0, d1, d2, d3 = _mma16816(f0, f1, f2, f3, b00, b01, d0, d1, d2, d3, NT, INTERPRET)
+    f0, f1, f2, f3 = _frag(w02, w03, M2, SHIFT, INTERPRET)
+    d0, d1, d2, d3 = _mma16816(f0, f1, f2, f3, b10, b11, d0, d1, d2, d3, NT, INTERPRET)
+    f0, f1, f2, f3 = _frag(w10, w11, M2, SHIFT, INTERPRET)
+    d0, d1, d2, d3 = _mma16816(f0, f1, f2, f3, b20, b21, d0, d1, d2, d3, NT, INTERPRET)
+    f0, f1, f2, f3 = _frag(w12, w13, M2, SHIFT, INTERPRET)
+    d0, d1, d2, d3 = _mma16816(f0, f1, f2, f3, b30, b31, d0, d1, d2, d3, NT, INTERPRET)
+    f0, f1, f2, f3 = _frag(w20, w21, M2, SHIFT, INTERPRET)
+    e0, e1, e2, e3 = _mma16816(f0, f1, f2, f3, b00, b01, e0, e1, e2, e3, NT, INTERPRET)
+    f0, f1, f2, f3 = _frag(w22, w23, M2, SHIFT, INTERPRET)
+    e0, e1, e2, e3 = _mma16816(f0, f1, f2, f3, b10, b11, e0, e1, e2, e3, NT, INTERPRET)
+    f0, f1, f2, f3 = _frag(w30, w31, M2, SHIFT, INTERPRET)
+    e0, e1, e2, e3 = _mma16816(f0, f1, f2, f3, b20, b21, e0, e1, e2, e3, NT, INTERPRET)
+    f0, f1, f2, f3 = _frag(w32, w33, M2, SHIFT, INTERPRET)
+    e0, e1, e2, e3 = _mma16816(f0, f1, f2, f3, b30, b31, e0, e1, e2, e3, NT, INTERPRET)
+    return d0, d1, d2, d3, e0, e1, e2, e3
+
+
+@triton.jit
+def _fix8(a000, a001, a010, a011, a100, a101, a110, a111, d0, d1, d2, d3, e0, e1, e2, e3,
+          z00, z01, z10, z11, s00, s01, s10, s11, p_sx):
+    """The 8 accumulators of one column tile (token tile t, row half rh, column parity cp) plus
+    their plane-step's C values, offset- and zero-corrected and scaled (:func:`_fix`); ``p_sx``:
+    the step's x sums of this lane's columns 2c, 2c + 1."""
+    sx0 = tl.load(p_sx)
+    sx1 = tl.load(p_sx + 1)
+    return (_fix(a000, d0, z00, sx0, s00), _fix(a001, d1, z00, sx1, s00), _fix(a010, d2, z01, sx0, s01),
+            _fix(a011, d3, z01, sx1, s01), _fix(a100, e0, z10, sx0, s10), _fix(a101, e1, z10, sx1, s10),
+            _fix(a110, e2, z11, sx0, s11), _fix(a111, e3, z11, sx1, s11))
+
+
+@triton.jit
+def _store8(lg_ptr, alpha_ptr, a000, a001, a010, a011, a100, a101, a110, a111, tok, col0, M, N):
+    """logits[m, token] of one column tile: token = tok + 16 t + 8 rh, m = col0 + cp."""
     r0 = 1.0 / tl.load(alpha_ptr + col0, mask=col0 < M, other=1.0)
     r1 = 1.0 / tl.load(alpha_ptr + col0 + 1, mask=col0 + 1 < M, other=1.0)
     m0 = col0 < M
@@ -331,6 +286,76 @@ def _coarse_mma_kernel(
     tl.store(lg_ptr + (col0 + 1) * N + tok + 16, a101 * r1, mask=m1 & (tok + 16 < N))
     tl.store(lg_ptr + col0 * N + tok + 24, a110 * r0, mask=m0 & (tok + 24 < N))
     tl.store(lg_ptr + (col0 + 1) * N + tok + 24, a111 * r1, mask=m1 & (tok + 24 < N))
+
+
+@triton.jit
+def _fix(acc, d, zz, sx, sc):
+    """acc + scale (d - (1024 + z 2^e) sx): the step's MMA sum without the decode offset and the
+    zero point, times the group scale."""
+    return acc + sc * (d - zz * sx)
+
+
+@triton.jit(do_not_specialize=["M", "N", "NB", "NR"])
+def _coarse_mma_kernel(
+    xb_ptr, sx_ptr, alpha_ptr, w_ptr, sz_ptr, ck_ptr, ci_ptr, lg_ptr,
+    M, N, NB, NR,
+    L: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
+    MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, MP: tl.constexpr, KCAND: tl.constexpr,
+    NCT: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """Program: BN token rows (one 32-row block per warp, two 16-row MMA tiles each) against the M
+    <= 8 NCT rows of x (NCT column tiles of 8: the A fragments are decoded once for both).
+    Writes logits [M, N] (scratch and output) and the block's candidates."""
+    NT: tl.constexpr = BN  # one lane per 32 token rows' share: 32 lanes x BN / 32 warps
+    i_n = tl.program_id(0).to(tl.int64)
+    o_e = tl.arange(0, NT)
+    lane = o_e % 32
+    g = lane // 4
+    c = lane % 4
+    blk = i_n * (BN // 32) + o_e // 32  # [NT] the warp's 32-row block
+    m_b = blk < NR
+    p_w = w_ptr + blk * (NS * 512) + lane * 4  # [NT], + u * 128 + e
+    o_4 = tl.arange(0, 4)[None, :]
+    zero = tl.zeros([NT], dtype=tl.float32)
+    # accumulators [NT] of column tile ct: a{t}{rh}{cp} (token tile t, row half rh, column 2c + cp)
+    a000, a001, a010, a011, a100, a101, a110, a111 = zero, zero, zero, zero, zero, zero, zero, zero
+    b000, b001, b010, b011, b100, b101, b110, b111 = zero, zero, zero, zero, zero, zero, zero, zero
+    for i_s in range(0, NS):
+        base = p_w[:, None] + i_s * 512 + o_4
+        # vector u = 2 t + qh: words (qi, rh) = (0, 0), (0, 1), (1, 0), (1, 1) of chunks 2 qh + qi
+        w00, w01, w02, w03 = _words(base, m_b, NT, SHIFT)
+        w10, w11, w12, w13 = _words(base + 128, m_b, NT, SHIFT)
+        w20, w21, w22, w23 = _words(base + 256, m_b, NT, SHIFT)
+        w30, w31, w32, w33 = _words(base + 384, m_b, NT, SHIFT)
+        for j in tl.static_range(P):
+            M2 = tl.full([NT], (MASK << (SHIFT * j)) * 0x10001, tl.int32)  # the plane's bits, both halves
+            grp = (j * L + 64 * i_s) // G
+            # per token row: the fp16 pair (scale, 1024 + z 2^(SHIFT j))
+            p_sz = sz_ptr + (blk * NG + grp) * 32 + g
+            s00, z00 = _half_pair(tl.load(p_sz, mask=m_b, other=0))  # token tile 0, row g
+            s01, z01 = _half_pair(tl.load(p_sz + 8, mask=m_b, other=0))  # token tile 0, row g + 8
+            s10, z10 = _half_pair(tl.load(p_sz + 16, mask=m_b, other=0))
+            s11, z11 = _half_pair(tl.load(p_sz + 24, mask=m_b, other=0))
+            p_xb = xb_ptr + (j * NS + i_s) * (NCT * 256) + lane * 8
+            p_sx = sx_ptr + (j * NS + i_s) * (8 * NCT) + 2 * c
+            d0, d1, d2, d3, e0, e1, e2, e3 = _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22, w23,
+                                                        w30, w31, w32, w33, M2, p_xb, NT, SHIFT, INTERPRET)
+            a000, a001, a010, a011, a100, a101, a110, a111 = _fix8(
+                a000, a001, a010, a011, a100, a101, a110, a111, d0, d1, d2, d3, e0, e1, e2, e3,
+                z00, z01, z10, z11, s00, s01, s10, s11, p_sx)
+            if NCT == 2:  # rows 8..15 of x: the same A fragments against the second B tile
+                d0, d1, d2, d3, e0, e1, e2, e3 = _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22,
+                                                            w23, w30, w31, w32, w33, M2, p_xb + 256, NT, SHIFT,
+                                                            INTERPRET)
+                b000, b001, b010, b011, b100, b101, b110, b111 = _fix8(
+                    b000, b001, b010, b011, b100, b101, b110, b111, d0, d1, d2, d3, e0, e1, e2, e3,
+                    z00, z01, z10, z11, s00, s01, s10, s11, p_sx + 8)
+    # logits[m, token] for token = 32 blk + 16 t + 8 rh + g, m = 8 ct + 2 c + cp (the output
+    # buffer doubles as scratch)
+    tok = blk * 32 + g
+    _store8(lg_ptr, alpha_ptr, a000, a001, a010, a011, a100, a101, a110, a111, tok, 2 * c, M, N)
+    if NCT == 2:
+        _store8(lg_ptr, alpha_ptr, b000, b001, b010, b011, b100, b101, b110, b111, tok, 8 + 2 * c, M, N)
     tl.debug_barrier()  # the block's logits, written by every warp, are visible to the whole program
     o_n = i_n * BN + tl.arange(0, BN)
     m_n = o_n < N
@@ -350,7 +375,8 @@ def mma_supported(group_size: int, block: int, ell: int) -> bool:
 
 def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_logits):
     """Launch the tensor-core coarse pass (fast mode). ``x`` [M, K] (unit stride along K; rows
-    in launches of MAX_M = 8, each reading the codes once); ``words`` / ``sz`` from
+    in launches of MAX_M = 16 — one or two 8-column B tiles — each reading the codes once);
+    ``words`` / ``sz`` from
     :func:`mma_tile`. Returns the six ``CoarseOut`` tensors (certified outputs empty; the logits
     are computed either way, returned if ``write_logits``)."""
     m, k = x.shape
@@ -366,17 +392,19 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
     for r0 in range(0, m, MAX_M):
         r1 = min(m, r0 + MAX_M)
         mc = r1 - r0
+        nct = 1 if mc <= 8 else 2
         xc = x[r0:r1]
         alpha = torch.empty(mc, dtype=torch.float32, device=dev)
         _x_alpha_kernel[(mc,)](xc, alpha, xc.stride(0), k, BLK=1024, num_warps=4)
-        xb = torch.empty(p * ns * 256, dtype=torch.int32, device=dev)
-        sx = torch.empty(p * ns * 8, dtype=torch.float32, device=dev)
-        _x_frag_kernel[(p * ns,)](xc, alpha, xb, sx, mc, k, xc.stride(0), L=ell, NS=ns, SHIFT=bits, num_warps=4)
+        xb = torch.empty(p * ns * nct * 256, dtype=torch.int32, device=dev)
+        sx = torch.empty(p * ns * nct * 8, dtype=torch.float32, device=dev)
+        _x_frag_kernel[(p * ns * nct,)](xc, alpha, xb, sx, mc, k, xc.stride(0), L=ell, NS=ns, SHIFT=bits, NCT=nct,
+                                        num_warps=4)
         # rows r0..r1 of the [M, C] / [M, N] outputs are contiguous: the kernel writes the slices
         _coarse_mma_kernel[(nb,)](
             xb, sx, alpha, words, sz, cand_key[r0:r1], cand_idx[r0:r1], logits[r0:r1], mc, n, nb, words.shape[0],
             L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
-            MP=triton.next_power_of_2(mc), KCAND=kcand, INTERPRET=interpret_mode(), num_warps=block // 32,
+            MP=triton.next_power_of_2(mc), KCAND=kcand, NCT=nct, INTERPRET=interpret_mode(), num_warps=block // 32,
             num_stages=1,
         )
     empty = torch.empty(0, c, dtype=torch.float32, device=dev)
