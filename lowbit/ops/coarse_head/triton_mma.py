@@ -1,5 +1,6 @@
-"""Coarse pass on the tensor cores for M <= 8 (fast mode): ``mma.sync.m16n8k16`` with the codes
-decoded straight into the A fragment and up to 8 rows of x as the B fragment.
+"""Coarse pass on the tensor cores for small M (fast mode): ``mma.sync.m16n8k16`` with the codes
+decoded straight into the A fragment and the rows of x as the B fragment (one 8-column B tile
+for M <= 8, two for M <= 16 — ``NCT`` — in one launch; more rows take more launches).
 
 Why: the packed-half GEMVs (``triton_h2.py``, ``triton_rt.py``) spend an and-or, a pair subtract
 and a pair FMA on every two codes, per row of x, and end instruction-bound near 2.2-2.9
@@ -8,7 +9,8 @@ pairs as they come: one and-or (``lop3``) per two codes builds the fp16 pair ``1
 one ``mma.sync`` per 256 codes of a warp multiplies them by 8 columns of x at once and
 accumulates in fp32. The 1024 offset and the zero point are removed afterwards per (row,
 group) from a per-(plane, step) sum of x — exact enough in fp32, which the fp16 FMA paths could
-not afford. Rows of x 2..8 ride in the MMA's other columns at no extra cost.
+not afford. Rows of x 2..8 ride in the MMA's other columns at no extra cost; rows 9..16 cost one
+more MMA per A fragment (the fragments are decoded once for both B tiles).
 
 Fragments (PTX ``mma.m16n8k16.row.col.f32.f16.f16.f32``; lane ``L = 4 g + c``): A (16 token rows
 x 16 k) ``a0 = (row g, k 2c..2c+1)``, ``a1 = (row g+8, ..)``, ``a2 = (row g, k 2c+8..2c+9)``,
