@@ -1,14 +1,13 @@
-"""Time the draft head's fast mode on its three coarse paths (wide packed-half GEMV / band
-kernels, re-tiled GEMV, tensor-core MMA) on the H200.
+"""Time the draft head's fast mode on its coarse paths (the wide packed-half GEMV / band kernels
+and the tensor-core MMA pass) on the H200. (The name is historical: the re-tiled GEMV it first
+compared, measured in docs/measurements/2026-12-01_bench_retiled_round*.json, was dropped.)
 
     python3 scripts/bench_retiled.py [--json $OUT/retiled.json] [--ms 1,2,3,4]
 
 124160 x 5120 bf16 head (random N(0, 0.02) rows), g64, block 128. Per bits (2 / 4 / 8) and M:
-``DraftHead.argmax`` in fast mode by CUDA-graph replay with the re-tiled packed-half GEMV
-(``coarse_head.RETILED_MAX_M`` >= M; FMA-chain and add-tree sums) and without it (the wide
-packed-half GEMV at M = 1, the band tables above), the coarse pass alone for each, cuBLAS bf16 +
-argmax as the baseline, and whether the argmax agrees between paths; the re-tiled GEMV persistent
-(grid = the CTAs the GPU holds) and with one program per token block. Floors: the coarse copy's
+``DraftHead.argmax`` in fast mode by CUDA-graph replay on each path (``coarse_head.MMA_MAX_M``
+0 or 16), the coarse pass alone for each, cuBLAS bf16 + argmax as the baseline, and whether the
+argmax agrees between paths. Floors: the coarse copy's
 bytes (codes + fp16 scale + uint8 zero) at the measured copy bandwidth.
 """
 from __future__ import annotations
@@ -36,7 +35,6 @@ def main() -> int:
     from lowbit import DraftHead
     from lowbit.bench.timing import copy_bandwidth_gbps, time_us
     from lowbit.ops.coarse_head import BOUND_NONE, coarse_head
-    from lowbit.ops.coarse_head import triton_rt
 
     n, k = 124160, 5120
     torch.manual_seed(0)
@@ -60,10 +58,8 @@ def main() -> int:
             p = h._ensure_packed()
             floor = p.nbytes / (bw * 1e3)
             results = {}
-            for name, mma_m, max_m, chain, persistent in (("wide/band (no re-tiling)", 0, 0, None, None),
-                                                          ("re-tiled, RT_CONFIGS", 0, 8, None, None),
-                                                          ("tensor-core mma (triton_mma)", 8, 0, None, None)):
-                ch.MMA_MAX_M, ch.RETILED_MAX_M, triton_rt.CHAIN, triton_rt.PERSISTENT = mma_m, max_m, chain, persistent
+            for name, mma_m in (("wide/band", 0), ("tensor-core mma (triton_mma)", 16)):
+                ch.MMA_MAX_M = mma_m
                 try:
                     results[name] = h.argmax(x)
                     ta = time_us(lambda: h.argmax(x), graph=True)
@@ -75,7 +71,7 @@ def main() -> int:
                     log({"M": m, "bits": bits, "impl": name, "error": f"{type(e).__name__}: {str(e)[:300]}"})
             vals = list(results.values())
             log({"M": m, "bits": bits, "argmax_agree": all(torch.equal(v, vals[0]) for v in vals)})
-    ch.MMA_MAX_M, ch.RETILED_MAX_M, triton_rt.CHAIN, triton_rt.PERSISTENT = 8, 2, None, None
+    ch.MMA_MAX_M = 8
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -323,6 +323,20 @@ def main() -> int:
         log(f"== {shape}: torch bf16 path {torch_us:.2f} us, lowbit default {default_us:.2f} us "
             f"({torch_us / default_us:.2f}x, err {default_err:.1e})")
 
+        def run_candidate(c):
+            """Check config c against the fp64 reference, then time it: one result row."""
+            row = dict(shape=shape, b=b, h=h, topk=topk, cfg=c, us=None, err=None, status="ok")
+            try:
+                err = rel_err(sk.sparse_attn_triton(q0, kv0, sink0, idx0, scale, config=c), ref)
+                row["err"] = err
+                if not err < TOL:  # NaN too
+                    row["status"] = "INVALID"
+                else:
+                    row["us"] = time_fn(lambda: ours(c), args.rep)
+            except Exception as e:  # noqa: BLE001 - a config that fails is a result
+                row.update(status="ERROR", err=f"{type(e).__name__}: {str(e)[:200]}")
+            return row
+
         cands = candidates(b, h, topk, sms)
         shape_rows = []
         for i, c in enumerate(cands):
@@ -331,20 +345,11 @@ def main() -> int:
                 break
             v = dict(c)
             v.pop("SPLITS")
-            row = dict(shape=shape, b=b, h=h, topk=topk, cfg=c, us=None, err=None, status="ok")
             if key(v) in compile_errors:
-                row.update(status="COMPILE", err=compile_errors[key(v)])
+                row = dict(shape=shape, b=b, h=h, topk=topk, cfg=c, us=None, err=compile_errors[key(v)],
+                           status="COMPILE")
             else:
-                try:
-                    out = sk.sparse_attn_triton(q0, kv0, sink0, idx0, scale, config=c)
-                    err = rel_err(out, ref)
-                    row["err"] = err
-                    if not err < TOL:  # NaN too
-                        row["status"] = "INVALID"
-                    else:
-                        row["us"] = time_fn(lambda: ours(c), args.rep)
-                except Exception as e:  # noqa: BLE001 - a config that fails is a result
-                    row.update(status="ERROR", err=f"{type(e).__name__}: {str(e)[:200]}")
+                row = run_candidate(c)
             shape_rows.append(row)
         if args.combine:
             # the merge kernel's tile on the best two-launch configs (its grid is rows x heads /
@@ -357,17 +362,7 @@ def main() -> int:
                         break
                     # one warp per 128 merged elements, 1-4 warps
                     c = dict(r0["cfg"], COMBINE_H=ch, COMBINE_D=cd, COMBINE_WARPS=max(1, min(4, ch * cd // 128)))
-                    row = dict(shape=shape, b=b, h=h, topk=topk, cfg=c, us=None, err=None, status="ok")
-                    try:
-                        err = rel_err(sk.sparse_attn_triton(q0, kv0, sink0, idx0, scale, config=c), ref)
-                        row["err"] = err
-                        if not err < TOL:
-                            row["status"] = "INVALID"
-                        else:
-                            row["us"] = time_fn(lambda: ours(c), args.rep)
-                    except Exception as e:  # noqa: BLE001 - a config that fails is a result
-                        row.update(status="ERROR", err=f"{type(e).__name__}: {str(e)[:200]}")
-                    shape_rows.append(row)
+                    shape_rows.append(run_candidate(c))
         # re-time the best few at the benchmark's rep
         timed = sorted((r for r in shape_rows if r["us"] is not None), key=lambda r: r["us"])
         if timed and not DRY and timed[0]["cfg"].get("SPLITS", 1) > 1 and not timed[0]["cfg"]["FUSED_MERGE"]:

@@ -394,100 +394,6 @@ def test_packed_half_gemv_only_for_fast_mode():
     assert out[1].shape == ref.cand_lb.shape
 
 
-# --- the re-tiled packed-half GEMV (triton_rt.py: fast mode, M <= RETILED_MAX_M) ---------------
-
-def test_retile_layout():
-    """words[b, s, v, r, w] is int32 word 16 s + 4 v + w of row 32 b + r; scale / zero
-    [NR, NG, 32] hold row 32 b + r's group g at [b, g, r]; everything past N / the row is zero."""
-    from lowbit.ops.coarse_head.triton_rt import retile
-
-    n, ell, ng = 70, 136, 5  # 34 words a row: a partial third K step; 3 row tiles, the last partial
-    packed = torch.randint(0, 256, (n, ell), dtype=torch.uint8)
-    scale = torch.randn(n, ng).half()
-    zero = torch.randint(0, 4, (n, ng), dtype=torch.uint8)
-    words, s, z = retile(packed, scale, zero)
-    assert words.shape == (3, 3, 4, 32, 4) and s.shape == (3, ng, 32) and z.shape == (3, ng, 32)
-    w32 = packed.view(torch.int32)
-    for row, t in [(0, 0), (5, 7), (33, 16), (69, 33), (40, 21)]:
-        b, r, st, v, w = row // 32, row % 32, t // 16, (t // 4) % 4, t % 4
-        assert words[b, st, v, r, w] == w32[row, t]
-    assert (words[2, :, :, n - 64:] == 0).all()  # rows 70..95 do not exist
-    assert (words[:, 2, 0, :, 2:] == 0).all() and (words[:, 2, 1:] == 0).all()  # words 34..47 past the row
-    assert torch.equal(s[1, 3, 4], scale[36, 3]) and torch.equal(z[2, 4, 5], zero[69, 4])
-    assert (s[2, :, 6:] == 0).all() and (z[2, :, 6:] == 0).all()
-
-
-# every case one plane count; N = 300 and block 32 / 64 / 128 leave partial row tiles and blocks;
-# K 576 at g64 pads (K % (planes g) != 0); several K steps; every x dtype; M = 1 (the default
-# band) and M = 2 (two programs along the grid's second axis)
-RT_CASES = [(2, 64, 576, 1, BF16, 64), (2, 128, 1024, 2, FP32, 128), (4, 64, 160, 1, FP16, 32),
-            (8, 128, 256, 2, BF16, 128)]
-
-
-@pytest.mark.parametrize("tier", TRITON_TIERS)
-@pytest.mark.parametrize("chain,persist,bits,g,k,m,xdtype,block",
-                         [(i % 2 == 0, i % 3 != 0) + c for i, c in enumerate(RT_CASES)] + [(False, False) + RT_CASES[0]])
-def test_retiled_gemv_matches_reference(tier, poison_int32, monkeypatch, chain, persist, bits, g, k, m, xdtype, block):
-    """coarse_head in fast mode on the re-tiled copy (both sums: FMA chains / add tree; the
-    persistent grid and one program a block) against the reference: logits within the fp16
-    path's tolerance, candidates those of its own logits."""
-    import lowbit.ops.coarse_head as ch
-    from lowbit.ops.coarse_head import triton_rt
-
-    monkeypatch.setattr(ch, "MMA_MAX_M", 0)
-    monkeypatch.setattr(ch, "RETILED_MAX_M", 2)
-    monkeypatch.setattr(triton_rt, "CHAIN", chain)
-    monkeypatch.setattr(triton_rt, "PERSISTENT", persist)
-    n = 300
-    w = (torch.randn(n, k) * 0.02).to(torch.bfloat16)
-    x = torch.randn(m, k).to(xdtype)
-    packing = pack(w, bits, g)
-    with lowbit.backend("reference"):
-        ref = coarse_head(x, packing, block=block, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
-    dev = "cuda" if tier == "cuda" else "cpu"
-    p = packing.to(dev) if dev == "cuda" else packing
-    with lowbit.backend("triton"):
-        out = coarse_head(x.to(dev), p, block=block, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
-    assert p._retiled is not None  # the re-tiled path ran
-    logits, cand_key, cand_idx = out.logits.cpu(), out.cand_key.cpu(), out.cand_idx.cpu()
-    # fp16 products and partial sums of up to 32 (chain: 16) terms: ~2^-11 relative each
-    assert not logits.isnan().any() and not cand_key.isnan().any()
-    assert 0 < rel_err(logits, ref.logits) < 3e-3
-    mine = block_candidates_reference(logits, None, block=block, kcand=KCAND, write_logits=False)
-    torch.testing.assert_close(cand_key, mine.cand_key, rtol=0, atol=0)
-    assert torch.equal(cand_idx, mine.cand_idx)
-
-
-@pytest.mark.parametrize("tier", TRITON_TIERS)
-def test_retiled_gemv_scales_x_and_skips_certified(tier, poison_int32, monkeypatch):
-    """Rows of x at 1e4 / 1e-5 (the per-row power of two keeps fp16 in range) and certified keys:
-    a certified call never builds or reads the re-tiled copy (the fp32 rounding proof)."""
-    import lowbit.ops.coarse_head as ch
-
-    monkeypatch.setattr(ch, "MMA_MAX_M", 0)
-    k = 576
-    dev = "cuda" if tier == "cuda" else "cpu"
-    w = (torch.randn(N, k) * 0.02).to(torch.bfloat16)
-    packing = pack(w, 2, 64)
-    p = packing.to(dev) if dev == "cuda" else packing
-    x = torch.randn(1, k)
-    p._retiled = None  # (pack() may hand out a packing an earlier test already tiled)
-    with lowbit.backend("triton"):
-        cert = coarse_head(x.to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_DET, write_logits=True)
-    assert p._retiled is None
-    with lowbit.backend("reference"):
-        ref_cert = coarse_head(x, packing, block=BLOCK, kcand=KCAND, bound=BOUND_DET, write_logits=True)
-    assert rel_err(cert.logits.cpu(), ref_cert.logits) < 1e-5
-    for scale in (1e4, 1e-5):
-        xs = x * scale
-        with lowbit.backend("reference"):
-            ref = coarse_head(xs, packing, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
-        with lowbit.backend("triton"):
-            out = coarse_head(xs.to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
-        assert p._retiled is not None
-        assert rel_err(out.logits.cpu(), ref.logits) < 3e-3
-
-
 # --- the tensor-core coarse pass (triton_mma.py: fast mode, M <= 8) ----------------------------
 
 def test_mma_tile_layout():
@@ -592,22 +498,17 @@ def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, monkeypatch):
 
 
 @pytest.mark.parametrize("tier", TRITON_TIERS)
-@pytest.mark.parametrize("tiling", ["mma", "retiled"])
 @pytest.mark.parametrize("write_logits", [True, False])
-def test_opcheck_private_tilings(tier, tiling, write_logits):
-    """The registered op over the fast-mode tilings (the tensor-core and the re-tiled GEMV):
-    fake shapes, no aliasing of inputs or outputs (an empty logits output is a fresh tensor)."""
+def test_opcheck_mma_tiling(tier, write_logits):
+    """The registered op over the tensor-core pass's private tiling: fake shapes, no aliasing of
+    inputs or outputs (an empty logits output is a fresh tensor)."""
     dev = "cuda" if tier == "cuda" else "cpu"
     w = (torch.randn(300, 128) * 0.02).bfloat16()
     p = pack(w, 2, 64)
     p = p.to(dev) if dev == "cuda" else p
     x = torch.randn(2, 128, dtype=torch.bfloat16).to(dev)
-    if tiling == "mma":
-        words, sz = p.mma_tiled()
-        t = (words, sz, sz)
-    else:
-        t = p.retiled()
-    args = (x, *t, p.fmt.scale, p.kind, 2, 64, 300, p.padded_k, 64, 3, BOUND_NONE, 4.0, write_logits)
+    words, sz = p.mma_tiled()
+    args = (x, words, sz, sz, p.fmt.scale, p.kind, 2, 64, 300, p.padded_k, 64, 3, BOUND_NONE, 4.0, write_logits)
     with lowbit.backend("triton"):
         torch.library.opcheck(torch.ops.lowbit.coarse_head.default, args,
                               test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))

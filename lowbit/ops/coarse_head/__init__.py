@@ -57,7 +57,6 @@ class CoarsePacking:
         self.kind, self.fmt, self.n, self.k, self.bits, self.group_size = kind, fmt, n, k, bits, group_size
         self._dense = None
         self._coef = None
-        self._retiled = None
         self._mma = None
         self.tensors = tuple(fmt._tensor_fields().values())
 
@@ -83,16 +82,6 @@ class CoarsePacking:
         if self._dense is None:
             self._dense = self.fmt.dequantize(torch.float32)
         return self._dense
-
-    def retiled(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """INTx only: (words, scale, zero) re-tiled for the fast-mode GEMV of ``triton_rt.py``
-        (32-row tiles, one thread per row, coalesced loads), built on first use and kept: as many
-        bytes again as the packed codes, scales and zeros."""
-        if self._retiled is None:
-            from lowbit.ops.coarse_head.triton_rt import retile
-
-            self._retiled = retile(self.fmt.packed, self.fmt.scale, self.fmt.zero)
-        return self._retiled
 
     def mma_tiled(self) -> tuple[torch.Tensor, torch.Tensor]:
         """INTx only: (words, scale-zero) tiled for the tensor-core coarse pass of
@@ -209,12 +198,9 @@ def coarse_head(
     # traced graphs: Triton exactly for CUDA tensors (use_triton's import probe is not traceable)
     if (x.is_cuda if compiling else use_triton(x, *packing.tensors)):
         w, s, z, gs = _raw(packing)
-        path = _fast_path(packing, x.shape[0], bound, block, compiling)
-        if path == "mma":
+        if _use_mma(packing, x.shape[0], bound, block, compiling):
             w, s = packing.mma_tiled()
             z = s
-        elif path == "retiled":
-            w, s, z = packing.retiled()
         # eager: call the launcher directly (the op wrapper costs several µs of Python at M = 1);
         # under torch.compile the registered op is traced instead
         op = torch.ops.lowbit.coarse_head if compiling else _coarse_head_impl
@@ -227,12 +213,6 @@ def coarse_head(
                                  kcand=kcand, write_logits=write_logits)
 
 
-#: Fast mode (no bound) at M <= RETILED_MAX_M on an INTx copy: the re-tiled packed-half GEMV
-#: (``triton_rt.py``; the packing then keeps a re-tiled copy of its codes; M = 2 measured faster
-#: than the band kernels at every bits, M = 3 slower). 0 turns it off.
-RETILED_MAX_M = 2
-
-
 #: Fast mode at M <= MMA_MAX_M on an INTx copy: the tensor-core coarse pass (``triton_mma.py``;
 #: the packing keeps its own tiling of the codes). Measured on the H200 up to M = 8 (one 8-column
 #: B tile). One launch also serves M = 9..16 (two B tiles, the A fragments decoded once: 1.89
@@ -242,21 +222,14 @@ RETILED_MAX_M = 2
 MMA_MAX_M = 8
 
 
-def _fast_path(packing: CoarsePacking, m: int, bound: int, block: int, compiling: bool) -> str | None:
-    """"mma", "retiled" or None (the launch tables of triton.py) for this call. Under
-    torch.compile a private tiling is used only if it already exists (``DraftHead.warmup`` builds
-    it eagerly): building it is not part of a traced call."""
-    if packing.kind != KIND_INTX or bound != BOUND_NONE:
-        return None
-    from lowbit.ops.coarse_head.triton_mma import mma_supported
-    from lowbit.ops.coarse_head.triton_rt import rt_supported
-
-    ell = packing.fmt.packed.shape[1]
-    if m <= MMA_MAX_M and mma_supported(packing.group_size, block, ell) and (not compiling or packing._mma is not None):
-        return "mma"
-    if m <= RETILED_MAX_M and rt_supported(packing.group_size, block, ell) and (not compiling or packing._retiled is not None):
-        return "retiled"
-    return None
+def _use_mma(packing: CoarsePacking, m: int, bound: int, block: int, compiling: bool) -> bool:
+    """Whether this call takes the tensor-core pass: fast mode on an INTx copy with g64-multiple
+    groups, blocks of whole 32-row tiles (1-8 warps) and whole int32 words per row. Under
+    torch.compile only if the private tiling already exists (``DraftHead.warmup`` builds it
+    eagerly): building it is not part of a traced call."""
+    return (packing.kind == KIND_INTX and bound == BOUND_NONE and m <= MMA_MAX_M
+            and packing.group_size % 64 == 0 and block % 32 == 0 and 32 <= block <= 256
+            and packing.fmt.packed.shape[1] % 4 == 0 and (not compiling or packing._mma is not None))
 
 
 def _raw(packing: CoarsePacking):

@@ -435,6 +435,18 @@ def kernel_depth(padded_k: int, bk: int, group_size: int) -> int:
     return bk + 4 * steps + group_size + padded_k // group_size + 16
 
 
+def coarse_outputs(m: int, n: int, nb: int, kcand: int, certified: bool, write_logits: bool, device):
+    """The six fresh :class:`CoarseOut` tensors of a launch, in its order: (cand_key [M, C],
+    cand_lb, cand_idx int64 [M, C], block_lb [M, NB], block_rest [M, NB], logits [M, N]); the
+    certified ones and the logits have 0 rows when not asked for. Every one is its own tensor (a
+    custom op's outputs may not alias each other)."""
+    c = nb * kcand
+    mc = m if certified else 0
+    f32 = dict(dtype=torch.float32, device=device)
+    return (torch.empty(m, c, **f32), torch.empty(mc, c, **f32), torch.empty(m, c, dtype=torch.int64, device=device),
+            torch.empty(mc, nb, **f32), torch.empty(mc, nb, **f32), torch.empty(m if write_logits else 0, n, **f32))
+
+
 def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, block, kcand, bound,
                        sigma, write_logits, config=None):
     """Launch the coarse kernel. Tensors as stored (see ``coarse_head._raw``): INTx packed / scale
@@ -449,12 +461,6 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
 
         return coarse_mma(x, w, s, n=n, ell=padded_k // (8 // bits), bits=bits, group_size=group_size, block=block,
                           kcand=kcand, write_logits=write_logits)
-    if kind == KIND_INTX and w.dim() == 5:  # the re-tiled copy (CoarsePacking.retiled): its own GEMV
-        from lowbit.ops.coarse_head.triton_rt import coarse_gemv_rt
-
-        ell = padded_k // (8 // bits)  # bytes per row of the plane-split codes (L)
-        return coarse_gemv_rt(x, w, s, z, n=n, ell=ell, bits=bits, group_size=group_size, block=block,
-                              kcand=kcand, write_logits=write_logits)
     if config is None:
         _, config = _config(m, bits if kind == KIND_INTX else None, fast=bound == BOUND_NONE)
     bm, warps, stages, bk = config[:4]
@@ -507,14 +513,9 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
         _x_stats_kernel[(m, _cdiv(ng, 16))](x, stats, m, x.stride(0), K=k, NG=ng, G=group_size,
                                                    GP=_pow2(group_size), GC=16,
                                                    num_warps=4)
-    c = nb * kcand
     certified = bound != BOUND_NONE
-    cand_key = torch.empty(m, c, dtype=torch.float32, device=dev)
-    cand_idx = torch.empty(m, c, dtype=torch.int64, device=dev)
-    cand_lb = torch.empty(m if certified else 0, c, dtype=torch.float32, device=dev)
-    block_lb = torch.empty(m if certified else 0, nb, dtype=torch.float32, device=dev)
-    block_rest = torch.empty(m if certified else 0, nb, dtype=torch.float32, device=dev)
-    logits = torch.empty(m if write_logits else 0, n, dtype=torch.float32, device=dev)
+    cand_key, cand_lb, cand_idx, block_lb, block_rest, logits = coarse_outputs(m, n, nb, kcand, certified,
+                                                                              write_logits, dev)
     grid = (nb, _cdiv(m, bm))
     _coarse_head_kernel[grid](
         x, stats, w, s, z, gs,

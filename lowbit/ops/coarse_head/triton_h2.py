@@ -45,7 +45,7 @@ import triton.language as tl
 
 from lowbit._backend import interpret_mode
 
-from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue
+from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue, coarse_outputs
 
 #: fp16 1024.0 in both halves of a word: the decode's magic and its exact offset
 _MAGIC = 0x64006400
@@ -300,14 +300,8 @@ def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logit
     _x_pairs_kernel[(m,)](x, x2, alpha, x.stride(0), K=k, L=ell, LW=lw, NS=ns, P=p, SHIFT=bits,
                           LIMIT=_limit(bits), BLK=1024, WIDE=wide, num_warps=4)
     nb = -(-n // block)
-    c = nb * kcand
-    cand_key = torch.empty(m, c, dtype=torch.float32, device=dev)
-    cand_idx = torch.empty(m, c, dtype=torch.int64, device=dev)
-    logits = torch.empty(m if write_logits else 0, n, dtype=torch.float32, device=dev)
-    empty = torch.empty(0, c, dtype=torch.float32, device=dev)
-    # distinct empty outputs: a custom op's outputs may not alias each other
-    empty_lb = torch.empty(0, nb, dtype=torch.float32, device=dev)
-    empty_rest = torch.empty(0, nb, dtype=torch.float32, device=dev)
+    outs = coarse_outputs(m, n, nb, kcand, False, write_logits, dev)
+    cand_key, _, cand_idx, _, _, logits = outs
     wq = w.view(torch.int32)
     _coarse_gemv_h2_kernel[(nb, m)](
         x2, alpha, wq, s, z, cand_key, cand_idx, logits,
@@ -316,7 +310,7 @@ def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logit
         KCAND=kcand, WRITE_LOGITS=write_logits, WIDE=wide, CG=cg, INTERPRET=interpret_mode(),
         num_warps=num_warps, num_stages=num_stages,
     )
-    return cand_key, empty, cand_idx, empty_lb, empty_rest, logits
+    return outs
 
 
 __all__ = ["coarse_gemv_h2"]

@@ -2,7 +2,8 @@
 decoded straight into the A fragment and the rows of x as the B fragment (one 8-column B tile
 for M <= 8, two for M <= 16 — ``NCT`` — in one launch; more rows take more launches).
 
-Why: the packed-half GEMVs (``triton_h2.py``, ``triton_rt.py``) spend an and-or, a pair subtract
+Why: the packed-half GEMV (``triton_h2.py``; a re-tiled one-thread-per-row form measured at
+2.2 and was dropped) spend an and-or, a pair subtract
 and a pair FMA on every two codes, per row of x, and end instruction-bound near 2.2-2.9
 instructions per code at M = 1 (and M times that for M rows). A tensor-core MMA takes the decoded
 pairs as they come: one and-or (``lop3``) per two codes builds the fp16 pair ``1024 + q 2^e``,
@@ -41,7 +42,7 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
-from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue
+from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue, coarse_outputs
 from lowbit.ops.coarse_head.triton_h2 import _half_pair
 
 #: fp16 1024.0 in both halves of a word: the decode's magic
@@ -369,12 +370,6 @@ def _coarse_mma_kernel(
               NG, KIND_DONE, 0, False, 0.0, False, KCAND, 16, BN)
 
 
-def mma_supported(group_size: int, block: int, ell: int) -> bool:
-    """Shapes :func:`coarse_mma` takes: g64-multiple groups, blocks of whole 32-row tiles (1-8
-    warps), whole int32 words per row."""
-    return group_size % 64 == 0 and block % 32 == 0 and 32 <= block <= 256 and ell % 4 == 0
-
-
 def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_logits):
     """Launch the tensor-core coarse pass (fast mode). ``x`` [M, K] (unit stride along K; rows
     in launches of MAX_M = 16 — one or two 8-column B tiles — each reading the codes once);
@@ -387,10 +382,8 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
     ng = sz.shape[1]
     dev = x.device
     nb = -(-n // block)
-    c = nb * kcand
-    cand_key = torch.empty(m, c, dtype=torch.float32, device=dev)
-    cand_idx = torch.empty(m, c, dtype=torch.int64, device=dev)
-    logits = torch.empty(m, n, dtype=torch.float32, device=dev)
+    # the logits are the kernel's scratch: allocated whatever write_logits says
+    cand_key, cand_lb, cand_idx, block_lb, block_rest, logits = coarse_outputs(m, n, nb, kcand, False, True, dev)
     for r0 in range(0, m, MAX_M):
         r1 = min(m, r0 + MAX_M)
         mc = r1 - r0
@@ -409,13 +402,9 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
             MP=triton.next_power_of_2(mc), KCAND=kcand, NCT=nct, INTERPRET=interpret_mode(), num_warps=block // 32,
             num_stages=1,
         )
-    empty = torch.empty(0, c, dtype=torch.float32, device=dev)
-    # distinct empty outputs: a custom op's outputs may not alias each other
-    empty_lb = torch.empty(0, nb, dtype=torch.float32, device=dev)
-    empty_rest = torch.empty(0, nb, dtype=torch.float32, device=dev)
     if not write_logits:  # a fresh empty tensor, not a view (custom ops may not return views)
         logits = torch.empty(0, n, dtype=torch.float32, device=dev)
-    return cand_key, empty, cand_idx, empty_lb, empty_rest, logits
+    return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
 
 
-__all__ = ["MAX_M", "coarse_mma", "mma_supported", "mma_tile"]
+__all__ = ["MAX_M", "coarse_mma", "mma_tile"]
