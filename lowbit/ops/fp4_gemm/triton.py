@@ -27,6 +27,8 @@ import triton.language as tl
 
 from lowbit._backend import interpret_mode
 from lowbit.ops.act_quant.triton import _e8m0_decode
+from lowbit.ops.fp8_gemm import triton as fp8_triton
+from lowbit.ops.fp8_gemm import triton_mma as _mma
 from lowbit.ops.fp8_gemm.triton import GemmConfig, _load_scale, launch_gemm, split_range, store_tile, tile_coords
 
 
@@ -396,6 +398,9 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     ``aligned`` picks the step (None: the band's choice in ``_CONFIGS``; False: four 32-wide dots,
     swap-AB only); ``far=False`` drops the exact handling of groups
     more than 8 binades below their row's largest scale (tuning only: wrong for such weights)."""
+    if (config is None and split_k is None and aligned is None and asm and far
+            and a.shape[0] <= fp8_triton.MMA_GEMV_MAX_M and _mma.mma_gemv_ok(a, b, b_s)):
+        return _mma.mma_gemv(a, a_s, b, b_s, fp4=True)
     band_cfg, band_aligned = pick_fp4_config(a.shape[0])
     cfg = GemmConfig(*config) if config is not None else band_cfg
     if aligned is None:

@@ -27,6 +27,7 @@ import triton.language as tl
 
 from lowbit._backend import interpret_mode, sm_count
 from lowbit.ops.act_quant.triton import _e8m0_decode
+from lowbit.ops.fp8_gemm import triton_mma as _mma
 
 
 class GemmConfig(NamedTuple):
@@ -362,12 +363,19 @@ def gluon_config(k: int) -> dict:
     return dict(warp_specialize=True, stages=5 if k >= 16384 else 4, group_m=8)
 
 
+#: Decode sizes (M <= this) run the tensor-core GEMV of ``triton_mma.py`` (fp8_gemm and fp4_gemm
+#: alike); see docs/gemm.md, "fifth session", for the same-run measurements behind it.
+MMA_GEMV_MAX_M = 16
+
+
 def fp8_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None,
              config=None) -> torch.Tensor:
     """a e4m3 [M, K] contiguous, a_s [M, K/128]; b e4m3 [N, K], b_s [ceil(N/128), K/128] -> bf16 [M, N].
 
     ``config`` (:class:`GemmConfig`) and ``split_k`` override the tables (for tuning; they always
     select the Triton kernels)."""
+    if config is None and split_k is None and a.shape[0] <= MMA_GEMV_MAX_M and _mma.mma_gemv_ok(a, b, b_s):
+        return _mma.mma_gemv(a, a_s, b, b_s, fp4=False)
     if config is None and split_k is None and _gluon_ok(a, b):
         from lowbit.ops.fp8_gemm.gluon import fp8_gemm_gluon
 

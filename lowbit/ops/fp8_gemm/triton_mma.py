@@ -1,0 +1,433 @@
+"""Decode-size GEMV on the FP8 tensor cores for ``fp8_gemm`` and ``fp4_gemm`` (M <= 16):
+``mma.sync.m16n8k32.e4m3`` by inline PTX, the weight rows as the MMA's A (16 rows a tile) and
+the activation rows as its B columns (8 a tile: one tile for M <= 8, two for M <= 16).
+
+Why: at decode sizes the GEMM is a stream over the weight, and the work per byte decides the
+speed. The wgmma kernels (``triton.py``) stage every tile through shared memory and, for FP4,
+re-lay the upcast tile there; here each lane loads exactly the bytes of its own A fragments from
+global memory, decodes them in registers (FP4: four integer ops per eight codes) and issues the
+MMA — no shared memory, no layout conversion, and the grid splits K over the warps of a program
+so that even N = 2112 fills the GPU.
+
+Fragments (PTX ``mma.m16n8k32.row.col.f32.e4m3.e4m3.f32``; lane ``L = 4 g + t``): A (16 rows x
+32 k) ``a0 = (row g, k 4t..4t+3)``, ``a1 = (row g + 8, ..)``, ``a2 = (row g, k 16+4t..16+4t+3)``,
+``a3 = (row g + 8, ..)``; B (32 k x 8 columns) ``b0 = (k 4t..4t+3, column g)``, ``b1 = (k
+16+4t.., column g)``; C / D ``c0, c1 = (row g, columns 2t, 2t+1)``, ``c2, c3 = (row g + 8, ..)``.
+The order of k inside an MMA is free (A and B only have to agree), and so is the split of a
+128-wide K block over the four MMAs of the block when one scale covers it:
+
+* **FP8 weight** (one scale per 128 x 128 block): lane t takes bytes ``32 t .. 32 t + 31`` of the
+  block for each of its rows (two 16-byte loads); MMA s of the block uses bytes ``32 t + 8 s ..
+  + 7`` (a0 = the first word, a2 = the second), and the activation row is read the same way, so
+  the four MMAs chain their sums in the accumulator and the block's scale is applied once.
+* **FP4 weight** (UE8M0 per 32 along K): MMA s must cover exactly group s of the block, so lane t
+  takes the 4 bytes ``16 s + 4 t`` (8 codes: k ``32 s + 8 t .. + 7``, code 2i in the low nibble
+  of byte i) of each row. The low nibbles (k even) become a0 / a1 and the high nibbles (k odd)
+  a2 / a3; the activation's 8 bytes are split into even and odd bytes by two ``prmt``. An E2M1
+  code ``s e1 e0 m`` re-encoded as the E4M3 byte ``s 0 0 e1 e0 m 0 0`` is exactly its value
+  times 2^-6 (normals and the subnormal 0.5 alike), so the decode is two shifts and masks per
+  word; the 2^6 is put back on the result. Each MMA's sum is scaled by its row's group scale
+  (fp32 FFMA), each block's by the activation scale.
+
+The data of lane L of warp w sit in element ``32 w + L`` of ``[32 * warps]`` tensors (one element
+per thread, every address computed from the element index, so no layout conversion can move data
+between lanes); the MMA is inline PTX, emulated with tensor arithmetic under the interpreter.
+Warp w of a program takes the K blocks w, w + W, w + 2 W, ... of the program's 16 RT rows; the
+warps' sums are added at the end (``tl.sum`` over the warp axis) and written as bf16.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from lowbit._backend import interpret_mode
+from lowbit.ops.act_quant.triton import _e8m0_decode
+
+#: rows of x one launch serves (two 8-column B tiles)
+MMA_MAX_M = 16
+
+
+def _i32(v: int) -> int:
+    """A 32-bit pattern as the signed int32 Triton's constants must be."""
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
+_MAG_LO = tl.constexpr(0x1C1C1C1C)  # E4M3 bits 2..4 of every byte: the E2M1 magnitude, placed
+_SIGN = tl.constexpr(_i32(0x80808080))
+_BYTE3 = tl.constexpr(_i32(0xFF000000))
+
+
+@triton.jit
+def _e4m3_byte_values(r):
+    """int32 holding 4 E4M3 bytes -> their 4 fp32 values (the interpreter's MMA emulation; no
+    NaN handling: inputs here are finite)."""
+    v0 = _e4m3_value(r & 0xFF)
+    v1 = _e4m3_value((r >> 8) & 0xFF)
+    v2 = _e4m3_value((r >> 16) & 0xFF)
+    v3 = _e4m3_value((r >> 24) & 0xFF)
+    return v0, v1, v2, v3
+
+
+@triton.jit
+def _e4m3_value(b):
+    e = (b >> 3) & 15
+    m = (b & 7).to(tl.float32)
+    mag = tl.where(e == 0, m * 0.001953125, (8.0 + m) * tl.exp2(e.to(tl.float32) - 10.0))
+    return tl.where((b & 0x80) != 0, -mag, mag)
+
+
+@triton.jit
+def _mma16832(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, NT: tl.constexpr, INTERPRET: tl.constexpr):
+    """D = A B + C of one ``mma.sync.m16n8k32`` (E4M3 in, fp32 accumulate) per warp, operands as
+    per-lane [NT] tensors (lane = element % 32; layouts in the module docstring)."""
+    if INTERPRET:
+        W: tl.constexpr = NT // 32
+        R: tl.constexpr = [NT // 32, 8, 1, 4]  # A taps [W, 8 (g), 1, 4 (t)]
+        Q: tl.constexpr = [NT // 32, 1, 8, 4]  # B taps [W, 1, 8 (n), 4 (t)]
+        x00, x01, x02, x03 = _e4m3_byte_values(b0)
+        x10, x11, x12, x13 = _e4m3_byte_values(b1)
+        y00, y01, y02, y03 = _e4m3_byte_values(a0)
+        y20, y21, y22, y23 = _e4m3_byte_values(a2)
+        top = tl.sum(tl.reshape(y00, R) * tl.reshape(x00, Q) + tl.reshape(y01, R) * tl.reshape(x01, Q)
+                     + tl.reshape(y02, R) * tl.reshape(x02, Q) + tl.reshape(y03, R) * tl.reshape(x03, Q)
+                     + tl.reshape(y20, R) * tl.reshape(x10, Q) + tl.reshape(y21, R) * tl.reshape(x11, Q)
+                     + tl.reshape(y22, R) * tl.reshape(x12, Q) + tl.reshape(y23, R) * tl.reshape(x13, Q), 3)
+        y10, y11, y12, y13 = _e4m3_byte_values(a1)
+        y30, y31, y32, y33 = _e4m3_byte_values(a3)
+        bot = tl.sum(tl.reshape(y10, R) * tl.reshape(x00, Q) + tl.reshape(y11, R) * tl.reshape(x01, Q)
+                     + tl.reshape(y12, R) * tl.reshape(x02, Q) + tl.reshape(y13, R) * tl.reshape(x03, Q)
+                     + tl.reshape(y30, R) * tl.reshape(x10, Q) + tl.reshape(y31, R) * tl.reshape(x11, Q)
+                     + tl.reshape(y32, R) * tl.reshape(x12, Q) + tl.reshape(y33, R) * tl.reshape(x13, Q), 3)
+        t0, t1 = tl.split(tl.reshape(top, [W, 8, 4, 2]))  # columns 2t, 2t + 1 of row g
+        u0, u1 = tl.split(tl.reshape(bot, [W, 8, 4, 2]))
+        return (c0 + tl.reshape(t0, [NT]), c1 + tl.reshape(t1, [NT]), c2 + tl.reshape(u0, [NT]),
+                c3 + tl.reshape(u1, [NT]))
+    else:
+        return tl.inline_asm_elementwise(
+            "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, "
+            "{$10, $11, $12, $13};",
+            "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3", [a0, a1, a2, a3, b0, b1, c0, c1, c2, c3],
+            dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+
+
+@triton.jit
+def _e2m1_lo(w):
+    """E4M3 bytes (x 2^-6) of the low nibbles of the 4 bytes of ``w`` (codes 0, 2, 4, 6)."""
+    return ((w << 2) & _MAG_LO) | ((w << 4) & _SIGN)
+
+
+@triton.jit
+def _e2m1_hi(w):
+    """E4M3 bytes (x 2^-6) of the high nibbles (codes 1, 3, 5, 7)."""
+    return ((w >> 2) & _MAG_LO) | (w & _SIGN)
+
+
+@triton.jit
+def _even_odd_bytes(lo, hi, INTERPRET: tl.constexpr):
+    """The 8 bytes ``lo | hi << 32`` -> (bytes 0, 2, 4, 6), (bytes 1, 3, 5, 7): one ``prmt`` each."""
+    if INTERPRET:
+        ev = (lo & 0xFF) | ((lo >> 8) & 0xFF00) | ((hi << 16) & 0xFF0000) | ((hi << 8) & _BYTE3)
+        od = ((lo >> 8) & 0xFF) | ((lo >> 16) & 0xFF00) | ((hi << 8) & 0xFF0000) | (hi & _BYTE3)
+        return ev, od
+    ev = tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, 0x6420;", "=r,r,r", [lo, hi], dtype=tl.int32,
+                                   is_pure=True, pack=1)
+    od = tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, 0x7531;", "=r,r,r", [lo, hi], dtype=tl.int32,
+                                   is_pure=True, pack=1)
+    return ev, od
+
+
+@triton.jit
+def _split2(t, NT: tl.constexpr):
+    return tl.split(tl.reshape(t, [NT, 2]))
+
+
+@triton.jit
+def _split4(t, NT: tl.constexpr):
+    """[NT, 4] -> its 4 columns as [NT] (in-thread)."""
+    a, b = tl.split(tl.reshape(t, [NT, 2, 2]))  # columns 0, 2 / 1, 3
+    e0, e2 = tl.split(a)
+    e1, e3 = tl.split(b)
+    return e0, e1, e2, e3
+
+
+@triton.jit
+def _load_scale(p, mask, E8M0: tl.constexpr):
+    """fp32 scales, or UE8M0 exponent bytes decoded to 2^(e-127)."""
+    if E8M0:
+        return _e8m0_decode(tl.load(p, mask=mask, other=127).to(tl.int32))
+    return tl.load(p, mask=mask, other=0.0)
+
+
+@triton.jit
+def _fp4_words(b_ptr, row, kb, t, m, KW, NT: tl.constexpr):
+    """Words ``16 s + 4 t`` bytes into block kb of row ``row`` for s = 0..3 (the codes of MMA s)."""
+    o_4 = tl.arange(0, 4)[None, :]
+    return _split4(tl.load(b_ptr + (row * KW + kb * 16 + t)[:, None] + 4 * o_4, mask=m[:, None], other=0), NT)
+
+
+@triton.jit
+def _fp8_words(b_ptr, row, kb, t, m, KW, NT: tl.constexpr):
+    """Words ``8 t .. 8 t + 7`` of block kb of row ``row`` (bytes 32 t .. 32 t + 31), as two
+    16-byte loads (an [NT, 8] load would be split over two threads and re-laid out)."""
+    o_4 = tl.arange(0, 4)[None, :]
+    base = (row * KW + kb * 32 + 8 * t)[:, None] + o_4
+    w0, w1, w2, w3 = _split4(tl.load(b_ptr + base, mask=m[:, None], other=0), NT)
+    w4, w5, w6, w7 = _split4(tl.load(b_ptr + base + 4, mask=m[:, None], other=0), NT)
+    return w0, w1, w2, w3, w4, w5, w6, w7
+
+
+@triton.jit
+def _x_words_fp8(a_ptr, col, kb, t, m, AW, NT: tl.constexpr):
+    """B fragments of the 4 MMAs of block kb for activation row ``col``, FP8 ordering."""
+    return _fp8_words(a_ptr, col, kb, t, m, AW, NT)
+
+
+@triton.jit
+def _x_words_fp4(a_ptr, col, kb, t, m, AW, NT: tl.constexpr, INTERPRET: tl.constexpr):
+    """B fragments (even bytes, odd bytes) of the 4 MMAs of block kb for activation row ``col``,
+    FP4 ordering: MMA s reads bytes ``32 s + 8 t .. + 7``."""
+    o_2 = tl.arange(0, 2)[None, :]
+    base = (col * AW + kb * 32 + 2 * t)[:, None] + o_2
+    l0, h0 = _split2(tl.load(a_ptr + base, mask=m[:, None], other=0), NT)
+    l1, h1 = _split2(tl.load(a_ptr + base + 8, mask=m[:, None], other=0), NT)
+    l2, h2 = _split2(tl.load(a_ptr + base + 16, mask=m[:, None], other=0), NT)
+    l3, h3 = _split2(tl.load(a_ptr + base + 24, mask=m[:, None], other=0), NT)
+    e0, o0 = _even_odd_bytes(l0, h0, INTERPRET)
+    e1, o1 = _even_odd_bytes(l1, h1, INTERPRET)
+    e2, o2 = _even_odd_bytes(l2, h2, INTERPRET)
+    e3, o3 = _even_odd_bytes(l3, h3, INTERPRET)
+    return e0, o0, e1, o1, e2, o2, e3, o3
+
+
+@triton.jit
+def _fp4_group_scales(bs_ptr, row, kb, m, KB):
+    """The row's 4 UE8M0 group scales of block kb as fp32 (one int32 load: bytes s = 0..3)."""
+    v = tl.load(bs_ptr + row * KB + kb, mask=m, other=0)
+    return (_e8m0_decode(v & 0xFF), _e8m0_decode((v >> 8) & 0xFF), _e8m0_decode((v >> 16) & 0xFF),
+            _e8m0_decode((v >> 24) & 0xFF))
+
+
+@triton.jit
+def _tile_fp8(w0, w1, x, c0, c1, c2, c3, NT: tl.constexpr, INTERPRET: tl.constexpr):
+    """The 4 chained MMAs of one FP8 block: rows (g, g + 8) words ``w0`` / ``w1`` (8 words each,
+    as _fp8_words returns them) against one column tile's ``x``; returns C + the block's sum."""
+    c0, c1, c2, c3 = _mma16832(w0[0], w1[0], w0[1], w1[1], x[0], x[1], c0, c1, c2, c3, NT, INTERPRET)
+    c0, c1, c2, c3 = _mma16832(w0[2], w1[2], w0[3], w1[3], x[2], x[3], c0, c1, c2, c3, NT, INTERPRET)
+    c0, c1, c2, c3 = _mma16832(w0[4], w1[4], w0[5], w1[5], x[4], x[5], c0, c1, c2, c3, NT, INTERPRET)
+    c0, c1, c2, c3 = _mma16832(w0[6], w1[6], w0[7], w1[7], x[6], x[7], c0, c1, c2, c3, NT, INTERPRET)
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def _group_fp4(q0, q1, x_e, x_o, s0, s1, c0, c1, c2, c3, NT: tl.constexpr, INTERPRET: tl.constexpr):
+    """One FP4 group (MMA): rows (g, g + 8) words ``q0`` / ``q1`` decoded, multiplied by the
+    column tile's (even, odd) bytes, the sum scaled by the rows' group scales (s0, s1) into C."""
+    z = tl.zeros([NT], dtype=tl.float32)
+    d0, d1, d2, d3 = _mma16832(_e2m1_lo(q0), _e2m1_lo(q1), _e2m1_hi(q0), _e2m1_hi(q1), x_e, x_o, z, z, z, z, NT,
+                               INTERPRET)
+    return c0 + s0 * d0, c1 + s0 * d1, c2 + s1 * d2, c3 + s1 * d3
+
+
+@triton.jit
+def _block_fp4(q0, q1, sc0, sc1, x, NT: tl.constexpr, INTERPRET: tl.constexpr):
+    """The 4 groups of one FP4 block for one 16-row tile and one column tile: the block's sum
+    (group scales applied, activation scale not yet)."""
+    z = tl.zeros([NT], dtype=tl.float32)
+    c0, c1, c2, c3 = _group_fp4(q0[0], q1[0], x[0], x[1], sc0[0], sc1[0], z, z, z, z, NT, INTERPRET)
+    c0, c1, c2, c3 = _group_fp4(q0[1], q1[1], x[2], x[3], sc0[1], sc1[1], c0, c1, c2, c3, NT, INTERPRET)
+    c0, c1, c2, c3 = _group_fp4(q0[2], q1[2], x[4], x[5], sc0[2], sc1[2], c0, c1, c2, c3, NT, INTERPRET)
+    c0, c1, c2, c3 = _group_fp4(q0[3], q1[3], x[6], x[7], sc0[3], sc1[3], c0, c1, c2, c3, NT, INTERPRET)
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def _add_scaled(acc, blk, sa0, sa1):
+    """acc += the block's sum times the activation scale of its column (2t: sa0, 2t + 1: sa1)."""
+    return acc[0] + sa0 * blk[0], acc[1] + sa1 * blk[1], acc[2] + sa0 * blk[2], acc[3] + sa1 * blk[3]
+
+
+@triton.jit
+def _warp_sum(v, W: tl.constexpr):
+    """[32 W] -> [32]: the W warps' partial sums of each lane's value."""
+    return tl.sum(tl.reshape(v, [W, 32]), axis=0)
+
+
+@triton.jit
+def _store_tile(c_ptr, acc, row, col, M, N, SCALE: tl.constexpr, W: tl.constexpr):
+    """C[col (+1), row (+8)] = one 16-row x 8-column tile's sums over the warps (bf16)."""
+    v0 = _warp_sum(acc[0], W) * SCALE
+    v1 = _warp_sum(acc[1], W) * SCALE
+    v2 = _warp_sum(acc[2], W) * SCALE
+    v3 = _warp_sum(acc[3], W) * SCALE
+    m0 = col < M
+    m1 = col + 1 < M
+    r0 = row < N
+    r1 = row + 8 < N
+    tl.store(c_ptr + col * N + row, v0.to(tl.bfloat16), mask=m0 & r0)
+    tl.store(c_ptr + (col + 1) * N + row, v1.to(tl.bfloat16), mask=m1 & r0)
+    tl.store(c_ptr + col * N + row + 8, v2.to(tl.bfloat16), mask=m0 & r1)
+    tl.store(c_ptr + (col + 1) * N + row + 8, v3.to(tl.bfloat16), mask=m1 & r1)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _mma_gemv_kernel(
+    a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, K: tl.constexpr,
+    FP4: tl.constexpr, SCALE: tl.constexpr, AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, RT: tl.constexpr, NCT: tl.constexpr,
+    W: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """Program: 16 RT weight rows (RT = 1 or 2 MMA row tiles) x the M <= 8 NCT activation rows,
+    the K blocks split over the W warps. ``a_ptr`` / ``b_ptr`` are int32 views of the E4M3
+    activations [M, K] and of the weight (FP8 [N, K] or packed FP4 [N, K/2]); ``bs_ptr``: FP4 —
+    int32 view of the UE8M0 [N, K/32] bytes, FP8 — the [ceil(N/128), K/128] block scales.
+    ``SCALE`` multiplies the result (FP4: 64, the E4M3 re-encoding being E2M1 x 2^-6). K is a
+    compile-time constant (one compile per layer width) so that every word offset's divisibility
+    is known and the loads vectorize."""
+    NT: tl.constexpr = 32 * W
+    i_p = tl.program_id(0).to(tl.int64)
+    o_e = tl.arange(0, NT)
+    warp = o_e // 32
+    lane = o_e % 32
+    g = lane // 4
+    t = lane % 4
+    KB = K // 128
+    AW = K // 4  # int32 words per activation row
+    if FP4:
+        KW = K // 8
+    else:
+        KW = K // 4
+    r0 = i_p * (16 * RT) + g  # rows r0, r0 + 8 of tile 0; r0 + 16, r0 + 24 of tile 1
+    r1 = r0 + 8
+    r2 = r0 + 16
+    r3 = r0 + 24
+    x0 = g  # activation row of this lane's B column, column tile 0 (tile 1: g + 8)
+    x1 = g + 8
+    ca = 2 * t  # output columns (activation rows) of this lane's C values: 2t, 2t + 1 (+8)
+    cb = 2 * t + 8
+    z = tl.zeros([NT], dtype=tl.float32)
+    acc00 = (z, z, z, z)  # acc{row tile}{column tile}
+    acc01 = (z, z, z, z)
+    acc10 = (z, z, z, z)
+    acc11 = (z, z, z, z)
+    for it in range(0, tl.cdiv(KB, W)):
+        kb = it * W + warp
+        m_k = kb < KB
+        if FP4:
+            xa = _x_words_fp4(a_ptr, x0, kb, t, m_k & (x0 < M), AW, NT, INTERPRET)
+            if NCT == 2:
+                xb = _x_words_fp4(a_ptr, x1, kb, t, m_k & (x1 < M), AW, NT, INTERPRET)
+        else:
+            xa = _x_words_fp8(a_ptr, x0, kb, t, m_k & (x0 < M), AW, NT)
+            if NCT == 2:
+                xb = _x_words_fp8(a_ptr, x1, kb, t, m_k & (x1 < M), AW, NT)
+        sa0 = _load_scale(as_ptr + ca * KB + kb, m_k & (ca < M), AS_E8M0)
+        sa1 = _load_scale(as_ptr + (ca + 1) * KB + kb, m_k & (ca + 1 < M), AS_E8M0)
+        if NCT == 2:
+            sb0 = _load_scale(as_ptr + cb * KB + kb, m_k & (cb < M), AS_E8M0)
+            sb1 = _load_scale(as_ptr + (cb + 1) * KB + kb, m_k & (cb + 1 < M), AS_E8M0)
+        if FP4:
+            q0 = _fp4_words(b_ptr, r0, kb, t, m_k & (r0 < N), KW, NT)
+            q1 = _fp4_words(b_ptr, r1, kb, t, m_k & (r1 < N), KW, NT)
+            s0 = _fp4_group_scales(bs_ptr, r0, kb, m_k & (r0 < N), KB)
+            s1 = _fp4_group_scales(bs_ptr, r1, kb, m_k & (r1 < N), KB)
+            acc00 = _add_scaled(acc00, _block_fp4(q0, q1, s0, s1, xa, NT, INTERPRET), sa0, sa1)
+            if NCT == 2:
+                acc01 = _add_scaled(acc01, _block_fp4(q0, q1, s0, s1, xb, NT, INTERPRET), sb0, sb1)
+            if RT == 2:
+                q2 = _fp4_words(b_ptr, r2, kb, t, m_k & (r2 < N), KW, NT)
+                q3 = _fp4_words(b_ptr, r3, kb, t, m_k & (r3 < N), KW, NT)
+                s2 = _fp4_group_scales(bs_ptr, r2, kb, m_k & (r2 < N), KB)
+                s3 = _fp4_group_scales(bs_ptr, r3, kb, m_k & (r3 < N), KB)
+                acc10 = _add_scaled(acc10, _block_fp4(q2, q3, s2, s3, xa, NT, INTERPRET), sa0, sa1)
+                if NCT == 2:
+                    acc11 = _add_scaled(acc11, _block_fp4(q2, q3, s2, s3, xb, NT, INTERPRET), sb0, sb1)
+        else:
+            q0 = _fp8_words(b_ptr, r0, kb, t, m_k & (r0 < N), KW, NT)
+            q1 = _fp8_words(b_ptr, r1, kb, t, m_k & (r1 < N), KW, NT)
+            # one weight scale per 128 rows: a 16-row tile never straddles two
+            sw0 = _load_scale(bs_ptr + (r0 // 128) * KB + kb, m_k & (r0 < N), BS_E8M0)
+            acc00 = _add_scaled(acc00, _tile_fp8(q0, q1, xa, z, z, z, z, NT, INTERPRET), sw0 * sa0, sw0 * sa1)
+            if NCT == 2:
+                acc01 = _add_scaled(acc01, _tile_fp8(q0, q1, xb, z, z, z, z, NT, INTERPRET), sw0 * sb0, sw0 * sb1)
+            if RT == 2:
+                q2 = _fp8_words(b_ptr, r2, kb, t, m_k & (r2 < N), KW, NT)
+                q3 = _fp8_words(b_ptr, r3, kb, t, m_k & (r3 < N), KW, NT)
+                sw1 = _load_scale(bs_ptr + (r2 // 128) * KB + kb, m_k & (r2 < N), BS_E8M0)
+                acc10 = _add_scaled(acc10, _tile_fp8(q2, q3, xa, z, z, z, z, NT, INTERPRET), sw1 * sa0, sw1 * sa1)
+                if NCT == 2:
+                    acc11 = _add_scaled(acc11, _tile_fp8(q2, q3, xb, z, z, z, z, NT, INTERPRET), sw1 * sb0,
+                                        sw1 * sb1)
+    # the warps' partial sums -> one lane set: rows / columns from the lane index alone
+    o_l = tl.arange(0, 32)
+    row = i_p * (16 * RT) + o_l // 4
+    col = 2 * (o_l % 4)
+    _store_tile(c_ptr, acc00, row, col, M, N, SCALE, W)
+    if NCT == 2:
+        _store_tile(c_ptr, acc01, row, col + 8, M, N, SCALE, W)
+    if RT == 2:
+        _store_tile(c_ptr, acc10, row + 16, col, M, N, SCALE, W)
+        if NCT == 2:
+            _store_tile(c_ptr, acc11, row + 16, col + 8, M, N, SCALE, W)
+
+
+def pick_mma_config(n: int, k: int) -> tuple[int, int]:
+    """(RT row tiles per program, W warps splitting K). Enough warps in flight to cover the
+    memory latency (about 16 per SM on 132 SMs), never more warps than K blocks."""
+    kb = k // 128
+    rt = 1
+    tiles = -(-n // 16)
+    w = 1
+    while w < 16 and w * 2 <= kb and tiles * w < 2048:
+        w *= 2
+    return rt, w
+
+
+def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, fp4: bool,
+             config: tuple[int, int] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """a e4m3 [M, K] (M <= 16, K % 128 == 0, contiguous), a_s [M, K/128] fp32 / e8m0 (contiguous);
+    b: FP8 e4m3 [N, K] with b_s [ceil(N/128), K/128], or (``fp4``) packed uint8 [N, K/2] with UE8M0
+    uint8 b_s [N, K/32], contiguous. Returns bf16 [M, N] (``out`` if given: every element is
+    written). ``config`` = (RT, W) overrides :func:`pick_mma_config`."""
+    m, k = a.shape
+    n = b.shape[0]
+    if not 1 <= m <= MMA_MAX_M:
+        raise ValueError(f"mma_gemv serves 1 <= M <= {MMA_MAX_M}, got a of shape {tuple(a.shape)}")
+    rt, w = config if config is not None else pick_mma_config(n, k)
+    if rt not in (1, 2) or w < 1 or w & (w - 1):
+        raise ValueError(f"mma_gemv config (RT, W) needs RT in (1, 2) and W a power of two, got {(rt, w)}")
+    c = torch.empty(m, n, dtype=torch.bfloat16, device=a.device) if out is None else out
+    as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
+    bs_e8m0 = b_s.dtype == torch.float8_e8m0fnu
+    a32 = a.view(torch.uint8).view(torch.int32)
+    b32 = b.view(torch.uint8).view(torch.int32)
+    if fp4:
+        bs = b_s.view(torch.uint8).view(torch.int32)
+    else:
+        bs = b_s.view(torch.uint8) if bs_e8m0 else b_s
+    asv = a_s.view(torch.uint8) if as_e8m0 else a_s
+    grid = (triton.cdiv(n, 16 * rt),)
+    _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=64.0 if fp4 else 1.0, AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt,
+                           NCT=1 if m <= 8 else 2, W=w, INTERPRET=interpret_mode(), num_warps=w, num_stages=1)
+    return c
+
+
+def mma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bool:
+    """Whether :func:`mma_gemv` can take these operands: M <= 16, the int32 views aligned, and on
+    CUDA a GPU with E4M3 ``mma.sync`` (sm_89+); always under the interpreter."""
+    if a.shape[0] > MMA_MAX_M or a.shape[0] == 0:
+        return False
+    if any(t.data_ptr() % 16 for t in (a, b, b_s)):
+        return False
+    if interpret_mode():
+        return True
+    return a.is_cuda and _has_e4m3_mma(a.device.index if a.device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _has_e4m3_mma(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) >= (8, 9)
+
+
+__all__ = ["MMA_MAX_M", "mma_gemv", "mma_gemv_ok", "pick_mma_config"]

@@ -1,0 +1,127 @@
+"""The decode-size tensor-core GEMV (``fp8_gemm/triton_mma.py``) behind fp8_gemm / fp4_gemm at
+M <= 16, against an fp64 reference of the dequantized operands (interpreter and cuda tiers)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lowbit.formats import FP8, MXFP4
+from lowbit.ops.fp8_gemm.triton_mma import MMA_MAX_M, mma_gemv, mma_gemv_ok
+from tests._helpers import poisoned, rel_err
+from tests.ops.test_fp4_gemm import _spread_operands
+
+# bf16 output rounding (2^-9 relative per element) dominates: products are exact and the
+# accumulation is fp32 (see test_fp8_gemm)
+TOL = 2.0**-8
+
+NEEDS_TRITON = "mma_gemv is a Triton kernel (inline PTX on the GPU, emulated under the interpreter): no reference tier"
+
+
+def _fp4_operands(m, n, k, scale_fmt=None):
+    a = FP8.quantize(torch.randn(m, k), "group", 128, scale_fmt=scale_fmt)
+    w = torch.randn(n, k) * 0.05
+    w[:, :32] *= 300.0  # group scales far apart inside one 128 block
+    return a, MXFP4.quantize(w)
+
+
+def _run(backend, a, b_data, b_scale, fp4, cfg, e8m0=False):
+    """``e8m0``: pass the (power-of-two) activation and FP8 weight scales as float8_e8m0fnu."""
+    dev = backend.device
+    out = poisoned((a.data.shape[0], b_data.shape[0]), torch.bfloat16, dev)
+    a_s = a.scale.to(torch.float8_e8m0fnu) if e8m0 else a.scale
+    if e8m0 and not fp4:
+        b_scale = b_scale.to(torch.float8_e8m0fnu)
+    with backend.active():
+        c = mma_gemv(a.data.to(dev), a_s.to(dev), b_data.to(dev), b_scale.to(dev), fp4=fp4, config=cfg, out=out)
+    assert c is out and not torch.isnan(c).any()
+    return c
+
+
+# (m, n, k, (RT, W)): one / two column tiles, partial row tiles, K blocks not a multiple of W,
+# FP8 scale rows changing inside a program's rows (n = 200)
+CASES = [(1, 64, 256, (1, 1)), (3, 40, 384, (1, 2)), (8, 33, 128, (2, 1)), (9, 72, 512, (2, 4)),
+         (16, 200, 384, (2, 2))]
+
+
+@pytest.mark.parametrize("m,n,k,cfg", CASES)
+def test_mma_gemv_fp4_vs_fp64(backend, m, n, k, cfg):
+    if not backend.is_triton:
+        pytest.skip(NEEDS_TRITON)
+    a, b = _fp4_operands(m, n, k)
+    c = _run(backend, a, b.packed, b.scale, True, cfg)
+    assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+
+
+@pytest.mark.parametrize("m,n,k,cfg", CASES)
+def test_mma_gemv_fp8_vs_fp64(backend, m, n, k, cfg):
+    if not backend.is_triton:
+        pytest.skip(NEEDS_TRITON)
+    a = FP8.quantize(torch.randn(m, k), "group", 128)
+    b = FP8.quantize(torch.randn(n, k) * torch.logspace(-3, 3, n)[:, None], "block", 128)  # scales per 128 rows differ
+    c = _run(backend, a, b.data, b.scale, False, cfg)
+    assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+
+
+def test_mma_gemv_e8m0_scales(backend):
+    """UE8M0 activation scales and UE8M0 FP8 weight block scales (float8_e8m0fnu tensors)."""
+    if not backend.is_triton:
+        pytest.skip(NEEDS_TRITON)
+    a, b = _fp4_operands(5, 48, 256, scale_fmt="ue8m0")
+    c = _run(backend, a, b.packed, b.scale, True, (1, 2), e8m0=True)
+    assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+    w8 = FP8.quantize(torch.randn(48, 256), "block", 128, scale_fmt="ue8m0")
+    c8 = _run(backend, a, w8.data, w8.scale, False, (1, 2), e8m0=True)
+    assert rel_err(c8, a.dequantize(torch.float64) @ w8.dequantize(torch.float64).T) < TOL
+
+
+def test_mma_gemv_fp4_scale_spread(backend):
+    """Group scales 0..12 binades apart inside every 128 block, activations zero on the largest
+    group: each MMA covers one group and is scaled on its own, so nothing is lost."""
+    if not backend.is_triton:
+        pytest.skip(NEEDS_TRITON)
+    a, b = _spread_operands(4, 64, 512)
+    c = _run(backend, a, b.packed, b.scale, True, (1, 2))
+    assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+
+
+def test_mma_gemv_checks():
+    a = FP8.quantize(torch.randn(MMA_MAX_M + 1, 128), "group", 128)
+    b = FP8.quantize(torch.randn(16, 128), "block", 128)
+    with pytest.raises(ValueError, match="M <= 16"):
+        mma_gemv(a.data, a.scale, b.data, b.scale, fp4=False)
+    assert not mma_gemv_ok(a.data, b.data, b.scale)
+    a1 = FP8.quantize(torch.randn(1, 128), "group", 128)
+    with pytest.raises(ValueError, match="RT in"):
+        mma_gemv(a1.data, a1.scale, b.data, b.scale, fp4=False, config=(3, 1))
+    # an activation view 1 byte into its storage cannot be read as aligned int32 words
+    buf = torch.empty(129, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    assert not mma_gemv_ok(buf[1:].view(1, 128), b.data, b.scale)
+
+
+@pytest.mark.parametrize("op", ["fp8", "fp4"])
+def test_gemm_dispatch_uses_mma_gemv_up_to_16_rows(backend, op, monkeypatch):
+    """fp8_gemm / fp4_gemm route M <= 16 through mma_gemv on the Triton tiers, M = 17 elsewhere."""
+    if not backend.is_triton:
+        pytest.skip(NEEDS_TRITON)
+    from lowbit.ops.fp8_gemm import triton_mma as tm
+    from lowbit.ops.fp4_gemm import fp4_gemm
+    from lowbit.ops.fp8_gemm import fp8_gemm
+
+    calls = []
+    real = tm.mma_gemv
+    monkeypatch.setattr(tm, "mma_gemv", lambda *args, **kw: calls.append(args[0].shape[0]) or real(*args, **kw))
+    dev = backend.device
+    for m in (16, 17):
+        a = FP8.quantize(torch.randn(m, 256), "group", 128)
+        if op == "fp8":
+            b = FP8.quantize(torch.randn(32, 256), "block", 128)
+            args, ref_b = (b.data, b.scale), b
+            fn = fp8_gemm
+        else:
+            _, b = _fp4_operands(1, 32, 256)
+            args, ref_b = (b.packed, b.scale), b
+            fn = fp4_gemm
+        with backend.active():
+            c = fn(a.data.to(dev), a.scale.to(dev), *(t.to(dev) for t in args))
+        assert rel_err(c, a.dequantize(torch.float64) @ ref_b.dequantize(torch.float64).T) < TOL
+    assert calls == [16]
