@@ -38,9 +38,9 @@ def _run(backend, a, b_data, b_scale, fp4, cfg, e8m0=False):
 
 
 # (m, n, k, (RT, W)): one / two column tiles, partial row tiles, K blocks not a multiple of W,
-# FP8 scale rows changing inside a program's rows (n = 200)
+# FP8 scale rows changing inside a program's rows (n = 200), five column tiles (m = 33)
 CASES = [(1, 64, 256, (1, 1)), (3, 40, 384, (1, 2)), (8, 33, 128, (2, 1)), (9, 72, 512, (2, 4)),
-         (16, 200, 384, (2, 2))]
+         (16, 200, 384, (2, 2)), (33, 40, 256, (1, 2))]
 
 
 @pytest.mark.parametrize("m,n,k,cfg", CASES)
@@ -87,7 +87,7 @@ def test_mma_gemv_fp4_scale_spread(backend):
 def test_mma_gemv_checks():
     a = FP8.quantize(torch.randn(MMA_MAX_M + 1, 128), "group", 128)
     b = FP8.quantize(torch.randn(16, 128), "block", 128)
-    with pytest.raises(ValueError, match="M <= 16"):
+    with pytest.raises(ValueError, match=f"M <= {MMA_MAX_M}"):
         mma_gemv(a.data, a.scale, b.data, b.scale, fp4=False)
     assert not mma_gemv_ok(a.data, b.data, b.scale)
     a1 = FP8.quantize(torch.randn(1, 128), "group", 128)

@@ -46,8 +46,8 @@ import triton.language as tl
 from lowbit._backend import interpret_mode
 from lowbit.ops.act_quant.triton import _e8m0_decode
 
-#: rows of x one launch serves (two 8-column B tiles)
-MMA_MAX_M = 16
+#: rows of x one launch serves (NCT = ceil(M / 8) <= 8 column tiles of 8)
+MMA_MAX_M = 64
 
 
 def _i32(v: int) -> int:
@@ -156,9 +156,11 @@ def _split4(t, NT: tl.constexpr):
 @triton.jit
 def _load_scale(p, mask, E8M0: tl.constexpr):
     """fp32 scales, or UE8M0 exponent bytes decoded to 2^(e-127)."""
-    if E8M0:
-        return _e8m0_decode(tl.load(p, mask=mask, other=127).to(tl.int32))
-    return tl.load(p, mask=mask, other=0.0)
+    if E8M0:  # (no early return under a constexpr if: the sm_90 compiler rejects it)
+        v = _e8m0_decode(tl.load(p, mask=mask, other=127).to(tl.int32))
+    else:
+        v = tl.load(p, mask=mask, other=0.0)
+    return v
 
 
 @triton.jit
@@ -186,19 +188,25 @@ def _x_words_fp8(a_ptr, col, kb, t, m, AW, NT: tl.constexpr):
 
 
 @triton.jit
-def _x_words_fp4(a_ptr, col, kb, t, m, AW, NT: tl.constexpr, INTERPRET: tl.constexpr):
-    """B fragments (even bytes, odd bytes) of the 4 MMAs of block kb for activation row ``col``,
-    FP4 ordering: MMA s reads bytes ``32 s + 8 t .. + 7``."""
+def _x_words_fp4(a_ptr, col, kb, t, m, AW, NT: tl.constexpr):
+    """Raw activation words of the 4 MMAs of block kb for activation row ``col``, FP4 ordering:
+    MMA s reads bytes ``32 s + 8 t .. + 7`` (words 2 s, 2 s + 1 of the result)."""
     o_2 = tl.arange(0, 2)[None, :]
     base = (col * AW + kb * 32 + 2 * t)[:, None] + o_2
     l0, h0 = _split2(tl.load(a_ptr + base, mask=m[:, None], other=0), NT)
     l1, h1 = _split2(tl.load(a_ptr + base + 8, mask=m[:, None], other=0), NT)
     l2, h2 = _split2(tl.load(a_ptr + base + 16, mask=m[:, None], other=0), NT)
     l3, h3 = _split2(tl.load(a_ptr + base + 24, mask=m[:, None], other=0), NT)
-    e0, o0 = _even_odd_bytes(l0, h0, INTERPRET)
-    e1, o1 = _even_odd_bytes(l1, h1, INTERPRET)
-    e2, o2 = _even_odd_bytes(l2, h2, INTERPRET)
-    e3, o3 = _even_odd_bytes(l3, h3, INTERPRET)
+    return l0, h0, l1, h1, l2, h2, l3, h3
+
+
+@triton.jit
+def _x_frags_fp4(x, INTERPRET: tl.constexpr):
+    """Raw FP4-ordered activation words -> the B fragments (even bytes, odd bytes) of the 4 MMAs."""
+    e0, o0 = _even_odd_bytes(x[0], x[1], INTERPRET)
+    e1, o1 = _even_odd_bytes(x[2], x[3], INTERPRET)
+    e2, o2 = _even_odd_bytes(x[4], x[5], INTERPRET)
+    e3, o3 = _even_odd_bytes(x[6], x[7], INTERPRET)
     return e0, o0, e1, o1, e2, o2, e3, o3
 
 
@@ -272,19 +280,102 @@ def _store_tile(c_ptr, acc, row, col, M, N, SCALE: tl.constexpr, W: tl.constexpr
     tl.store(c_ptr + (col + 1) * N + row + 8, v3.to(tl.bfloat16), mask=m1 & r1)
 
 
+@triton.jit
+def _replace(tup, i: tl.constexpr, v):
+    """``tup`` with element i replaced by v (Triton tuples are immutable)."""
+    res = ()
+    for j in tl.static_range(len(tup)):
+        if j == i:
+            res = res + (v,)
+        else:
+            res = res + (tup[j],)
+    return res
+
+
+@triton.jit
+def _zero_tiles(z, N: tl.constexpr):
+    """N accumulator tiles, each the (c0, c1, c2, c3) of one MMA tile, all zero."""
+    res = ()
+    for _ in tl.static_range(N):
+        res = res + ((z, z, z, z),)
+    return res
+
+
+@triton.jit
+def _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, kb, r_base, g, t, M, N, KB: tl.constexpr, KW: tl.constexpr,
+                AW: tl.constexpr, FP4: tl.constexpr, AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, RT: tl.constexpr,
+                NCT: tl.constexpr, NT: tl.constexpr):
+    """Every load of K block kb (per lane; nothing past K, N or M is read): the weight words of the
+    RT row tiles and their scales, the activation words and scales of the NCT column tiles."""
+    m_k = kb < KB
+    wq = ()
+    ws = ()
+    for rt in tl.static_range(RT):
+        ra = r_base + 16 * rt
+        rb = ra + 8
+        if FP4:
+            wq = wq + ((_fp4_words(b_ptr, ra, kb, t, m_k & (ra < N), KW, NT),
+                        _fp4_words(b_ptr, rb, kb, t, m_k & (rb < N), KW, NT)),)
+            ws = ws + ((_fp4_group_scales(bs_ptr, ra, kb, m_k & (ra < N), KB),
+                        _fp4_group_scales(bs_ptr, rb, kb, m_k & (rb < N), KB)),)
+        else:
+            wq = wq + ((_fp8_words(b_ptr, ra, kb, t, m_k & (ra < N), KW, NT),
+                        _fp8_words(b_ptr, rb, kb, t, m_k & (rb < N), KW, NT)),)
+            # one weight scale per 128 rows: a 16-row tile never straddles two
+            ws = ws + (_load_scale(bs_ptr + (ra // 128) * KB + kb, m_k & (ra < N), BS_E8M0),)
+    xs = ()
+    sa = ()
+    for ct in tl.static_range(NCT):
+        xr = g + 8 * ct  # activation row of this lane's B column
+        ca = 2 * t + 8 * ct  # activation rows of this lane's C values: ca, ca + 1
+        if FP4:
+            xs = xs + (_x_words_fp4(a_ptr, xr, kb, t, m_k & (xr < M), AW, NT),)
+        else:
+            xs = xs + (_x_words_fp8(a_ptr, xr, kb, t, m_k & (xr < M), AW, NT),)
+        sa = sa + ((_load_scale(as_ptr + ca * KB + kb, m_k & (ca < M), AS_E8M0),
+                    _load_scale(as_ptr + (ca + 1) * KB + kb, m_k & (ca + 1 < M), AS_E8M0)),)
+    return wq, ws, xs, sa
+
+
+@triton.jit
+def _compute_block(acc, blk, z, FP4: tl.constexpr, RT: tl.constexpr, NCT: tl.constexpr, NT: tl.constexpr,
+                   INTERPRET: tl.constexpr):
+    """acc += the MMAs of one loaded K block (``blk`` from :func:`_load_block`); acc tile (rt, ct)
+    at rt * NCT + ct."""
+    wq, ws, xs, sa = blk
+    for ct in tl.static_range(NCT):
+        if FP4:
+            x = _x_frags_fp4(xs[ct], INTERPRET)
+        else:
+            x = xs[ct]
+        sa0, sa1 = sa[ct]
+        for rt in tl.static_range(RT):
+            if FP4:
+                d = _block_fp4(wq[rt][0], wq[rt][1], ws[rt][0], ws[rt][1], x, NT, INTERPRET)
+                acc = _replace(acc, rt * NCT + ct, _add_scaled(acc[rt * NCT + ct], d, sa0, sa1))
+            else:
+                d = _tile_fp8(wq[rt][0], wq[rt][1], x, z, z, z, z, NT, INTERPRET)
+                acc = _replace(acc, rt * NCT + ct, _add_scaled(acc[rt * NCT + ct], d, ws[rt] * sa0, ws[rt] * sa1))
+    return acc
+
+
 @triton.jit(do_not_specialize=["M"])
 def _mma_gemv_kernel(
     a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, K: tl.constexpr,
-    FP4: tl.constexpr, SCALE: tl.constexpr, AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, RT: tl.constexpr, NCT: tl.constexpr,
-    W: tl.constexpr, INTERPRET: tl.constexpr,
+    FP4: tl.constexpr, SCALE: tl.constexpr, AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, RT: tl.constexpr,
+    NCT: tl.constexpr, W: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    """Program: 16 RT weight rows (RT = 1 or 2 MMA row tiles) x the M <= 8 NCT activation rows,
-    the K blocks split over the W warps. ``a_ptr`` / ``b_ptr`` are int32 views of the E4M3
-    activations [M, K] and of the weight (FP8 [N, K] or packed FP4 [N, K/2]); ``bs_ptr``: FP4 —
-    int32 view of the UE8M0 [N, K/32] bytes, FP8 — the [ceil(N/128), K/128] block scales.
-    ``SCALE`` multiplies the result (FP4: 64, the E4M3 re-encoding being E2M1 x 2^-6). K is a
-    compile-time constant (one compile per layer width) so that every word offset's divisibility
-    is known and the loads vectorize."""
+    """Program: 16 RT weight rows (RT MMA row tiles) x the M <= 8 NCT activation rows (NCT column
+    tiles; each weight tile is loaded and decoded once for all of them), the K blocks split over
+    the W warps. ``a_ptr`` / ``b_ptr`` are int32 views of the E4M3 activations [M, K] and of the
+    weight (FP8 [N, K] or packed FP4 [N, K/2]); ``bs_ptr``: FP4 — int32 view of the UE8M0
+    [N, K/32] bytes, FP8 — the [ceil(N/128), K/128] block scales. ``SCALE`` multiplies the result
+    (FP4: 64, the E4M3 re-encoding being E2M1 x 2^-6). K is a compile-time constant (one compile
+    per layer width) so that every word offset's divisibility is known and the loads vectorize.
+
+    The loads of block i + W are issued before the MMAs of block i (a register double buffer):
+    one block's loads per warp in flight is too little to cover the memory latency (measured:
+    FP4 at M = 1 ran at 1.5 TB/s without it)."""
     NT: tl.constexpr = 32 * W
     i_p = tl.program_id(0).to(tl.int64)
     o_e = tl.arange(0, NT)
@@ -292,84 +383,29 @@ def _mma_gemv_kernel(
     lane = o_e % 32
     g = lane // 4
     t = lane % 4
-    KB = K // 128
-    AW = K // 4  # int32 words per activation row
+    KB: tl.constexpr = K // 128
+    AW: tl.constexpr = K // 4  # int32 words per activation row
     if FP4:
-        KW = K // 8
+        KW: tl.constexpr = K // 8
     else:
-        KW = K // 4
-    r0 = i_p * (16 * RT) + g  # rows r0, r0 + 8 of tile 0; r0 + 16, r0 + 24 of tile 1
-    r1 = r0 + 8
-    r2 = r0 + 16
-    r3 = r0 + 24
-    x0 = g  # activation row of this lane's B column, column tile 0 (tile 1: g + 8)
-    x1 = g + 8
-    ca = 2 * t  # output columns (activation rows) of this lane's C values: 2t, 2t + 1 (+8)
-    cb = 2 * t + 8
+        KW: tl.constexpr = K // 4
+    r_base = i_p * (16 * RT) + g  # row g of tile rt: r_base + 16 rt (row g + 8: + 8)
     z = tl.zeros([NT], dtype=tl.float32)
-    acc00 = (z, z, z, z)  # acc{row tile}{column tile}
-    acc01 = (z, z, z, z)
-    acc10 = (z, z, z, z)
-    acc11 = (z, z, z, z)
+    acc = _zero_tiles(z, RT * NCT)
+    blk = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, warp, r_base, g, t, M, N, KB, KW, AW, FP4, AS_E8M0, BS_E8M0,
+                      RT, NCT, NT)
     for it in range(0, tl.cdiv(KB, W)):
-        kb = it * W + warp
-        m_k = kb < KB
-        if FP4:
-            xa = _x_words_fp4(a_ptr, x0, kb, t, m_k & (x0 < M), AW, NT, INTERPRET)
-            if NCT == 2:
-                xb = _x_words_fp4(a_ptr, x1, kb, t, m_k & (x1 < M), AW, NT, INTERPRET)
-        else:
-            xa = _x_words_fp8(a_ptr, x0, kb, t, m_k & (x0 < M), AW, NT)
-            if NCT == 2:
-                xb = _x_words_fp8(a_ptr, x1, kb, t, m_k & (x1 < M), AW, NT)
-        sa0 = _load_scale(as_ptr + ca * KB + kb, m_k & (ca < M), AS_E8M0)
-        sa1 = _load_scale(as_ptr + (ca + 1) * KB + kb, m_k & (ca + 1 < M), AS_E8M0)
-        if NCT == 2:
-            sb0 = _load_scale(as_ptr + cb * KB + kb, m_k & (cb < M), AS_E8M0)
-            sb1 = _load_scale(as_ptr + (cb + 1) * KB + kb, m_k & (cb + 1 < M), AS_E8M0)
-        if FP4:
-            q0 = _fp4_words(b_ptr, r0, kb, t, m_k & (r0 < N), KW, NT)
-            q1 = _fp4_words(b_ptr, r1, kb, t, m_k & (r1 < N), KW, NT)
-            s0 = _fp4_group_scales(bs_ptr, r0, kb, m_k & (r0 < N), KB)
-            s1 = _fp4_group_scales(bs_ptr, r1, kb, m_k & (r1 < N), KB)
-            acc00 = _add_scaled(acc00, _block_fp4(q0, q1, s0, s1, xa, NT, INTERPRET), sa0, sa1)
-            if NCT == 2:
-                acc01 = _add_scaled(acc01, _block_fp4(q0, q1, s0, s1, xb, NT, INTERPRET), sb0, sb1)
-            if RT == 2:
-                q2 = _fp4_words(b_ptr, r2, kb, t, m_k & (r2 < N), KW, NT)
-                q3 = _fp4_words(b_ptr, r3, kb, t, m_k & (r3 < N), KW, NT)
-                s2 = _fp4_group_scales(bs_ptr, r2, kb, m_k & (r2 < N), KB)
-                s3 = _fp4_group_scales(bs_ptr, r3, kb, m_k & (r3 < N), KB)
-                acc10 = _add_scaled(acc10, _block_fp4(q2, q3, s2, s3, xa, NT, INTERPRET), sa0, sa1)
-                if NCT == 2:
-                    acc11 = _add_scaled(acc11, _block_fp4(q2, q3, s2, s3, xb, NT, INTERPRET), sb0, sb1)
-        else:
-            q0 = _fp8_words(b_ptr, r0, kb, t, m_k & (r0 < N), KW, NT)
-            q1 = _fp8_words(b_ptr, r1, kb, t, m_k & (r1 < N), KW, NT)
-            # one weight scale per 128 rows: a 16-row tile never straddles two
-            sw0 = _load_scale(bs_ptr + (r0 // 128) * KB + kb, m_k & (r0 < N), BS_E8M0)
-            acc00 = _add_scaled(acc00, _tile_fp8(q0, q1, xa, z, z, z, z, NT, INTERPRET), sw0 * sa0, sw0 * sa1)
-            if NCT == 2:
-                acc01 = _add_scaled(acc01, _tile_fp8(q0, q1, xb, z, z, z, z, NT, INTERPRET), sw0 * sb0, sw0 * sb1)
-            if RT == 2:
-                q2 = _fp8_words(b_ptr, r2, kb, t, m_k & (r2 < N), KW, NT)
-                q3 = _fp8_words(b_ptr, r3, kb, t, m_k & (r3 < N), KW, NT)
-                sw1 = _load_scale(bs_ptr + (r2 // 128) * KB + kb, m_k & (r2 < N), BS_E8M0)
-                acc10 = _add_scaled(acc10, _tile_fp8(q2, q3, xa, z, z, z, z, NT, INTERPRET), sw1 * sa0, sw1 * sa1)
-                if NCT == 2:
-                    acc11 = _add_scaled(acc11, _tile_fp8(q2, q3, xb, z, z, z, z, NT, INTERPRET), sw1 * sb0,
-                                        sw1 * sb1)
+        nxt = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + 1) * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
+                          AS_E8M0, BS_E8M0, RT, NCT, NT)
+        acc = _compute_block(acc, blk, z, FP4, RT, NCT, NT, INTERPRET)
+        blk = nxt
     # the warps' partial sums -> one lane set: rows / columns from the lane index alone
     o_l = tl.arange(0, 32)
     row = i_p * (16 * RT) + o_l // 4
     col = 2 * (o_l % 4)
-    _store_tile(c_ptr, acc00, row, col, M, N, SCALE, W)
-    if NCT == 2:
-        _store_tile(c_ptr, acc01, row, col + 8, M, N, SCALE, W)
-    if RT == 2:
-        _store_tile(c_ptr, acc10, row + 16, col, M, N, SCALE, W)
-        if NCT == 2:
-            _store_tile(c_ptr, acc11, row + 16, col + 8, M, N, SCALE, W)
+    for rt in tl.static_range(RT):
+        for ct in tl.static_range(NCT):
+            _store_tile(c_ptr, acc[rt * NCT + ct], row + 16 * rt, col + 8 * ct, M, N, SCALE, W)
 
 
 def pick_mma_config(n: int, k: int) -> tuple[int, int]:
@@ -409,7 +445,7 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     asv = a_s.view(torch.uint8) if as_e8m0 else a_s
     grid = (triton.cdiv(n, 16 * rt),)
     _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=64.0 if fp4 else 1.0, AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt,
-                           NCT=1 if m <= 8 else 2, W=w, INTERPRET=interpret_mode(), num_warps=w, num_stages=1)
+                           NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(), num_warps=w, num_stages=1)
     return c
 
 
