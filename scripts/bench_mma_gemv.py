@@ -2,7 +2,7 @@
 kernels it replaces at M <= 16 and against ``torch._scaled_mm`` (FP8 per-tensor and row-wise),
 all in one run on the H200, cold L2, CUDA-graph replays (``lowbit.bench.gemm.cold_us``).
 
-    python3 scripts/bench_mma_gemv.py [--json $OUT/mma_gemv.json] [--ms 1,16] [--configs 1x4,1x8,2x4,2x8]
+    python3 scripts/bench_mma_gemv.py [--json $OUT/mma_gemv.json] [--ms 1,16] [--configs 1x2,1x4,1x8,1x16,2x4,2x8]
 
 Per (N, K) of the issue's five shapes and M: the wgmma kernel (the previous default), mma_gemv at
 its picked config and at each ``--configs`` (RT x W), the baselines, the byte floor (bytes /
@@ -24,7 +24,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", default=None)
     ap.add_argument("--ms", default="1,16")
-    ap.add_argument("--configs", default="1x4,1x8,2x4,2x8")
+    ap.add_argument("--configs", default="1x2,1x4,1x8,1x16,2x4,2x8")
     ap.add_argument("--ops", default="fp4,fp8")
     args = ap.parse_args()
     import torch

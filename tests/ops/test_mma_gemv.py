@@ -24,8 +24,9 @@ def _fp4_operands(m, n, k, scale_fmt=None):
     return a, MXFP4.quantize(w)
 
 
-def _run(backend, a, b_data, b_scale, fp4, cfg, e8m0=False):
-    """``e8m0``: pass the (power-of-two) activation and FP8 weight scales as float8_e8m0fnu."""
+def _run(backend, a, b_data, b_scale, fp4, cfg, e8m0=False, nan_ok=False):
+    """``e8m0``: pass the (power-of-two) activation and FP8 weight scales as float8_e8m0fnu;
+    ``nan_ok``: the caller checks NaN positions itself (otherwise a NaN is an unwritten output)."""
     dev = backend.device
     out = poisoned((a.data.shape[0], b_data.shape[0]), torch.bfloat16, dev)
     a_s = a.scale.to(torch.float8_e8m0fnu) if e8m0 else a.scale
@@ -33,7 +34,7 @@ def _run(backend, a, b_data, b_scale, fp4, cfg, e8m0=False):
         b_scale = b_scale.to(torch.float8_e8m0fnu)
     with backend.active():
         c = mma_gemv(a.data.to(dev), a_s.to(dev), b_data.to(dev), b_scale.to(dev), fp4=fp4, config=cfg, out=out)
-    assert c is out and not torch.isnan(c).any()
+    assert c is out and (nan_ok or not torch.isnan(c).any())
     return c
 
 
@@ -125,3 +126,27 @@ def test_gemm_dispatch_uses_mma_gemv_up_to_16_rows(backend, op, monkeypatch):
             c = fn(a.data.to(dev), a.scale.to(dev), *(t.to(dev) for t in args))
         assert rel_err(c, a.dequantize(torch.float64) @ ref_b.dequantize(torch.float64).T) < TOL
     assert calls == [16]
+
+
+def test_mma_gemv_fp4_scale_bytes_0_and_255(backend):
+    """UE8M0 byte 0 is 2^-127 (not 0: the kernel's max() trick) and byte 255 is NaN: every output
+    of a row holding a 255 is NaN, as in the reference; the other rows are unaffected."""
+    if not backend.is_triton:
+        pytest.skip(NEEDS_TRITON)
+    from lowbit.ops.fp4_gemm.reference import fp4_gemm_ref
+
+    a, b = _fp4_operands(3, 40, 256)
+    scale = b.scale.clone()
+    scale[5, 2] = 0
+    scale[7, :] = 0
+    scale[11, 6] = 255
+    scale[30, 0] = 255
+    b = MXFP4(b.packed, scale)
+    c = _run(backend, a, b.packed, b.scale, True, (2, 2), nan_ok=True)
+    ref = fp4_gemm_ref(a.data, a.scale, b.packed, b.scale)
+    nan_rows = torch.zeros(40, dtype=torch.bool)
+    nan_rows[[11, 30]] = True
+    assert torch.equal(torch.isnan(c.cpu()), nan_rows.expand(3, 40))
+    assert torch.equal(torch.isnan(ref), nan_rows.expand(3, 40))
+    keep = ~nan_rows
+    assert rel_err(c.cpu()[:, keep], a.dequantize(torch.float64) @ b.dequantize(torch.float64)[keep].T) < TOL

@@ -370,6 +370,16 @@ def _coarse_mma_kernel(
               NG, KIND_DONE, 0, False, 0.0, False, KCAND, 16, BN)
 
 
+def _register_cap(bits: int, nct: int) -> dict:
+    """INT4 with one column tile: ``maxnreg=64``. Why: the larger epilogue of M >= 2 (MP = 8)
+    takes the kernel from 64 to 68 registers, 8 -> 7 programs of 4 warps per SM, and a
+    124160-token head's 970 programs then need a second wave for 46 of them — the whole pass took
+    2x as long (ncu, H200: 223 vs 119 µs at M = 8 / M = 1, SM active 70%;
+    docs/measurements/2026-12-01_ncu_head4_m8.txt). At 64 the compiler spills 8 bytes outside
+    the K loop (sm_90 offline compile). INT2 (100 registers) would spill in the loop; INT8 fits."""
+    return {"maxnreg": 64} if bits == 4 and nct == 1 else {}
+
+
 def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_logits):
     """Launch the tensor-core coarse pass (fast mode). ``x`` [M, K] (unit stride along K; rows
     in launches of MAX_M = 16 — one or two 8-column B tiles — each reading the codes once);
@@ -400,7 +410,7 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
             xb, sx, alpha, words, sz, cand_key[r0:r1], cand_idx[r0:r1], logits[r0:r1], mc, n, nb, words.shape[0],
             L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
             MP=triton.next_power_of_2(mc), KCAND=kcand, NCT=nct, INTERPRET=interpret_mode(), num_warps=block // 32,
-            num_stages=1,
+            num_stages=1, **_register_cap(bits, nct),
         )
     if not write_logits:  # a fresh empty tensor, not a view (custom ops may not return views)
         logits = torch.empty(0, n, dtype=torch.float32, device=dev)

@@ -58,6 +58,8 @@ def _i32(v: int) -> int:
 _MAG_LO = tl.constexpr(0x1C1C1C1C)  # E4M3 bits 2..4 of every byte: the E2M1 magnitude, placed
 _SIGN = tl.constexpr(_i32(0x80808080))
 _BYTE3 = tl.constexpr(_i32(0xFF000000))
+_EXP_BITS = tl.constexpr(0x7F800000)  # the fp32 exponent field
+_F32_2M127 = tl.constexpr(0x00400000)  # 2^-127, the subnormal UE8M0 byte 0 stands for
 
 
 @triton.jit
@@ -77,6 +79,40 @@ def _e4m3_value(b):
     m = (b & 7).to(tl.float32)
     mag = tl.where(e == 0, m * 0.001953125, (8.0 + m) * tl.exp2(e.to(tl.float32) - 10.0))
     return tl.where((b & 0x80) != 0, -mag, mag)
+
+
+# One m16n8k32 E4M3 MMA as two m16n8k16 fp16 MMAs on exactly converted operands (every E4M3
+# value is an fp16 value). sm_90 has no E4M3 ``mma.sync`` unit: ptxas lowers the E4M3 form to
+# the same F2FP unpacks and two HMMA.16816, plus an FADD per output to join them; chaining the
+# two MMAs through the accumulator here saves those (sm_90 offline SASS: 16 FADD per 128-wide
+# block). The two bytes of each 16-bit half pair with the same two bytes of B, so the k order
+# is the E4M3 form's, up to a permutation A and B share.
+_MMA_E4M3_PTX = tl.constexpr("""
+{
+.reg .b16 l0, l1, l2, l3, l4, l5, h0, h1, h2, h3, h4, h5;
+.reg .b32 p0, p1, p2, p3, p4, p5;
+mov.b32 {l0, h0}, $4;
+mov.b32 {l1, h1}, $5;
+mov.b32 {l2, h2}, $6;
+mov.b32 {l3, h3}, $7;
+mov.b32 {l4, h4}, $8;
+mov.b32 {l5, h5}, $9;
+cvt.rn.f16x2.e4m3x2 p0, l0;
+cvt.rn.f16x2.e4m3x2 p1, l1;
+cvt.rn.f16x2.e4m3x2 p2, h0;
+cvt.rn.f16x2.e4m3x2 p3, h1;
+cvt.rn.f16x2.e4m3x2 p4, l4;
+cvt.rn.f16x2.e4m3x2 p5, h4;
+mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {$0, $1, $2, $3}, {p0, p1, p2, p3}, {p4, p5}, {$10, $11, $12, $13};
+cvt.rn.f16x2.e4m3x2 p0, l2;
+cvt.rn.f16x2.e4m3x2 p1, l3;
+cvt.rn.f16x2.e4m3x2 p2, h2;
+cvt.rn.f16x2.e4m3x2 p3, h3;
+cvt.rn.f16x2.e4m3x2 p4, l5;
+cvt.rn.f16x2.e4m3x2 p5, h5;
+mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {$0, $1, $2, $3}, {p0, p1, p2, p3}, {p4, p5}, {$0, $1, $2, $3};
+}
+""")
 
 
 @triton.jit
@@ -106,11 +142,9 @@ def _mma16832(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, NT: tl.constexpr, INTERPRE
         return (c0 + tl.reshape(t0, [NT]), c1 + tl.reshape(t1, [NT]), c2 + tl.reshape(u0, [NT]),
                 c3 + tl.reshape(u1, [NT]))
     else:
-        return tl.inline_asm_elementwise(
-            "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, "
-            "{$10, $11, $12, $13};",
-            "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3", [a0, a1, a2, a3, b0, b1, c0, c1, c2, c3],
-            dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+        return tl.inline_asm_elementwise(_MMA_E4M3_PTX, "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3",
+                                         [a0, a1, a2, a3, b0, b1, c0, c1, c2, c3],
+                                         dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
 
 
 @triton.jit
@@ -212,10 +246,18 @@ def _x_frags_fp4(x, INTERPRET: tl.constexpr):
 
 @triton.jit
 def _fp4_group_scales(bs_ptr, row, kb, m, KB):
-    """The row's 4 UE8M0 group scales of block kb as fp32 (one int32 load: bytes s = 0..3)."""
+    """The row's 4 UE8M0 group scales of block kb (one int32 load: bytes s = 0..3) as fp32, and a
+    word whose bits ``0x80808080`` are set where a byte is 255 (NaN). 2^(e - 127) is the bit
+    pattern ``e << 23`` for e = 1..254 and ``0x400000`` (the subnormal 2^-127) for e = 0, which
+    ``max`` picks; 255 gives inf here and the row is made NaN at the end (:func:`_store_tile`).
+    Three integer ops a scale instead of the two compares and selects of ``_e8m0_decode``."""
     v = tl.load(bs_ptr + row * KB + kb, mask=m, other=0)
-    return (_e8m0_decode(v & 0xFF), _e8m0_decode((v >> 8) & 0xFF), _e8m0_decode((v >> 16) & 0xFF),
-            _e8m0_decode((v >> 24) & 0xFF))
+    s0 = tl.maximum((v << 23) & _EXP_BITS, _F32_2M127).to(tl.float32, bitcast=True)
+    s1 = tl.maximum((v << 15) & _EXP_BITS, _F32_2M127).to(tl.float32, bitcast=True)
+    s2 = tl.maximum((v << 7) & _EXP_BITS, _F32_2M127).to(tl.float32, bitcast=True)
+    s3 = tl.maximum((v >> 1) & _EXP_BITS, _F32_2M127).to(tl.float32, bitcast=True)
+    ff = (~v - 0x01010101) & v  # the "has a zero byte" test on ~v: bit 8i+7 set where byte i is 0xFF
+    return s0, s1, s2, s3, ff
 
 
 @triton.jit
@@ -264,12 +306,19 @@ def _warp_sum(v, W: tl.constexpr):
 
 
 @triton.jit
-def _store_tile(c_ptr, acc, row, col, M, N, SCALE: tl.constexpr, W: tl.constexpr):
-    """C[col (+1), row (+8)] = one 16-row x 8-column tile's sums over the warps (bf16)."""
+def _store_tile(c_ptr, acc, nan_g, nan_g8, row, col, M, N, SCALE: tl.constexpr, W: tl.constexpr):
+    """C[col (+1), row (+8)] = one 16-row x 8-column tile's sums over the warps (bf16); rows whose
+    flag (``nan_g`` / ``nan_g8``: int32 [32 W], non-zero in any warp) is set are NaN."""
     v0 = _warp_sum(acc[0], W) * SCALE
     v1 = _warp_sum(acc[1], W) * SCALE
     v2 = _warp_sum(acc[2], W) * SCALE
     v3 = _warp_sum(acc[3], W) * SCALE
+    f0 = tl.max(tl.reshape(nan_g, [W, 32]), axis=0) != 0
+    f1 = tl.max(tl.reshape(nan_g8, [W, 32]), axis=0) != 0
+    v0 = tl.where(f0, float("nan"), v0)
+    v1 = tl.where(f0, float("nan"), v1)
+    v2 = tl.where(f1, float("nan"), v2)
+    v3 = tl.where(f1, float("nan"), v3)
     m0 = col < M
     m1 = col + 1 < M
     r0 = row < N
@@ -281,6 +330,19 @@ def _store_tile(c_ptr, acc, row, col, M, N, SCALE: tl.constexpr, W: tl.constexpr
 
 
 @triton.jit
+def _nan_flags(flags, blk, FP4: tl.constexpr, RT: tl.constexpr):
+    """OR the loaded block's 255-byte markers (FP4 scales) into the per-(row tile, row half) flags."""
+    if FP4:
+        ws = blk[1]
+        res = ()
+        for i in tl.static_range(2 * RT):
+            res = res + (flags[i] | (ws[i // 2][i % 2][4] & _SIGN),)
+    else:
+        res = flags
+    return res
+
+
+@triton.jit
 def _replace(tup, i: tl.constexpr, v):
     """``tup`` with element i replaced by v (Triton tuples are immutable)."""
     res = ()
@@ -289,6 +351,15 @@ def _replace(tup, i: tl.constexpr, v):
             res = res + (v,)
         else:
             res = res + (tup[j],)
+    return res
+
+
+@triton.jit
+def _zeros(z, N: tl.constexpr):
+    """The tuple (z, ..., z) of length N."""
+    res = ()
+    for _ in tl.static_range(N):
+        res = res + (z,)
     return res
 
 
@@ -392,12 +463,15 @@ def _mma_gemv_kernel(
     r_base = i_p * (16 * RT) + g  # row g of tile rt: r_base + 16 rt (row g + 8: + 8)
     z = tl.zeros([NT], dtype=tl.float32)
     acc = _zero_tiles(z, RT * NCT)
+    zi = tl.zeros([NT], dtype=tl.int32)
+    nan_rows = _zeros(zi, 2 * RT)  # per (row tile rt, row half h) at 2 rt + h: a 255 scale byte seen
     blk = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, warp, r_base, g, t, M, N, KB, KW, AW, FP4, AS_E8M0, BS_E8M0,
                       RT, NCT, NT)
     for it in range(0, tl.cdiv(KB, W)):
         nxt = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + 1) * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
                           AS_E8M0, BS_E8M0, RT, NCT, NT)
         acc = _compute_block(acc, blk, z, FP4, RT, NCT, NT, INTERPRET)
+        nan_rows = _nan_flags(nan_rows, blk, FP4, RT)
         blk = nxt
     # the warps' partial sums -> one lane set: rows / columns from the lane index alone
     o_l = tl.arange(0, 32)
@@ -405,7 +479,8 @@ def _mma_gemv_kernel(
     col = 2 * (o_l % 4)
     for rt in tl.static_range(RT):
         for ct in tl.static_range(NCT):
-            _store_tile(c_ptr, acc[rt * NCT + ct], row + 16 * rt, col + 8 * ct, M, N, SCALE, W)
+            _store_tile(c_ptr, acc[rt * NCT + ct], nan_rows[2 * rt], nan_rows[2 * rt + 1], row + 16 * rt, col + 8 * ct,
+                        M, N, SCALE, W)
 
 
 def pick_mma_config(n: int, k: int) -> tuple[int, int]:
