@@ -61,7 +61,7 @@ def main() -> int:
                     old = lambda: fp8_tr.fp8_gemm(a.data, a.scale, bd, bs, config=cfg)  # noqa: E731
                 c_old = old()
                 rec["wgmma_us"] = round(cold_us(old, graph=True), 2)
-                picked = pick_mma_config(n, k)
+                picked = pick_mma_config(n, k, m, fp4)
                 rec["picked"] = list(picked)
                 best = None
                 for cf in [picked] + [c for c in configs if c != picked and c[1] <= k // 128]:

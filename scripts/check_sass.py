@@ -76,6 +76,32 @@ def _report(name: str, m: int, launch, jit_fns, need_wgmma: bool) -> bool:
     return ok
 
 
+def _report_gemv(name: str, m: int, launch) -> bool:
+    """The decode GEMV (fp8_gemm/triton_mma.py): sm_90 has no E4M3 ``mma.sync`` unit, so the
+    kernel converts E4M3 -> fp16 exactly (``cvt.rn.f16x2.e4m3x2``, SASS ``F2FP.F16.E4M3``) and
+    runs fp16 ``HMMA.16816``; check both are there."""
+    from lowbit.ops.fp8_gemm import triton_mma
+
+    fn = triton_mma._mma_gemv_kernel
+    dev = torch.cuda.current_device()
+    before = {id(k) for k in fn.device_caches[dev][0].values()}
+    launch()
+    torch.cuda.synchronize()
+    compiled = [k for k in fn.device_caches[dev][0].values() if id(k) not in before] or list(fn.device_caches[dev][0].values())
+    ptx = "\n".join(k.asm.get("ptx", "") for k in compiled)
+    sass = "\n".join(_sass(k) for k in compiled)
+    n_cvt = len(re.findall(r"cvt\.rn\.f16x2\.e4m3x2", ptx))
+    n_f2fp = len(re.findall(r"F2FP\.F16\.E4M3", sass))
+    n_hmma = len(re.findall(r"\bHMMA\.16816\.F32", sass))
+    regs = [(k.name, getattr(k, "n_regs", "?"), getattr(k, "n_spills", "?")) for k in compiled]
+    print(f"{name} M={m} (mma_gemv): kernels(name, regs, spills)={regs}")
+    print(f"  PTX cvt.rn.f16x2.e4m3x2 x{n_cvt}; SASS F2FP.F16.E4M3 x{n_f2fp}, HMMA.16816.F32 x{n_hmma}")
+    ok = n_cvt > 0 and (not sass or (n_f2fp > 0 and n_hmma > 0))
+    if not ok:
+        print(f"  !! {name} M={m}: the E4M3 -> fp16 conversion or the HMMA is missing")
+    return ok
+
+
 def main() -> int:
     from lowbit.formats import FP8, MXFP4
     from lowbit.ops.fp4_gemm import triton as fp4_tr
@@ -89,10 +115,18 @@ def main() -> int:
         a = FP8.quantize(torch.randn(m, 2048, device="cuda"), "group", 128)
         b8 = FP8.quantize(torch.randn(1024, 2048, device="cuda"), "block", 128)
         b4 = MXFP4.quantize(torch.randn(1024, 2048, device="cuda"))
-        ok &= _report("fp8_gemm", m, lambda: fp8_tr.fp8_gemm(a.data, a.scale, b8.data, b8.scale),
+        # the wgmma kernels at every M (an explicit band config keeps decode sizes off mma_gemv)
+        cfg8 = fp8_tr.pick_config(m)
+        cfg4, aligned = fp4_tr.pick_fp4_config(m)
+        ok &= _report("fp8_gemm", m, lambda: fp8_tr.fp8_gemm(a.data, a.scale, b8.data, b8.scale, config=cfg8),
                       fp8_fns, need_wgmma=True)
-        ok &= _report("fp4_gemm", m, lambda: fp4_tr.fp4_gemm(a.data, a.scale, b4.packed, b4.scale),
-                      [fp4_tr._fp4_gemm_kernel], need_wgmma=True)
+        ok &= _report("fp4_gemm", m, lambda: fp4_tr.fp4_gemm(a.data, a.scale, b4.packed, b4.scale, config=cfg4,
+                                                             aligned=aligned), [fp4_tr._fp4_gemm_kernel], need_wgmma=True)
+        # what the public functions run at decode sizes
+        if m <= fp8_tr.MMA_GEMV_MAX_M_FP8:
+            ok &= _report_gemv("fp8_gemm", m, lambda: fp8_tr.fp8_gemm(a.data, a.scale, b8.data, b8.scale))
+        if m <= fp8_tr.MMA_GEMV_MAX_M_FP4:
+            ok &= _report_gemv("fp4_gemm", m, lambda: fp4_tr.fp4_gemm(a.data, a.scale, b4.packed, b4.scale))
     return 0 if ok else 1
 
 

@@ -100,32 +100,33 @@ def test_mma_gemv_checks():
 
 
 @pytest.mark.parametrize("op", ["fp8", "fp4"])
-def test_gemm_dispatch_uses_mma_gemv_up_to_16_rows(backend, op, monkeypatch):
-    """fp8_gemm / fp4_gemm route M <= 16 through mma_gemv on the Triton tiers, M = 17 elsewhere."""
+def test_gemm_dispatch_uses_mma_gemv_at_decode_sizes(backend, op, monkeypatch):
+    """fp8_gemm routes M <= MMA_GEMV_MAX_M_FP8 and fp4_gemm M <= MMA_GEMV_MAX_M_FP4 through
+    mma_gemv on the Triton tiers, one row more to the wgmma kernels; both agree with fp64."""
     if not backend.is_triton:
         pytest.skip(NEEDS_TRITON)
-    from lowbit.ops.fp8_gemm import triton_mma as tm
     from lowbit.ops.fp4_gemm import fp4_gemm
     from lowbit.ops.fp8_gemm import fp8_gemm
+    from lowbit.ops.fp8_gemm import triton as fp8_triton
+    from lowbit.ops.fp8_gemm import triton_mma as tm
 
     calls = []
     real = tm.mma_gemv
     monkeypatch.setattr(tm, "mma_gemv", lambda *args, **kw: calls.append(args[0].shape[0]) or real(*args, **kw))
     dev = backend.device
-    for m in (16, 17):
+    bound = fp8_triton.MMA_GEMV_MAX_M_FP8 if op == "fp8" else fp8_triton.MMA_GEMV_MAX_M_FP4
+    for m in (bound, bound + 1):
         a = FP8.quantize(torch.randn(m, 256), "group", 128)
         if op == "fp8":
             b = FP8.quantize(torch.randn(32, 256), "block", 128)
-            args, ref_b = (b.data, b.scale), b
-            fn = fp8_gemm
+            args, fn = (b.data, b.scale), fp8_gemm
         else:
             _, b = _fp4_operands(1, 32, 256)
-            args, ref_b = (b.packed, b.scale), b
-            fn = fp4_gemm
+            args, fn = (b.packed, b.scale), fp4_gemm
         with backend.active():
             c = fn(a.data.to(dev), a.scale.to(dev), *(t.to(dev) for t in args))
-        assert rel_err(c, a.dequantize(torch.float64) @ ref_b.dequantize(torch.float64).T) < TOL
-    assert calls == [16]
+        assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+    assert calls == [bound]
 
 
 def test_mma_gemv_fp4_scale_bytes_0_and_255(backend):

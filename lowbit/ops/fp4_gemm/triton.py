@@ -399,7 +399,7 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     swap-AB only); ``far=False`` drops the exact handling of groups
     more than 8 binades below their row's largest scale (tuning only: wrong for such weights)."""
     if (config is None and split_k is None and aligned is None and asm and far
-            and a.shape[0] <= fp8_triton.MMA_GEMV_MAX_M and _mma.mma_gemv_ok(a, b, b_s)):
+            and a.shape[0] <= fp8_triton.MMA_GEMV_MAX_M_FP4 and _mma.mma_gemv_ok(a, b, b_s)):
         return _mma.mma_gemv(a, a_s, b, b_s, fp4=True)
     band_cfg, band_aligned = pick_fp4_config(a.shape[0])
     cfg = GemmConfig(*config) if config is not None else band_cfg

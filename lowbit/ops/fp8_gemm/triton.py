@@ -363,9 +363,13 @@ def gluon_config(k: int) -> dict:
     return dict(warp_specialize=True, stages=5 if k >= 16384 else 4, group_m=8)
 
 
-#: Decode sizes (M <= this) run the tensor-core GEMV of ``triton_mma.py`` (fp8_gemm and fp4_gemm
-#: alike); see docs/gemm.md, "fifth session", for the same-run measurements behind it.
-MMA_GEMV_MAX_M = 16
+#: Decode sizes run the tensor-core GEMV of ``triton_mma.py``: fp4_gemm at M <= MMA_GEMV_MAX_M_FP4 (faster
+#: than its wgmma kernel on every measured shape: 34 vs 76 µs at M = 1, 46 vs 81 at M = 16 on
+#: N7168 K16384), fp8_gemm at M <= MMA_GEMV_MAX_M_FP8 (M = 1: 0.95-1.0x of the wgmma kernel's time; at
+#: M = 16 the wgmma kernel is faster on 3 of the 5 shapes, e.g. 35.4 vs 39.4 µs on N7168 K16384).
+#: Same-run sweep: docs/measurements/2026-12-01_mma_gemv_sweep.json, docs/gemm.md "fifth session".
+MMA_GEMV_MAX_M_FP8 = 8
+MMA_GEMV_MAX_M_FP4 = 16
 
 
 def fp8_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None,
@@ -374,7 +378,7 @@ def fp8_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
 
     ``config`` (:class:`GemmConfig`) and ``split_k`` override the tables (for tuning; they always
     select the Triton kernels)."""
-    if config is None and split_k is None and a.shape[0] <= MMA_GEMV_MAX_M and _mma.mma_gemv_ok(a, b, b_s):
+    if config is None and split_k is None and a.shape[0] <= MMA_GEMV_MAX_M_FP8 and _mma.mma_gemv_ok(a, b, b_s):
         return _mma.mma_gemv(a, a_s, b, b_s, fp4=False)
     if config is None and split_k is None and _gluon_ok(a, b):
         from lowbit.ops.fp8_gemm.gluon import fp8_gemm_gluon

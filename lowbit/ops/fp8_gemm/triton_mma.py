@@ -483,15 +483,20 @@ def _mma_gemv_kernel(
                         M, N, SCALE, W)
 
 
-def pick_mma_config(n: int, k: int) -> tuple[int, int]:
-    """(RT row tiles per program, W warps splitting K). Enough warps in flight to cover the
-    memory latency (about 16 per SM on 132 SMs), never more warps than K blocks."""
+def pick_mma_config(n: int, k: int, m: int = 1, fp4: bool = True) -> tuple[int, int]:
+    """(RT row tiles per program, W warps splitting K), from the same-run sweep of
+    ``scripts/bench_mma_gemv.py`` on the H200 (docs/measurements/2026-12-01_mma_gemv_sweep.json;
+    the five (N, K) of the benchmark at M = 1 and 16, RT in {1, 2}, W in {2, 4, 8, 16}): about four
+    to seven K blocks per warp (W = 8 from 32 blocks, 4 from 16, else 2) was best or within 3% of
+    it everywhere; FP4 at K >= 12288 wants two row tiles (34.1 vs 37.3 µs at M = 1, N7168 K16384),
+    and half the warps when it also has two column tiles (46.2 vs 53.4 µs at M = 16)."""
     kb = k // 128
+    w = 8 if kb >= 32 else 4 if kb >= 16 else 2
     rt = 1
-    tiles = -(-n // 16)
-    w = 1
-    while w < 16 and w * 2 <= kb and tiles * w < 2048:
-        w *= 2
+    if fp4 and kb >= 96:
+        rt = 2
+        if m > 8:
+            w = max(1, w // 2)
     return rt, w
 
 
@@ -505,7 +510,7 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     n = b.shape[0]
     if not 1 <= m <= MMA_MAX_M:
         raise ValueError(f"mma_gemv serves 1 <= M <= {MMA_MAX_M}, got a of shape {tuple(a.shape)}")
-    rt, w = config if config is not None else pick_mma_config(n, k)
+    rt, w = config if config is not None else pick_mma_config(n, k, m, fp4)
     if rt not in (1, 2) or w < 1 or w & (w - 1):
         raise ValueError(f"mma_gemv config (RT, W) needs RT in (1, 2) and W a power of two, got {(rt, w)}")
     c = torch.empty(m, n, dtype=torch.bfloat16, device=a.device) if out is None else out
