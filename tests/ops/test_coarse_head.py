@@ -482,7 +482,7 @@ def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, monkeypatch):
         x19 = torch.randn(19, k)
         import lowbit.ops.coarse_head as ch
 
-        monkeypatch.setattr(ch, "MMA_MAX_M", 32)  # (the default stops at 8)
+        monkeypatch.setattr(ch, "MMA_MAX_M", 32)  # (the default stops at 16)
         many = coarse_head(x19.to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
     with lowbit.backend("reference"):
         ref19 = coarse_head(x19, packing, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)

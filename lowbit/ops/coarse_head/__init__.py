@@ -214,12 +214,12 @@ def coarse_head(
 
 
 #: Fast mode at M <= MMA_MAX_M on an INTx copy: the tensor-core coarse pass (``triton_mma.py``;
-#: the packing keeps its own tiling of the codes). Measured on the H200 up to M = 8 (one 8-column
-#: B tile). One launch also serves M = 9..16 (two B tiles, the A fragments decoded once: 1.89
-#: SASS instructions per code for 16 rows vs 1.45 for 8, no spills) — tested, not yet timed on a
-#: GPU; an earlier form (two launches of 8) measured slower than the band kernels at M = 16.
-#: So the default stops at 8 until M = 16 is measured. 0 turns it off.
-MMA_MAX_M = 8
+#: the packing keeps its own tiling of the codes). One launch serves 16 rows (two 8-column B
+#: tiles, the A fragments decoded once). H200, 124160 x 5120, fast argmax at M = 16
+#: (scripts/bench_retiled.py, docs/measurements/2026-12-01_bench_retiled_session5_start.json):
+#: INT4 197 µs vs 271 on the band kernels, INT8 264 vs 354; INT2 259 vs 244 before its register
+#: cap (``triton_mma._register_cap``). Larger M loops over launches of 16. 0 turns it off.
+MMA_MAX_M = 16
 
 
 def _use_mma(packing: CoarsePacking, m: int, bound: int, block: int, compiling: bool) -> bool:

@@ -371,13 +371,20 @@ def _coarse_mma_kernel(
 
 
 def _register_cap(bits: int, nct: int) -> dict:
-    """INT4 with one column tile: ``maxnreg=64``. Why: the larger epilogue of M >= 2 (MP = 8)
+    """``maxnreg`` where a few registers decide how many programs fit an SM, and so how many waves
+    a head's blocks take. INT4 with one column tile: 64 — the larger epilogue of M >= 2 (MP = 8)
     takes the kernel from 64 to 68 registers, 8 -> 7 programs of 4 warps per SM, and a
-    124160-token head's 970 programs then need a second wave for 46 of them — the whole pass took
+    124160-token head's 970 programs then need a second wave for 46 of them: the whole pass took
     2x as long (ncu, H200: 223 vs 119 µs at M = 8 / M = 1, SM active 70%;
-    docs/measurements/2026-12-01_ncu_head4_m8.txt). At 64 the compiler spills 8 bytes outside
-    the K loop (sm_90 offline compile). INT2 (100 registers) would spill in the loop; INT8 fits."""
-    return {"maxnreg": 64} if bits == 4 and nct == 1 else {}
+    docs/measurements/2026-12-01_ncu_head4_m8.txt; with the cap 138 µs). At 64 the compiler
+    spills 8 bytes outside the K loop. INT2 with two column tiles: 128 (from 131: 3 -> 4
+    programs per SM, 3 -> 2 waves of 970; 24 bytes spilled, 7 more instructions in the loop;
+    sm_90 offline compile). INT2 with one tile (100) would spill in the loop; INT8 fits."""
+    if bits == 4 and nct == 1:
+        return {"maxnreg": 64}
+    if bits == 2 and nct == 2:
+        return {"maxnreg": 128}
+    return {}
 
 
 def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_logits):
