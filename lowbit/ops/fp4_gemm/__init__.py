@@ -1,7 +1,9 @@
 """``fp4_gemm``: FP8 activations x packed-E2M1 weights with UE8M0 1x32 scales, ``C = A @ B^T`` -> bf16.
 
-Hopper has no FP4 tensor cores, but every E2M1 value is an E4M3 value: the kernel upcasts the
-weight tile to E4M3 in registers (exact) and feeds the FP8 tensor cores. Registered as
+Hopper has no FP4 tensor cores, but every E2M1 value is an E4M3 value: the kernels upcast the
+weight tile to E4M3 in registers (exact) and feed the FP8 tensor cores (wgmma); at decode sizes
+(M <= 16) a GEMV that converts the same E4M3 values exactly to fp16 for ``mma.sync`` is faster
+(``lowbit/ops/fp8_gemm/triton_mma.py``, docs/gemm.md). Registered as
 ``lowbit::fp4_gemm`` (used under ``torch.compile``; bypassed in eager mode).
 """
 from __future__ import annotations
