@@ -44,6 +44,16 @@ def _e8m0_decode(e):
 
 
 @triton.jit
+def _load_scale(p, mask, E8M0: tl.constexpr):
+    """fp32 scales at p; E8M0: UE8M0 bytes decoded to 2^(e-127)."""
+    if E8M0:
+        s = _e8m0_decode(tl.load(p, mask=mask, other=127).to(tl.int32))
+    else:
+        s = tl.load(p, mask=mask, other=1.0)
+    return s
+
+
+@triton.jit
 def _to_e4m3(v, INTERPRET: tl.constexpr):
     """fp32 (already within +-448) -> float8e4nv, round-to-nearest-even.
 

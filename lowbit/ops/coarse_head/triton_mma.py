@@ -42,6 +42,7 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
+from lowbit.ops._lanes import split4 as _split4
 from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue, coarse_outputs
 from lowbit.ops.coarse_head.triton_h2 import _half_pair
 
@@ -170,15 +171,6 @@ def _mma16816(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, NT: tl.constexpr, INTERPRE
             "{$10, $11, $12, $13};",
             "=f,=f,=f,=f,r,r,r,r,r,r,0,1,2,3", [a0, a1, a2, a3, b0, b1, c0, c1, c2, c3],
             dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
-
-
-@triton.jit
-def _split4(t, NT: tl.constexpr):
-    """[NT, 4] -> its 4 columns as [NT] (in-thread)."""
-    a, b = tl.split(tl.reshape(t, [NT, 2, 2]))  # columns 0, 2 / 1, 3
-    e0, e2 = tl.split(a)
-    e1, e3 = tl.split(b)
-    return e0, e1, e2, e3
 
 
 @triton.jit

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode, sm_count
-from lowbit.ops.act_quant.triton import _e8m0_decode
+from lowbit.ops.act_quant.triton import _load_scale
 from lowbit.ops.fp8_gemm import triton_mma as _mma
 
 
@@ -42,16 +42,6 @@ class GemmConfig(NamedTuple):
     tma: bool = False  # fp8 non-swap only: TMA descriptor loads
     waves: int = 2  # split K until the grid has about waves x #SMs programs
     prefetch: bool = True  # load the next K block's scales one iteration ahead (see _fp8_scales)
-
-
-@triton.jit
-def _load_scale(p, mask, E8M0: tl.constexpr):
-    """fp32 scales at p; E8M0: UE8M0 bytes decoded to 2^(e-127)."""
-    if E8M0:
-        s = _e8m0_decode(tl.load(p, mask=mask, other=127).to(tl.int32))
-    else:
-        s = tl.load(p, mask=mask, other=1.0)
-    return s
 
 
 @triton.jit

@@ -44,7 +44,9 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
-from lowbit.ops.act_quant.triton import _e8m0_decode
+from lowbit.ops._lanes import split2 as _split2
+from lowbit.ops._lanes import split4 as _split4
+from lowbit.ops.act_quant.triton import _load_scale
 
 #: rows of x one launch serves (NCT = ceil(M / 8) <= 8 column tiles of 8)
 MMA_MAX_M = 64
@@ -171,30 +173,6 @@ def _even_odd_bytes(lo, hi, INTERPRET: tl.constexpr):
     od = tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, 0x7531;", "=r,r,r", [lo, hi], dtype=tl.int32,
                                    is_pure=True, pack=1)
     return ev, od
-
-
-@triton.jit
-def _split2(t, NT: tl.constexpr):
-    return tl.split(tl.reshape(t, [NT, 2]))
-
-
-@triton.jit
-def _split4(t, NT: tl.constexpr):
-    """[NT, 4] -> its 4 columns as [NT] (in-thread)."""
-    a, b = tl.split(tl.reshape(t, [NT, 2, 2]))  # columns 0, 2 / 1, 3
-    e0, e2 = tl.split(a)
-    e1, e3 = tl.split(b)
-    return e0, e1, e2, e3
-
-
-@triton.jit
-def _load_scale(p, mask, E8M0: tl.constexpr):
-    """fp32 scales, or UE8M0 exponent bytes decoded to 2^(e-127)."""
-    if E8M0:  # (no early return under a constexpr if: the sm_90 compiler rejects it)
-        v = _e8m0_decode(tl.load(p, mask=mask, other=127).to(tl.int32))
-    else:
-        v = tl.load(p, mask=mask, other=0.0)
-    return v
 
 
 @triton.jit
