@@ -1,11 +1,18 @@
-"""Decode-size GEMV on the FP8 tensor cores for ``fp8_gemm`` and ``fp4_gemm`` (M <= 16):
-``mma.sync.m16n8k32.e4m3`` by inline PTX, the weight rows as the MMA's A (16 rows a tile) and
-the activation rows as its B columns (8 a tile: one tile for M <= 8, two for M <= 16).
+"""Decode-size GEMV on the tensor cores for ``fp8_gemm`` (M <= 8) and ``fp4_gemm`` (M <= 16):
+``mma.sync`` by inline PTX on E4M3 operands, the weight rows as the MMA's A (16 rows a tile, RT
+tiles a program) and the activation rows as its B columns (8 a tile, NCT = ceil(M / 8) tiles,
+up to 8: any M <= 64 works, the dispatch bounds are where it measured faster).
+
+The MMA is m16n8k32 with E4M3 inputs, written as what sm_90 executes for it: Hopper has no E4M3
+``mma.sync`` unit (its FP8 tensor cores are reached by wgmma only), and ptxas lowers the E4M3
+form to ``F2FP.F16.E4M3`` unpacks plus two fp16 ``HMMA.16816`` and an FADD per output. Here the
+conversion (``cvt.rn.f16x2.e4m3x2``, exact: every E4M3 value is an fp16 value) and the two
+chained fp16 MMAs are spelled out, which saves the FADDs (``_MMA_E4M3_PTX``).
 
 Why: at decode sizes the GEMM is a stream over the weight, and the work per byte decides the
 speed. The wgmma kernels (``triton.py``) stage every tile through shared memory and, for FP4,
 re-lay the upcast tile there; here each lane loads exactly the bytes of its own A fragments from
-global memory, decodes them in registers (FP4: four integer ops per eight codes) and issues the
+global memory, decodes them in registers (FP4: about seven integer ops per eight codes) and issues the
 MMA — no shared memory, no layout conversion, and the grid splits K over the warps of a program
 so that even N = 2112 fills the GPU.
 
@@ -32,8 +39,11 @@ The order of k inside an MMA is free (A and B only have to agree), and so is the
 The data of lane L of warp w sit in element ``32 w + L`` of ``[32 * warps]`` tensors (one element
 per thread, every address computed from the element index, so no layout conversion can move data
 between lanes); the MMA is inline PTX, emulated with tensor arithmetic under the interpreter.
-Warp w of a program takes the K blocks w, w + W, w + 2 W, ... of the program's 16 RT rows; the
-warps' sums are added at the end (``tl.sum`` over the warp axis) and written as bf16.
+Warp w of a program takes the K blocks w, w + W, w + 2 W, ... of the program's 16 RT rows,
+loading block i + W before it runs block i's MMAs (a register double buffer); the warps' sums
+are added at the end (``tl.sum`` over the warp axis) and written as bf16. Accumulator tiles are
+Triton tuples (``_replace`` rebuilds one with an element changed), so RT and NCT are plain
+compile-time loops. Measured numbers: docs/gemm.md, "fourth round".
 """
 from __future__ import annotations
 
