@@ -39,9 +39,9 @@ def _run(backend, a, b_data, b_scale, fp4, cfg, e8m0=False, nan_ok=False):
 
 
 # (m, n, k, (RT, W)): one / two column tiles, partial row tiles, K blocks not a multiple of W,
-# FP8 scale rows changing inside a program's rows (n = 200), five column tiles (m = 33)
+# FP8 scale rows changing inside a program's rows (n = 136), five column tiles (m = 33)
 CASES = [(1, 64, 256, (1, 1)), (3, 40, 384, (1, 2)), (8, 33, 128, (2, 1)), (9, 72, 512, (2, 4)),
-         (16, 200, 384, (2, 2)), (33, 40, 256, (1, 2))]
+         (16, 136, 256, (2, 2)), (33, 40, 256, (1, 2))]
 
 
 @pytest.mark.parametrize("m,n,k,cfg", CASES)
@@ -85,18 +85,25 @@ def test_mma_gemv_fp4_scale_spread(backend):
     assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
 
 
-def test_mma_gemv_checks():
+def test_mma_gemv_checks(monkeypatch):
     a = FP8.quantize(torch.randn(MMA_MAX_M + 1, 128), "group", 128)
     b = FP8.quantize(torch.randn(16, 128), "block", 128)
     with pytest.raises(ValueError, match=f"M <= {MMA_MAX_M}"):
         mma_gemv(a.data, a.scale, b.data, b.scale, fp4=False)
-    assert not mma_gemv_ok(a.data, b.data, b.scale)
     a1 = FP8.quantize(torch.randn(1, 128), "group", 128)
     with pytest.raises(ValueError, match="RT in"):
         mma_gemv(a1.data, a1.scale, b.data, b.scale, fp4=False, config=(3, 1))
+    # which operands the dispatch may send it (on the GPU tier: real CUDA tensors)
+    from lowbit.ops.fp8_gemm import triton_mma as tm
+
+    monkeypatch.setattr(tm, "INTERPRET_DISPATCH", True)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    bd, bs = b.data.to(dev), b.scale.to(dev)
+    assert mma_gemv_ok(a1.data.to(dev), bd, bs)
+    assert not mma_gemv_ok(a.data.to(dev), bd, bs)  # too many rows
     # an activation view 1 byte into its storage cannot be read as aligned int32 words
-    buf = torch.empty(129, dtype=torch.uint8).view(torch.float8_e4m3fn)
-    assert not mma_gemv_ok(buf[1:].view(1, 128), b.data, b.scale)
+    buf = torch.empty(129, dtype=torch.uint8, device=dev).view(torch.float8_e4m3fn)
+    assert not mma_gemv_ok(buf[1:].view(1, 128), bd, bs)
 
 
 @pytest.mark.parametrize("op", ["fp8", "fp4"])
@@ -112,6 +119,7 @@ def test_gemm_dispatch_uses_mma_gemv_at_decode_sizes(backend, op, monkeypatch):
 
     calls = []
     real = tm.mma_gemv
+    monkeypatch.setattr(tm, "INTERPRET_DISPATCH", True)  # (live on a GPU anyway)
     monkeypatch.setattr(tm, "mma_gemv", lambda *args, **kw: calls.append(args[0].shape[0]) or real(*args, **kw))
     dev = backend.device
     bound = fp8_triton.MMA_GEMV_MAX_M_FP8 if op == "fp8" else fp8_triton.MMA_GEMV_MAX_M_FP4

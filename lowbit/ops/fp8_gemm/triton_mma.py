@@ -517,15 +517,24 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     return c
 
 
+#: Whether the public fp8_gemm / fp4_gemm dispatch to :func:`mma_gemv` under the interpreter.
+#: Off: the interpreter emulates every MMA lane by lane (milliseconds per MMA), and the tiny
+#: model's interpreter self-test (tests/models/test_tiny.py), whose Linear layers run at decode
+#: sizes, took 254 s instead of seconds with it on. tests/ops/test_mma_gemv.py calls the kernel
+#: directly and turns this on to test the dispatch; on a GPU the dispatch is always live.
+INTERPRET_DISPATCH = False
+
+
 def mma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bool:
-    """Whether :func:`mma_gemv` can take these operands: M <= 16, the int32 views aligned, and on
-    CUDA a GPU with E4M3 ``mma.sync`` (sm_89+); always under the interpreter."""
+    """Whether :func:`mma_gemv` can take these operands: 1 <= M <= MMA_MAX_M, the int32 views
+    aligned, and on CUDA a GPU with E4M3 ``mma.sync`` (sm_89+); under the interpreter only when
+    ``INTERPRET_DISPATCH`` is set."""
     if a.shape[0] > MMA_MAX_M or a.shape[0] == 0:
         return False
     if any(t.data_ptr() % 16 for t in (a, b, b_s)):
         return False
     if interpret_mode():
-        return True
+        return INTERPRET_DISPATCH
     return a.is_cuda and _has_e4m3_mma(a.device.index if a.device.index is not None else torch.cuda.current_device())
 
 
