@@ -46,13 +46,18 @@ def _sass(kernel) -> str:
     return ""
 
 
-def _report(name: str, m: int, launch, jit_fns, need_wgmma: bool) -> bool:
+def _compiled_by(launch, jit_fns) -> list:
+    """The kernels of ``jit_fns`` that ``launch()`` compiled (all cached ones if it compiled none)."""
     dev = torch.cuda.current_device()
     before = {id(k) for fn in jit_fns for k in fn.device_caches[dev][0].values()}
     launch()
     torch.cuda.synchronize()
     compiled = [k for fn in jit_fns for k in fn.device_caches[dev][0].values() if id(k) not in before]
-    compiled = compiled or [k for fn in jit_fns for k in fn.device_caches[dev][0].values()]
+    return compiled or [k for fn in jit_fns for k in fn.device_caches[dev][0].values()]
+
+
+def _report(name: str, m: int, launch, jit_fns, need_wgmma: bool) -> bool:
+    compiled = _compiled_by(launch, jit_fns)
     ptx = "\n".join(k.asm.get("ptx", "") for k in compiled)
     sass = "\n".join(_sass(k) for k in compiled)
     wgmma = sorted(set(re.findall(r"wgmma\.mma_async[\w.]*e4m3[\w.]*", ptx)))
@@ -82,12 +87,7 @@ def _report_gemv(name: str, m: int, launch) -> bool:
     runs fp16 ``HMMA.16816``; check both are there."""
     from lowbit.ops.fp8_gemm import triton_mma
 
-    fn = triton_mma._mma_gemv_kernel
-    dev = torch.cuda.current_device()
-    before = {id(k) for k in fn.device_caches[dev][0].values()}
-    launch()
-    torch.cuda.synchronize()
-    compiled = [k for k in fn.device_caches[dev][0].values() if id(k) not in before] or list(fn.device_caches[dev][0].values())
+    compiled = _compiled_by(launch, [triton_mma._mma_gemv_kernel])
     ptx = "\n".join(k.asm.get("ptx", "") for k in compiled)
     sass = "\n".join(_sass(k) for k in compiled)
     n_cvt = len(re.findall(r"cvt\.rn\.f16x2\.e4m3x2", ptx))

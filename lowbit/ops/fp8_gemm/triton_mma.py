@@ -204,12 +204,6 @@ def _fp8_words(b_ptr, row, kb, t, m, KW, NT: tl.constexpr):
 
 
 @triton.jit
-def _x_words_fp8(a_ptr, col, kb, t, m, AW, NT: tl.constexpr):
-    """B fragments of the 4 MMAs of block kb for activation row ``col``, FP8 ordering."""
-    return _fp8_words(a_ptr, col, kb, t, m, AW, NT)
-
-
-@triton.jit
 def _x_words_fp4(a_ptr, col, kb, t, m, AW, NT: tl.constexpr):
     """Raw activation words of the 4 MMAs of block kb for activation row ``col``, FP4 ordering:
     MMA s reads bytes ``32 s + 8 t .. + 7`` (words 2 s, 2 s + 1 of the result)."""
@@ -344,19 +338,10 @@ def _replace(tup, i: tl.constexpr, v):
 
 @triton.jit
 def _zeros(z, N: tl.constexpr):
-    """The tuple (z, ..., z) of length N."""
+    """The tuple (z, ..., z) of length N (z a tensor or a tuple of them)."""
     res = ()
     for _ in tl.static_range(N):
         res = res + (z,)
-    return res
-
-
-@triton.jit
-def _zero_tiles(z, N: tl.constexpr):
-    """N accumulator tiles, each the (c0, c1, c2, c3) of one MMA tile, all zero."""
-    res = ()
-    for _ in tl.static_range(N):
-        res = res + ((z, z, z, z),)
     return res
 
 
@@ -390,7 +375,7 @@ def _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, kb, r_base, g, t, M, N, KB: tl.con
         if FP4:
             xs = xs + (_x_words_fp4(a_ptr, xr, kb, t, m_k & (xr < M), AW, NT),)
         else:
-            xs = xs + (_x_words_fp8(a_ptr, xr, kb, t, m_k & (xr < M), AW, NT),)
+            xs = xs + (_fp8_words(a_ptr, xr, kb, t, m_k & (xr < M), AW, NT),)  # same byte order as the weight
         sa = sa + ((_load_scale(as_ptr + ca * KB + kb, m_k & (ca < M), AS_E8M0),
                     _load_scale(as_ptr + (ca + 1) * KB + kb, m_k & (ca + 1 < M), AS_E8M0)),)
     return wq, ws, xs, sa
@@ -450,7 +435,7 @@ def _mma_gemv_kernel(
         KW: tl.constexpr = K // 4
     r_base = i_p * (16 * RT) + g  # row g of tile rt: r_base + 16 rt (row g + 8: + 8)
     z = tl.zeros([NT], dtype=tl.float32)
-    acc = _zero_tiles(z, RT * NCT)
+    acc = _zeros((z, z, z, z), RT * NCT)  # one (c0, c1, c2, c3) per (rt, ct)
     zi = tl.zeros([NT], dtype=tl.int32)
     nan_rows = _zeros(zi, 2 * RT)  # per (row tile rt, row half h) at 2 rt + h: a 255 scale byte seen
     blk = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, warp, r_base, g, t, M, N, KB, KW, AW, FP4, AS_E8M0, BS_E8M0,
