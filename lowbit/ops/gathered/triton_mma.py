@@ -1,0 +1,335 @@
+"""NVFP4 ``gathered_dot`` / ``gathered_bias`` on the tensor cores (bf16 ``mma.sync``).
+
+Why: the CUDA-core kernel (``triton.py``) decodes every E2M1 code to fp32 and spends an FMA on it;
+past a few hundred gathered rows that arithmetic, not the bytes, sets its time (K4096 B256 T64
+ran at 5x its byte floor). Here the decoded codes go to an ``mma.sync.m16n8k16`` bf16 MMA whose A
+operand is 16 gathered rows and whose B column 0 is the batch row's ``x`` (the other 7 columns are
+zero: one ``x`` per batch row), so the dot costs one MMA per 256 weight elements and the decode is
+a few integer ops per pair of codes.
+
+Exact decode to bf16, scale included (``_a_bits`` + the ``mul.rn.bf16x2`` in ``_MMA_PTX``):
+
+* An E2M1 code ``s e1 e0 m`` with its magnitude bits placed at bf16 bits 8..6 and its sign at bit
+  15 is a bf16 number equal to the code's value times 2^-126 (bf16 subnormal for e = 0, normal
+  otherwise). Codes ``i`` and ``i + 4`` of a 32-bit word land in the two halves of one bf16x2
+  register with the same shifts, so a register costs two shifts and two masks.
+* The row's E4M3 group scale ``s`` (decoded by the hardware convert) is turned into the bf16
+  ``s * 2^119`` (exact: 4 significant bits, below the bf16 maximum), and one ``mul.rn.bf16x2``
+  gives ``e2m1 * s * 2^-7``: at most 5 significant bits, between 2^-17 and 21, so exact in bf16.
+  Because the scale is applied to A, MMAs may mix scale groups and the whole row chains in one
+  accumulator; the 2^7 and the global scale multiply the final dot.
+
+The k order inside an MMA is free (A and B only have to agree). Lane ``L = 4 g + t`` of a warp
+takes, for each row it holds (g and g + 8 of the 16-row tile), the 16-byte segment ``4 c + t`` of
+K chunk c (128 elements: segment ``4 c + t`` is elements ``32 (4 c + t) .. + 31``), i.e. one
+16-byte load per row, coalesced across the four lanes of a row. Word j of a segment holds elements
+``8 j .. 8 j + 7`` (element 2u in the low nibble of byte u); its register i holds elements
+``8 j + i`` and ``8 j + i + 4``. MMA ``2 j + h`` of a chunk uses the lane's registers ``2 h`` and
+``2 h + 1`` of word j for both rows (A fragments ``a0 / a2`` = row g, ``a1 / a3`` = row g + 8), and
+B column 0 (held by lanes g = 0) the matching pairs of ``x``, re-paired from its natural order by
+one ``prmt`` per register. Fragment layout of ``m16n8k16`` (PTX ISA): ``a0 = (row g, k 2t, 2t+1)``,
+``a1 = (row g + 8, ..)``, ``a2 = (row g, k 2t+8, 2t+9)``, ``a3 = (row g + 8, ..)``; ``b0 = (k 2t,
+2t+1, column g)``, ``b1 = (k 2t+8, 2t+9, ..)``; ``c0 = (row g, column 2t)``, ``c2 = (row g + 8,
+column 2t)``; column 0 of the result is c0 / c2 of the lanes with t = 0.
+
+A program owns one batch row and ``16 RT`` of its T indices; its W warps split the K chunks
+(chunk ``warp + W i``), loading chunk i + 1 before running chunk i (a register double buffer); the
+warps' sums are added at the end and scattered (``gathered_bias``) or stored (``gathered_dot``)
+in the same launch. Data of lane L of warp w sit in element ``32 w + L`` of ``[32 W]`` tensors
+(as in ``fp8_gemm/triton_mma.py``); under the interpreter the PTX is emulated with tensor
+arithmetic. Measured numbers: docs/gathered.md, "tensor-core kernel".
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from lowbit._backend import interpret_mode
+from lowbit.ops._lanes import split4 as _split4
+from lowbit.ops.gathered.triton import _cast, _fp8_data
+
+
+def _i32(v: int) -> int:
+    """A 32-bit pattern as the signed int32 Triton's constants must be."""
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
+_MAG = tl.constexpr(0x01C001C0)  # bf16 bits 8..6 of both halves: an E2M1 magnitude, placed
+_SIGN = tl.constexpr(_i32(0x80008000))  # bf16 sign bits of both halves
+_HI16 = tl.constexpr(_i32(0xFFFF0000))
+_SCALE_BIAS = tl.constexpr(2.0**119)  # the scale's factor; with the decode's 2^-126: 2^-7
+_UNDO_SCALE = tl.constexpr(128.0)  # 2^7, put back on the final dot
+
+# One bf16 MMA with the scale multiplication of its A operand: A = bits * scale (per row: $6 for
+# row g, $7 for row g + 8), exact (see the module docstring). Only column 0 of the result is used,
+# so the columns 2t + 1 (c1, c3) start at zero and are dropped.
+_MMA_PTX = tl.constexpr("""
+{
+.reg .b32 a0, a1, a2, a3;
+.reg .f32 z1, z3, d1, d3;
+mov.f32 z1, 0f00000000;
+mov.f32 z3, 0f00000000;
+mul.rn.bf16x2 a0, $2, $6;
+mul.rn.bf16x2 a1, $3, $7;
+mul.rn.bf16x2 a2, $4, $6;
+mul.rn.bf16x2 a3, $5, $7;
+mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {$0, d1, $1, d3}, {a0, a1, a2, a3}, {$8, $9}, {$10, z1, $11, z3};
+}
+""")
+
+
+@triton.jit
+def _bf16_pair(r):
+    """An int32 holding two bf16 (low half first) -> their fp32 values (exact, subnormals kept)."""
+    lo = (r << 16).to(tl.float32, bitcast=True)
+    hi = (r & _HI16).to(tl.float32, bitcast=True)
+    return lo, hi
+
+
+@triton.jit
+def _scaled_mma(a0, a1, a2, a3, s0, s1, b0, b1, c0, c2, NT: tl.constexpr, INTERPRET: tl.constexpr):
+    """(c0, c2) + column 0 of (A * scales) B for one warp-wide m16n8k16 bf16 MMA; every operand a
+    per-lane int32 [NT] (bf16x2 bits), layouts in the module docstring."""
+    if INTERPRET:
+        W: tl.constexpr = NT // 32
+        R: tl.constexpr = [NT // 32, 8, 1, 4]  # A taps [W, 8 (g), 1, 4 (t)]
+        Q: tl.constexpr = [NT // 32, 1, 8, 4]  # B taps [W, 1, 8 (n), 4 (t)]
+        s0l, s0h = _bf16_pair(s0)
+        s1l, s1h = _bf16_pair(s1)
+        a0l, a0h = _bf16_pair(a0)
+        a1l, a1h = _bf16_pair(a1)
+        a2l, a2h = _bf16_pair(a2)
+        a3l, a3h = _bf16_pair(a3)
+        b0l, b0h = _bf16_pair(b0)
+        b1l, b1h = _bf16_pair(b1)
+        bq0l = tl.reshape(b0l, Q)
+        bq0h = tl.reshape(b0h, Q)
+        bq1l = tl.reshape(b1l, Q)
+        bq1h = tl.reshape(b1h, Q)
+        top = tl.sum(tl.reshape(a0l * s0l, R) * bq0l + tl.reshape(a0h * s0h, R) * bq0h
+                     + tl.reshape(a2l * s0l, R) * bq1l + tl.reshape(a2h * s0h, R) * bq1h, 3)
+        bot = tl.sum(tl.reshape(a1l * s1l, R) * bq0l + tl.reshape(a1h * s1h, R) * bq0h
+                     + tl.reshape(a3l * s1l, R) * bq1l + tl.reshape(a3h * s1h, R) * bq1h, 3)
+        t0, _ = tl.split(tl.reshape(top, [W, 8, 4, 2]))  # column 2t of row g
+        u0, _ = tl.split(tl.reshape(bot, [W, 8, 4, 2]))
+        return c0 + tl.reshape(t0, [NT]), c2 + tl.reshape(u0, [NT])
+    else:
+        return tl.inline_asm_elementwise(_MMA_PTX, "=f,=f,r,r,r,r,r,r,r,r,0,1",
+                                         [a0, a1, a2, a3, s0, s1, b0, b1, c0, c2],
+                                         dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+
+
+@triton.jit
+def _a_bits(w, i: tl.constexpr):
+    """bf16x2 bits (x 2^-126) of codes i (low half) and i + 4 (high half) of the word ``w``."""
+    if i == 0:
+        r = ((w << 6) & _MAG) | ((w << 12) & _SIGN)
+    elif i == 1:
+        r = ((w << 2) & _MAG) | ((w << 8) & _SIGN)
+    elif i == 2:
+        r = ((w >> 2) & _MAG) | ((w << 4) & _SIGN)
+    else:
+        r = ((w >> 6) & _MAG) | (w & _SIGN)
+    return r
+
+
+@triton.jit
+def _prmt(a, b, SEL: tl.constexpr, INTERPRET: tl.constexpr):
+    """``prmt.b32`` with selector 0x5410 (low halves of a, b) or 0x7632 (high halves)."""
+    if INTERPRET:
+        if SEL == 0x5410:
+            r = (a & 0xFFFF) | (b << 16)
+        else:
+            r = ((a >> 16) & 0xFFFF) | (b & _HI16)
+    else:
+        if SEL == 0x5410:
+            r = tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, 0x5410;", "=r,r,r", [a, b], dtype=tl.int32,
+                                          is_pure=True, pack=1)
+        else:
+            r = tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, 0x7632;", "=r,r,r", [a, b], dtype=tl.int32,
+                                          is_pure=True, pack=1)
+    return r
+
+
+@triton.jit
+def _scale_pair(byte):
+    """E4M3 scale bytes (int32 0..255) -> bf16x2 bits of ``s * 2^119`` in both halves (NaN for the
+    NaN codes). s * 2^119 has at most 4 significant bits, so its fp32 bits end in 16 zeros."""
+    f = (_fp8_data(byte.to(tl.uint8)) * _SCALE_BIAS).to(tl.int32, bitcast=True)
+    return f | ((f >> 16) & 0xFFFF)
+
+
+@triton.jit
+def _load_rows(p_w, p_s, row, seg, m, s_wn, s_sn, NT: tl.constexpr):
+    """One row's segment ``seg`` (int32 words, 4 of them) and its two scales (bf16x2 pairs)."""
+    o_4 = tl.arange(0, 4)[None, :]
+    w0, w1, w2, w3 = _split4(tl.load(p_w + (row * s_wn + seg * 4)[:, None] + o_4, mask=m[:, None], other=0), NT)
+    sv = tl.load(p_s + row * s_sn + seg, mask=m, other=0).to(tl.int32)  # int16: groups 2 seg, 2 seg + 1
+    return (w0, w1, w2, w3), (_scale_pair(sv & 0xFF), _scale_pair((sv >> 8) & 0xFF))
+
+
+@triton.jit
+def _load_chunk(p_x, p_w, p_s, rows, m_rows, i_b, c, g, t, s_xb, s_wn, s_sn, NSEG: tl.constexpr,
+                RT: tl.constexpr, NT: tl.constexpr):
+    """Every load of chunk c (per lane): the 2 RT rows' segment ``4 c + t`` and scales, and (lanes
+    with g = 0) x's 16 words of the segment."""
+    seg = 4 * c + t
+    m_s = seg < NSEG
+    wq = ()
+    for h in tl.static_range(2 * RT):
+        wq = wq + (_load_rows(p_w, p_s, rows[h], seg, m_s & m_rows[h], s_wn, s_sn, NT),)
+    o_4 = tl.arange(0, 4)[None, :]
+    m_x = (m_s & (g == 0))[:, None]
+    base = (i_b * s_xb + seg * 16)[:, None] + o_4
+    xs = ()
+    for j in tl.static_range(4):
+        xs = xs + (_split4(tl.load(p_x + base + 4 * j, mask=m_x, other=0), NT),)
+    return wq, xs
+
+
+@triton.jit
+def _compute_chunk(acc, blk, RT: tl.constexpr, NT: tl.constexpr, INTERPRET: tl.constexpr):
+    """acc[rt] = (c0, c2) += the 8 MMAs of one loaded chunk for each row tile."""
+    wq, xs = blk
+    for j in tl.static_range(4):
+        x0, x1, x2, x3 = xs[j]  # x elements (8j, 8j+1), (8j+2, 8j+3), ... of the segment
+        b0 = _prmt(x0, x2, 0x5410, INTERPRET)  # elements 8j, 8j + 4
+        b1 = _prmt(x0, x2, 0x7632, INTERPRET)  # 8j + 1, 8j + 5
+        b2 = _prmt(x1, x3, 0x5410, INTERPRET)
+        b3 = _prmt(x1, x3, 0x7632, INTERPRET)
+        res = ()
+        for rt in tl.static_range(RT):
+            wg, sg = wq[2 * rt]
+            w8, s8 = wq[2 * rt + 1]
+            sc_g = sg[j // 2]  # words 0, 1: group 2 seg; words 2, 3: group 2 seg + 1
+            sc_8 = s8[j // 2]
+            c0, c2 = acc[rt]
+            c0, c2 = _scaled_mma(_a_bits(wg[j], 0), _a_bits(w8[j], 0), _a_bits(wg[j], 1), _a_bits(w8[j], 1),
+                                 sc_g, sc_8, b0, b1, c0, c2, NT, INTERPRET)
+            c0, c2 = _scaled_mma(_a_bits(wg[j], 2), _a_bits(w8[j], 2), _a_bits(wg[j], 3), _a_bits(w8[j], 3),
+                                 sc_g, sc_8, b2, b3, c0, c2, NT, INTERPRET)
+            res = res + ((c0, c2),)
+        acc = res
+    return acc
+
+
+@triton.jit
+def _zeros(z, N: tl.constexpr):
+    res = ()
+    for _ in tl.static_range(N):
+        res = res + (z,)
+    return res
+
+
+@triton.jit(do_not_specialize=["T", "V"])
+def _gathered_mma_kernel(
+    p_x, p_w, p_s, p_gs, p_idx, p_val, p_out, T, V, alpha,
+    s_xb, s_wn, s_sn, s_ib, s_it, s_vb, s_vt, s_ob, s_ot,
+    K: tl.constexpr, BIAS: tl.constexpr, RT: tl.constexpr, W: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """Program (b, tile): batch row b, indices ``16 RT tile .. + 16 RT`` of T. ``p_x``: int32 view
+    of bf16 x [B, K] (s_xb in words); ``p_w``: int32 view of the packed rows [V, K/2] (s_wn in
+    words); ``p_s``: int16 view of the E4M3 scales [V, K/16] (s_sn in int16); ``p_gs``: the fp32
+    global scale. BIAS: scatter ``values + alpha * dot`` into logits (``p_out``) at the indices;
+    else store the dots (NaN for an index outside [0, V)) to out[b, t]."""
+    NT: tl.constexpr = 32 * W
+    NSEG: tl.constexpr = K // 32  # 16-byte segments a row
+    NCH: tl.constexpr = (NSEG + 3) // 4  # 128-element chunks a row
+    i_b = tl.program_id(0).to(tl.int64)
+    i_t = tl.program_id(1)
+    o_e = tl.arange(0, NT)
+    warp = o_e // 32
+    lane = o_e % 32
+    g = lane // 4
+    t = lane % 4
+    rows = ()
+    m_rows = ()
+    for h in tl.static_range(2 * RT):  # h = 2 rt + (0: row g, 1: row g + 8)
+        tr = i_t * (16 * RT) + 16 * (h // 2) + 8 * (h % 2) + g
+        idx = tl.load(p_idx + i_b * s_ib + tr * s_it, mask=tr < T, other=-1).to(tl.int64)
+        ok = (tr < T) & (idx >= 0) & (idx < V)  # an out-of-range index reads nothing
+        rows = rows + (tl.where(ok, idx, 0),)
+        m_rows = m_rows + (ok,)
+    z = tl.zeros([NT], dtype=tl.float32)
+    acc = _zeros((z, z), RT)
+    blk = _load_chunk(p_x, p_w, p_s, rows, m_rows, i_b, warp, g, t, s_xb, s_wn, s_sn, NSEG, RT, NT)
+    for it in range(0, tl.cdiv(NCH, W)):
+        nxt = _load_chunk(p_x, p_w, p_s, rows, m_rows, i_b, (it + 1) * W + warp, g, t, s_xb, s_wn, s_sn, NSEG,
+                          RT, NT)
+        acc = _compute_chunk(acc, blk, RT, NT, INTERPRET)
+        blk = nxt
+    # the warps' sums -> one lane set; column 0 sits in the lanes with t = 0
+    o_l = tl.arange(0, 32)
+    gs = tl.load(p_gs) * _UNDO_SCALE
+    for h in tl.static_range(2 * RT):
+        c = acc[h // 2][h % 2]
+        dot = tl.sum(tl.reshape(c, [W, 32]), axis=0) * gs
+        tr = i_t * (16 * RT) + 16 * (h // 2) + 8 * (h % 2) + o_l // 4
+        m_t = (tr < T) & (o_l % 4 == 0)
+        idx = tl.load(p_idx + i_b * s_ib + tr * s_it, mask=m_t, other=-1).to(tl.int64)
+        ok = m_t & (idx >= 0) & (idx < V)
+        if BIAS:
+            b_v = tl.load(p_val + i_b * s_vb + tr * s_vt, mask=ok, other=0).to(tl.float32)
+            res = b_v + alpha * dot
+            tl.store(p_out + i_b * s_ob + idx * s_ot, _cast(res, p_out.dtype.element_ty, INTERPRET), mask=ok)
+        else:
+            tl.store(p_out + i_b * s_ob + tr * s_ot, tl.where(ok, dot, float("nan")), mask=m_t)
+
+
+def pick_config(b: int, t: int, k: int) -> tuple[int, int]:
+    """(RT row tiles a program, W warps splitting K). Placeholder rule until the H200 sweep: one
+    row tile, about four chunks a warp."""
+    nch = -(-k // 128)
+    w = 8 if nch >= 32 else 4 if nch >= 16 else 2 if nch >= 4 else 1
+    return 1, w
+
+
+#: Whether the public ops dispatch to this kernel under the interpreter (tests turn it on; the
+#: lane-by-lane MMA emulation is slow, so the other interpreter tests keep the CUDA-core kernel).
+INTERPRET_DISPATCH = False
+
+
+def usable(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, k: int) -> bool:
+    """Whether this kernel takes the operands: bf16 x, K % 32 == 0, contiguous rows of x / the
+    packed data / the scales with 16-byte (data, x) and 2-byte (scales) aligned rows, and a GPU
+    with ``mul.rn.bf16x2`` (sm_90), or the interpreter with ``INTERPRET_DISPATCH``."""
+    if x.dtype != torch.bfloat16 or k % 32 or k == 0:
+        return False
+    if x.stride(1) != 1 or data.stride(1) != 1 or scale.stride(1) != 1:
+        return False
+    if x.stride(0) % 8 or data.stride(0) % 16 or scale.stride(0) % 2:
+        return False
+    if x.data_ptr() % 16 or data.data_ptr() % 16 or scale.data_ptr() % 2:
+        return False
+    if interpret_mode():
+        return INTERPRET_DISPATCH
+    return x.is_cuda and _has_bf16_mul(x.device.index if x.device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _has_bf16_mul(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) >= (9, 0)
+
+
+def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, config=None) -> None:
+    """Run the kernel (operands as :func:`usable` accepts them). ``out``: fp32 [B, T] dots, or
+    (``bias``) the logits that receive ``values + alpha * dot`` at the indices."""
+    b, t = index.shape
+    if b == 0 or t == 0:
+        return
+    rt, w = config if config is not None else pick_config(b, t, k)
+    x32 = x.view(torch.int32)
+    w32 = data.view(torch.int32)
+    s16 = scale.view(torch.int16)
+    p_val = values if bias else out
+    s_vb, s_vt = (values.stride(0), values.stride(1)) if bias else (0, 0)
+    grid = (b, triton.cdiv(t, 16 * rt))
+    _gathered_mma_kernel[grid](
+        x32, w32, s16, global_scale, index, p_val, out, t, data.shape[0], float(alpha),
+        x32.stride(0), w32.stride(0), s16.stride(0), index.stride(0), index.stride(1), s_vb, s_vt,
+        out.stride(0), out.stride(1),
+        K=k, BIAS=bias, RT=rt, W=w, INTERPRET=interpret_mode(), num_warps=w, num_stages=1,
+    )

@@ -1,0 +1,99 @@
+"""Sweep the tensor-core NVFP4 gathered kernel (``lowbit/ops/gathered/triton_mma.py``) against the
+CUDA-core kernel on the benchmark's shapes (V = 131072, K in {256, 1024, 4096}, B in {1, 16, 64,
+256}, T in {8, 32, 64}), all in the same run, as ``lowbit/bench/gathered.py`` times them
+(``gathered_bias``, CUDA-graph replay over rotating inputs; floor = max(one launch, bytes / copy
+bandwidth)). Each config's logits are checked against the CUDA-core kernel's first.
+
+    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2,1x4,...] [--quick]
+
+Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
+default MMA config, the best MMA config, and each against the floor.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+
+import torch
+
+from lowbit.bench.gathered import FULL, QUICK, V
+from lowbit.bench.timing import copy_bandwidth_gbps, time_us
+from lowbit.formats import NVFP4
+from lowbit.ops.gathered import triton as cuda_core
+from lowbit.ops.gathered import triton_mma
+
+
+def arg(name, default):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def main():
+    out_dir = os.environ.get("OUT", ".")
+    rep = int(arg("--rep", "40"))
+    configs = [tuple(int(v) for v in c.split("x")) for c in arg("--configs", "1x1,1x2,1x4,1x8,1x16,2x1,2x2,2x4,2x8").split(",")]
+    shapes = QUICK if "--quick" in sys.argv else FULL
+    dev = "cuda"
+    bw = copy_bandwidth_gbps()
+    one = torch.zeros(1, device=dev)
+    launch_us = time_us(lambda: one.add_(1.0), graph=True)
+    print(f"copy {bw:.0f} GB/s, one launch {launch_us:.2f} us", flush=True)
+    rows = []
+    for k in sorted({s[0] for s in shapes}):
+        w = NVFP4.quantize(torch.randn(V, k, device=dev) * 0.02)
+        data, scale, gsc = w.packed, w.scale.view(torch.uint8), w.global_scale
+        for _, b, t in [s for s in shapes if s[0] == k]:
+            inputs = [(torch.randn(b, k, device=dev, dtype=torch.bfloat16), torch.randn(b, t, device=dev),
+                       torch.randint(0, V, (b, t), device=dev)) for _ in range(8)]
+            logits = torch.full((b, V), float("-inf"), device=dev, dtype=torch.bfloat16)
+            nbytes = b * t * (k // 2 + k // 16) + b * k * 2 + b * t * (4 + 8) + b * t * 2
+            floor = max(launch_us, nbytes / (bw * 1e3))
+
+            def run(cfg, it):
+                x, values, idx = next(it)
+                if cfg is None:
+                    cuda_core.gathered_bias(x, 2, data, scale, gsc, values, idx, logits, 1.0, k, 4, 16,
+                                            config=cuda_core.dot_config(b, t))
+                else:
+                    triton_mma.launch(x, data, scale, gsc, idx, k, logits, values, 1.0, True, cfg)
+
+            # correctness first: every config's written logits equal the CUDA-core kernel's (within bf16)
+            x, values, idx = inputs[0]
+            logits.fill_(float("-inf"))
+            run(None, iter([inputs[0]]))
+            ref = logits.gather(1, idx).float()
+            res = {"K": k, "B": b, "T": t, "floor_us": floor, "bytes": nbytes, "mma": {}}
+            for cfg in configs:
+                logits.fill_(float("-inf"))
+                run(cfg, iter([inputs[0]]))
+                got = logits.gather(1, idx).float()
+                err = ((got - ref).abs() / (ref.abs() + 1e-2)).max().item()
+                if not err < 2e-2:
+                    print(f"  MISMATCH K{k} B{b} T{t} cfg {cfg}: rel err {err}", flush=True)
+                    res["mma"][f"{cfg[0]}x{cfg[1]}"] = None
+                    continue
+                res["mma"][f"{cfg[0]}x{cfg[1]}"] = time_us(lambda c=cfg, it=itertools.cycle(inputs): run(c, it),
+                                                            graph=True, rep=rep)
+            res["cuda_core_us"] = time_us(lambda it=itertools.cycle(inputs): run(None, it), graph=True, rep=rep)
+            dflt = triton_mma.pick_config(b, t, k)
+            res["default"] = f"{dflt[0]}x{dflt[1]}"
+            if res["default"] not in res["mma"]:
+                res["mma"][res["default"]] = time_us(lambda it=itertools.cycle(inputs): run(dflt, it), graph=True,
+                                                     rep=rep)
+            timed = {c: v for c, v in res["mma"].items() if v is not None}
+            best = min(timed, key=timed.get)
+            res["best"] = best
+            print(f"K{k:5d} B{b:4d} T{t:3d}  floor {floor:6.2f}  cuda-core {res['cuda_core_us']:7.2f} "
+                  f"({res['cuda_core_us'] / floor:4.2f}x)  mma {res['default']} {res['mma'][res['default']]:7.2f} "
+                  f"({res['mma'][res['default']] / floor:4.2f}x)  best {best} {timed[best]:7.2f} "
+                  f"({timed[best] / floor:4.2f}x)", flush=True)
+            rows.append(res)
+        del w, data, scale
+        torch.cuda.empty_cache()
+    with open(os.path.join(out_dir, "gathered_mma_sweep.json"), "w") as f:
+        json.dump({"copy_gbps": bw, "launch_us": launch_us, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

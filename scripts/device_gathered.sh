@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# One GPU call for the NVFP4 gathered tensor-core kernel: its cuda tests, the sweep against the
+# CUDA-core kernel, then the whole cuda tier and the SASS check. Results under $OUT.
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
+timeout 200 python3 -m pytest tests/ops/test_gathered.py tests/ops/test_gathered_mma.py tests/nn/test_markov.py \
+  -m cuda -q -p no:cacheprovider -x > "$OUT/pytest_gathered.log" 2>&1; tail -5 "$OUT/pytest_gathered.log"
+timeout 260 python3 scripts/bench_gathered_mma.py "$@" > "$OUT/sweep.log" 2>&1; cat "$OUT/sweep.log"
+if [ -z "${SKIP_FULL:-}" ]; then
+  timeout 240 python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=300 -n 8 > "$OUT/pytest_cuda.log" 2>&1
+  tail -15 "$OUT/pytest_cuda.log"
+  timeout 60 python3 scripts/check_sass.py > "$OUT/sass.txt" 2>&1; tail -3 "$OUT/sass.txt"
+fi

@@ -1,0 +1,135 @@
+"""The tensor-core NVFP4 gathered kernel (``gathered/triton_mma.py``) behind gathered_dot /
+gathered_bias for bf16 x, against an fp64 reference of the dequantized rows (interpreter and
+cuda tiers; the public ops' other tests in test_gathered.py run through it on the GPU too).
+
+Tolerance: the decoded, scaled weights are exact in bf16 and the products exact in fp32, so the
+only error is the fp32 accumulation order (tensor-core accumulation included): 1e-5 relative."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lowbit.formats import NVFP4
+from lowbit.ops import gathered_bias, gathered_dot
+from lowbit.ops.gathered import triton_mma
+from tests._helpers import poisoned
+
+NEEDS_TRITON = "triton_mma is a Triton kernel (inline PTX on the GPU, emulated under the interpreter): no reference tier"
+
+
+@pytest.fixture
+def mma_backend(backend, monkeypatch):
+    if not backend.is_triton:
+        pytest.skip(NEEDS_TRITON)
+    monkeypatch.setattr(triton_mma, "INTERPRET_DISPATCH", True)
+    return backend
+
+
+def _ref(x, w: NVFP4, index):
+    rows = w.dequantize(torch.float32).double()[index.long().clamp(0, w.packed.shape[0] - 1).cpu()]
+    return torch.einsum("btk,bk->bt", rows, x.double().cpu())
+
+
+def _launch_dot(backend, x, w, index, cfg):
+    dev = backend.device
+    out = poisoned(tuple(index.shape), torch.float32, dev)
+    with backend.active():
+        triton_mma.launch(x.to(dev), w.packed.to(dev), w.scale.view(torch.uint8).to(dev), w.global_scale.to(dev),
+                          index.to(dev), w.packed.shape[1] * 2, out, None, 1.0, False, cfg)
+    return out.cpu()
+
+
+# (V, K, B, T, (RT, W)): a partial chunk (K = 96, 160), chunks not a multiple of W, T below /
+# above one 16-row tile and not a multiple of it, two row tiles, B > 1
+CASES = [(37, 64, 2, 5, (1, 1)), (50, 256, 3, 20, (2, 2)), (40, 160, 1, 17, (1, 4)), (29, 96, 2, 33, (2, 1)),
+         (64, 512, 1, 8, (1, 2))]
+
+
+@pytest.mark.parametrize("v,k,b,t,cfg", CASES)
+def test_mma_dot_vs_fp64(mma_backend, v, k, b, t, cfg):
+    w = NVFP4.quantize(torch.randn(v, k) * torch.logspace(-2, 2, k))  # group scales far apart along a row
+    x = torch.randn(b, k).to(torch.bfloat16)
+    idx = torch.randint(0, v, (b, t))
+    out = _launch_dot(mma_backend, x, w, idx, cfg)
+    torch.testing.assert_close(out.double(), _ref(x, w, idx), rtol=1e-5, atol=1e-5)
+
+
+def test_mma_bad_index_is_nan(mma_backend):
+    w = NVFP4.quantize(torch.randn(20, 64))
+    x = torch.randn(1, 64).to(torch.bfloat16)
+    idx = torch.tensor([[3, -1, 20, 7]])
+    out = _launch_dot(mma_backend, x, w, idx, (1, 1))
+    assert torch.isnan(out[0, 1:3]).all()
+    torch.testing.assert_close(out[0, [0, 3]].double(), _ref(x, w, idx)[0, [0, 3]], rtol=1e-5, atol=1e-5)
+
+
+def test_mma_every_code_and_scale(mma_backend):
+    """Every packed byte (all 16 x 16 code pairs) under subnormal, small, large, negative and NaN
+    E4M3 scales: the decode (bf16 subnormal trick times the scale) is exact, NaN scales give NaN."""
+    k = 512  # 256 bytes a row: every byte value once
+    scale_bytes = [0x01, 0x07, 0x08, 0x38, 0x7E, 0xB8, 0x7F]  # 2^-9, 7*2^-9, 2^-6, 1, 448, -1, NaN
+    packed = torch.arange(256, dtype=torch.uint8).repeat(len(scale_bytes), 1)
+    scale = torch.tensor(scale_bytes, dtype=torch.uint8)[:, None].repeat(1, k // 16).view(torch.float8_e4m3fn)
+    w = NVFP4(packed, scale, torch.tensor(0.75), 16)
+    x = (torch.randn(1, k) * 4).to(torch.bfloat16)
+    idx = torch.arange(len(scale_bytes))[None]
+    out = _launch_dot(mma_backend, x, w, idx, (1, 2))
+    ref = _ref(x, w, idx)
+    assert torch.isnan(out[0, -1]) and torch.isnan(ref[0, -1])
+    torch.testing.assert_close(out[0, :-1].double(), ref[0, :-1], rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("ldt", [torch.bfloat16, torch.float32])
+def test_mma_public_bias(mma_backend, ldt, monkeypatch):
+    """The public gathered_bias takes the kernel (bf16 x, aligned rows), scatters values + alpha
+    * dot, leaves every other logit bit-identical and its inputs unchanged; duplicate indices
+    write the same number."""
+    calls = []
+    real = triton_mma.launch
+    monkeypatch.setattr(triton_mma, "launch", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    dev = mma_backend.device
+    v, k, b, t = 70, 128, 3, 19
+    w = NVFP4.quantize(torch.randn(v, k)).to(dev)
+    x = torch.randn(b, k, dtype=torch.bfloat16, device=dev)
+    idx = torch.stack([torch.randperm(v)[:t] for _ in range(b)])
+    idx[1, 5] = idx[1, 2]  # a duplicate in a row, with the same value
+    idx = idx.to(dev)
+    values = torch.randn(b, t, device=dev)
+    values[1, 5] = values[1, 2]
+    logits = torch.randn(b, v, device=dev).to(ldt)
+    before, x0, v0, i0 = logits.clone(), x.clone(), values.clone(), idx.clone()
+    with mma_backend.active():
+        gathered_bias(x, w, values, idx, logits, 0.5)
+    assert calls == [1]
+    expect = values.double().cpu() + 0.5 * _ref(x, w.to("cpu"), idx)
+    got = logits.cpu().gather(1, idx.long().cpu()).double()
+    tol = dict(rtol=1e-2, atol=6.25e-2) if ldt == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, expect, **tol)
+    untouched = torch.ones(b, v, dtype=torch.bool)
+    untouched.scatter_(1, idx.long().cpu(), False)
+    bits = torch.int16 if ldt == torch.bfloat16 else torch.int32
+    assert torch.equal(logits.cpu().view(bits)[untouched], before.cpu().view(bits)[untouched])
+    assert torch.equal(x, x0) and torch.equal(values, v0) and torch.equal(idx, i0)
+
+
+def test_mma_dispatch_rules(mma_backend, monkeypatch):
+    """fp32 x, K % 32 != 0 and misaligned row views keep the CUDA-core kernel (same results)."""
+    calls = []
+    real = triton_mma.launch
+    monkeypatch.setattr(triton_mma, "launch", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    dev = mma_backend.device
+    w = NVFP4.quantize(torch.randn(30, 64)).to(dev)
+    idx = torch.randint(0, 30, (1, 4), device=dev)
+    x = torch.randn(1, 64, device=dev)
+    with mma_backend.active():
+        ref = gathered_dot(x, w, idx)  # fp32 x: CUDA-core kernel
+        assert calls == []
+        gathered_dot(x.to(torch.bfloat16), w, idx)
+        assert calls == [1]
+        w48 = NVFP4.quantize(torch.randn(30, 48)).to(dev)  # K % 32 != 0
+        gathered_dot(torch.randn(1, 48, device=dev, dtype=torch.bfloat16), w48, idx)
+        assert calls == [1]
+        shifted = NVFP4(w.packed[:, 8:], w.scale[:, 1:], w.global_scale, 16)  # rows start 8 bytes in
+        out = gathered_dot(x[:, 16:].to(torch.bfloat16), shifted, idx)
+        assert calls == [1]
+    assert out.shape == ref.shape
