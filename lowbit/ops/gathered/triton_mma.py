@@ -63,20 +63,18 @@ _HI16 = tl.constexpr(_i32(0xFFFF0000))
 _SCALE_BIAS = tl.constexpr(2.0**119)  # the scale's factor; with the decode's 2^-126: 2^-7
 _UNDO_SCALE = tl.constexpr(128.0)  # 2^7, put back on the final dot
 
-# One bf16 MMA with the scale multiplication of its A operand: A = bits * scale (per row: $6 for
-# row g, $7 for row g + 8), exact (see the module docstring). Only column 0 of the result is used,
-# so the columns 2t + 1 (c1, c3) start at zero and are dropped.
+# One bf16 MMA with the scale multiplication of its A operand: A = bits * scale (per row: $8 for
+# row g, $9 for row g + 8), exact (see the module docstring). Only column 0 of the result is used;
+# the other columns (c1, c3, and c0 / c2 of lanes t > 0) are chained too, which costs nothing,
+# where zeroing them for every MMA cost two moves.
 _MMA_PTX = tl.constexpr("""
 {
 .reg .b32 a0, a1, a2, a3;
-.reg .f32 z1, z3, d1, d3;
-mov.f32 z1, 0f00000000;
-mov.f32 z3, 0f00000000;
-mul.rn.bf16x2 a0, $2, $6;
-mul.rn.bf16x2 a1, $3, $7;
-mul.rn.bf16x2 a2, $4, $6;
-mul.rn.bf16x2 a3, $5, $7;
-mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {$0, d1, $1, d3}, {a0, a1, a2, a3}, {$8, $9}, {$10, z1, $11, z3};
+mul.rn.bf16x2 a0, $4, $8;
+mul.rn.bf16x2 a1, $5, $9;
+mul.rn.bf16x2 a2, $6, $8;
+mul.rn.bf16x2 a3, $7, $9;
+mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {$0, $1, $2, $3}, {a0, a1, a2, a3}, {$10, $11}, {$12, $13, $14, $15};
 }
 """)
 
@@ -90,9 +88,10 @@ def _bf16_pair(r):
 
 
 @triton.jit
-def _scaled_mma(a0, a1, a2, a3, s0, s1, b0, b1, c0, c2, NT: tl.constexpr, INTERPRET: tl.constexpr):
-    """(c0, c2) + column 0 of (A * scales) B for one warp-wide m16n8k16 bf16 MMA; every operand a
+def _scaled_mma(a0, a1, a2, a3, s0, s1, b0, b1, c, NT: tl.constexpr, INTERPRET: tl.constexpr):
+    """c = (c0, c1, c2, c3) + (A * scales) B for one warp-wide m16n8k16 bf16 MMA; every operand a
     per-lane int32 [NT] (bf16x2 bits), layouts in the module docstring."""
+    c0, c1, c2, c3 = c
     if INTERPRET:
         W: tl.constexpr = NT // 32
         R: tl.constexpr = [NT // 32, 8, 1, 4]  # A taps [W, 8 (g), 1, 4 (t)]
@@ -113,13 +112,16 @@ def _scaled_mma(a0, a1, a2, a3, s0, s1, b0, b1, c0, c2, NT: tl.constexpr, INTERP
                      + tl.reshape(a2l * s0l, R) * bq1l + tl.reshape(a2h * s0h, R) * bq1h, 3)
         bot = tl.sum(tl.reshape(a1l * s1l, R) * bq0l + tl.reshape(a1h * s1h, R) * bq0h
                      + tl.reshape(a3l * s1l, R) * bq1l + tl.reshape(a3h * s1h, R) * bq1h, 3)
-        t0, _ = tl.split(tl.reshape(top, [W, 8, 4, 2]))  # column 2t of row g
-        u0, _ = tl.split(tl.reshape(bot, [W, 8, 4, 2]))
-        return c0 + tl.reshape(t0, [NT]), c2 + tl.reshape(u0, [NT])
+        t0, t1 = tl.split(tl.reshape(top, [W, 8, 4, 2]))  # columns 2t, 2t + 1 of row g
+        u0, u1 = tl.split(tl.reshape(bot, [W, 8, 4, 2]))
+        res = (c0 + tl.reshape(t0, [NT]), c1 + tl.reshape(t1, [NT]), c2 + tl.reshape(u0, [NT]),
+               c3 + tl.reshape(u1, [NT]))
     else:
-        return tl.inline_asm_elementwise(_MMA_PTX, "=f,=f,r,r,r,r,r,r,r,r,0,1",
-                                         [a0, a1, a2, a3, s0, s1, b0, b1, c0, c2],
-                                         dtype=(tl.float32, tl.float32), is_pure=True, pack=1)
+        res = tl.inline_asm_elementwise(_MMA_PTX, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,0,1,2,3",
+                                        [a0, a1, a2, a3, s0, s1, b0, b1, c0, c1, c2, c3],
+                                        dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True,
+                                        pack=1)
+    return res
 
 
 @triton.jit
@@ -192,7 +194,7 @@ def _load_chunk(p_x, p_w, p_s, rows, m_rows, i_b, c, g, t, s_xb, s_wn, s_sn, NSE
 
 @triton.jit
 def _compute_chunk(acc, blk, RT: tl.constexpr, NT: tl.constexpr, INTERPRET: tl.constexpr):
-    """acc[rt] = (c0, c2) += the 8 MMAs of one loaded chunk for each row tile."""
+    """acc[rt] = two (c0, c1, c2, c3) chains += the 8 MMAs of one loaded chunk, per row tile."""
     wq, xs = blk
     for j in tl.static_range(4):
         x0, x1, x2, x3 = xs[j]  # x elements (8j, 8j+1), (8j+2, 8j+3), ... of the segment
@@ -206,12 +208,14 @@ def _compute_chunk(acc, blk, RT: tl.constexpr, NT: tl.constexpr, INTERPRET: tl.c
             w8, s8 = wq[2 * rt + 1]
             sc_g = sg[j // 2]  # words 0, 1: group 2 seg; words 2, 3: group 2 seg + 1
             sc_8 = s8[j // 2]
-            c0, c2 = acc[rt]
-            c0, c2 = _scaled_mma(_a_bits(wg[j], 0), _a_bits(w8[j], 0), _a_bits(wg[j], 1), _a_bits(w8[j], 1),
-                                 sc_g, sc_8, b0, b1, c0, c2, NT, INTERPRET)
-            c0, c2 = _scaled_mma(_a_bits(wg[j], 2), _a_bits(w8[j], 2), _a_bits(wg[j], 3), _a_bits(w8[j], 3),
-                                 sc_g, sc_8, b2, b3, c0, c2, NT, INTERPRET)
-            res = res + ((c0, c2),)
+            # two accumulator chains per row tile (registers 0, 1 / 2, 3 of each word): half the
+            # MMA latency chain, which sets the time of the small launch-bound shapes
+            ca, cb = acc[rt]
+            ca = _scaled_mma(_a_bits(wg[j], 0), _a_bits(w8[j], 0), _a_bits(wg[j], 1), _a_bits(w8[j], 1),
+                             sc_g, sc_8, b0, b1, ca, NT, INTERPRET)
+            cb = _scaled_mma(_a_bits(wg[j], 2), _a_bits(w8[j], 2), _a_bits(wg[j], 3), _a_bits(w8[j], 3),
+                             sc_g, sc_8, b2, b3, cb, NT, INTERPRET)
+            res = res + ((ca, cb),)
         acc = res
     return acc
 
@@ -253,30 +257,41 @@ def _gathered_mma_kernel(
         ok = (tr < T) & (idx >= 0) & (idx < V)  # an out-of-range index reads nothing
         rows = rows + (tl.where(ok, idx, 0),)
         m_rows = m_rows + (ok,)
+    # the epilogue's indices and values (lanes t = 0 of the [32] lane set), loaded before the loop
+    o_l = tl.arange(0, 32)
+    e_idx = ()
+    e_ok = ()
+    e_val = ()
+    for h in tl.static_range(2 * RT):
+        tr = i_t * (16 * RT) + 16 * (h // 2) + 8 * (h % 2) + o_l // 4
+        m_t = (tr < T) & (o_l % 4 == 0)
+        idx = tl.load(p_idx + i_b * s_ib + tr * s_it, mask=m_t, other=-1).to(tl.int64)
+        ok = m_t & (idx >= 0) & (idx < V)
+        e_idx = e_idx + (idx,)
+        e_ok = e_ok + (ok,)
+        if BIAS:
+            e_val = e_val + (tl.load(p_val + i_b * s_vb + tr * s_vt, mask=ok, other=0).to(tl.float32),)
     z = tl.zeros([NT], dtype=tl.float32)
-    acc = _zeros((z, z), RT)
+    acc = _zeros(((z, z, z, z), (z, z, z, z)), RT)
     blk = _load_chunk(p_x, p_w, p_s, rows, m_rows, i_b, warp, g, t, s_xb, s_wn, s_sn, NSEG, RT, NT)
     for it in range(0, tl.cdiv(NCH, W)):
         nxt = _load_chunk(p_x, p_w, p_s, rows, m_rows, i_b, (it + 1) * W + warp, g, t, s_xb, s_wn, s_sn, NSEG,
                           RT, NT)
         acc = _compute_chunk(acc, blk, RT, NT, INTERPRET)
         blk = nxt
-    # the warps' sums -> one lane set; column 0 sits in the lanes with t = 0
-    o_l = tl.arange(0, 32)
+    # the warps' sums -> one lane set; column 0 sits in c0 (row g) / c2 (row g + 8) of lanes t = 0
     gs = tl.load(p_gs) * _UNDO_SCALE
     for h in tl.static_range(2 * RT):
-        c = acc[h // 2][h % 2]
+        ca, cb = acc[h // 2]
+        c = ca[2 * (h % 2)] + cb[2 * (h % 2)]
         dot = tl.sum(tl.reshape(c, [W, 32]), axis=0) * gs
         tr = i_t * (16 * RT) + 16 * (h // 2) + 8 * (h % 2) + o_l // 4
-        m_t = (tr < T) & (o_l % 4 == 0)
-        idx = tl.load(p_idx + i_b * s_ib + tr * s_it, mask=m_t, other=-1).to(tl.int64)
-        ok = m_t & (idx >= 0) & (idx < V)
+        ok = e_ok[h]
         if BIAS:
-            b_v = tl.load(p_val + i_b * s_vb + tr * s_vt, mask=ok, other=0).to(tl.float32)
-            res = b_v + alpha * dot
-            tl.store(p_out + i_b * s_ob + idx * s_ot, _cast(res, p_out.dtype.element_ty, INTERPRET), mask=ok)
+            res = e_val[h] + alpha * dot
+            tl.store(p_out + i_b * s_ob + e_idx[h] * s_ot, _cast(res, p_out.dtype.element_ty, INTERPRET), mask=ok)
         else:
-            tl.store(p_out + i_b * s_ob + tr * s_ot, tl.where(ok, dot, float("nan")), mask=m_t)
+            tl.store(p_out + i_b * s_ob + tr * s_ot, tl.where(ok, dot, float("nan")), mask=(tr < T) & (o_l % 4 == 0))
 
 
 def pick_config(b: int, t: int, k: int) -> tuple[int, int]:
