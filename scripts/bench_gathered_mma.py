@@ -4,7 +4,7 @@ CUDA-core kernel on the benchmark's shapes (V = 131072, K in {256, 1024, 4096}, 
 (``gathered_bias``, CUDA-graph replay over rotating inputs; floor = max(one launch, bytes / copy
 bandwidth)). Each config's logits are checked against the CUDA-core kernel's first.
 
-    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2,1x4,...] [--quick]
+    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1,1x4x2,...] (RT x W x D; default: auto_configs) [--quick]
 
 Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
 default MMA config, the best MMA config, and each against the floor.
@@ -29,10 +29,23 @@ def arg(name, default):
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
 
+def name(cfg) -> str:
+    return "x".join(str(v) for v in cfg)
+
+
+def auto_configs(k: int) -> list[tuple[int, int, int]]:
+    """(RT = 1, W, D) with W warps no more than the row's chunks and W * D <= 2 chunks (deeper rings
+    only prefetch masked chunks); W = 1 dropped at K >= 4096 (measured 3-4x slower)."""
+    nch = -(-k // 128)
+    return [(1, w, d) for w in (1, 2, 4, 8, 16, 32) for d in (1, 2, 3, 4)
+            if w <= nch and w * d <= 2 * nch and not (w == 1 and nch >= 32)]
+
+
 def main():
     out_dir = os.environ.get("OUT", ".")
     rep = int(arg("--rep", "40"))
-    configs = [tuple(int(v) for v in c.split("x")) for c in arg("--configs", "1x1,1x2,1x4,1x8,1x16,2x1,2x2,2x4,2x8").split(",")]
+    given = arg("--configs", "")
+    fixed = [tuple(int(v) for v in c.split("x")) for c in given.split(",")] if given else None
     shapes = QUICK if "--quick" in sys.argv else FULL
     dev = "cuda"
     bw = copy_bandwidth_gbps()
@@ -43,6 +56,7 @@ def main():
     for k in sorted({s[0] for s in shapes}):
         w = NVFP4.quantize(torch.randn(V, k, device=dev) * 0.02)
         data, scale, gsc = w.packed, w.scale.view(torch.uint8), w.global_scale
+        configs = fixed or auto_configs(k)
         for _, b, t in [s for s in shapes if s[0] == k]:
             inputs = [(torch.randn(b, k, device=dev, dtype=torch.bfloat16), torch.randn(b, t, device=dev),
                        torch.randint(0, V, (b, t), device=dev)) for _ in range(8)]
@@ -70,13 +84,13 @@ def main():
                 err = ((got - ref).abs() / (ref.abs().amax() + 1e-6)).max().item()
                 if not err < 1e-4:
                     print(f"  MISMATCH K{k} B{b} T{t} cfg {cfg}: err / max|dot| {err}", flush=True)
-                    res["mma"][f"{cfg[0]}x{cfg[1]}"] = None
+                    res["mma"][name(cfg)] = None
                     continue
-                res["mma"][f"{cfg[0]}x{cfg[1]}"] = time_us(lambda c=cfg, it=itertools.cycle(inputs): run(c, it),
+                res["mma"][name(cfg)] = time_us(lambda c=cfg, it=itertools.cycle(inputs): run(c, it),
                                                             graph=True, rep=rep)
             res["cuda_core_us"] = time_us(lambda it=itertools.cycle(inputs): run(None, it), graph=True, rep=rep)
             dflt = triton_mma.pick_config(b, t, k)
-            res["default"] = f"{dflt[0]}x{dflt[1]}"
+            res["default"] = name(dflt)
             if res["mma"].get(res["default"]) is None:
                 res["mma"][res["default"]] = time_us(lambda it=itertools.cycle(inputs): run(dflt, it), graph=True,
                                                      rep=rep)

@@ -39,10 +39,11 @@ def _launch_dot(backend, x, w, index, cfg):
     return out.cpu()
 
 
-# (V, K, B, T, (RT, W)): a partial chunk (K = 96, 160), chunks not a multiple of W, T below /
-# above one 16-row tile and not a multiple of it, two row tiles, B > 1
-CASES = [(37, 64, 2, 5, (1, 1)), (50, 256, 3, 20, (2, 2)), (40, 160, 1, 17, (1, 4)), (29, 96, 2, 33, (2, 1)),
-         (64, 512, 1, 8, (1, 2))]
+# (V, K, B, T, (RT, W, D)): a partial chunk (K = 96, 160), chunks not a multiple of W, T below /
+# above one 16-row tile and not a multiple of it, two row tiles, B > 1, prefetch rings of 1-4
+# chunks (deeper than the row: masked chunks)
+CASES = [(37, 64, 2, 5, (1, 1, 1)), (50, 256, 3, 20, (2, 2, 2)), (40, 160, 1, 17, (1, 4, 1)), (29, 96, 2, 33, (2, 1, 3)),
+         (64, 512, 1, 8, (1, 1, 4)), (30, 1024, 2, 16, (1, 2, 3))]
 
 
 @pytest.mark.parametrize("v,k,b,t,cfg", CASES)
@@ -58,7 +59,7 @@ def test_mma_bad_index_is_nan(mma_backend):
     w = NVFP4.quantize(torch.randn(20, 64))
     x = torch.randn(1, 64).to(torch.bfloat16)
     idx = torch.tensor([[3, -1, 20, 7]])
-    out = _launch_dot(mma_backend, x, w, idx, (1, 1))
+    out = _launch_dot(mma_backend, x, w, idx, (1, 1, 2))
     assert torch.isnan(out[0, 1:3]).all()
     torch.testing.assert_close(out[0, [0, 3]].double(), _ref(x, w, idx)[0, [0, 3]], rtol=1e-5, atol=1e-5)
 
@@ -73,7 +74,7 @@ def test_mma_every_code_and_scale(mma_backend):
     w = NVFP4(packed, scale, torch.tensor(0.75), 16)
     x = (torch.randn(1, k) * 4).to(torch.bfloat16)
     idx = torch.arange(len(scale_bytes))[None]
-    out = _launch_dot(mma_backend, x, w, idx, (1, 2))
+    out = _launch_dot(mma_backend, x, w, idx, (1, 2, 2))
     ref = _ref(x, w, idx)
     assert torch.isnan(out[0, -1]) and torch.isnan(ref[0, -1])
     torch.testing.assert_close(out[0, :-1].double(), ref[0, :-1], rtol=1e-6, atol=0)
