@@ -34,11 +34,12 @@ def name(cfg) -> str:
 
 
 def auto_configs(k: int) -> list[tuple[int, int, int]]:
-    """(RT = 1, W, D) with W warps no more than the row's chunks and W * D <= 2 chunks (deeper rings
-    only prefetch masked chunks); W = 1 dropped at K >= 4096 (measured 3-4x slower)."""
+    """(RT = 1, W, D): W warps from a quarter of the row's chunks up to all of them (at most 32),
+    D in {1, 2, 4} with W * D <= 2 chunks (deeper rings only prefetch masked chunks). RT = 2
+    lost everywhere in the first sweep (docs/measurements/2026-12-01_session6_gathered_sweep2.json)."""
     nch = -(-k // 128)
-    return [(1, w, d) for w in (1, 2, 4, 8, 16, 32) for d in (1, 2, 3, 4)
-            if w <= nch and w * d <= 2 * nch and not (w == 1 and nch >= 32)]
+    return [(1, w, d) for w in (1, 2, 4, 8, 16, 32) for d in (1, 2, 4)
+            if max(1, nch // 8) <= w <= min(nch, 32) and w * d <= 2 * nch]
 
 
 def main():
