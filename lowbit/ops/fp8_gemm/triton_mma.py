@@ -227,32 +227,19 @@ def _x_frags_fp4(x, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _fp4_scale_word(bs_ptr, row, kb, m, KB):
-    """The row's 4 UE8M0 group scale bytes of block kb, one int32 load, kept raw until the block
-    is computed: decoding them here would make the warp wait for the load at prefetch time, which
-    undoes the double buffer (no work may touch a prefetched value before its use)."""
-    return tl.load(bs_ptr + row * KB + kb, mask=m, other=0)
-
-
-@triton.jit
-def _fp4_group_scales(v):
-    """4 UE8M0 bytes (an int32) -> the 4 fp32 scales, and a word whose bits ``0x80808080`` are set
-    where a byte is 255 (NaN). 2^(e - 127) is the bit pattern ``e << 23`` for e = 1..254 and
-    ``0x400000`` (the subnormal 2^-127) for e = 0, which ``max`` picks; 255 gives inf here and the
-    row is made NaN at the end (:func:`_store_tile`). Three integer ops a scale instead of the two
-    compares and selects of ``_e8m0_decode``."""
+def _fp4_group_scales(bs_ptr, row, kb, m, KB):
+    """The row's 4 UE8M0 group scales of block kb (one int32 load: bytes s = 0..3) as fp32, and a
+    word whose bits ``0x80808080`` are set where a byte is 255 (NaN). 2^(e - 127) is the bit
+    pattern ``e << 23`` for e = 1..254 and ``0x400000`` (the subnormal 2^-127) for e = 0, which
+    ``max`` picks; 255 gives inf here and the row is made NaN at the end (:func:`_store_tile`).
+    Three integer ops a scale instead of the two compares and selects of ``_e8m0_decode``."""
+    v = tl.load(bs_ptr + row * KB + kb, mask=m, other=0)
     s0 = tl.maximum((v << 23) & _EXP_BITS, _F32_2M127).to(tl.float32, bitcast=True)
     s1 = tl.maximum((v << 15) & _EXP_BITS, _F32_2M127).to(tl.float32, bitcast=True)
     s2 = tl.maximum((v << 7) & _EXP_BITS, _F32_2M127).to(tl.float32, bitcast=True)
     s3 = tl.maximum((v >> 1) & _EXP_BITS, _F32_2M127).to(tl.float32, bitcast=True)
-    return s0, s1, s2, s3
-
-
-@triton.jit
-def _nan_bytes(v):
-    """Bits ``0x80808080`` of the result set where a byte of ``v`` is 0xFF (the "has a zero byte"
-    test on ~v)."""
-    return (~v - 0x01010101) & v & _SIGN
+    ff = (~v - 0x01010101) & v  # the "has a zero byte" test on ~v: bit 8i+7 set where byte i is 0xFF
+    return s0, s1, s2, s3, ff
 
 
 @triton.jit
@@ -331,7 +318,7 @@ def _nan_flags(flags, blk, FP4: tl.constexpr, RT: tl.constexpr):
         ws = blk[1]
         res = ()
         for i in tl.static_range(2 * RT):
-            res = res + (flags[i] | _nan_bytes(ws[i // 2][i % 2]),)
+            res = res + (flags[i] | (ws[i // 2][i % 2][4] & _SIGN),)
     else:
         res = flags
     return res
@@ -373,8 +360,8 @@ def _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, kb, r_base, g, t, M, N, KB: tl.con
         if FP4:
             wq = wq + ((_fp4_words(b_ptr, ra, kb, t, m_k & (ra < N), KW, NT),
                         _fp4_words(b_ptr, rb, kb, t, m_k & (rb < N), KW, NT)),)
-            ws = ws + ((_fp4_scale_word(bs_ptr, ra, kb, m_k & (ra < N), KB),
-                        _fp4_scale_word(bs_ptr, rb, kb, m_k & (rb < N), KB)),)
+            ws = ws + ((_fp4_group_scales(bs_ptr, ra, kb, m_k & (ra < N), KB),
+                        _fp4_group_scales(bs_ptr, rb, kb, m_k & (rb < N), KB)),)
         else:
             wq = wq + ((_fp8_words(b_ptr, ra, kb, t, m_k & (ra < N), KW, NT),
                         _fp8_words(b_ptr, rb, kb, t, m_k & (rb < N), KW, NT)),)
@@ -408,8 +395,7 @@ def _compute_block(acc, blk, z, FP4: tl.constexpr, RT: tl.constexpr, NCT: tl.con
         sa0, sa1 = sa[ct]
         for rt in tl.static_range(RT):
             if FP4:
-                d = _block_fp4(wq[rt][0], wq[rt][1], _fp4_group_scales(ws[rt][0]), _fp4_group_scales(ws[rt][1]), x,
-                               NT, INTERPRET)
+                d = _block_fp4(wq[rt][0], wq[rt][1], ws[rt][0], ws[rt][1], x, NT, INTERPRET)
                 acc = _replace(acc, rt * NCT + ct, _add_scaled(acc[rt * NCT + ct], d, sa0, sa1))
             else:
                 d = _tile_fp8(wq[rt][0], wq[rt][1], x, z, z, z, z, NT, INTERPRET)
