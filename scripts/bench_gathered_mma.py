@@ -4,7 +4,7 @@ CUDA-core kernel on the benchmark's shapes (V = 131072, K in {256, 1024, 4096}, 
 (``gathered_bias``, CUDA-graph replay over rotating inputs; floor = max(one launch, bytes / copy
 bandwidth)). Each config's logits are checked against the CUDA-core kernel's first.
 
-    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1,1x4x2,...] (RT x W x D; default: auto_configs) [--quick]
+    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick]
 
 Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
 default MMA config, the best MMA config, and each against the floor.
@@ -33,13 +33,18 @@ def name(cfg) -> str:
     return "x".join(str(v) for v in cfg)
 
 
-def auto_configs(k: int) -> list[tuple[int, int, int]]:
-    """(RT = 1, W, D): W warps from a quarter of the row's chunks up to all of them (at most 32),
-    D in {1, 2, 4} with W * D <= 2 chunks (deeper rings only prefetch masked chunks). RT = 2
-    lost everywhere in the first sweep (docs/measurements/2026-12-01_session6_gathered_sweep2.json)."""
+def auto_configs(k: int) -> list[tuple[int, ...]]:
+    """(RT, W, D, SPLIT) candidates around the winners of the earlier sweeps
+    (docs/measurements/2026-12-01_session6_gathered_sweep3.json: RT = 1, W = 2 / 4-8 / 8 at K =
+    256 / 1024 / 4096, D = 1-4), plus the SPLIT geometry (8 indices a tile, K halves)."""
     nch = -(-k // 128)
-    return [(1, w, d) for w in (1, 2, 4, 8, 16, 32) for d in (1, 2, 4)
-            if max(1, nch // 8) <= w <= min(nch, 32) and w * d <= 2 * nch]
+    if nch <= 2:
+        return [(1, 2, 1, 0), (1, 1, 1, 1), (2, 1, 1, 1)]
+    if nch <= 8:
+        return [(1, 8, 1, 0), (1, 4, 1, 0), (1, 4, 2, 0), (1, 4, 1, 1), (1, 2, 2, 1), (1, 2, 1, 1), (2, 4, 1, 1),
+                (2, 2, 1, 1)]
+    return [(1, 8, 1, 0), (1, 8, 4, 0), (1, 16, 1, 0), (1, 8, 1, 1), (1, 8, 2, 1), (1, 4, 2, 1), (1, 4, 4, 1),
+            (2, 8, 1, 1), (2, 4, 2, 1)]
 
 
 def main():

@@ -4,8 +4,8 @@
 # (unless SKIP_FULL is set) the whole cuda tier and the SASS check. Results under $OUT.
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
-timeout 200 python3 -m pytest tests/ops/test_gathered.py tests/ops/test_gathered_mma.py tests/nn/test_markov.py \
-  tests/ops/test_mma_gemv.py -m cuda -q -p no:cacheprovider -x > "$OUT/pytest_gathered.log" 2>&1
+timeout 200 python3 -m pytest tests/ops/test_gathered.py tests/ops/test_gathered_mma.py tests/nn/test_markov.py ${EXTRA_TESTS:-} \
+  -m cuda -q -p no:cacheprovider -x > "$OUT/pytest_gathered.log" 2>&1
 tail -3 "$OUT/pytest_gathered.log"
 timeout "${T_SWEEP:-300}" python3 scripts/bench_gathered_mma.py "$@" > "$OUT/sweep.log" 2>&1; cat "$OUT/sweep.log"
 if [ -n "${GEMV:-}" ]; then

@@ -177,27 +177,45 @@ def _load_rows(p_w, p_s, row, seg, m, s_wn, s_sn, NT: tl.constexpr):
 
 
 @triton.jit
-def _load_weights(p_w, p_s, rows, m_rows, c, t, s_wn, s_sn, NSEG: tl.constexpr, RT: tl.constexpr,
-                  NT: tl.constexpr):
-    """The weight loads of chunk c (per lane): the 2 RT rows' segment ``4 c + t`` and scales."""
+def _load_weights(p_w, p_s, rows, m_rows, c, t, s_wn, s_sn, NSEG: tl.constexpr, HALF: tl.constexpr,
+                  SPLIT: tl.constexpr, RT: tl.constexpr, NT: tl.constexpr):
+    """The weight loads of chunk c (per lane): the 2 RT rows' segment ``4 c + t`` and scales
+    (SPLIT: the row-(g + 8) halves take segment ``HALF + 4 c + t`` of the same rows)."""
     seg = 4 * c + t
-    m_s = seg < NSEG
     wq = ()
     for h in tl.static_range(2 * RT):
-        wq = wq + (_load_rows(p_w, p_s, rows[h], seg, m_s & m_rows[h], s_wn, s_sn, NT),)
+        if SPLIT:
+            if h % 2 == 0:
+                sh = seg
+                m_s = (seg < HALF) & (seg < NSEG)
+            else:
+                sh = seg + HALF
+                m_s = sh < NSEG
+        else:
+            sh = seg
+            m_s = seg < NSEG
+        wq = wq + (_load_rows(p_w, p_s, rows[h], sh, m_s & m_rows[h], s_wn, s_sn, NT),)
     return wq
 
 
 @triton.jit
-def _load_x(p_x, i_b, c, g, t, s_xb, NSEG: tl.constexpr, NT: tl.constexpr):
-    """x's 16 words of segment ``4 c + t`` (lanes with g = 0, the B column 0; zeros elsewhere)."""
+def _load_x(p_x, i_b, c, g, t, s_xb, NSEG: tl.constexpr, HALF: tl.constexpr, SPLIT: tl.constexpr,
+            NT: tl.constexpr):
+    """x's 16 words of segment ``4 c + t`` in the lanes with g = 0 (B column 0), zeros elsewhere;
+    SPLIT: also segment ``HALF + 4 c + t`` in the lanes with g = 1 (column 1, which the rows
+    g + 8, the second halves, are read against)."""
     seg = 4 * c + t
+    if SPLIT:
+        sx = seg + HALF * (g == 1)
+        m = ((g == 0) & (seg < HALF) & (seg < NSEG)) | ((g == 1) & (sx < NSEG))
+    else:
+        sx = seg
+        m = (g == 0) & (seg < NSEG)
     o_4 = tl.arange(0, 4)[None, :]
-    m_x = ((seg < NSEG) & (g == 0))[:, None]
-    base = (i_b * s_xb + seg * 16)[:, None] + o_4
+    base = (i_b * s_xb + sx * 16)[:, None] + o_4
     xs = ()
     for j in tl.static_range(4):
-        xs = xs + (_split4(tl.load(p_x + base + 4 * j, mask=m_x, other=0), NT),)
+        xs = xs + (_split4(tl.load(p_x + base + 4 * j, mask=m[:, None], other=0), NT),)
     return xs
 
 
@@ -251,17 +269,26 @@ def _gathered_mma_kernel(
     p_x, p_w, p_s, p_gs, p_idx, p_val, p_out, T, V, alpha,
     s_xb, s_wn, s_sn, s_ib, s_it, s_vb, s_vt, s_ob, s_ot,
     K: tl.constexpr, BIAS: tl.constexpr, RT: tl.constexpr, W: tl.constexpr, D: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    SPLIT: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    """Program (b, tile): batch row b, indices ``16 RT tile .. + 16 RT`` of T. ``p_x``: int32 view
-    of bf16 x [B, K] (s_xb in words); ``p_w``: int32 view of the packed rows [V, K/2] (s_wn in
-    words); ``p_s``: int16 view of the E4M3 scales [V, K/16] (s_sn in int16); ``p_gs``: the fp32
-    global scale. BIAS: scatter ``values + alpha * dot`` into logits (``p_out``) at the indices;
-    else store the dots (NaN for an index outside [0, V)) to out[b, t]. D: weight chunks in flight
-    per warp."""
+    """Program (b, tile): batch row b, indices ``R RT tile .. + R RT`` of T (R = 16, or 8 with
+    SPLIT). ``p_x``: int32 view of bf16 x [B, K] (s_xb in words); ``p_w``: int32 view of the
+    packed rows [V, K/2] (s_wn in words); ``p_s``: int16 view of the E4M3 scales [V, K/16] (s_sn
+    in int16); ``p_gs``: the fp32 global scale. BIAS: scatter ``values + alpha * dot`` into logits
+    (``p_out``) at the indices; else store the dots (NaN for an index outside [0, V)) to out[b, t].
+    D: weight chunks in flight per warp. SPLIT: a row tile holds 8 indices, each twice: rows g
+    read the first half of K against B column 0, rows g + 8 the second half against column 1, so
+    a tile of T = 8 decodes no empty rows and a row's chunks take half as long."""
     NT: tl.constexpr = 32 * W
     NSEG: tl.constexpr = K // 32  # 16-byte segments a row
     NCH: tl.constexpr = (NSEG + 3) // 4  # 128-element chunks a row
+    if SPLIT:
+        R: tl.constexpr = 8
+        NCH_RUN: tl.constexpr = (NCH + 1) // 2  # chunks a half
+    else:
+        R: tl.constexpr = 16
+        NCH_RUN: tl.constexpr = NCH
+    HALF: tl.constexpr = 4 * ((NCH + 1) // 2)  # SPLIT: the first segment of the second half
     i_b = tl.program_id(0).to(tl.int64)
     i_t = tl.program_id(1)
     o_e = tl.arange(0, NT)
@@ -272,61 +299,72 @@ def _gathered_mma_kernel(
     rows = ()
     m_rows = ()
     for h in tl.static_range(2 * RT):  # h = 2 rt + (0: row g, 1: row g + 8)
-        tr = i_t * (16 * RT) + 16 * (h // 2) + 8 * (h % 2) + g
+        if SPLIT:
+            tr = i_t * (R * RT) + R * (h // 2) + g
+        else:
+            tr = i_t * (R * RT) + R * (h // 2) + 8 * (h % 2) + g
         idx = tl.load(p_idx + i_b * s_ib + tr * s_it, mask=tr < T, other=-1).to(tl.int64)
         ok = (tr < T) & (idx >= 0) & (idx < V)  # an out-of-range index reads nothing
         rows = rows + (tl.where(ok, idx, 0),)
         m_rows = m_rows + (ok,)
     # the epilogue's indices and values (lanes t = 0 of the [32] lane set), loaded before the loop
     o_l = tl.arange(0, 32)
+    NOUT: tl.constexpr = RT if SPLIT else 2 * RT  # 8-row output groups
     e_idx = ()
     e_ok = ()
     e_val = ()
-    for h in tl.static_range(2 * RT):
-        tr = i_t * (16 * RT) + 16 * (h // 2) + 8 * (h % 2) + o_l // 4
+    e_tr = ()
+    for h in tl.static_range(NOUT):
+        tr = i_t * (R * RT) + 8 * h + o_l // 4
         m_t = (tr < T) & (o_l % 4 == 0)
         idx = tl.load(p_idx + i_b * s_ib + tr * s_it, mask=m_t, other=-1).to(tl.int64)
         ok = m_t & (idx >= 0) & (idx < V)
         e_idx = e_idx + (idx,)
         e_ok = e_ok + (ok,)
+        e_tr = e_tr + (tr,)
         if BIAS:
             e_val = e_val + (tl.load(p_val + i_b * s_vb + tr * s_vt, mask=ok, other=0).to(tl.float32),)
     z = tl.zeros([NT], dtype=tl.float32)
     acc = _zeros(((z, z, z, z), (z, z, z, z)), RT)
-    # weights D chunks ahead (the memory latency is the time of a chunk when only the next one
-    # is in flight: measured 0.37 us an iteration at K4096 B1 T8), x one chunk ahead (L1 / L2 hits)
+    # weights D chunks ahead, x one chunk ahead (L1 / L2 hits)
     ring = ()
     for d in tl.static_range(D):
-        ring = ring + (_load_weights(p_w, p_s, rows, m_rows, warp + d * W, t, s_wn, s_sn, NSEG, RT, NT),)
-    xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, NT)
-    for it in range(0, tl.cdiv(NCH, W)):
-        nw = _load_weights(p_w, p_s, rows, m_rows, (it + D) * W + warp, t, s_wn, s_sn, NSEG, RT, NT)
-        nx = _load_x(p_x, i_b, (it + 1) * W + warp, g, t, s_xb, NSEG, NT)
+        ring = ring + (_load_weights(p_w, p_s, rows, m_rows, warp + d * W, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT,
+                                     NT),)
+    xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, NT)
+    for it in range(0, tl.cdiv(NCH_RUN, W)):
+        nw = _load_weights(p_w, p_s, rows, m_rows, (it + D) * W + warp, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT)
+        nx = _load_x(p_x, i_b, (it + 1) * W + warp, g, t, s_xb, NSEG, HALF, SPLIT, NT)
         acc = _compute_chunk(acc, ring[0], xs, RT, NT, INTERPRET)
         ring = _shift_in(ring, nw)
         xs = nx
-    # the warps' sums -> one lane set; column 0 sits in c0 (row g) / c2 (row g + 8) of lanes t = 0
+    # the warps' sums -> one lane set. Lanes t = 0 hold column 0 in c0 (row g) / c2 (row g + 8)
+    # and column 1 in c1 / c3; SPLIT: a row's dot is c0 (first half) + c3 (second half)
     gs = tl.load(p_gs) * _UNDO_SCALE
-    for h in tl.static_range(2 * RT):
-        ca, cb = acc[h // 2]
-        c = ca[2 * (h % 2)] + cb[2 * (h % 2)]
+    for h in tl.static_range(NOUT):
+        if SPLIT:
+            ca, cb = acc[h]
+            c = (ca[0] + cb[0]) + (ca[3] + cb[3])
+        else:
+            ca, cb = acc[h // 2]
+            c = ca[2 * (h % 2)] + cb[2 * (h % 2)]
         dot = tl.sum(tl.reshape(c, [W, 32]), axis=0) * gs
-        tr = i_t * (16 * RT) + 16 * (h // 2) + 8 * (h % 2) + o_l // 4
         ok = e_ok[h]
         if BIAS:
             res = e_val[h] + alpha * dot
             tl.store(p_out + i_b * s_ob + e_idx[h] * s_ot, _cast(res, p_out.dtype.element_ty, INTERPRET), mask=ok)
         else:
+            tr = e_tr[h]
             tl.store(p_out + i_b * s_ob + tr * s_ot, tl.where(ok, dot, float("nan")), mask=(tr < T) & (o_l % 4 == 0))
 
 
-def pick_config(b: int, t: int, k: int) -> tuple[int, int, int]:
-    """(RT row tiles a program, W warps splitting K, D weight chunks in flight a warp).
+def pick_config(b: int, t: int, k: int) -> tuple[int, int, int, int]:
+    """(RT row tiles a program, W warps splitting K, D weight chunks in flight a warp, SPLIT).
     Placeholder rule until the H200 sweep."""
     nch = -(-k // 128)
     w = 8 if nch >= 32 else 4 if nch >= 8 else 2 if nch >= 2 else 1
     d = max(1, min(4, -(-nch // w)))
-    return 1, w, d
+    return 1, w, d, 0
 
 
 #: Whether the public ops dispatch to this kernel under the interpreter (tests turn it on; the
@@ -362,16 +400,17 @@ def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, con
     b, t = index.shape
     if b == 0 or t == 0:
         return
-    rt, w, d = tuple(config) + (1,) * (3 - len(config)) if config is not None else pick_config(b, t, k)
+    cfg = tuple(config) + (1, 1, 1, 0)[len(config):] if config is not None else pick_config(b, t, k)
+    rt, w, d, split = cfg
     x32 = x.view(torch.int32)
     w32 = data.view(torch.int32)
     s16 = scale.view(torch.int16)
     p_val = values if bias else out
     s_vb, s_vt = (values.stride(0), values.stride(1)) if bias else (0, 0)
-    grid = (b, triton.cdiv(t, 16 * rt))
+    grid = (b, triton.cdiv(t, (8 if split else 16) * rt))
     _gathered_mma_kernel[grid](
         x32, w32, s16, global_scale, index, p_val, out, t, data.shape[0], float(alpha),
         x32.stride(0), w32.stride(0), s16.stride(0), index.stride(0), index.stride(1), s_vb, s_vt,
         out.stride(0), out.stride(1),
-        K=k, BIAS=bias, RT=rt, W=w, D=d, INTERPRET=interpret_mode(), num_warps=w, num_stages=1,
+        K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), INTERPRET=interpret_mode(), num_warps=w, num_stages=1,
     )
