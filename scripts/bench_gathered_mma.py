@@ -34,17 +34,15 @@ def name(cfg) -> str:
 
 
 def auto_configs(k: int) -> list[tuple[int, ...]]:
-    """(RT, W, D, SPLIT) candidates around the winners of the earlier sweeps
-    (docs/measurements/2026-12-01_session6_gathered_sweep3.json: RT = 1, W = 2 / 4-8 / 8 at K =
-    256 / 1024 / 4096, D = 1-4), plus the SPLIT geometry (8 indices a tile, K halves)."""
+    """(RT, W, D, SPLIT) candidates next to the table's pick (``triton_mma.pick_config``, always
+    timed too): the runners-up of docs/measurements/2026-12-01_session6_gathered_sweep4_split.json
+    and SPLIT at 16 warps for K = 4096."""
     nch = -(-k // 128)
     if nch <= 2:
-        return [(1, 2, 1, 0), (1, 1, 1, 1), (2, 1, 1, 1)]
+        return [(1, 1, 1, 1), (2, 1, 1, 1)]
     if nch <= 8:
-        return [(1, 8, 1, 0), (1, 4, 1, 0), (1, 4, 2, 0), (1, 4, 1, 1), (1, 2, 2, 1), (1, 2, 1, 1), (2, 4, 1, 1),
-                (2, 2, 1, 1)]
-    return [(1, 8, 1, 0), (1, 8, 4, 0), (1, 16, 1, 0), (1, 8, 1, 1), (1, 8, 2, 1), (1, 4, 2, 1), (1, 4, 4, 1),
-            (2, 8, 1, 1), (2, 4, 2, 1)]
+        return [(1, 4, 1, 1), (2, 2, 1, 1), (1, 8, 1, 1), (2, 4, 1, 1)]
+    return [(1, 8, 1, 1), (1, 16, 1, 1), (2, 8, 1, 1), (1, 8, 1, 0)]
 
 
 def main():

@@ -359,12 +359,28 @@ def _gathered_mma_kernel(
 
 
 def pick_config(b: int, t: int, k: int) -> tuple[int, int, int, int]:
-    """(RT row tiles a program, W warps splitting K, D weight chunks in flight a warp, SPLIT).
-    Placeholder rule until the H200 sweep."""
+    """(RT row tiles a program, W warps splitting K, D weight chunks in flight a warp, SPLIT), from
+    the same-run sweep of ``scripts/bench_gathered_mma.py`` on the H200 (V = 131072, K in {256,
+    1024, 4096}, B in {1, 16, 64, 256}, T in {8, 32, 64};
+    docs/measurements/2026-12-01_session6_gathered_sweep4_split.json):
+
+    * SPLIT (8 indices a tile, the K halves on the MMA's two row halves) won 34 of 36 shapes, by
+      10-30% (K4096 B1 T8: 2.79 against 3.96 us); it loses only at K >= 4096 with B*T >= 8192
+      (K4096 B256 T64: 20.3 against 21.1 us), where the grid is large enough already.
+    * W: one or two chunks a warp and a half (K256: 1 warp, K1024: 4, K4096: 8); D = 1 (deeper
+      rings measured within 2%).
+    * RT = 2 at B*T >= 16384 below K = 4096, with half the warps (K1024 B256 T64: 7.13 against
+      7.35 us for RT = 1)."""
     nch = -(-k // 128)
-    w = 8 if nch >= 32 else 4 if nch >= 8 else 2 if nch >= 2 else 1
-    d = max(1, min(4, -(-nch // w)))
-    return 1, w, d, 0
+    bt = b * t
+    if nch >= 32 and bt >= 8192:
+        return 1, 8, 1, 0
+    half = -(-nch // 2)
+    w = 1 << min(3, max(0, half.bit_length() - 1))  # the largest power of two <= half, at most 8
+    rt = 1
+    if bt >= 16384 and nch < 32:
+        rt, w = 2, max(1, w // 2)
+    return rt, w, 1, 1
 
 
 #: Whether the public ops dispatch to this kernel under the interpreter (tests turn it on; the
@@ -402,6 +418,9 @@ def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, con
         return
     cfg = tuple(config) + (1, 1, 1, 0)[len(config):] if config is not None else pick_config(b, t, k)
     rt, w, d, split = cfg
+    if rt not in (1, 2) or w < 1 or w & (w - 1) or d < 1 or split not in (0, 1):
+        raise ValueError(f"gathered MMA config (RT, W, D, SPLIT) needs RT in (1, 2), W a power of two, D >= 1 "
+                         f"and SPLIT in (0, 1), got {cfg}")
     x32 = x.view(torch.int32)
     w32 = data.view(torch.int32)
     s16 = scale.view(torch.int16)
