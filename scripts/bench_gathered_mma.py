@@ -4,10 +4,11 @@ CUDA-core kernel on the benchmark's shapes (V = 131072, K in {256, 1024, 4096}, 
 (``gathered_bias``, CUDA-graph replay over rotating inputs; floor = max(one launch, bytes / copy
 bandwidth)). Each config's logits are checked against the CUDA-core kernel's first.
 
-    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick]
+    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked] [--xall]
 
 Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
-default MMA config, the best MMA config, and each against the floor.
+default MMA config, the best MMA config, and each against the floor. ``--picked``: only the
+table's config; ``--xall``: also the picked config with ``triton_mma.X_ALL_LANES`` on.
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ def main():
     out_dir = os.environ.get("OUT", ".")
     rep = int(arg("--rep", "40"))
     given = arg("--configs", "")
+    only_picked = "--picked" in sys.argv
     fixed = [tuple(int(v) for v in c.split("x")) for c in given.split(",")] if given else None
     shapes = QUICK if "--quick" in sys.argv else FULL
     dev = "cuda"
@@ -60,7 +62,7 @@ def main():
     for k in sorted({s[0] for s in shapes}):
         w = NVFP4.quantize(torch.randn(V, k, device=dev) * 0.02)
         data, scale, gsc = w.packed, w.scale.view(torch.uint8), w.global_scale
-        configs = fixed or auto_configs(k)
+        configs = [] if only_picked else (fixed or auto_configs(k))
         for _, b, t in [s for s in shapes if s[0] == k]:
             inputs = [(torch.randn(b, k, device=dev, dtype=torch.bfloat16), torch.randn(b, t, device=dev),
                        torch.randint(0, V, (b, t), device=dev)) for _ in range(8)]
@@ -82,7 +84,8 @@ def main():
             ref = torch.empty(b, t, device=dev)
             cuda_core._launch_dot(x, 2, data, scale, gsc, idx, k, 4, 16, ref, None, 1.0, False, cuda_core.dot_config(b, t))
             res = {"K": k, "B": b, "T": t, "floor_us": floor, "bytes": nbytes, "mma": {}}
-            for cfg in configs:
+            dflt = triton_mma.pick_config(b, t, k)
+            for cfg in configs or [dflt]:
                 got = torch.full_like(ref, float("nan"))
                 triton_mma.launch(x, data, scale, gsc, idx, k, got, None, 1.0, False, cfg)
                 err = ((got - ref).abs() / (ref.abs().amax() + 1e-6)).max().item()
@@ -93,11 +96,21 @@ def main():
                 res["mma"][name(cfg)] = time_us(lambda c=cfg, it=itertools.cycle(inputs): run(c, it),
                                                             graph=True, rep=rep)
             res["cuda_core_us"] = time_us(lambda it=itertools.cycle(inputs): run(None, it), graph=True, rep=rep)
-            dflt = triton_mma.pick_config(b, t, k)
             res["default"] = name(dflt)
             if res["mma"].get(res["default"]) is None:
                 res["mma"][res["default"]] = time_us(lambda it=itertools.cycle(inputs): run(dflt, it), graph=True,
                                                      rep=rep)
+            if "--xall" in sys.argv:  # the picked config again with x loaded in every lane
+                triton_mma.X_ALL_LANES = True
+                try:
+                    got = torch.full_like(ref, float("nan"))
+                    triton_mma.launch(x, data, scale, gsc, idx, k, got, None, 1.0, False, dflt)
+                    if not ((got - ref).abs() / (ref.abs().amax() + 1e-6)).max().item() < 1e-4:
+                        raise SystemExit(f"X_ALL_LANES mismatch at K{k} B{b} T{t}")
+                    res["xall_us"] = time_us(lambda it=itertools.cycle(inputs): run(dflt, it), graph=True, rep=rep)
+                finally:
+                    triton_mma.X_ALL_LANES = False
+                print(f"  x in every lane: {res['xall_us']:.2f} us (picked {res['mma'][res['default']]:.2f})", flush=True)
             timed = {c: v for c, v in res["mma"].items() if v is not None}
             best = min(timed, key=timed.get)
             res["best"] = best

@@ -7,7 +7,8 @@
 
 ``gemv FMT M N K RT W``: ``mma_gemv`` (fp8_gemm/triton_mma.py) three times (two warm-ups).
 ``head BITS M``: the draft head's tensor-core coarse pass (124160 x 5120, g64, block 128) three
-times. ``floor``: what ``lowbit.bench.gemm.cold_us`` (the GEMM benchmark's timer: cold L2,
+times. ``gathered K B T``: NVFP4 ``gathered_bias`` (V = 131072, the picked tensor-core config) three
+times (ncu ``-k regex:gathered_mma``). ``floor``: what ``lowbit.bench.gemm.cold_us`` (the GEMM benchmark's timer: cold L2,
 CUDA-graph replay) reports for a one-element add and for 1 / 8 / 32 MB copies — the fixed cost
 under every decode-size number.
 """
@@ -45,6 +46,18 @@ def main(argv: list[str]) -> int:
         x = torch.randn(m, 5120, device="cuda", dtype=torch.bfloat16)
         for _ in range(3):
             coarse_head(x, p, block=128, kcand=head.kcand, bound=BOUND_NONE)
+    elif what == "gathered":
+        from lowbit.formats import NVFP4
+        from lowbit.ops import gathered_bias
+
+        k, b, t = (int(v) for v in argv[1:4])
+        w = NVFP4.quantize(torch.randn(131072, k, device="cuda") * 0.02)
+        x = torch.randn(b, k, device="cuda", dtype=torch.bfloat16)
+        values = torch.randn(b, t, device="cuda")
+        idx = torch.randint(0, 131072, (b, t), device="cuda")
+        logits = torch.zeros(b, 131072, device="cuda", dtype=torch.bfloat16)
+        for _ in range(3):
+            gathered_bias(x, w, values, idx, logits)
     elif what == "floor":
         from lowbit.bench.gemm import cold_us
 
@@ -55,7 +68,7 @@ def main(argv: list[str]) -> int:
             dst = torch.empty_like(src)
             print(f"copy {mb} MB: {cold_us(lambda: dst.copy_(src), graph=True):.2f} us")
     else:
-        raise SystemExit(f"unknown case {what!r}: gemv | head | floor")
+        raise SystemExit(f"unknown case {what!r}: gemv | head | gathered | floor")
     torch.cuda.synchronize()
     return 0
 
