@@ -4,11 +4,11 @@ CUDA-core kernel on the benchmark's shapes (V = 131072, K in {256, 1024, 4096}, 
 (``gathered_bias``, CUDA-graph replay over rotating inputs; floor = max(one launch, bytes / copy
 bandwidth)). Each config's logits are checked against the CUDA-core kernel's first.
 
-    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked] [--xall]
+    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked]
 
 Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
 default MMA config, the best MMA config, and each against the floor. ``--picked``: only the
-table's config; ``--xall``: also the picked config with ``triton_mma.X_ALL_LANES`` on.
+table's config.
 """
 from __future__ import annotations
 
@@ -100,17 +100,6 @@ def main():
             if res["mma"].get(res["default"]) is None:
                 res["mma"][res["default"]] = time_us(lambda it=itertools.cycle(inputs): run(dflt, it), graph=True,
                                                      rep=rep)
-            if "--xall" in sys.argv:  # the picked config again with x loaded in every lane
-                triton_mma.X_ALL_LANES = True
-                try:
-                    got = torch.full_like(ref, float("nan"))
-                    triton_mma.launch(x, data, scale, gsc, idx, k, got, None, 1.0, False, dflt)
-                    if not ((got - ref).abs() / (ref.abs().amax() + 1e-6)).max().item() < 1e-4:
-                        raise SystemExit(f"X_ALL_LANES mismatch at K{k} B{b} T{t}")
-                    res["xall_us"] = time_us(lambda it=itertools.cycle(inputs): run(dflt, it), graph=True, rep=rep)
-                finally:
-                    triton_mma.X_ALL_LANES = False
-                print(f"  x in every lane: {res['xall_us']:.2f} us (picked {res['mma'][res['default']]:.2f})", flush=True)
             timed = {c: v for c, v in res["mma"].items() if v is not None}
             best = min(timed, key=timed.get)
             res["best"] = best

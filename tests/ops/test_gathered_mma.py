@@ -137,14 +137,3 @@ def test_mma_dispatch_rules(mma_backend, monkeypatch):
         out = gathered_dot(x[:, 16:].to(torch.bfloat16), shifted, idx)
         assert calls == [1]
     assert out.shape == ref.shape
-
-
-@pytest.mark.parametrize("v,k,b,t,cfg", [CASES[1], CASES[5], CASES[-1], CASES[-2]])
-def test_mma_x_in_every_lane(mma_backend, monkeypatch, v, k, b, t, cfg):
-    """X_ALL_LANES: B's unused columns hold copies of x instead of zeros; the dots are the same."""
-    monkeypatch.setattr(triton_mma, "X_ALL_LANES", True)
-    w = NVFP4.quantize(torch.randn(v, k))
-    x = torch.randn(b, k).to(torch.bfloat16)
-    idx = torch.randint(0, v, (b, t))
-    out = _launch_dot(mma_backend, x, w, idx, cfg)
-    torch.testing.assert_close(out.double(), _ref(x, w, idx), rtol=1e-5, atol=1e-5)

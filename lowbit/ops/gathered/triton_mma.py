@@ -200,27 +200,17 @@ def _load_weights(p_w, p_s, rows, m_rows, c, t, s_wn, s_sn, NSEG: tl.constexpr, 
 
 @triton.jit
 def _load_x(p_x, i_b, c, g, t, s_xb, NSEG: tl.constexpr, HALF: tl.constexpr, SPLIT: tl.constexpr,
-            XALL: tl.constexpr, NT: tl.constexpr):
-    """x's 16 words of segment ``4 c + t`` for B column 0 (lanes g = 0); SPLIT: segment ``HALF +
-    4 c + t`` for column 1 (lanes g = 1), which the rows g + 8 (the second halves) are read
-    against. The other columns: zeros, or (XALL) the same words again in every lane (g even:
-    column 0's, g odd: column 1's), which saves the lane predicate and the zeroing of masked
-    loads; those columns of the result are never read."""
+            NT: tl.constexpr):
+    """x's 16 words of segment ``4 c + t`` in the lanes with g = 0 (B column 0), zeros elsewhere;
+    SPLIT: also segment ``HALF + 4 c + t`` in the lanes with g = 1 (column 1, which the rows
+    g + 8, the second halves, are read against)."""
     seg = 4 * c + t
     if SPLIT:
-        if XALL:
-            odd = (g % 2) == 1
-        else:
-            odd = g == 1
-        sx = seg + HALF * odd
-        m = (odd & (sx < NSEG)) | ((~odd) & (seg < HALF) & (seg < NSEG))
-        if not XALL:
-            m = m & (g < 2)
+        sx = seg + HALF * (g == 1)
+        m = ((g == 0) & (seg < HALF) & (seg < NSEG)) | ((g == 1) & (sx < NSEG))
     else:
         sx = seg
-        m = seg < NSEG
-        if not XALL:
-            m = m & (g == 0)
+        m = (g == 0) & (seg < NSEG)
     o_4 = tl.arange(0, 4)[None, :]
     base = (i_b * s_xb + sx * 16)[:, None] + o_4
     xs = ()
@@ -279,7 +269,7 @@ def _gathered_mma_kernel(
     p_x, p_w, p_s, p_gs, p_idx, p_val, p_out, T, V, alpha,
     s_xb, s_wn, s_sn, s_ib, s_it, s_vb, s_vt, s_ob, s_ot,
     K: tl.constexpr, BIAS: tl.constexpr, RT: tl.constexpr, W: tl.constexpr, D: tl.constexpr,
-    SPLIT: tl.constexpr, XALL: tl.constexpr, INTERPRET: tl.constexpr,
+    SPLIT: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Program (b, tile): batch row b, indices ``R RT tile .. + R RT`` of T (R = 16, or 8 with
     SPLIT). ``p_x``: int32 view of bf16 x [B, K] (s_xb in words); ``p_w``: int32 view of the
@@ -341,10 +331,10 @@ def _gathered_mma_kernel(
     for d in tl.static_range(D):
         ring = ring + (_load_weights(p_w, p_s, rows, m_rows, warp + d * W, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT,
                                      NT),)
-    xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, XALL, NT)
+    xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, NT)
     for it in range(0, tl.cdiv(NCH_RUN, W)):
         nw = _load_weights(p_w, p_s, rows, m_rows, (it + D) * W + warp, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT)
-        nx = _load_x(p_x, i_b, (it + 1) * W + warp, g, t, s_xb, NSEG, HALF, SPLIT, XALL, NT)
+        nx = _load_x(p_x, i_b, (it + 1) * W + warp, g, t, s_xb, NSEG, HALF, SPLIT, NT)
         acc = _compute_chunk(acc, ring[0], xs, RT, NT, INTERPRET)
         ring = _shift_in(ring, nw)
         xs = nx
@@ -392,10 +382,6 @@ def pick_config(b: int, t: int, k: int) -> tuple[int, int, int, int]:
         rt, w = 2, max(1, w // 2)
     return rt, w, 1, 1
 
-
-#: Every lane loads x (B's unused columns get copies): see :func:`_load_x`. Measured against the
-#: zero-column form in docs/gathered.md.
-X_ALL_LANES = False
 
 #: Whether the public ops dispatch to this kernel under the interpreter (tests turn it on; the
 #: lane-by-lane MMA emulation is slow, so the other interpreter tests keep the CUDA-core kernel).
@@ -445,5 +431,5 @@ def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, con
         x32, w32, s16, global_scale, index, p_val, out, t, data.shape[0], float(alpha),
         x32.stride(0), w32.stride(0), s16.stride(0), index.stride(0), index.stride(1), s_vb, s_vt,
         out.stride(0), out.stride(1),
-        K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), XALL=X_ALL_LANES, INTERPRET=interpret_mode(), num_warps=w, num_stages=1,
+        K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), INTERPRET=interpret_mode(), num_warps=w, num_stages=1,
     )
