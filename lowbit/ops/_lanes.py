@@ -1,6 +1,7 @@
-"""Helpers of the inline-PTX MMA kernels (``coarse_head/triton_mma.py``, ``fp8_gemm/triton_mma.py``),
+"""Helpers of the inline-PTX MMA kernels (``coarse_head/``, ``fp8_gemm/``, ``gathered/triton_mma.py``),
 which keep one value per thread in ``[NT]`` tensors and a thread's short vectors in ``[NT, n]``
-tensors: splitting such a vector into its columns stays inside the thread (no layout change)."""
+tensors: splitting such a vector into its columns stays inside the thread (no layout change).
+Also the tuple-of-zeros builder of their accumulator tiles and the interpreter's m16n8k16 MMA."""
 from __future__ import annotations
 
 import triton
@@ -20,3 +21,35 @@ def split4(t, NT: tl.constexpr):
     e0, e2 = tl.split(a)
     e1, e3 = tl.split(b)
     return e0, e1, e2, e3
+
+
+@triton.jit
+def zeros_tuple(z, N: tl.constexpr):
+    """The tuple (z, ..., z) of length N (z a tensor or a tuple of them)."""
+    res = ()
+    for _ in tl.static_range(N):
+        res = res + (z,)
+    return res
+
+
+@triton.jit
+def mma16816_values(a0l, a0h, a1l, a1h, a2l, a2h, a3l, a3h, b0l, b0h, b1l, b1h, NT: tl.constexpr):
+    """A B of one warp-wide ``mma.sync.m16n8k16`` from the fp32 values of its operands' halves
+    (``a0l`` = the low half of register a0, ...), per lane as [NT]: the interpreter's stand-in for
+    the PTX (fp32 products and sums). Fragments: a0 = (row g, k 2t, 2t+1), a1 = (row g + 8, ..),
+    a2 = (row g, k 2t+8, 2t+9), a3 = (row g + 8, ..); b0 = (k 2t, 2t+1, column g), b1 = (k 2t+8,
+    2t+9, ..); returns (d0, d1, d2, d3) = (row g, columns 2t, 2t+1), (row g + 8, ..), lane 4 g + t."""
+    W: tl.constexpr = NT // 32
+    R: tl.constexpr = [NT // 32, 8, 1, 4]  # A taps [W, 8 (g), 1, 4 (t)]
+    Q: tl.constexpr = [NT // 32, 1, 8, 4]  # B taps [W, 1, 8 (n), 4 (t)]
+    q0l = tl.reshape(b0l, Q)
+    q0h = tl.reshape(b0h, Q)
+    q1l = tl.reshape(b1l, Q)
+    q1h = tl.reshape(b1h, Q)
+    top = tl.sum(tl.reshape(a0l, R) * q0l + tl.reshape(a0h, R) * q0h + tl.reshape(a2l, R) * q1l
+                 + tl.reshape(a2h, R) * q1h, 3)
+    bot = tl.sum(tl.reshape(a1l, R) * q0l + tl.reshape(a1h, R) * q0h + tl.reshape(a3l, R) * q1l
+                 + tl.reshape(a3h, R) * q1h, 3)
+    t0, t1 = tl.split(tl.reshape(top, [W, 8, 4, 2]))  # columns 2t, 2t + 1 of row g
+    u0, u1 = tl.split(tl.reshape(bot, [W, 8, 4, 2]))
+    return tl.reshape(t0, [NT]), tl.reshape(t1, [NT]), tl.reshape(u0, [NT]), tl.reshape(u1, [NT])

@@ -13,6 +13,7 @@ from lowbit.formats import NVFP4
 from lowbit.ops import gathered_bias, gathered_dot
 from lowbit.ops.gathered import triton_mma
 from tests._helpers import poisoned
+from tests.ops.test_gathered import check_bias
 
 NEEDS_TRITON = "triton_mma is a Triton kernel (inline PTX on the GPU, emulated under the interpreter): no reference tier"
 
@@ -105,14 +106,7 @@ def test_mma_public_bias(mma_backend, ldt, monkeypatch):
     with mma_backend.active():
         gathered_bias(x, w, values, idx, logits, 0.5)
     assert calls == [1]
-    expect = values.double().cpu() + 0.5 * _ref(x, w.to("cpu"), idx)
-    got = logits.cpu().gather(1, idx.long().cpu()).double()
-    tol = dict(rtol=1e-2, atol=6.25e-2) if ldt == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(got, expect, **tol)
-    untouched = torch.ones(b, v, dtype=torch.bool)
-    untouched.scatter_(1, idx.long().cpu(), False)
-    bits = torch.int16 if ldt == torch.bfloat16 else torch.int32
-    assert torch.equal(logits.cpu().view(bits)[untouched], before.cpu().view(bits)[untouched])
+    check_bias(logits, before, idx, values.double().cpu() + 0.5 * _ref(x, w.to("cpu"), idx))
     assert torch.equal(x, x0) and torch.equal(values, v0) and torch.equal(idx, i0)
 
 

@@ -42,6 +42,7 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
+from lowbit.ops._lanes import mma16816_values
 from lowbit.ops._lanes import split4 as _split4
 from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue, coarse_outputs
 from lowbit.ops.coarse_head.triton_h2 import _half_pair
@@ -146,25 +147,14 @@ def _mma16816(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, NT: tl.constexpr, INTERPRE
     """D = A B + C of one ``mma.sync.m16n8k16`` per warp, operands as per-lane [NT] tensors (lane
     = element % 32, warp = element // 32; layouts in the module docstring)."""
     if INTERPRET:
-        W: tl.constexpr = NT // 32
         a0l, a0h = _half_pair(a0)
         a1l, a1h = _half_pair(a1)
         a2l, a2h = _half_pair(a2)
         a3l, a3h = _half_pair(a3)
         b0l, b0h = _half_pair(b0)
         b1l, b1h = _half_pair(b1)
-
-        # A taps as [W, 8 (g), 1, 4 (c)] (lane 4 g + c), B taps as [W, 1, 8 (n), 4 (c)] (lane 4 n + c)
-        R: tl.constexpr = [NT // 32, 8, 1, 4]
-        Q: tl.constexpr = [NT // 32, 1, 8, 4]
-        top = tl.sum(tl.reshape(a0l, R) * tl.reshape(b0l, Q) + tl.reshape(a0h, R) * tl.reshape(b0h, Q)
-                     + tl.reshape(a2l, R) * tl.reshape(b1l, Q) + tl.reshape(a2h, R) * tl.reshape(b1h, Q), 3)
-        bot = tl.sum(tl.reshape(a1l, R) * tl.reshape(b0l, Q) + tl.reshape(a1h, R) * tl.reshape(b0h, Q)
-                     + tl.reshape(a3l, R) * tl.reshape(b1l, Q) + tl.reshape(a3h, R) * tl.reshape(b1h, Q), 3)
-        t0, t1 = tl.split(tl.reshape(top, [W, 8, 4, 2]))  # columns 2c, 2c + 1 of row g
-        u0, u1 = tl.split(tl.reshape(bot, [W, 8, 4, 2]))
-        return (c0 + tl.reshape(t0, [NT]), c1 + tl.reshape(t1, [NT]), c2 + tl.reshape(u0, [NT]),
-                c3 + tl.reshape(u1, [NT]))
+        d0, d1, d2, d3 = mma16816_values(a0l, a0h, a1l, a1h, a2l, a2h, a3l, a3h, b0l, b0h, b1l, b1h, NT)
+        return c0 + d0, c1 + d1, c2 + d2, c3 + d3
     else:
         return tl.inline_asm_elementwise(
             "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, "

@@ -56,6 +56,7 @@ import triton.language as tl
 from lowbit._backend import interpret_mode
 from lowbit.ops._lanes import split2 as _split2
 from lowbit.ops._lanes import split4 as _split4
+from lowbit.ops._lanes import zeros_tuple
 from lowbit.ops.act_quant.triton import _load_scale
 
 #: rows of x one launch serves (NCT = ceil(M / 8) <= 8 column tiles of 8)
@@ -337,15 +338,6 @@ def _replace(tup, i: tl.constexpr, v):
 
 
 @triton.jit
-def _zeros(z, N: tl.constexpr):
-    """The tuple (z, ..., z) of length N (z a tensor or a tuple of them)."""
-    res = ()
-    for _ in tl.static_range(N):
-        res = res + (z,)
-    return res
-
-
-@triton.jit
 def _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, kb, r_base, g, t, M, N, KB: tl.constexpr, KW: tl.constexpr,
                 AW: tl.constexpr, FP4: tl.constexpr, AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, RT: tl.constexpr,
                 NCT: tl.constexpr, NT: tl.constexpr):
@@ -435,9 +427,9 @@ def _mma_gemv_kernel(
         KW: tl.constexpr = K // 4
     r_base = i_p * (16 * RT) + g  # row g of tile rt: r_base + 16 rt (row g + 8: + 8)
     z = tl.zeros([NT], dtype=tl.float32)
-    acc = _zeros((z, z, z, z), RT * NCT)  # one (c0, c1, c2, c3) per (rt, ct)
+    acc = zeros_tuple((z, z, z, z), RT * NCT)  # one (c0, c1, c2, c3) per (rt, ct)
     zi = tl.zeros([NT], dtype=tl.int32)
-    nan_rows = _zeros(zi, 2 * RT)  # per (row tile rt, row half h) at 2 rt + h: a 255 scale byte seen
+    nan_rows = zeros_tuple(zi, 2 * RT)  # per (row tile rt, row half h) at 2 rt + h: a 255 scale byte seen
     blk = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, warp, r_base, g, t, M, N, KB, KW, AW, FP4, AS_E8M0, BS_E8M0,
                       RT, NCT, NT)
     for it in range(0, tl.cdiv(KB, W)):

@@ -49,6 +49,7 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
+from lowbit.ops._lanes import mma16816_values, zeros_tuple
 from lowbit.ops._lanes import split4 as _split4
 from lowbit.ops.gathered.triton import _cast, _fp8_data
 
@@ -94,9 +95,6 @@ def _scaled_mma(a0, a1, a2, a3, s0, s1, b0, b1, c, NT: tl.constexpr, INTERPRET: 
     per-lane int32 [NT] (bf16x2 bits), layouts in the module docstring."""
     c0, c1, c2, c3 = c
     if INTERPRET:
-        W: tl.constexpr = NT // 32
-        R: tl.constexpr = [NT // 32, 8, 1, 4]  # A taps [W, 8 (g), 1, 4 (t)]
-        Q: tl.constexpr = [NT // 32, 1, 8, 4]  # B taps [W, 1, 8 (n), 4 (t)]
         s0l, s0h = _bf16_pair(s0)
         s1l, s1h = _bf16_pair(s1)
         a0l, a0h = _bf16_pair(a0)
@@ -105,18 +103,10 @@ def _scaled_mma(a0, a1, a2, a3, s0, s1, b0, b1, c, NT: tl.constexpr, INTERPRET: 
         a3l, a3h = _bf16_pair(a3)
         b0l, b0h = _bf16_pair(b0)
         b1l, b1h = _bf16_pair(b1)
-        bq0l = tl.reshape(b0l, Q)
-        bq0h = tl.reshape(b0h, Q)
-        bq1l = tl.reshape(b1l, Q)
-        bq1h = tl.reshape(b1h, Q)
-        top = tl.sum(tl.reshape(a0l * s0l, R) * bq0l + tl.reshape(a0h * s0h, R) * bq0h
-                     + tl.reshape(a2l * s0l, R) * bq1l + tl.reshape(a2h * s0h, R) * bq1h, 3)
-        bot = tl.sum(tl.reshape(a1l * s1l, R) * bq0l + tl.reshape(a1h * s1h, R) * bq0h
-                     + tl.reshape(a3l * s1l, R) * bq1l + tl.reshape(a3h * s1h, R) * bq1h, 3)
-        t0, t1 = tl.split(tl.reshape(top, [W, 8, 4, 2]))  # columns 2t, 2t + 1 of row g
-        u0, u1 = tl.split(tl.reshape(bot, [W, 8, 4, 2]))
-        res = (c0 + tl.reshape(t0, [NT]), c1 + tl.reshape(t1, [NT]), c2 + tl.reshape(u0, [NT]),
-               c3 + tl.reshape(u1, [NT]))
+        # the scaled A values are exact in fp32 as in bf16 (see the module docstring)
+        d0, d1, d2, d3 = mma16816_values(a0l * s0l, a0h * s0h, a1l * s1l, a1h * s1h, a2l * s0l, a2h * s0h,
+                                         a3l * s1l, a3h * s1h, b0l, b0h, b1l, b1h, NT)
+        res = (c0 + d0, c1 + d1, c2 + d2, c3 + d3)
     else:
         res = tl.inline_asm_elementwise(_MMA_PTX, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,0,1,2,3",
                                         [a0, a1, a2, a3, s0, s1, b0, b1, c0, c1, c2, c3],
@@ -256,14 +246,6 @@ def _compute_chunk(acc, wq, xs, RT: tl.constexpr, NT: tl.constexpr, INTERPRET: t
     return acc
 
 
-@triton.jit
-def _zeros(z, N: tl.constexpr):
-    res = ()
-    for _ in tl.static_range(N):
-        res = res + (z,)
-    return res
-
-
 @triton.jit(do_not_specialize=["T", "V"])
 def _gathered_mma_kernel(
     p_x, p_w, p_s, p_gs, p_idx, p_val, p_out, T, V, alpha,
@@ -325,7 +307,7 @@ def _gathered_mma_kernel(
         if BIAS:
             e_val = e_val + (tl.load(p_val + i_b * s_vb + tr * s_vt, mask=ok, other=0).to(tl.float32),)
     z = tl.zeros([NT], dtype=tl.float32)
-    acc = _zeros(((z, z, z, z), (z, z, z, z)), RT)
+    acc = zeros_tuple(((z, z, z, z), (z, z, z, z)), RT)
     # weights D chunks ahead, x one chunk ahead (L1 / L2 hits)
     ring = ()
     for d in tl.static_range(D):
