@@ -131,3 +131,18 @@ def test_mma_dispatch_rules(mma_backend, monkeypatch):
         out = gathered_dot(x[:, 16:].to(torch.bfloat16), shifted, idx)
         assert calls == [1]
     assert out.shape == ref.shape
+
+
+def test_pick_config_is_launchable():
+    """The launch table gives a valid geometry for every K % 32 == 0 and B*T it can meet (no
+    kernel: the launcher's own check raises on a bad tuple), and rejects malformed overrides."""
+    for k in (32, 96, 256, 384, 1024, 2048, 4096, 7168, 16384):
+        for b, t in ((1, 1), (1, 8), (16, 64), (64, 32), (256, 64), (1024, 64)):
+            rt, w, d, split = triton_mma.pick_config(b, t, k)
+            assert rt in (1, 2) and w >= 1 and w & (w - 1) == 0 and w <= 8 and d >= 1 and split in (0, 1)
+    empty = torch.empty(0, 0, dtype=torch.long)
+    for bad in ((3, 1, 1, 1), (1, 3, 1, 1), (1, 2, 0, 1), (1, 2, 1, 2)):
+        with pytest.raises(ValueError, match="RT, W, D, SPLIT"):
+            triton_mma.launch(None, None, None, None, torch.zeros(1, 1, dtype=torch.long), 64, None, None, 1.0, False,
+                              bad)
+    triton_mma.launch(None, None, None, None, empty, 64, None, None, 1.0, False, (1, 1))  # empty index: no launch
