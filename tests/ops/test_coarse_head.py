@@ -394,6 +394,30 @@ def test_packed_half_gemv_only_for_fast_mode():
     assert out[1].shape == ref.cand_lb.shape
 
 
+def test_word_gemv_tail_reads_no_scale_past_the_rows():
+    """The word GEMV's second unrolled tile can start past the row (K = 160: 2.5 tiles of 32
+    bytes); its scale load must be masked. Scales that sit in a NaN-filled buffer make any read
+    past the tensor a NaN logit (it was flaky before: whatever followed the scales on the heap)."""
+    if not lowbit._backend.interpret_mode():
+        pytest.skip("calls the Triton launcher on CPU tensors: interpreter tier only")
+    from lowbit.ops.coarse_head import _raw
+    from lowbit.ops.coarse_head.triton import coarse_head_triton
+
+    packing = pack(torch.randn(N, K) * 0.02, 4, 32)
+    x = torch.randn(1, K)
+    w, sc, z, gs = _raw(packing)
+    guarded = torch.full((sc.shape[0] + 2, sc.shape[1]), float("nan"), dtype=sc.dtype)
+    guarded[: sc.shape[0]] = sc
+    with lowbit.backend("triton"):
+        out = coarse_head_triton(x, packing.kind, w, guarded[: sc.shape[0]], z, gs, n=N, bits=4, group_size=32,
+                                 padded_k=packing.padded_k, block=BLOCK, kcand=KCAND, bound=BOUND_DET, sigma=4.0,
+                                 write_logits=True, config=(1, 4, 1, 32, 2))
+    with lowbit.backend("reference"):
+        ref = coarse_head(x, packing, block=BLOCK, kcand=KCAND, bound=BOUND_DET, write_logits=True)
+    assert not torch.isnan(out[5]).any()
+    assert rel_err(out[5], ref.logits) < 1e-5
+
+
 # --- the tensor-core coarse pass (triton_mma.py: fast mode, M <= 8) ----------------------------
 
 def test_mma_tile_layout():

@@ -68,8 +68,12 @@ def _words_step(acc2, b_w, j0, x_ptr, s_ptr, o_n, m_n, o_t, i_m, stride_xm, stri
     value is exactly ``2^E + q`` (the code sits in the low mantissa bits); one exact subtraction
     gives q — no int->float convert (quarter rate on the CUDA cores). Per plane-step: 4 products
     summed per word, then the group scale once per word (BK divides G: one group per plane-step)."""
+    # UNROLL's second tile may start past the row (its codes load as 0): its scale index would then
+    # point past the row's scales — for the last row past the tensor, where a NaN times the zero
+    # sum made that row's logit NaN (seen under the interpreter) — so the scale load is masked too
+    in_row = 4 * j0 < L
     for i in tl.static_range(P):
-        b_sc = tl.load(s_ptr + o_n * stride_sn + (i * L + 4 * j0) // G, mask=m_n, other=0.0).to(tl.float32)
+        b_sc = tl.load(s_ptr + o_n * stride_sn + (i * L + 4 * j0) // G, mask=m_n & in_row, other=0.0).to(tl.float32)
         tmp = tl.zeros([BN, BW], dtype=tl.float32)
         for b in tl.static_range(4):
             o_k = i * L + 4 * (j0 + o_t) + b
