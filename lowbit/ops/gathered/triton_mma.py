@@ -3,16 +3,16 @@
 Why: the CUDA-core kernel (``triton.py``) decodes every E2M1 code to fp32 and spends an FMA on it;
 past a few hundred gathered rows that arithmetic, not the bytes, sets its time (K4096 B256 T64
 ran at 5x its byte floor). Here the decoded codes go to an ``mma.sync.m16n8k16`` bf16 MMA whose A
-operand is 16 gathered rows and whose B column 0 is the batch row's ``x`` (the other 7 columns are
-zero: one ``x`` per batch row), so the dot costs one MMA per 256 weight elements and the decode is
-a few integer ops per pair of codes.
+operand is 16 gathered rows and whose B column 0 is the batch row's ``x`` (the other columns are
+zero, or with SPLIT column 1 holds the second half of ``x``), so the dot costs one MMA per 256
+weight elements and the decode is a few integer ops per pair of codes.
 
 Exact decode to bf16, scale included (``_a_bits`` + the ``mul.rn.bf16x2`` in ``_MMA_PTX``):
 
 * An E2M1 code ``s e1 e0 m`` with its magnitude bits placed at bf16 bits 8..6 and its sign at bit
   15 is a bf16 number equal to the code's value times 2^-126 (bf16 subnormal for e = 0, normal
   otherwise). Codes ``i`` and ``i + 4`` of a 32-bit word land in the two halves of one bf16x2
-  register with the same shifts, so a register costs two shifts and two masks.
+  register with the same shifts, so a register costs two shifts and two masks (four SASS ops).
 * The row's E4M3 group scale ``s`` (decoded by the hardware convert) is turned into the bf16
   ``s * 2^119`` (exact: 4 significant bits, below the bf16 maximum), and one ``mul.rn.bf16x2``
   gives ``e2m1 * s * 2^-7``: at most 5 significant bits, between 2^-17 and 21, so exact in bf16.
@@ -32,13 +32,16 @@ one ``prmt`` per register. Fragment layout of ``m16n8k16`` (PTX ISA): ``a0 = (ro
 2t+1, column g)``, ``b1 = (k 2t+8, 2t+9, ..)``; ``c0 = (row g, column 2t)``, ``c2 = (row g + 8,
 column 2t)``; column 0 of the result is c0 / c2 of the lanes with t = 0.
 
-A program owns one batch row and ``16 RT`` of its T indices; its W warps split the K chunks
-(chunk ``warp + W i``); a warp keeps the weights of its next D chunks in flight (a register ring)
-and x one chunk ahead; the
-warps' sums are added at the end and scattered (``gathered_bias``) or stored (``gathered_dot``)
-in the same launch. Data of lane L of warp w sit in element ``32 w + L`` of ``[32 W]`` tensors
-(as in ``fp8_gemm/triton_mma.py``); under the interpreter the PTX is emulated with tensor
-arithmetic. Measured numbers: docs/gathered.md, "tensor-core kernel".
+A program owns one batch row and ``16 RT`` of its T indices (SPLIT: ``8 RT``, each index on both
+row halves of a tile — rows g read the first half of K against B column 0, rows g + 8 the second
+half against column 1, and a row's dot is c0 + c3 of lane 4 g); its W warps split the K chunks
+(chunk ``warp + W i``); a warp keeps the weights of its next D chunks in flight (a register ring,
+raw bits only: see :func:`_load_rows`) and x one chunk ahead; the warps' sums are added at the
+end and scattered (``gathered_bias``) or stored (``gathered_dot``) in the same launch. Data of
+lane L of warp w sit in element ``32 w + L`` of ``[32 W]`` tensors (as in
+``fp8_gemm/triton_mma.py``); under the interpreter the PTX is emulated with tensor arithmetic
+(``lowbit/ops/_lanes.py``). Launch table: :func:`pick_config`. Measured numbers: docs/gathered.md,
+"The tensor-core kernel for NVFP4".
 """
 from __future__ import annotations
 
