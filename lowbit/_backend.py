@@ -94,6 +94,18 @@ def sm_count(device: torch.device, interpret: int) -> int:
     return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
+@functools.lru_cache(maxsize=None)
+def _cuda_capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def capability_at_least(device: torch.device, cap: tuple[int, int]) -> bool:
+    """Whether ``device`` is a CUDA GPU of compute capability >= ``cap`` (cached per device)."""
+    if device.type != "cuda":
+        return False
+    return _cuda_capability(device.index if device.index is not None else torch.cuda.current_device()) >= cap
+
+
 def describe() -> dict:
     """What will run where, for ``lowbit info``."""
     info = {

@@ -8,6 +8,11 @@ import triton
 import triton.language as tl
 
 
+def i32(v: int) -> int:
+    """A 32-bit pattern as the signed int32 Triton's constants must be (for ``tl.constexpr`` masks)."""
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
 @triton.jit
 def split2(t, NT: tl.constexpr):
     """[NT, 2] -> its 2 columns as [NT] (in-thread)."""

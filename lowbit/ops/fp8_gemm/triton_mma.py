@@ -47,30 +47,23 @@ compile-time loops. Measured numbers: docs/gemm.md, "fourth round".
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
-from lowbit._backend import interpret_mode
+from lowbit._backend import capability_at_least, interpret_mode
 from lowbit.ops._lanes import split2 as _split2
 from lowbit.ops._lanes import split4 as _split4
-from lowbit.ops._lanes import zeros_tuple
+from lowbit.ops._lanes import i32, zeros_tuple
 from lowbit.ops.act_quant.triton import _load_scale
 
 #: rows of x one launch serves (NCT = ceil(M / 8) <= 8 column tiles of 8)
 MMA_MAX_M = 64
 
 
-def _i32(v: int) -> int:
-    """A 32-bit pattern as the signed int32 Triton's constants must be."""
-    return v - (1 << 32) if v >= 1 << 31 else v
-
-
 _MAG_LO = tl.constexpr(0x1C1C1C1C)  # E4M3 bits 2..4 of every byte: the E2M1 magnitude, placed
-_SIGN = tl.constexpr(_i32(0x80808080))
-_BYTE3 = tl.constexpr(_i32(0xFF000000))
+_SIGN = tl.constexpr(i32(0x80808080))
+_BYTE3 = tl.constexpr(i32(0xFF000000))
 _EXP_BITS = tl.constexpr(0x7F800000)  # the fp32 exponent field
 _F32_2M127 = tl.constexpr(0x00400000)  # 2^-127, the subnormal UE8M0 byte 0 stands for
 
@@ -512,12 +505,7 @@ def mma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bool:
         return False
     if interpret_mode():
         return INTERPRET_DISPATCH
-    return a.is_cuda and _has_e4m3_mma(a.device.index if a.device.index is not None else torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _has_e4m3_mma(index: int) -> bool:
-    return torch.cuda.get_device_capability(index) >= (8, 9)
+    return capability_at_least(a.device, (8, 9))
 
 
 __all__ = ["MMA_MAX_M", "mma_gemv", "mma_gemv_ok", "pick_mma_config"]

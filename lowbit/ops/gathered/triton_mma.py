@@ -45,26 +45,19 @@ lane L of warp w sit in element ``32 w + L`` of ``[32 W]`` tensors (as in
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
-from lowbit._backend import interpret_mode
-from lowbit.ops._lanes import mma16816_values, zeros_tuple
+from lowbit._backend import capability_at_least, interpret_mode
+from lowbit.ops._lanes import i32, mma16816_values, zeros_tuple
 from lowbit.ops._lanes import split4 as _split4
-from lowbit.ops.gathered.triton import _cast, _fp8_data
-
-
-def _i32(v: int) -> int:
-    """A 32-bit pattern as the signed int32 Triton's constants must be."""
-    return v - (1 << 32) if v >= 1 << 31 else v
+from lowbit.ops.gathered.decode import _cast, _fp8_data
 
 
 _MAG = tl.constexpr(0x01C001C0)  # bf16 bits 8..6 of both halves: an E2M1 magnitude, placed
-_SIGN = tl.constexpr(_i32(0x80008000))  # bf16 sign bits of both halves
-_HI16 = tl.constexpr(_i32(0xFFFF0000))
+_SIGN = tl.constexpr(i32(0x80008000))  # bf16 sign bits of both halves
+_HI16 = tl.constexpr(i32(0xFFFF0000))
 _SCALE_BIAS = tl.constexpr(2.0**119)  # the scale's factor; with the decode's 2^-126: 2^-7
 _UNDO_SCALE = tl.constexpr(128.0)  # 2^7, put back on the final dot
 
@@ -387,12 +380,7 @@ def usable(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, k: int) -> 
         return False
     if interpret_mode():
         return INTERPRET_DISPATCH
-    return x.is_cuda and _has_bf16_mul(x.device.index if x.device.index is not None else torch.cuda.current_device())
-
-
-@functools.lru_cache(maxsize=None)
-def _has_bf16_mul(index: int) -> bool:
-    return torch.cuda.get_device_capability(index) >= (9, 0)
+    return capability_at_least(x.device, (9, 0))
 
 
 def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, config=None) -> None:
