@@ -41,16 +41,6 @@ CONFIGS = (
     ("128x128 s4 fp32 scales masked-store", dict(stages=4, as_e8m0=False, bs_e8m0=False, n=7170)),
     ("warp-specialized 128x128 s4 fp32 scales tma-store", dict(stages=4, as_e8m0=False, bs_e8m0=False, n=7168, ws=True)),
     ("warp-specialized 128x128 s4 ue8m0 masked-store", dict(stages=4, as_e8m0=True, bs_e8m0=True, n=7170, ws=True)),
-    # decode: split-K, one 64-row tile, 4 consumer warps
-    ("split-K decode 64x128 s4 fp32 scales fp32 partials", dict(stages=4, as_e8m0=False, bs_e8m0=False, n=7168,
-                                                                  block_m=64, num_warps=4, splitk=True)),
-    ("split-K decode 64x64 s6 ue8m0 bf16 out", dict(stages=6, as_e8m0=True, bs_e8m0=True, n=7170, block_m=64,
-                                                    block_n=64, num_warps=4, splitk=True, out_f32=False)),
-    ("split-K decode 64x64 s4 fp32 partials maxnreg 128", dict(stages=4, as_e8m0=False, bs_e8m0=False, n=7168,
-                                                               block_m=64, block_n=64, num_warps=4, splitk=True,
-                                                               maxnreg=128)),
-    ("split-K decode 64x128 s4 fp32 partials maxnreg 200", dict(stages=4, as_e8m0=False, bs_e8m0=False, n=7168,
-                                                                block_m=64, num_warps=4, splitk=True, maxnreg=200)),
 )
 
 # configs whose full in-loop opcode sequence is printed (all with --verbose)
@@ -58,7 +48,7 @@ SHOW_OPCODES = {CONFIGS[0][0], CONFIGS[-2][0]}
 
 
 def compile_gluon_sm90(stages: int, as_e8m0: bool, bs_e8m0: bool, n: int, block_m=128, block_n=128, group_m=16,
-                       num_warps=8, ws=False, producer_regs=40, splitk=False, out_f32=True, maxnreg=None):
+                       num_warps=8, ws=False, producer_regs=40):
     """``triton.compile`` of ``_fp8_gemm_gluon_kernel`` for sm_90 from a ``GluonASTSource`` whose
     signature comes from the JIT's own specializer applied to CPU stand-ins of the launch args."""
     import torch
@@ -84,13 +74,8 @@ def compile_gluon_sm90(stages: int, as_e8m0: bool, bs_e8m0: bool, n: int, block_
         c_desc=TensorDescriptor.from_tensor(c, [block_m, block_n], c_l) if tma_store else None,
         M=m, N=n, n_kb=k // 128,
     )
-    if splitk:  # the decode kernel: no C descriptor, a K range per program
-        args = dict(a_desc=args["a_desc"], as_ptr=a_s, b_desc=args["b_desc"], bs_ptr=b_s,
-                    out_ptr=torch.empty((4, m, n), dtype=torch.float32) if out_f32 else c, M=m, N=n, n_kb=k // 128,
-                    kb_per_split=k // 512)
-    fn = (g._fp8_gemm_gluon_splitk_kernel if splitk else g._fp8_gemm_gluon_ws_kernel if ws
-          else g._fp8_gemm_gluon_kernel)
-    no_spec = {"M", "n_kb", "kb_per_split"}  # do_not_specialize in the kernel's decorator
+    fn = g._fp8_gemm_gluon_ws_kernel if ws else g._fp8_gemm_gluon_kernel
+    no_spec = {"M", "n_kb"}  # do_not_specialize in the kernel's decorator
     signature, attrs = {}, {}
     for i, (name, v) in enumerate(args.items()):
         ty, key = native_specialize_impl(BaseBackend, v, False, name not in no_spec, True)
@@ -99,19 +84,15 @@ def compile_gluon_sm90(stages: int, as_e8m0: bool, bs_e8m0: bool, n: int, block_
             attrs[(i, )] = [["tt.divisibility", 16]]
     constexprs = dict(AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, TMA_STORE=tma_store, GROUP_M=group_m, NUM_STAGES=stages,
                       num_warps=num_warps)
-    if splitk:
-        constexprs = dict(AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, OUT_F32=out_f32, GROUP_M=1, NUM_STAGES=stages,
-                          PRODUCER_REGS=producer_regs, num_warps=num_warps)
-    elif ws:
+    if ws:
         constexprs["PRODUCER_REGS"] = producer_regs
-    if args.get("c_desc", 0) is None:
+    if args["c_desc"] is None:
         constexprs["c_desc"] = None
     for name in constexprs:
         signature[name] = "constexpr"
     signature = {p: signature[p] for p in fn.arg_names}
     src = GluonASTSource(fn, signature, constexprs, attrs)
-    options = {"num_warps": num_warps} if maxnreg is None else {"num_warps": num_warps, "maxnreg": maxnreg}
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
 
 
 def compress(ops: list[str]) -> str:
@@ -275,7 +256,7 @@ def main() -> int:
             if args.verbose or name in SHOW_OPCODES:
                 print(f"  loop opcodes: {compress([x[1] for x in body])}")
             failed |= not ok
-        if cfg.get("ws") or cfg.get("splitk"):
+        if cfg.get("ws"):
             regs = sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", k.asm["ptx"])))
             print(f"  warp-specialized register reallocation (setmaxnreg): {regs} (REG above is the launch count)")
         if args.dump:

@@ -201,13 +201,32 @@ def _frag(w_g, w_g8, mask, BITS: tl.constexpr, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _words(base, m_b, NT: tl.constexpr, BITS: tl.constexpr):
-    """One 16-byte vector of each lane -> its 4 words as (word, word >> 8) pairs (INT8 needs no
-    shift: its decode permutes bytes)."""
-    e0, e1, e2, e3 = _split4(tl.load(base, mask=m_b[:, None], other=0), NT)
+def _words(v, NT: tl.constexpr, BITS: tl.constexpr):
+    """One loaded 16-byte vector of each lane ([NT, 4] int32) -> its 4 words as (word, word >> 8)
+    pairs (INT8 needs no shift: its decode permutes bytes)."""
+    e0, e1, e2, e3 = _split4(v, NT)
     if BITS == 8:
         return (e0, e0), (e1, e1), (e2, e2), (e3, e3)
     return (e0, e0 >> 8), (e1, e1 >> 8), (e2, e2 >> 8), (e3, e3 >> 8)
+
+
+@triton.jit
+def _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L: tl.constexpr, NG: tl.constexpr, G: tl.constexpr,
+               P: tl.constexpr):
+    """Every DRAM load of K step ``i_s`` (nothing when i_s == NS), as raw bits: the lane's four
+    16-byte code vectors (u = 0..3) and, per plane j, the scale-zero words of its token rows g,
+    g + 8, g + 16, g + 24. Raw, so that a prefetched step costs registers but no wait: anything
+    computed from a load in the iteration that issues it would stall there."""
+    m = m_b & (i_s < NS)
+    base = p_w[:, None] + i_s * 512 + tl.arange(0, 4)[None, :]
+    vs = (tl.load(base, mask=m[:, None], other=0), tl.load(base + 128, mask=m[:, None], other=0),
+          tl.load(base + 256, mask=m[:, None], other=0), tl.load(base + 384, mask=m[:, None], other=0))
+    szs = ()
+    for j in tl.static_range(P):
+        p_sz = sz_ptr + (blk * NG + (j * L + 64 * i_s) // G) * 32 + g
+        szs = szs + ((tl.load(p_sz, mask=m, other=0), tl.load(p_sz + 8, mask=m, other=0),
+                      tl.load(p_sz + 16, mask=m, other=0), tl.load(p_sz + 24, mask=m, other=0)),)
+    return vs, szs
 
 
 @triton.jit
@@ -286,7 +305,7 @@ def _coarse_mma_kernel(
     M, N, NB, NR,
     L: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
     MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, MP: tl.constexpr, KCAND: tl.constexpr,
-    NCT: tl.constexpr, INTERPRET: tl.constexpr,
+    NCT: tl.constexpr, PREFETCH: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Program: BN token rows (one 32-row block per warp, two 16-row MMA tiles each) against the M
     <= 8 NCT rows of x (NCT column tiles of 8: the A fragments are decoded once for both).
@@ -300,27 +319,29 @@ def _coarse_mma_kernel(
     blk = i_n * (BN // 32) + o_e // 32  # [NT] the warp's 32-row block
     m_b = blk < NR
     p_w = w_ptr + blk * (NS * 512) + lane * 4  # [NT], + u * 128 + e
-    o_4 = tl.arange(0, 4)[None, :]
     zero = tl.zeros([NT], dtype=tl.float32)
     # accumulators [NT] of column tile ct: a{t}{rh}{cp} (token tile t, row half rh, column 2c + cp)
     a000, a001, a010, a011, a100, a101, a110, a111 = zero, zero, zero, zero, zero, zero, zero, zero
     b000, b001, b010, b011, b100, b101, b110, b111 = zero, zero, zero, zero, zero, zero, zero, zero
+    step = _load_step(p_w, sz_ptr, blk, m_b, g, 0, NS, L, NG, G, P)
     for i_s in range(0, NS):
-        base = p_w[:, None] + i_s * 512 + o_4
+        if PREFETCH:  # the next step's loads fly during this step's MMAs (a register double buffer)
+            nxt = _load_step(p_w, sz_ptr, blk, m_b, g, i_s + 1, NS, L, NG, G, P)
+        else:
+            step = _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P)
+        vs, szs = step
         # vector u = 2 t + qh: words (qi, rh) = (0, 0), (0, 1), (1, 0), (1, 1) of chunks 2 qh + qi
-        w00, w01, w02, w03 = _words(base, m_b, NT, SHIFT)
-        w10, w11, w12, w13 = _words(base + 128, m_b, NT, SHIFT)
-        w20, w21, w22, w23 = _words(base + 256, m_b, NT, SHIFT)
-        w30, w31, w32, w33 = _words(base + 384, m_b, NT, SHIFT)
+        w00, w01, w02, w03 = _words(vs[0], NT, SHIFT)
+        w10, w11, w12, w13 = _words(vs[1], NT, SHIFT)
+        w20, w21, w22, w23 = _words(vs[2], NT, SHIFT)
+        w30, w31, w32, w33 = _words(vs[3], NT, SHIFT)
         for j in tl.static_range(P):
             M2 = tl.full([NT], (MASK << (SHIFT * j)) * 0x10001, tl.int32)  # the plane's bits, both halves
-            grp = (j * L + 64 * i_s) // G
             # per token row: the fp16 pair (scale, 1024 + z 2^(SHIFT j))
-            p_sz = sz_ptr + (blk * NG + grp) * 32 + g
-            s00, z00 = _half_pair(tl.load(p_sz, mask=m_b, other=0))  # token tile 0, row g
-            s01, z01 = _half_pair(tl.load(p_sz + 8, mask=m_b, other=0))  # token tile 0, row g + 8
-            s10, z10 = _half_pair(tl.load(p_sz + 16, mask=m_b, other=0))
-            s11, z11 = _half_pair(tl.load(p_sz + 24, mask=m_b, other=0))
+            s00, z00 = _half_pair(szs[j][0])  # token tile 0, row g
+            s01, z01 = _half_pair(szs[j][1])  # token tile 0, row g + 8
+            s10, z10 = _half_pair(szs[j][2])
+            s11, z11 = _half_pair(szs[j][3])
             p_xb = xb_ptr + (j * NS + i_s) * (NCT * 256) + lane * 8
             p_sx = sx_ptr + (j * NS + i_s) * (8 * NCT) + 2 * c
             d0, d1, d2, d3, e0, e1, e2, e3 = _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22, w23,
@@ -335,6 +356,8 @@ def _coarse_mma_kernel(
                 b000, b001, b010, b011, b100, b101, b110, b111 = _fix8(
                     b000, b001, b010, b011, b100, b101, b110, b111, d0, d1, d2, d3, e0, e1, e2, e3,
                     z00, z01, z10, z11, s00, s01, s10, s11, p_sx + 8)
+        if PREFETCH:
+            step = nxt
     # logits[m, token] for token = 32 blk + 16 t + 8 rh + g, m = 8 ct + 2 c + cp (the output
     # buffer doubles as scratch)
     tok = blk * 32 + g
@@ -398,7 +421,8 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
         _coarse_mma_kernel[(nb,)](
             xb, sx, alpha, words, sz, cand_key[r0:r1], cand_idx[r0:r1], logits[r0:r1], mc, n, nb, words.shape[0],
             L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
-            MP=triton.next_power_of_2(mc), KCAND=kcand, NCT=nct, INTERPRET=interpret_mode(), num_warps=block // 32,
+            MP=triton.next_power_of_2(mc), KCAND=kcand, NCT=nct, PREFETCH=PREFETCH, INTERPRET=interpret_mode(),
+            num_warps=block // 32,
             num_stages=1, **_register_cap(bits, nct),
         )
     if not write_logits:  # a fresh empty tensor, not a view (custom ops may not return views)

@@ -90,7 +90,7 @@ try:
 except Exception as e:  # noqa: BLE001 - any failure means "no gluon path"
     _GLUON_IMPORT_ERROR = e
 
-__all__ = ["fp8_gemm_gluon", "fp8_gemm_gluon_decode", "gluon_available"]
+__all__ = ["fp8_gemm_gluon", "gluon_available"]
 
 _BLOCK_K = 128  # the scale block along K: one wgmma group and one scale FMA per K block
 
@@ -476,91 +476,6 @@ if _GLUON_IMPORT_ERROR is None:
             mbarrier.invalidate(empty.index(i))
 
 
-    # ------------------------------------------------------------------ decode variant: split K
-    @gluon.jit
-    def _sk_coords(M, N, n_kb, kb_per_split, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
-        """(first row, first column, first K block, K blocks) of this program's work: output tile
-        program_id(0), K blocks [kb0, kb0 + nk) of split program_id(1)."""
-        off_m, off_n = _tile_offsets(gl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        kb0 = gl.program_id(1) * kb_per_split
-        return off_m, off_n, kb0, gl.minimum(kb_per_split, n_kb - kb0)
-
-    @gluon.jit
-    def _sk_producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, n_kb, kb_per_split, GROUP_M: gl.constexpr,
-                     NUM_STAGES: gl.constexpr):
-        """Worker partition (1 warp): the TMA loads of this program's K range, each into the stage
-        the consumers released NUM_STAGES blocks earlier (as ``_ws_producer``)."""
-        BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-        off_m, off_n, kb0, nk = _sk_coords(M, N, n_kb, kb_per_split, BLOCK_M, BLOCK_N, GROUP_M)
-        for kb in range(0, nk):
-            s = kb % NUM_STAGES
-            mbarrier.wait(empty.index(s), ((kb // NUM_STAGES) & 1) ^ 1)
-            bar = ready.index(s)
-            mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(a_desc, [off_m, (kb0 + kb) * 128], bar, a_bufs.index(s))
-            tma.async_copy_global_to_shared(b_desc, [off_n, (kb0 + kb) * 128], bar, b_bufs.index(s))
-
-    @gluon.jit
-    def _sk_consumer(a_bufs, b_bufs, ready, empty, as_ptr, bs_ptr, out_ptr, M, N, n_kb, kb_per_split,
-                     AS_E8M0: gl.constexpr, BS_E8M0: gl.constexpr, OUT_F32: gl.constexpr, GROUP_M: gl.constexpr,
-                     NUM_STAGES: gl.constexpr, num_warps: gl.constexpr):
-        """Default partition: the wgmma / FFMA schedule of ``_ws_tile_product`` over this
-        program's K range, then its tile -- bf16 into C, or (OUT_F32, split K) the fp32 partial
-        into ``out[split]`` for the reduction kernel."""
-        BLOCK_M: gl.constexpr = a_bufs.shape[1]
-        BLOCK_N: gl.constexpr = b_bufs.shape[1]
-        mma: gl.constexpr = _mma_layout(BLOCK_M, BLOCK_N, num_warps)
-        row_l: gl.constexpr = gl.SliceLayout(1, mma)
-        off_m, off_n, kb0, nk = _sk_coords(M, N, n_kb, kb_per_split, BLOCK_M, BLOCK_N, GROUP_M)
-        offs_m = off_m + gl.arange(0, BLOCK_M, layout=row_l)
-        m_mask = offs_m < M
-        as_rows = as_ptr + offs_m.to(gl.int64) * n_kb + kb0  # a_s[row, kb0]
-        bs_blk = bs_ptr + ((off_n // 128) * n_kb + kb0).to(gl.int64)  # b_s[n_block, kb0]
-        acc = _ws_tile_product(a_bufs, b_bufs, ready, empty, as_rows, m_mask, bs_blk, 0, nk, mma, AS_E8M0, BS_E8M0,
-                               NUM_STAGES)
-        offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma))
-        offs = gl.expand_dims(offs_m.to(gl.int64) * N, 1) + gl.expand_dims(offs_n, 0)
-        mask = gl.expand_dims(m_mask, 1) & gl.expand_dims(offs_n < N, 0)
-        if OUT_F32:
-            gl.store(out_ptr + gl.program_id(1).to(gl.int64) * M * N + offs, acc, mask=mask)
-        else:
-            gl.store(out_ptr + offs, acc.to(gl.bfloat16), mask=mask)
-
-    @gluon.jit(do_not_specialize=["M", "n_kb", "kb_per_split"])
-    def _fp8_gemm_gluon_splitk_kernel(
-        a_desc, as_ptr, b_desc, bs_ptr, out_ptr, M, N, n_kb, kb_per_split,
-        AS_E8M0: gl.constexpr, BS_E8M0: gl.constexpr, OUT_F32: gl.constexpr,
-        GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr, PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr,
-    ):
-        """Decode form of the warp-specialized kernel: grid (tiles, splits), one output tile and
-        one K range per program (no persistence: a decode grid is a few hundred short programs).
-        Same descriptors and scales as ``_fp8_gemm_gluon_kernel``; ``out_ptr``: C [M, N] bf16, or
-        with OUT_F32 the fp32 workspace [splits, M, N]."""
-        BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-        BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-        gl.static_assert(BLOCK_K == 128, "one K block per scale block")
-        gl.static_assert(128 % BLOCK_N == 0, "BLOCK_N must lie inside one 128-row block of b_s")
-        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
-        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [NUM_STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
-        ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(NUM_STAGES):
-            mbarrier.init(ready.index(i), count=1)
-            mbarrier.init(empty.index(i), count=1)
-        fence_async_shared()
-        gl.warp_specialize([
-            (_sk_consumer, (a_bufs, b_bufs, ready, empty, as_ptr, bs_ptr, out_ptr, M, N, n_kb, kb_per_split, AS_E8M0,
-                            BS_E8M0, OUT_F32, GROUP_M, NUM_STAGES, num_warps)),
-            (_sk_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, n_kb, kb_per_split, GROUP_M,
-                            NUM_STAGES)),
-        ], [1], [PRODUCER_REGS])
-        for i in gl.static_range(NUM_STAGES):
-            mbarrier.invalidate(ready.index(i))
-            mbarrier.invalidate(empty.index(i))
-
-
 @functools.lru_cache(maxsize=None)
 def _smem_layouts(block_m: int, block_n: int):
     a_l = gl.NVMMASharedLayout.get_default_for([block_m, _BLOCK_K], gl.float8e4nv)
@@ -626,46 +541,4 @@ def fp8_gemm_gluon(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         # The refill of the single-partition kernel reaches at most one tile ahead: stages <= n_kb.
         progs = min(tiles, _sm_count(a.device)) if persistent and stages <= n_kb else tiles
         _fp8_gemm_gluon_kernel[(progs, )](*args, **meta)
-    return c
-
-
-def fp8_gemm_gluon_decode(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, *,
-                          block_n: int = 128, stages: int = 4, split_k: int | None = None, waves: int = 2,
-                          num_warps: int = 4, producer_regs: int = 40, maxnreg: int | None = None,
-                          out: torch.Tensor | None = None) -> torch.Tensor:
-    """``C = A @ B^T`` for decode sizes (M <= 16 * ``num_warps`` rows in one row tile) with the
-    warp-specialized async-wgmma schedule, split along K.
-
-    Same operands and assumptions as :func:`fp8_gemm_gluon`. The grid is (tiles, splits): the
-    few output tiles of a decode GEMM (N7168 / 128 = 56) would leave most SMs idle, so each tile's
-    K blocks are shared by ``split_k`` programs (default: about ``waves`` programs per SM, as
-    ``pick_split_k``) whose fp32 partials a second kernel sums in split order (deterministic).
-    ``maxnreg`` caps the launch's registers per thread (more programs per SM)."""
-    from lowbit.ops.fp8_gemm.triton import _split_k_reduce_kernel, pick_split_k
-
-    m, k = a.shape
-    n = b.shape[0]
-    block_m = 16 * num_warps
-    c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
-    if m == 0 or n == 0:
-        return c
-    a_s, as_e8m0 = _scale_arg(a_s)
-    b_s, bs_e8m0 = _scale_arg(b_s)
-    a_l, b_l, _ = _smem_layouts(block_m, block_n)
-    a_desc = TensorDescriptor.from_tensor(a, [block_m, _BLOCK_K], a_l)
-    b_desc = TensorDescriptor.from_tensor(b, [block_n, _BLOCK_K], b_l)
-    n_kb = k // _BLOCK_K
-    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-    if split_k is None:
-        split_k = pick_split_k(tiles, n_kb, _sm_count(a.device), waves=waves)
-    kb_per_split = triton.cdiv(n_kb, max(1, split_k))
-    split_k = triton.cdiv(n_kb, kb_per_split)  # no empty splits
-    ws = c if split_k == 1 else torch.empty((split_k, m, n), dtype=torch.float32, device=a.device)
-    _fp8_gemm_gluon_splitk_kernel[(tiles, split_k)](
-        a_desc, a_s, b_desc, b_s, ws, m, n, n_kb, kb_per_split, AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0,
-        OUT_F32=split_k > 1, GROUP_M=1, NUM_STAGES=stages, PRODUCER_REGS=producer_regs, num_warps=num_warps,
-        **({} if maxnreg is None else {"maxnreg": maxnreg}))
-    if split_k > 1:
-        block = 1024
-        _split_k_reduce_kernel[(triton.cdiv(m * n, block), )](ws, c, m * n, SPLIT_K=split_k, BLOCK=block, num_warps=4)
     return c
