@@ -481,6 +481,30 @@ def test_mma_coarse_matches_reference(tier, poison_int32, bits, g, k, m, xdtype,
 
 
 @pytest.mark.parametrize("tier", TRITON_TIERS)
+@pytest.mark.parametrize("bits,k,m", [(2, 576, 1), (4, 160, 9), (8, 576, 2)])  # NS = 3 / 2 / 9 K steps
+def test_mma_coarse_prefetch_modes_agree(tier, poison_int32, monkeypatch, bits, k, m):
+    """The three K-loop schedules of the tensor-core pass (PREFETCH 0: loads at the top of each
+    step; 1: one step ahead through a loop-carried buffer; 2: the same unrolled by two, with a
+    tail step for an odd step count) run the same MMAs in the same order: identical outputs."""
+    from lowbit.ops.coarse_head import triton_mma
+
+    w = (torch.randn(300, k) * 0.02).to(torch.bfloat16)
+    x = torch.randn(m, k).to(torch.bfloat16)
+    dev = "cuda" if tier == "cuda" else "cpu"
+    p = pack(w, bits, 64)
+    p = p.to(dev) if dev == "cuda" else p
+    outs = []
+    for mode in (0, 1, 2):
+        monkeypatch.setattr(triton_mma, "PREFETCH", mode)
+        with lowbit.backend("triton"):
+            outs.append(coarse_head(x.to(dev), p, block=64, kcand=KCAND, bound=BOUND_NONE, write_logits=True))
+    assert p._mma is not None
+    assert not outs[0].logits.isnan().any()
+    for o in outs[1:]:
+        assert torch.equal(o.logits, outs[0].logits) and torch.equal(o.cand_idx, outs[0].cand_idx)
+
+
+@pytest.mark.parametrize("tier", TRITON_TIERS)
 def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, monkeypatch):
     """Rows of x at 1e4 / 1e-5 and an all-zero row (the per-row power of two keeps x' a normal
     fp16); M = 19 (a launch of 16 rows on two B column tiles, then one of 3) against the

@@ -53,6 +53,10 @@ _MAGIC = tl.constexpr(0x64006400)
 _STEP_WORDS = 16
 #: rows of x one launch serves: two 8-column B tiles (more rows: more launches)
 MAX_M = 16
+#: 0: each K step's loads at the top of its iteration; 1: step s + 1's loads issued before step
+#: s's MMAs through one loop-carried buffer; 2: the same, the loop unrolled by two (no buffer
+#: copies, more registers)
+PREFETCH = 1
 #: |x| alpha is kept <= this: x' = x alpha 2^-(SHIFT j) stays a normal fp16 for every plane
 _LIMIT = tl.constexpr(4096.0)
 
@@ -299,6 +303,44 @@ def _fix(acc, d, zz, sx, sc):
     return acc + sc * (d - zz * sx)
 
 
+@triton.jit
+def _step(acc_a, acc_b, step, i_s, xb_ptr, sx_ptr, lane, c, NS: tl.constexpr, P: tl.constexpr,
+          SHIFT: tl.constexpr, MASK: tl.constexpr, NCT: tl.constexpr, NT: tl.constexpr, INTERPRET: tl.constexpr):
+    """One K step (64 bytes of each of the warp's 32 token rows, all P planes) of the loaded
+    ``step`` (:func:`_load_step`) into the accumulators of column tile 0 (``acc_a``, 8 values
+    a{t}{rh}{cp}) and, with NCT == 2, column tile 1 (``acc_b``)."""
+    vs, szs = step
+    # vector u = 2 t + qh: words (qi, rh) = (0, 0), (0, 1), (1, 0), (1, 1) of chunks 2 qh + qi
+    w00, w01, w02, w03 = _words(vs[0], NT, SHIFT)
+    w10, w11, w12, w13 = _words(vs[1], NT, SHIFT)
+    w20, w21, w22, w23 = _words(vs[2], NT, SHIFT)
+    w30, w31, w32, w33 = _words(vs[3], NT, SHIFT)
+    a000, a001, a010, a011, a100, a101, a110, a111 = acc_a
+    b000, b001, b010, b011, b100, b101, b110, b111 = acc_b
+    for j in tl.static_range(P):
+        M2 = tl.full([NT], (MASK << (SHIFT * j)) * 0x10001, tl.int32)  # the plane's bits, both halves
+        # per token row: the fp16 pair (scale, 1024 + z 2^(SHIFT j))
+        s00, z00 = _half_pair(szs[j][0])  # token tile 0, row g
+        s01, z01 = _half_pair(szs[j][1])  # token tile 0, row g + 8
+        s10, z10 = _half_pair(szs[j][2])
+        s11, z11 = _half_pair(szs[j][3])
+        p_xb = xb_ptr + (j * NS + i_s) * (NCT * 256) + lane * 8
+        p_sx = sx_ptr + (j * NS + i_s) * (8 * NCT) + 2 * c
+        d0, d1, d2, d3, e0, e1, e2, e3 = _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22, w23,
+                                                    w30, w31, w32, w33, M2, p_xb, NT, SHIFT, INTERPRET)
+        a000, a001, a010, a011, a100, a101, a110, a111 = _fix8(
+            a000, a001, a010, a011, a100, a101, a110, a111, d0, d1, d2, d3, e0, e1, e2, e3,
+            z00, z01, z10, z11, s00, s01, s10, s11, p_sx)
+        if NCT == 2:  # rows 8..15 of x: the same A fragments against the second B tile
+            d0, d1, d2, d3, e0, e1, e2, e3 = _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22,
+                                                        w23, w30, w31, w32, w33, M2, p_xb + 256, NT, SHIFT,
+                                                        INTERPRET)
+            b000, b001, b010, b011, b100, b101, b110, b111 = _fix8(
+                b000, b001, b010, b011, b100, b101, b110, b111, d0, d1, d2, d3, e0, e1, e2, e3,
+                z00, z01, z10, z11, s00, s01, s10, s11, p_sx + 8)
+    return ((a000, a001, a010, a011, a100, a101, a110, a111), (b000, b001, b010, b011, b100, b101, b110, b111))
+
+
 @triton.jit(do_not_specialize=["M", "N", "NB", "NR"])
 def _coarse_mma_kernel(
     xb_ptr, sx_ptr, alpha_ptr, w_ptr, sz_ptr, ck_ptr, ci_ptr, lg_ptr,
@@ -321,43 +363,37 @@ def _coarse_mma_kernel(
     p_w = w_ptr + blk * (NS * 512) + lane * 4  # [NT], + u * 128 + e
     zero = tl.zeros([NT], dtype=tl.float32)
     # accumulators [NT] of column tile ct: a{t}{rh}{cp} (token tile t, row half rh, column 2c + cp)
-    a000, a001, a010, a011, a100, a101, a110, a111 = zero, zero, zero, zero, zero, zero, zero, zero
-    b000, b001, b010, b011, b100, b101, b110, b111 = zero, zero, zero, zero, zero, zero, zero, zero
-    step = _load_step(p_w, sz_ptr, blk, m_b, g, 0, NS, L, NG, G, P)
-    for i_s in range(0, NS):
-        if PREFETCH:  # the next step's loads fly during this step's MMAs (a register double buffer)
+    acc_a = (zero, zero, zero, zero, zero, zero, zero, zero)
+    acc_b = acc_a
+    if PREFETCH == 2:
+        # unrolled by two, each step's loads issued one step ahead into a variable of its own (no
+        # register copies; the compiler hoists the second load too: more registers)
+        cur = _load_step(p_w, sz_ptr, blk, m_b, g, 0, NS, L, NG, G, P)
+        for i2 in range(0, NS // 2):
+            i_s = 2 * i2
             nxt = _load_step(p_w, sz_ptr, blk, m_b, g, i_s + 1, NS, L, NG, G, P)
-        else:
-            step = _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P)
-        vs, szs = step
-        # vector u = 2 t + qh: words (qi, rh) = (0, 0), (0, 1), (1, 0), (1, 1) of chunks 2 qh + qi
-        w00, w01, w02, w03 = _words(vs[0], NT, SHIFT)
-        w10, w11, w12, w13 = _words(vs[1], NT, SHIFT)
-        w20, w21, w22, w23 = _words(vs[2], NT, SHIFT)
-        w30, w31, w32, w33 = _words(vs[3], NT, SHIFT)
-        for j in tl.static_range(P):
-            M2 = tl.full([NT], (MASK << (SHIFT * j)) * 0x10001, tl.int32)  # the plane's bits, both halves
-            # per token row: the fp16 pair (scale, 1024 + z 2^(SHIFT j))
-            s00, z00 = _half_pair(szs[j][0])  # token tile 0, row g
-            s01, z01 = _half_pair(szs[j][1])  # token tile 0, row g + 8
-            s10, z10 = _half_pair(szs[j][2])
-            s11, z11 = _half_pair(szs[j][3])
-            p_xb = xb_ptr + (j * NS + i_s) * (NCT * 256) + lane * 8
-            p_sx = sx_ptr + (j * NS + i_s) * (8 * NCT) + 2 * c
-            d0, d1, d2, d3, e0, e1, e2, e3 = _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22, w23,
-                                                        w30, w31, w32, w33, M2, p_xb, NT, SHIFT, INTERPRET)
-            a000, a001, a010, a011, a100, a101, a110, a111 = _fix8(
-                a000, a001, a010, a011, a100, a101, a110, a111, d0, d1, d2, d3, e0, e1, e2, e3,
-                z00, z01, z10, z11, s00, s01, s10, s11, p_sx)
-            if NCT == 2:  # rows 8..15 of x: the same A fragments against the second B tile
-                d0, d1, d2, d3, e0, e1, e2, e3 = _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22,
-                                                            w23, w30, w31, w32, w33, M2, p_xb + 256, NT, SHIFT,
-                                                            INTERPRET)
-                b000, b001, b010, b011, b100, b101, b110, b111 = _fix8(
-                    b000, b001, b010, b011, b100, b101, b110, b111, d0, d1, d2, d3, e0, e1, e2, e3,
-                    z00, z01, z10, z11, s00, s01, s10, s11, p_sx + 8)
-        if PREFETCH:
-            step = nxt
+            acc_a, acc_b = _step(acc_a, acc_b, cur, i_s, xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT,
+                                 INTERPRET)
+            cur = _load_step(p_w, sz_ptr, blk, m_b, g, i_s + 2, NS, L, NG, G, P)
+            acc_a, acc_b = _step(acc_a, acc_b, nxt, i_s + 1, xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT,
+                                 INTERPRET)
+        if NS % 2 == 1:
+            acc_a, acc_b = _step(acc_a, acc_b, cur, NS - 1, xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT,
+                                 INTERPRET)
+    elif PREFETCH == 1:
+        # step s + 1's loads issued before step s's MMAs, through one loop-carried buffer
+        cur = _load_step(p_w, sz_ptr, blk, m_b, g, 0, NS, L, NG, G, P)
+        for i_s in range(0, NS):
+            nxt = _load_step(p_w, sz_ptr, blk, m_b, g, i_s + 1, NS, L, NG, G, P)
+            acc_a, acc_b = _step(acc_a, acc_b, cur, i_s, xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT,
+                                 INTERPRET)
+            cur = nxt
+    else:
+        for i_s in range(0, NS):
+            acc_a, acc_b = _step(acc_a, acc_b, _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P), i_s,
+                                 xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
+    a000, a001, a010, a011, a100, a101, a110, a111 = acc_a
+    b000, b001, b010, b011, b100, b101, b110, b111 = acc_b
     # logits[m, token] for token = 32 blk + 16 t + 8 rh + g, m = 8 ct + 2 c + cp (the output
     # buffer doubles as scratch)
     tok = blk * 32 + g

@@ -1,0 +1,98 @@
+"""Compile the draft head's tensor-core coarse pass (``coarse_head/triton_mma.py``) for sm_90
+without a GPU and report what decides its speed: registers / spills (and so programs per SM and
+waves over a 124160-token head), and the SASS instructions of the K-step loop per code.
+
+    python scripts/coarse_mma_offline.py [--bits 2,4,8] [--nct 1,2] [--prefetch 0,1,2] [--maxnreg N]
+
+Per (bits, column tiles, prefetch): ``REG / STACK / LOCAL`` of the cubin (with the launcher's
+``maxnreg`` cap unless ``--maxnreg`` overrides it: 0 = none), programs of 4 warps per SM that the
+registers allow, waves for the head's 970 programs on 132 SMs, and the loop body (the longest
+backward-branch region holding HMMA) as instructions per code (a K step is 64 bytes of each of
+the warp's 32 rows: 8192 INT2 / 4096 INT4 / 2048 INT8 codes per warp, 256 / 128 / 64 per lane).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from sm90_offline import cuobjdump, resource_usage, root_cause  # noqa: E402
+
+N, K, G, BLOCK = 124160, 5120, 64, 128
+SMS = 132
+
+
+def compile_one(bits: int, nct: int, prefetch: bool, maxnreg: int | None):
+    from lowbit.ops.coarse_head import triton_mma as tm
+
+    p = 8 // bits
+    ell = K * bits // 8  # bytes of one plane run
+    sig = {"xb_ptr": "*i32", "sx_ptr": "*fp32", "alpha_ptr": "*fp32", "w_ptr": "*i32", "sz_ptr": "*i32",
+           "ck_ptr": "*fp32", "ci_ptr": "*i64", "lg_ptr": "*fp32", "M": "i32", "N": "i32", "NB": "i32", "NR": "i32"}
+    # plane j holds K positions [j L, (j + 1) L); NG groups of G along K
+    const = dict(L=ell, NS=-(-(ell // 4) // 16), NG=K // G, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=G, BN=BLOCK,
+                 MP=8 if nct == 1 else 16, KCAND=4, NCT=nct, PREFETCH=prefetch, INTERPRET=False)
+    for name in const:
+        sig[name] = "constexpr"
+    sig = {a: sig[a] for a in tm._coarse_mma_kernel.arg_names}
+    opts = tm._register_cap(bits, nct) if maxnreg is None else ({"maxnreg": maxnreg} if maxnreg else {})
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    src = ASTSource(fn=tm._coarse_mma_kernel, signature=sig, constexprs=const,
+                    attrs={(i,): [["tt.divisibility", 16]] for i in range(8)})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=BLOCK // 32, num_stages=1,
+                                                                            **opts)), opts
+
+
+def loop_body(sass: str) -> list[str]:
+    lines = re.findall(r"/\*([0-9a-f]{4,})\*/\s+((?:@!?U?P\w+\s+)?[A-Z][A-Z0-9_.]*)([^;]*);", sass)
+    addr = [int(a, 16) for a, _, _ in lines]
+    best = []
+    for i, (a, op, rest) in enumerate(lines):
+        m = re.search(r"0x([0-9a-f]+)", rest) if "BRA" in op else None
+        if not m or int(m.group(1), 16) >= int(a, 16) or int(m.group(1), 16) not in addr:
+            continue
+        body = [re.sub(r"^@!?U?P\w+\s+", "", x[1]) for x in lines[addr.index(int(m.group(1), 16)):i + 1]]
+        if any(o.startswith("HMMA") for o in body) and len(body) > len(best):
+            best = body
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bits", default="2,4,8")
+    ap.add_argument("--nct", default="1,2")
+    ap.add_argument("--prefetch", default="0,1,2")
+    ap.add_argument("--maxnreg", type=int, default=None)
+    args = ap.parse_args()
+    for bits in map(int, args.bits.split(",")):
+        for nct in map(int, args.nct.split(",")):
+            for pf in map(int, args.prefetch.split(",")):
+                try:
+                    k, opts = compile_one(bits, nct, pf, args.maxnreg)
+                except Exception as e:  # noqa: BLE001
+                    print(f"INT{bits} NCT{nct} prefetch {pf}: FAILED {root_cause(e)}")
+                    continue
+                res = resource_usage(k)
+                reg = int(re.search(r"REG:(\d+)", res).group(1))
+                per_sm = min(65536 // (reg * BLOCK), 32 // (BLOCK // 32))
+                progs = -(-N // BLOCK)
+                body = loop_body(cuobjdump(k, "-sass"))
+                codes_per_lane = 64 * 32 * (8 // bits) // 32
+                hm = sum(o.startswith("HMMA") for o in body)
+                ldg = sum(o.startswith("LDG") for o in body)
+                print(f"INT{bits} NCT{nct} prefetch {pf} {opts or ''}: {res}  {per_sm} programs/SM -> "
+                      f"{progs / (per_sm * SMS):.2f} waves; loop {len(body)} instr ({hm} HMMA, {ldg} LDG) = "
+                      f"{len(body) / codes_per_lane:.2f} per code", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
