@@ -5,10 +5,9 @@
 124160 x 5120 bf16 head (random N(0, 0.02) rows), g64, block 128, fast mode. Variants (module
 switches of ``lowbit/ops/coarse_head/triton_mma.py``): ``PREFETCH`` 0 (loads at the top of each K
 step: the schedule measured before), 1 (the next step's loads issued before this step's MMAs,
-one loop-carried buffer), 2 (the same unrolled by two) or the shipped per-(bits, tiles) table,
-each with the register caps of ``_register_cap`` or none, and ``STREAM_LOADS`` (cache modifier /
-eviction policy of the code and scale-zero loads) and ``XMASK`` (B fragments loaded only by the
-lanes whose column is a row of x). Per (bits, M, variant): the coarse pass alone and fast ``argmax``
+one loop-carried buffer) or the shipped per-(bits, tiles) table, with the register caps of
+``_register_cap`` or none. (Variants measured once and removed with their switches: the loop
+unrolled by two, masked B-fragment loads, ``.cg`` code loads; see ``_PREFETCH_TABLE``.) Per (bits, M, variant): the coarse pass alone and fast ``argmax``
 end to end (CUDA-graph replay, ``lowbit.bench.timing.time_us``), against cuBLAS bf16 + argmax
 in the same run, and whether the logits are bit-identical to variant 0's (same MMAs, same order).
 """
@@ -23,19 +22,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-# name -> (PREFETCH, cap, STREAM_LOADS, XMASK): cap "table" = _register_cap as shipped, "none" = no maxnreg,
+# name -> (PREFETCH, cap): cap "table" = _register_cap as shipped, "none" = no maxnreg,
 # or a dict {(bits, nct): maxnreg}; PREFETCH None = the shipped table
 VARIANTS = {
-    "p0 caps": (0, "table", ("", ""), False),  # the schedule before this session
-    "p1 caps": (1, "table", ("", ""), False),
-    "p1 nocap": (1, "none", ("", ""), False),
-    "p2 nocap": (2, "none", ("", ""), False),
-    "p1 int4cap80": (1, {(4, 1): 80}, ("", ""), False),
-    "table": (None, "table", ("", ""), False),
-    "table xmask": (None, "table", ("", ""), True),
-    "table xmask cg": (None, "table", (".cg", ""), True),
-    "table xmask cg evict_first": (None, "table", (".cg", "evict_first"), True),
-    "p0 xmask cg": (0, "table", (".cg", ""), True),
+    "p0 caps": (0, "table"),  # the schedule before the seventh session
+    "p1 caps": (1, "table"),
+    "p1 nocap": (1, "none"),
+    "p1 int4cap80": (1, {(4, 1): 80}),
+    "table": (None, "table"),
 }
 
 
@@ -66,10 +60,8 @@ def main() -> int:
         print(json.dumps(rec), flush=True)
 
     def use(variant):
-        mode, cap, stream, xmask = VARIANTS[variant]
+        mode, cap = VARIANTS[variant]
         tm.PREFETCH = mode
-        tm.STREAM_LOADS = stream
-        tm.XMASK = xmask
         if cap == "table":
             tm._register_cap = table_cap
         elif cap == "none":
@@ -101,7 +93,7 @@ def main() -> int:
                          "logits_identical_to_first": same})
                 except Exception as e:  # noqa: BLE001 - report and go on
                     log({"M": m, "bits": bits, "variant": variant, "error": f"{type(e).__name__}: {str(e)[:300]}"})
-    use("table xmask")
+    use("table")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

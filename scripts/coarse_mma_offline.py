@@ -2,7 +2,7 @@
 without a GPU and report what decides its speed: registers / spills (and so programs per SM and
 waves over a 124160-token head), and the SASS instructions of the K-step loop per code.
 
-    python scripts/coarse_mma_offline.py [--bits 2,4,8] [--nct 1,2] [--prefetch 0,1,2] [--maxnreg N]
+    python scripts/coarse_mma_offline.py [--bits 2,4,8] [--nct 1,2] [--prefetch 0,1] [--maxnreg N]
 
 Per (bits, column tiles, prefetch): ``REG / STACK / LOCAL`` of the cubin (with the launcher's
 ``maxnreg`` cap unless ``--maxnreg`` overrides it: 0 = none), programs of 4 warps per SM that the
@@ -27,7 +27,7 @@ N, K, G, BLOCK = 124160, 5120, 64, 128
 SMS = 132
 
 
-def compile_one(bits: int, nct: int, prefetch: int, maxnreg: int | None, xmask: bool = True):
+def compile_one(bits: int, nct: int, prefetch: int, maxnreg: int | None):
     from lowbit.ops.coarse_head import triton_mma as tm
 
     p = 8 // bits
@@ -36,7 +36,7 @@ def compile_one(bits: int, nct: int, prefetch: int, maxnreg: int | None, xmask: 
            "ck_ptr": "*fp32", "ci_ptr": "*i64", "lg_ptr": "*fp32", "M": "i32", "N": "i32", "NB": "i32", "NR": "i32"}
     # plane j holds K positions [j L, (j + 1) L); NG groups of G along K
     const = dict(L=ell, NS=-(-(ell // 4) // 16), NG=K // G, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=G, BN=BLOCK,
-                 MP=8 if nct == 1 else 16, KCAND=4, NCT=nct, PREFETCH=prefetch, CM="", EV="", XMASK=xmask, INTERPRET=False)
+                 MP=8 if nct == 1 else 16, KCAND=4, NCT=nct, PREFETCH=prefetch, INTERPRET=False)
     for name in const:
         sig[name] = "constexpr"
     sig = {a: sig[a] for a in tm._coarse_mma_kernel.arg_names}
@@ -69,7 +69,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bits", default="2,4,8")
     ap.add_argument("--nct", default="1,2")
-    ap.add_argument("--prefetch", default="0,1,2")
+    ap.add_argument("--prefetch", default="0,1")
     ap.add_argument("--maxnreg", type=int, default=None)
     args = ap.parse_args()
     for bits in map(int, args.bits.split(",")):

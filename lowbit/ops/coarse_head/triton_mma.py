@@ -28,6 +28,10 @@ A lane's 16-byte vector u holds exactly the words of its A fragments for chunks 
 tile t, and a warp's load of vector u is 512 contiguous bytes. Scale and zero travel as one int32
 per (32-row block, group, row): fp16 scale bits | zero << 16.
 
+K loop (``_PREFETCH_TABLE``): for INT2 / INT8 with one column tile each step's DRAM loads (code
+vectors and scale-zero words, raw) are issued one step ahead, a register double buffer; elsewhere
+the extra registers would cost programs per SM and the single-buffered loop is faster.
+
 The kernel keeps the data of lane L in element L of ``[32 * warps]`` tensors (one element per
 thread; every address is computed from the element index, so no layout conversion is needed);
 the MMA is inline PTX, emulated with tensor arithmetic under the interpreter. After the K loop
@@ -54,24 +58,23 @@ _STEP_WORDS = 16
 #: rows of x one launch serves: two 8-column B tiles (more rows: more launches)
 MAX_M = 16
 #: K-loop schedule. 0: each K step's loads at the top of its iteration; 1: step s + 1's loads
-#: issued before step s's MMAs through one loop-carried buffer; 2: the same, the loop unrolled by
-#: two (no buffer copies, more registers). None: per (bits, column tiles) from _PREFETCH_TABLE.
+#: issued before step s's MMAs (a register double buffer). None: per (bits, column tiles) from
+#: _PREFETCH_TABLE.
 PREFETCH = None
-#: (bits, NCT) -> schedule, H200 same-run A/B (scripts/bench_coarse_prefetch.py,
-#: docs/measurements/2026-12-01_session7_coarse_prefetch_ab.json): where the buffer's registers
-#: cost no programs per SM it wins (M = 1: INT2 91.0 -> 83.1 µs, INT8 193.0 -> 170.1 µs); INT4
-#: (64 -> 86 registers: 8 -> 5 programs per SM) and two column tiles lose (INT4 M = 1 110.8 ->
-#: 119.2; M = 16 INT2 172 -> 208, INT8 241 -> 280); schedule 2 lost everywhere but INT8 M = 16.
+#: (bits, NCT) -> schedule, from H200 same-run A/Bs (scripts/bench_coarse_prefetch.py,
+#: docs/measurements/2026-12-01_session7_coarse_{prefetch,schedule}_ab.json). Where the buffer's
+#: registers cost few programs per SM it wins: coarse pass INT2 M = 1 91.0 -> 83.2 µs, M = 8
+#: 114.2 -> 108.1 (100 -> 128 registers, 5 -> 4 programs); INT8 M = 1 193.4 -> 170.4, M = 8
+#: 218.0 -> 191.0 (56 -> 63, 8 programs). INT4 (64 -> 86 registers, 8 -> 5 programs: M = 1 110.8
+#: -> 119.2) and two column tiles (M = 16 INT2 172 -> 208, INT4 178 -> 190, INT8 241 -> 280) lose.
+#: Tried and dropped in the same runs: the loop unrolled by two with one variable per buffer (no
+#: copies, but 168 registers for INT2: slower everywhere), B-fragment loads masked to the lanes
+#: whose column is a row of x (no change), ``.cg`` code loads (no change).
 _PREFETCH_TABLE = {(2, 1): 1, (8, 1): 1}
 
 
 def _schedule(bits: int, nct: int) -> int:
     return PREFETCH if PREFETCH is not None else _PREFETCH_TABLE.get((bits, nct), 0)
-#: (cache modifier, eviction policy) of the code and scale-zero loads, read once per call: ".cg"
-#: keeps them out of L1, which then holds the B fragments every program of an SM re-reads
-STREAM_LOADS = ("", "")
-#: load a lane's B fragments only where its column is a row of x (M = 1: one lane in eight)
-XMASK = True
 #: |x| alpha is kept <= this: x' = x alpha 2^-(SHIFT j) stays a normal fp16 for every plane
 _LIMIT = tl.constexpr(4096.0)
 
@@ -231,40 +234,33 @@ def _words(v, NT: tl.constexpr, BITS: tl.constexpr):
 
 @triton.jit
 def _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L: tl.constexpr, NG: tl.constexpr, G: tl.constexpr,
-               P: tl.constexpr, CM: tl.constexpr, EV: tl.constexpr):
+               P: tl.constexpr):
     """Every DRAM load of K step ``i_s`` (nothing when i_s == NS), as raw bits: the lane's four
     16-byte code vectors (u = 0..3) and, per plane j, the scale-zero words of its token rows g,
     g + 8, g + 16, g + 24. Raw, so that a prefetched step costs registers but no wait: anything
-    computed from a load in the iteration that issues it would stall there. ``CM`` / ``EV``: the
-    loads' cache modifier / eviction policy (these bytes are read once)."""
+    computed from a load in the iteration that issues it would stall there."""
     m = m_b & (i_s < NS)
     base = p_w[:, None] + i_s * 512 + tl.arange(0, 4)[None, :]
-    mv = m[:, None]
-    vs = (tl.load(base, mask=mv, other=0, cache_modifier=CM, eviction_policy=EV),
-          tl.load(base + 128, mask=mv, other=0, cache_modifier=CM, eviction_policy=EV),
-          tl.load(base + 256, mask=mv, other=0, cache_modifier=CM, eviction_policy=EV),
-          tl.load(base + 384, mask=mv, other=0, cache_modifier=CM, eviction_policy=EV))
+    vs = (tl.load(base, mask=m[:, None], other=0), tl.load(base + 128, mask=m[:, None], other=0),
+          tl.load(base + 256, mask=m[:, None], other=0), tl.load(base + 384, mask=m[:, None], other=0))
     szs = ()
     for j in tl.static_range(P):
         p_sz = sz_ptr + (blk * NG + (j * L + 64 * i_s) // G) * 32 + g
-        szs = szs + ((tl.load(p_sz, mask=m, other=0, cache_modifier=CM, eviction_policy=EV),
-                      tl.load(p_sz + 8, mask=m, other=0, cache_modifier=CM, eviction_policy=EV),
-                      tl.load(p_sz + 16, mask=m, other=0, cache_modifier=CM, eviction_policy=EV),
-                      tl.load(p_sz + 24, mask=m, other=0, cache_modifier=CM, eviction_policy=EV)),)
+        szs = szs + ((tl.load(p_sz, mask=m, other=0), tl.load(p_sz + 8, mask=m, other=0),
+                      tl.load(p_sz + 16, mask=m, other=0), tl.load(p_sz + 24, mask=m, other=0)),)
     return vs, szs
 
 
 @triton.jit
-def _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22, w23, w30, w31, w32, w33, M2, p_xb, m_x,
+def _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22, w23, w30, w31, w32, w33, M2, p_xb,
                NT: tl.constexpr, SHIFT: tl.constexpr, INTERPRET: tl.constexpr):
     """One plane-step of one 8-column tile: the 8 MMAs (2 token tiles x 4 chunks) with the B
-    fragments at ``p_xb`` [NT] (this lane's 8 int32; loaded only where ``m_x``, the lane's B
-    column being a row of x: at M = 1 seven lanes in eight read nothing); returns the two C tiles
-    (d: token tile 0, e: token tile 1), each (c0, c1, c2, c3). A fragments are pure functions of the words, so a
+    fragments at ``p_xb`` [NT] (this lane's 8 int32); returns the two C tiles (d: token tile 0,
+    e: token tile 1), each (c0, c1, c2, c3). A fragments are pure functions of the words, so a
     second column tile recomputes nothing (common subexpressions)."""
     o_4 = tl.arange(0, 4)[None, :]
-    b00, b01, b10, b11 = _split4(tl.load(p_xb[:, None] + o_4, mask=m_x[:, None], other=0), NT)  # chunk 0, 1
-    b20, b21, b30, b31 = _split4(tl.load(p_xb[:, None] + 4 + o_4, mask=m_x[:, None], other=0), NT)
+    b00, b01, b10, b11 = _split4(tl.load(p_xb[:, None] + o_4), NT)  # chunk 0 (h 0, 1), chunk 1
+    b20, b21, b30, b31 = _split4(tl.load(p_xb[:, None] + 4 + o_4), NT)
     zero = tl.zeros([NT], dtype=tl.float32)
     d0, d1, d2, d3 = zero, zero, zero, zero
     e0, e1, e2, e3 = zero, zero, zero, zero
@@ -326,9 +322,8 @@ def _fix(acc, d, zz, sx, sc):
 
 
 @triton.jit
-def _step(acc_a, acc_b, step, i_s, xb_ptr, sx_ptr, lane, c, M, NS: tl.constexpr, P: tl.constexpr,
-          SHIFT: tl.constexpr, MASK: tl.constexpr, NCT: tl.constexpr, NT: tl.constexpr, XMASK: tl.constexpr,
-          INTERPRET: tl.constexpr):
+def _step(acc_a, acc_b, step, i_s, xb_ptr, sx_ptr, lane, c, NS: tl.constexpr, P: tl.constexpr,
+          SHIFT: tl.constexpr, MASK: tl.constexpr, NCT: tl.constexpr, NT: tl.constexpr, INTERPRET: tl.constexpr):
     """One K step (64 bytes of each of the warp's 32 token rows, all P planes) of the loaded
     ``step`` (:func:`_load_step`) into the accumulators of column tile 0 (``acc_a``, 8 values
     a{t}{rh}{cp}) and, with NCT == 2, column tile 1 (``acc_b``)."""
@@ -340,13 +335,6 @@ def _step(acc_a, acc_b, step, i_s, xb_ptr, sx_ptr, lane, c, M, NS: tl.constexpr,
     w30, w31, w32, w33 = _words(vs[3], NT, SHIFT)
     a000, a001, a010, a011, a100, a101, a110, a111 = acc_a
     b000, b001, b010, b011, b100, b101, b110, b111 = acc_b
-    # this lane's B column g holds row g (tile 0) / 8 + g (tile 1) of x: past M nothing to load
-    if XMASK:
-        m_x0 = lane // 4 < M
-        m_x1 = lane // 4 + 8 < M
-    else:
-        m_x0 = lane >= 0
-        m_x1 = m_x0
     for j in tl.static_range(P):
         M2 = tl.full([NT], (MASK << (SHIFT * j)) * 0x10001, tl.int32)  # the plane's bits, both halves
         # per token row: the fp16 pair (scale, 1024 + z 2^(SHIFT j))
@@ -357,14 +345,14 @@ def _step(acc_a, acc_b, step, i_s, xb_ptr, sx_ptr, lane, c, M, NS: tl.constexpr,
         p_xb = xb_ptr + (j * NS + i_s) * (NCT * 256) + lane * 8
         p_sx = sx_ptr + (j * NS + i_s) * (8 * NCT) + 2 * c
         d0, d1, d2, d3, e0, e1, e2, e3 = _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22, w23,
-                                                    w30, w31, w32, w33, M2, p_xb, m_x0, NT, SHIFT, INTERPRET)
+                                                    w30, w31, w32, w33, M2, p_xb, NT, SHIFT, INTERPRET)
         a000, a001, a010, a011, a100, a101, a110, a111 = _fix8(
             a000, a001, a010, a011, a100, a101, a110, a111, d0, d1, d2, d3, e0, e1, e2, e3,
             z00, z01, z10, z11, s00, s01, s10, s11, p_sx)
         if NCT == 2:  # rows 8..15 of x: the same A fragments against the second B tile
             d0, d1, d2, d3, e0, e1, e2, e3 = _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22,
-                                                        w23, w30, w31, w32, w33, M2, p_xb + 256, m_x1, NT,
-                                                        SHIFT, INTERPRET)
+                                                        w23, w30, w31, w32, w33, M2, p_xb + 256, NT, SHIFT,
+                                                        INTERPRET)
             b000, b001, b010, b011, b100, b101, b110, b111 = _fix8(
                 b000, b001, b010, b011, b100, b101, b110, b111, d0, d1, d2, d3, e0, e1, e2, e3,
                 z00, z01, z10, z11, s00, s01, s10, s11, p_sx + 8)
@@ -377,8 +365,7 @@ def _coarse_mma_kernel(
     M, N, NB, NR,
     L: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
     MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, MP: tl.constexpr, KCAND: tl.constexpr,
-    NCT: tl.constexpr, PREFETCH: tl.constexpr, CM: tl.constexpr, EV: tl.constexpr, XMASK: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    NCT: tl.constexpr, PREFETCH: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Program: BN token rows (one 32-row block per warp, two 16-row MMA tiles each) against the M
     <= 8 NCT rows of x (NCT column tiles of 8: the A fragments are decoded once for both).
@@ -396,33 +383,18 @@ def _coarse_mma_kernel(
     # accumulators [NT] of column tile ct: a{t}{rh}{cp} (token tile t, row half rh, column 2c + cp)
     acc_a = (zero, zero, zero, zero, zero, zero, zero, zero)
     acc_b = acc_a
-    if PREFETCH == 2:
-        # unrolled by two, each step's loads issued one step ahead into a variable of its own (no
-        # register copies; the compiler hoists the second load too: more registers)
-        cur = _load_step(p_w, sz_ptr, blk, m_b, g, 0, NS, L, NG, G, P, CM, EV)
-        for i2 in range(0, NS // 2):
-            i_s = 2 * i2
-            nxt = _load_step(p_w, sz_ptr, blk, m_b, g, i_s + 1, NS, L, NG, G, P, CM, EV)
-            acc_a, acc_b = _step(acc_a, acc_b, cur, i_s, xb_ptr, sx_ptr, lane, c, M, NS, P, SHIFT, MASK, NCT, NT,
-                                 XMASK, INTERPRET)
-            cur = _load_step(p_w, sz_ptr, blk, m_b, g, i_s + 2, NS, L, NG, G, P, CM, EV)
-            acc_a, acc_b = _step(acc_a, acc_b, nxt, i_s + 1, xb_ptr, sx_ptr, lane, c, M, NS, P, SHIFT, MASK, NCT, NT,
-                                 XMASK, INTERPRET)
-        if NS % 2 == 1:
-            acc_a, acc_b = _step(acc_a, acc_b, cur, NS - 1, xb_ptr, sx_ptr, lane, c, M, NS, P, SHIFT, MASK, NCT, NT,
-                                 XMASK, INTERPRET)
-    elif PREFETCH == 1:
+    if PREFETCH == 1:
         # step s + 1's loads issued before step s's MMAs, through one loop-carried buffer
-        cur = _load_step(p_w, sz_ptr, blk, m_b, g, 0, NS, L, NG, G, P, CM, EV)
+        cur = _load_step(p_w, sz_ptr, blk, m_b, g, 0, NS, L, NG, G, P)
         for i_s in range(0, NS):
-            nxt = _load_step(p_w, sz_ptr, blk, m_b, g, i_s + 1, NS, L, NG, G, P, CM, EV)
-            acc_a, acc_b = _step(acc_a, acc_b, cur, i_s, xb_ptr, sx_ptr, lane, c, M, NS, P, SHIFT, MASK, NCT, NT,
-                                 XMASK, INTERPRET)
+            nxt = _load_step(p_w, sz_ptr, blk, m_b, g, i_s + 1, NS, L, NG, G, P)
+            acc_a, acc_b = _step(acc_a, acc_b, cur, i_s, xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT,
+                                 INTERPRET)
             cur = nxt
     else:
         for i_s in range(0, NS):
-            acc_a, acc_b = _step(acc_a, acc_b, _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P, CM, EV), i_s,
-                                 xb_ptr, sx_ptr, lane, c, M, NS, P, SHIFT, MASK, NCT, NT, XMASK, INTERPRET)
+            acc_a, acc_b = _step(acc_a, acc_b, _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P), i_s,
+                                 xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
     a000, a001, a010, a011, a100, a101, a110, a111 = acc_a
     b000, b001, b010, b011, b100, b101, b110, b111 = acc_b
     # logits[m, token] for token = 32 blk + 16 t + 8 rh + g, m = 8 ct + 2 c + cp (the output
@@ -488,9 +460,8 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
         _coarse_mma_kernel[(nb,)](
             xb, sx, alpha, words, sz, cand_key[r0:r1], cand_idx[r0:r1], logits[r0:r1], mc, n, nb, words.shape[0],
             L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
-            MP=triton.next_power_of_2(mc), KCAND=kcand, NCT=nct, PREFETCH=_schedule(bits, nct), CM=STREAM_LOADS[0],
-            EV=STREAM_LOADS[1], XMASK=XMASK, INTERPRET=interpret_mode(),
-            num_warps=block // 32,
+            MP=triton.next_power_of_2(mc), KCAND=kcand, NCT=nct, PREFETCH=_schedule(bits, nct),
+            INTERPRET=interpret_mode(), num_warps=block // 32,
             num_stages=1, **_register_cap(bits, nct),
         )
     if not write_logits:  # a fresh empty tensor, not a view (custom ops may not return views)
