@@ -5,8 +5,7 @@
 124160 x 5120 bf16 head (random N(0, 0.02) rows), g64, block 128, fast mode. Variants (module
 switches of ``lowbit/ops/coarse_head/triton_mma.py``): ``PREFETCH`` 0 (loads at the top of each K
 step: the schedule measured before), 1 (the next step's loads issued before this step's MMAs,
-one loop-carried buffer), 2 (only the code vectors one step ahead) or the shipped per-(bits,
-tiles) table, with the register caps of
+one loop-carried buffer) or the shipped per-(bits, tiles) table, with the register caps of
 ``_register_cap`` or none. (Variants measured once and removed with their switches: the loop
 unrolled by two, masked B-fragment loads, ``.cg`` code loads; see ``_PREFETCH_TABLE``.) Per (bits, M, variant): the coarse pass alone and fast ``argmax``
 end to end (CUDA-graph replay, ``lowbit.bench.timing.time_us``), against cuBLAS bf16 + argmax
@@ -31,9 +30,6 @@ VARIANTS = {
     "p1 nocap": (1, "none"),
     "p1 int4cap80": (1, {(4, 1): 80}),
     "table": (None, "table"),
-    "p2 caps": (2, "table"),
-    "p2 int4nocap": (2, {(2, 2): 128}),
-    "p2 int4cap72": (2, {(2, 2): 128, (4, 1): 72}),
 }
 
 

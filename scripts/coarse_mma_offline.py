@@ -2,7 +2,7 @@
 without a GPU and report what decides its speed: registers / spills (and so programs per SM and
 waves over a 124160-token head), and the SASS instructions of the K-step loop per code.
 
-    python scripts/coarse_mma_offline.py [--bits 2,4,8] [--nct 1,2] [--prefetch 0,1,2] [--maxnreg N]
+    python scripts/coarse_mma_offline.py [--bits 2,4,8] [--nct 1,2] [--prefetch 0,1] [--maxnreg N]
 
 Per (bits, column tiles, prefetch): ``REG / STACK / LOCAL`` of the cubin (with the launcher's
 ``maxnreg`` cap unless ``--maxnreg`` overrides it: 0 = none), programs of 4 warps per SM that the
@@ -69,7 +69,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bits", default="2,4,8")
     ap.add_argument("--nct", default="1,2")
-    ap.add_argument("--prefetch", default="0,1,2")
+    ap.add_argument("--prefetch", default="0,1")
     ap.add_argument("--maxnreg", type=int, default=None)
     args = ap.parse_args()
     for bits in map(int, args.bits.split(",")):

@@ -58,9 +58,8 @@ _STEP_WORDS = 16
 #: rows of x one launch serves: two 8-column B tiles (more rows: more launches)
 MAX_M = 16
 #: K-loop schedule. 0: each K step's loads at the top of its iteration; 1: step s + 1's loads
-#: issued before step s's MMAs (a register double buffer); 2: only the code vectors one step
-#: ahead, the scale-zero words at the top of their step (fewer registers). None: per (bits,
-#: column tiles) from _PREFETCH_TABLE.
+#: issued before step s's MMAs (a register double buffer). None: per (bits, column tiles) from
+#: _PREFETCH_TABLE.
 PREFETCH = None
 #: (bits, NCT) -> schedule, from H200 same-run A/Bs (scripts/bench_coarse_prefetch.py,
 #: docs/measurements/2026-12-01_session7_coarse_{prefetch,schedule}_ab.json). Where the buffer's
@@ -234,34 +233,22 @@ def _words(v, NT: tl.constexpr, BITS: tl.constexpr):
 
 
 @triton.jit
-def _load_codes(p_w, m_b, i_s, NS):
-    """The lane's four 16-byte code vectors (u = 0..3) of K step ``i_s`` (nothing when i_s == NS)."""
-    m = (m_b & (i_s < NS))[:, None]
-    base = p_w[:, None] + i_s * 512 + tl.arange(0, 4)[None, :]
-    return (tl.load(base, mask=m, other=0), tl.load(base + 128, mask=m, other=0),
-            tl.load(base + 256, mask=m, other=0), tl.load(base + 384, mask=m, other=0))
-
-
-@triton.jit
-def _load_sz(sz_ptr, blk, m_b, g, i_s, NS, L: tl.constexpr, NG: tl.constexpr, G: tl.constexpr, P: tl.constexpr):
-    """Per plane j of K step ``i_s``: the scale-zero words of the lane's token rows g, g + 8,
-    g + 16, g + 24."""
+def _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L: tl.constexpr, NG: tl.constexpr, G: tl.constexpr,
+               P: tl.constexpr):
+    """Every DRAM load of K step ``i_s`` (nothing when i_s == NS), as raw bits: the lane's four
+    16-byte code vectors (u = 0..3) and, per plane j, the scale-zero words of its token rows g,
+    g + 8, g + 16, g + 24. Raw, so that a prefetched step costs registers but no wait: anything
+    computed from a load in the iteration that issues it would stall there."""
     m = m_b & (i_s < NS)
+    base = p_w[:, None] + i_s * 512 + tl.arange(0, 4)[None, :]
+    vs = (tl.load(base, mask=m[:, None], other=0), tl.load(base + 128, mask=m[:, None], other=0),
+          tl.load(base + 256, mask=m[:, None], other=0), tl.load(base + 384, mask=m[:, None], other=0))
     szs = ()
     for j in tl.static_range(P):
         p_sz = sz_ptr + (blk * NG + (j * L + 64 * i_s) // G) * 32 + g
         szs = szs + ((tl.load(p_sz, mask=m, other=0), tl.load(p_sz + 8, mask=m, other=0),
                       tl.load(p_sz + 16, mask=m, other=0), tl.load(p_sz + 24, mask=m, other=0)),)
-    return szs
-
-
-@triton.jit
-def _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L: tl.constexpr, NG: tl.constexpr, G: tl.constexpr,
-               P: tl.constexpr):
-    """Every DRAM load of K step ``i_s`` (nothing when i_s == NS), as raw bits: the code vectors
-    and the scale-zero words. Raw, so that a prefetched step costs registers but no wait:
-    anything computed from a load in the iteration that issues it would stall there."""
-    return _load_codes(p_w, m_b, i_s, NS), _load_sz(sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P)
+    return vs, szs
 
 
 @triton.jit
@@ -403,14 +390,6 @@ def _coarse_mma_kernel(
             nxt = _load_step(p_w, sz_ptr, blk, m_b, g, i_s + 1, NS, L, NG, G, P)
             acc_a, acc_b = _step(acc_a, acc_b, cur, i_s, xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT,
                                  INTERPRET)
-            cur = nxt
-    elif PREFETCH == 2:
-        # the code vectors one step ahead, the scale-zero words at the top of their step
-        cur = _load_codes(p_w, m_b, 0, NS)
-        for i_s in range(0, NS):
-            nxt = _load_codes(p_w, m_b, i_s + 1, NS)
-            acc_a, acc_b = _step(acc_a, acc_b, (cur, _load_sz(sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P)), i_s,
-                                 xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
             cur = nxt
     else:
         for i_s in range(0, NS):
