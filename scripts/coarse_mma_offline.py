@@ -36,7 +36,7 @@ def compile_one(bits: int, nct: int, prefetch: int, maxnreg: int | None):
            "ck_ptr": "*fp32", "ci_ptr": "*i64", "lg_ptr": "*fp32", "M": "i32", "N": "i32", "NB": "i32", "NR": "i32"}
     # plane j holds K positions [j L, (j + 1) L); NG groups of G along K
     const = dict(L=ell, NS=-(-(ell // 4) // 16), NG=K // G, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=G, BN=BLOCK,
-                 MP=8 if nct == 1 else 16, KCAND=4, NCT=nct, PREFETCH=prefetch, INTERPRET=False)
+                 MP=8 * nct, KCAND=4, NCT=nct, PREFETCH=prefetch, INTERPRET=False)
     for name in const:
         sig[name] = "constexpr"
     sig = {a: sig[a] for a in tm._coarse_mma_kernel.arg_names}

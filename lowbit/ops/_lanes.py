@@ -38,6 +38,18 @@ def zeros_tuple(z, N: tl.constexpr):
 
 
 @triton.jit
+def tuple_replace(tup, i: tl.constexpr, v):
+    """``tup`` with element i replaced by v (Triton tuples are immutable)."""
+    res = ()
+    for j in tl.static_range(len(tup)):
+        if j == i:
+            res = res + (v,)
+        else:
+            res = res + (tup[j],)
+    return res
+
+
+@triton.jit
 def mma16816_values(a0l, a0h, a1l, a1h, a2l, a2h, a3l, a3h, b0l, b0h, b1l, b1h, NT: tl.constexpr):
     """A B of one warp-wide ``mma.sync.m16n8k16`` from the fp32 values of its operands' halves
     (``a0l`` = the low half of register a0, ...), per lane as [NT]: the interpreter's stand-in for

@@ -1,6 +1,6 @@
 """Coarse pass on the tensor cores for small M (fast mode): ``mma.sync.m16n8k16`` with the codes
-decoded straight into the A fragment and the rows of x as the B fragment (one 8-column B tile
-for M <= 8, two for M <= 16 — ``NCT`` — in one launch; more rows take more launches).
+decoded straight into the A fragment and the rows of x as the B fragment (``NCT`` = 1, 2 or 4
+column tiles of 8 rows in one launch, up to M = 32; more rows take more launches).
 
 Why: the packed-half GEMV (``triton_h2.py``; a re-tiled one-thread-per-row form measured at
 2.2 and was dropped) spend an and-or, a pair subtract
@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
-from lowbit.ops._lanes import mma16816_values
+from lowbit.ops._lanes import mma16816_values, tuple_replace, zeros_tuple
 from lowbit.ops._lanes import split4 as _split4
 from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue, coarse_outputs
 from lowbit.ops.coarse_head.triton_h2 import _half_pair
@@ -55,8 +55,10 @@ from lowbit.ops.coarse_head.triton_h2 import _half_pair
 _MAGIC = tl.constexpr(0x64006400)
 #: words per row per K step (64 bytes: one g64 group of each plane)
 _STEP_WORDS = 16
-#: rows of x one launch serves: two 8-column B tiles (more rows: more launches)
-MAX_M = 16
+#: rows of x one launch serves: up to four 8-column B tiles (more rows: more launches). Eight
+#: tiles spill (sm_90 offline: INT2 888 bytes of stack, INT4 / INT8 ~270); four fit (INT2 255
+#: registers, INT4 / INT8 ~168), see scripts/coarse_mma_offline.py --nct 4,8
+MAX_M = 32
 #: K-loop schedule. 0: each K step's loads at the top of its iteration; 1: step s + 1's loads
 #: issued before step s's MMAs (a register double buffer). None: per (bits, column tiles) from
 #: _PREFETCH_TABLE.
@@ -322,19 +324,18 @@ def _fix(acc, d, zz, sx, sc):
 
 
 @triton.jit
-def _step(acc_a, acc_b, step, i_s, xb_ptr, sx_ptr, lane, c, NS: tl.constexpr, P: tl.constexpr,
+def _step(accs, step, i_s, xb_ptr, sx_ptr, lane, c, NS: tl.constexpr, P: tl.constexpr,
           SHIFT: tl.constexpr, MASK: tl.constexpr, NCT: tl.constexpr, NT: tl.constexpr, INTERPRET: tl.constexpr):
     """One K step (64 bytes of each of the warp's 32 token rows, all P planes) of the loaded
-    ``step`` (:func:`_load_step`) into the accumulators of column tile 0 (``acc_a``, 8 values
-    a{t}{rh}{cp}) and, with NCT == 2, column tile 1 (``acc_b``)."""
+    ``step`` (:func:`_load_step`) into ``accs``: per column tile ct (rows 8 ct .. 8 ct + 7 of x)
+    the 8 accumulators a{t}{rh}{cp}. The A fragments are pure functions of the words, so every
+    column tile after the first recomputes nothing (common subexpressions)."""
     vs, szs = step
     # vector u = 2 t + qh: words (qi, rh) = (0, 0), (0, 1), (1, 0), (1, 1) of chunks 2 qh + qi
     w00, w01, w02, w03 = _words(vs[0], NT, SHIFT)
     w10, w11, w12, w13 = _words(vs[1], NT, SHIFT)
     w20, w21, w22, w23 = _words(vs[2], NT, SHIFT)
     w30, w31, w32, w33 = _words(vs[3], NT, SHIFT)
-    a000, a001, a010, a011, a100, a101, a110, a111 = acc_a
-    b000, b001, b010, b011, b100, b101, b110, b111 = acc_b
     for j in tl.static_range(P):
         M2 = tl.full([NT], (MASK << (SHIFT * j)) * 0x10001, tl.int32)  # the plane's bits, both halves
         # per token row: the fp16 pair (scale, 1024 + z 2^(SHIFT j))
@@ -344,19 +345,14 @@ def _step(acc_a, acc_b, step, i_s, xb_ptr, sx_ptr, lane, c, NS: tl.constexpr, P:
         s11, z11 = _half_pair(szs[j][3])
         p_xb = xb_ptr + (j * NS + i_s) * (NCT * 256) + lane * 8
         p_sx = sx_ptr + (j * NS + i_s) * (8 * NCT) + 2 * c
-        d0, d1, d2, d3, e0, e1, e2, e3 = _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22, w23,
-                                                    w30, w31, w32, w33, M2, p_xb, NT, SHIFT, INTERPRET)
-        a000, a001, a010, a011, a100, a101, a110, a111 = _fix8(
-            a000, a001, a010, a011, a100, a101, a110, a111, d0, d1, d2, d3, e0, e1, e2, e3,
-            z00, z01, z10, z11, s00, s01, s10, s11, p_sx)
-        if NCT == 2:  # rows 8..15 of x: the same A fragments against the second B tile
+        for ct in tl.static_range(NCT):
             d0, d1, d2, d3, e0, e1, e2, e3 = _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22,
-                                                        w23, w30, w31, w32, w33, M2, p_xb + 256, NT, SHIFT,
+                                                        w23, w30, w31, w32, w33, M2, p_xb + 256 * ct, NT, SHIFT,
                                                         INTERPRET)
-            b000, b001, b010, b011, b100, b101, b110, b111 = _fix8(
-                b000, b001, b010, b011, b100, b101, b110, b111, d0, d1, d2, d3, e0, e1, e2, e3,
-                z00, z01, z10, z11, s00, s01, s10, s11, p_sx + 8)
-    return ((a000, a001, a010, a011, a100, a101, a110, a111), (b000, b001, b010, b011, b100, b101, b110, b111))
+            a = accs[ct]
+            accs = tuple_replace(accs, ct, _fix8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], d0, d1, d2, d3, e0, e1,
+                                            e2, e3, z00, z01, z10, z11, s00, s01, s10, s11, p_sx + 8 * ct))
+    return accs
 
 
 @triton.jit(do_not_specialize=["M", "N", "NB", "NR"])
@@ -381,28 +377,24 @@ def _coarse_mma_kernel(
     p_w = w_ptr + blk * (NS * 512) + lane * 4  # [NT], + u * 128 + e
     zero = tl.zeros([NT], dtype=tl.float32)
     # accumulators [NT] of column tile ct: a{t}{rh}{cp} (token tile t, row half rh, column 2c + cp)
-    acc_a = (zero, zero, zero, zero, zero, zero, zero, zero)
-    acc_b = acc_a
+    accs = zeros_tuple((zero, zero, zero, zero, zero, zero, zero, zero), NCT)
     if PREFETCH == 1:
         # step s + 1's loads issued before step s's MMAs, through one loop-carried buffer
         cur = _load_step(p_w, sz_ptr, blk, m_b, g, 0, NS, L, NG, G, P)
         for i_s in range(0, NS):
             nxt = _load_step(p_w, sz_ptr, blk, m_b, g, i_s + 1, NS, L, NG, G, P)
-            acc_a, acc_b = _step(acc_a, acc_b, cur, i_s, xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT,
-                                 INTERPRET)
+            accs = _step(accs, cur, i_s, xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
             cur = nxt
     else:
         for i_s in range(0, NS):
-            acc_a, acc_b = _step(acc_a, acc_b, _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P), i_s,
-                                 xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
-    a000, a001, a010, a011, a100, a101, a110, a111 = acc_a
-    b000, b001, b010, b011, b100, b101, b110, b111 = acc_b
+            accs = _step(accs, _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P), i_s, xb_ptr, sx_ptr, lane,
+                         c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
     # logits[m, token] for token = 32 blk + 16 t + 8 rh + g, m = 8 ct + 2 c + cp (the output
     # buffer doubles as scratch)
     tok = blk * 32 + g
-    _store8(lg_ptr, alpha_ptr, a000, a001, a010, a011, a100, a101, a110, a111, tok, 2 * c, M, N)
-    if NCT == 2:
-        _store8(lg_ptr, alpha_ptr, b000, b001, b010, b011, b100, b101, b110, b111, tok, 8 + 2 * c, M, N)
+    for ct in tl.static_range(NCT):
+        a = accs[ct]
+        _store8(lg_ptr, alpha_ptr, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], tok, 8 * ct + 2 * c, M, N)
     tl.debug_barrier()  # the block's logits, written by every warp, are visible to the whole program
     o_n = i_n * BN + tl.arange(0, BN)
     m_n = o_n < N
@@ -433,7 +425,7 @@ def _register_cap(bits: int, nct: int) -> dict:
 
 def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_logits):
     """Launch the tensor-core coarse pass (fast mode). ``x`` [M, K] (unit stride along K; rows
-    in launches of MAX_M = 16 — one or two 8-column B tiles — each reading the codes once);
+    in launches of MAX_M = 32 — 1, 2 or 4 column tiles of 8 — each reading the codes once);
     ``words`` / ``sz`` from
     :func:`mma_tile`. Returns the six ``CoarseOut`` tensors (certified outputs empty; the logits
     are computed either way, returned if ``write_logits``)."""
@@ -448,7 +440,9 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
     for r0 in range(0, m, MAX_M):
         r1 = min(m, r0 + MAX_M)
         mc = r1 - r0
-        nct = 1 if mc <= 8 else 2
+        # column tiles: a power of two (1, 2, 4), so one compile per epilogue tile MP serves
+        # every M of its band (the tiles past M multiply zero columns of x)
+        nct = max(1, triton.next_power_of_2(mc) // 8)
         xc = x[r0:r1]
         alpha = torch.empty(mc, dtype=torch.float32, device=dev)
         _x_alpha_kernel[(mc,)](xc, alpha, xc.stride(0), k, BLK=1024, num_warps=4)

@@ -42,7 +42,7 @@ between lanes); the MMA is inline PTX, emulated with tensor arithmetic under the
 Warp w of a program takes the K blocks w, w + W, w + 2 W, ... of the program's 16 RT rows,
 loading block i + W before it runs block i's MMAs (a register double buffer); the warps' sums
 are added at the end (``tl.sum`` over the warp axis) and written as bf16. Accumulator tiles are
-Triton tuples (``_replace`` rebuilds one with an element changed), so RT and NCT are plain
+Triton tuples (``_lanes.tuple_replace`` rebuilds one with an element changed), so RT and NCT are plain
 compile-time loops. Measured numbers: docs/gemm.md, "fourth round".
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ import triton.language as tl
 from lowbit._backend import capability_at_least, interpret_mode
 from lowbit.ops._lanes import split2 as _split2
 from lowbit.ops._lanes import split4 as _split4
-from lowbit.ops._lanes import i32, zeros_tuple
+from lowbit.ops._lanes import i32, tuple_replace, zeros_tuple
 from lowbit.ops.act_quant.triton import _load_scale
 
 #: rows of x one launch serves (NCT = ceil(M / 8) <= 8 column tiles of 8)
@@ -319,18 +319,6 @@ def _nan_flags(flags, blk, FP4: tl.constexpr, RT: tl.constexpr):
 
 
 @triton.jit
-def _replace(tup, i: tl.constexpr, v):
-    """``tup`` with element i replaced by v (Triton tuples are immutable)."""
-    res = ()
-    for j in tl.static_range(len(tup)):
-        if j == i:
-            res = res + (v,)
-        else:
-            res = res + (tup[j],)
-    return res
-
-
-@triton.jit
 def _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, kb, r_base, g, t, M, N, KB: tl.constexpr, KW: tl.constexpr,
                 AW: tl.constexpr, FP4: tl.constexpr, AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, RT: tl.constexpr,
                 NCT: tl.constexpr, NT: tl.constexpr):
@@ -381,10 +369,10 @@ def _compute_block(acc, blk, z, FP4: tl.constexpr, RT: tl.constexpr, NCT: tl.con
         for rt in tl.static_range(RT):
             if FP4:
                 d = _block_fp4(wq[rt][0], wq[rt][1], ws[rt][0], ws[rt][1], x, NT, INTERPRET)
-                acc = _replace(acc, rt * NCT + ct, _add_scaled(acc[rt * NCT + ct], d, sa0, sa1))
+                acc = tuple_replace(acc, rt * NCT + ct, _add_scaled(acc[rt * NCT + ct], d, sa0, sa1))
             else:
                 d = _tile_fp8(wq[rt][0], wq[rt][1], x, z, z, z, z, NT, INTERPRET)
-                acc = _replace(acc, rt * NCT + ct, _add_scaled(acc[rt * NCT + ct], d, ws[rt] * sa0, ws[rt] * sa1))
+                acc = tuple_replace(acc, rt * NCT + ct, _add_scaled(acc[rt * NCT + ct], d, ws[rt] * sa0, ws[rt] * sa1))
     return acc
 
 
