@@ -1,6 +1,6 @@
 """Coarse pass on the tensor cores for small M (fast mode): ``mma.sync.m16n8k16`` with the codes
-decoded straight into the A fragment and the rows of x as the B fragment (``NCT`` = 1, 2 or 4
-column tiles of 8 rows in one launch, up to M = 32; more rows take more launches).
+decoded straight into the A fragment and the rows of x as the B fragment (``NCT`` column tiles
+of 8 rows in one launch: one for M <= 8, two for M <= 16; more rows take more launches).
 
 Why: the packed-half GEMV (``triton_h2.py``; a re-tiled one-thread-per-row form measured at
 2.2 and was dropped) spend an and-or, a pair subtract
@@ -55,10 +55,13 @@ from lowbit.ops.coarse_head.triton_h2 import _half_pair
 _MAGIC = tl.constexpr(0x64006400)
 #: words per row per K step (64 bytes: one g64 group of each plane)
 _STEP_WORDS = 16
-#: rows of x one launch serves: up to four 8-column B tiles (more rows: more launches). Eight
-#: tiles spill (sm_90 offline: INT2 888 bytes of stack, INT4 / INT8 ~270); four fit (INT2 255
-#: registers, INT4 / INT8 ~168), see scripts/coarse_mma_offline.py --nct 4,8
-MAX_M = 32
+#: rows of x one launch serves: two 8-column B tiles (more rows: more launches). The kernel
+#: takes any power-of-two NCT, but four tiles measured 1.7-1.9x slower than two launches of two
+#: (H200, 124160 x 5120, coarse pass at M = 32: INT2 585.8 vs 345.3 µs, INT4 681.9 vs 355.4, INT8
+#: 530.0 vs 485.0; INT2 needs 255 registers: 2 programs per SM; scripts/bench_coarse_wide_m.py,
+#: docs/measurements/2026-12-01_session7_coarse_wide_m.json) and eight spill (sm_90 offline:
+#: INT2 888 bytes of stack; scripts/coarse_mma_offline.py --nct 4,8)
+MAX_M = 16
 #: K-loop schedule. 0: each K step's loads at the top of its iteration; 1: step s + 1's loads
 #: issued before step s's MMAs (a register double buffer). None: per (bits, column tiles) from
 #: _PREFETCH_TABLE.
@@ -425,7 +428,7 @@ def _register_cap(bits: int, nct: int) -> dict:
 
 def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_logits):
     """Launch the tensor-core coarse pass (fast mode). ``x`` [M, K] (unit stride along K; rows
-    in launches of MAX_M = 32 — 1, 2 or 4 column tiles of 8 — each reading the codes once);
+    in launches of MAX_M = 16 — one or two column tiles of 8 — each reading the codes once);
     ``words`` / ``sz`` from
     :func:`mma_tile`. Returns the six ``CoarseOut`` tensors (certified outputs empty; the logits
     are computed either way, returned if ``write_logits``)."""
@@ -440,7 +443,7 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
     for r0 in range(0, m, MAX_M):
         r1 = min(m, r0 + MAX_M)
         mc = r1 - r0
-        # column tiles: a power of two (1, 2, 4), so one compile per epilogue tile MP serves
+        # column tiles: a power of two, so one compile per epilogue tile MP serves
         # every M of its band (the tiles past M multiply zero columns of x)
         nct = max(1, triton.next_power_of_2(mc) // 8)
         xc = x[r0:r1]
