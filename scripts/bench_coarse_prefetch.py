@@ -7,8 +7,9 @@ switches of ``lowbit/ops/coarse_head/triton_mma.py``): ``PREFETCH`` 0 (loads at 
 step: the schedule measured before), 1 (the next step's loads issued before this step's MMAs,
 one loop-carried buffer) or the shipped per-(bits, tiles) table, with the register caps of
 ``_register_cap`` or none. (Variants measured once and removed with their switches: the loop
-unrolled by two, masked B-fragment loads, ``.cg`` code loads; see ``_PREFETCH_TABLE``.) Per (bits, M, variant): the coarse pass alone and fast ``argmax``
-end to end (CUDA-graph replay, ``lowbit.bench.timing.time_us``), against cuBLAS bf16 + argmax
+unrolled by two, masked B-fragment loads, ``.cg`` code loads, the code vectors alone one step
+ahead; see ``_PREFETCH_TABLE`` and docs/draft_head.md.) Per (bits, M, variant): the coarse pass
+alone and fast ``argmax`` end to end (CUDA-graph replay, ``lowbit.bench.timing.time_us``), against cuBLAS bf16 + argmax
 in the same run, and whether the logits are bit-identical to variant 0's (same MMAs, same order).
 """
 from __future__ import annotations

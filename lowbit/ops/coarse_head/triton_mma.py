@@ -79,7 +79,10 @@ _PREFETCH_TABLE = {(2, 1): 1, (8, 1): 1}
 
 
 def _schedule(bits: int, nct: int) -> int:
+    """The K-loop schedule of a launch: ``PREFETCH`` if set, else the measured table's."""
     return PREFETCH if PREFETCH is not None else _PREFETCH_TABLE.get((bits, nct), 0)
+
+
 #: |x| alpha is kept <= this: x' = x alpha 2^-(SHIFT j) stays a normal fp16 for every plane
 _LIMIT = tl.constexpr(4096.0)
 
@@ -367,7 +370,7 @@ def _coarse_mma_kernel(
     NCT: tl.constexpr, PREFETCH: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Program: BN token rows (one 32-row block per warp, two 16-row MMA tiles each) against the M
-    <= 8 NCT rows of x (NCT column tiles of 8: the A fragments are decoded once for both).
+    <= 8 NCT rows of x (NCT column tiles of 8: the A fragments are decoded once for all of them).
     Writes logits [M, N] (scratch and output) and the block's candidates."""
     NT: tl.constexpr = BN  # one lane per 32 token rows' share: 32 lanes x BN / 32 warps
     i_n = tl.program_id(0).to(tl.int64)
