@@ -481,7 +481,7 @@ def test_mma_coarse_matches_reference(tier, poison_int32, bits, g, k, m, xdtype,
 
 
 @pytest.mark.parametrize("tier", TRITON_TIERS)
-@pytest.mark.parametrize("bits,k,m", [(2, 576, 1), (4, 160, 9), (8, 576, 2)])  # NS = 3 / 2 / 9 K steps
+@pytest.mark.parametrize("bits,k,m", [(2, 512, 1), (4, 160, 9), (8, 256, 2)])  # NS = 2 / 2 / 4 K steps
 def test_mma_coarse_prefetch_modes_agree(tier, poison_int32, monkeypatch, bits, k, m):
     """The two K-loop schedules of the tensor-core pass (PREFETCH 0: loads at the top of each
     step; 1: one step ahead through a register buffer, the last prefetch masked off) run the same
