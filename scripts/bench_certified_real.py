@@ -13,7 +13,6 @@ with the exact argmax of fp32 logits, and the certified sets (mean / max size, f
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -41,16 +40,13 @@ def main() -> int:
 
     from lowbit import DraftHead
     from lowbit.bench.timing import time_us
+    from head_bench import RecordLog
     from real_head_data import load
 
     blob = load(args.data)
     w = blob["weight"].cuda()
     hidden = blob["hidden"].cuda()
-    rows = []
-
-    def log(rec):
-        rows.append(rec)
-        print(json.dumps(rec), flush=True)
+    log = RecordLog()
 
     log({"model": blob.get("model"), "weight": list(w.shape), "positions": hidden.shape[0]})
     heads = {name: DraftHead(w, **kw) for name, kw in CONFIGS.items()}
@@ -91,9 +87,7 @@ def main() -> int:
             if h.mode == "fast":
                 rec["graph_us"] = round(time_us(lambda: h.argmax(xs[0]), graph=True), 1)
             log(rec)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    log.save(args.json)
     return 0
 
 

@@ -13,13 +13,15 @@ bytes (codes + fp16 scale + uint8 zero) at the measured copy bandwidth.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from head_bench import K, RecordLog, random_head  # noqa: E402
 
 
 def main() -> int:
@@ -36,15 +38,10 @@ def main() -> int:
     from lowbit.bench.timing import copy_bandwidth_gbps, time_us
     from lowbit.ops.coarse_head import BOUND_NONE, coarse_head
 
-    n, k = 124160, 5120
-    torch.manual_seed(0)
-    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+    k = K
+    w = random_head()
     bw = copy_bandwidth_gbps()
-    rows = []
-
-    def log(rec):
-        rows.append(rec)
-        print(json.dumps(rec), flush=True)
+    log = RecordLog()
 
     log({"copy_gbps": round(bw, 1)})
     heads = {b: DraftHead(w, bits=b, mode="fast") for b in [int(v) for v in args.bits.split(",")]}
@@ -72,9 +69,7 @@ def main() -> int:
             vals = list(results.values())
             log({"M": m, "bits": bits, "argmax_agree": all(torch.equal(v, vals[0]) for v in vals)})
     ch.MMA_MAX_M = 16  # the default
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    log.save(args.json)
     return 0
 
 

@@ -21,7 +21,7 @@ os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import cuobjdump, resource_usage, root_cause  # noqa: E402
+from sm90_offline import compile_sm90, cuobjdump, resource_usage, root_cause, sass_lines  # noqa: E402
 
 N, K, G, BLOCK = 124160, 5120, 64, 128
 SMS = 132
@@ -41,25 +41,20 @@ def compile_one(bits: int, nct: int, prefetch: int, maxnreg: int | None):
         sig[name] = "constexpr"
     sig = {a: sig[a] for a in tm._coarse_mma_kernel.arg_names}
     opts = tm._register_cap(bits, nct) if maxnreg is None else ({"maxnreg": maxnreg} if maxnreg else {})
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    src = ASTSource(fn=tm._coarse_mma_kernel, signature=sig, constexprs=const,
-                    attrs={(i,): [["tt.divisibility", 16]] for i in range(8)})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=BLOCK // 32, num_stages=1,
-                                                                            **opts)), opts
+    return compile_sm90(tm._coarse_mma_kernel, sig, const, divisible=range(8), num_warps=BLOCK // 32, num_stages=1,
+                        **opts), opts
 
 
 def loop_body(sass: str) -> list[str]:
-    lines = re.findall(r"/\*([0-9a-f]{4,})\*/\s+((?:@!?U?P\w+\s+)?[A-Z][A-Z0-9_.]*)([^;]*);", sass)
-    addr = [int(a, 16) for a, _, _ in lines]
+    """Opcodes of the K-step loop: the longest backward-branch region that holds HMMA."""
+    lines = sass_lines(sass)
+    addr = [a for a, _, _ in lines]
     best = []
     for i, (a, op, rest) in enumerate(lines):
-        m = re.search(r"0x([0-9a-f]+)", rest) if "BRA" in op else None
-        if not m or int(m.group(1), 16) >= int(a, 16) or int(m.group(1), 16) not in addr:
+        m = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
+        if not m or int(m.group(1), 16) >= a or int(m.group(1), 16) not in addr:
             continue
-        body = [re.sub(r"^@!?U?P\w+\s+", "", x[1]) for x in lines[addr.index(int(m.group(1), 16)):i + 1]]
+        body = [x[1] for x in lines[addr.index(int(m.group(1), 16)):i + 1]]
         if any(o.startswith("HMMA") for o in body) and len(body) > len(best):
             best = body
     return best

@@ -30,7 +30,7 @@ os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import cuobjdump, resource_usage, root_cause, sass_opcodes  # noqa: E402
+from sm90_offline import cuobjdump, resource_usage, root_cause, sass_lines, sass_opcodes  # noqa: E402
 
 # (name, constexpr / launcher overrides)
 CONFIGS = (
@@ -105,14 +105,6 @@ def compress(ops: list[str]) -> str:
         out.append(ops[i] + (f"x{j - i}" if j - i > 1 else ""))
         i = j
     return " ".join(out)
-
-
-def sass_lines(sass: str) -> list[tuple[int, str, str]]:
-    """(address, opcode without predicate, operands) of every SASS instruction."""
-    out = []
-    for a, op, rest in re.findall(r"/\*([0-9a-f]{4,})\*/\s+((?:@!?U?P\w+\s+)?[A-Z][A-Z0-9_.]*)([^;]*);", sass):
-        out.append((int(a, 16), re.sub(r"^@!?U?P\w+\s+", "", op), rest.strip()))
-    return out
 
 
 def main_loop(lines: list[tuple[int, str, str]]) -> list[tuple[int, str, str]] | None:

@@ -13,16 +13,17 @@ import subprocess
 import tempfile
 
 
-def compile_sm90(fn, signature: dict, constexprs: dict, divisible=(), num_warps: int = 4, num_stages: int | None = None):
+def compile_sm90(fn, signature: dict, constexprs: dict, divisible=(), num_warps: int = 4, num_stages: int | None = None,
+                 **options):
     """``triton.compile`` of the @triton.jit ``fn`` for sm_90. ``signature`` maps argument names to
     Triton types ("*fp32", "i32", "constexpr", ...); ``divisible`` lists the argument indices the
-    launch would specialise as divisible by 16."""
+    launch would specialise as divisible by 16; ``options``: further compile options (``maxnreg``)."""
     os.environ.pop("TRITON_INTERPRET", None)
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    options = {"num_warps": num_warps}
+    options = {"num_warps": num_warps, **options}
     if num_stages is not None:
         options["num_stages"] = num_stages
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs,
@@ -51,6 +52,14 @@ def resource_usage(kernel) -> str:
 def sass_opcodes(kernel) -> list[str]:
     """The SASS instructions' opcodes (with modifiers, predicates dropped), in order."""
     return re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", cuobjdump(kernel, "-sass"))
+
+
+def sass_lines(sass: str) -> list[tuple[int, str, str]]:
+    """(address, opcode without predicate, operands) of every SASS instruction."""
+    out = []
+    for a, op, rest in re.findall(r"/\*([0-9a-f]{4,})\*/\s+((?:@!?U?P\w+\s+)?[A-Z][A-Z0-9_.]*)([^;]*);", sass):
+        out.append((int(a, 16), re.sub(r"^@!?U?P\w+\s+", "", op), rest.strip()))
+    return out
 
 
 def root_cause(e: BaseException) -> str:

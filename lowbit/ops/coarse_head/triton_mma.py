@@ -58,7 +58,7 @@ _STEP_WORDS = 16
 #: rows of x one launch serves: two 8-column B tiles (more rows: more launches). The kernel
 #: takes any power-of-two NCT, but four tiles measured 1.7-1.9x slower than two launches of two
 #: (H200, 124160 x 5120, coarse pass at M = 32: INT2 585.8 vs 345.3 µs, INT4 681.9 vs 355.4, INT8
-#: 530.0 vs 485.0; INT2 needs 255 registers: 2 programs per SM; scripts/bench_coarse_wide_m.py,
+#: 530.0 vs 485.0; INT2 needs 255 registers: 2 programs per SM; scripts/bench_coarse_ab.py --set wide_m,
 #: docs/measurements/2026-12-01_session7_coarse_wide_m.json) and eight spill (sm_90 offline:
 #: INT2 888 bytes of stack; scripts/coarse_mma_offline.py --nct 4,8)
 MAX_M = 16
@@ -66,7 +66,7 @@ MAX_M = 16
 #: issued before step s's MMAs (a register double buffer). None: per (bits, column tiles) from
 #: _PREFETCH_TABLE.
 PREFETCH = None
-#: (bits, NCT) -> schedule, from H200 same-run A/Bs (scripts/bench_coarse_prefetch.py,
+#: (bits, NCT) -> schedule, from H200 same-run A/Bs (scripts/bench_coarse_ab.py --set schedule,
 #: docs/measurements/2026-12-01_session7_coarse_{prefetch,schedule}_ab.json). Where the buffer's
 #: registers cost few programs per SM it wins: coarse pass INT2 M = 1 91.0 -> 83.2 µs, M = 8
 #: 114.2 -> 108.1 (100 -> 128 registers, 5 -> 4 programs); INT8 M = 1 193.4 -> 170.4, M = 8
