@@ -267,7 +267,7 @@ def _launch_dot(x, fmt, data, scale, aux, index, k, bits, group_size, out, value
         return
     mma_cfg = None if config is None else config.get("MMA")
     if fmt == NVFP4_CODE and (config is None or mma_cfg is not None) and triton_mma.usable(x, data, scale, k):
-        # NVFP4 with bf16 x: the tensor-core kernel (``config={"MMA": (RT, W)}`` pins its geometry)
+        # NVFP4 with bf16 x: the tensor-core kernel (``config={"MMA": (RT, W, D, SPLIT)}`` pins its geometry)
         triton_mma.launch(x, data, scale, aux, index, k, out, values, alpha, bias, mma_cfg)
         return
     u, gb, gbp = _units(fmt, data, k, bits, group_size)
