@@ -16,10 +16,14 @@ from lowbit.ops.coarse_head import (
     BOUND_DET,
     BOUND_NONE,
     BOUND_STAT,
+    CERTIFIED_MAX_K,
+    CERTIFIED_STATS,
     argmax_lowest,
+    certified_select_rerank,
     certify,
     M_BANDS,
     coarse_head,
+    new_certified_stats,
     exact_logits,
     pack,
     select_fast,
@@ -77,13 +81,18 @@ class DraftHead(nn.Module):
     ``ub`` reaches the best lower bound (top-k: the k-th best) is rescored exactly by
     ``lowbit.ops.gathered_dot`` against the original rows; a row where such a token might be
     missing (a block's unemitted ``ub`` reaches the threshold, or more than ``rerank`` tokens do)
-    is scored exactly in full. This fallback needs one host synchronization per call (reading
-    the overflow count); the fast mode has none and can be captured in a CUDA graph.
+    is scored exactly in full. With a dense weight on the Triton path, ``argmax`` / ``topk`` (k <=
+    64) do all of this on the device — selection, rescoring and the fallback in three launches
+    after the coarse pass (:mod:`lowbit.ops.coarse_head.certified`), no host synchronization, so
+    the call can be captured in a CUDA graph like the fast mode; ``logits`` and the other heads
+    read the fallback count back (one host synchronization per call).
 
     Ties: equal exact values are ordered by the lower token index first (argmax and top-k).
     Exact values are fp32 dot products of the stored x and weight rows (fp32 accumulation).
 
-    ``stats``: calls, rows, fallbacks (rows scored in full), mean / max certified-set size.
+    ``stats``: calls, rows, fallbacks (rows scored in full), mean / max certified-set size. The
+    device path keeps its counts on the device (so replays of a captured graph count too);
+    reading ``stats`` synchronizes.
 
     Lifecycle: a weight that is still all zeros at construction (a drafter sharing a target's
     head that is loaded later) is quantized on the first call; an in-place update of the weight
@@ -138,6 +147,7 @@ class DraftHead(nn.Module):
         self._fast_cands = sum(min(kcand, n - b) for b in range(0, n, block))
         self._packing = None
         self._packed_version = None
+        self._dstats = None  # int64 device counters of the sync-free certified path
         self.reset_stats()
         if not _is_all_zero(weight):
             self._repack()
@@ -167,15 +177,23 @@ class DraftHead(nn.Module):
 
     def reset_stats(self) -> None:
         self._calls = self._rows = self._fallbacks = self._wide = self._set_rows = self._set_sum = self._set_max = 0
+        if self._dstats is not None:
+            self._dstats.zero_()
 
     @property
     def stats(self) -> dict:
         """calls, rows, fallbacks (rows scored in full), wide (rows whose set exceeded the cap but
         lay among the candidates: all candidates rescored), mean/max certified-set size."""
-        mean = self._set_sum / self._set_rows if self._set_rows else float("nan")
-        return {"calls": self._calls, "rows": self._rows, "fallbacks": self._fallbacks, "wide": self._wide,
-                "fallback_rate": self._fallbacks / self._rows if self._rows else 0.0,
-                "mean_set_size": mean, "max_set_size": self._set_max}
+        calls, rows, fallbacks, wide = self._calls, self._rows, self._fallbacks, self._wide
+        set_rows, set_sum, set_max = self._set_rows, self._set_sum, self._set_max
+        if self._dstats is not None:
+            d = dict(zip(CERTIFIED_STATS, self._dstats.tolist()))
+            calls, rows, fallbacks, wide = calls + d["calls"], rows + d["rows"], fallbacks + d["fallbacks"], wide + d["wide"]
+            set_rows, set_sum, set_max = set_rows + d["rows"], set_sum + d["set_sum"], max(set_max, d["set_max"])
+        mean = set_sum / set_rows if set_rows else float("nan")
+        return {"calls": calls, "rows": rows, "fallbacks": fallbacks, "wide": wide,
+                "fallback_rate": fallbacks / rows if rows else 0.0,
+                "mean_set_size": mean, "max_set_size": set_max}
 
     def warmup(self, max_m: int = 64, ks=(1, 16)) -> None:
         """Quantize and compile every launch configuration up to ``max_m`` rows (call before
@@ -245,6 +263,42 @@ class DraftHead(nn.Module):
         full = self._exact_full(x2[rows_f]) if n_full else None
         return out, idx, vals, (rows_w, w_idx, w_vals, rows_f, full)
 
+    def _device_path(self, x2, k: int) -> bool:
+        """Whether certified argmax / top-k runs sync-free on the device (see the class doc)."""
+        compiling = torch.compiler.is_compiling()
+        return (self.mode == "certified" and _coarse_mod.SYNC_FREE_CERTIFIED and k <= CERTIFIED_MAX_K
+                and isinstance(self.weight, torch.Tensor)
+                and (x2.is_cuda if compiling else use_triton(x2, self.weight)))
+
+    def _device_stats(self, device) -> torch.Tensor:
+        st = self._dstats
+        if st is None or st.device != device:
+            require(not torch.compiler.is_compiling(),
+                    "DraftHead: call warmup() (or the head once) before torch.compile")
+            if st is not None:  # moved to another device: keep the counts on the host
+                self._fold_device_stats()
+            st = self._dstats = new_certified_stats(device)
+        return st
+
+    def _fold_device_stats(self) -> None:
+        d = dict(zip(CERTIFIED_STATS, self._dstats.tolist()))
+        self._calls += d["calls"]
+        self._rows += d["rows"]
+        self._fallbacks += d["fallbacks"]
+        self._wide += d["wide"]
+        self._set_rows += d["rows"]
+        self._set_sum += d["set_sum"]
+        self._set_max = max(self._set_max, d["set_max"])
+
+    def _certified_device(self, x2, k: int):
+        """Certified exact top-``k`` on the device: (vals fp32 [M, k], idx int64 [M, k])."""
+        out = self._coarse(x2, BOUNDS[self.bound])
+        stats = self._device_stats(x2.device)
+        compiling = torch.compiler.is_compiling()
+        op = torch.ops.lowbit.draft_certified_select if compiling else certified_select_rerank
+        return op(out.cand_key, out.cand_lb, out.cand_idx, out.block_lb, out.block_rest, x2, self.weight, k,
+                  self.rerank, stats)
+
     def _exact_full(self, xr):
         """Exact fp32 logits [B, N] of whole rows: the same gathered_dot as the rerank on the GPU
         (streams the stored rows, nothing dequantized in full), a chunked fp32 matmul on the CPU."""
@@ -297,6 +351,8 @@ class DraftHead(nn.Module):
         x2 = self._flat(x)
         if self.mode == "fast":
             return self._fast_best(x2, 1)[1][:, 0].view(x.shape[:-1])
+        if self._device_path(x2, 1):
+            return self._certified_device(x2, 1)[1][:, 0].view(x.shape[:-1])
         _, idx, vals, fb = self._certified(x2, 1)
         ans = argmax_lowest(vals, idx)
         if fb is not None:
@@ -314,6 +370,8 @@ class DraftHead(nn.Module):
         x2 = self._flat(x)
         if self.mode == "fast":
             v, i = self._fast_best(x2, k)
+        elif self._device_path(x2, k):
+            v, i = self._certified_device(x2, k)
         else:
             _, idx, vals, fb = self._certified(x2, k)
             if vals.shape[1] < k:  # fewer candidates than k: every row falls back

@@ -135,6 +135,58 @@ def test_certified_fallback_counts(backend, bits, path):
     assert st[path] >= M and st["mean_set_size"] > 1, st
 
 
+def _triton_only(backend):
+    if not backend.is_triton:
+        pytest.skip("the sync-free certified path is the Triton path's; the reference tier has no counterpart")
+
+
+@pytest.mark.parametrize("case,bits", [("random", 8), ("all_equal", 4)])
+def test_certified_device_path_matches_sync_path(backend, case, bits, monkeypatch):
+    """The sync-free certified path (device selection, rescoring and fallback) gives the same
+    answers and statistics as the synchronizing one; all-equal rows exercise the fallback kernel."""
+    _triton_only(backend)
+    from lowbit.ops import coarse_head as ch
+
+    w, x = _case(case)
+    w, x = w.to(backend.device), x.to(backend.device)
+    got = {}
+    for sync_free in (True, False):
+        monkeypatch.setattr(ch, "SYNC_FREE_CERTIFIED", sync_free)
+        with backend.active():
+            head = DraftHead(w, bits=bits, group_size=32, mode="certified", kcand=4, rerank=64, block=64)
+            got[sync_free] = (head.argmax(x), *head.topk(x, 5), head.stats)
+        assert (head._dstats is not None) == sync_free
+    (a1, v1, i1, s1), (a0, v0, i0, s0) = got[True], got[False]
+    assert torch.equal(a1, a0) and torch.equal(i1, i0)
+    torch.testing.assert_close(v1, v0, rtol=1e-6, atol=1e-6)
+    assert s1 == s0, (s1, s0)
+    _assert_exact_values(x, w, a1, v1, i1)
+
+
+def _assert_exact_values(x, w, am, v, i):
+    ref_v, ref_i = _topk64(_exact64(x, w), v.shape[-1])
+    assert torch.equal(am.cpu(), ref_i[:, 0]) and torch.equal(i.cpu(), ref_i)
+    torch.testing.assert_close(v.cpu().double(), ref_v, rtol=1e-5, atol=1e-5)
+
+
+def test_certified_device_fallback_merge(backend, monkeypatch):
+    """Every row scored in full (a cap of 1 on INT2 sets) by 20 fallback programs of 64 tokens
+    whose top-64 lists are merged in two chunks, k = 64 (the path's largest)."""
+    _triton_only(backend)
+    from lowbit.ops.coarse_head import certified
+
+    monkeypatch.setattr(certified, "FULL_BN", 16)
+    w, x = _case("random")
+    w, x = w.to(backend.device), x.to(backend.device)
+    with backend.active():
+        head = DraftHead(w, bits=2, group_size=32, mode="certified", rerank=1, block=64)
+        am = head.argmax(x)
+        v, i = head.topk(x, 64)
+    st = head.stats
+    assert st["fallbacks"] + st["wide"] == 2 * M and st["calls"] == 2 and st["rows"] == 2 * M, st
+    _assert_exact_values(x, w, am, v, i)
+
+
 def test_fast_matches_reference(backend):
     w, x = _case("random")
     x = x.reshape(2, 2, K)  # [..., K] inputs
@@ -274,3 +326,43 @@ def test_certified_exact_bands_cuda(m):
         assert torch.equal(head.argmax(x).cpu(), ref_i[:, 0])
         v, i = head.topk(x, 4)
         assert torch.equal(i.cpu(), ref_i)
+
+
+@pytest.mark.cuda
+def test_compile_and_cuda_graph_certified():
+    """Certified argmax / top-k on a dense weight are sync-free: fullgraph compile, and CUDA-graph
+    capture + replay with new inputs (fallback rows included) agree with eager; the device
+    statistics count the replays."""
+    w, x = _case("random")
+    eq, _ = _case("all_equal")
+    w = torch.cat([w, eq]).cuda()  # the all-equal tail never wins; random rows stay exact
+    x = x.cuda()
+    head = DraftHead(w, bits=8, group_size=32, mode="certified", kcand=4, rerank=64, block=64)
+    head.warmup(max_m=M, ks=(1, 5))
+    ref_a, (ref_v, ref_i) = head.argmax(x), head.topk(x, 5)
+    compiled = torch.compile(head.argmax, fullgraph=True)
+    assert torch.equal(compiled(x), ref_a)
+    compiled_topk = torch.compile(head.topk, fullgraph=True)
+    cv, ci = compiled_topk(x, 5)
+    assert torch.equal(ci, ref_i) and torch.equal(cv, ref_v)
+    static_x = x.clone()
+    head.reset_stats()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_a = head.argmax(static_x)
+        static_v, static_i = head.topk(static_x, 5)
+    for trial in range(3):
+        x2 = torch.randn_like(x)
+        if trial == 2:  # rows that tie everywhere: the fallback kernel inside the graph
+            x2 = eq[:1].expand(M, K).to(x2)
+        static_x.copy_(x2)
+        graph.replay()
+        assert torch.equal(static_a, head.argmax(x2))
+        e_v, e_i = head.topk(x2, 5)
+        assert torch.equal(static_i, e_i) and torch.equal(static_v, e_v)
+    exact = x2.double() @ w.double().t()
+    ref = exact.cpu().argsort(dim=-1, descending=True, stable=True)[:, :5]
+    assert torch.equal(static_i.cpu(), ref)
+    st = head.stats
+    # 3 replays of 2 calls + 3 x 2 eager calls; the tied trial falls back on every row of its 4 calls
+    assert st["calls"] == 12 and st["rows"] == 12 * M and st["fallbacks"] + st["wide"] >= 4 * M, st

@@ -34,7 +34,8 @@ from lowbit.ops.coarse_head.reference import (
 
 __all__ = [
     "BOUND_DET", "BOUND_NONE", "BOUND_STAT", "CoarseOut", "CoarsePacking", "argmax_lowest",
-    "certify", "coarse_head", "exact_rows_fn", "pack", "select_fast", "topk_lowest",
+    "CERTIFIED_MAX_K", "CERTIFIED_STATS", "certified_select_rerank", "certify", "coarse_head", "exact_rows_fn",
+    "new_certified_stats", "pack", "select_fast", "topk_lowest",
 ]
 
 KIND_INTX, KIND_FP8, KIND_NVFP4 = 0, 1, 2
@@ -290,6 +291,43 @@ _fast_select_op = torch.library.custom_op("lowbit::draft_fast_select", fast_sele
 
 @_fast_select_op.register_fake
 def _(cand_key, cand_idx, x, weight, r, k, kcand=0):
+    m = cand_key.shape[0]
+    return (cand_key.new_empty(m, k, dtype=torch.float32), cand_key.new_empty(m, k, dtype=torch.int64))
+
+
+#: Certified mode on dense weights: selection, rescoring and fallback in three Triton launches
+#: with no host synchronization (``certified.py``; CUDA-graph capturable) instead of the torch
+#: ops + one sync of :meth:`lowbit.nn.DraftHead._certified`. 0 turns it off.
+SYNC_FREE_CERTIFIED = True
+#: the largest k the sync-free path answers (its per-row lists live in registers)
+CERTIFIED_MAX_K = 64
+#: the sync-free path's int64 statistics buffer, by position
+CERTIFIED_STATS = ("rows", "fallbacks", "wide", "set_sum", "set_max", "calls")
+
+
+def new_certified_stats(device) -> torch.Tensor:
+    """A zeroed statistics buffer (int64 [len(CERTIFIED_STATS)]) for :func:`certified_select_rerank`."""
+    return torch.zeros(len(CERTIFIED_STATS), dtype=torch.int64, device=device)
+
+
+def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_idx: torch.Tensor,
+                            block_lb: torch.Tensor, block_rest: torch.Tensor, x: torch.Tensor,
+                            weight: torch.Tensor, k: int, cap: int, stats: torch.Tensor
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Certified mode's exact top-``k`` from the certified coarse outputs, without a host
+    synchronization (values fp32 [M, k], indices int64 [M, k]); ``stats`` (int64, see
+    ``certified.py``) accumulates in place. Triton only."""
+    from lowbit.ops.coarse_head.certified import certified_select_rerank as impl
+
+    return impl(cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, k, cap, stats)
+
+
+_certified_op = torch.library.custom_op("lowbit::draft_certified_select", certified_select_rerank,
+                                        mutates_args=("stats",))
+
+
+@_certified_op.register_fake
+def _(cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, k, cap, stats):
     m = cand_key.shape[0]
     return (cand_key.new_empty(m, k, dtype=torch.float32), cand_key.new_empty(m, k, dtype=torch.int64))
 

@@ -1,0 +1,275 @@
+"""Certified mode's selection, exact rescoring and fallback without a host synchronization.
+
+After the certified coarse pass (keys ``ub = c + b``, lower bounds, per-block ``rest``; see
+:class:`~lowbit.ops.coarse_head.CoarseOut`) three launches finish a call, in stream order, with
+no value ever read back by the host — so the whole certified call can be captured in a CUDA graph:
+
+1. ``_certify_kernel`` (grid ``(M,)``): the row's threshold ``L`` (k = 1: the best block lower
+   bound; k > 1: the k-th best candidate lower bound), its certified set (candidates with
+   ``ub >= L``, compacted in candidate order into ``sel [M, R]``) and its verdict. The set is
+   certified when no block may hide a member (``rest < L`` everywhere), it has at most ``R``
+   members and at least ``k``; otherwise the row is appended to the fallback list (an atomic slot
+   counter) and scored in full by launch 3. Device statistics (rows, fallbacks, "wide" rows whose
+   set exceeded ``R`` but lay among the candidates, set-size sum and maximum, calls) accumulate
+   in an int64 buffer (layout ``CERTIFIED_STATS``) that the host reads only when asked.
+2. ``_rescore_kernel`` (grid ``(M, S)``): program ``(m, s)`` computes the exact fp32 dot of x[m]
+   with members ``s, s + S, ...`` of the row's set against the stored dense rows; the last program
+   of the row to finish (an arrival counter, reset by it) writes the best ``k``.
+3. ``_full_kernel`` (grid ``(G,)``): reads the fallback count; with none (the usual case) every
+   program only checks in. Otherwise program ``g`` scores tokens ``[g BN, (g + 1) BN)``,
+   ``(g + G) BN ...`` of every fallback row exactly and keeps its best ``k``; the last program to
+   check in merges the ``G`` partial lists per fallback row, writes the answer and resets the
+   counters for the next call.
+
+Ordering: ``(value desc, token asc)`` as one int64 ``(order-preserving value bits << 32) |
+(2^31 - 1 - token)``; ties go to the lower token index, as everywhere in the draft head. Exact
+values are fp32-accumulated dot products of the stored x and weight rows (the definition of
+:func:`lowbit.ops.gathered_dot`; the summation order may differ, so the last bit may too).
+
+Dense weights (bf16 / fp16 / fp32) and ``k <= CERTIFIED_MAX_K`` (the per-row lists live in
+registers); other heads keep the synchronizing path in
+:class:`lowbit.nn.DraftHead`. The internal counters are left at zero by every call, so replays of
+a captured graph work; only the statistics buffer is mutated (by design).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+#: tokens one fallback program scores per step, and at most this many fallback programs
+FULL_BN = 128
+FULL_PROGRAMS = 264
+#: programs per row of the rescoring launch (each takes every S-th member of the set)
+RESCORE_SPLIT = 4
+
+_INT64_MIN = tl.constexpr(-(2**63))
+
+
+def _pow2(n: int) -> int:
+    return 1 << (int(n) - 1).bit_length() if n > 1 else 1
+
+
+@triton.jit
+def _pack(val, tok):
+    """int64 key ordering (val desc, tok asc): order-preserving fp32 bits high, 2^31-1-tok low."""
+    bits = val.to(tl.int32, bitcast=True)
+    ordv = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    return (ordv.to(tl.int64) << 32) | (2147483647 - tok.to(tl.int64))
+
+
+@triton.jit
+def _unpack(key):
+    """(val fp32, tok int64) of :func:`_pack` keys."""
+    ordv = (key >> 32).to(tl.int32)
+    bits = tl.where(ordv < 0, ordv ^ 0x7FFFFFFF, ordv)
+    return bits.to(tl.float32, bitcast=True), 2147483647 - (key & 0xFFFFFFFF)
+
+
+@triton.jit
+def _store_best(keys, ov_ptr, oi_ptr, m, KOUT: tl.constexpr, KP: tl.constexpr):
+    """Write the KOUT best of ``keys`` [KP] (descending) as values and token indices of row m."""
+    v, t = _unpack(keys)
+    o = tl.arange(0, KP)
+    tl.store(ov_ptr + m * KOUT + o, v, mask=o < KOUT)
+    tl.store(oi_ptr + m * KOUT + o, t, mask=o < KOUT)
+
+
+@triton.jit
+def _certify_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, sel_ptr, nsel_ptr, fbrow_ptr, fbcnt_ptr,
+                    st_ptr, C, NB, R, KOUT: tl.constexpr, CP: tl.constexpr, NBP: tl.constexpr,
+                    KP: tl.constexpr):
+    m = tl.program_id(0).to(tl.int64)
+    o_c = tl.arange(0, CP)
+    m_c = o_c < C
+    ub = tl.load(ck_ptr + m * C + o_c, mask=m_c, other=float("-inf"))
+    o_b = tl.arange(0, NBP)
+    m_b = o_b < NB
+    if KOUT == 1:
+        thr = tl.max(tl.load(blb_ptr + m * NB + o_b, mask=m_b, other=float("-inf")), axis=0)
+    else:
+        # the k-th best candidate lower bound: any k lower bounds of distinct tokens bound the
+        # k-th best exact value from below
+        lb = tl.load(clb_ptr + m * C + o_c, mask=m_c, other=float("-inf"))
+        top = tl.topk(lb, KP)
+        thr = tl.max(tl.where(tl.arange(0, KP) == KOUT - 1, top, float("-inf")), axis=0)
+    rest = tl.max(tl.load(brest_ptr + m * NB + o_b, mask=m_b, other=float("-inf")), axis=0)
+    member = m_c & (ub >= thr)
+    size = tl.sum(member.to(tl.int32), axis=0)
+    over_block = (rest >= thr) | (thr == float("-inf"))
+    fall = over_block | (size > R) | (size < KOUT)
+    # members in candidate order (blocks in token order): slot = exclusive prefix count
+    slot = tl.cumsum(member.to(tl.int32), axis=0) - 1
+    tok = tl.load(ci_ptr + m * C + o_c, mask=member, other=0)
+    tl.store(sel_ptr + m * R + slot, tok.to(tl.int32), mask=member & (slot < R) & (fall == 0))
+    tl.store(nsel_ptr + m, tl.where(fall, 0, size))
+    if fall:
+        f = tl.atomic_add(fbcnt_ptr, 1)
+        tl.store(fbrow_ptr + f, m.to(tl.int32))
+    tl.atomic_add(st_ptr + 0, 1)
+    tl.atomic_add(st_ptr + 1, over_block.to(tl.int64))
+    tl.atomic_add(st_ptr + 2, (fall & (over_block == 0)).to(tl.int64))
+    tl.atomic_add(st_ptr + 3, size.to(tl.int64))
+    tl.atomic_max(st_ptr + 4, size.to(tl.int64))
+    if m == 0:
+        tl.atomic_add(st_ptr + 5, 1)
+
+
+@triton.jit
+def _rescore_kernel(x_ptr, w_ptr, sel_ptr, nsel_ptr, val_ptr, cnt_ptr, ov_ptr, oi_ptr, R, stride_xm, stride_wn,
+                    K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, RP: tl.constexpr,
+                    KOUT: tl.constexpr, KP: tl.constexpr):
+    m = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    n_set = tl.load(nsel_ptr + m)
+    o_k = tl.arange(0, BKK)
+    for r in range(s, n_set, S):
+        tok = tl.load(sel_ptr + m * R + r).to(tl.int64)
+        acc = tl.zeros([BKK], dtype=tl.float32)
+        for k0 in range(0, K, BKK):
+            mk = (k0 + o_k) < K
+            b_w = tl.load(w_ptr + tok * stride_wn + k0 + o_k, mask=mk, other=0.0).to(tl.float32)
+            b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=mk, other=0.0).to(tl.float32)
+            acc += b_w * b_x
+        tl.store(val_ptr + m * R + r, tl.sum(acc, axis=0))
+    tl.debug_barrier()
+    # the row's last program to arrive (acq_rel: it sees every other program's values)
+    done = tl.atomic_add(cnt_ptr + m, 1, sem="acq_rel")
+    if done == S - 1:
+        if n_set > 0:  # fallback rows (n_set = 0) are answered by _full_kernel
+            o_r = tl.arange(0, RP)
+            live = o_r < n_set
+            vals = tl.load(val_ptr + m * R + o_r, mask=live, other=0.0, cache_modifier=".cg")
+            toks = tl.load(sel_ptr + m * R + o_r, mask=live, other=0)
+            keys = tl.where(live, _pack(vals, toks), _INT64_MIN)
+            _store_best(tl.topk(keys, KP), ov_ptr, oi_ptr, m, KOUT, KP)
+        tl.atomic_xchg(cnt_ptr + m, 0)
+
+
+@triton.jit
+def _merge(best, keys, KP: tl.constexpr):
+    """The KP largest of two descending [KP] key lists."""
+    both = tl.reshape(tl.join(best, keys), [2 * KP])
+    return tl.topk(both, KP)
+
+
+@triton.jit
+def _full_kernel(x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, part_ptr, arrive_ptr, ov_ptr, oi_ptr, N, stride_xm,
+                 stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KOUT: tl.constexpr,
+                 KP: tl.constexpr, GC: tl.constexpr):
+    g = tl.program_id(0)
+    G = tl.num_programs(0)
+    n_fb = tl.load(fbcnt_ptr, cache_modifier=".cg")
+    o_n = tl.arange(0, BN)
+    o_k = tl.arange(0, BK)
+    for f in range(0, n_fb):
+        m = tl.load(fbrow_ptr + f).to(tl.int64)
+        best = tl.full([KP], _INT64_MIN, dtype=tl.int64)
+        for n0 in range(g * BN, N, G * BN):
+            tok = n0 + o_n
+            m_n = tok < N
+            acc = tl.zeros([BN, BK], dtype=tl.float32)
+            for k0 in range(0, K, BK):
+                mk = (k0 + o_k) < K
+                b_w = tl.load(w_ptr + tok.to(tl.int64)[:, None] * stride_wn + k0 + o_k[None, :],
+                              mask=m_n[:, None] & mk[None, :], other=0.0).to(tl.float32)
+                b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=mk, other=0.0).to(tl.float32)
+                acc += b_w * b_x[None, :]
+            keys = tl.where(m_n, _pack(tl.sum(acc, axis=1), tok), _INT64_MIN)
+            best = _merge(best, tl.topk(keys, KP), KP)
+        tl.store(part_ptr + (f * G + g) * KP + tl.arange(0, KP), best)
+    tl.debug_barrier()
+    done = tl.atomic_add(arrive_ptr, 1, sem="acq_rel")
+    if done == G - 1:
+        o_g = tl.arange(0, GC)
+        o_p = tl.arange(0, KP)
+        for f in range(0, n_fb):
+            m = tl.load(fbrow_ptr + f).to(tl.int64)
+            best = tl.full([KP], _INT64_MIN, dtype=tl.int64)
+            for g0 in range(0, G, GC):  # GC programs' lists at a time
+                gg = g0 + o_g
+                keys = tl.load(part_ptr + (f * G + gg[:, None]) * KP + o_p[None, :], mask=(gg < G)[:, None],
+                               other=_INT64_MIN, cache_modifier=".cg")
+                best = _merge(best, tl.topk(tl.reshape(keys, [GC * KP]), KP), KP)
+            _store_best(best, ov_ptr, oi_ptr, m, KOUT, KP)
+        tl.atomic_xchg(arrive_ptr, 0)
+        tl.atomic_xchg(fbcnt_ptr, 0)
+
+
+class _Scratch:
+    """Per-device counters every call leaves at zero: rescore arrivals [M], fallback count,
+    fallback-kernel arrivals."""
+
+    def __init__(self, device: torch.device, m: int):
+        self.buf = torch.zeros(max(m, 64) + 2, dtype=torch.int32, device=device)
+        self.m = max(m, 64)
+
+    @property
+    def rescore(self) -> torch.Tensor:
+        return self.buf[: self.m]
+
+    @property
+    def fb_count(self) -> torch.Tensor:
+        return self.buf[self.m: self.m + 1]
+
+    @property
+    def arrive(self) -> torch.Tensor:
+        return self.buf[self.m + 1:]
+
+
+_SCRATCH: dict[torch.device, _Scratch] = {}
+
+
+def _scratch(device: torch.device, m: int) -> _Scratch:
+    sc = _SCRATCH.get(device)
+    if sc is None or sc.m < m:
+        sc = _Scratch(device, m)
+        _SCRATCH[device] = sc
+    return sc
+
+
+def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_idx: torch.Tensor,
+                            block_lb: torch.Tensor, block_rest: torch.Tensor, x: torch.Tensor,
+                            weight: torch.Tensor, k: int, cap: int, stats: torch.Tensor
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact top-``k`` of every row of ``x [M, K]`` against the dense ``weight [N, K]``:
+    (values fp32 [M, k] descending, indices int64 [M, k]; ties to the lower index).
+
+    Inputs: the certified coarse pass's outputs (``cand_*`` [M, C], ``block_*`` [M, NB]), the
+    cap ``cap`` on a rescored set (larger sets are scored in full), and ``stats`` (int64
+    [6], layout ``CERTIFIED_STATS``, accumulated in place). ``1 <= k <= CERTIFIED_MAX_K``; the caller validates shapes. Triton
+    only; no host synchronization."""
+    m, c = cand_key.shape
+    nb = block_lb.shape[1]
+    n, kk = weight.shape
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    if weight.stride(1) != 1:
+        weight = weight.contiguous()
+    dev = x.device
+    r = max(1, min(cap, c))
+    kp = max(2, _pow2(k))  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
+    sc = _scratch(dev, m)
+    sel = torch.empty(m, r, dtype=torch.int32, device=dev)
+    nsel = torch.empty(m, dtype=torch.int32, device=dev)
+    fb_rows = torch.empty(m, dtype=torch.int32, device=dev)
+    vals = torch.empty(m, r, dtype=torch.float32, device=dev)
+    out_v = torch.empty(m, k, dtype=torch.float32, device=dev)
+    out_i = torch.empty(m, k, dtype=torch.int64, device=dev)
+    cp = max(kp, _pow2(c))
+    _certify_kernel[(m,)](cand_key, cand_lb, cand_idx, block_lb, block_rest, sel, nsel, fb_rows, sc.fb_count,
+                          stats, c, nb, r, KOUT=k, CP=cp, NBP=_pow2(nb), KP=kp,
+                          num_warps=8 if cp >= 4096 else 4)
+    bkk = min(4096, _pow2(kk))
+    _rescore_kernel[(m, RESCORE_SPLIT)](x, weight, sel, nsel, vals, sc.rescore, out_v, out_i, r, x.stride(0),
+                                        weight.stride(0), K=kk, BKK=bkk, S=RESCORE_SPLIT,
+                                        RP=max(kp, _pow2(r)), KOUT=k, KP=kp, num_warps=8 if bkk >= 2048 else 4)
+    g = max(1, min(FULL_PROGRAMS, -(-n // FULL_BN)))
+    part = torch.empty(m * g * kp, dtype=torch.int64, device=dev)
+    _full_kernel[(g,)](x, weight, fb_rows, sc.fb_count, part, sc.arrive, out_v, out_i, n, x.stride(0),
+                       weight.stride(0), K=kk, BN=max(FULL_BN, kp), BK=32, KOUT=k, KP=kp, GC=min(_pow2(g), max(1, 1024 // kp)),
+                       num_warps=4)
+    return out_v, out_i
+
+
+__all__ = ["certified_select_rerank"]
