@@ -140,10 +140,11 @@ def _triton_only(backend):
         pytest.skip("the sync-free certified path is the Triton path's; the reference tier has no counterpart")
 
 
-@pytest.mark.parametrize("case,bits", [("random", 8), ("all_equal", 4)])
-def test_certified_device_path_matches_sync_path(backend, case, bits, monkeypatch):
+@pytest.mark.parametrize("case,bits,group", [("random", 8, 32), ("all_equal", 4, 32), ("planted", 8, 64)])
+def test_certified_device_path_matches_sync_path(backend, case, bits, group, monkeypatch):
     """The sync-free certified path (device selection, rescoring and fallback) gives the same
-    answers and statistics as the synchronizing one; all-equal rows exercise the fallback kernel."""
+    answers and statistics as the synchronizing one; all-equal rows exercise the fallback kernel,
+    g64 the tensor-core coarse pass with the deterministic bound."""
     _triton_only(backend)
     from lowbit.ops import coarse_head as ch
 
@@ -153,8 +154,9 @@ def test_certified_device_path_matches_sync_path(backend, case, bits, monkeypatc
     for sync_free in (True, False):
         monkeypatch.setattr(ch, "SYNC_FREE_CERTIFIED", sync_free)
         with backend.active():
-            head = DraftHead(w, bits=bits, group_size=32, mode="certified", kcand=4, rerank=64, block=64)
+            head = DraftHead(w, bits=bits, group_size=group, mode="certified", kcand=4, rerank=64, block=64)
             got[sync_free] = (head.argmax(x), *head.topk(x, 5), head.stats)
+        assert (head.packing._mma is not None) == (group == 64)  # which coarse pass ran
         assert (head._dstats is not None) == sync_free
     (a1, v1, i1, s1), (a0, v0, i0, s0) = got[True], got[False]
     assert torch.equal(a1, a0) and torch.equal(i1, i0)

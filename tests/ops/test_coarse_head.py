@@ -508,7 +508,7 @@ def test_mma_coarse_prefetch_modes_agree(tier, poison_int32, monkeypatch, bits, 
 def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, monkeypatch):
     """Rows of x at 1e4 / 1e-5 and an all-zero row (the per-row power of two keeps x' a normal
     fp16); M = 19 (a launch of 16 rows on two B column tiles, then one of 3) against the
-    reference; certified keys never take the tensor cores."""
+    reference; the statistical bound never takes the tensor cores."""
     k = 576
     dev = "cuda" if tier == "cuda" else "cpu"
     w = (torch.randn(N, k) * 0.02).to(torch.bfloat16)
@@ -520,11 +520,11 @@ def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, monkeypatch):
     x[2] = 0.0
     with lowbit.backend("reference"):
         ref = coarse_head(x, packing, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
-        ref_cert = coarse_head(x[:1], packing, block=BLOCK, kcand=KCAND, bound=BOUND_DET, write_logits=True)
+        ref_cert = coarse_head(x[:1], packing, block=BLOCK, kcand=KCAND, bound=BOUND_STAT, write_logits=True)
     p._mma = None  # (pack() may hand out a packing an earlier test already tiled)
     with lowbit.backend("triton"):
-        cert = coarse_head(x[:1].to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_DET, write_logits=True)
-        assert p._mma is None  # certified keys: the fp32 kernels' rounding proof
+        cert = coarse_head(x[:1].to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_STAT, write_logits=True)
+        assert p._mma is None  # statistical keys: the fp32 kernels
         out = coarse_head(x.to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
         assert p._mma is not None
         x19 = torch.randn(19, k)
@@ -543,6 +543,58 @@ def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, monkeypatch):
     for r in range(2):
         assert rel_err(logits[r], ref.logits[r]) < 2e-3
     assert torch.equal(logits[2], torch.zeros(N))
+
+
+# bits, g, K, M, x dtype: NS = 9 / 2 / 4 K steps; M = 19 is a launch of 16 rows and one of 3;
+# fp32 x loses bits to fp16 (the bound's ||x - x~|| term covers it)
+MMA_CERT_CASES = [(8, 64, 576, 1, BF16), (2, 64, 512, 3, FP16), (4, 128, 256, 19, FP32)]
+
+
+@pytest.mark.parametrize("tier", TRITON_TIERS)
+@pytest.mark.parametrize("bits,g,k,m,xdtype", MMA_CERT_CASES)
+def test_mma_certified_bound_is_sound(tier, poison_int32, bits, g, k, m, xdtype, monkeypatch):
+    """The deterministic bound on the tensor-core pass: lb <= exact <= ub for every emitted
+    token, block lower bounds and unemitted keys sound, on rows scaled by 1e4 / 1e-5 and an
+    all-zero row; the bound within a few % of the reference's (its rounding slack is larger:
+    the decode offset 1024, at a shallower summation depth)."""
+    import lowbit.ops.coarse_head as ch
+
+    monkeypatch.setattr(ch, "MMA_MAX_M_CERTIFIED", 32)
+    n = 300
+    dev = "cuda" if tier == "cuda" else "cpu"
+    w = (torch.randn(n, k) * 0.02).to(torch.bfloat16)
+    x = torch.randn(m, k)
+    if m >= 3:
+        x[0] *= 1e4
+        x[1] *= 1e-5
+        x[2] = 0.0
+    x = x.to(xdtype)
+    packing = pack(w, bits, g)
+    p = packing.to(dev) if dev == "cuda" else packing
+    with lowbit.backend("reference"):
+        ref = coarse_head(x, packing, block=BLOCK, kcand=KCAND, bound=BOUND_DET, write_logits=True)
+    p._mma = None
+    with lowbit.backend("triton"):
+        out = coarse_head(x.to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_DET, write_logits=True)
+    assert p._mma is not None  # the tensor-core path ran
+    out = type(out)(*(t.cpu() for t in out))
+    for t in (out.cand_key, out.cand_lb, out.block_lb, out.block_rest, out.logits):
+        assert not t.isnan().any()
+    exact = _exact64(x.float(), w)
+    cand_exact = exact.gather(1, out.cand_idx)
+    real = out.cand_key > float("-inf")
+    assert (out.cand_lb.double()[real] <= cand_exact[real]).all() and (cand_exact[real] <= out.cand_key.double()[real]).all()
+    nb = -(-n // BLOCK)
+    blocks = torch.nn.functional.pad(exact, (0, nb * BLOCK - n), value=float("-inf")).view(m, nb, BLOCK)
+    assert (out.block_lb.double() <= blocks.amax(-1)).all()
+    assert (out.block_rest.double() >= blocks.sort(-1, descending=True).values[..., KCAND]).all()
+    live = x.float().abs().sum(-1) > 0
+    b_out = ((out.cand_key - out.cand_lb) / 2)[live]
+    b_ref = ((ref.cand_key - ref.cand_lb) / 2)[live]
+    ratio = b_out.sort(-1).values / b_ref.sort(-1).values
+    hi = 1.6 if xdtype == FP32 else 1.06  # fp32 x: + 2 (qmax + 1) ||x - x~||_1 on a 2^-11 residual
+    assert ratio.min() > 0.95 and ratio.max() < hi, (ratio.min(), ratio.max())  # the slacks differ by < 5%
+    assert rel_err(out.logits[live], ref.logits[live]) < 2e-3
 
 
 @pytest.mark.parametrize("tier", TRITON_TIERS)

@@ -221,14 +221,19 @@ def coarse_head(
 #: INT4 197 µs vs 271 on the band kernels, INT8 264 vs 354; INT2 259 vs 244 before its register
 #: cap (``triton_mma._register_cap``). Larger M loops over launches of 16. 0 turns it off.
 MMA_MAX_M = 16
+#: Certified mode (the deterministic bound) on the tensor-core pass up to this M (launches of
+#: 16 rows; the bound is accumulated in the epilogue, see ``triton_mma.mma_bound_coef``); larger
+#: M and the statistical bound take the fp32 band kernels. 0 turns it off.
+MMA_MAX_M_CERTIFIED = 16
 
 
 def _use_mma(packing: CoarsePacking, m: int, bound: int, block: int, compiling: bool) -> bool:
-    """Whether this call takes the tensor-core pass: fast mode on an INTx copy with g64-multiple
-    groups, blocks of whole 32-row tiles (1-8 warps) and whole int32 words per row. Under
-    torch.compile only if the private tiling already exists (``DraftHead.warmup`` builds it
-    eagerly): building it is not part of a traced call."""
-    return (packing.kind == KIND_INTX and bound == BOUND_NONE and m <= MMA_MAX_M
+    """Whether this call takes the tensor-core pass: fast mode or the deterministic bound, on an
+    INTx copy with g64-multiple groups, blocks of whole 32-row tiles (1-8 warps) and whole int32
+    words per row. Under torch.compile only if the private tiling already exists
+    (``DraftHead.warmup`` builds it eagerly): building it is not part of a traced call."""
+    limit = MMA_MAX_M if bound == BOUND_NONE else MMA_MAX_M_CERTIFIED if bound == BOUND_DET else 0
+    return (packing.kind == KIND_INTX and m <= limit
             and packing.group_size % 64 == 0 and block % 32 == 0 and 32 <= block <= 256
             and packing.fmt.packed.shape[1] % 4 == 0 and (not compiling or packing._mma is not None))
 

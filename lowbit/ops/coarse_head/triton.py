@@ -464,7 +464,7 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
         from lowbit.ops.coarse_head.triton_mma import coarse_mma
 
         return coarse_mma(x, w, s, n=n, ell=padded_k // (8 // bits), bits=bits, group_size=group_size, block=block,
-                          kcand=kcand, write_logits=write_logits)
+                          kcand=kcand, write_logits=write_logits, bound=bound)
     if config is None:
         _, config = _config(m, bits if kind == KIND_INTX else None, fast=bound == BOUND_NONE)
     bm, warps, stages, bk = config[:4]

@@ -48,6 +48,7 @@ import triton.language as tl
 from lowbit._backend import interpret_mode
 from lowbit.ops._lanes import mma16816_values, tuple_replace, zeros_tuple
 from lowbit.ops._lanes import split4 as _split4
+from lowbit.ops.coarse_head.reference import ABS_SLACK, BOUND_DET, BOUND_NONE, rounding_eps
 from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue, coarse_outputs
 from lowbit.ops.coarse_head.triton_h2 import _half_pair
 
@@ -129,14 +130,17 @@ def _x_alpha_kernel(x_ptr, alpha_ptr, stride_xm, K, BLK: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["M", "K"])
-def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, M, K, stride_xm,
-                   L: tl.constexpr, NS: tl.constexpr, SHIFT: tl.constexpr, NCT: tl.constexpr):
+def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, sb_ptr, M, K, stride_xm,
+                   L: tl.constexpr, NS: tl.constexpr, SHIFT: tl.constexpr, NCT: tl.constexpr,
+                   BOUND: tl.constexpr, QMAX2: tl.constexpr):
     """Program (plane j, step s, column tile ct): the B fragments ``xb[j, s, ct, L, 2 q + h]``
     (int32 fp16 pairs) of lane L = 4 g + c, chunk q: column g = row 8 ct + g of x, h = 0 the
     bytes (0, 2), h = 1 the bytes (1, 3) of word 16 s + 4 q + c, each value ``x' = fp16(x alpha
     2^-(SHIFT j))`` (0 past M, past the plane's bytes, past K); and ``sx[j, s, 8 ct + m]`` = the
     fp32 sum of those x' of row 8 ct + m over the step's 64 bytes (the decode's 1024 offset and
-    the zero point are removed with it)."""
+    the zero point are removed with it). ``BOUND``: also ``sb[j, s, 8 ct + m]`` = ``sum |x| +
+    QMAX2 sum |x - x~|`` over the same elements in x's own units (x~ = x' / (alpha 2^-(SHIFT j)),
+    the value the MMAs see): the deterministic bound's per-step weight (see :func:`coarse_mma`)."""
     ct = tl.program_id(0) % NCT
     j = tl.program_id(0) // (NS * NCT)
     s = (tl.program_id(0) // NCT) % NS
@@ -167,9 +171,13 @@ def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, M, K, stride_xm,
     am = tl.load(alpha_ptr + o_m, mask=m_m, other=1.0)
     fm = am * ((127 - SHIFT * j) << 23).to(tl.float32, bitcast=True)
     k = j * L + o_b
-    xv = (tl.load(x_ptr + o_m * stride_xm + k, mask=m_m & (o_b < L) & (k < K), other=0.0).to(tl.float32) * fm)
-    xv = xv.to(tl.float16).to(tl.float32)
+    xo = tl.load(x_ptr + o_m * stride_xm + k, mask=m_m & (o_b < L) & (k < K), other=0.0).to(tl.float32)
+    xv = (xo * fm).to(tl.float16).to(tl.float32)
     tl.store(sx_ptr + (j * NS + s) * (8 * NCT) + 8 * ct + tl.arange(0, 8), tl.sum(xv, axis=1))
+    if BOUND:
+        xt = xv / fm  # exact: fm is a power of two
+        sb = tl.sum(tl.abs(xo), axis=1) + QMAX2 * tl.sum(tl.abs(xo - xt), axis=1)
+        tl.store(sb_ptr + (j * NS + s) * (8 * NCT) + 8 * ct + tl.arange(0, 8), sb)
 
 
 @triton.jit
@@ -363,11 +371,11 @@ def _step(accs, step, i_s, xb_ptr, sx_ptr, lane, c, NS: tl.constexpr, P: tl.cons
 
 @triton.jit(do_not_specialize=["M", "N", "NB", "NR"])
 def _coarse_mma_kernel(
-    xb_ptr, sx_ptr, alpha_ptr, w_ptr, sz_ptr, ck_ptr, ci_ptr, lg_ptr,
-    M, N, NB, NR,
+    xb_ptr, sx_ptr, sb_ptr, alpha_ptr, w_ptr, sz_ptr, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, lg_ptr,
+    M, N, NB, NR, bcoef, abs_slack,
     L: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
     MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, MP: tl.constexpr, KCAND: tl.constexpr,
-    NCT: tl.constexpr, PREFETCH: tl.constexpr, INTERPRET: tl.constexpr,
+    NCT: tl.constexpr, PREFETCH: tl.constexpr, BOUND: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Program: BN token rows (one 32-row block per warp, two 16-row MMA tiles each) against the M
     <= 8 NCT rows of x (NCT column tiles of 8: the A fragments are decoded once for all of them).
@@ -407,9 +415,23 @@ def _coarse_mma_kernel(
     o_m = tl.arange(0, MP)
     m_m = o_m < M
     row = tl.load(lg_ptr + o_m[:, None] * N + o_n[None, :], mask=m_m[:, None] & m_n[None, :], other=0.0)
-    _epilogue(row, row, sz_ptr, sz_ptr, sz_ptr, sz_ptr, ck_ptr, ck_ptr, ci_ptr, ck_ptr, ck_ptr, lg_ptr,
-              o_m, m_m, o_n, m_n, i_n, M, N, NB, 0, 0.0, 0.0, 0.0,
-              NG, KIND_DONE, 0, False, 0.0, False, KCAND, 16, BN)
+    if BOUND:
+        # the deterministic bound sum_{plane-steps} s(token, group) sb(m, step): one [BN] scale
+        # load (the block's scale-zero words, coalesced) and one [MP, BN] FMA per step
+        bnd = tl.zeros([MP, BN], dtype=tl.float32)
+        blk_n = o_n // 32
+        for js in range(0, P * NS):
+            grp = ((js // NS) * L + 64 * (js % NS)) // G
+            sc, _ = _half_pair(tl.load(sz_ptr + (blk_n * NG + grp) * 32 + o_n % 32, mask=m_n, other=0))
+            sbv = tl.load(sb_ptr + js * (8 * NCT) + o_m, mask=m_m, other=0.0)
+            bnd += sbv[:, None] * sc[None, :]
+        _epilogue(row, bnd, sz_ptr, sz_ptr, sz_ptr, sz_ptr, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, lg_ptr,
+                  o_m, m_m, o_n, m_n, i_n, M, N, NB, 0, bcoef, 0.0, abs_slack,
+                  NG, KIND_DONE, 1, False, 0.0, False, KCAND, 16, BN)
+    else:
+        _epilogue(row, row, sz_ptr, sz_ptr, sz_ptr, sz_ptr, ck_ptr, ck_ptr, ci_ptr, ck_ptr, ck_ptr, lg_ptr,
+                  o_m, m_m, o_n, m_n, i_n, M, N, NB, 0, 0.0, 0.0, 0.0,
+                  NG, KIND_DONE, 0, False, 0.0, False, KCAND, 16, BN)
 
 
 def _register_cap(bits: int, nct: int) -> dict:
@@ -429,12 +451,28 @@ def _register_cap(bits: int, nct: int) -> dict:
     return {}
 
 
-def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_logits):
-    """Launch the tensor-core coarse pass (fast mode). ``x`` [M, K] (unit stride along K; rows
-    in launches of MAX_M = 16 — one or two column tiles of 8 — each reading the codes once);
-    ``words`` / ``sz`` from
-    :func:`mma_tile`. Returns the six ``CoarseOut`` tensors (certified outputs empty; the logits
-    are computed either way, returned if ``write_logits``)."""
+def mma_bound_coef(bits: int, ns: int) -> float:
+    """The deterministic bound's multiplier ``0.5 (1 + eps)`` on the tensor-core pass.
+
+    Soundness: with ``|w - w~| <= s/2`` (the INTx quantizer), ``|w~| <= s qmax`` and x~ the fp16
+    x' the MMAs multiply (scaled back), ``|x.w - x~.w~| <= sum_g s_g (||x_g||_1 / 2 + qmax
+    ||x_g - x~_g||_1)``; the kernel accumulates ``sum s (||x||_1 + 2 (qmax + 1) ||x - x~||_1)``
+    per plane-step (``sb``) and multiplies by ``0.5 (1 + eps)``. ``eps`` covers fp32 rounding of
+    the coarse value and of the bound: every term is at most ``s (qmax + 1024) |x~_k|`` (the
+    decode multiplies ``1024 2^-(SHIFT j) + q``; the zero point carries the offset), summed 64
+    deep in an MMA step and in the step's x sums, then over the ``P * NS`` plane-steps:
+    :func:`~lowbit.ops.coarse_head.reference.rounding_eps` with ``offset = 1024`` at that depth."""
+    return 0.5 * (1.0 + rounding_eps(bits, 64 + (8 // bits) * ns + 8, False, offset=1024))
+
+
+def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_logits, bound=BOUND_NONE):
+    """Launch the tensor-core coarse pass. ``x`` [M, K] (unit stride along K; rows in launches of
+    MAX_M = 16 — one or two column tiles of 8 — each reading the codes once); ``words`` / ``sz``
+    from :func:`mma_tile`. ``bound``: BOUND_NONE (fast mode: key = coarse logit) or BOUND_DET
+    (certified: key = upper bound, plus the lower bounds and each block's best unemitted key; the
+    bound is :func:`mma_bound_coef`'s, sound for the fp16 x the MMAs see). Returns the six
+    ``CoarseOut`` tensors (certified outputs empty in fast mode; the logits are computed either
+    way, returned if ``write_logits``)."""
     m, k = x.shape
     p = 8 // bits
     ns = words.shape[1]
@@ -442,7 +480,9 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
     dev = x.device
     nb = -(-n // block)
     # the logits are the kernel's scratch: allocated whatever write_logits says
-    cand_key, cand_lb, cand_idx, block_lb, block_rest, logits = coarse_outputs(m, n, nb, kcand, False, True, dev)
+    cert = bound == BOUND_DET
+    cand_key, cand_lb, cand_idx, block_lb, block_rest, logits = coarse_outputs(m, n, nb, kcand, cert, True, dev)
+    bcoef = mma_bound_coef(bits, ns) if cert else 0.0
     for r0 in range(0, m, MAX_M):
         r1 = min(m, r0 + MAX_M)
         mc = r1 - r0
@@ -454,13 +494,18 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
         _x_alpha_kernel[(mc,)](xc, alpha, xc.stride(0), k, BLK=1024, num_warps=4)
         xb = torch.empty(p * ns * nct * 256, dtype=torch.int32, device=dev)
         sx = torch.empty(p * ns * nct * 8, dtype=torch.float32, device=dev)
-        _x_frag_kernel[(p * ns * nct,)](xc, alpha, xb, sx, mc, k, xc.stride(0), L=ell, NS=ns, SHIFT=bits, NCT=nct,
-                                        num_warps=4)
+        sb = torch.empty(p * ns * nct * 8 if cert else 1, dtype=torch.float32, device=dev)
+        _x_frag_kernel[(p * ns * nct,)](xc, alpha, xb, sx, sb, mc, k, xc.stride(0), L=ell, NS=ns, SHIFT=bits, NCT=nct,
+                                        BOUND=cert, QMAX2=2.0 * (1 << bits), num_warps=4)
+        # certified outputs of these rows (0-row tensors in fast mode: any pointer will do)
+        lb_c, blb_c, brest_c = ((cand_lb[r0:r1], block_lb[r0:r1], block_rest[r0:r1]) if cert
+                                else (cand_key, cand_key, cand_key))
         # rows r0..r1 of the [M, C] / [M, N] outputs are contiguous: the kernel writes the slices
         _coarse_mma_kernel[(nb,)](
-            xb, sx, alpha, words, sz, cand_key[r0:r1], cand_idx[r0:r1], logits[r0:r1], mc, n, nb, words.shape[0],
+            xb, sx, sb, alpha, words, sz, cand_key[r0:r1], lb_c, cand_idx[r0:r1], blb_c, brest_c, logits[r0:r1], mc,
+            n, nb, words.shape[0], bcoef, ABS_SLACK,
             L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
-            MP=triton.next_power_of_2(mc), KCAND=kcand, NCT=nct, PREFETCH=_schedule(bits, nct),
+            MP=triton.next_power_of_2(mc), KCAND=kcand, NCT=nct, PREFETCH=_schedule(bits, nct), BOUND=cert,
             INTERPRET=interpret_mode(), num_warps=block // 32,
             num_stages=1, **_register_cap(bits, nct),
         )
@@ -469,4 +514,4 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
 
 
-__all__ = ["MAX_M", "coarse_mma", "mma_tile"]
+__all__ = ["MAX_M", "coarse_mma", "mma_bound_coef", "mma_tile"]
