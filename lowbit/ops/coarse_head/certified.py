@@ -1,21 +1,22 @@
 """Certified mode's selection, exact rescoring and fallback without a host synchronization.
 
 After the certified coarse pass (keys ``ub = c + b``, lower bounds, per-block ``rest``; see
-:class:`~lowbit.ops.coarse_head.CoarseOut`) three launches finish a call, in stream order, with
-no value ever read back by the host — so the whole certified call can be captured in a CUDA graph:
+:class:`~lowbit.ops.coarse_head.CoarseOut`) two launches finish a call, in stream order, with no
+value ever read back by the host — so the whole certified call can be captured in a CUDA graph:
 
-1. ``_certify_kernel`` (grid ``(M,)``): the row's threshold ``L`` (k = 1: the best block lower
-   bound; k > 1: the k-th best candidate lower bound), its certified set (candidates with
-   ``ub >= L``, compacted in candidate order into ``sel [M, R]``) and its verdict. The set is
-   certified when no block may hide a member (``rest < L`` everywhere), it has at most ``R``
-   members and at least ``k``; otherwise the row is appended to the fallback list (an atomic slot
-   counter) and scored in full by launch 3. Device statistics (rows, fallbacks, "wide" rows whose
-   set exceeded ``R`` but lay among the candidates, set-size sum and maximum, calls) accumulate
-   in an int64 buffer (layout ``CERTIFIED_STATS``) that the host reads only when asked.
-2. ``_rescore_kernel`` (grid ``(M, S)``): program ``(m, s)`` computes the exact fp32 dot of x[m]
-   with members ``s, s + S, ...`` of the row's set against the stored dense rows; the last program
-   of the row to finish (an arrival counter, reset by it) writes the best ``k``.
-3. ``_full_kernel`` (grid ``(G,)``): reads the fallback count; with none (the usual case) every
+1. ``_certify_rescore_kernel`` (grid ``(M, S)``): every program of row m computes the row's
+   threshold ``L`` (k = 1: the best block lower bound; k > 1: the k-th best candidate lower
+   bound), its certified set (candidates with ``ub >= L``, compacted in candidate order into
+   ``sel [M, R]``) and its verdict: certified when no block may hide a member (``rest < L``
+   everywhere), it has at most ``R`` members and at least ``k``. Program ``(m, s)`` then computes
+   the exact fp32 dots of x[m] with members ``s, s + S, ...`` against the stored dense rows; the
+   row's last program to finish (an arrival counter, reset by it) writes the best ``k``. Program
+   ``(m, 0)`` appends an uncertified row to the fallback list (an atomic slot counter) and adds
+   the row to the device statistics (rows, fallbacks, "wide" rows whose set exceeded ``R`` but
+   lay among the candidates, set-size sum and maximum, calls: an int64 buffer, layout
+   ``CERTIFIED_STATS``, that the host reads only when asked). (Certifying in the rescoring
+   launch, S times over, costs less than a launch of its own: ~5 µs each in a graph.)
+2. ``_full_kernel`` (grid ``(G,)``): reads the fallback count; with none (the usual case) every
    program only checks in. Otherwise program ``g`` scores tokens ``[g BN, (g + 1) BN)``,
    ``(g + G) BN ...`` of every fallback row exactly and keeps its best ``k``; the last program to
    check in merges the ``G`` partial lists per fallback row, writes the answer and resets the
@@ -76,10 +77,13 @@ def _store_best(keys, ov_ptr, oi_ptr, m, KOUT: tl.constexpr, KP: tl.constexpr):
 
 
 @triton.jit
-def _certify_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, sel_ptr, nsel_ptr, fbrow_ptr, fbcnt_ptr,
-                    st_ptr, C, NB, R, KOUT: tl.constexpr, CP: tl.constexpr, NBP: tl.constexpr,
-                    KP: tl.constexpr):
+def _certify_rescore_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr,
+                            fbrow_ptr, fbcnt_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R, stride_xm, stride_wn,
+                            K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, CP: tl.constexpr,
+                            NBP: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr, KP: tl.constexpr):
     m = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    # -- the certified set of row m (every program of the row computes the same one) --
     o_c = tl.arange(0, CP)
     m_c = o_c < C
     ub = tl.load(ck_ptr + m * C + o_c, mask=m_c, other=float("-inf"))
@@ -98,37 +102,32 @@ def _certify_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, sel_ptr, nsel_p
     size = tl.sum(member.to(tl.int32), axis=0)
     over_block = (rest >= thr) | (thr == float("-inf"))
     fall = over_block | (size > R) | (size < KOUT)
-    # members in candidate order (blocks in token order): slot = exclusive prefix count
+    if s == 0:
+        if fall:
+            f = tl.atomic_add(fbcnt_ptr, 1)
+            tl.store(fbrow_ptr + f, m.to(tl.int32))
+        tl.atomic_add(st_ptr + 0, 1)
+        tl.atomic_add(st_ptr + 1, over_block.to(tl.int64))
+        tl.atomic_add(st_ptr + 2, (fall & (over_block == 0)).to(tl.int64))
+        tl.atomic_add(st_ptr + 3, size.to(tl.int64))
+        tl.atomic_max(st_ptr + 4, size.to(tl.int64))
+        if m == 0:
+            tl.atomic_add(st_ptr + 5, 1)
+    n_set = tl.where(fall, 0, size)
+    # members in candidate order (blocks in token order): slot = exclusive prefix count. Every
+    # program of the row stores the same tokens; each reads back only what it wrote itself.
     slot = tl.cumsum(member.to(tl.int32), axis=0) - 1
     tok = tl.load(ci_ptr + m * C + o_c, mask=member, other=0)
     tl.store(sel_ptr + m * R + slot, tok.to(tl.int32), mask=member & (slot < R) & (fall == 0))
-    tl.store(nsel_ptr + m, tl.where(fall, 0, size))
-    if fall:
-        f = tl.atomic_add(fbcnt_ptr, 1)
-        tl.store(fbrow_ptr + f, m.to(tl.int32))
-    tl.atomic_add(st_ptr + 0, 1)
-    tl.atomic_add(st_ptr + 1, over_block.to(tl.int64))
-    tl.atomic_add(st_ptr + 2, (fall & (over_block == 0)).to(tl.int64))
-    tl.atomic_add(st_ptr + 3, size.to(tl.int64))
-    tl.atomic_max(st_ptr + 4, size.to(tl.int64))
-    if m == 0:
-        tl.atomic_add(st_ptr + 5, 1)
-
-
-@triton.jit
-def _rescore_kernel(x_ptr, w_ptr, sel_ptr, nsel_ptr, val_ptr, cnt_ptr, ov_ptr, oi_ptr, R, stride_xm, stride_wn,
-                    K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, RP: tl.constexpr,
-                    KOUT: tl.constexpr, KP: tl.constexpr):
-    m = tl.program_id(0).to(tl.int64)
-    s = tl.program_id(1)
-    n_set = tl.load(nsel_ptr + m)
+    tl.debug_barrier()
+    # -- exact rescoring of members s, s + S, ... --
     o_k = tl.arange(0, BKK)
     for r in range(s, n_set, S):
-        tok = tl.load(sel_ptr + m * R + r).to(tl.int64)
+        t_r = tl.load(sel_ptr + m * R + r).to(tl.int64)
         acc = tl.zeros([BKK], dtype=tl.float32)
         for k0 in range(0, K, BKK):
             mk = (k0 + o_k) < K
-            b_w = tl.load(w_ptr + tok * stride_wn + k0 + o_k, mask=mk, other=0.0).to(tl.float32)
+            b_w = tl.load(w_ptr + t_r * stride_wn + k0 + o_k, mask=mk, other=0.0).to(tl.float32)
             b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=mk, other=0.0).to(tl.float32)
             acc += b_w * b_x
         tl.store(val_ptr + m * R + r, tl.sum(acc, axis=0))
@@ -140,7 +139,7 @@ def _rescore_kernel(x_ptr, w_ptr, sel_ptr, nsel_ptr, val_ptr, cnt_ptr, ov_ptr, o
             o_r = tl.arange(0, RP)
             live = o_r < n_set
             vals = tl.load(val_ptr + m * R + o_r, mask=live, other=0.0, cache_modifier=".cg")
-            toks = tl.load(sel_ptr + m * R + o_r, mask=live, other=0)
+            toks = tl.load(sel_ptr + m * R + o_r, mask=live, other=0, cache_modifier=".cg")
             keys = tl.where(live, _pack(vals, toks), _INT64_MIN)
             _store_best(tl.topk(keys, KP), ov_ptr, oi_ptr, m, KOUT, KP)
         tl.atomic_xchg(cnt_ptr + m, 0)
@@ -251,19 +250,16 @@ def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_
     kp = max(2, _pow2(k))  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
     sc = _scratch(dev, m)
     sel = torch.empty(m, r, dtype=torch.int32, device=dev)
-    nsel = torch.empty(m, dtype=torch.int32, device=dev)
     fb_rows = torch.empty(m, dtype=torch.int32, device=dev)
     vals = torch.empty(m, r, dtype=torch.float32, device=dev)
     out_v = torch.empty(m, k, dtype=torch.float32, device=dev)
     out_i = torch.empty(m, k, dtype=torch.int64, device=dev)
     cp = max(kp, _pow2(c))
-    _certify_kernel[(m,)](cand_key, cand_lb, cand_idx, block_lb, block_rest, sel, nsel, fb_rows, sc.fb_count,
-                          stats, c, nb, r, KOUT=k, CP=cp, NBP=_pow2(nb), KP=kp,
-                          num_warps=8 if cp >= 4096 else 4)
     bkk = min(4096, _pow2(kk))
-    _rescore_kernel[(m, RESCORE_SPLIT)](x, weight, sel, nsel, vals, sc.rescore, out_v, out_i, r, x.stride(0),
-                                        weight.stride(0), K=kk, BKK=bkk, S=RESCORE_SPLIT,
-                                        RP=max(kp, _pow2(r)), KOUT=k, KP=kp, num_warps=8 if bkk >= 2048 else 4)
+    _certify_rescore_kernel[(m, RESCORE_SPLIT)](
+        cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, sel, vals, sc.rescore, fb_rows, sc.fb_count,
+        stats, out_v, out_i, c, nb, r, x.stride(0), weight.stride(0), K=kk, BKK=bkk, S=RESCORE_SPLIT, CP=cp,
+        NBP=_pow2(nb), RP=max(kp, _pow2(r)), KOUT=k, KP=kp, num_warps=8 if max(cp, bkk) >= 2048 else 4)
     g = max(1, min(FULL_PROGRAMS, -(-n // FULL_BN)))
     part = torch.empty(m * g * kp, dtype=torch.int64, device=dev)
     _full_kernel[(g,)](x, weight, fb_rows, sc.fb_count, part, sc.arrive, out_v, out_i, n, x.stride(0),
