@@ -31,6 +31,7 @@ def main() -> int:
     import torch.nn.functional as F
 
     import lowbit.ops.coarse_head as ch
+    from lowbit.ops.coarse_head import certified
     from lowbit import DraftHead
     from head_bench import RecordLog, cold_graph_us
     from real_head_data import load
@@ -54,6 +55,17 @@ def main() -> int:
                 ch.MMA_MAX_M_CERTIFIED = old
         return fn
 
+    def tail(fused):
+        def fn(x):
+            old = certified.FUSED_TAIL
+            certified.FUSED_TAIL = fused
+            try:
+                return ch.certified_select_rerank(out0.cand_key, out0.cand_lb, out0.cand_idx, out0.block_lb,
+                                                  out0.block_rest, x, w, 1, head.rerank, stats)
+            finally:
+                certified.FUSED_TAIL = old
+        return fn
+
     for m in [int(v) for v in args.ms.split(",")]:
         starts = torch.linspace(0, hidden.shape[0] - m, BATCHES).long().tolist()
         xs = [hidden[s:s + m].contiguous() for s in starts]
@@ -63,9 +75,8 @@ def main() -> int:
             "coarse certified, tensor cores": coarse(ch.BOUND_DET, 64),
             "coarse certified, fp32 band kernels": coarse(ch.BOUND_DET, 0),
             "coarse fast (no bound)": coarse(ch.BOUND_NONE, 0),
-            "select + rescore + fallback check": lambda x: ch.certified_select_rerank(
-                out0.cand_key, out0.cand_lb, out0.cand_idx, out0.block_lb, out0.block_rest, x, w, 1, head.rerank,
-                stats),
+            "select + rescore + fallback check, one launch": tail(True),
+            "select + rescore + fallback check, two launches": tail(False),
             "certified argmax (head)": head.argmax,
             "cuBLAS F.linear": lambda x: F.linear(x, w),
             "cuBLAS F.linear + argmax": lambda x: F.linear(x, w).argmax(-1),

@@ -171,13 +171,16 @@ def _assert_exact_values(x, w, am, v, i):
     torch.testing.assert_close(v.cpu().double(), ref_v, rtol=1e-5, atol=1e-5)
 
 
-def test_certified_device_fallback_merge(backend, monkeypatch):
+@pytest.mark.parametrize("fused", [True, False])
+def test_certified_device_fallback_merge(backend, monkeypatch, fused):
     """Every row scored in full (a cap of 1 on INT2 sets) by 20 fallback programs of 64 tokens
-    whose top-64 lists are merged in two chunks, k = 64 (the path's largest)."""
+    whose top-64 lists are merged in two chunks, k = 64 (the path's largest); in one ticketed
+    launch with the rescoring, or in a launch of their own."""
     _triton_only(backend)
     from lowbit.ops.coarse_head import certified
 
     monkeypatch.setattr(certified, "FULL_BN", 16)
+    monkeypatch.setattr(certified, "FUSED_TAIL", fused)
     w, x = _case("random")
     w, x = w.to(backend.device), x.to(backend.device)
     with backend.active():

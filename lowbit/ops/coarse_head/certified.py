@@ -22,6 +22,9 @@ value ever read back by the host — so the whole certified call can be captured
    check in merges the ``G`` partial lists per fallback row, writes the answer and resets the
    counters for the next call.
 
+With ``FUSED_TAIL`` (default) both stages run in one launch of ``M S + G`` programs that pick
+their role by a ticket taken at start (:func:`_certified_tail_kernel`).
+
 Ordering: ``(value desc, token asc)`` as one int64 ``(order-preserving value bits << 32) |
 (2^31 - 1 - token)``; ties go to the lower token index, as everywhere in the draft head. Exact
 values are fp32-accumulated dot products of the stored x and weight rows (the definition of
@@ -43,6 +46,9 @@ FULL_BN = 128
 FULL_PROGRAMS = 264
 #: programs per row of the rescoring launch (each takes every S-th member of the set)
 RESCORE_SPLIT = 4
+#: one launch for both stages (ticketed programs: the fallback programs wait for the verdicts)
+#: instead of two; False keeps the two launches (for A/B)
+FUSED_TAIL = True
 
 _INT64_MIN = tl.constexpr(-(2**63))
 
@@ -77,12 +83,11 @@ def _store_best(keys, ov_ptr, oi_ptr, m, KOUT: tl.constexpr, KP: tl.constexpr):
 
 
 @triton.jit
-def _certify_rescore_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr,
-                            fbrow_ptr, fbcnt_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R, stride_xm, stride_wn,
-                            K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, CP: tl.constexpr,
-                            NBP: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr, KP: tl.constexpr):
-    m = tl.program_id(0).to(tl.int64)
-    s = tl.program_id(1)
+def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr,
+                     fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R, stride_xm, stride_wn,
+                     K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, CP: tl.constexpr,
+                     NBP: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr, KP: tl.constexpr):
+    """Program (m, s) of launch 1 (see the module docstring)."""
     # -- the certified set of row m (every program of the row computes the same one) --
     o_c = tl.arange(0, CP)
     m_c = o_c < C
@@ -113,6 +118,7 @@ def _certify_rescore_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, 
         tl.atomic_max(st_ptr + 4, size.to(tl.int64))
         if m == 0:
             tl.atomic_add(st_ptr + 5, 1)
+        tl.atomic_add(done_ptr, 1, sem="release")  # row m's verdict is published
     n_set = tl.where(fall, 0, size)
     # members in candidate order (blocks in token order): slot = exclusive prefix count. Every
     # program of the row stores the same tokens; each reads back only what it wrote itself.
@@ -146,6 +152,16 @@ def _certify_rescore_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, 
 
 
 @triton.jit
+def _certify_rescore_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr,
+                            fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R, stride_xm, stride_wn,
+                            K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, CP: tl.constexpr,
+                            NBP: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr, KP: tl.constexpr):
+    _certify_rescore(tl.program_id(0).to(tl.int64), tl.program_id(1), ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr,
+                     x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr,
+                     C, NB, R, stride_xm, stride_wn, K, BKK, S, CP, NBP, RP, KOUT, KP)
+
+
+@triton.jit
 def _merge(best, keys, KP: tl.constexpr):
     """The KP largest of two descending [KP] key lists."""
     both = tl.reshape(tl.join(best, keys), [2 * KP])
@@ -153,11 +169,10 @@ def _merge(best, keys, KP: tl.constexpr):
 
 
 @triton.jit
-def _full_kernel(x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, part_ptr, arrive_ptr, ov_ptr, oi_ptr, N, stride_xm,
-                 stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KOUT: tl.constexpr,
-                 KP: tl.constexpr, GC: tl.constexpr):
-    g = tl.program_id(0)
-    G = tl.num_programs(0)
+def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr, oi_ptr, N,
+          stride_xm, stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KOUT: tl.constexpr,
+          KP: tl.constexpr, GC: tl.constexpr):
+    """Fallback program g of G (launch 2, or the fused launch's tail; see the module docstring)."""
     n_fb = tl.load(fbcnt_ptr, cache_modifier=".cg")
     o_n = tl.arange(0, BN)
     o_k = tl.arange(0, BK)
@@ -193,14 +208,48 @@ def _full_kernel(x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, part_ptr, arrive_ptr, ov_pt
             _store_best(best, ov_ptr, oi_ptr, m, KOUT, KP)
         tl.atomic_xchg(arrive_ptr, 0)
         tl.atomic_xchg(fbcnt_ptr, 0)
+        tl.atomic_xchg(done_ptr, 0)
+        tl.atomic_xchg(tk_ptr, 0)
+
+
+@triton.jit
+def _full_kernel(x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr, oi_ptr, N,
+                 stride_xm, stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KOUT: tl.constexpr,
+                 KP: tl.constexpr, GC: tl.constexpr):
+    _full(tl.program_id(0), tl.num_programs(0), x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr,
+          arrive_ptr, ov_ptr, oi_ptr, N, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC)
+
+
+@triton.jit
+def _certified_tail_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr,
+                           fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, st_ptr, ov_ptr, oi_ptr,
+                           C, NB, R, N, M, G, stride_xm, stride_wn,
+                           K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, CP: tl.constexpr,
+                           NBP: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr, KP: tl.constexpr,
+                           BN: tl.constexpr, BK: tl.constexpr, GC: tl.constexpr):
+    """Both launches in one (grid ``M S + G``): each program takes a ticket as it starts; tickets
+    below ``M S`` are the (row, split) programs of launch 1, the last G the fallback programs,
+    which first wait until every row's verdict is published. They only wait on programs that
+    took a lower ticket, i.e. that are already running, so the wait cannot deadlock."""
+    t = tl.atomic_add(tk_ptr, 1)
+    if t < M * S:
+        _certify_rescore((t // S).to(tl.int64), t % S, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr,
+                         sel_ptr, val_ptr, cnt_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R,
+                         stride_xm, stride_wn, K, BKK, S, CP, NBP, RP, KOUT, KP)
+    else:
+        seen = tl.atomic_add(done_ptr, 0, sem="acquire")
+        while seen < M:
+            seen = tl.atomic_add(done_ptr, 0, sem="acquire")
+        _full(t - M * S, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr,
+              oi_ptr, N, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC)
 
 
 class _Scratch:
     """Per-device counters every call leaves at zero: rescore arrivals [M], fallback count,
-    fallback-kernel arrivals."""
+    fallback-program arrivals, published verdicts, tickets."""
 
     def __init__(self, device: torch.device, m: int):
-        self.buf = torch.zeros(max(m, 64) + 2, dtype=torch.int32, device=device)
+        self.buf = torch.zeros(max(m, 64) + 4, dtype=torch.int32, device=device)
         self.m = max(m, 64)
 
     @property
@@ -213,7 +262,15 @@ class _Scratch:
 
     @property
     def arrive(self) -> torch.Tensor:
-        return self.buf[self.m + 1:]
+        return self.buf[self.m + 1: self.m + 2]
+
+    @property
+    def done(self) -> torch.Tensor:
+        return self.buf[self.m + 2: self.m + 3]
+
+    @property
+    def ticket(self) -> torch.Tensor:
+        return self.buf[self.m + 3:]
 
 
 _SCRATCH: dict[torch.device, _Scratch] = {}
@@ -256,15 +313,23 @@ def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_
     out_i = torch.empty(m, k, dtype=torch.int64, device=dev)
     cp = max(kp, _pow2(c))
     bkk = min(4096, _pow2(kk))
-    _certify_rescore_kernel[(m, RESCORE_SPLIT)](
-        cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, sel, vals, sc.rescore, fb_rows, sc.fb_count,
-        stats, out_v, out_i, c, nb, r, x.stride(0), weight.stride(0), K=kk, BKK=bkk, S=RESCORE_SPLIT, CP=cp,
-        NBP=_pow2(nb), RP=max(kp, _pow2(r)), KOUT=k, KP=kp, num_warps=8 if max(cp, bkk) >= 2048 else 4)
     g = max(1, min(FULL_PROGRAMS, -(-n // FULL_BN)))
     part = torch.empty(m * g * kp, dtype=torch.int64, device=dev)
-    _full_kernel[(g,)](x, weight, fb_rows, sc.fb_count, part, sc.arrive, out_v, out_i, n, x.stride(0),
-                       weight.stride(0), K=kk, BN=max(FULL_BN, kp), BK=32, KOUT=k, KP=kp, GC=min(_pow2(g), max(1, 1024 // kp)),
-                       num_warps=4)
+    rp = max(kp, _pow2(r))
+    full = dict(BN=max(FULL_BN, kp), BK=32, GC=min(_pow2(g), max(1, 1024 // kp)))
+    if FUSED_TAIL:
+        _certified_tail_kernel[(m * RESCORE_SPLIT + g,)](
+            cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, sel, vals, sc.rescore, fb_rows, sc.fb_count,
+            sc.done, sc.ticket, part, sc.arrive, stats, out_v, out_i, c, nb, r, n, m, g, x.stride(0), weight.stride(0),
+            K=kk, BKK=bkk, S=RESCORE_SPLIT, CP=cp, NBP=_pow2(nb), RP=rp, KOUT=k, KP=kp, **full,
+            num_warps=8 if max(cp, bkk) >= 2048 else 4)
+        return out_v, out_i
+    _certify_rescore_kernel[(m, RESCORE_SPLIT)](
+        cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, sel, vals, sc.rescore, fb_rows, sc.fb_count,
+        sc.done, stats, out_v, out_i, c, nb, r, x.stride(0), weight.stride(0), K=kk, BKK=bkk, S=RESCORE_SPLIT, CP=cp,
+        NBP=_pow2(nb), RP=rp, KOUT=k, KP=kp, num_warps=8 if max(cp, bkk) >= 2048 else 4)
+    _full_kernel[(g,)](x, weight, fb_rows, sc.fb_count, sc.done, sc.ticket, part, sc.arrive, out_v, out_i, n,
+                       x.stride(0), weight.stride(0), K=kk, KOUT=k, KP=kp, **full, num_warps=4)
     return out_v, out_i
 
 
