@@ -221,10 +221,14 @@ def coarse_head(
 #: INT4 197 µs vs 271 on the band kernels, INT8 264 vs 354; INT2 259 vs 244 before its register
 #: cap (``triton_mma._register_cap``). Larger M loops over launches of 16. 0 turns it off.
 MMA_MAX_M = 16
-#: Certified mode (the deterministic bound) on the tensor-core pass up to this M (launches of
-#: 16 rows; the bound is accumulated in the epilogue, see ``triton_mma.mma_bound_coef``); larger
-#: M and the statistical bound take the fp32 band kernels. 0 turns it off.
-MMA_MAX_M_CERTIFIED = 16
+#: Certified mode (the deterministic bound) on the tensor-core pass up to this M (the bound is
+#: accumulated in the epilogue, see ``triton_mma.mma_bound_coef``); larger M and the statistical
+#: bound take the fp32 band kernels. H200, SmolLM2's 49152 x 576 head, INT8 g64, certified
+#: coarse pass under graph replay, cold L2 (scripts/profile_certified_stages.py,
+#: docs/measurements/2026-12-01_session8_c_stages.json): tensor cores / band kernels 21.6 / 25.1
+#: µs at M = 1, 26.6 / 36.2 at M = 4, 39.7 / 36.7 at M = 16 (two column tiles), 71.1 / 51.3 at
+#: M = 32 (two launches). 0 turns it off.
+MMA_MAX_M_CERTIFIED = 8
 
 
 def _use_mma(packing: CoarsePacking, m: int, bound: int, block: int, compiling: bool) -> bool:
