@@ -1,4 +1,5 @@
-"""Coarse pass on the tensor cores for small M (fast mode): ``mma.sync.m16n8k16`` with the codes
+"""Coarse pass on the tensor cores for small M (fast mode; certified mode with the deterministic
+bound, see :func:`mma_bound_coef`): ``mma.sync.m16n8k16`` with the codes
 decoded straight into the A fragment and the rows of x as the B fragment (``NCT`` column tiles
 of 8 rows in one launch: one for M <= 8, two for M <= 16; more rows take more launches).
 
