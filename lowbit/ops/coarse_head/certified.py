@@ -18,7 +18,8 @@ value ever read back by the host — so the whole certified call can be captured
    launch, S times over, costs less than a launch of its own: ~5 µs each in a graph.)
 2. ``_full_kernel`` (grid ``(G,)``): reads the fallback count; with none (the usual case) every
    program only checks in. Otherwise program ``g`` scores tokens ``[g BN, (g + 1) BN)``,
-   ``(g + G) BN ...`` of every fallback row exactly and keeps its best ``k``; the last program to
+   ``(g + G) BN ...`` of every fallback row exactly (16 rows per weight tile, on the tensor
+   cores) and keeps its best ``k``; the last program to
    check in merges the ``G`` partial lists per fallback row, writes the answer and resets the
    counters for the next call.
 
@@ -40,6 +41,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from lowbit._backend import interpret_mode
 
 #: tokens one fallback program scores per step, and at most this many fallback programs
 FULL_BN = 128
@@ -169,29 +172,51 @@ def _merge(best, keys, KP: tl.constexpr):
 
 
 @triton.jit
+def _merge_rows(best, keys, FB: tl.constexpr, KP: tl.constexpr):
+    """Per row, the KP largest of two descending [FB, KP] key lists."""
+    both = tl.reshape(tl.join(best, keys), [FB, 2 * KP])
+    return tl.topk(both, KP)
+
+
+@triton.jit
+def _dot_acc(a, b, acc, F32: tl.constexpr):
+    """acc + a @ b: the tensor cores' products of two bf16 (or two fp16) tiles are exact and sum
+    in fp32; other pairs (and the interpreter, whose bf16 dot is broken) go through fp32 IEEE."""
+    if F32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:
+        return tl.dot(a, b, acc)
+
+
+@triton.jit
 def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr, oi_ptr, N,
           stride_xm, stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KOUT: tl.constexpr,
-          KP: tl.constexpr, GC: tl.constexpr):
-    """Fallback program g of G (launch 2, or the fused launch's tail; see the module docstring)."""
+          KP: tl.constexpr, GC: tl.constexpr, FB: tl.constexpr, F32: tl.constexpr):
+    """Fallback program g of G (launch 2, or the fused launch's tail; see the module docstring).
+    FB fallback rows at a time share each weight tile: ``[FB, BK] x [BK, BN]`` on the tensor cores."""
     n_fb = tl.load(fbcnt_ptr, cache_modifier=".cg")
     o_n = tl.arange(0, BN)
     o_k = tl.arange(0, BK)
-    for f in range(0, n_fb):
-        m = tl.load(fbrow_ptr + f).to(tl.int64)
-        best = tl.full([KP], _INT64_MIN, dtype=tl.int64)
+    o_f = tl.arange(0, FB)
+    for f0 in range(0, n_fb, FB):
+        m_f = (f0 + o_f) < n_fb
+        rows = tl.load(fbrow_ptr + f0 + o_f, mask=m_f, other=0).to(tl.int64)
+        best = tl.full([FB, KP], _INT64_MIN, dtype=tl.int64)
         for n0 in range(g * BN, N, G * BN):
             tok = n0 + o_n
             m_n = tok < N
-            acc = tl.zeros([BN, BK], dtype=tl.float32)
+            acc = tl.zeros([FB, BN], dtype=tl.float32)
             for k0 in range(0, K, BK):
                 mk = (k0 + o_k) < K
+                b_x = tl.load(x_ptr + rows[:, None] * stride_xm + k0 + o_k[None, :],
+                              mask=m_f[:, None] & mk[None, :], other=0.0)
                 b_w = tl.load(w_ptr + tok.to(tl.int64)[:, None] * stride_wn + k0 + o_k[None, :],
-                              mask=m_n[:, None] & mk[None, :], other=0.0).to(tl.float32)
-                b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=mk, other=0.0).to(tl.float32)
-                acc += b_w * b_x[None, :]
-            keys = tl.where(m_n, _pack(tl.sum(acc, axis=1), tok), _INT64_MIN)
-            best = _merge(best, tl.topk(keys, KP), KP)
-        tl.store(part_ptr + (f * G + g) * KP + tl.arange(0, KP), best)
+                              mask=m_n[:, None] & mk[None, :], other=0.0)
+                acc = _dot_acc(b_x, tl.trans(b_w), acc, F32)
+            keys = tl.where(m_n[None, :], _pack(acc, tok[None, :]), _INT64_MIN)
+            best = _merge_rows(best, tl.topk(keys, KP), FB, KP)
+        tl.store(part_ptr + ((f0 + o_f)[:, None] * G + g) * KP + tl.arange(0, KP)[None, :], best,
+                 mask=m_f[:, None])
     tl.debug_barrier()
     done = tl.atomic_add(arrive_ptr, 1, sem="acq_rel")
     if done == G - 1:
@@ -215,9 +240,9 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
 @triton.jit
 def _full_kernel(x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr, oi_ptr, N,
                  stride_xm, stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KOUT: tl.constexpr,
-                 KP: tl.constexpr, GC: tl.constexpr):
+                 KP: tl.constexpr, GC: tl.constexpr, FB: tl.constexpr, F32: tl.constexpr):
     _full(tl.program_id(0), tl.num_programs(0), x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr,
-          arrive_ptr, ov_ptr, oi_ptr, N, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC)
+          arrive_ptr, ov_ptr, oi_ptr, N, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC, FB, F32)
 
 
 @triton.jit
@@ -226,7 +251,8 @@ def _certified_tail_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
                            C, NB, R, N, M, G, stride_xm, stride_wn,
                            K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, CP: tl.constexpr,
                            NBP: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr, KP: tl.constexpr,
-                           BN: tl.constexpr, BK: tl.constexpr, GC: tl.constexpr):
+                           BN: tl.constexpr, BK: tl.constexpr, GC: tl.constexpr, FB: tl.constexpr,
+                           F32: tl.constexpr):
     """Both launches in one (grid ``M S + G``): each program takes a ticket as it starts; tickets
     below ``M S`` are the (row, split) programs of launch 1, the last G the fallback programs,
     which first wait until every row's verdict is published. They only wait on programs that
@@ -241,7 +267,7 @@ def _certified_tail_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
         while seen < M:
             seen = tl.atomic_add(done_ptr, 0, sem="acquire")
         _full(t - M * S, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr,
-              oi_ptr, N, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC)
+              oi_ptr, N, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC, FB, F32)
 
 
 class _Scratch:
@@ -316,7 +342,9 @@ def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_
     g = max(1, min(FULL_PROGRAMS, -(-n // FULL_BN)))
     part = torch.empty(m * g * kp, dtype=torch.int64, device=dev)
     rp = max(kp, _pow2(r))
-    full = dict(BN=max(FULL_BN, kp), BK=32, GC=min(_pow2(g), max(1, 1024 // kp)))
+    # the fallback's dot: exact products on the tensor cores for two bf16 / two fp16 operands
+    f32 = interpret_mode() or x.dtype != weight.dtype or x.dtype == torch.float32
+    full = dict(BN=max(FULL_BN, kp), BK=32, GC=min(_pow2(g), max(1, 1024 // kp)), FB=16, F32=f32)
     if FUSED_TAIL:
         _certified_tail_kernel[(m * RESCORE_SPLIT + g,)](
             cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, sel, vals, sc.rescore, fb_rows, sc.fb_count,
