@@ -114,26 +114,28 @@ def mma_tile(packed: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits
     return w, sz
 
 
-# Sizes that vary per call are not specialized (== 1, divisibility): one compiled kernel per
-# head serves every M <= 8 (MP only takes 1, 2, 4, 8; DraftHead.warmup compiles each).
-@triton.jit(do_not_specialize=["K"])
-def _x_alpha_kernel(x_ptr, alpha_ptr, stride_xm, K, BLK: tl.constexpr):
-    """alpha[m]: the largest power of two with amax |x[m]| alpha <= _LIMIT (1 for a zero row)."""
-    i_m = tl.program_id(0).to(tl.int64)
-    b_amax = tl.zeros([BLK], dtype=tl.float32)
+@triton.jit
+def _row_alpha(x_ptr, o_r, m_r, stride_xm, K, BLK: tl.constexpr):
+    """alpha of rows ``o_r`` [R]: the largest power of two with amax |x[r]| alpha <= _LIMIT (1 for
+    a zero row or a row past M)."""
+    o_k = tl.arange(0, BLK)
+    b_amax = tl.zeros([o_r.shape[0], BLK], dtype=tl.float32)
     for k0 in range(0, K, BLK):
-        o_k = k0 + tl.arange(0, BLK)
-        b_amax = tl.maximum(b_amax, tl.abs(tl.load(x_ptr + i_m * stride_xm + o_k, mask=o_k < K, other=0.0).to(tl.float32)))
-    amax = tl.max(b_amax, axis=0)
+        kk = k0 + o_k
+        b_x = tl.load(x_ptr + o_r[:, None] * stride_xm + kk[None, :], mask=m_r[:, None] & (kk < K)[None, :], other=0.0)
+        b_amax = tl.maximum(b_amax, tl.abs(b_x.to(tl.float32)))
+    amax = tl.max(b_amax, axis=1)
     ratio = _LIMIT / tl.maximum(amax, 1e-30)
     alpha = (ratio.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True)
-    tl.store(alpha_ptr + i_m, tl.where(amax > 0.0, alpha, 1.0))
+    return tl.where(amax > 0.0, alpha, 1.0)
 
 
+# Sizes that vary per call are not specialized (== 1, divisibility): one compiled kernel per
+# head serves every M <= 8 (MP only takes 1, 2, 4, 8; DraftHead.warmup compiles each).
 @triton.jit(do_not_specialize=["M", "K"])
 def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, sb_ptr, M, K, stride_xm,
                    L: tl.constexpr, NS: tl.constexpr, SHIFT: tl.constexpr, NCT: tl.constexpr,
-                   BOUND: tl.constexpr, QMAX2: tl.constexpr):
+                   BOUND: tl.constexpr, QMAX2: tl.constexpr, ABLK: tl.constexpr):
     """Program (plane j, step s, column tile ct): the B fragments ``xb[j, s, ct, L, 2 q + h]``
     (int32 fp16 pairs) of lane L = 4 g + c, chunk q: column g = row 8 ct + g of x, h = 0 the
     bytes (0, 2), h = 1 the bytes (1, 3) of word 16 s + 4 q + c, each value ``x' = fp16(x alpha
@@ -141,10 +143,17 @@ def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, sb_ptr, M, K, stride_xm,
     fp32 sum of those x' of row 8 ct + m over the step's 64 bytes (the decode's 1024 offset and
     the zero point are removed with it). ``BOUND``: also ``sb[j, s, 8 ct + m]`` = ``sum |x| +
     QMAX2 sum |x - x~|`` over the same elements in x's own units (x~ = x' / (alpha 2^-(SHIFT j)),
-    the value the MMAs see): the deterministic bound's per-step weight (see :func:`coarse_mma`)."""
+    the value the MMAs see): the deterministic bound's per-step weight (see :func:`coarse_mma`).
+    Every program finds the per-row power of two ``alpha`` of its 8 rows itself (a pass over those
+    rows of x, which L2 holds: cheaper than a launch of its own); programs (0, 0, ct) store it
+    for the main kernel."""
     ct = tl.program_id(0) % NCT
     j = tl.program_id(0) // (NS * NCT)
     s = (tl.program_id(0) // NCT) % NS
+    o_r = 8 * ct + tl.arange(0, 8)
+    alpha8 = _row_alpha(x_ptr, o_r, o_r < M, stride_xm, K, ABLK)  # [8]
+    if (j == 0) & (s == 0):
+        tl.store(alpha_ptr + o_r, alpha8, mask=o_r < M)
     # fragments: [32 lanes, 8 (q, h)] -> pairs (lo, hi)
     o_l = tl.arange(0, 32)[:, None]
     o_e = tl.arange(0, 8)[None, :]
@@ -155,7 +164,8 @@ def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, sb_ptr, M, K, stride_xm,
     byte_lo = 4 * (16 * s + 4 * q + c) + h  # byte 0 or 1 of the word
     byte_hi = byte_lo + 2  # byte 2 or 3
     m_g = g < M
-    a = tl.load(alpha_ptr + g, mask=m_g, other=1.0)
+    # this lane's row's alpha, picked out of the 8 (one-hot over [32, 8])
+    a = tl.max(tl.where(o_l // 4 == tl.arange(0, 8)[None, :], alpha8[None, :], 0.0), axis=1)[:, None]
     f = a * ((127 - SHIFT * j) << 23).to(tl.float32, bitcast=True)  # alpha 2^-(SHIFT j), exact
     k_lo = j * L + byte_lo
     k_hi = j * L + byte_hi
@@ -169,7 +179,7 @@ def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, sb_ptr, M, K, stride_xm,
     o_m = 8 * ct + tl.arange(0, 8)[:, None]
     o_b = 64 * s + tl.arange(0, 64)[None, :]
     m_m = o_m < M
-    am = tl.load(alpha_ptr + o_m, mask=m_m, other=1.0)
+    am = alpha8[:, None]
     fm = am * ((127 - SHIFT * j) << 23).to(tl.float32, bitcast=True)
     k = j * L + o_b
     xo = tl.load(x_ptr + o_m * stride_xm + k, mask=m_m & (o_b < L) & (k < K), other=0.0).to(tl.float32)
@@ -492,12 +502,11 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
         nct = max(1, triton.next_power_of_2(mc) // 8)
         xc = x[r0:r1]
         alpha = torch.empty(mc, dtype=torch.float32, device=dev)
-        _x_alpha_kernel[(mc,)](xc, alpha, xc.stride(0), k, BLK=1024, num_warps=4)
         xb = torch.empty(p * ns * nct * 256, dtype=torch.int32, device=dev)
         sx = torch.empty(p * ns * nct * 8, dtype=torch.float32, device=dev)
         sb = torch.empty(p * ns * nct * 8 if cert else 1, dtype=torch.float32, device=dev)
         _x_frag_kernel[(p * ns * nct,)](xc, alpha, xb, sx, sb, mc, k, xc.stride(0), L=ell, NS=ns, SHIFT=bits, NCT=nct,
-                                        BOUND=cert, QMAX2=2.0 * (1 << bits), num_warps=4)
+                                        BOUND=cert, QMAX2=2.0 * (1 << bits), ABLK=256, num_warps=4)
         # certified outputs of these rows (0-row tensors in fast mode: any pointer will do)
         lb_c, blb_c, brest_c = ((cand_lb[r0:r1], block_lb[r0:r1], block_rest[r0:r1]) if cert
                                 else (cand_key, cand_key, cand_key))
