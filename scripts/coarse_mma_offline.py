@@ -2,7 +2,7 @@
 without a GPU and report what decides its speed: registers / spills (and so programs per SM and
 waves over a 124160-token head), and the SASS instructions of the K-step loop per code.
 
-    python scripts/coarse_mma_offline.py [--bits 2,4,8] [--nct 1,2] [--prefetch 0,1] [--maxnreg N]
+    python scripts/coarse_mma_offline.py [--bits 2,4,8] [--nct 1,2] [--prefetch 0,1] [--bound 0,1] [--maxnreg N]
 
 Per (bits, column tiles, prefetch): ``REG / STACK / LOCAL`` of the cubin (with the launcher's
 ``maxnreg`` cap unless ``--maxnreg`` overrides it: 0 = none), programs of 4 warps per SM that the
@@ -27,21 +27,25 @@ N, K, G, BLOCK = 124160, 5120, 64, 128
 SMS = 132
 
 
-def compile_one(bits: int, nct: int, prefetch: int, maxnreg: int | None):
+def compile_one(bits: int, nct: int, prefetch: int, maxnreg: int | None, bound: int = 0):
     from lowbit.ops.coarse_head import triton_mma as tm
 
     p = 8 // bits
     ell = K * bits // 8  # bytes of one plane run
-    sig = {"xb_ptr": "*i32", "sx_ptr": "*fp32", "alpha_ptr": "*fp32", "w_ptr": "*i32", "sz_ptr": "*i32",
-           "ck_ptr": "*fp32", "ci_ptr": "*i64", "lg_ptr": "*fp32", "M": "i32", "N": "i32", "NB": "i32", "NR": "i32"}
+    sig = {"xb_ptr": "*i32", "sx_ptr": "*fp32", "sb_ptr": "*fp32", "alpha_ptr": "*fp32", "w_ptr": "*i32",
+           "sz_ptr": "*i32", "ck_ptr": "*fp32", "clb_ptr": "*fp32", "ci_ptr": "*i64", "blb_ptr": "*fp32",
+           "brest_ptr": "*fp32", "lg_ptr": "*fp32", "M": "i32", "N": "i32", "NB": "i32", "NR": "i32",
+           "bcoef": "fp32", "abs_slack": "fp32"}
     # plane j holds K positions [j L, (j + 1) L); NG groups of G along K
     const = dict(L=ell, NS=-(-(ell // 4) // 16), NG=K // G, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=G, BN=BLOCK,
-                 MP=8 * nct, KCAND=4, NCT=nct, PREFETCH=prefetch, INTERPRET=False)
+                 MP=8 * nct, KCAND=4, NCT=nct, PREFETCH=prefetch, BOUND=bound, INTERPRET=False)
     for name in const:
         sig[name] = "constexpr"
     sig = {a: sig[a] for a in tm._coarse_mma_kernel.arg_names}
-    opts = tm._register_cap(bits, nct) if maxnreg is None else ({"maxnreg": maxnreg} if maxnreg else {})
-    return compile_sm90(tm._coarse_mma_kernel, sig, const, divisible=range(8), num_warps=BLOCK // 32, num_stages=1,
+    shipped = ({"maxnreg": tm._CERTIFIED_CAP[(bits, nct)]} if bound and (bits, nct) in tm._CERTIFIED_CAP
+               else tm._register_cap(bits, nct))
+    opts = shipped if maxnreg is None else ({"maxnreg": maxnreg} if maxnreg else {})
+    return compile_sm90(tm._coarse_mma_kernel, sig, const, divisible=range(12), num_warps=BLOCK // 32, num_stages=1,
                         **opts), opts
 
 
@@ -66,14 +70,15 @@ def main() -> int:
     ap.add_argument("--nct", default="1,2")
     ap.add_argument("--prefetch", default="0,1")
     ap.add_argument("--maxnreg", type=int, default=None)
+    ap.add_argument("--bound", default="0", help="0 = fast mode, 1 = the certified deterministic bound; e.g. 0,1")
     args = ap.parse_args()
     for bits in map(int, args.bits.split(",")):
         for nct in map(int, args.nct.split(",")):
-            for pf in map(int, args.prefetch.split(",")):
+            for pf, bound in ((pf, b) for pf in map(int, args.prefetch.split(",")) for b in map(int, args.bound.split(","))):
                 try:
-                    k, opts = compile_one(bits, nct, pf, args.maxnreg)
+                    k, opts = compile_one(bits, nct, pf, args.maxnreg, bound)
                 except Exception as e:  # noqa: BLE001
-                    print(f"INT{bits} NCT{nct} prefetch {pf}: FAILED {root_cause(e)}")
+                    print(f"INT{bits} NCT{nct} prefetch {pf} bound {bound}: FAILED {root_cause(e)}")
                     continue
                 res = resource_usage(k)
                 reg = int(re.search(r"REG:(\d+)", res).group(1))
@@ -83,7 +88,7 @@ def main() -> int:
                 codes_per_lane = 64 * 32 * (8 // bits) // 32
                 hm = sum(o.startswith("HMMA") for o in body)
                 ldg = sum(o.startswith("LDG") for o in body)
-                print(f"INT{bits} NCT{nct} prefetch {pf} {opts or ''}: {res}  {per_sm} programs/SM -> "
+                print(f"INT{bits} NCT{nct} prefetch {pf} bound {bound} {opts or ''}: {res}  {per_sm} programs/SM -> "
                       f"{progs / (per_sm * SMS):.2f} waves; loop {len(body)} instr ({hm} HMMA, {ldg} LDG) = "
                       f"{len(body) / codes_per_lane:.2f} per code", flush=True)
     return 0

@@ -171,11 +171,12 @@ def _assert_exact_values(x, w, am, v, i):
     torch.testing.assert_close(v.cpu().double(), ref_v, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_certified_device_fallback_merge(backend, monkeypatch, fused):
-    """Every row scored in full (a cap of 1 on INT2 sets) by 20 fallback programs of 64 tokens
-    whose top-64 lists are merged in two chunks, k = 64 (the path's largest); in one ticketed
-    launch with the rescoring, or in a launch of their own."""
+@pytest.mark.parametrize("fused,dot,k", [(True, False, 64), (False, False, 64), (True, True, 16)])
+def test_certified_device_fallback_merge(backend, monkeypatch, fused, dot, k):
+    """Every row scored in full (a cap of 1 on INT2 sets) by 20 fallback programs of 64 (k = 64,
+    the path's largest: their lists merged in two chunks) or 16 tokens; in one ticketed launch
+    with the rescoring or in a launch of their own; one row at a time or 16 rows per weight tile
+    on the tensor cores (``FULL_DOT``)."""
     _triton_only(backend)
     if backend.name == "interpret" and not fused:
         pytest.skip("interpreter time budget: the two-launch form runs the same program bodies; "
@@ -184,12 +185,13 @@ def test_certified_device_fallback_merge(backend, monkeypatch, fused):
 
     monkeypatch.setattr(certified, "FULL_BN", 16)
     monkeypatch.setattr(certified, "FUSED_TAIL", fused)
+    monkeypatch.setattr(certified, "FULL_DOT", dot)
     w, x = _case("random")
     w, x = w.to(backend.device), x.to(backend.device)
     with backend.active():
         head = DraftHead(w, bits=2, group_size=32, mode="certified", rerank=1, block=64)
         am = head.argmax(x)
-        v, i = head.topk(x, 64)
+        v, i = head.topk(x, k)
     st = head.stats
     assert st["fallbacks"] + st["wide"] == 2 * M and st["calls"] == 2 and st["rows"] == 2 * M, st
     _assert_exact_values(x, w, am, v, i)

@@ -545,6 +545,30 @@ def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, monkeypatch):
     assert torch.equal(logits[2], torch.zeros(N))
 
 
+@pytest.mark.parametrize("tier", TRITON_TIERS)
+def test_mma_fused_alpha_agrees(tier, poison_int32, monkeypatch):
+    """``FUSED_ALPHA`` (the x-fragment kernel finds each row's power of two itself) gives the same
+    alpha, so bit-identical outputs, as the separate alpha launch; fast and certified keys."""
+    from lowbit.ops.coarse_head import triton_mma
+
+    dev = "cuda" if tier == "cuda" else "cpu"
+    w = (torch.randn(300, 160) * 0.02).to(torch.bfloat16)
+    x = torch.randn(3, 160)
+    x[0] *= 1e4
+    x[2] = 0.0
+    p = pack(w, 4, 64)
+    p = p.to(dev) if dev == "cuda" else p
+    for bound in (BOUND_NONE, BOUND_DET):
+        outs = []
+        for fused in (False, True):
+            monkeypatch.setattr(triton_mma, "FUSED_ALPHA", fused)
+            with lowbit.backend("triton"):
+                outs.append(coarse_head(x.to(dev), p, block=64, kcand=KCAND, bound=bound, write_logits=True))
+        assert p._mma is not None and not outs[0].logits.isnan().any()
+        for a, b in zip(outs[0], outs[1]):
+            assert torch.equal(a, b)
+
+
 # bits, g, K, M, x dtype: NS = 9 / 2 / 4 K steps; M = 19 is a launch of 16 rows and one of 3;
 # fp32 x loses bits to fp16 (the bound's ||x - x~|| term covers it)
 MMA_CERT_CASES = [(8, 64, 576, 1, BF16), (2, 64, 512, 3, FP16), (4, 128, 256, 19, FP32)]

@@ -18,8 +18,8 @@ value ever read back by the host — so the whole certified call can be captured
    launch, S times over, costs less than a launch of its own: ~5 µs each in a graph.)
 2. ``_full_kernel`` (grid ``(G,)``): reads the fallback count; with none (the usual case) every
    program only checks in. Otherwise program ``g`` scores tokens ``[g BN, (g + 1) BN)``,
-   ``(g + G) BN ...`` of every fallback row exactly (16 rows per weight tile, on the tensor
-   cores) and keeps its best ``k``; the last program to
+   ``(g + G) BN ...`` of every fallback row exactly (one row at a time, or with ``FULL_DOT`` 16
+   rows per weight tile on the tensor cores) and keeps its best ``k``; the last program to
    check in merges the ``G`` partial lists per fallback row, writes the answer and resets the
    counters for the next call.
 
@@ -49,6 +49,12 @@ FULL_BN = 128
 FULL_PROGRAMS = 264
 #: programs per row of the rescoring launch (each takes every S-th member of the set)
 RESCORE_SPLIT = 4
+#: the fallback scores 16 rows per weight tile on the tensor cores (True) or one row at a time
+#: (False, the form measured on the H200: certified topk(16) with kcand 4 falls back on most rows
+#: of the real head and takes 92-1746 µs at M = 1..64). Correct on the interpreter tier; sm_90
+#: offline (``scripts/certified_offline.py``): the fused launch at k = 1 takes 187 registers
+#: against 191 one row at a time. Not yet timed on the GPU: A/B it before switching.
+FULL_DOT = False
 #: one launch for both stages (ticketed programs: the fallback programs wait for the verdicts)
 #: instead of two; False keeps the two launches (for A/B)
 FUSED_TAIL = True
@@ -191,14 +197,32 @@ def _dot_acc(a, b, acc, F32: tl.constexpr):
 @triton.jit
 def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr, oi_ptr, N,
           stride_xm, stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KOUT: tl.constexpr,
-          KP: tl.constexpr, GC: tl.constexpr, FB: tl.constexpr, F32: tl.constexpr):
+          KP: tl.constexpr, GC: tl.constexpr, FB: tl.constexpr, F32: tl.constexpr, DOT: tl.constexpr):
     """Fallback program g of G (launch 2, or the fused launch's tail; see the module docstring).
-    FB fallback rows at a time share each weight tile: ``[FB, BK] x [BK, BN]`` on the tensor cores."""
+    ``DOT``: FB fallback rows at a time share each weight tile (``[FB, BK] x [BK, BN]`` on the
+    tensor cores); else one row at a time on the CUDA cores."""
     n_fb = tl.load(fbcnt_ptr, cache_modifier=".cg")
     o_n = tl.arange(0, BN)
     o_k = tl.arange(0, BK)
     o_f = tl.arange(0, FB)
-    for f0 in range(0, n_fb, FB):
+    if not DOT:
+        for f in range(0, n_fb):
+            m = tl.load(fbrow_ptr + f).to(tl.int64)
+            best1 = tl.full([KP], _INT64_MIN, dtype=tl.int64)
+            for n0 in range(g * BN, N, G * BN):
+                tok = n0 + o_n
+                m_n = tok < N
+                acc1 = tl.zeros([BN, BK], dtype=tl.float32)
+                for k0 in range(0, K, BK):
+                    mk = (k0 + o_k) < K
+                    b_w = tl.load(w_ptr + tok.to(tl.int64)[:, None] * stride_wn + k0 + o_k[None, :],
+                                  mask=m_n[:, None] & mk[None, :], other=0.0).to(tl.float32)
+                    b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=mk, other=0.0).to(tl.float32)
+                    acc1 += b_w * b_x[None, :]
+                keys1 = tl.where(m_n, _pack(tl.sum(acc1, axis=1), tok), _INT64_MIN)
+                best1 = _merge(best1, tl.topk(keys1, KP), KP)
+            tl.store(part_ptr + (f * G + g) * KP + tl.arange(0, KP), best1)
+    for f0 in range(0, n_fb if DOT else 0, FB):
         m_f = (f0 + o_f) < n_fb
         rows = tl.load(fbrow_ptr + f0 + o_f, mask=m_f, other=0).to(tl.int64)
         best = tl.full([FB, KP], _INT64_MIN, dtype=tl.int64)
@@ -240,9 +264,9 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
 @triton.jit
 def _full_kernel(x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr, oi_ptr, N,
                  stride_xm, stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KOUT: tl.constexpr,
-                 KP: tl.constexpr, GC: tl.constexpr, FB: tl.constexpr, F32: tl.constexpr):
+                 KP: tl.constexpr, GC: tl.constexpr, FB: tl.constexpr, F32: tl.constexpr, DOT: tl.constexpr):
     _full(tl.program_id(0), tl.num_programs(0), x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr,
-          arrive_ptr, ov_ptr, oi_ptr, N, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC, FB, F32)
+          arrive_ptr, ov_ptr, oi_ptr, N, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC, FB, F32, DOT)
 
 
 @triton.jit
@@ -252,7 +276,7 @@ def _certified_tail_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
                            K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, CP: tl.constexpr,
                            NBP: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr, KP: tl.constexpr,
                            BN: tl.constexpr, BK: tl.constexpr, GC: tl.constexpr, FB: tl.constexpr,
-                           F32: tl.constexpr):
+                           F32: tl.constexpr, DOT: tl.constexpr):
     """Both launches in one (grid ``M S + G``): each program takes a ticket as it starts; tickets
     below ``M S`` are the (row, split) programs of launch 1, the last G the fallback programs,
     which first wait until every row's verdict is published. They only wait on programs that
@@ -267,7 +291,7 @@ def _certified_tail_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
         while seen < M:
             seen = tl.atomic_add(done_ptr, 0, sem="acquire")
         _full(t - M * S, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr,
-              oi_ptr, N, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC, FB, F32)
+              oi_ptr, N, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC, FB, F32, DOT)
 
 
 class _Scratch:
@@ -344,7 +368,7 @@ def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_
     rp = max(kp, _pow2(r))
     # the fallback's dot: exact products on the tensor cores for two bf16 / two fp16 operands
     f32 = interpret_mode() or x.dtype != weight.dtype or x.dtype == torch.float32
-    full = dict(BN=max(FULL_BN, kp), BK=32, GC=min(_pow2(g), max(1, 1024 // kp)), FB=16, F32=f32)
+    full = dict(BN=max(FULL_BN, kp), BK=32, GC=min(_pow2(g), max(1, 1024 // kp)), FB=16, F32=f32, DOT=FULL_DOT)
     if FUSED_TAIL:
         _certified_tail_kernel[(m * RESCORE_SPLIT + g,)](
             cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, sel, vals, sc.rescore, fb_rows, sc.fb_count,

@@ -114,10 +114,33 @@ def mma_tile(packed: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits
     return w, sz
 
 
+# Sizes that vary per call are not specialized (== 1, divisibility): one compiled kernel per
+# head serves every M <= 8 (MP only takes 1, 2, 4, 8; DraftHead.warmup compiles each).
+@triton.jit(do_not_specialize=["K"])
+def _x_alpha_kernel(x_ptr, alpha_ptr, stride_xm, K, BLK: tl.constexpr):
+    """alpha[m]: the largest power of two with amax |x[m]| alpha <= _LIMIT (1 for a zero row)."""
+    i_m = tl.program_id(0).to(tl.int64)
+    b_amax = tl.zeros([BLK], dtype=tl.float32)
+    for k0 in range(0, K, BLK):
+        o_k = k0 + tl.arange(0, BLK)
+        b_amax = tl.maximum(b_amax, tl.abs(tl.load(x_ptr + i_m * stride_xm + o_k, mask=o_k < K, other=0.0).to(tl.float32)))
+    amax = tl.max(b_amax, axis=0)
+    ratio = _LIMIT / tl.maximum(amax, 1e-30)
+    alpha = (ratio.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True)
+    tl.store(alpha_ptr + i_m, tl.where(amax > 0.0, alpha, 1.0))
+
+
+#: the x-fragment kernel finds alpha itself (one launch less per call: True) or reads it from
+#: ``_x_alpha_kernel`` (False: the form measured on the H200). Correct on the interpreter tier
+#: and compiled for sm_90 offline (``scripts/certified_offline.py``); A/B it on the GPU before
+#: switching (each fragment program then reads its 8 rows of x, K / 1024 dependent loads).
+FUSED_ALPHA = False
+
+
 @triton.jit
 def _row_alpha(x_ptr, o_r, m_r, stride_xm, K, BLK: tl.constexpr):
-    """alpha of rows ``o_r`` [R]: the largest power of two with amax |x[r]| alpha <= _LIMIT (1 for
-    a zero row or a row past M)."""
+    """alpha of rows ``o_r`` [R] (as :func:`_x_alpha_kernel`, for R rows at once; 1 for a zero row
+    or a row past M)."""
     o_k = tl.arange(0, BLK)
     b_amax = tl.zeros([o_r.shape[0], BLK], dtype=tl.float32)
     for k0 in range(0, K, BLK):
@@ -130,12 +153,10 @@ def _row_alpha(x_ptr, o_r, m_r, stride_xm, K, BLK: tl.constexpr):
     return tl.where(amax > 0.0, alpha, 1.0)
 
 
-# Sizes that vary per call are not specialized (== 1, divisibility): one compiled kernel per
-# head serves every M <= 8 (MP only takes 1, 2, 4, 8; DraftHead.warmup compiles each).
 @triton.jit(do_not_specialize=["M", "K"])
 def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, sb_ptr, M, K, stride_xm,
                    L: tl.constexpr, NS: tl.constexpr, SHIFT: tl.constexpr, NCT: tl.constexpr,
-                   BOUND: tl.constexpr, QMAX2: tl.constexpr, ABLK: tl.constexpr):
+                   BOUND: tl.constexpr, QMAX2: tl.constexpr, ABLK: tl.constexpr, OWN_ALPHA: tl.constexpr):
     """Program (plane j, step s, column tile ct): the B fragments ``xb[j, s, ct, L, 2 q + h]``
     (int32 fp16 pairs) of lane L = 4 g + c, chunk q: column g = row 8 ct + g of x, h = 0 the
     bytes (0, 2), h = 1 the bytes (1, 3) of word 16 s + 4 q + c, each value ``x' = fp16(x alpha
@@ -144,16 +165,17 @@ def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, sb_ptr, M, K, stride_xm,
     the zero point are removed with it). ``BOUND``: also ``sb[j, s, 8 ct + m]`` = ``sum |x| +
     QMAX2 sum |x - x~|`` over the same elements in x's own units (x~ = x' / (alpha 2^-(SHIFT j)),
     the value the MMAs see): the deterministic bound's per-step weight (see :func:`coarse_mma`).
-    Every program finds the per-row power of two ``alpha`` of its 8 rows itself (a pass over those
-    rows of x, which L2 holds: cheaper than a launch of its own); programs (0, 0, ct) store it
-    for the main kernel."""
+    ``OWN_ALPHA``: every program finds the per-row power of two ``alpha`` of its 8 rows itself (a
+    pass over those rows of x, which L2 holds, instead of ``_x_alpha_kernel``'s launch); programs
+    (0, 0, ct) store it for the main kernel. Else alpha is read from ``alpha_ptr``."""
     ct = tl.program_id(0) % NCT
     j = tl.program_id(0) // (NS * NCT)
     s = (tl.program_id(0) // NCT) % NS
-    o_r = 8 * ct + tl.arange(0, 8)
-    alpha8 = _row_alpha(x_ptr, o_r, o_r < M, stride_xm, K, ABLK)  # [8]
-    if (j == 0) & (s == 0):
-        tl.store(alpha_ptr + o_r, alpha8, mask=o_r < M)
+    if OWN_ALPHA:
+        o_r = 8 * ct + tl.arange(0, 8)
+        alpha8 = _row_alpha(x_ptr, o_r, o_r < M, stride_xm, K, ABLK)  # [8]
+        if (j == 0) & (s == 0):
+            tl.store(alpha_ptr + o_r, alpha8, mask=o_r < M)
     # fragments: [32 lanes, 8 (q, h)] -> pairs (lo, hi)
     o_l = tl.arange(0, 32)[:, None]
     o_e = tl.arange(0, 8)[None, :]
@@ -164,8 +186,10 @@ def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, sb_ptr, M, K, stride_xm,
     byte_lo = 4 * (16 * s + 4 * q + c) + h  # byte 0 or 1 of the word
     byte_hi = byte_lo + 2  # byte 2 or 3
     m_g = g < M
-    # this lane's row's alpha, picked out of the 8 (one-hot over [32, 8])
-    a = tl.max(tl.where(o_l // 4 == tl.arange(0, 8)[None, :], alpha8[None, :], 0.0), axis=1)[:, None]
+    if OWN_ALPHA:  # this lane's row's alpha, picked out of the 8 (one-hot over [32, 8])
+        a = tl.max(tl.where(o_l // 4 == tl.arange(0, 8)[None, :], alpha8[None, :], 0.0), axis=1)[:, None]
+    else:
+        a = tl.load(alpha_ptr + g, mask=m_g, other=1.0)
     f = a * ((127 - SHIFT * j) << 23).to(tl.float32, bitcast=True)  # alpha 2^-(SHIFT j), exact
     k_lo = j * L + byte_lo
     k_hi = j * L + byte_hi
@@ -179,7 +203,10 @@ def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, sb_ptr, M, K, stride_xm,
     o_m = 8 * ct + tl.arange(0, 8)[:, None]
     o_b = 64 * s + tl.arange(0, 64)[None, :]
     m_m = o_m < M
-    am = alpha8[:, None]
+    if OWN_ALPHA:
+        am = alpha8[:, None]
+    else:
+        am = tl.load(alpha_ptr + o_m, mask=m_m, other=1.0)
     fm = am * ((127 - SHIFT * j) << 23).to(tl.float32, bitcast=True)
     k = j * L + o_b
     xo = tl.load(x_ptr + o_m * stride_xm + k, mask=m_m & (o_b < L) & (k < K), other=0.0).to(tl.float32)
@@ -445,6 +472,14 @@ def _coarse_mma_kernel(
                   NG, KIND_DONE, 0, False, 0.0, False, KCAND, 16, BN)
 
 
+#: certified launches (the bound's [MP, BN] accumulator in the epilogue): INT8 with one column
+#: tile takes 72 registers (fast: 56-63), 7 programs of 4 warps per SM instead of 8 — a second
+#: wave for 60 of a 124160-token head's 970 programs; capped at 64 it has no spills (sm_90
+#: offline: ``scripts/coarse_mma_offline.py --bits 8 --nct 1 --bound 1 --maxnreg 64``). Empty
+#: until timed on the GPU (the real head's 384 programs are one wave either way).
+_CERTIFIED_CAP: dict = {}  # candidate: {(8, 1): 64}
+
+
 def _register_cap(bits: int, nct: int) -> dict:
     """``maxnreg`` where a few registers decide how many programs fit an SM, and so how many waves
     a head's blocks take. INT4 with one column tile: 64 — the larger epilogue of M >= 2 (MP = 8)
@@ -503,10 +538,13 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
         xc = x[r0:r1]
         alpha = torch.empty(mc, dtype=torch.float32, device=dev)
         xb = torch.empty(p * ns * nct * 256, dtype=torch.int32, device=dev)
+        if not FUSED_ALPHA:
+            _x_alpha_kernel[(mc,)](xc, alpha, xc.stride(0), k, BLK=1024, num_warps=4)
         sx = torch.empty(p * ns * nct * 8, dtype=torch.float32, device=dev)
         sb = torch.empty(p * ns * nct * 8 if cert else 1, dtype=torch.float32, device=dev)
         _x_frag_kernel[(p * ns * nct,)](xc, alpha, xb, sx, sb, mc, k, xc.stride(0), L=ell, NS=ns, SHIFT=bits, NCT=nct,
-                                        BOUND=cert, QMAX2=2.0 * (1 << bits), ABLK=256, num_warps=4)
+                                        BOUND=cert, QMAX2=2.0 * (1 << bits), ABLK=1024, OWN_ALPHA=FUSED_ALPHA,
+                                        num_warps=4)
         # certified outputs of these rows (0-row tensors in fast mode: any pointer will do)
         lb_c, blb_c, brest_c = ((cand_lb[r0:r1], block_lb[r0:r1], block_rest[r0:r1]) if cert
                                 else (cand_key, cand_key, cand_key))
@@ -517,7 +555,8 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
             L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
             MP=triton.next_power_of_2(mc), KCAND=kcand, NCT=nct, PREFETCH=_schedule(bits, nct), BOUND=cert,
             INTERPRET=interpret_mode(), num_warps=block // 32,
-            num_stages=1, **_register_cap(bits, nct),
+            num_stages=1, **({"maxnreg": _CERTIFIED_CAP[(bits, nct)]} if cert and (bits, nct) in _CERTIFIED_CAP
+                             else _register_cap(bits, nct)),
         )
     if not write_logits:  # a fresh empty tensor, not a view (custom ops may not return views)
         logits = torch.empty(0, n, dtype=torch.float32, device=dev)

@@ -1,0 +1,89 @@
+"""Compile the certified draft head's device kernels for sm_90 without a GPU (what the interpreter
+accepts but the sm_90 compiler might reject) and report registers / spills.
+
+    python scripts/certified_offline.py [--k 576] [--n 49152] [--kout 1,16,64]
+
+Kernels: ``certified._certified_tail_kernel`` (the fused certify + rescore + fallback launch),
+``certified._certify_rescore_kernel`` and ``certified._full_kernel`` (the two-launch form), each
+fallback form (``DOT``), and ``triton_mma._x_frag_kernel`` finding alpha itself (``FUSED_ALPHA``),
+with and without the bound's statistics; bf16 x and weight, the
+launcher's constexprs for the given shape.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from sm90_offline import compile_sm90, resource_usage, root_cause  # noqa: E402
+
+TYPES = {  # argument name -> Triton type (bf16 x / weight)
+    "ck_ptr": "*fp32", "clb_ptr": "*fp32", "ci_ptr": "*i64", "blb_ptr": "*fp32", "brest_ptr": "*fp32",
+    "x_ptr": "*bf16", "w_ptr": "*bf16", "sel_ptr": "*i32", "val_ptr": "*fp32", "cnt_ptr": "*i32",
+    "fbrow_ptr": "*i32", "fbcnt_ptr": "*i32", "done_ptr": "*i32", "tk_ptr": "*i32", "part_ptr": "*i64",
+    "arrive_ptr": "*i32", "st_ptr": "*i64", "ov_ptr": "*fp32", "oi_ptr": "*i64", "alpha_ptr": "*fp32",
+    "xb_ptr": "*i32", "sx_ptr": "*fp32", "sb_ptr": "*fp32",
+}
+
+
+def compile_kernel(fn, const: dict, num_warps: int):
+    sig = {a: "constexpr" if a in const else TYPES.get(a, "i32") for a in fn.arg_names}
+    return compile_sm90(fn, sig, const, num_warps=num_warps)
+
+
+def _pow2(n: int) -> int:
+    return 1 << (int(n) - 1).bit_length() if n > 1 else 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--k", type=int, default=576)
+    ap.add_argument("--n", type=int, default=49152)
+    ap.add_argument("--kout", default="1,16,64")
+    args = ap.parse_args()
+    from lowbit.ops.coarse_head import certified as cf
+    from lowbit.ops.coarse_head import triton_mma as tm
+
+    nb = -(-args.n // 128)
+    c = nb * 4
+    g = max(1, min(cf.FULL_PROGRAMS, -(-args.n // cf.FULL_BN)))
+    bkk = min(4096, _pow2(args.k))
+    failed = 0
+    for k in map(int, args.kout.split(",")):
+        kp = max(2, _pow2(k))
+        cp = max(kp, _pow2(c))
+        tail = dict(K=args.k, BKK=bkk, S=cf.RESCORE_SPLIT, CP=cp, NBP=_pow2(nb), RP=max(kp, 128), KOUT=k, KP=kp)
+        full = dict(BN=max(cf.FULL_BN, kp), BK=32, GC=min(_pow2(g), max(1, 1024 // kp)), FB=16, F32=False)
+        warps = 8 if max(cp, bkk) >= 2048 else 4
+        cases = [("_certify_rescore_kernel", cf._certify_rescore_kernel, tail, warps)]
+        for dot in (False, True):
+            f = {**full, "DOT": dot}
+            cases += [(f"_certified_tail_kernel DOT={dot}", cf._certified_tail_kernel, {**tail, **f}, warps),
+                      (f"_full_kernel DOT={dot}", cf._full_kernel, {"K": args.k, "KOUT": k, "KP": kp, **f}, 4)]
+        for name, fn, const, w in cases:
+            try:
+                res = resource_usage(compile_kernel(fn, const, w))
+                print(f"k={k} {name}: {res}", flush=True)
+            except Exception as e:  # noqa: BLE001
+                failed += 1
+                print(f"k={k} {name}: FAILED {root_cause(e)}", flush=True)
+    for bits in (2, 8):
+        ell = args.k * bits // 8
+        for bound in (False, True):
+            const = dict(L=ell, NS=-(-(ell // 4) // 16), SHIFT=bits, NCT=1, BOUND=bound, QMAX2=2.0 * (1 << bits),
+                         ABLK=1024, OWN_ALPHA=True)
+            try:
+                res = resource_usage(compile_kernel(tm._x_frag_kernel, const, 4))
+                print(f"_x_frag_kernel INT{bits} bound={bound}: {res}", flush=True)
+            except Exception as e:  # noqa: BLE001
+                failed += 1
+                print(f"_x_frag_kernel INT{bits} bound={bound}: FAILED {root_cause(e)}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
