@@ -2,12 +2,16 @@
 CUDA graph and replayed over real hidden states with L2 flushed (``head_bench.cold_graph_us``).
 
     python3 scripts/profile_certified_stages.py DATA.pt.xz [--json $OUT/stages.json] [--ms 1,4,16,32,64]
+        [--set certified.FULL_DOT=1] [--set triton_mma.FUSED_ALPHA=1] [--set coarse_head.MMA_MAX_M_CERTIFIED=16]
 
 Stages, per M: the certified coarse pass on the tensor cores (``MMA_MAX_M_CERTIFIED`` = 64:
 launches of 16 rows) and on the fp32 band kernels; the fast-mode coarse pass (no bound) for the
 cost of the bound; the device selection + rescoring + fallback check alone (on the coarse outputs
 of the first batch); the whole certified argmax as the head dispatches it; cuBLAS ``F.linear``
-alone and with ``argmax``.
+alone and with ``argmax``; the head's certified ``topk(16)`` (most rows fall back with the
+default kcand = 4: the fallback's cost). ``--set MODULE.NAME=INT`` sets a module switch of
+``lowbit.ops.coarse_head`` (``coarse_head``, ``certified``, ``triton_mma``) before anything runs,
+for A/B runs of the switched-off forms.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ def main() -> int:
     ap.add_argument("data")
     ap.add_argument("--json", default=None)
     ap.add_argument("--ms", default="1,4,16,32,64")
+    ap.add_argument("--set", action="append", default=[], metavar="MODULE.NAME=INT")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -36,10 +41,20 @@ def main() -> int:
     from head_bench import RecordLog, cold_graph_us
     from real_head_data import load
 
+    from lowbit.ops.coarse_head import triton_mma
+
+    modules = {"coarse_head": ch, "certified": certified, "triton_mma": triton_mma}
+    for item in args.set:
+        name, value = item.split("=")
+        mod, attr = name.split(".")
+        if not hasattr(modules[mod], attr):
+            raise SystemExit(f"--set {item}: {mod} has no {attr}")
+        setattr(modules[mod], attr, type(getattr(modules[mod], attr))(int(value)))
     blob = load(args.data)
     w = blob["weight"].cuda()
     hidden = blob["hidden"].cuda()
     log = RecordLog()
+    log({"switches": args.set})
     head = DraftHead(w, mode="certified", bits=8, group_size=64)
     head.warmup(max_m=64, ks=(1,))
     packing, block, kcand = head.packing, head.block, head.kcand
@@ -78,6 +93,7 @@ def main() -> int:
             "select + rescore + fallback check, one launch": tail(True),
             "select + rescore + fallback check, two launches": tail(False),
             "certified argmax (head)": head.argmax,
+            "certified topk16 (head)": lambda x: head.topk(x, 16),
             "cuBLAS F.linear": lambda x: F.linear(x, w),
             "cuBLAS F.linear + argmax": lambda x: F.linear(x, w).argmax(-1),
         }
