@@ -197,6 +197,23 @@ def test_certified_device_fallback_merge(backend, monkeypatch, fused, dot, k):
     _assert_exact_values(x, w, am, v, i)
 
 
+def test_certified_k_above_device_limit(backend):
+    """top-k with k > CERTIFIED_MAX_K (64) takes the synchronizing path, exact all the same."""
+    _triton_only(backend)
+    from lowbit.ops.coarse_head import CERTIFIED_MAX_K
+
+    w, x = _case("random")
+    w, x = w.to(backend.device), x.to(backend.device)
+    k = CERTIFIED_MAX_K + 1
+    with backend.active():
+        head = DraftHead(w, bits=8, group_size=32, mode="certified", kcand=8, rerank=256, block=64)
+        v, i = head.topk(x, k)
+    assert head._dstats is None  # no device-path call
+    ref_v, ref_i = _topk64(_exact64(x, w), k)
+    assert torch.equal(i.cpu(), ref_i)
+    torch.testing.assert_close(v.cpu().double(), ref_v, rtol=1e-5, atol=1e-5)
+
+
 def test_fast_matches_reference(backend):
     w, x = _case("random")
     x = x.reshape(2, 2, K)  # [..., K] inputs
