@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Eighth session, first GPU call: the full cuda tier (the seventh session's last tree plus the
-# sync-free certified path), then the draft head on the real model's hidden states, eager and
+# Eighth session, first and fourth GPU calls (logs ..._session8_a_* and ..._session8_d_*): the
+# full cuda tier, then the draft head on the real model's hidden states, eager and
 # graph-replayed (needs .realhead/ from scripts/real_head_data.py, carried). Results under $OUT.
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"

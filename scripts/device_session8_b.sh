@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Eighth session, second GPU call: coarse-head / draft-head cuda tests (the tensor-core
-# certified pass), the certified call's stages, and the real-head benchmark. Results under $OUT.
+# Eighth session, second and third GPU calls (logs ..._session8_b_* and ..._session8_c_*):
+# coarse-head / draft-head cuda tests, the certified call's stages, and the real-head benchmark.
+# Results under $OUT.
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
 timeout 200 python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=300 -n 8 \

@@ -60,26 +60,24 @@ def main() -> int:
     packing, block, kcand = head.packing, head.block, head.kcand
     packing.mma_tiled()
 
-    def coarse(bound, mma_limit):
-        def fn(x):
-            old = ch.MMA_MAX_M_CERTIFIED
-            ch.MMA_MAX_M_CERTIFIED = mma_limit
+    def switched(module, name, value, fn):
+        """fn with ``module.name = value`` while it runs (the dispatch reads it at call time)."""
+        def run(*a):
+            old = getattr(module, name)
+            setattr(module, name, value)
             try:
-                return ch.coarse_head(x, packing, block=block, kcand=kcand, bound=bound)
+                return fn(*a)
             finally:
-                ch.MMA_MAX_M_CERTIFIED = old
-        return fn
+                setattr(module, name, old)
+        return run
+
+    def coarse(bound, mma_limit):
+        return switched(ch, "MMA_MAX_M_CERTIFIED", mma_limit,
+                        lambda x: ch.coarse_head(x, packing, block=block, kcand=kcand, bound=bound))
 
     def tail(fused):
-        def fn(x):
-            old = certified.FUSED_TAIL
-            certified.FUSED_TAIL = fused
-            try:
-                return ch.certified_select_rerank(out0.cand_key, out0.cand_lb, out0.cand_idx, out0.block_lb,
-                                                  out0.block_rest, x, w, 1, head.rerank, stats)
-            finally:
-                certified.FUSED_TAIL = old
-        return fn
+        return switched(certified, "FUSED_TAIL", fused, lambda x: ch.certified_select_rerank(
+            out0.cand_key, out0.cand_lb, out0.cand_idx, out0.block_lb, out0.block_rest, x, w, 1, head.rerank, stats))
 
     for m in [int(v) for v in args.ms.split(",")]:
         starts = torch.linspace(0, hidden.shape[0] - m, BATCHES).long().tolist()

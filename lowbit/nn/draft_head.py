@@ -43,6 +43,10 @@ _DEFAULTS = {
     "certified": dict(bits=8, group_size=64, kcand=4, rerank=128),
 }
 _X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_HOST_COUNTERS = ("_calls", "_rows", "_fallbacks", "_wide", "_set_rows", "_set_sum", "_set_max")
+# host counter <- device statistic it adds (CERTIFIED_STATS names; set_max is a maximum)
+_DEVICE_SUMS = (("_calls", "calls"), ("_rows", "rows"), ("_fallbacks", "fallbacks"), ("_wide", "wide"),
+                ("_set_rows", "rows"), ("_set_sum", "set_sum"))
 
 
 def _is_all_zero(weight) -> bool:
@@ -184,16 +188,22 @@ class DraftHead(nn.Module):
     def stats(self) -> dict:
         """calls, rows, fallbacks (rows scored in full), wide (rows whose set exceeded the cap but
         lay among the candidates: all candidates rescored), mean/max certified-set size."""
-        calls, rows, fallbacks, wide = self._calls, self._rows, self._fallbacks, self._wide
-        set_rows, set_sum, set_max = self._set_rows, self._set_sum, self._set_max
+        c = self._counts()
+        rows = c["_rows"]
+        mean = c["_set_sum"] / c["_set_rows"] if c["_set_rows"] else float("nan")
+        return {"calls": c["_calls"], "rows": rows, "fallbacks": c["_fallbacks"], "wide": c["_wide"],
+                "fallback_rate": c["_fallbacks"] / rows if rows else 0.0,
+                "mean_set_size": mean, "max_set_size": c["_set_max"]}
+
+    def _counts(self) -> dict:
+        """The host counters plus the device path's (reading those synchronizes)."""
+        c = {name: getattr(self, name) for name in _HOST_COUNTERS}
         if self._dstats is not None:
             d = dict(zip(CERTIFIED_STATS, self._dstats.tolist()))
-            calls, rows, fallbacks, wide = calls + d["calls"], rows + d["rows"], fallbacks + d["fallbacks"], wide + d["wide"]
-            set_rows, set_sum, set_max = set_rows + d["rows"], set_sum + d["set_sum"], max(set_max, d["set_max"])
-        mean = set_sum / set_rows if set_rows else float("nan")
-        return {"calls": calls, "rows": rows, "fallbacks": fallbacks, "wide": wide,
-                "fallback_rate": fallbacks / rows if rows else 0.0,
-                "mean_set_size": mean, "max_set_size": set_max}
+            for name, key in _DEVICE_SUMS:
+                c[name] += d[key]
+            c["_set_max"] = max(c["_set_max"], d["set_max"])
+        return c
 
     def warmup(self, max_m: int = 64, ks=(1, 16)) -> None:
         """Quantize and compile every launch configuration up to ``max_m`` rows (call before
@@ -281,14 +291,8 @@ class DraftHead(nn.Module):
         return st
 
     def _fold_device_stats(self) -> None:
-        d = dict(zip(CERTIFIED_STATS, self._dstats.tolist()))
-        self._calls += d["calls"]
-        self._rows += d["rows"]
-        self._fallbacks += d["fallbacks"]
-        self._wide += d["wide"]
-        self._set_rows += d["rows"]
-        self._set_sum += d["set_sum"]
-        self._set_max = max(self._set_max, d["set_max"])
+        for name, value in self._counts().items():
+            setattr(self, name, value)
 
     def _certified_device(self, x2, k: int):
         """Certified exact top-``k`` on the device: (vals fp32 [M, k], idx int64 [M, k])."""

@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
+from lowbit.ops.coarse_head.triton import _pow2
 
 #: tokens one fallback program scores per step, and at most this many fallback programs
 FULL_BN = 128
@@ -61,10 +62,6 @@ FULL_DOT = False
 FUSED_TAIL = True
 
 _INT64_MIN = tl.constexpr(-(2**63))
-
-
-def _pow2(n: int) -> int:
-    return 1 << (int(n) - 1).bit_length() if n > 1 else 1
 
 
 @triton.jit
@@ -206,42 +203,43 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
     o_n = tl.arange(0, BN)
     o_k = tl.arange(0, BK)
     o_f = tl.arange(0, FB)
-    if not DOT:
-        for f in range(0, n_fb):
-            m = tl.load(fbrow_ptr + f).to(tl.int64)
-            best1 = tl.full([KP], _INT64_MIN, dtype=tl.int64)
+    if DOT:
+        for f0 in range(0, n_fb, FB):
+            m_f = (f0 + o_f) < n_fb
+            rows = tl.load(fbrow_ptr + f0 + o_f, mask=m_f, other=0).to(tl.int64)
+            best = tl.full([FB, KP], _INT64_MIN, dtype=tl.int64)
             for n0 in range(g * BN, N, G * BN):
                 tok = n0 + o_n
                 m_n = tok < N
-                acc1 = tl.zeros([BN, BK], dtype=tl.float32)
+                acc = tl.zeros([FB, BN], dtype=tl.float32)
+                for k0 in range(0, K, BK):
+                    mk = (k0 + o_k) < K
+                    b_x = tl.load(x_ptr + rows[:, None] * stride_xm + k0 + o_k[None, :],
+                                  mask=m_f[:, None] & mk[None, :], other=0.0)
+                    b_w = tl.load(w_ptr + tok.to(tl.int64)[:, None] * stride_wn + k0 + o_k[None, :],
+                                  mask=m_n[:, None] & mk[None, :], other=0.0)
+                    acc = _dot_acc(b_x, tl.trans(b_w), acc, F32)
+                keys = tl.where(m_n[None, :], _pack(acc, tok[None, :]), _INT64_MIN)
+                best = _merge_rows(best, tl.topk(keys, KP), FB, KP)
+            tl.store(part_ptr + ((f0 + o_f)[:, None] * G + g) * KP + tl.arange(0, KP)[None, :], best,
+                     mask=m_f[:, None])
+    else:
+        for f in range(0, n_fb):
+            m = tl.load(fbrow_ptr + f).to(tl.int64)
+            best = tl.full([KP], _INT64_MIN, dtype=tl.int64)
+            for n0 in range(g * BN, N, G * BN):
+                tok = n0 + o_n
+                m_n = tok < N
+                acc = tl.zeros([BN, BK], dtype=tl.float32)
                 for k0 in range(0, K, BK):
                     mk = (k0 + o_k) < K
                     b_w = tl.load(w_ptr + tok.to(tl.int64)[:, None] * stride_wn + k0 + o_k[None, :],
                                   mask=m_n[:, None] & mk[None, :], other=0.0).to(tl.float32)
                     b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=mk, other=0.0).to(tl.float32)
-                    acc1 += b_w * b_x[None, :]
-                keys1 = tl.where(m_n, _pack(tl.sum(acc1, axis=1), tok), _INT64_MIN)
-                best1 = _merge(best1, tl.topk(keys1, KP), KP)
-            tl.store(part_ptr + (f * G + g) * KP + tl.arange(0, KP), best1)
-    for f0 in range(0, n_fb if DOT else 0, FB):
-        m_f = (f0 + o_f) < n_fb
-        rows = tl.load(fbrow_ptr + f0 + o_f, mask=m_f, other=0).to(tl.int64)
-        best = tl.full([FB, KP], _INT64_MIN, dtype=tl.int64)
-        for n0 in range(g * BN, N, G * BN):
-            tok = n0 + o_n
-            m_n = tok < N
-            acc = tl.zeros([FB, BN], dtype=tl.float32)
-            for k0 in range(0, K, BK):
-                mk = (k0 + o_k) < K
-                b_x = tl.load(x_ptr + rows[:, None] * stride_xm + k0 + o_k[None, :],
-                              mask=m_f[:, None] & mk[None, :], other=0.0)
-                b_w = tl.load(w_ptr + tok.to(tl.int64)[:, None] * stride_wn + k0 + o_k[None, :],
-                              mask=m_n[:, None] & mk[None, :], other=0.0)
-                acc = _dot_acc(b_x, tl.trans(b_w), acc, F32)
-            keys = tl.where(m_n[None, :], _pack(acc, tok[None, :]), _INT64_MIN)
-            best = _merge_rows(best, tl.topk(keys, KP), FB, KP)
-        tl.store(part_ptr + ((f0 + o_f)[:, None] * G + g) * KP + tl.arange(0, KP)[None, :], best,
-                 mask=m_f[:, None])
+                    acc += b_w * b_x[None, :]
+                keys = tl.where(m_n, _pack(tl.sum(acc, axis=1), tok), _INT64_MIN)
+                best = _merge(best, tl.topk(keys, KP), KP)
+            tl.store(part_ptr + (f * G + g) * KP + tl.arange(0, KP), best)
     tl.debug_barrier()
     done = tl.atomic_add(arrive_ptr, 1, sem="acq_rel")
     if done == G - 1:
