@@ -12,7 +12,9 @@ batch is copied in and L2 flushed outside the timed region, then one replay is t
 events: GPU time, cold L2, set sizes and fallbacks as the real data make them). The certified
 dense-weight path is sync-free, so its graph holds the whole call. Reported: the median µs per
 call, the agreement with the exact argmax of fp32 logits, and the certified sets (mean / max
-size, fallback rows).
+size, fallback rows). From ``FUSED_ARGMAX_MIN_M`` rows on the certified head's argmax is the
+fused one-launch pass over the bf16 rows (``lowbit/ops/coarse_head/fused_argmax.py``); two more
+configurations time the same head with it off and at every M.
 """
 from __future__ import annotations
 
@@ -24,8 +26,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-CONFIGS = {  # name -> DraftHead kwargs
+CONFIGS = {  # name -> DraftHead kwargs (+ "fused_min_m": coarse_head.FUSED_ARGMAX_MIN_M while it runs)
     "certified int8 g64 (default)": dict(mode="certified", bits=8, group_size=64),
+    # the same head with the fused certified argmax over the bf16 rows off / at every M
+    "certified int8 g64, fused argmax off": dict(mode="certified", bits=8, group_size=64, fused_min_m=2**31),
+    "certified fused over the bf16 rows at every M": dict(mode="certified", bits=8, group_size=64, fused_min_m=0),
     # (certified int4 g64 was measured in the eighth session: its bound reaches every candidate of
     # this head, every row falls back; docs/measurements/2026-12-01_session8_a_real_head.json)
     "fast int4 g64 (default)": dict(mode="fast", bits=4, group_size=64),
@@ -53,9 +58,24 @@ def main() -> int:
     log = RecordLog()
 
     log({"model": blob.get("model"), "weight": list(w.shape), "positions": hidden.shape[0]})
-    heads = {name: DraftHead(w, **kw) for name, kw in CONFIGS.items()}
-    for h in heads.values():
-        h.warmup(max_m=max(int(v) for v in args.ms.split(",")), ks=(1,))
+    import contextlib
+
+    import lowbit.ops.coarse_head as ch
+
+    @contextlib.contextmanager
+    def switch(name):
+        """FUSED_ARGMAX_MIN_M as the configuration asks while its head runs (captures included)."""
+        old = ch.FUSED_ARGMAX_MIN_M
+        ch.FUSED_ARGMAX_MIN_M = CONFIGS[name].get("fused_min_m", old)
+        try:
+            yield
+        finally:
+            ch.FUSED_ARGMAX_MIN_M = old
+
+    heads = {name: DraftHead(w, **{k: v for k, v in kw.items() if k != "fused_min_m"}) for name, kw in CONFIGS.items()}
+    for name, h in heads.items():
+        with switch(name):
+            h.warmup(max_m=max(int(v) for v in args.ms.split(",")), ks=(1,))
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
 
     graph_us = cold_graph_us
@@ -83,24 +103,42 @@ def main() -> int:
         log({"M": m, "impl": "cuBLAS bf16 + argmax", "eager_us": round(t_lin, 1), "graph_us": round(t_lin_graph, 1),
              "agreement_vs_fp32": agree_lin})
         for name, h in heads.items():
-            h.reset_stats()
-            agree = sum(int((h.argmax(x) == e).sum()) for x, e in zip(xs, exact)) / (m * BATCHES)
-            st = h.stats
-            t = eager_us(h.argmax, xs)
-            tg = graph_us(h.argmax, xs)
-            extra = {}
-            if h.mode == "certified":  # recall@16 of the exact top-16 (fp32 logits), and its time
-                hits = 0
-                for x in xs:
-                    ref16 = (x.float() @ w.float().t()).topk(16, dim=-1).indices
-                    got16 = h.topk(x, 16)[1]
-                    hits += int((got16[:, :, None] == ref16[:, None, :]).any(-1).sum())
-                extra = {"recall16": hits / (16 * m * BATCHES),
-                         "topk16_graph_us": round(graph_us(lambda x: h.topk(x, 16), xs), 1)}
-            log({"M": m, "impl": name, "eager_us": round(t, 1), "graph_us": round(tg, 1), **extra,
-                 "speedup_vs_cublas_eager": round(t_lin / t, 2), "speedup_vs_cublas_graph": round(t_lin_graph / tg, 2),
-                 "agreement_vs_fp32": agree, "mean_set": st["mean_set_size"], "max_set": st["max_set_size"],
-                 "fallback_rows": st["fallbacks"], "wide_rows": st["wide"]})
+            with switch(name):
+                h.reset_stats()
+                agree = sum(int((h.argmax(x) == e).sum()) for x, e in zip(xs, exact)) / (m * BATCHES)
+                st = h.stats
+                t = eager_us(h.argmax, xs)
+                tg = graph_us(h.argmax, xs)
+                extra = {}
+                if name == "certified int8 g64 (default)":  # recall@16 of the exact top-16 (fp32 logits), and its time
+                    hits = 0
+                    for x in xs:
+                        ref16 = (x.float() @ w.float().t()).topk(16, dim=-1).indices
+                        got16 = h.topk(x, 16)[1]
+                        hits += int((got16[:, :, None] == ref16[:, None, :]).any(-1).sum())
+                    extra = {"recall16": hits / (16 * m * BATCHES),
+                             "topk16_graph_us": round(graph_us(lambda x: h.topk(x, 16), xs), 1)}
+                log({"M": m, "impl": name, "eager_us": round(t, 1), "graph_us": round(tg, 1), **extra,
+                     "speedup_vs_cublas_eager": round(t_lin / t, 2), "speedup_vs_cublas_graph": round(t_lin_graph / tg, 2),
+                     "agreement_vs_fp32": agree, "mean_set": st["mean_set_size"], "max_set": st["max_set_size"],
+                     "fallback_rows": st["fallbacks"], "wide_rows": st["wide"]})
+    # exactness over every position (the target: >= 8192), against the fp64 argmax (ties to the
+    # lower index), in batches of 4 (the INT8 pass) and 64 (the fused pass)
+    w64 = w.double()
+    for name in ("certified int8 g64 (default)", "certified fused over the bf16 rows at every M"):
+        h = heads[name]
+        with switch(name):
+            for m in (4, 64):
+                h.reset_stats()
+                agree = total = 0
+                for s0 in range(0, hidden.shape[0] - m + 1, m):
+                    x = hidden[s0:s0 + m]
+                    ref = (x.double() @ w64.t()).argmax(-1)
+                    agree += int((h.argmax(x) == ref).sum())
+                    total += m
+                st = h.stats
+                log({"exactness": name, "M": m, "positions": total, "agreement_vs_fp64": agree / total,
+                     "mean_set": st["mean_set_size"], "max_set": st["max_set_size"], "fallback_rows": st["fallbacks"]})
     log.save(args.json)
     return 0
 

@@ -5,7 +5,8 @@ accepts but the sm_90 compiler might reject) and report registers / spills.
 
 Kernels: ``certified._certified_tail_kernel`` (the fused certify + rescore + fallback launch),
 ``certified._certify_rescore_kernel`` and ``certified._full_kernel`` (the two-launch form), each
-fallback form (``DOT``), and ``triton_mma._x_frag_kernel`` finding alpha itself (``FUSED_ALPHA``),
+fallback form (``DOT``), ``fused_argmax._fused_argmax_kernel`` (every BM), and
+``triton_mma._x_frag_kernel`` finding alpha itself (``FUSED_ALPHA``),
 with and without the bound's statistics; bf16 x and weight, the
 launcher's constexprs for the given shape.
 """
@@ -27,6 +28,10 @@ TYPES = {  # argument name -> Triton type (bf16 x / weight)
     "fbrow_ptr": "*i32", "fbcnt_ptr": "*i32", "done_ptr": "*i32", "tk_ptr": "*i32", "part_ptr": "*i64",
     "arrive_ptr": "*i32", "st_ptr": "*i64", "ov_ptr": "*fp32", "oi_ptr": "*i64", "alpha_ptr": "*fp32",
     "xb_ptr": "*i32", "sx_ptr": "*fp32", "sb_ptr": "*fp32",
+    # fused_argmax._fused_argmax_kernel
+    "wn_ptr": "*fp32", "bub_ptr": "*fp32", "btok_ptr": "*i32", "lg_ptr": "*i32", "rc_ptr": "*i32",
+    "lub_ptr": "*fp32", "ltok_ptr": "*i32", "lrest_ptr": "*fp32", "out_ptr": "*i64", "beta": "fp32",
+    "abs_slack": "fp32",
 }
 
 
@@ -71,6 +76,22 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001
                 failed += 1
                 print(f"k={k} {name}: FAILED {root_cause(e)}", flush=True)
+    from lowbit.ops.coarse_head import fused_argmax as fa
+
+    for bm, (w, st, cap) in fa._CONFIGS.items():
+        const = dict(K=args.k, BM=bm, BN=fa.FUSED_BN, BK=64, NBP=_pow2(-(-args.n // fa.FUSED_BN)), CAP=fa.LIST_CAP,
+                     EBK=min(fa.EBK, _pow2(args.k)), TBK=fa.TBK, F32=False)
+        names = fa._fused_argmax_kernel.arg_names
+        sig = {a: "constexpr" if a in const else TYPES.get(a, "i32") for a in names}
+        # the launch specialises these as multiples of 16 (aligned pointers, strides of K % 16 == 0)
+        div = [i for i, a in enumerate(names) if a.endswith("_ptr") or a.startswith("stride") or a == "N"]
+        try:
+            res = resource_usage(compile_sm90(fa._fused_argmax_kernel, sig, const, divisible=div, num_warps=w,
+                                              num_stages=st, **({"maxnreg": cap} if cap else {})))
+            print(f"_fused_argmax_kernel BM={bm}: {res}", flush=True)
+        except Exception as e:  # noqa: BLE001
+            failed += 1
+            print(f"_fused_argmax_kernel BM={bm}: FAILED {root_cause(e)}", flush=True)
     for bits in (2, 8):
         ell = args.k * bits // 8
         for bound in (False, True):

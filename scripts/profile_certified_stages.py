@@ -49,7 +49,8 @@ def main() -> int:
         mod, attr = name.split(".")
         if not hasattr(modules[mod], attr):
             raise SystemExit(f"--set {item}: {mod} has no {attr}")
-        setattr(modules[mod], attr, type(getattr(modules[mod], attr))(int(value)))
+        cur = getattr(modules[mod], attr)
+        setattr(modules[mod], attr, bool(int(value)) if cur is None else type(cur)(int(value)))
     blob = load(args.data)
     w = blob["weight"].cuda()
     hidden = blob["hidden"].cuda()

@@ -25,6 +25,7 @@ from lowbit.ops.coarse_head import (
     coarse_head,
     new_certified_stats,
     exact_logits,
+    fused_certified_argmax,
     pack,
     select_fast,
     topk_lowest,
@@ -89,7 +90,12 @@ class DraftHead(nn.Module):
     64) do all of this on the device — selection, rescoring and the fallback in three launches
     after the coarse pass (:mod:`lowbit.ops.coarse_head.certified`), no host synchronization, so
     the call can be captured in a CUDA graph like the fast mode; ``logits`` and the other heads
-    read the fallback count back (one host synchronization per call).
+    read the fallback count back (one host synchronization per call). From
+    ``FUSED_ARGMAX_MIN_M`` rows on, a bf16 / fp16 head's certified ``argmax`` (x of the same
+    dtype) is one launch over the stored rows instead (:mod:`lowbit.ops.coarse_head.fused_argmax`:
+    the products are exact, the bound covers the fp32 accumulation, near-ties are rescored in the
+    same launch): on a short-K head the coarse pass is latency-bound, so the INTx copy saves
+    nothing there and the selection launch it needs is what costs.
 
     Ties: equal exact values are ordered by the lower token index first (argmax and top-k).
     Exact values are fp32 dot products of the stored x and weight rows (fp32 accumulation).
@@ -152,6 +158,7 @@ class DraftHead(nn.Module):
         self._packing = None
         self._packed_version = None
         self._dstats = None  # int64 device counters of the sync-free certified path
+        self._norms = None  # fp32 [N] row 2-norms of a dense weight (the fused certified argmax)
         self.reset_stats()
         if not _is_all_zero(weight):
             self._repack()
@@ -160,6 +167,7 @@ class DraftHead(nn.Module):
     def _repack(self) -> None:
         self._packing = pack(self.weight, self.bits, self.group_size)
         self._packed_version = weight_version(self.weight)
+        self._norms = None
 
     def _ensure_packed(self):
         if torch.compiler.is_compiling():
@@ -294,6 +302,21 @@ class DraftHead(nn.Module):
         for name, value in self._counts().items():
             setattr(self, name, value)
 
+    def _fused_path(self, x2) -> bool:
+        """Whether certified argmax takes the one-launch fused kernel over the stored rows
+        (:mod:`lowbit.ops.coarse_head.fused_argmax`): a dense bf16 / fp16 weight, x of the same
+        dtype, at least ``FUSED_ARGMAX_MIN_M`` rows, on the Triton path."""
+        compiling = torch.compiler.is_compiling()
+        return (x2.shape[0] >= _coarse_mod.FUSED_ARGMAX_MIN_M and self._device_path(x2, 1)
+                and _coarse_mod.fused_supported(x2, self.weight) and (self._norms is not None or not compiling))
+
+    def _fused_argmax(self, x2) -> torch.Tensor:
+        if self._norms is None:
+            self._norms = _coarse_mod.row_norms(self.weight)
+        stats = self._device_stats(x2.device)
+        op = torch.ops.lowbit.draft_fused_argmax if torch.compiler.is_compiling() else fused_certified_argmax
+        return op(x2, self.weight, self._norms, self.rerank, stats)
+
     def _certified_device(self, x2, k: int):
         """Certified exact top-``k`` on the device: (vals fp32 [M, k], idx int64 [M, k])."""
         out = self._coarse(x2, BOUNDS[self.bound])
@@ -355,6 +378,8 @@ class DraftHead(nn.Module):
         x2 = self._flat(x)
         if self.mode == "fast":
             return self._fast_best(x2, 1)[1][:, 0].view(x.shape[:-1])
+        if self._fused_path(x2):
+            return self._fused_argmax(x2).view(x.shape[:-1])
         if self._device_path(x2, 1):
             return self._certified_device(x2, 1)[1][:, 0].view(x.shape[:-1])
         _, idx, vals, fb = self._certified(x2, 1)

@@ -214,6 +214,74 @@ def test_certified_k_above_device_limit(backend):
     torch.testing.assert_close(v.cpu().double(), ref_v, rtol=1e-5, atol=1e-5)
 
 
+def _fused_only(backend, monkeypatch, min_m=1, cap=None):
+    """Certified argmax through the one-launch fused kernel from ``min_m`` rows (Triton tiers)."""
+    _triton_only(backend)
+    from lowbit.ops import coarse_head as ch
+    from lowbit.ops.coarse_head import fused_argmax
+
+    monkeypatch.setattr(ch, "FUSED_ARGMAX_MIN_M", min_m)
+    if cap is not None:
+        monkeypatch.setattr(fused_argmax, "LIST_CAP", cap)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_argmax_exact(backend, monkeypatch, case, dtype):
+    """The fused certified argmax (stored rows as the coarse pass, selection in the last program)
+    is exact on every adversarial case: near-ties put two members in one block of 128 (the
+    block's tokens rescored), all-equal rows tie everywhere (every block rescored, lowest index)."""
+    _fused_only(backend, monkeypatch)
+    w, x = _case(case, dtype)
+    w, x = w.to(backend.device), x.to(backend.device)
+    with backend.active():
+        head = DraftHead(w, mode="certified", block=64)
+        am = head.argmax(x)
+        am2 = head.argmax(x)  # the scratch is left clean: a second call agrees
+    assert head._norms is not None and head._dstats is not None  # the fused path ran
+    assert torch.equal(am, am2)
+    assert torch.equal(am.cpu(), _topk64(_exact64(x, w), 1)[1][:, 0])
+    st = head.stats
+    assert st["calls"] == 2 and st["rows"] == 2 * M, st
+    if case in ("random", "dominant"):
+        assert st["fallbacks"] == 0 and st["max_set_size"] == 1, st
+    if case == "all_equal":
+        assert st["fallbacks"] == 2 * M, st
+
+
+@pytest.mark.parametrize("case,cap", [("all_equal", 2), ("near_ties", 1), ("random", 1)])
+def test_fused_argmax_list_overflow(backend, monkeypatch, case, cap):
+    """More registered blocks than a row's list holds: the row's per-block records decide, still
+    exact."""
+    _fused_only(backend, monkeypatch, cap=cap)
+    w, x = _case(case)
+    w, x = w.to(backend.device), x.to(backend.device)
+    with backend.active():
+        head = DraftHead(w, mode="certified")
+        am = head.argmax(x)
+    assert torch.equal(am.cpu(), _topk64(_exact64(x, w), 1)[1][:, 0])
+
+
+@pytest.mark.parametrize("m", [16, 19, 70])
+def test_fused_argmax_m_tiles(backend, monkeypatch, m):
+    """The default threshold (16 rows), a partial tile (19 rows: BM 32) and two M tiles of 64
+    (each its own tickets); an fp32 x takes the INTx path instead (same answers)."""
+    _triton_only(backend)
+    if backend.name == "interpret" and m == 70:
+        pytest.skip("interpreter time budget: two M tiles run on the cuda tier")
+    g = torch.Generator().manual_seed(m)
+    w = (torch.randn(600, 96, generator=g) * 0.05).bfloat16().to(backend.device)
+    x = torch.randn(m, 96, generator=g).bfloat16().to(backend.device)
+    ref = _topk64((x.double().cpu() @ w.double().cpu().t()), 1)[1][:, 0]
+    with backend.active():
+        head = DraftHead(w, mode="certified")
+        am = head.argmax(x)
+        assert head._norms is not None  # fused
+        assert torch.equal(head.argmax(x.float()).cpu(), ref)
+    assert torch.equal(am.cpu(), ref)
+    assert head.stats["rows"] == 2 * m
+
+
 def test_fast_matches_reference(backend):
     w, x = _case("random")
     x = x.reshape(2, 2, K)  # [..., K] inputs
@@ -353,6 +421,40 @@ def test_certified_exact_bands_cuda(m):
         assert torch.equal(head.argmax(x).cpu(), ref_i[:, 0])
         v, i = head.topk(x, 4)
         assert torch.equal(i.cpu(), ref_i)
+
+
+@pytest.mark.cuda
+def test_compile_and_cuda_graph_fused_argmax():
+    """The fused certified argmax compiles fullgraph and replays in a CUDA graph with new inputs,
+    rows that tie everywhere (the in-launch rescoring) included; the statistics count replays."""
+    g = torch.Generator().manual_seed(3)
+    w = (torch.randn(3000, 576, generator=g) * 0.02)
+    w[2000:] = w[2000]  # a tied tail: rows of x along it tie across many blocks
+    w = w.bfloat16().cuda()
+    m = 32
+    head = DraftHead(w, mode="certified")
+    head.warmup(max_m=m, ks=(1,))
+    x = torch.randn(m, 576, device="cuda").bfloat16()
+    ref = head.argmax(x)
+    assert head._norms is not None
+    assert torch.equal(torch.compile(head.argmax, fullgraph=True)(x), ref)
+    static_x = x.clone()
+    head.reset_stats()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_a = head.argmax(static_x)
+    for trial in range(3):
+        x2 = torch.randn_like(x)
+        if trial == 2:
+            x2[: m // 2] = w[2000].expand(m // 2, -1) * 100  # the tied tail wins: ties everywhere
+        static_x.copy_(x2)
+        graph.replay()
+        exact = (x2.double() @ w.double().t()).cpu()
+        want = exact.argsort(dim=-1, descending=True, stable=True)[:, 0]
+        assert torch.equal(static_a.cpu(), want)
+        assert torch.equal(head.argmax(x2), static_a)
+    st = head.stats
+    assert st["calls"] == 6 and st["rows"] == 6 * m and st["fallbacks"] >= m, st
 
 
 @pytest.mark.cuda

@@ -34,7 +34,8 @@ from lowbit.ops.coarse_head.reference import (
 
 __all__ = [
     "BOUND_DET", "BOUND_NONE", "BOUND_STAT", "CoarseOut", "CoarsePacking", "argmax_lowest",
-    "CERTIFIED_MAX_K", "CERTIFIED_STATS", "certified_select_rerank", "certify", "coarse_head", "exact_rows_fn",
+    "CERTIFIED_MAX_K", "CERTIFIED_STATS", "FUSED_ARGMAX_MIN_M", "certified_select_rerank", "certify", "coarse_head",
+    "exact_rows_fn", "fused_certified_argmax", "fused_supported", "row_norms",
     "new_certified_stats", "pack", "select_fast", "topk_lowest",
 ]
 
@@ -339,6 +340,53 @@ _certified_op = torch.library.custom_op("lowbit::draft_certified_select", certif
 def _(cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, k, cap, stats):
     m = cand_key.shape[0]
     return (cand_key.new_empty(m, k, dtype=torch.float32), cand_key.new_empty(m, k, dtype=torch.int64))
+
+
+#: Certified argmax on a dense bf16 / fp16 head from this many rows on: the stored rows are their
+#: own coarse pass and the selection runs inside the same launch (``fused_argmax.py``), instead of
+#: the INTx coarse pass + the selection launch. 0 = every M; a huge value turns it off. Chosen on
+#: the H200 on SmolLM2's 49152 x 576 head (see docs/draft_head.md, "ninth session").
+FUSED_ARGMAX_MIN_M = 16
+
+
+def fused_certified_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap: int,
+                           stats: torch.Tensor) -> torch.Tensor:
+    """Certified exact argmax (int64 [M]) of ``x [M, K] @ weight[N, K]^T`` in one launch, the
+    stored rows as their own coarse pass; ``norms`` fp32 [N] the rows' 2-norms rounded up
+    (:func:`row_norms`); ``stats`` (int64 ``CERTIFIED_STATS``) accumulates in place.
+    Triton only, no host synchronization."""
+    from lowbit.ops.coarse_head.fused_argmax import fused_argmax
+
+    return fused_argmax(x, weight, norms, cap, stats)
+
+
+#: dtypes whose products the tensor cores form exactly (x and weight of the same one)
+FUSED_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def row_norms(weight: torch.Tensor) -> torch.Tensor:
+    """fp32 [N]: ``||w_n||_2`` of the stored rows, computed in fp64 (4096 rows at a time) and
+    rounded up to fp32."""
+    out = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
+    for r0 in range(0, weight.shape[0], 4096):
+        nd = weight[r0:r0 + 4096].double().square().sum(1).sqrt()
+        nf = nd.float()
+        out[r0:r0 + 4096] = torch.where(nf.double() < nd, torch.nextafter(nf, torch.full_like(nf, float("inf"))), nf)
+    return out
+
+
+def fused_supported(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether :func:`fused_certified_argmax` takes this pair (same 16-bit float dtype, unit stride along K)."""
+    return (x.dtype == weight.dtype and x.dtype in FUSED_DTYPES and weight.dim() == 2 and weight.stride(1) == 1)
+
+
+_fused_argmax_op = torch.library.custom_op("lowbit::draft_fused_argmax", fused_certified_argmax,
+                                           mutates_args=("stats",))
+
+
+@_fused_argmax_op.register_fake
+def _(x, weight, norms, cap, stats):
+    return x.new_empty(x.shape[0], dtype=torch.int64)
 
 
 def argmax_lowest(vals: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

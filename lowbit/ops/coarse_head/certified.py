@@ -52,11 +52,13 @@ FULL_PROGRAMS = 264
 #: programs per row of the rescoring launch (each takes every S-th member of the set)
 RESCORE_SPLIT = 4
 #: the fallback scores 16 rows per weight tile on the tensor cores (True) or one row at a time
-#: (False, the form measured on the H200: certified topk(16) with kcand 4 falls back on most rows
-#: of the real head and takes 92-1746 µs at M = 1..64). Correct on the interpreter tier; sm_90
-#: offline (``scripts/certified_offline.py``): the fused launch at k = 1 takes 187 registers
-#: against 191 one row at a time. Not yet timed on the GPU: A/B it before switching.
-FULL_DOT = False
+#: (False); None: by the call's M, tensor cores from ``FULL_DOT_MIN_M`` rows. H200, SmolLM2's head,
+#: certified topk(16) with kcand 4 (falls back on most rows), graph replay
+#: (``scripts/profile_certified_stages.py --set certified.FULL_DOT=1``, ninth session,
+#: docs/measurements/2026-12-01_session9_b_*): 138.7 vs 92.7 µs at M = 1, 288 vs 406 at M = 16,
+#: 1051 vs 1582 at M = 64.
+FULL_DOT = None
+FULL_DOT_MIN_M = 16
 #: one launch for both stages (ticketed programs: the fallback programs wait for the verdicts)
 #: instead of two; False keeps the two launches (for A/B)
 FUSED_TAIL = True
@@ -367,7 +369,8 @@ def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_
     rp = max(kp, _pow2(r))
     # the fallback's dot: exact products on the tensor cores for two bf16 / two fp16 operands
     f32 = interpret_mode() or x.dtype != weight.dtype or x.dtype == torch.float32
-    full = dict(BN=max(FULL_BN, kp), BK=32, GC=min(_pow2(g), max(1, 1024 // kp)), FB=16, F32=f32, DOT=FULL_DOT)
+    dot = FULL_DOT if FULL_DOT is not None else m >= FULL_DOT_MIN_M
+    full = dict(BN=max(FULL_BN, kp), BK=32, GC=min(_pow2(g), max(1, 1024 // kp)), FB=16, F32=f32, DOT=dot)
     if FUSED_TAIL:
         _certified_tail_kernel[(m * RESCORE_SPLIT + g,)](
             cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, sel, vals, sc.rescore, fb_rows, sc.fb_count,

@@ -131,10 +131,11 @@ def _x_alpha_kernel(x_ptr, alpha_ptr, stride_xm, K, BLK: tl.constexpr):
 
 
 #: the x-fragment kernel finds alpha itself (one launch less per call: True) or reads it from
-#: ``_x_alpha_kernel`` (False: the form measured on the H200). Correct on the interpreter tier
-#: and compiled for sm_90 offline (``scripts/certified_offline.py``); A/B it on the GPU before
-#: switching (each fragment program then reads its 8 rows of x, K / 1024 dependent loads).
-FUSED_ALPHA = False
+#: ``_x_alpha_kernel`` (False). H200, SmolLM2's head, certified INT8 under graph replay
+#: (``scripts/profile_certified_stages.py --set triton_mma.FUSED_ALPHA=1``, ninth session,
+#: docs/measurements/2026-12-01_session9_b_*): coarse pass 20.8 vs 21.7 µs at M = 1, 38.9 vs 39.7
+#: at M = 16; the whole argmax 31.7 vs 32.7 at M = 1.
+FUSED_ALPHA = True
 
 
 @triton.jit

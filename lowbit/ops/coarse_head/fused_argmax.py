@@ -1,0 +1,312 @@
+"""Certified argmax over dense rows in one launch: the stored bf16 / fp16 rows are their own
+coarse pass ("native"), the selection runs in the last program to finish.
+
+Why: on a short-K head at M >= 16 (SmolLM2's 49152 x 576) the coarse pass is latency-bound, not
+byte-bound — a plain ``tl.dot`` over the bf16 rows takes about as long as one over the INT8 copy
+(H200, graph replay, cold L2: 25.9 vs 25.0 µs at M = 16, 28.3 vs 32.6 at M = 64;
+``scripts/probe_wide_m.py``) — while the INT8 pass's candidate epilogue and the separate
+selection launch cost 10-60 µs more. Here the products are exact (bf16 x bf16 in fp32), so the
+only error is the fp32 accumulation's and the certified sets are the near-ties alone; the
+selection needs no launch of its own.
+
+Program ``(i_n, i_mt)``: tokens ``[i_n BN, (i_n + 1) BN)`` against rows ``[i_mt BM, (i_mt + 1)
+BM)`` of x. It computes ``c = x . w`` on the tensor cores (fp32 accumulator), the bound ``b`` (see
+:func:`native_bound_coef`), and writes per row the block's best lower bound ``lb = c - b``, its
+best upper bound ``ub = c + b`` with that token, and the best ``ub`` of the block's other tokens
+("rest"), then takes a ticket. The last of the ``NB`` programs of an M tile (``acq_rel``: it sees
+every other program's writes) answers the tile's rows:
+
+* ``L`` = the best block lower bound; members = blocks whose best ``ub >= L``; a block whose rest
+  reaches ``L`` may hide a second member ("offending").
+* One member and no offending block (the usual case): the member is the argmax — every other
+  token ``t`` has ``fl(e_t) <= ub_t < L <= fl(e_best)`` — no rescoring needed.
+* Otherwise the row is rescored exactly: every member token, and every token of an offending
+  block (fp32 dots of the stored rows, the definition of :func:`lowbit.ops.gathered_dot`); ties
+  go to the lower index. Always exact, whatever the data: an adversarial row (all tokens equal)
+  is scored in full by that one program — slow, but right.
+
+Statistics go to the ``CERTIFIED_STATS`` buffer (rows, fallbacks = rows with an offending block,
+wide = rows with more than ``cap`` member blocks and none offending, set_sum / set_max = member
+blocks, calls). The tickets are left at zero by the last program, so CUDA-graph replays work;
+like the other sync-free path, two calls must not run concurrently on different streams.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from lowbit._backend import interpret_mode
+from lowbit.ops.coarse_head.certified import _INT64_MIN, _pack
+from lowbit.ops.coarse_head.reference import ABS_SLACK, gamma
+from lowbit.ops.coarse_head.triton import _pow2
+
+#: tokens per program (one candidate block)
+FUSED_BN = 128
+#: rows of x per program (more rows: more M tiles, each reading the weight once more)
+MAX_BM = 64
+#: BM -> (num_warps, num_stages, maxnreg or None). The last program's rescoring code shares the
+#: kernel's register allocation, so its tiles are small (TBK, EBK below): sm_90 offline
+#: (``scripts/certified_offline.py``) BM 16 / 4 warps 77 registers (6 programs per SM), BM 32 / 4
+#: warps 117 (4), BM 64 / 8 warps 115 (2: two waves of SmolLM2's 384 blocks; capped at 80, 3
+#: programs and 112 bytes of stack). Starting points from the H200 probe
+#: (``scripts/probe_wide_m.py``: BN 128, 4 warps, 3 stages best or within 1 µs at M = 16..64);
+#: the fused stage of ``scripts/probe_wide_m.py`` times the alternatives.
+_CONFIGS = {16: (4, 3, None), 32: (4, 3, None), 64: (8, 3, 80)}
+#: K chunk of the last program's exact whole-block scoring, and of its single-token dots
+TBK, EBK = 8, 256
+
+
+def native_bound_coef(k: int) -> float:
+    """``beta`` with ``|c - x.w| <= beta ||x||_2 ||w||_2`` for the kernel's ``c``.
+
+    The products of two bf16 (or two fp16) values are exact in fp32; the tensor cores sum them
+    into the fp32 accumulator, at most ``K + 16`` deep counting the chained K steps, with a
+    relative error per addition of at most ``u = 2^-23`` (twice the unit roundoff: accumulators
+    may truncate). So ``|c - e| <= gamma(K + 16) sum |x_k w_k| <= gamma ||x||_2 ||w||_2``
+    (Cauchy-Schwarz). ``||w||_2`` is stored rounded up; ``||x||_2`` is an fp32 sum of squares
+    (relative error <= gamma) and a square root, and ``b`` two more products and a sum: the
+    factor ``(1 + 2 gamma)(1 + 2^-18)`` covers them. An absolute ``ABS_SLACK`` covers products lost
+    to underflow."""
+    g = gamma(k + 16)
+    return g * (1.0 + 2.0 * g) * (1.0 + 2.0**-18)
+
+
+@triton.jit
+def _exact_block(x_ptr, w_ptr, m, o_t, m_t, stride_xm, stride_wn, K: tl.constexpr, BK: tl.constexpr):
+    """fp32 [T]: exact dots of row m of x with tokens ``o_t`` (fp32 products summed in fp32)."""
+    o_k = tl.arange(0, BK)
+    acc = tl.zeros([o_t.shape[0], BK], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        m_k = (k0 + o_k) < K
+        b_w = tl.load(w_ptr + o_t.to(tl.int64)[:, None] * stride_wn + k0 + o_k[None, :],
+                      mask=m_t[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+        b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=m_k, other=0.0).to(tl.float32)
+        acc += b_w * b_x[None, :]
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit
+def _exact_one(x_ptr, w_ptr, m, t, stride_xm, stride_wn, K: tl.constexpr, EBK: tl.constexpr):
+    """fp32 scalar: the exact dot of row m of x with token t."""
+    o_k = tl.arange(0, EBK)
+    acc = tl.zeros([EBK], dtype=tl.float32)
+    for k0 in range(0, K, EBK):
+        m_k = (k0 + o_k) < K
+        b_w = tl.load(w_ptr + t * stride_wn + k0 + o_k, mask=m_k, other=0.0).to(tl.float32)
+        b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=m_k, other=0.0).to(tl.float32)
+        acc += b_w * b_x
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
+def _ordered(v):
+    """int32 with the order of the fp32 ``v`` (for ``atomic_max``); its own inverse."""
+    bits = v.to(tl.int32, bitcast=True)
+    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+@triton.jit
+def _rescore(x_ptr, w_ptr, m, thr, ub, rest, tok, live, N, stride_xm, stride_wn, K: tl.constexpr,
+             BN: tl.constexpr, EBK: tl.constexpr, TBK: tl.constexpr):
+    """The exact argmax of row m over block records ``ub, rest, tok`` [P] (``live`` where a record
+    is real): every member token (``ub >= thr``) and every token of an offending block (``rest >=
+    thr``) scored exactly; the best (value desc, token asc) as a packed key."""
+    offend = live & (rest >= thr)
+    need = live & ((ub >= thr) | offend)
+    slot = tl.cumsum(need.to(tl.int32), axis=0) - 1
+    n_need = tl.sum(need.to(tl.int32), axis=0)
+    best = tl.full([], _INT64_MIN, dtype=tl.int64)
+    o_t = tl.arange(0, BN)
+    for j in range(0, n_need):
+        pick = need & (slot == j)
+        t = tl.sum(tl.where(pick, tok, 0), axis=0).to(tl.int64)
+        if tl.sum(tl.where(pick, offend.to(tl.int32), 0), axis=0) > 0:  # the whole block of t
+            tt = (t // BN) * BN + o_t
+            m_t = tt < N
+            v = _exact_block(x_ptr, w_ptr, m, tt, m_t, stride_xm, stride_wn, K, TBK)
+            best = tl.maximum(best, tl.max(tl.where(m_t, _pack(v, tt), _INT64_MIN), axis=0))
+        else:  # the block's best token only
+            best = tl.maximum(best, _pack(_exact_one(x_ptr, w_ptr, m, t, stride_xm, stride_wn, K, EBK), t))
+    return best
+
+
+@triton.jit
+def _answer_tile(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub_ptr, ltok_ptr, lrest_ptr,
+                 st_ptr, out_ptr, i_mt, M, N, NB, R, stride_xm, stride_wn, K: tl.constexpr, BM: tl.constexpr,
+                 BN: tl.constexpr, NBP: tl.constexpr, CAP: tl.constexpr, EBK: tl.constexpr, TBK: tl.constexpr):
+    """The last program of M tile ``i_mt``: every row's verdict from its registered blocks, the
+    easy rows' answers, the statistics, the exact rescoring of the rows that need it, and the
+    per-row scratch reset for the next call (see the module docstring)."""
+    o_r = tl.arange(0, BM)
+    o_m = i_mt * BM + o_r
+    m_m = o_m < M
+    o_c = tl.arange(0, CAP)
+    neg = float("-inf")
+    thr = _ordered(tl.load(lg_ptr + o_m, mask=m_m, other=0, cache_modifier=".cg")).to(tl.float32, bitcast=True)
+    cnt = tl.load(rc_ptr + o_m, mask=m_m, other=0, cache_modifier=".cg")
+    p = o_m[:, None] * CAP + o_c[None, :]
+    live = m_m[:, None] & (o_c[None, :] < cnt[:, None])
+    ub = tl.load(lub_ptr + p, mask=live, other=neg, cache_modifier=".cg")
+    rest = tl.load(lrest_ptr + p, mask=live, other=neg, cache_modifier=".cg")
+    member = live & (ub >= thr[:, None])
+    size = tl.sum(member.to(tl.int32), axis=1)
+    n_off = tl.sum((live & (rest >= thr[:, None])).to(tl.int32), axis=1)
+    tok = tl.load(ltok_ptr + p, mask=member, other=0, cache_modifier=".cg")
+    over = cnt > CAP  # more registrations than the list holds: the row's block records decide
+    easy = (size == 1) & (n_off == 0) & (over == 0)
+    tl.store(out_ptr + o_m, tl.max(tl.where(member, tok, -1), axis=1).to(tl.int64), mask=m_m & easy)
+    one = m_m.to(tl.int64)
+    tl.atomic_add(st_ptr + 0, tl.sum(one, axis=0))
+    tl.atomic_add(st_ptr + 1, tl.sum(one * (n_off > 0).to(tl.int64), axis=0))
+    tl.atomic_add(st_ptr + 2, tl.sum(one * ((n_off == 0) & (size > R)).to(tl.int64), axis=0))
+    tl.atomic_add(st_ptr + 3, tl.sum(one * size.to(tl.int64), axis=0))
+    tl.atomic_max(st_ptr + 4, tl.max(one * size.to(tl.int64), axis=0))
+    if i_mt == 0:
+        tl.atomic_add(st_ptr + 5, 1)
+    hard = m_m & (easy == 0)
+    if tl.sum(hard.to(tl.int32), axis=0) > 0:
+        o_b = tl.arange(0, NBP)
+        m_b = o_b < NB
+        for r in range(0, BM):
+            sel = o_r == r
+            if tl.sum(tl.where(sel, hard.to(tl.int32), 0), axis=0) > 0:
+                m = (i_mt * BM + r).to(tl.int64)
+                thr_r = tl.max(tl.where(sel, thr, neg), axis=0)
+                if tl.sum(tl.where(sel, over.to(tl.int32), 0), axis=0) > 0:  # every block's record
+                    q_b = m * NB + o_b
+                    best = _rescore(x_ptr, w_ptr, m, thr_r,
+                                    tl.load(bub_ptr + q_b, mask=m_b, other=neg, cache_modifier=".cg"),
+                                    tl.load(brest_ptr + q_b, mask=m_b, other=neg, cache_modifier=".cg"),
+                                    tl.load(btok_ptr + q_b, mask=m_b, other=0, cache_modifier=".cg"),
+                                    m_b, N, stride_xm, stride_wn, K, BN, EBK, TBK)
+                else:  # the registered blocks (every block that could hold the argmax)
+                    q_l = m * CAP + o_c
+                    m_q = o_c < tl.sum(tl.where(sel, cnt, 0), axis=0)
+                    best = _rescore(x_ptr, w_ptr, m, thr_r,
+                                    tl.load(lub_ptr + q_l, mask=m_q, other=neg, cache_modifier=".cg"),
+                                    tl.load(lrest_ptr + q_l, mask=m_q, other=neg, cache_modifier=".cg"),
+                                    tl.load(ltok_ptr + q_l, mask=m_q, other=0, cache_modifier=".cg"),
+                                    m_q, N, stride_xm, stride_wn, K, BN, EBK, TBK)
+                tl.store(out_ptr + m, 2147483647 - (best & 0xFFFFFFFF))
+    # the per-row scratch, as the next call expects it
+    tl.store(lg_ptr + o_m, tl.full([BM], -2147483648, dtype=tl.int32), mask=m_m)
+    tl.store(rc_ptr + o_m, tl.zeros([BM], dtype=tl.int32), mask=m_m)
+
+
+@triton.jit(do_not_specialize=["M", "R"])
+def _fused_argmax_kernel(x_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub_ptr, ltok_ptr,
+                         lrest_ptr, cnt_ptr, st_ptr, out_ptr, M, N, NB, R, stride_xm, stride_wn, beta, abs_slack,
+                         K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                         NBP: tl.constexpr, CAP: tl.constexpr, EBK: tl.constexpr, TBK: tl.constexpr,
+                         F32: tl.constexpr):
+    i_n = tl.program_id(0).to(tl.int64)
+    i_mt = tl.program_id(1)
+    o_n = i_n * BN + tl.arange(0, BN)
+    m_n = o_n < N
+    o_m = i_mt * BM + tl.arange(0, BM)
+    m_m = o_m < M
+    o_k = tl.arange(0, BK)
+    # transposed: logits^T [BN, BM] = W [BN, BK] @ x^T [BK, BM] (the weight tile is the A operand)
+    acc = tl.zeros([BN, BM], dtype=tl.float32)
+    xsq = tl.zeros([BK, BM], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        m_k = (k0 + o_k) < K
+        b_w = tl.load(w_ptr + o_n[:, None] * stride_wn + k0 + o_k[None, :], mask=m_n[:, None] & m_k[None, :],
+                      other=0.0)
+        b_xt = tl.load(x_ptr + o_m[None, :].to(tl.int64) * stride_xm + k0 + o_k[:, None],
+                       mask=m_m[None, :] & m_k[:, None], other=0.0)
+        xf = b_xt.to(tl.float32)
+        xsq += xf * xf
+        if F32:  # the interpreter (whose bf16 dot is broken): exact products, fp32 sums
+            acc = tl.dot(b_w.to(tl.float32), xf, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(b_w, b_xt, acc)
+    xn = tl.sqrt(tl.sum(xsq, axis=0))  # [BM]
+    wn = tl.load(wn_ptr + o_n, mask=m_n, other=0.0)
+    b = beta * (wn[:, None] * xn[None, :]) + abs_slack
+    neg = float("-inf")
+    blb = tl.max(tl.where(m_n[:, None], acc - b, neg), axis=0)  # [BM]
+    ub = tl.where(m_n[:, None], acc + b, neg)
+    best = tl.max(ub, axis=0)  # [BM]
+    loc = tl.min(tl.where(ub == best[None, :], o_n[:, None], N + BN), axis=0)
+    rest = tl.max(tl.where(o_n[:, None] == loc[None, :], neg, ub), axis=0)
+    p = o_m * NB + i_n
+    tl.store(bub_ptr + p, best, mask=m_m)
+    tl.store(btok_ptr + p, loc.to(tl.int32), mask=m_m)
+    tl.store(brest_ptr + p, rest, mask=m_m)
+    # the row's running best lower bound; a block whose best upper bound does not reach it
+    # cannot hold the argmax (the final threshold is at least as high) and is not registered
+    # (in the ordered-int domain: the untouched value INT32_MIN is no float)
+    own = _ordered(blb)
+    seen = tl.maximum(tl.atomic_max(lg_ptr + o_m, own, mask=m_m), own)
+    reg = m_m & (best >= _ordered(seen).to(tl.float32, bitcast=True))
+    slot = tl.atomic_add(rc_ptr + o_m, 1, mask=reg)
+    q = o_m * CAP + slot
+    keep = reg & (slot < CAP)
+    tl.store(lub_ptr + q, best, mask=keep)
+    tl.store(ltok_ptr + q, loc.to(tl.int32), mask=keep)
+    tl.store(lrest_ptr + q, rest, mask=keep)
+    tl.debug_barrier()  # every thread's stores are issued before the ticket
+    done = tl.atomic_add(cnt_ptr + i_mt, 1, sem="acq_rel")
+    if done == NB - 1:
+        _answer_tile(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub_ptr, ltok_ptr, lrest_ptr,
+                     st_ptr, out_ptr, i_mt, M, N, NB, R, stride_xm, stride_wn, K, BM, BN, NBP, CAP, EBK, TBK)
+        tl.atomic_xchg(cnt_ptr + i_mt, 0)
+
+
+_SCRATCH: dict = {}
+#: registered blocks one row's list holds (more: the row's block records decide, still exact)
+LIST_CAP = 32
+
+
+class _Scratch:
+    """Per-device state every call leaves as it found it: tickets per M tile (0), each row's
+    running best lower bound (ordered int32, INT32_MIN) and registration count (0)."""
+
+    def __init__(self, device, m: int):
+        self.m = max(64, m)
+        self.tickets = torch.zeros(-(-self.m // 16), dtype=torch.int32, device=device)
+        self.best = torch.full((self.m,), -(2**31), dtype=torch.int32, device=device)
+        self.count = torch.zeros(self.m, dtype=torch.int32, device=device)
+
+
+def _scratch(device, m: int) -> _Scratch:
+    sc = _SCRATCH.get(device)
+    if sc is None or sc.m < m:
+        sc = _SCRATCH[device] = _Scratch(device, m)
+    return sc
+
+
+def fused_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap: int, stats: torch.Tensor,
+                 block: int = FUSED_BN) -> torch.Tensor:
+    """int64 [M]: the exact argmax of ``x [M, K] @ weight[N, K]^T`` per row (lower index among
+    exact ties), certified as described in the module docstring; ``norms`` = :func:`row_norms`
+    of ``weight`` (:func:`lowbit.ops.coarse_head.row_norms`); ``stats`` (int64 ``CERTIFIED_STATS``) accumulates in place; ``cap`` only sorts
+    rows into the "wide" statistic. Same 16-bit dtype for x and weight (``coarse_head.fused_supported``);
+    the caller validates shapes. Triton only; no host synchronization."""
+    m, k = x.shape
+    n = weight.shape[0]
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    dev = x.device
+    bm = min(MAX_BM, max(16, _pow2(m)))
+    mt = -(-m // bm)
+    nb = -(-n // block)
+    sc = _scratch(dev, m)
+    f32 = dict(dtype=torch.float32, device=dev)
+    bub, brest = torch.empty(m, nb, **f32), torch.empty(m, nb, **f32)
+    btok = torch.empty(m, nb, dtype=torch.int32, device=dev)
+    lub, lrest = torch.empty(m, LIST_CAP, **f32), torch.empty(m, LIST_CAP, **f32)
+    ltok = torch.empty(m, LIST_CAP, dtype=torch.int32, device=dev)
+    out = torch.empty(m, dtype=torch.int64, device=dev)
+    warps, stages, maxnreg = _CONFIGS[bm]
+    _fused_argmax_kernel[(nb, mt)](
+        x, weight, norms, bub, btok, brest, sc.best, sc.count, lub, ltok, lrest, sc.tickets, stats, out,
+        m, n, nb, cap, x.stride(0), weight.stride(0), native_bound_coef(k), ABS_SLACK,
+        K=k, BM=bm, BN=block, BK=64, NBP=_pow2(nb), CAP=LIST_CAP, EBK=min(EBK, _pow2(k)), TBK=TBK,
+        F32=interpret_mode(), num_warps=warps, num_stages=stages, **({"maxnreg": maxnreg} if maxnreg else {}))
+    return out
+
+
+__all__ = ["LIST_CAP", "fused_argmax", "native_bound_coef"]

@@ -1,0 +1,181 @@
+"""Probe (H200): where the draft head's coarse pass loses to cuBLAS at M = 16..64 on a short-K
+head (SmolLM2's 49152 x 576), and how fast a plain ``tl.dot`` pass with the cheapest possible
+epilogue (one packed-key max per row, one int64 ``atomic_max``) can be.
+
+    python3 scripts/probe_wide_m.py .realhead/smollm2_head.pt.xz [--json $OUT/probe.json] [--ms 16,32,64] [--fused]
+
+Timed under CUDA-graph replay with L2 flushed (``head_bench.cold_graph_us``), per M:
+
+* the head's certified coarse pass (band kernels) with kcand 4 (the default) and 1, and the
+  fast one (no bound) — the epilogue's share;
+* probe kernel ``dense``: the bf16 weight itself through ``tl.dot``, per-block best (value,
+  token) as one int64 key, ``atomic_max`` per row (an exact-input argmax: no logits written);
+* probe kernel ``int8``: the INT8 g64 codes decoded to ``q - z`` (exact in bf16), ``tl.dot``,
+  group scale on the fp32 accumulator, the same epilogue (the coarse argmax only: no bound);
+* both with the logits written instead of the key (the epilogue's cost);
+* cuBLAS ``F.linear`` and ``F.linear + argmax``.
+
+Probe kernels sweep (BN, num_warps, num_stages). Not library code: the winner, if any, moves
+into ``lowbit/ops/coarse_head``. ``--fused`` times instead the library's fused certified argmax
+(``lowbit/ops/coarse_head/fused_argmax.py``) under each launch configuration of its M band
+(num_warps, num_stages, maxnreg), next to cuBLAS.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+BATCHES = 8
+
+
+@triton.jit
+def _key(val, tok):
+    bits = val.to(tl.int32, bitcast=True)
+    ordv = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    return (ordv.to(tl.int64) << 32) | (2147483647 - tok.to(tl.int64))
+
+
+@triton.jit
+def _probe_kernel(x_ptr, w_ptr, s_ptr, z_ptr, key_ptr, lg_ptr, M, N, stride_xm, stride_wn, stride_sn,
+                  K: tl.constexpr, G: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  INT8: tl.constexpr, LOGITS: tl.constexpr):
+    i_n = tl.program_id(0).to(tl.int64)
+    o_n = i_n * BN + tl.arange(0, BN)
+    o_m = tl.arange(0, BM)
+    o_k = tl.arange(0, BK)
+    m_n = o_n < N
+    m_m = o_m < M
+    acc = tl.zeros([BN, BM], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        b_w = tl.load(w_ptr + o_n[:, None] * stride_wn + k0 + o_k[None, :], mask=m_n[:, None], other=0)
+        b_xt = tl.load(x_ptr + o_m[None, :] * stride_xm + k0 + o_k[:, None], mask=m_m[None, :], other=0.0)
+        if INT8:
+            grp = k0 // G
+            zf = tl.load(z_ptr + o_n * stride_sn + grp, mask=m_n, other=0).to(tl.float32) + 8388608.0
+            sc = tl.load(s_ptr + o_n * stride_sn + grp, mask=m_n, other=0.0).to(tl.float32)
+            # 2^23 + q exactly, minus 2^23 + z: q - z, an integer of at most 8 bits (exact in bf16)
+            wq = ((b_w.to(tl.int32) | 0x4B000000).to(tl.float32, bitcast=True) - zf[:, None]).to(tl.bfloat16)
+            acc += tl.dot(wq, b_xt) * sc[:, None]
+        else:
+            acc = tl.dot(b_w, b_xt, acc)
+    if LOGITS:
+        tl.store(lg_ptr + o_m[None, :] * N + o_n[:, None], acc, mask=m_m[None, :] & m_n[:, None])
+    else:
+        keys = tl.where(m_n[:, None], _key(acc, o_n[:, None]), -(2**63))
+        tl.atomic_max(key_ptr + o_m, tl.max(keys, axis=0), mask=m_m)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("data")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--ms", default="16,32,64")
+    ap.add_argument("--fused", action="store_true")
+    args = ap.parse_args()
+    import torch.nn.functional as F
+
+    import lowbit.ops.coarse_head as ch
+    from lowbit import DraftHead
+    from head_bench import RecordLog, cold_graph_us
+    from real_head_data import load
+
+    blob = load(args.data)
+    w = blob["weight"].cuda()
+    hidden = blob["hidden"].cuda()
+    n, k = w.shape
+    log = RecordLog()
+    head = DraftHead(w, mode="certified", bits=8, group_size=64)
+    head.warmup(max_m=64, ks=(1,))
+    pk = head.packing
+    codes, scale, zero = pk.fmt.packed, pk.fmt.scale, pk.fmt.zero
+    log({"weight": [n, k], "codes": list(codes.shape), "scale": list(scale.shape)})
+
+    def coarse(bound, kcand):
+        def run(x):
+            old = ch.MMA_MAX_M_CERTIFIED
+            ch.MMA_MAX_M_CERTIFIED = 0
+            try:
+                return ch.coarse_head(x, pk, block=head.block, kcand=kcand, bound=bound)
+            finally:
+                ch.MMA_MAX_M_CERTIFIED = old
+        return run
+
+    def probe(int8, logits, bn, warps, stages):
+        def run(x):
+            m = x.shape[0]
+            bm = max(16, triton.next_power_of_2(m))
+            key = torch.full((m,), -(2**63), dtype=torch.int64, device=x.device)
+            lg = torch.empty(m if logits else 1, n, dtype=torch.float32, device=x.device)
+            src = codes if int8 else w
+            _probe_kernel[(triton.cdiv(n, bn),)](x, src, scale, zero, key, lg, m, n, x.stride(0), src.stride(0),
+                                                 scale.stride(0), K=k, G=64, BM=bm, BN=bn, BK=64, INT8=int8,
+                                                 LOGITS=logits, num_warps=warps, num_stages=stages)
+            return lg if logits else key
+        return run
+
+    for m in [int(v) for v in args.ms.split(",")]:
+        starts = torch.linspace(0, hidden.shape[0] - m, BATCHES).long().tolist()
+        xs = [hidden[s:s + m].contiguous() for s in starts]
+        # correctness of the probe kernels (argmax of the dense kernel vs torch on fp32)
+        ref = (xs[0].float() @ w.float().T).argmax(-1)
+        got = 2147483647 - (probe(False, False, 128, 4, 3)(xs[0]) & 0xFFFFFFFF)
+        lg8 = probe(True, True, 128, 4, 3)(xs[0])
+        ref8 = xs[0].float() @ pk.dense()[:n].T
+        log({"M": m, "dense probe argmax agreement": float((got == ref).float().mean()),
+             "int8 probe logits max abs err": float((lg8 - ref8).abs().max())})
+        if args.fused:
+            from lowbit.ops.coarse_head import fused_argmax as fa
+
+            bm = min(fa.MAX_BM, max(16, triton.next_power_of_2(m)))
+            stats = ch.new_certified_stats(w.device)
+            norms = ch.row_norms(w)
+            stages = {"cuBLAS F.linear + argmax": lambda x: F.linear(x, w).argmax(-1)}
+            for cfg in dict.fromkeys([fa._CONFIGS[bm], (4, 3, None), (8, 3, None), (4, 2, None), (8, 3, 80), (4, 3, 128)]):
+                def run(x, cfg=cfg):
+                    old = fa._CONFIGS[bm]
+                    fa._CONFIGS[bm] = cfg
+                    try:
+                        return fa.fused_argmax(x, w, norms, 128, stats)
+                    finally:
+                        fa._CONFIGS[bm] = old
+                got = run(xs[0])
+                log({"M": m, "fused config": cfg, "argmax agreement vs fp64": float(
+                    (got == (xs[0].double() @ w.double().T).argmax(-1)).float().mean())})
+                stages[f"fused argmax BM{bm} w{cfg[0]} s{cfg[1]} maxnreg {cfg[2]}"] = run
+            for name, fn in stages.items():
+                log({"M": m, "stage": name, "graph_us": round(cold_graph_us(fn, xs), 1)})
+            continue
+        stages = {
+            "coarse certified band kcand4": coarse(ch.BOUND_DET, 4),
+            "coarse certified band kcand1": coarse(ch.BOUND_DET, 1),
+            "coarse fast band kcand4": coarse(ch.BOUND_NONE, 4),
+            "coarse fast band kcand1": coarse(ch.BOUND_NONE, 1),
+            "cuBLAS F.linear": lambda x: F.linear(x, w),
+            "cuBLAS F.linear + argmax": lambda x: F.linear(x, w).argmax(-1),
+        }
+        for int8 in (False, True):
+            for bn, warps, st in ((128, 4, 2), (128, 4, 3), (128, 8, 3), (64, 4, 3), (64, 4, 4), (256, 8, 3)):
+                tag = f"probe {'int8' if int8 else 'dense'} BN{bn} w{warps} s{st}"
+                stages[tag + " key"] = probe(int8, False, bn, warps, st)
+                if (bn, warps, st) == (128, 4, 3):
+                    stages[tag + " logits"] = probe(int8, True, bn, warps, st)
+        for name, fn in stages.items():
+            try:
+                us = round(cold_graph_us(fn, xs), 1)
+            except Exception as e:  # a config that does not compile: say so, go on
+                us = f"failed: {type(e).__name__}: {str(e)[:120]}"
+            log({"M": m, "stage": name, "graph_us": us})
+    log.save(args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
