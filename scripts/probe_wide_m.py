@@ -18,7 +18,7 @@ Timed under CUDA-graph replay with L2 flushed (``head_bench.cold_graph_us``), pe
 Probe kernels sweep (BN, num_warps, num_stages). Not library code: the winner, if any, moves
 into ``lowbit/ops/coarse_head``. ``--fused`` times instead the library's fused certified argmax
 (``lowbit/ops/coarse_head/fused_argmax.py``) under each launch configuration of its M band
-(num_warps, num_stages, maxnreg), next to cuBLAS.
+(num_warps, num_stages, maxnreg) and with its per-row atomics relaxed / acq_rel, next to cuBLAS.
 """
 from __future__ import annotations
 
@@ -138,18 +138,19 @@ def main() -> int:
             stats = ch.new_certified_stats(w.device)
             norms = ch.row_norms(w)
             stages = {"cuBLAS F.linear + argmax": lambda x: F.linear(x, w).argmax(-1)}
-            for cfg in dict.fromkeys([fa._CONFIGS[bm], (4, 3, None), (8, 3, None), (4, 2, None), (8, 3, 80), (4, 3, 128)]):
-                def run(x, cfg=cfg):
-                    old = fa._CONFIGS[bm]
-                    fa._CONFIGS[bm] = cfg
+            cfgs = [(c, "relaxed") for c in dict.fromkeys([fa._CONFIGS[bm], (4, 3, None), (8, 3, None), (4, 3, 128)])]
+            for cfg, sem in cfgs + [(fa._CONFIGS[bm], "acq_rel")]:
+                def run(x, cfg=cfg, sem=sem):
+                    old = fa._CONFIGS[bm], fa.ROW_SEM
+                    fa._CONFIGS[bm], fa.ROW_SEM = cfg, sem
                     try:
                         return fa.fused_argmax(x, w, norms, 128, stats)
                     finally:
-                        fa._CONFIGS[bm] = old
+                        fa._CONFIGS[bm], fa.ROW_SEM = old
                 got = run(xs[0])
                 log({"M": m, "fused config": cfg, "argmax agreement vs fp64": float(
                     (got == (xs[0].double() @ w.double().T).argmax(-1)).float().mean())})
-                stages[f"fused argmax BM{bm} w{cfg[0]} s{cfg[1]} maxnreg {cfg[2]}"] = run
+                stages[f"fused argmax BM{bm} w{cfg[0]} s{cfg[1]} maxnreg {cfg[2]} {sem}"] = run
             for name, fn in stages.items():
                 log({"M": m, "stage": name, "graph_us": round(cold_graph_us(fn, xs), 1)})
             continue

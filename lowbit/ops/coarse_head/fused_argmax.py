@@ -55,6 +55,9 @@ MAX_BM = 64
 _CONFIGS = {16: (4, 3, None), 32: (4, 3, None), 64: (8, 3, 80)}
 #: K chunk of the last program's exact whole-block scoring, and of its single-token dots
 TBK, EBK = 8, 256
+#: memory semantics of the per-row atomics (running best lower bound, registration count):
+#: "relaxed" (the ticket's acq_rel publishes them) or "acq_rel" (Triton's default; for A/B)
+ROW_SEM = "relaxed"
 
 
 def native_bound_coef(k: int) -> float:
@@ -199,7 +202,7 @@ def _fused_argmax_kernel(x_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_
                          lrest_ptr, cnt_ptr, st_ptr, out_ptr, M, N, NB, R, stride_xm, stride_wn, beta, abs_slack,
                          K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                          NBP: tl.constexpr, CAP: tl.constexpr, EBK: tl.constexpr, TBK: tl.constexpr,
-                         F32: tl.constexpr):
+                         F32: tl.constexpr, SEM: tl.constexpr):
     i_n = tl.program_id(0).to(tl.int64)
     i_mt = tl.program_id(1)
     o_n = i_n * BN + tl.arange(0, BN)
@@ -229,23 +232,25 @@ def _fused_argmax_kernel(x_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_
     blb = tl.max(tl.where(m_n[:, None], acc - b, neg), axis=0)  # [BM]
     ub = tl.where(m_n[:, None], acc + b, neg)
     best = tl.max(ub, axis=0)  # [BM]
-    loc = tl.min(tl.where(ub == best[None, :], o_n[:, None], N + BN), axis=0)
-    rest = tl.max(tl.where(o_n[:, None] == loc[None, :], neg, ub), axis=0)
+    tok = (i_n * BN).to(tl.int32) + tl.arange(0, BN)  # int32: the reductions below stay 32-bit
+    loc = tl.min(tl.where(ub == best[None, :], tok[:, None], N + BN), axis=0)
+    rest = tl.max(tl.where(tok[:, None] == loc[None, :], neg, ub), axis=0)
     p = o_m * NB + i_n
     tl.store(bub_ptr + p, best, mask=m_m)
-    tl.store(btok_ptr + p, loc.to(tl.int32), mask=m_m)
+    tl.store(btok_ptr + p, loc, mask=m_m)
     tl.store(brest_ptr + p, rest, mask=m_m)
     # the row's running best lower bound; a block whose best upper bound does not reach it
     # cannot hold the argmax (the final threshold is at least as high) and is not registered
-    # (in the ordered-int domain: the untouched value INT32_MIN is no float)
+    # (in the ordered-int domain: the untouched value INT32_MIN is no float). ``SEM``: these
+    # atomics need no ordering of their own — the ticket's release below publishes them
     own = _ordered(blb)
-    seen = tl.maximum(tl.atomic_max(lg_ptr + o_m, own, mask=m_m), own)
+    seen = tl.maximum(tl.atomic_max(lg_ptr + o_m, own, mask=m_m, sem=SEM), own)
     reg = m_m & (best >= _ordered(seen).to(tl.float32, bitcast=True))
-    slot = tl.atomic_add(rc_ptr + o_m, 1, mask=reg)
+    slot = tl.atomic_add(rc_ptr + o_m, 1, mask=reg, sem=SEM)
     q = o_m * CAP + slot
     keep = reg & (slot < CAP)
     tl.store(lub_ptr + q, best, mask=keep)
-    tl.store(ltok_ptr + q, loc.to(tl.int32), mask=keep)
+    tl.store(ltok_ptr + q, loc, mask=keep)
     tl.store(lrest_ptr + q, rest, mask=keep)
     tl.debug_barrier()  # every thread's stores are issued before the ticket
     done = tl.atomic_add(cnt_ptr + i_mt, 1, sem="acq_rel")
@@ -305,7 +310,7 @@ def fused_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap
         x, weight, norms, bub, btok, brest, sc.best, sc.count, lub, ltok, lrest, sc.tickets, stats, out,
         m, n, nb, cap, x.stride(0), weight.stride(0), native_bound_coef(k), ABS_SLACK,
         K=k, BM=bm, BN=block, BK=64, NBP=_pow2(nb), CAP=LIST_CAP, EBK=min(EBK, _pow2(k)), TBK=TBK,
-        F32=interpret_mode(), num_warps=warps, num_stages=stages, **({"maxnreg": maxnreg} if maxnreg else {}))
+        F32=interpret_mode(), SEM=ROW_SEM, num_warps=warps, num_stages=stages, **({"maxnreg": maxnreg} if maxnreg else {}))
     return out
 
 
