@@ -7,8 +7,19 @@ import torch
 import lowbit
 from lowbit.formats import FP8, NVFP4, INTx
 from lowbit.nn.draft_head import DraftHead
+from lowbit.ops import coarse_head as _ch
 
 N, K, M = 317, 80, 4  # N: partial last block; K: a multiple of 16, not of 32
+#: the library's threshold of the fused certified argmax, before the fixture below moves it
+DEFAULT_FUSED_MIN_M = _ch.FUSED_ARGMAX_MIN_M
+
+
+@pytest.fixture(autouse=True)
+def _intx_certified_argmax(monkeypatch):
+    """Certified argmax on the INTx coarse pass unless a test asks for the fused one over the
+    stored rows (``_fused_only``): most cases here are about the INTx path's sets, statistics and
+    fallbacks, at M = 4 (above the fused path's default threshold)."""
+    monkeypatch.setattr(_ch, "FUSED_ARGMAX_MIN_M", 2**31)
 
 
 def _dense(weight) -> torch.Tensor:
@@ -264,9 +275,9 @@ def test_fused_argmax_list_overflow(backend, monkeypatch, case, cap):
 
 @pytest.mark.parametrize("m", [16, 19, 70])
 def test_fused_argmax_m_tiles(backend, monkeypatch, m):
-    """The default threshold (16 rows), a partial tile (19 rows: BM 32) and two M tiles of 64
+    """16 rows (above the default threshold), a partial tile (19 rows: BM 32) and two M tiles of 64
     (each its own tickets); an fp32 x takes the INTx path instead (same answers)."""
-    _triton_only(backend)
+    _fused_only(backend, monkeypatch, min_m=DEFAULT_FUSED_MIN_M)
     if backend.name == "interpret" and m == 70:
         pytest.skip("interpreter time budget: two M tiles run on the cuda tier")
     g = torch.Generator().manual_seed(m)
@@ -424,9 +435,10 @@ def test_certified_exact_bands_cuda(m):
 
 
 @pytest.mark.cuda
-def test_compile_and_cuda_graph_fused_argmax():
+def test_compile_and_cuda_graph_fused_argmax(monkeypatch):
     """The fused certified argmax compiles fullgraph and replays in a CUDA graph with new inputs,
     rows that tie everywhere (the in-launch rescoring) included; the statistics count replays."""
+    monkeypatch.setattr(_ch, "FUSED_ARGMAX_MIN_M", DEFAULT_FUSED_MIN_M)
     g = torch.Generator().manual_seed(3)
     w = (torch.randn(3000, 576, generator=g) * 0.02)
     w[2000:] = w[2000]  # a tied tail: rows of x along it tie across many blocks

@@ -344,9 +344,12 @@ def _(cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, k, cap, stat
 
 #: Certified argmax on a dense bf16 / fp16 head from this many rows on: the stored rows are their
 #: own coarse pass and the selection runs inside the same launch (``fused_argmax.py``), instead of
-#: the INTx coarse pass + the selection launch. 0 = every M; a huge value turns it off. Chosen on
-#: the H200 on SmolLM2's 49152 x 576 head (see docs/draft_head.md, "ninth session").
-FUSED_ARGMAX_MIN_M = 16
+#: the INTx coarse pass + the selection launch. 0 = every M; a huge value turns it off. H200,
+#: SmolLM2's 49152 x 576 head, real hidden states, graph replay, cold L2
+#: (``scripts/bench_certified_real.py``, docs/measurements/2026-12-01_session9_e_real_head.json):
+#: INT8 path / fused 30.6 / 32.6 µs at M = 1, 35.3 / 33.4 at M = 4, 47.7 / 33.6 at M = 16,
+#: 76.0 / 37.4 at M = 32, 98.2 / 45.0 at M = 64 (M = 2, 3 not measured).
+FUSED_ARGMAX_MIN_M = 4
 
 
 def fused_certified_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap: int,
