@@ -80,7 +80,7 @@ def main() -> int:
 
     for bm, (w, st, cap) in fa._CONFIGS.items():
         const = dict(K=args.k, BM=bm, BN=fa.FUSED_BN, BK=64, NBP=_pow2(-(-args.n // fa.FUSED_BN)), CAP=fa.LIST_CAP,
-                     EBK=min(fa.EBK, _pow2(args.k)), TBK=fa.TBK, F32=False, SEM=fa.ROW_SEM)
+                     EBK=min(fa.EBK, _pow2(args.k)), TBK=fa.TBK, F32=False, SEM=fa.ROW_SEM, BLOCK_BOUND=fa.BLOCK_BOUND, RC=min(bm, fa.ANSWER_ROWS))
         names = fa._fused_argmax_kernel.arg_names
         sig = {a: "constexpr" if a in const else TYPES.get(a, "i32") for a in names}
         # the launch specialises these as multiples of 16 (aligned pointers, strides of K % 16 == 0)

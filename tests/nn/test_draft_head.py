@@ -260,11 +260,15 @@ def test_fused_argmax_exact(backend, monkeypatch, case, dtype):
         assert st["fallbacks"] == 2 * M, st
 
 
+@pytest.mark.parametrize("block_bound", [True, False])
 @pytest.mark.parametrize("case,cap", [("all_equal", 2), ("near_ties", 1), ("random", 1)])
-def test_fused_argmax_list_overflow(backend, monkeypatch, case, cap):
+def test_fused_argmax_list_overflow(backend, monkeypatch, case, cap, block_bound):
     """More registered blocks than a row's list holds: the row's per-block records decide, still
-    exact."""
+    exact; with the bound per block (the default) and per token."""
     _fused_only(backend, monkeypatch, cap=cap)
+    from lowbit.ops.coarse_head import fused_argmax
+
+    monkeypatch.setattr(fused_argmax, "BLOCK_BOUND", block_bound)
     w, x = _case(case)
     w, x = w.to(backend.device), x.to(backend.device)
     with backend.active():
@@ -273,10 +277,11 @@ def test_fused_argmax_list_overflow(backend, monkeypatch, case, cap):
     assert torch.equal(am.cpu(), _topk64(_exact64(x, w), 1)[1][:, 0])
 
 
-@pytest.mark.parametrize("m", [16, 19, 70])
+@pytest.mark.parametrize("m", [16, 19, 40, 70])
 def test_fused_argmax_m_tiles(backend, monkeypatch, m):
-    """16 rows (above the default threshold), a partial tile (19 rows: BM 32) and two M tiles of 64
-    (each its own tickets); an fp32 x takes the INTx path instead (same answers)."""
+    """16 rows (above the default threshold), a partial tile (19 rows: BM 32), 40 rows (BM 64:
+    the last program answers them in two chunks) and two M tiles of 64 (each its own tickets); an
+    fp32 x takes the INTx path instead (same answers)."""
     _fused_only(backend, monkeypatch, min_m=DEFAULT_FUSED_MIN_M)
     if backend.name == "interpret" and m == 70:
         pytest.skip("interpreter time budget: two M tiles run on the cuda tier")

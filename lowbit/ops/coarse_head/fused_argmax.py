@@ -58,6 +58,11 @@ TBK, EBK = 8, 256
 #: memory semantics of the per-row atomics (running best lower bound, registration count):
 #: "relaxed" (the ticket's acq_rel publishes them) or "acq_rel" (Triton's default; for A/B)
 ROW_SEM = "relaxed"
+#: rows the last program answers at a time
+ANSWER_ROWS = 32
+#: the bound per block (the block's largest row norm: the epilogue reduces the coarse values
+#: themselves, no [BN, BM] bound tile) or per token (False: the form measured first)
+BLOCK_BOUND = True
 
 
 def native_bound_coef(k: int) -> float:
@@ -135,14 +140,15 @@ def _rescore(x_ptr, w_ptr, m, thr, ub, rest, tok, live, N, stride_xm, stride_wn,
 
 
 @triton.jit
-def _answer_tile(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub_ptr, ltok_ptr, lrest_ptr,
-                 st_ptr, out_ptr, i_mt, M, N, NB, R, stride_xm, stride_wn, K: tl.constexpr, BM: tl.constexpr,
+def _answer_rows(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub_ptr, ltok_ptr, lrest_ptr,
+                 st_ptr, out_ptr, row0, first, M, N, NB, R, stride_xm, stride_wn, K: tl.constexpr, RC: tl.constexpr,
                  BN: tl.constexpr, NBP: tl.constexpr, CAP: tl.constexpr, EBK: tl.constexpr, TBK: tl.constexpr):
-    """The last program of M tile ``i_mt``: every row's verdict from its registered blocks, the
-    easy rows' answers, the statistics, the exact rescoring of the rows that need it, and the
-    per-row scratch reset for the next call (see the module docstring)."""
-    o_r = tl.arange(0, BM)
-    o_m = i_mt * BM + o_r
+    """Rows ``[row0, row0 + RC)`` in the last program of their M tile: every row's verdict from
+    its registered blocks, the easy rows' answers, the statistics (``first``: the call's first
+    chunk, which counts the call), the exact rescoring of the rows that need it, and the per-row
+    scratch reset for the next call (see the module docstring)."""
+    o_r = tl.arange(0, RC)
+    o_m = row0 + o_r
     m_m = o_m < M
     o_c = tl.arange(0, CAP)
     neg = float("-inf")
@@ -165,16 +171,16 @@ def _answer_tile(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub
     tl.atomic_add(st_ptr + 2, tl.sum(one * ((n_off == 0) & (size > R)).to(tl.int64), axis=0))
     tl.atomic_add(st_ptr + 3, tl.sum(one * size.to(tl.int64), axis=0))
     tl.atomic_max(st_ptr + 4, tl.max(one * size.to(tl.int64), axis=0))
-    if i_mt == 0:
+    if first:
         tl.atomic_add(st_ptr + 5, 1)
     hard = m_m & (easy == 0)
     if tl.sum(hard.to(tl.int32), axis=0) > 0:
         o_b = tl.arange(0, NBP)
         m_b = o_b < NB
-        for r in range(0, BM):
+        for r in range(0, RC):
             sel = o_r == r
             if tl.sum(tl.where(sel, hard.to(tl.int32), 0), axis=0) > 0:
-                m = (i_mt * BM + r).to(tl.int64)
+                m = (row0 + r).to(tl.int64)
                 thr_r = tl.max(tl.where(sel, thr, neg), axis=0)
                 if tl.sum(tl.where(sel, over.to(tl.int32), 0), axis=0) > 0:  # every block's record
                     q_b = m * NB + o_b
@@ -193,8 +199,21 @@ def _answer_tile(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub
                                     m_q, N, stride_xm, stride_wn, K, BN, EBK, TBK)
                 tl.store(out_ptr + m, 2147483647 - (best & 0xFFFFFFFF))
     # the per-row scratch, as the next call expects it
-    tl.store(lg_ptr + o_m, tl.full([BM], -2147483648, dtype=tl.int32), mask=m_m)
-    tl.store(rc_ptr + o_m, tl.zeros([BM], dtype=tl.int32), mask=m_m)
+    tl.store(lg_ptr + o_m, tl.full([RC], -2147483648, dtype=tl.int32), mask=m_m)
+    tl.store(rc_ptr + o_m, tl.zeros([RC], dtype=tl.int32), mask=m_m)
+
+
+@triton.jit
+def _answer_tile(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub_ptr, ltok_ptr, lrest_ptr,
+                 st_ptr, out_ptr, i_mt, M, N, NB, R, stride_xm, stride_wn, K: tl.constexpr, BM: tl.constexpr,
+                 RC: tl.constexpr, BN: tl.constexpr, NBP: tl.constexpr, CAP: tl.constexpr, EBK: tl.constexpr,
+                 TBK: tl.constexpr):
+    """The last program of M tile ``i_mt`` answers its rows in chunks of RC (a runtime loop: the
+    chunk's tiles, not the tile's, set this code's share of the kernel's registers)."""
+    for r0 in range(0, BM, RC):
+        _answer_rows(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub_ptr, ltok_ptr, lrest_ptr,
+                     st_ptr, out_ptr, i_mt * BM + r0, (i_mt == 0) & (r0 == 0), M, N, NB, R, stride_xm, stride_wn,
+                     K, RC, BN, NBP, CAP, EBK, TBK)
 
 
 @triton.jit(do_not_specialize=["M", "R"])
@@ -202,7 +221,7 @@ def _fused_argmax_kernel(x_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_
                          lrest_ptr, cnt_ptr, st_ptr, out_ptr, M, N, NB, R, stride_xm, stride_wn, beta, abs_slack,
                          K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                          NBP: tl.constexpr, CAP: tl.constexpr, EBK: tl.constexpr, TBK: tl.constexpr,
-                         F32: tl.constexpr, SEM: tl.constexpr):
+                         F32: tl.constexpr, SEM: tl.constexpr, BLOCK_BOUND: tl.constexpr, RC: tl.constexpr):
     i_n = tl.program_id(0).to(tl.int64)
     i_mt = tl.program_id(1)
     o_n = i_n * BN + tl.arange(0, BN)
@@ -227,14 +246,27 @@ def _fused_argmax_kernel(x_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_
             acc = tl.dot(b_w, b_xt, acc)
     xn = tl.sqrt(tl.sum(xsq, axis=0))  # [BM]
     wn = tl.load(wn_ptr + o_n, mask=m_n, other=0.0)
-    b = beta * (wn[:, None] * xn[None, :]) + abs_slack
     neg = float("-inf")
-    blb = tl.max(tl.where(m_n[:, None], acc - b, neg), axis=0)  # [BM]
-    ub = tl.where(m_n[:, None], acc + b, neg)
-    best = tl.max(ub, axis=0)  # [BM]
     tok = (i_n * BN).to(tl.int32) + tl.arange(0, BN)  # int32: the reductions below stay 32-bit
-    loc = tl.min(tl.where(ub == best[None, :], tok[:, None], N + BN), axis=0)
-    rest = tl.max(tl.where(tok[:, None] == loc[None, :], neg, ub), axis=0)
+    if BLOCK_BOUND:
+        # one bound for the whole block (its largest row norm): the reductions run on the coarse
+        # values themselves, and no [BN, BM] bound tile is formed; rounding is monotone, so
+        # fl(c_max + b) bounds every fl(c_t + b) and fl(c_max - b) <= fl(c_loc - b)
+        b = beta * (xn * tl.max(wn, axis=0)) + abs_slack  # [BM]
+        c = tl.where(m_n[:, None], acc, neg)
+        cmax = tl.max(c, axis=0)
+        loc = tl.min(tl.where(c == cmax[None, :], tok[:, None], N + BN), axis=0)
+        c2 = tl.max(tl.where(tok[:, None] == loc[None, :], neg, c), axis=0)
+        blb = cmax - b
+        best = cmax + b
+        rest = c2 + b
+    else:
+        b = beta * (wn[:, None] * xn[None, :]) + abs_slack
+        blb = tl.max(tl.where(m_n[:, None], acc - b, neg), axis=0)  # [BM]
+        ub = tl.where(m_n[:, None], acc + b, neg)
+        best = tl.max(ub, axis=0)  # [BM]
+        loc = tl.min(tl.where(ub == best[None, :], tok[:, None], N + BN), axis=0)
+        rest = tl.max(tl.where(tok[:, None] == loc[None, :], neg, ub), axis=0)
     p = o_m * NB + i_n
     tl.store(bub_ptr + p, best, mask=m_m)
     tl.store(btok_ptr + p, loc, mask=m_m)
@@ -256,7 +288,7 @@ def _fused_argmax_kernel(x_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_
     done = tl.atomic_add(cnt_ptr + i_mt, 1, sem="acq_rel")
     if done == NB - 1:
         _answer_tile(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub_ptr, ltok_ptr, lrest_ptr,
-                     st_ptr, out_ptr, i_mt, M, N, NB, R, stride_xm, stride_wn, K, BM, BN, NBP, CAP, EBK, TBK)
+                     st_ptr, out_ptr, i_mt, M, N, NB, R, stride_xm, stride_wn, K, BM, RC, BN, NBP, CAP, EBK, TBK)
         tl.atomic_xchg(cnt_ptr + i_mt, 0)
 
 
@@ -310,7 +342,7 @@ def fused_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap
         x, weight, norms, bub, btok, brest, sc.best, sc.count, lub, ltok, lrest, sc.tickets, stats, out,
         m, n, nb, cap, x.stride(0), weight.stride(0), native_bound_coef(k), ABS_SLACK,
         K=k, BM=bm, BN=block, BK=64, NBP=_pow2(nb), CAP=LIST_CAP, EBK=min(EBK, _pow2(k)), TBK=TBK,
-        F32=interpret_mode(), SEM=ROW_SEM, num_warps=warps, num_stages=stages, **({"maxnreg": maxnreg} if maxnreg else {}))
+        F32=interpret_mode(), SEM=ROW_SEM, BLOCK_BOUND=BLOCK_BOUND, RC=min(bm, ANSWER_ROWS), num_warps=warps, num_stages=stages, **({"maxnreg": maxnreg} if maxnreg else {}))
     return out
 
 
