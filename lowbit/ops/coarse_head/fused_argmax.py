@@ -10,20 +10,25 @@ only error is the fp32 accumulation's and the certified sets are the near-ties a
 selection needs no launch of its own.
 
 Program ``(i_n, i_mt)``: tokens ``[i_n BN, (i_n + 1) BN)`` against rows ``[i_mt BM, (i_mt + 1)
-BM)`` of x. It computes ``c = x . w`` on the tensor cores (fp32 accumulator), the bound ``b`` (see
-:func:`native_bound_coef`), and writes per row the block's best lower bound ``lb = c - b``, its
-best upper bound ``ub = c + b`` with that token, and the best ``ub`` of the block's other tokens
-("rest"), then takes a ticket. The last of the ``NB`` programs of an M tile (``acq_rel``: it sees
-every other program's writes) answers the tile's rows:
+BM)`` of x. It computes ``c = x . w`` on the tensor cores (fp32 accumulator) and the bound ``b``
+(:func:`native_bound_coef`; per block with ``BLOCK_BOUND``, from the block's largest row norm),
+writes per row the block's best upper bound ``ub = c + b`` with its token and the best ``ub`` of
+the block's other tokens ("rest"), folds the block's best lower bound ``c - b`` into the row's
+running best (``atomic_max``), and registers the block in the row's list (at most ``LIST_CAP``
+entries) if its best ``ub`` reaches that running best — a block that does not can hold no
+candidate, since the final threshold is at least as high. Then it takes a ticket; the last of
+the ``NB`` programs of an M tile (``acq_rel``: it sees every other program's writes) answers the
+tile's rows, ``ANSWER_ROWS`` at a time:
 
-* ``L`` = the best block lower bound; members = blocks whose best ``ub >= L``; a block whose rest
-  reaches ``L`` may hide a second member ("offending").
-* One member and no offending block (the usual case): the member is the argmax — every other
-  token ``t`` has ``fl(e_t) <= ub_t < L <= fl(e_best)`` — no rescoring needed.
+* ``L`` = the row's best lower bound; members = registered blocks whose best ``ub >= L``; a
+  block whose rest reaches ``L`` may hide a second member ("offending").
+* One member and no offending block (the usual case): the member's token is the argmax — every
+  other token ``t`` has ``fl(e_t) <= ub_t < L <= fl(e_best)`` — no rescoring needed.
 * Otherwise the row is rescored exactly: every member token, and every token of an offending
   block (fp32 dots of the stored rows, the definition of :func:`lowbit.ops.gathered_dot`); ties
-  go to the lower index. Always exact, whatever the data: an adversarial row (all tokens equal)
-  is scored in full by that one program — slow, but right.
+  go to the lower index. A row with more registrations than its list holds is decided from the
+  per-block records of all NB blocks instead. Always exact, whatever the data: an adversarial
+  row (all tokens equal) is scored in full by that one program — slow, but right.
 
 Statistics go to the ``CERTIFIED_STATS`` buffer (rows, fallbacks = rows with an offending block,
 wide = rows with more than ``cap`` member blocks and none offending, set_sum / set_max = member
@@ -45,13 +50,14 @@ from lowbit.ops.coarse_head.triton import _pow2
 FUSED_BN = 128
 #: rows of x per program (more rows: more M tiles, each reading the weight once more)
 MAX_BM = 64
-#: BM -> (num_warps, num_stages, maxnreg or None). The last program's rescoring code shares the
-#: kernel's register allocation, so its tiles are small (TBK, EBK below): sm_90 offline
+#: BM -> (num_warps, num_stages, maxnreg or None). The last program's code shares the kernel's
+#: register allocation, so its tiles are small (TBK, EBK, ANSWER_ROWS below): sm_90 offline
 #: (``scripts/certified_offline.py``) BM 16 / 4 warps 77 registers (6 programs per SM), BM 32 / 4
-#: warps 117 (4), BM 64 / 8 warps 115 (2: two waves of SmolLM2's 384 blocks; capped at 80, 3
-#: programs and 112 bytes of stack). Starting points from the H200 probe
-#: (``scripts/probe_wide_m.py``: BN 128, 4 warps, 3 stages best or within 1 µs at M = 16..64);
-#: the fused stage of ``scripts/probe_wide_m.py`` times the alternatives.
+#: warps 87 (5), BM 64 / 8 warps capped at 80 (3 programs: one wave of SmolLM2's 384 blocks; 80
+#: bytes of stack; uncapped 111, 2 programs). H200 (``scripts/probe_wide_m.py --fused``,
+#: docs/measurements/2026-12-01_session9_{e,g}_probe_fused.json): within ~1 µs of the best
+#: alternative at every M, except BM 32 at 8 warps (35.8 vs 36.7 µs in call g, 41.5 vs 36.1
+#: in call e).
 _CONFIGS = {16: (4, 3, None), 32: (4, 3, None), 64: (8, 3, 80)}
 #: K chunk of the last program's exact whole-block scoring, and of its single-token dots
 TBK, EBK = 8, 256
