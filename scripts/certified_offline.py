@@ -78,8 +78,8 @@ def main() -> int:
                 print(f"k={k} {name}: FAILED {root_cause(e)}", flush=True)
     from lowbit.ops.coarse_head import fused_argmax as fa
 
-    for bm, (w, st, cap) in fa._CONFIGS.items():
-        const = dict(K=args.k, BM=bm, BN=fa.FUSED_BN, BK=64, NBP=_pow2(-(-args.n // fa.FUSED_BN)), CAP=fa.LIST_CAP,
+    for bm, (w, st, cap, bn) in fa._CONFIGS.items():
+        const = dict(K=args.k, BM=bm, BN=bn, BK=64, NBP=_pow2(-(-args.n // bn)), CAP=fa.LIST_CAP,
                      EBK=min(fa.EBK, _pow2(args.k)), TBK=fa.TBK, F32=False, SEM=fa.ROW_SEM, BLOCK_BOUND=fa.BLOCK_BOUND, RC=min(bm, fa.ANSWER_ROWS))
         names = fa._fused_argmax_kernel.arg_names
         sig = {a: "constexpr" if a in const else TYPES.get(a, "i32") for a in names}

@@ -18,7 +18,7 @@ Timed under CUDA-graph replay with L2 flushed (``head_bench.cold_graph_us``), pe
 Probe kernels sweep (BN, num_warps, num_stages). Not library code: the winner, if any, moves
 into ``lowbit/ops/coarse_head``. ``--fused`` times instead the library's fused certified argmax
 (``lowbit/ops/coarse_head/fused_argmax.py``) under each launch configuration of its M band
-(num_warps, num_stages, maxnreg), with the bound per block and per token, next to cuBLAS
+(num_warps, num_stages, maxnreg, BN), with the bound per block and per token, next to cuBLAS
 (the ninth session's call e A/B'd the per-row atomics' semantics, relaxed / acq_rel, instead).
 """
 from __future__ import annotations
@@ -139,8 +139,9 @@ def main() -> int:
             stats = ch.new_certified_stats(w.device)
             norms = ch.row_norms(w)
             stages = {"cuBLAS F.linear + argmax": lambda x: F.linear(x, w).argmax(-1)}
-            cfgs = [(c, True) for c in dict.fromkeys([fa._CONFIGS[bm], (4, 3, None), (8, 3, None), (4, 3, 128),
-                                                       (8, 3, 80)])]
+            cfgs = [(c, True) for c in dict.fromkeys([fa._CONFIGS[bm], (4, 3, None, 128), (8, 3, None, 128),
+                                                       (4, 3, 128, 128), (8, 3, 80, 128), (4, 3, None, 64),
+                                                       (4, 3, 128, 64)])]
             for cfg, block_bound in cfgs + [(fa._CONFIGS[bm], False)]:
                 def run(x, cfg=cfg, block_bound=block_bound):
                     old = fa._CONFIGS[bm], fa.BLOCK_BOUND
@@ -153,7 +154,7 @@ def main() -> int:
                 log({"M": m, "fused config": cfg, "block bound": block_bound, "argmax agreement vs fp64": float(
                     (got == (xs[0].double() @ w.double().T).argmax(-1)).float().mean())})
                 bound = "block bound" if block_bound else "token bound"
-                stages[f"fused argmax BM{bm} w{cfg[0]} s{cfg[1]} maxnreg {cfg[2]} {bound}"] = run
+                stages[f"fused argmax BM{bm} BN{cfg[3]} w{cfg[0]} s{cfg[1]} maxnreg {cfg[2]} {bound}"] = run
             for name, fn in stages.items():
                 log({"M": m, "stage": name, "graph_us": round(cold_graph_us(fn, xs), 1)})
             continue

@@ -46,19 +46,18 @@ from lowbit.ops.coarse_head.certified import _INT64_MIN, _pack
 from lowbit.ops.coarse_head.reference import ABS_SLACK, gamma
 from lowbit.ops.coarse_head.triton import _pow2
 
-#: tokens per program (one candidate block)
-FUSED_BN = 128
 #: rows of x per program (more rows: more M tiles, each reading the weight once more)
 MAX_BM = 64
-#: BM -> (num_warps, num_stages, maxnreg or None). The last program's code shares the kernel's
-#: register allocation, so its tiles are small (TBK, EBK, ANSWER_ROWS below): sm_90 offline
+#: BM -> (num_warps, num_stages, maxnreg or None, BN tokens per program). The last program's code
+#: shares the kernel's
+#: register allocation, so its tiles are small (TBK, EBK, ANSWER_ROWS below): sm_90 offline, BN 128
 #: (``scripts/certified_offline.py``) BM 16 / 4 warps 77 registers (6 programs per SM), BM 32 / 4
 #: warps 87 (5), BM 64 / 8 warps capped at 80 (3 programs: one wave of SmolLM2's 384 blocks; 80
 #: bytes of stack; uncapped 111, 2 programs). H200 (``scripts/probe_wide_m.py --fused``,
 #: docs/measurements/2026-12-01_session9_{e,g}_probe_fused.json): within ~1 µs of the best
 #: alternative at every M, except BM 32 at 8 warps (35.8 vs 36.7 µs in call g, 41.5 vs 36.1
 #: in call e).
-_CONFIGS = {16: (4, 3, None), 32: (4, 3, None), 64: (8, 3, 80)}
+_CONFIGS = {16: (4, 3, None, 128), 32: (4, 3, None, 128), 64: (8, 3, 80, 128)}
 #: K chunk of the last program's exact whole-block scoring, and of its single-token dots
 TBK, EBK = 8, 256
 #: memory semantics of the per-row atomics (running best lower bound, registration count):
@@ -321,8 +320,8 @@ def _scratch(device, m: int) -> _Scratch:
     return sc
 
 
-def fused_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap: int, stats: torch.Tensor,
-                 block: int = FUSED_BN) -> torch.Tensor:
+def fused_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap: int, stats: torch.Tensor
+                 ) -> torch.Tensor:
     """int64 [M]: the exact argmax of ``x [M, K] @ weight[N, K]^T`` per row (lower index among
     exact ties), certified as described in the module docstring; ``norms`` = :func:`row_norms`
     of ``weight`` (:func:`lowbit.ops.coarse_head.row_norms`); ``stats`` (int64 ``CERTIFIED_STATS``) accumulates in place; ``cap`` only sorts
@@ -334,6 +333,7 @@ def fused_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap
         x = x.contiguous()
     dev = x.device
     bm = min(MAX_BM, max(16, _pow2(m)))
+    warps, stages, maxnreg, block = _CONFIGS[bm]
     mt = -(-m // bm)
     nb = -(-n // block)
     sc = _scratch(dev, m)
@@ -343,7 +343,6 @@ def fused_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap
     lub, lrest = torch.empty(m, LIST_CAP, **f32), torch.empty(m, LIST_CAP, **f32)
     ltok = torch.empty(m, LIST_CAP, dtype=torch.int32, device=dev)
     out = torch.empty(m, dtype=torch.int64, device=dev)
-    warps, stages, maxnreg = _CONFIGS[bm]
     _fused_argmax_kernel[(nb, mt)](
         x, weight, norms, bub, btok, brest, sc.best, sc.count, lub, ltok, lrest, sc.tickets, stats, out,
         m, n, nb, cap, x.stride(0), weight.stride(0), native_bound_coef(k), ABS_SLACK,
