@@ -236,9 +236,26 @@ def _fused_only(backend, monkeypatch, min_m=1, cap=None):
         monkeypatch.setattr(fused_argmax, "LIST_CAP", cap)
 
 
+@pytest.fixture
+def poison_fused(monkeypatch, poison_empty):
+    """As ``poison_empty`` (float buffers start as NaN), and the fused argmax's integer buffers
+    start as sentinels: token records as 2^31 - 1 (past any N), the answers as -7."""
+    nan_empty = torch.empty
+
+    def empty(*args, **kwargs):
+        t = nan_empty(*args, **kwargs)
+        if t.dtype == torch.int32:
+            t.fill_(2**31 - 1)
+        elif t.dtype == torch.int64:
+            t.fill_(-7)
+        return t
+
+    monkeypatch.setattr(torch, "empty", empty)
+
+
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_fused_argmax_exact(backend, monkeypatch, case, dtype):
+def test_fused_argmax_exact(backend, monkeypatch, poison_fused, case, dtype):
     """The fused certified argmax (stored rows as the coarse pass, selection in the last program)
     is exact on every adversarial case: near-ties put two members in one block of 128 (the
     block's tokens rescored), all-equal rows tie everywhere (every block rescored, lowest index)."""
@@ -262,7 +279,7 @@ def test_fused_argmax_exact(backend, monkeypatch, case, dtype):
 
 @pytest.mark.parametrize("block_bound", [True, False])
 @pytest.mark.parametrize("case,cap", [("all_equal", 2), ("near_ties", 1), ("random", 1)])
-def test_fused_argmax_list_overflow(backend, monkeypatch, case, cap, block_bound):
+def test_fused_argmax_list_overflow(backend, monkeypatch, poison_fused, case, cap, block_bound):
     """More registered blocks than a row's list holds: the row's per-block records decide, still
     exact; with the bound per block (the default) and per token."""
     _fused_only(backend, monkeypatch, cap=cap)
