@@ -36,12 +36,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 BATCHES = 8
 
-
-@triton.jit
-def _key(val, tok):
-    bits = val.to(tl.int32, bitcast=True)
-    ordv = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    return (ordv.to(tl.int64) << 32) | (2147483647 - tok.to(tl.int64))
+from lowbit.ops.coarse_head.certified import _pack  # noqa: E402  (the (value desc, token asc) key)
 
 
 @triton.jit
@@ -70,7 +65,7 @@ def _probe_kernel(x_ptr, w_ptr, s_ptr, z_ptr, key_ptr, lg_ptr, M, N, stride_xm, 
     if LOGITS:
         tl.store(lg_ptr + o_m[None, :] * N + o_n[:, None], acc, mask=m_m[None, :] & m_n[:, None])
     else:
-        keys = tl.where(m_n[:, None], _key(acc, o_n[:, None]), -(2**63))
+        keys = tl.where(m_n[:, None], _pack(acc, o_n[:, None]), -(2**63))
         tl.atomic_max(key_ptr + o_m, tl.max(keys, axis=0), mask=m_m)
 
 

@@ -67,19 +67,50 @@ _INT64_MIN = tl.constexpr(-(2**63))
 
 
 @triton.jit
+def _ordered(bits):
+    """The int32 bits of an fp32 as an int32 with the float's order (the negative ones'
+    magnitude bits flipped); its own inverse."""
+    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+@triton.jit
 def _pack(val, tok):
     """int64 key ordering (val desc, tok asc): order-preserving fp32 bits high, 2^31-1-tok low."""
-    bits = val.to(tl.int32, bitcast=True)
-    ordv = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    return (ordv.to(tl.int64) << 32) | (2147483647 - tok.to(tl.int64))
+    return (_ordered(val.to(tl.int32, bitcast=True)).to(tl.int64) << 32) | (2147483647 - tok.to(tl.int64))
 
 
 @triton.jit
 def _unpack(key):
     """(val fp32, tok int64) of :func:`_pack` keys."""
-    ordv = (key >> 32).to(tl.int32)
-    bits = tl.where(ordv < 0, ordv ^ 0x7FFFFFFF, ordv)
+    bits = _ordered((key >> 32).to(tl.int32))
     return bits.to(tl.float32, bitcast=True), 2147483647 - (key & 0xFFFFFFFF)
+
+
+@triton.jit
+def _exact_one(x_ptr, w_ptr, m, t, stride_xm, stride_wn, K: tl.constexpr, BK: tl.constexpr):
+    """fp32 scalar: the exact dot of row m of x with token t (fp32 products summed in fp32)."""
+    o_k = tl.arange(0, BK)
+    acc = tl.zeros([BK], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        m_k = (k0 + o_k) < K
+        b_w = tl.load(w_ptr + t * stride_wn + k0 + o_k, mask=m_k, other=0.0).to(tl.float32)
+        b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=m_k, other=0.0).to(tl.float32)
+        acc += b_w * b_x
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
+def _exact_block(x_ptr, w_ptr, m, o_t, m_t, stride_xm, stride_wn, K: tl.constexpr, BK: tl.constexpr):
+    """fp32 [T]: exact dots of row m of x with tokens ``o_t`` (``m_t``: the real ones)."""
+    o_k = tl.arange(0, BK)
+    acc = tl.zeros([o_t.shape[0], BK], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        m_k = (k0 + o_k) < K
+        b_w = tl.load(w_ptr + o_t.to(tl.int64)[:, None] * stride_wn + k0 + o_k[None, :],
+                      mask=m_t[:, None] & m_k[None, :], other=0.0).to(tl.float32)
+        b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=m_k, other=0.0).to(tl.float32)
+        acc += b_w * b_x[None, :]
+    return tl.sum(acc, axis=1)
 
 
 @triton.jit
@@ -136,16 +167,9 @@ def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
     tl.store(sel_ptr + m * R + slot, tok.to(tl.int32), mask=member & (slot < R) & (fall == 0))
     tl.debug_barrier()
     # -- exact rescoring of members s, s + S, ... --
-    o_k = tl.arange(0, BKK)
     for r in range(s, n_set, S):
         t_r = tl.load(sel_ptr + m * R + r).to(tl.int64)
-        acc = tl.zeros([BKK], dtype=tl.float32)
-        for k0 in range(0, K, BKK):
-            mk = (k0 + o_k) < K
-            b_w = tl.load(w_ptr + t_r * stride_wn + k0 + o_k, mask=mk, other=0.0).to(tl.float32)
-            b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=mk, other=0.0).to(tl.float32)
-            acc += b_w * b_x
-        tl.store(val_ptr + m * R + r, tl.sum(acc, axis=0))
+        tl.store(val_ptr + m * R + r, _exact_one(x_ptr, w_ptr, m, t_r, stride_xm, stride_wn, K, BKK))
     tl.debug_barrier()
     # the row's last program to arrive (acq_rel: it sees every other program's values)
     done = tl.atomic_add(cnt_ptr + m, 1, sem="acq_rel")
@@ -232,14 +256,8 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
             for n0 in range(g * BN, N, G * BN):
                 tok = n0 + o_n
                 m_n = tok < N
-                acc = tl.zeros([BN, BK], dtype=tl.float32)
-                for k0 in range(0, K, BK):
-                    mk = (k0 + o_k) < K
-                    b_w = tl.load(w_ptr + tok.to(tl.int64)[:, None] * stride_wn + k0 + o_k[None, :],
-                                  mask=m_n[:, None] & mk[None, :], other=0.0).to(tl.float32)
-                    b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=mk, other=0.0).to(tl.float32)
-                    acc += b_w * b_x[None, :]
-                keys = tl.where(m_n, _pack(tl.sum(acc, axis=1), tok), _INT64_MIN)
+                v = _exact_block(x_ptr, w_ptr, m, tok, m_n, stride_xm, stride_wn, K, BK)
+                keys = tl.where(m_n, _pack(v, tok), _INT64_MIN)
                 best = _merge(best, tl.topk(keys, KP), KP)
             tl.store(part_ptr + (f * G + g) * KP + tl.arange(0, KP), best)
     tl.debug_barrier()

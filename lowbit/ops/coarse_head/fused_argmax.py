@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
-from lowbit.ops.coarse_head.certified import _INT64_MIN, _pack
+from lowbit.ops.coarse_head.certified import _INT64_MIN, _exact_block, _exact_one, _ordered, _pack
 from lowbit.ops.coarse_head.reference import ABS_SLACK, gamma
 from lowbit.ops.coarse_head.triton import _pow2
 
@@ -83,40 +83,6 @@ def native_bound_coef(k: int) -> float:
     to underflow."""
     g = gamma(k + 16)
     return g * (1.0 + 2.0 * g) * (1.0 + 2.0**-18)
-
-
-@triton.jit
-def _exact_block(x_ptr, w_ptr, m, o_t, m_t, stride_xm, stride_wn, K: tl.constexpr, BK: tl.constexpr):
-    """fp32 [T]: exact dots of row m of x with tokens ``o_t`` (fp32 products summed in fp32)."""
-    o_k = tl.arange(0, BK)
-    acc = tl.zeros([o_t.shape[0], BK], dtype=tl.float32)
-    for k0 in range(0, K, BK):
-        m_k = (k0 + o_k) < K
-        b_w = tl.load(w_ptr + o_t.to(tl.int64)[:, None] * stride_wn + k0 + o_k[None, :],
-                      mask=m_t[:, None] & m_k[None, :], other=0.0).to(tl.float32)
-        b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=m_k, other=0.0).to(tl.float32)
-        acc += b_w * b_x[None, :]
-    return tl.sum(acc, axis=1)
-
-
-@triton.jit
-def _exact_one(x_ptr, w_ptr, m, t, stride_xm, stride_wn, K: tl.constexpr, EBK: tl.constexpr):
-    """fp32 scalar: the exact dot of row m of x with token t."""
-    o_k = tl.arange(0, EBK)
-    acc = tl.zeros([EBK], dtype=tl.float32)
-    for k0 in range(0, K, EBK):
-        m_k = (k0 + o_k) < K
-        b_w = tl.load(w_ptr + t * stride_wn + k0 + o_k, mask=m_k, other=0.0).to(tl.float32)
-        b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=m_k, other=0.0).to(tl.float32)
-        acc += b_w * b_x
-    return tl.sum(acc, axis=0)
-
-
-@triton.jit
-def _ordered(v):
-    """int32 with the order of the fp32 ``v`` (for ``atomic_max``); its own inverse."""
-    bits = v.to(tl.int32, bitcast=True)
-    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
 
 
 @triton.jit
@@ -280,7 +246,7 @@ def _fused_argmax_kernel(x_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_
     # cannot hold the argmax (the final threshold is at least as high) and is not registered
     # (in the ordered-int domain: the untouched value INT32_MIN is no float). ``SEM``: these
     # atomics need no ordering of their own — the ticket's release below publishes them
-    own = _ordered(blb)
+    own = _ordered(blb.to(tl.int32, bitcast=True))
     seen = tl.maximum(tl.atomic_max(lg_ptr + o_m, own, mask=m_m, sem=SEM), own)
     reg = m_m & (best >= _ordered(seen).to(tl.float32, bitcast=True))
     slot = tl.atomic_add(rc_ptr + o_m, 1, mask=reg, sem=SEM)

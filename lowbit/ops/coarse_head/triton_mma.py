@@ -124,10 +124,15 @@ def _x_alpha_kernel(x_ptr, alpha_ptr, stride_xm, K, BLK: tl.constexpr):
     for k0 in range(0, K, BLK):
         o_k = k0 + tl.arange(0, BLK)
         b_amax = tl.maximum(b_amax, tl.abs(tl.load(x_ptr + i_m * stride_xm + o_k, mask=o_k < K, other=0.0).to(tl.float32)))
-    amax = tl.max(b_amax, axis=0)
+    tl.store(alpha_ptr + i_m, _alpha_of(tl.max(b_amax, axis=0)))
+
+
+@triton.jit
+def _alpha_of(amax):
+    """The largest power of two with ``amax * alpha <= _LIMIT`` (1 where amax is 0)."""
     ratio = _LIMIT / tl.maximum(amax, 1e-30)
     alpha = (ratio.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True)
-    tl.store(alpha_ptr + i_m, tl.where(amax > 0.0, alpha, 1.0))
+    return tl.where(amax > 0.0, alpha, 1.0)
 
 
 #: the x-fragment kernel finds alpha itself (one launch less per call: True) or reads it from
@@ -148,10 +153,7 @@ def _row_alpha(x_ptr, o_r, m_r, stride_xm, K, BLK: tl.constexpr):
         kk = k0 + o_k
         b_x = tl.load(x_ptr + o_r[:, None] * stride_xm + kk[None, :], mask=m_r[:, None] & (kk < K)[None, :], other=0.0)
         b_amax = tl.maximum(b_amax, tl.abs(b_x.to(tl.float32)))
-    amax = tl.max(b_amax, axis=1)
-    ratio = _LIMIT / tl.maximum(amax, 1e-30)
-    alpha = (ratio.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True)
-    return tl.where(amax > 0.0, alpha, 1.0)
+    return _alpha_of(tl.max(b_amax, axis=1))
 
 
 @triton.jit(do_not_specialize=["M", "K"])
