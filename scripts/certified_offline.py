@@ -78,7 +78,7 @@ def main() -> int:
                 print(f"k={k} {name}: FAILED {root_cause(e)}", flush=True)
     from lowbit.ops.coarse_head import fused_argmax as fa
 
-    for bm, (w, st, cap, bn) in fa._CONFIGS.items():
+    for band, (bm, w, st, cap, bn) in fa._CONFIGS.items():
         const = dict(K=args.k, BM=bm, BN=bn, BK=64, NBP=_pow2(-(-args.n // bn)), CAP=fa.LIST_CAP,
                      EBK=min(fa.EBK, _pow2(args.k)), TBK=fa.TBK, F32=False, SEM=fa.ROW_SEM, BLOCK_BOUND=fa.BLOCK_BOUND, RC=min(bm, fa.ANSWER_ROWS))
         names = fa._fused_argmax_kernel.arg_names
@@ -88,7 +88,7 @@ def main() -> int:
         try:
             res = resource_usage(compile_sm90(fa._fused_argmax_kernel, sig, const, divisible=div, num_warps=w,
                                               num_stages=st, **({"maxnreg": cap} if cap else {})))
-            print(f"_fused_argmax_kernel BM={bm}: {res}", flush=True)
+            print(f"_fused_argmax_kernel band {band} BM={bm}: {res}", flush=True)
         except Exception as e:  # noqa: BLE001
             failed += 1
             print(f"_fused_argmax_kernel BM={bm}: FAILED {root_cause(e)}", flush=True)

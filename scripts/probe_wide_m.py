@@ -18,8 +18,9 @@ Timed under CUDA-graph replay with L2 flushed (``head_bench.cold_graph_us``), pe
 Probe kernels sweep (BN, num_warps, num_stages). Not library code: the winner, if any, moves
 into ``lowbit/ops/coarse_head``. ``--fused`` times instead the library's fused certified argmax
 (``lowbit/ops/coarse_head/fused_argmax.py``) under each launch configuration of its M band
-(num_warps, num_stages, maxnreg, BN), with the bound per block and per token, next to cuBLAS
-(the ninth session's call e A/B'd the per-row atomics' semantics, relaxed / acq_rel, instead).
+(``FUSED_SWEEP``: BM, warps, stages, maxnreg, BN, BK, answer rows; a BM below the band is the
+band's rows in M tiles side by side), next to cuBLAS (the ninth session's calls e / g A/B'd the
+per-row atomics' semantics and the bound per token instead).
 """
 from __future__ import annotations
 
@@ -37,6 +38,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 BATCHES = 8
 
 from lowbit.ops.coarse_head.certified import _pack  # noqa: E402  (the (value desc, token asc) key)
+
+#: --fused: launch configurations tried per M band besides the library's, as
+#: ((BM, num_warps, num_stages, maxnreg, BN), BK, ANSWER_ROWS); a BM below the band splits the
+#: rows into M tiles that run side by side in the grid (the second read of a block hits L2)
+FUSED_SWEEP = {
+    16: [((16, 4, 3, None, 64), 64, 16), ((16, 8, 3, None, 128), 64, 16), ((16, 4, 4, None, 128), 32, 16)],
+    32: [((16, 4, 3, None, 128), 64, 16), ((16, 4, 3, None, 64), 64, 16), ((32, 4, 3, None, 64), 64, 32),
+         ((32, 4, 4, None, 128), 32, 32), ((32, 4, 3, None, 128), 128, 32)],
+    64: [((32, 4, 3, None, 128), 64, 32), ((16, 4, 3, None, 128), 64, 16), ((32, 4, 3, None, 64), 64, 32),
+         ((32, 8, 3, None, 128), 64, 32), ((64, 8, 3, 80, 64), 64, 32), ((64, 8, 3, None, 128), 64, 64),
+         ((64, 8, 4, 80, 128), 32, 32), ((32, 4, 4, None, 128), 32, 32), ((16, 4, 3, None, 64), 64, 16)],
+}
 
 
 @triton.jit
@@ -130,26 +143,29 @@ def main() -> int:
         if args.fused:
             from lowbit.ops.coarse_head import fused_argmax as fa
 
-            bm = min(fa.MAX_BM, max(16, triton.next_power_of_2(m)))
+            band = min(fa.MAX_BM, max(16, triton.next_power_of_2(m)))
             stats = ch.new_certified_stats(w.device)
             norms = ch.row_norms(w)
             stages = {"cuBLAS F.linear + argmax": lambda x: F.linear(x, w).argmax(-1)}
-            cfgs = [(c, True) for c in dict.fromkeys([fa._CONFIGS[bm], (4, 3, None, 128), (8, 3, None, 128),
-                                                       (4, 3, 128, 128), (8, 3, 80, 128), (4, 3, None, 64),
-                                                       (4, 3, 128, 64)])]
-            for cfg, block_bound in cfgs + [(fa._CONFIGS[bm], False)]:
-                def run(x, cfg=cfg, block_bound=block_bound):
-                    old = fa._CONFIGS[bm], fa.BLOCK_BOUND
-                    fa._CONFIGS[bm], fa.BLOCK_BOUND = cfg, block_bound
+            # (BM, warps, stages, maxnreg, BN), BK, ANSWER_ROWS; BM below the band = M tiles side by side
+            cfgs = [(fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS)] + FUSED_SWEEP.get(band, [])
+            for cfg, bk, rows in dict.fromkeys(cfgs):
+                def run(x, cfg=cfg, bk=bk, rows=rows):
+                    old = fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS
+                    fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS = cfg, bk, rows
                     try:
                         return fa.fused_argmax(x, w, norms, 128, stats)
                     finally:
-                        fa._CONFIGS[bm], fa.BLOCK_BOUND = old
-                got = run(xs[0])
-                log({"M": m, "fused config": cfg, "block bound": block_bound, "argmax agreement vs fp64": float(
+                        fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS = old
+                name = f"fused argmax BM{cfg[0]} BN{cfg[4]} BK{bk} w{cfg[1]} s{cfg[2]} maxnreg {cfg[3]} rows {rows}"
+                try:
+                    got = run(xs[0])
+                except Exception as e:  # a config that does not compile: say so, go on
+                    log({"M": m, "stage": name, "graph_us": f"failed: {type(e).__name__}: {str(e)[:120]}"})
+                    continue
+                log({"M": m, "fused config": name, "argmax agreement vs fp64": float(
                     (got == (xs[0].double() @ w.double().T).argmax(-1)).float().mean())})
-                bound = "block bound" if block_bound else "token bound"
-                stages[f"fused argmax BM{bm} BN{cfg[3]} w{cfg[0]} s{cfg[1]} maxnreg {cfg[2]} {bound}"] = run
+                stages[name] = run
             for name, fn in stages.items():
                 log({"M": m, "stage": name, "graph_us": round(cold_graph_us(fn, xs), 1)})
             continue

@@ -9,7 +9,7 @@ selection launch cost 10-60 µs more. Here the products are exact (bf16 x bf16 i
 only error is the fp32 accumulation's and the certified sets are the near-ties alone; the
 selection needs no launch of its own.
 
-Program ``(i_n, i_mt)``: tokens ``[i_n BN, (i_n + 1) BN)`` against rows ``[i_mt BM, (i_mt + 1)
+Program ``(i_mt, i_n)``: tokens ``[i_n BN, (i_n + 1) BN)`` against rows ``[i_mt BM, (i_mt + 1)
 BM)`` of x. It computes ``c = x . w`` on the tensor cores (fp32 accumulator) and the bound ``b``
 (:func:`native_bound_coef`; per block with ``BLOCK_BOUND``, from the block's largest row norm),
 writes per row the block's best upper bound ``ub = c + b`` with its token and the best ``ub`` of
@@ -46,18 +46,22 @@ from lowbit.ops.coarse_head.certified import _INT64_MIN, _exact_block, _exact_on
 from lowbit.ops.coarse_head.reference import ABS_SLACK, gamma
 from lowbit.ops.coarse_head.triton import _pow2
 
-#: rows of x per program (more rows: more M tiles, each reading the weight once more)
+#: rows of x per program at most (more rows: more M tiles)
 MAX_BM = 64
-#: BM -> (num_warps, num_stages, maxnreg or None, BN tokens per program). The last program's code
-#: shares the kernel's
-#: register allocation, so its tiles are small (TBK, EBK, ANSWER_ROWS below): sm_90 offline, BN 128
-#: (``scripts/certified_offline.py``) BM 16 / 4 warps 77 registers (6 programs per SM), BM 32 / 4
-#: warps 87 (5), BM 64 / 8 warps capped at 80 (3 programs: one wave of SmolLM2's 384 blocks; 80
-#: bytes of stack; uncapped 111, 2 programs). H200 (``scripts/probe_wide_m.py --fused``,
-#: docs/measurements/2026-12-01_session9_{e,g}_probe_fused.json): within ~1 µs of the best
-#: alternative at every M, except BM 32 at 8 warps (35.8 vs 36.7 µs in call g, 41.5 vs 36.1
-#: in call e).
-_CONFIGS = {16: (4, 3, None, 128), 32: (4, 3, None, 128), 64: (8, 3, 80, 128)}
+#: M band (``min(MAX_BM, pow2(M))``, at least 16) -> (BM rows per program, num_warps, num_stages,
+#: maxnreg or None, BN tokens per program). A band's BM may be below the band: the M tiles of
+#: one token block are neighbours in the grid (M tile fastest), so the second read of a weight
+#: block hits L2 instead of DRAM while the epilogue per program stays that of the smaller tile.
+#: The last program's code shares the kernel's register allocation, so its tiles are small (TBK,
+#: EBK, ANSWER_ROWS below): sm_90 offline, BN 128 (``scripts/certified_offline.py``) BM 16 / 4
+#: warps 77 registers (6 programs per SM), BM 32 / 4 warps 87 (5), BM 64 / 8 warps capped at 80
+#: (3 programs: one wave of SmolLM2's 384 blocks; 80 bytes of stack; uncapped 111, 2 programs).
+#: H200 (``scripts/probe_wide_m.py --fused``, docs/measurements/2026-12-01_session9_{e,g}_probe_fused.json):
+#: within ~1 µs of the best alternative at every M, except BM 32 at 8 warps (35.8 vs 36.7 µs in
+#: call g, 41.5 vs 36.1 in call e).
+_CONFIGS = {16: (16, 4, 3, None, 128), 32: (32, 4, 3, None, 128), 64: (64, 8, 3, 80, 128)}
+#: K step of the coarse pass
+BK = 64
 #: K chunk of the last program's exact whole-block scoring, and of its single-token dots
 TBK, EBK = 8, 256
 #: memory semantics of the per-row atomics (running best lower bound, registration count):
@@ -193,8 +197,8 @@ def _fused_argmax_kernel(x_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_
                          K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                          NBP: tl.constexpr, CAP: tl.constexpr, EBK: tl.constexpr, TBK: tl.constexpr,
                          F32: tl.constexpr, SEM: tl.constexpr, BLOCK_BOUND: tl.constexpr, RC: tl.constexpr):
-    i_n = tl.program_id(0).to(tl.int64)
-    i_mt = tl.program_id(1)
+    i_mt = tl.program_id(0)  # M tile fastest: the tiles of one token block run side by side
+    i_n = tl.program_id(1).to(tl.int64)
     o_n = i_n * BN + tl.arange(0, BN)
     m_n = o_n < N
     o_m = i_mt * BM + tl.arange(0, BM)
@@ -298,8 +302,7 @@ def fused_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap
     if x.stride(1) != 1:
         x = x.contiguous()
     dev = x.device
-    bm = min(MAX_BM, max(16, _pow2(m)))
-    warps, stages, maxnreg, block = _CONFIGS[bm]
+    bm, warps, stages, maxnreg, block = _CONFIGS[min(MAX_BM, max(16, _pow2(m)))]
     mt = -(-m // bm)
     nb = -(-n // block)
     sc = _scratch(dev, m)
@@ -309,11 +312,12 @@ def fused_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap
     lub, lrest = torch.empty(m, LIST_CAP, **f32), torch.empty(m, LIST_CAP, **f32)
     ltok = torch.empty(m, LIST_CAP, dtype=torch.int32, device=dev)
     out = torch.empty(m, dtype=torch.int64, device=dev)
-    _fused_argmax_kernel[(nb, mt)](
+    _fused_argmax_kernel[(mt, nb)](
         x, weight, norms, bub, btok, brest, sc.best, sc.count, lub, ltok, lrest, sc.tickets, stats, out,
         m, n, nb, cap, x.stride(0), weight.stride(0), native_bound_coef(k), ABS_SLACK,
-        K=k, BM=bm, BN=block, BK=64, NBP=_pow2(nb), CAP=LIST_CAP, EBK=min(EBK, _pow2(k)), TBK=TBK,
-        F32=interpret_mode(), SEM=ROW_SEM, BLOCK_BOUND=BLOCK_BOUND, RC=min(bm, ANSWER_ROWS), num_warps=warps, num_stages=stages, **({"maxnreg": maxnreg} if maxnreg else {}))
+        K=k, BM=bm, BN=block, BK=BK, NBP=_pow2(nb), CAP=LIST_CAP, EBK=min(EBK, _pow2(k)), TBK=TBK,
+        F32=interpret_mode(), SEM=ROW_SEM, BLOCK_BOUND=BLOCK_BOUND, RC=min(bm, ANSWER_ROWS), num_warps=warps,
+        num_stages=stages, **({"maxnreg": maxnreg} if maxnreg else {}))
     return out
 
 
