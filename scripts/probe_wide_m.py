@@ -18,7 +18,7 @@ Timed under CUDA-graph replay with L2 flushed (``head_bench.cold_graph_us``), pe
 Probe kernels sweep (BN, num_warps, num_stages). Not library code: the winner, if any, moves
 into ``lowbit/ops/coarse_head``. ``--fused`` times instead the library's fused certified argmax
 (``lowbit/ops/coarse_head/fused_argmax.py``) under each launch configuration of its M band
-(``FUSED_SWEEP``: BM, warps, stages, maxnreg, BN, BK, answer rows; a BM below the band is the
+(``FUSED_SWEEP``: BM, warps, stages, maxnreg, BN, BK, answer rows, x norms first; a BM below the band is the
 band's rows in M tiles side by side), next to cuBLAS (the ninth session's calls e / g A/B'd the
 per-row atomics' semantics and the bound per token instead).
 """
@@ -40,15 +40,20 @@ BATCHES = 8
 from lowbit.ops.coarse_head.certified import _pack  # noqa: E402  (the (value desc, token asc) key)
 
 #: --fused: launch configurations tried per M band besides the library's, as
-#: ((BM, num_warps, num_stages, maxnreg, BN), BK, ANSWER_ROWS); a BM below the band splits the
+#: ((BM, num_warps, num_stages, maxnreg, BN), BK, ANSWER_ROWS, X_NORMS_FIRST); a BM below the band splits the
 #: rows into M tiles that run side by side in the grid (the second read of a block hits L2)
 FUSED_SWEEP = {
-    16: [((16, 4, 3, None, 64), 64, 16), ((16, 8, 3, None, 128), 64, 16), ((16, 4, 4, None, 128), 32, 16)],
-    32: [((16, 4, 3, None, 128), 64, 16), ((16, 4, 3, None, 64), 64, 16), ((32, 4, 3, None, 64), 64, 32),
-         ((32, 4, 4, None, 128), 32, 32), ((32, 4, 3, None, 128), 128, 32)],
-    64: [((32, 4, 3, None, 128), 64, 32), ((16, 4, 3, None, 128), 64, 16), ((32, 4, 3, None, 64), 64, 32),
-         ((32, 8, 3, None, 128), 64, 32), ((64, 8, 3, 80, 64), 64, 32), ((64, 8, 3, None, 128), 64, 64),
-         ((64, 8, 4, 80, 128), 32, 32), ((32, 4, 4, None, 128), 32, 32), ((16, 4, 3, None, 64), 64, 16)],
+    16: [((16, 4, 3, None, 64), 64, 16, False), ((16, 8, 3, None, 128), 64, 16, False),
+         ((16, 4, 4, None, 128), 32, 16, False)],
+    32: [((16, 4, 3, None, 128), 64, 16, False), ((16, 4, 3, None, 64), 64, 16, False),
+         ((32, 4, 3, None, 64), 64, 32, False), ((32, 4, 4, None, 128), 32, 32, False),
+         ((32, 4, 3, None, 128), 128, 32, False), ((16, 4, 3, None, 128), 64, 16, True)],
+    64: [((32, 4, 3, None, 128), 64, 32, False), ((16, 4, 3, None, 128), 64, 16, False),
+         ((32, 4, 3, None, 64), 64, 32, False), ((32, 8, 3, None, 128), 64, 32, False),
+         ((64, 8, 3, 80, 64), 64, 32, False), ((64, 8, 3, None, 128), 64, 64, False),
+         ((64, 8, 4, 80, 128), 32, 32, False), ((32, 4, 4, None, 128), 32, 32, False),
+         ((16, 4, 3, None, 64), 64, 16, False), ((32, 4, 3, None, 128), 64, 32, True),
+         ((16, 4, 3, None, 128), 64, 16, True)],
 }
 
 
@@ -148,16 +153,18 @@ def main() -> int:
             norms = ch.row_norms(w)
             stages = {"cuBLAS F.linear + argmax": lambda x: F.linear(x, w).argmax(-1)}
             # (BM, warps, stages, maxnreg, BN), BK, ANSWER_ROWS; BM below the band = M tiles side by side
-            cfgs = [(fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS)] + FUSED_SWEEP.get(band, [])
-            for cfg, bk, rows in dict.fromkeys(cfgs):
-                def run(x, cfg=cfg, bk=bk, rows=rows):
-                    old = fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS
-                    fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS = cfg, bk, rows
+            lib = (fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS, fa.X_NORMS_FIRST)
+            cfgs = [lib, lib[:3] + (not lib[3],)] + FUSED_SWEEP.get(band, [])
+            for cfg, bk, rows, xnf in dict.fromkeys(cfgs):
+                def run(x, cfg=cfg, bk=bk, rows=rows, xnf=xnf):
+                    old = fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS, fa.X_NORMS_FIRST
+                    fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS, fa.X_NORMS_FIRST = cfg, bk, rows, xnf
                     try:
                         return fa.fused_argmax(x, w, norms, 128, stats)
                     finally:
-                        fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS = old
-                name = f"fused argmax BM{cfg[0]} BN{cfg[4]} BK{bk} w{cfg[1]} s{cfg[2]} maxnreg {cfg[3]} rows {rows}"
+                        fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS, fa.X_NORMS_FIRST = old
+                name = (f"fused argmax BM{cfg[0]} BN{cfg[4]} BK{bk} w{cfg[1]} s{cfg[2]} maxnreg {cfg[3]} rows {rows}"
+                        + (" x norms first" if xnf else ""))
                 try:
                     got = run(xs[0])
                 except Exception as e:  # a config that does not compile: say so, go on
