@@ -30,7 +30,7 @@ TYPES = {  # argument name -> Triton type (bf16 x / weight)
     "xb_ptr": "*i32", "sx_ptr": "*fp32", "sb_ptr": "*fp32",
     # fused_argmax._fused_argmax_kernel
     "wn_ptr": "*fp32", "bub_ptr": "*fp32", "btok_ptr": "*i32", "lg_ptr": "*i32", "rc_ptr": "*i32",
-    "lub_ptr": "*fp32", "ltok_ptr": "*i32", "lrest_ptr": "*fp32", "out_ptr": "*i64", "xn_ptr": "*fp32", "beta": "fp32",
+    "lub_ptr": "*fp32", "ltok_ptr": "*i32", "lrest_ptr": "*fp32", "out_ptr": "*i64", "beta": "fp32",
     "abs_slack": "fp32",
 }
 
@@ -78,10 +78,10 @@ def main() -> int:
                 print(f"k={k} {name}: FAILED {root_cause(e)}", flush=True)
     from lowbit.ops.coarse_head import fused_argmax as fa
 
-    for (band, (bm, w, st, cap, bn)), xn_in in [(c, x) for c in fa._CONFIGS.items() for x in (False, True)]:
+    for band, (bm, w, st, cap, bn) in fa._CONFIGS.items():
         const = dict(K=args.k, BM=bm, BN=bn, BK=64, NBP=_pow2(-(-args.n // bn)), CAP=fa.LIST_CAP,
                      EBK=min(fa.EBK, _pow2(args.k)), TBK=fa.TBK, F32=False, SEM=fa.ROW_SEM, BLOCK_BOUND=fa.BLOCK_BOUND, RC=min(bm, fa.ANSWER_ROWS),
-                     XN_IN=xn_in, MT=1)
+                     MT=1, CUT=0)
         names = fa._fused_argmax_kernel.arg_names
         sig = {a: "constexpr" if a in const else TYPES.get(a, "i32") for a in names}
         # the launch specialises these as multiples of 16 (aligned pointers, strides of K % 16 == 0)
@@ -89,10 +89,10 @@ def main() -> int:
         try:
             res = resource_usage(compile_sm90(fa._fused_argmax_kernel, sig, const, divisible=div, num_warps=w,
                                               num_stages=st, **({"maxnreg": cap} if cap else {})))
-            print(f"_fused_argmax_kernel band {band} BM={bm} XN_IN={xn_in}: {res}", flush=True)
+            print(f"_fused_argmax_kernel band {band} BM={bm}: {res}", flush=True)
         except Exception as e:  # noqa: BLE001
             failed += 1
-            print(f"_fused_argmax_kernel BM={bm} XN_IN={xn_in}: FAILED {root_cause(e)}", flush=True)
+            print(f"_fused_argmax_kernel BM={bm}: FAILED {root_cause(e)}", flush=True)
     for bits in (2, 8):
         ell = args.k * bits // 8
         for bound in (False, True):

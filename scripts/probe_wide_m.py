@@ -18,7 +18,7 @@ Timed under CUDA-graph replay with L2 flushed (``head_bench.cold_graph_us``), pe
 Probe kernels sweep (BN, num_warps, num_stages). Not library code: the winner, if any, moves
 into ``lowbit/ops/coarse_head``. ``--fused`` times instead the library's fused certified argmax
 (``lowbit/ops/coarse_head/fused_argmax.py``) under each launch configuration of its M band
-(``FUSED_SWEEP``: BM, warps, stages, maxnreg, BN, BK, answer rows, x norms first; a BM below the band is the
+(``FUSED_SWEEP``: BM, warps, stages, maxnreg, BN, BK, answer rows, epilogue cuts; a BM below the band is the
 band's rows in M tiles side by side), next to cuBLAS (the ninth session's calls e / g A/B'd the
 per-row atomics' semantics and the bound per token instead).
 """
@@ -40,20 +40,19 @@ BATCHES = 8
 from lowbit.ops.coarse_head.certified import _pack  # noqa: E402  (the (value desc, token asc) key)
 
 #: --fused: launch configurations tried per M band besides the library's, as
-#: ((BM, num_warps, num_stages, maxnreg, BN), BK, ANSWER_ROWS, X_NORMS_FIRST); a BM below the band splits the
-#: rows into M tiles that run side by side in the grid (the second read of a block hits L2)
+#: ((BM, num_warps, num_stages, maxnreg, BN), BK, ANSWER_ROWS, PROBE_CUT); a BM below the band
+#: splits the rows into M tiles that run side by side in the grid (the second read of a block hits
+#: L2); PROBE_CUT > 0 times the kernel with parts of its epilogue cut (wrong answers: where the
+#: time goes). Tenth session, call a: tiles, BN 64, BK 32 / 128 and ||x|| from a first launch
+#: (2-5 µs slower everywhere: removed) swept; best at band 64 BM 32 x 2 (44.1 vs 46.2 µs).
+_CUTS = [1, 2, 3, 4]
 FUSED_SWEEP = {
-    16: [((16, 4, 3, None, 64), 64, 16, False), ((16, 8, 3, None, 128), 64, 16, False),
-         ((16, 4, 4, None, 128), 32, 16, False)],
-    32: [((16, 4, 3, None, 128), 64, 16, False), ((16, 4, 3, None, 64), 64, 16, False),
-         ((32, 4, 3, None, 64), 64, 32, False), ((32, 4, 4, None, 128), 32, 32, False),
-         ((32, 4, 3, None, 128), 128, 32, False), ((16, 4, 3, None, 128), 64, 16, True)],
-    64: [((32, 4, 3, None, 128), 64, 32, False), ((16, 4, 3, None, 128), 64, 16, False),
-         ((32, 4, 3, None, 64), 64, 32, False), ((32, 8, 3, None, 128), 64, 32, False),
-         ((64, 8, 3, 80, 64), 64, 32, False), ((64, 8, 3, None, 128), 64, 64, False),
-         ((64, 8, 4, 80, 128), 32, 32, False), ((32, 4, 4, None, 128), 32, 32, False),
-         ((16, 4, 3, None, 64), 64, 16, False), ((32, 4, 3, None, 128), 64, 32, True),
-         ((16, 4, 3, None, 128), 64, 16, True)],
+    16: [((16, 4, 3, None, 128), 64, 16, c) for c in _CUTS],
+    32: [((32, 4, 3, None, 128), 64, 32, c) for c in _CUTS] + [((32, 8, 2, None, 256), 64, 32, 0)],
+    64: [((32, 4, 3, None, 128), 64, 32, c) for c in (0,) + tuple(_CUTS)]
+        + [((64, 8, 3, 80, 128), 64, 32, c) for c in _CUTS]
+        + [((32, 8, 2, None, 256), 64, 32, 0), ((32, 8, 3, None, 256), 64, 32, 0), ((64, 8, 2, 80, 128), 64, 32, 0),
+           ((32, 4, 2, None, 128), 64, 32, 0), ((32, 4, 2, 64, 128), 64, 32, 0)],
 }
 
 
@@ -151,24 +150,27 @@ def main() -> int:
             band = min(fa.MAX_BM, max(16, triton.next_power_of_2(m)))
             stats = ch.new_certified_stats(w.device)
             norms = ch.row_norms(w)
-            stages = {"cuBLAS F.linear + argmax": lambda x: F.linear(x, w).argmax(-1)}
-            # (BM, warps, stages, maxnreg, BN), BK, ANSWER_ROWS; BM below the band = M tiles side by side
-            lib = (fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS, fa.X_NORMS_FIRST)
-            cfgs = [lib, lib[:3] + (not lib[3],)] + FUSED_SWEEP.get(band, [])
-            for cfg, bk, rows, xnf in dict.fromkeys(cfgs):
-                def run(x, cfg=cfg, bk=bk, rows=rows, xnf=xnf):
-                    old = fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS, fa.X_NORMS_FIRST
-                    fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS, fa.X_NORMS_FIRST = cfg, bk, rows, xnf
+            stages = {"cuBLAS F.linear + argmax": lambda x: F.linear(x, w).argmax(-1),
+                      "probe dense BN128 w4 s3 key": probe(False, False, 128, 4, 3),
+                      "probe dense BN128 w8 s3 key": probe(False, False, 128, 8, 3)}
+            cfgs = [(fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS, 0)] + FUSED_SWEEP.get(band, [])
+            for cfg, bk, rows, cut in dict.fromkeys(cfgs):
+                def run(x, cfg=cfg, bk=bk, rows=rows, cut=cut):
+                    old = fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS, fa.PROBE_CUT
+                    fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS, fa.PROBE_CUT = cfg, bk, rows, cut
                     try:
                         return fa.fused_argmax(x, w, norms, 128, stats)
                     finally:
-                        fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS, fa.X_NORMS_FIRST = old
+                        fa._CONFIGS[band], fa.BK, fa.ANSWER_ROWS, fa.PROBE_CUT = old
                 name = (f"fused argmax BM{cfg[0]} BN{cfg[4]} BK{bk} w{cfg[1]} s{cfg[2]} maxnreg {cfg[3]} rows {rows}"
-                        + (" x norms first" if xnf else ""))
+                        + (f" CUT {cut}" if cut else ""))
                 try:
                     got = run(xs[0])
                 except Exception as e:  # a config that does not compile: say so, go on
                     log({"M": m, "stage": name, "graph_us": f"failed: {type(e).__name__}: {str(e)[:120]}"})
+                    continue
+                if cut:  # measurement only: no answers to check
+                    stages[name] = run
                     continue
                 log({"M": m, "fused config": name, "argmax agreement vs fp64": float(
                     (got == (xs[0].double() @ w.double().T).argmax(-1)).float().mean())})

@@ -294,22 +294,19 @@ def test_fused_argmax_list_overflow(backend, monkeypatch, poison_fused, case, ca
     assert torch.equal(am.cpu(), _topk64(_exact64(x, w), 1)[1][:, 0])
 
 
-@pytest.mark.parametrize("m,tile,xn_first", [(16, None, False), (19, None, False), (40, None, False),
-                                             (70, None, False), (40, 16, False), (64, 32, False),
-                                             (19, None, True), (40, 16, True)])
-def test_fused_argmax_m_tiles(backend, monkeypatch, m, tile, xn_first):
+@pytest.mark.parametrize("m,tile", [(16, None), (19, None), (40, None), (70, None), (40, 16), (64, 32)])
+def test_fused_argmax_m_tiles(backend, monkeypatch, m, tile):
     """16 rows (above the default threshold), a partial tile (19 rows: BM 32), 40 rows (BM 64:
     the last program answers them in two chunks) and two M tiles of 64 (each its own tickets);
     ``tile``: the band's rows split into M tiles of that many rows (three tiles, the last one
-    partial; two full tiles), side by side in the grid; ``xn_first``: ||x|| from its own launch
-    (``X_NORMS_FIRST``). An fp32 x takes the INTx path instead (same answers)."""
+    partial; two full tiles), side by side in the grid. An fp32 x takes the INTx path instead
+    (same answers)."""
     _fused_only(backend, monkeypatch, min_m=DEFAULT_FUSED_MIN_M)
     if backend.name == "interpret" and (m, tile) in ((70, None), (64, 32)):
         pytest.skip("interpreter time budget: a second band-64 multi-tile case runs on the cuda tier")
-    from lowbit.ops.coarse_head import fused_argmax
-
-    monkeypatch.setattr(fused_argmax, "X_NORMS_FIRST", xn_first)
     if tile is not None:
+        from lowbit.ops.coarse_head import fused_argmax
+
         monkeypatch.setitem(fused_argmax._CONFIGS, 64, (tile,) + fused_argmax._CONFIGS[tile][1:])
     g = torch.Generator().manual_seed(m)
     w = (torch.randn(600, 96, generator=g) * 0.05).bfloat16().to(backend.device)

@@ -62,9 +62,11 @@ MAX_BM = 64
 _CONFIGS = {16: (16, 4, 3, None, 128), 32: (32, 4, 3, None, 128), 64: (64, 8, 3, 80, 128)}
 #: K step of the coarse pass
 BK = 64
-#: ||x||_2 per row from a small launch first (True), or summed by every program in its K loop
-#: (False: one launch, but [BK, BM] more fp32 registers and a register copy of each x tile)
-X_NORMS_FIRST = False
+#: measurement only (``scripts/probe_wide_m.py --fused``; wrong answers when > 0): 1 = the last
+#: program only resets the scratch (no answers), 2 = also no registration, 3 = also no per-block
+#: records or running best (the coarse pass, the reductions and the ticket remain), 4 = also no
+#: ||x|| sums in the K loop
+PROBE_CUT = 0
 #: K chunk of the last program's exact whole-block scoring, and of its single-token dots
 TBK, EBK = 8, 256
 #: memory semantics of the per-row atomics (running best lower bound, registration count):
@@ -194,28 +196,13 @@ def _answer_tile(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub
                      K, RC, BN, NBP, CAP, EBK, TBK)
 
 
-@triton.jit
-def _x_norms_kernel(x_ptr, xn_ptr, M, stride_xm, K: tl.constexpr, RB: tl.constexpr, BK: tl.constexpr):
-    """xn [M] fp32: ``sqrt`` of the fp32 sum of squares of each row of x (the same arithmetic as
-    the main kernel's own K-loop sums: :func:`native_bound_coef` covers either)."""
-    o_m = tl.program_id(0) * RB + tl.arange(0, RB)
-    m_m = o_m < M
-    o_k = tl.arange(0, BK)
-    acc = tl.zeros([RB, BK], dtype=tl.float32)
-    for k0 in range(0, K, BK):
-        v = tl.load(x_ptr + o_m[:, None].to(tl.int64) * stride_xm + k0 + o_k[None, :],
-                    mask=m_m[:, None] & ((k0 + o_k) < K)[None, :], other=0.0).to(tl.float32)
-        acc += v * v
-    tl.store(xn_ptr + o_m, tl.sqrt(tl.sum(acc, axis=1)), mask=m_m)
-
-
 @triton.jit(do_not_specialize=["M", "R"])
-def _fused_argmax_kernel(x_ptr, xn_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub_ptr, ltok_ptr,
+def _fused_argmax_kernel(x_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub_ptr, ltok_ptr,
                          lrest_ptr, cnt_ptr, st_ptr, out_ptr, M, N, NB, R, stride_xm, stride_wn, beta, abs_slack,
                          K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                          NBP: tl.constexpr, CAP: tl.constexpr, EBK: tl.constexpr, TBK: tl.constexpr,
                          F32: tl.constexpr, SEM: tl.constexpr, BLOCK_BOUND: tl.constexpr, RC: tl.constexpr,
-                         XN_IN: tl.constexpr, MT: tl.constexpr):
+                         MT: tl.constexpr, CUT: tl.constexpr):
     # one grid axis, M tile fastest: the M tiles of one token block run side by side
     i_n = (tl.program_id(0) // MT).to(tl.int64)
     i_mt = tl.program_id(0) % MT
@@ -233,17 +220,14 @@ def _fused_argmax_kernel(x_ptr, xn_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_
                       other=0.0)
         b_xt = tl.load(x_ptr + o_m[None, :].to(tl.int64) * stride_xm + k0 + o_k[:, None],
                        mask=m_m[None, :] & m_k[:, None], other=0.0)
-        if not XN_IN:
+        if CUT < 4:
             xf = b_xt.to(tl.float32)
             xsq += xf * xf
         if F32:  # the interpreter (whose bf16 dot is broken): exact products, fp32 sums
             acc = tl.dot(b_w.to(tl.float32), b_xt.to(tl.float32), acc, input_precision="ieee")
         else:
             acc = tl.dot(b_w, b_xt, acc)
-    if XN_IN:
-        xn = tl.load(xn_ptr + o_m, mask=m_m, other=0.0)  # [BM]
-    else:
-        xn = tl.sqrt(tl.sum(xsq, axis=0))  # [BM]
+    xn = tl.sqrt(tl.sum(xsq, axis=0))  # [BM]
     wn = tl.load(wn_ptr + o_n, mask=m_n, other=0.0)
     neg = float("-inf")
     tok = (i_n * BN).to(tl.int32) + tl.arange(0, BN)  # int32: the reductions below stay 32-bit
@@ -266,28 +250,34 @@ def _fused_argmax_kernel(x_ptr, xn_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_
         best = tl.max(ub, axis=0)  # [BM]
         loc = tl.min(tl.where(ub == best[None, :], tok[:, None], N + BN), axis=0)
         rest = tl.max(tl.where(tok[:, None] == loc[None, :], neg, ub), axis=0)
-    p = o_m * NB + i_n
-    tl.store(bub_ptr + p, best, mask=m_m)
-    tl.store(btok_ptr + p, loc, mask=m_m)
-    tl.store(brest_ptr + p, rest, mask=m_m)
-    # the row's running best lower bound; a block whose best upper bound does not reach it
-    # cannot hold the argmax (the final threshold is at least as high) and is not registered
-    # (in the ordered-int domain: the untouched value INT32_MIN is no float). ``SEM``: these
-    # atomics need no ordering of their own — the ticket's release below publishes them
-    own = _ordered(blb.to(tl.int32, bitcast=True))
-    seen = tl.maximum(tl.atomic_max(lg_ptr + o_m, own, mask=m_m, sem=SEM), own)
-    reg = m_m & (best >= _ordered(seen).to(tl.float32, bitcast=True))
-    slot = tl.atomic_add(rc_ptr + o_m, 1, mask=reg, sem=SEM)
-    q = o_m * CAP + slot
-    keep = reg & (slot < CAP)
-    tl.store(lub_ptr + q, best, mask=keep)
-    tl.store(ltok_ptr + q, loc, mask=keep)
-    tl.store(lrest_ptr + q, rest, mask=keep)
+    if CUT < 3:
+        p = o_m * NB + i_n
+        tl.store(bub_ptr + p, best, mask=m_m)
+        tl.store(btok_ptr + p, loc, mask=m_m)
+        tl.store(brest_ptr + p, rest, mask=m_m)
+        # the row's running best lower bound; a block whose best upper bound does not reach it
+        # cannot hold the argmax (the final threshold is at least as high) and is not registered
+        # (in the ordered-int domain: the untouched value INT32_MIN is no float). ``SEM``: these
+        # atomics need no ordering of their own — the ticket's release below publishes them
+        own = _ordered(blb.to(tl.int32, bitcast=True))
+        seen = tl.maximum(tl.atomic_max(lg_ptr + o_m, own, mask=m_m, sem=SEM), own)
+        if CUT < 2:
+            reg = m_m & (best >= _ordered(seen).to(tl.float32, bitcast=True))
+            slot = tl.atomic_add(rc_ptr + o_m, 1, mask=reg, sem=SEM)
+            q = o_m * CAP + slot
+            keep = reg & (slot < CAP)
+            tl.store(lub_ptr + q, best, mask=keep)
+            tl.store(ltok_ptr + q, loc, mask=keep)
+            tl.store(lrest_ptr + q, rest, mask=keep)
     tl.debug_barrier()  # every thread's stores are issued before the ticket
     done = tl.atomic_add(cnt_ptr + i_mt, 1, sem="acq_rel")
     if done == NB - 1:
-        _answer_tile(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub_ptr, ltok_ptr, lrest_ptr,
-                     st_ptr, out_ptr, i_mt, M, N, NB, R, stride_xm, stride_wn, K, BM, RC, BN, NBP, CAP, EBK, TBK)
+        if CUT == 0:
+            _answer_tile(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub_ptr, ltok_ptr, lrest_ptr,
+                         st_ptr, out_ptr, i_mt, M, N, NB, R, stride_xm, stride_wn, K, BM, RC, BN, NBP, CAP, EBK, TBK)
+        else:  # measurement only: the scratch as the next call expects it, no answers
+            tl.store(lg_ptr + o_m, tl.full([BM], -2147483648, dtype=tl.int32), mask=m_m)
+            tl.store(rc_ptr + o_m, tl.zeros([BM], dtype=tl.int32), mask=m_m)
         tl.atomic_xchg(cnt_ptr + i_mt, 0)
 
 
@@ -336,14 +326,11 @@ def fused_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap
     lub, lrest = torch.empty(m, LIST_CAP, **f32), torch.empty(m, LIST_CAP, **f32)
     ltok = torch.empty(m, LIST_CAP, dtype=torch.int32, device=dev)
     out = torch.empty(m, dtype=torch.int64, device=dev)
-    xn = torch.empty(m if X_NORMS_FIRST else 1, **f32)
-    if X_NORMS_FIRST:
-        _x_norms_kernel[(-(-m // 16),)](x, xn, m, x.stride(0), K=k, RB=16, BK=min(128, _pow2(k)), num_warps=4)
     _fused_argmax_kernel[(mt * nb,)](
-        x, xn, weight, norms, bub, btok, brest, sc.best, sc.count, lub, ltok, lrest, sc.tickets, stats, out,
+        x, weight, norms, bub, btok, brest, sc.best, sc.count, lub, ltok, lrest, sc.tickets, stats, out,
         m, n, nb, cap, x.stride(0), weight.stride(0), native_bound_coef(k), ABS_SLACK,
         K=k, BM=bm, BN=block, BK=BK, NBP=_pow2(nb), CAP=LIST_CAP, EBK=min(EBK, _pow2(k)), TBK=TBK,
-        F32=interpret_mode(), SEM=ROW_SEM, BLOCK_BOUND=BLOCK_BOUND, RC=min(bm, ANSWER_ROWS), XN_IN=X_NORMS_FIRST, MT=mt, num_warps=warps,
+        F32=interpret_mode(), SEM=ROW_SEM, BLOCK_BOUND=BLOCK_BOUND, RC=min(bm, ANSWER_ROWS), MT=mt, CUT=PROBE_CUT, num_warps=warps,
         num_stages=stages, **({"maxnreg": maxnreg} if maxnreg else {}))
     return out
 
