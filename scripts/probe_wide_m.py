@@ -45,14 +45,16 @@ from lowbit.ops.coarse_head.certified import _pack  # noqa: E402  (the (value de
 #: L2); PROBE_CUT > 0 times the kernel with parts of its epilogue cut (wrong answers: where the
 #: time goes). Tenth session, call a: tiles, BN 64, BK 32 / 128 and ||x|| from a first launch
 #: (2-5 µs slower everywhere: removed) swept; best at band 64 BM 32 x 2 (44.1 vs 46.2 µs).
-_CUTS = [1, 2, 3, 4]
+#: Call b: cuts 3 / 4 leave no result, so the compiler drops the coarse pass with them (~5 µs:
+#: meaningless); cut 1 showed the last program's answers costing 7-14 µs (eight acq_rel atomics,
+#: each a GPU-wide fence, now relaxed), and maxnreg 64 at BM 32 / 2 stages ran band 64 in 39.7 µs.
 FUSED_SWEEP = {
-    16: [((16, 4, 3, None, 128), 64, 16, c) for c in _CUTS],
-    32: [((32, 4, 3, None, 128), 64, 32, c) for c in _CUTS] + [((32, 8, 2, None, 256), 64, 32, 0)],
-    64: [((32, 4, 3, None, 128), 64, 32, c) for c in (0,) + tuple(_CUTS)]
-        + [((64, 8, 3, 80, 128), 64, 32, c) for c in _CUTS]
-        + [((32, 8, 2, None, 256), 64, 32, 0), ((32, 8, 3, None, 256), 64, 32, 0), ((64, 8, 2, 80, 128), 64, 32, 0),
-           ((32, 4, 2, None, 128), 64, 32, 0), ((32, 4, 2, 64, 128), 64, 32, 0)],
+    16: [((16, 4, 3, 64, 128), 64, 16, 0), ((16, 4, 2, None, 128), 64, 16, 0), ((16, 4, 3, None, 128), 64, 16, 1)],
+    32: [((32, 4, 3, 64, 128), 64, 32, 0), ((32, 4, 2, None, 128), 64, 32, 0), ((32, 4, 2, 64, 128), 64, 32, 0),
+         ((32, 4, 3, None, 128), 64, 32, 1)],
+    64: [((32, 4, s, r, 128), 64, 32, 0) for s in (2, 3) for r in (None, 64, 72)]
+        + [((64, 8, 2, 80, 128), 64, 32, 0), ((64, 8, 3, 72, 128), 64, 32, 0), ((64, 8, 3, 80, 128), 64, 64, 0),
+           ((32, 4, 2, 64, 128), 64, 32, 1), ((64, 8, 3, 80, 128), 64, 32, 1)],
 }
 
 

@@ -149,15 +149,17 @@ def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
     fall = over_block | (size > R) | (size < KOUT)
     if s == 0:
         if fall:
-            f = tl.atomic_add(fbcnt_ptr, 1)
+            f = tl.atomic_add(fbcnt_ptr, 1, sem="relaxed")  # a slot; the release below publishes it
             tl.store(fbrow_ptr + f, m.to(tl.int32))
-        tl.atomic_add(st_ptr + 0, 1)
-        tl.atomic_add(st_ptr + 1, over_block.to(tl.int64))
-        tl.atomic_add(st_ptr + 2, (fall & (over_block == 0)).to(tl.int64))
-        tl.atomic_add(st_ptr + 3, size.to(tl.int64))
-        tl.atomic_max(st_ptr + 4, size.to(tl.int64))
+        # statistics: atomicity only (read by the host after the launch; acq_rel would cost a
+        # GPU-wide fence and an L1 invalidation each)
+        tl.atomic_add(st_ptr + 0, 1, sem="relaxed")
+        tl.atomic_add(st_ptr + 1, over_block.to(tl.int64), sem="relaxed")
+        tl.atomic_add(st_ptr + 2, (fall & (over_block == 0)).to(tl.int64), sem="relaxed")
+        tl.atomic_add(st_ptr + 3, size.to(tl.int64), sem="relaxed")
+        tl.atomic_max(st_ptr + 4, size.to(tl.int64), sem="relaxed")
         if m == 0:
-            tl.atomic_add(st_ptr + 5, 1)
+            tl.atomic_add(st_ptr + 5, 1, sem="relaxed")
         tl.atomic_add(done_ptr, 1, sem="release")  # row m's verdict is published
     n_set = tl.where(fall, 0, size)
     # members in candidate order (blocks in token order): slot = exclusive prefix count. Every
@@ -181,7 +183,7 @@ def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
             toks = tl.load(sel_ptr + m * R + o_r, mask=live, other=0, cache_modifier=".cg")
             keys = tl.where(live, _pack(vals, toks), _INT64_MIN)
             _store_best(tl.topk(keys, KP), ov_ptr, oi_ptr, m, KOUT, KP)
-        tl.atomic_xchg(cnt_ptr + m, 0)
+        tl.atomic_xchg(cnt_ptr + m, 0, sem="relaxed")  # every program of the row has arrived
 
 
 @triton.jit
@@ -274,10 +276,11 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
                                other=_INT64_MIN, cache_modifier=".cg")
                 best = _merge(best, tl.topk(tl.reshape(keys, [GC * KP]), KP), KP)
             _store_best(best, ov_ptr, oi_ptr, m, KOUT, KP)
-        tl.atomic_xchg(arrive_ptr, 0)
-        tl.atomic_xchg(fbcnt_ptr, 0)
-        tl.atomic_xchg(done_ptr, 0)
-        tl.atomic_xchg(tk_ptr, 0)
+        # the next launch's state (every program of this one has taken its ticket and arrived)
+        tl.atomic_xchg(arrive_ptr, 0, sem="relaxed")
+        tl.atomic_xchg(fbcnt_ptr, 0, sem="relaxed")
+        tl.atomic_xchg(done_ptr, 0, sem="relaxed")
+        tl.atomic_xchg(tk_ptr, 0, sem="relaxed")
 
 
 @triton.jit

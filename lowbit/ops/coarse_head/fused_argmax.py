@@ -63,9 +63,8 @@ _CONFIGS = {16: (16, 4, 3, None, 128), 32: (32, 4, 3, None, 128), 64: (64, 8, 3,
 #: K step of the coarse pass
 BK = 64
 #: measurement only (``scripts/probe_wide_m.py --fused``; wrong answers when > 0): 1 = the last
-#: program only resets the scratch (no answers), 2 = also no registration, 3 = also no per-block
-#: records or running best (the coarse pass, the reductions and the ticket remain), 4 = also no
-#: ||x|| sums in the K loop
+#: program only resets the scratch (no answers), 2 = also no registration. (Cutting the per-block
+#: records too leaves no result, and the compiler then drops the whole coarse pass.)
 PROBE_CUT = 0
 #: K chunk of the last program's exact whole-block scoring, and of its single-token dots
 TBK, EBK = 8, 256
@@ -132,27 +131,34 @@ def _answer_rows(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub
     m_m = o_m < M
     o_c = tl.arange(0, CAP)
     neg = float("-inf")
-    thr = _ordered(tl.load(lg_ptr + o_m, mask=m_m, other=0, cache_modifier=".cg")).to(tl.float32, bitcast=True)
-    cnt = tl.load(rc_ptr + o_m, mask=m_m, other=0, cache_modifier=".cg")
+    # every load of the verdict in one round trip: the whole list rows are read (entries past the
+    # row's count are stale or uninitialised, and masked out below, after the loads)
     p = o_m[:, None] * CAP + o_c[None, :]
+    lgv = tl.load(lg_ptr + o_m, mask=m_m, other=0, cache_modifier=".cg")
+    cnt = tl.load(rc_ptr + o_m, mask=m_m, other=0, cache_modifier=".cg")
+    ub_all = tl.load(lub_ptr + p, mask=m_m[:, None], other=neg, cache_modifier=".cg")
+    rest_all = tl.load(lrest_ptr + p, mask=m_m[:, None], other=neg, cache_modifier=".cg")
+    tok_all = tl.load(ltok_ptr + p, mask=m_m[:, None], other=0, cache_modifier=".cg")
+    thr = _ordered(lgv).to(tl.float32, bitcast=True)
     live = m_m[:, None] & (o_c[None, :] < cnt[:, None])
-    ub = tl.load(lub_ptr + p, mask=live, other=neg, cache_modifier=".cg")
-    rest = tl.load(lrest_ptr + p, mask=live, other=neg, cache_modifier=".cg")
+    ub = tl.where(live, ub_all, neg)
+    rest = tl.where(live, rest_all, neg)
     member = live & (ub >= thr[:, None])
     size = tl.sum(member.to(tl.int32), axis=1)
     n_off = tl.sum((live & (rest >= thr[:, None])).to(tl.int32), axis=1)
-    tok = tl.load(ltok_ptr + p, mask=member, other=0, cache_modifier=".cg")
     over = cnt > CAP  # more registrations than the list holds: the row's block records decide
     easy = (size == 1) & (n_off == 0) & (over == 0)
-    tl.store(out_ptr + o_m, tl.max(tl.where(member, tok, -1), axis=1).to(tl.int64), mask=m_m & easy)
+    tl.store(out_ptr + o_m, tl.max(tl.where(member, tok_all, -1), axis=1).to(tl.int64), mask=m_m & easy)
+    # statistics: atomicity only (the host reads them after the launch); an acq_rel atomic
+    # would cost a GPU-wide fence and an L1 invalidation each
     one = m_m.to(tl.int64)
-    tl.atomic_add(st_ptr + 0, tl.sum(one, axis=0))
-    tl.atomic_add(st_ptr + 1, tl.sum(one * (n_off > 0).to(tl.int64), axis=0))
-    tl.atomic_add(st_ptr + 2, tl.sum(one * ((n_off == 0) & (size > R)).to(tl.int64), axis=0))
-    tl.atomic_add(st_ptr + 3, tl.sum(one * size.to(tl.int64), axis=0))
-    tl.atomic_max(st_ptr + 4, tl.max(one * size.to(tl.int64), axis=0))
+    tl.atomic_add(st_ptr + 0, tl.sum(one, axis=0), sem="relaxed")
+    tl.atomic_add(st_ptr + 1, tl.sum(one * (n_off > 0).to(tl.int64), axis=0), sem="relaxed")
+    tl.atomic_add(st_ptr + 2, tl.sum(one * ((n_off == 0) & (size > R)).to(tl.int64), axis=0), sem="relaxed")
+    tl.atomic_add(st_ptr + 3, tl.sum(one * size.to(tl.int64), axis=0), sem="relaxed")
+    tl.atomic_max(st_ptr + 4, tl.max(one * size.to(tl.int64), axis=0), sem="relaxed")
     if first:
-        tl.atomic_add(st_ptr + 5, 1)
+        tl.atomic_add(st_ptr + 5, 1, sem="relaxed")
     hard = m_m & (easy == 0)
     if tl.sum(hard.to(tl.int32), axis=0) > 0:
         o_b = tl.arange(0, NBP)
@@ -220,9 +226,8 @@ def _fused_argmax_kernel(x_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_
                       other=0.0)
         b_xt = tl.load(x_ptr + o_m[None, :].to(tl.int64) * stride_xm + k0 + o_k[:, None],
                        mask=m_m[None, :] & m_k[:, None], other=0.0)
-        if CUT < 4:
-            xf = b_xt.to(tl.float32)
-            xsq += xf * xf
+        xf = b_xt.to(tl.float32)
+        xsq += xf * xf
         if F32:  # the interpreter (whose bf16 dot is broken): exact products, fp32 sums
             acc = tl.dot(b_w.to(tl.float32), b_xt.to(tl.float32), acc, input_precision="ieee")
         else:
@@ -250,25 +255,24 @@ def _fused_argmax_kernel(x_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_
         best = tl.max(ub, axis=0)  # [BM]
         loc = tl.min(tl.where(ub == best[None, :], tok[:, None], N + BN), axis=0)
         rest = tl.max(tl.where(tok[:, None] == loc[None, :], neg, ub), axis=0)
-    if CUT < 3:
-        p = o_m * NB + i_n
-        tl.store(bub_ptr + p, best, mask=m_m)
-        tl.store(btok_ptr + p, loc, mask=m_m)
-        tl.store(brest_ptr + p, rest, mask=m_m)
-        # the row's running best lower bound; a block whose best upper bound does not reach it
-        # cannot hold the argmax (the final threshold is at least as high) and is not registered
-        # (in the ordered-int domain: the untouched value INT32_MIN is no float). ``SEM``: these
-        # atomics need no ordering of their own — the ticket's release below publishes them
-        own = _ordered(blb.to(tl.int32, bitcast=True))
-        seen = tl.maximum(tl.atomic_max(lg_ptr + o_m, own, mask=m_m, sem=SEM), own)
-        if CUT < 2:
-            reg = m_m & (best >= _ordered(seen).to(tl.float32, bitcast=True))
-            slot = tl.atomic_add(rc_ptr + o_m, 1, mask=reg, sem=SEM)
-            q = o_m * CAP + slot
-            keep = reg & (slot < CAP)
-            tl.store(lub_ptr + q, best, mask=keep)
-            tl.store(ltok_ptr + q, loc, mask=keep)
-            tl.store(lrest_ptr + q, rest, mask=keep)
+    p = o_m * NB + i_n
+    tl.store(bub_ptr + p, best, mask=m_m)
+    tl.store(btok_ptr + p, loc, mask=m_m)
+    tl.store(brest_ptr + p, rest, mask=m_m)
+    # the row's running best lower bound; a block whose best upper bound does not reach it
+    # cannot hold the argmax (the final threshold is at least as high) and is not registered
+    # (in the ordered-int domain: the untouched value INT32_MIN is no float). ``SEM``: these
+    # atomics need no ordering of their own — the ticket's release below publishes them
+    own = _ordered(blb.to(tl.int32, bitcast=True))
+    seen = tl.maximum(tl.atomic_max(lg_ptr + o_m, own, mask=m_m, sem=SEM), own)
+    if CUT < 2:
+        reg = m_m & (best >= _ordered(seen).to(tl.float32, bitcast=True))
+        slot = tl.atomic_add(rc_ptr + o_m, 1, mask=reg, sem=SEM)
+        q = o_m * CAP + slot
+        keep = reg & (slot < CAP)
+        tl.store(lub_ptr + q, best, mask=keep)
+        tl.store(ltok_ptr + q, loc, mask=keep)
+        tl.store(lrest_ptr + q, rest, mask=keep)
     tl.debug_barrier()  # every thread's stores are issued before the ticket
     done = tl.atomic_add(cnt_ptr + i_mt, 1, sem="acq_rel")
     if done == NB - 1:
@@ -278,7 +282,7 @@ def _fused_argmax_kernel(x_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_
         else:  # measurement only: the scratch as the next call expects it, no answers
             tl.store(lg_ptr + o_m, tl.full([BM], -2147483648, dtype=tl.int32), mask=m_m)
             tl.store(rc_ptr + o_m, tl.zeros([BM], dtype=tl.int32), mask=m_m)
-        tl.atomic_xchg(cnt_ptr + i_mt, 0)
+        tl.atomic_xchg(cnt_ptr + i_mt, 0, sem="relaxed")  # every ticket of this launch is taken
 
 
 _SCRATCH: dict = {}

@@ -179,7 +179,7 @@ def _rerank_kernel(x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr, ov_ptr, oi_ptr, R, s
             tl.store(ov_ptr + m * KOUT + j, best)
             tl.store(oi_ptr + m * KOUT + j, tl.where(loc >= BIG, 0, loc))
             live = live & (toks != loc)
-        tl.atomic_xchg(cnt_ptr + m, 0)
+        tl.atomic_xchg(cnt_ptr + m, 0, sem="relaxed")  # every program of the row has arrived
 
 
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
