@@ -303,7 +303,7 @@ def _certified_tail_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
     below ``M S`` are the (row, split) programs of launch 1, the last G the fallback programs,
     which first wait until every row's verdict is published. They only wait on programs that
     took a lower ticket, i.e. that are already running, so the wait cannot deadlock."""
-    t = tl.atomic_add(tk_ptr, 1)
+    t = tl.atomic_add(tk_ptr, 1, sem="relaxed")  # a role only: ``done_ptr`` carries the ordering
     if t < M * S:
         _certify_rescore((t // S).to(tl.int64), t % S, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr,
                          sel_ptr, val_ptr, cnt_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R,
