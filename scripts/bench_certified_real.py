@@ -44,6 +44,8 @@ def main() -> int:
     ap.add_argument("data")
     ap.add_argument("--json", default=None)
     ap.add_argument("--ms", default="1,4,16,32,64")
+    ap.add_argument("--fused-configs", default=None, help="JSON from scripts/probe_wide_m.py --pick: the fused "
+                    "argmax's launch configuration per M band, instead of the library's")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -58,6 +60,15 @@ def main() -> int:
     log = RecordLog()
 
     log({"model": blob.get("model"), "weight": list(w.shape), "positions": hidden.shape[0]})
+    if args.fused_configs:
+        import json
+
+        from lowbit.ops.coarse_head import fused_argmax as fa
+
+        with open(args.fused_configs) as f:
+            for band, rec in json.load(f).items():
+                fa._CONFIGS[int(band)] = tuple(rec["config"])
+        log({"fused argmax configs": {b: list(c) for b, c in fa._CONFIGS.items()}})
     import contextlib
 
     import lowbit.ops.coarse_head as ch
