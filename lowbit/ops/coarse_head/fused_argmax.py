@@ -53,13 +53,14 @@ MAX_BM = 64
 #: one token block are neighbours in the grid (M tile fastest), so the second read of a weight
 #: block hits L2 instead of DRAM while the epilogue per program stays that of the smaller tile.
 #: The last program's code shares the kernel's register allocation, so its tiles are small (TBK,
-#: EBK, ANSWER_ROWS below): sm_90 offline, BN 128 (``scripts/certified_offline.py``) BM 16 / 4
-#: warps 77 registers (6 programs per SM), BM 32 / 4 warps 87 (5), BM 64 / 8 warps capped at 80
-#: (3 programs: one wave of SmolLM2's 384 blocks; 80 bytes of stack; uncapped 111, 2 programs).
-#: H200 (``scripts/probe_wide_m.py --fused``, docs/measurements/2026-12-01_session9_{e,g}_probe_fused.json):
-#: within ~1 µs of the best alternative at every M, except BM 32 at 8 warps (35.8 vs 36.7 µs in
-#: call g, 41.5 vs 36.1 in call e).
-_CONFIGS = {16: (16, 4, 3, None, 128), 32: (32, 4, 3, None, 128), 64: (64, 8, 3, 80, 128)}
+#: EBK, ANSWER_ROWS below): sm_90 offline (``scripts/certified_offline.py``) BM 16 / 4 warps 78
+#: registers, BM 32 / 4 warps 87. H200, SmolLM2's head, graph replay, cold L2
+#: (``scripts/probe_wide_m.py --fused``, docs/measurements/2026-12-01_session10_c_probe_fused.json,
+#: cuBLAS + argmax 36.2-37.6 µs in the same run): band 16 28.2 µs at M = 16 (maxnreg 64 the
+#: same, 2 stages 29.0); band 32 29.7 (2 stages 30.7); band 64: two BM 32 tiles, 2 stages, capped
+#: at 64 registers 33.3 µs (72: 33.4; uncapped 41.4; 3 stages 38.0-39.8; one BM 64 tile of 8
+#: warps capped at 80, the ninth session's choice, 37.9).
+_CONFIGS = {16: (16, 4, 3, None, 128), 32: (32, 4, 3, None, 128), 64: (32, 4, 2, 64, 128)}
 #: K step of the coarse pass
 BK = 64
 #: measurement only (``scripts/probe_wide_m.py --fused``; wrong answers when > 0): 1 = the last
