@@ -34,6 +34,11 @@ Statistics go to the ``CERTIFIED_STATS`` buffer (rows, fallbacks = rows with an 
 wide = rows with more than ``cap`` member blocks and none offending, set_sum / set_max = member
 blocks, calls). The tickets are left at zero by the last program, so CUDA-graph replays work;
 like the other sync-free path, two calls must not run concurrently on different streams.
+
+Memory order: the ticket is the one ``acq_rel`` atomic (it publishes every program's records
+to the last one). Everything else is ``relaxed``: on sm_90 an ``acq_rel`` atomic is a GPU-wide
+fence, a round trip and an L1 invalidation, and the eight the answer code once had cost 7-14 µs
+of the launch's critical path (H200, tenth session, docs/draft_head.md).
 """
 from __future__ import annotations
 
