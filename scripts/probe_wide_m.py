@@ -3,6 +3,7 @@ head (SmolLM2's 49152 x 576), and how fast a plain ``tl.dot`` pass with the chea
 epilogue (one packed-key max per row, one int64 ``atomic_max``) can be.
 
     python3 scripts/probe_wide_m.py .realhead/smollm2_head.pt.xz [--json $OUT/probe.json] [--ms 16,32,64] [--fused]
+        [--pick $OUT/fused_configs.json]
 
 Timed under CUDA-graph replay with L2 flushed (``head_bench.cold_graph_us``), per M:
 
@@ -20,7 +21,8 @@ into ``lowbit/ops/coarse_head``. ``--fused`` times instead the library's fused c
 (``lowbit/ops/coarse_head/fused_argmax.py``) under each launch configuration of its M band
 (``FUSED_SWEEP``: BM, warps, stages, maxnreg, BN, BK, answer rows, epilogue cuts; a BM below the band is the
 band's rows in M tiles side by side), next to cuBLAS (the ninth session's calls e / g A/B'd the
-per-row atomics' semantics and the bound per token instead).
+per-row atomics' semantics and the bound per token instead). ``--pick`` writes the fastest exact
+configuration per band for ``scripts/bench_certified_real.py --fused-configs``.
 """
 from __future__ import annotations
 
