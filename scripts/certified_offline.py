@@ -1,5 +1,6 @@
 """Compile the certified draft head's device kernels for sm_90 without a GPU (what the interpreter
-accepts but the sm_90 compiler might reject) and report registers / spills.
+accepts but the sm_90 compiler might reject) and report registers / spills (and, for the fused
+argmax, its GPU-wide fences: one is the ticket).
 
     python scripts/certified_offline.py [--k 576] [--n 49152] [--kout 1,16,64]
 
@@ -20,7 +21,7 @@ os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import compile_sm90, resource_usage, root_cause  # noqa: E402
+from sm90_offline import compile_sm90, resource_usage, root_cause, sass_opcodes  # noqa: E402
 
 TYPES = {  # argument name -> Triton type (bf16 x / weight)
     "ck_ptr": "*fp32", "clb_ptr": "*fp32", "ci_ptr": "*i64", "blb_ptr": "*fp32", "brest_ptr": "*fp32",
@@ -87,9 +88,11 @@ def main() -> int:
         # the launch specialises these as multiples of 16 (aligned pointers, strides of K % 16 == 0)
         div = [i for i, a in enumerate(names) if a.endswith("_ptr") or a.startswith("stride") or a == "N"]
         try:
-            res = resource_usage(compile_sm90(fa._fused_argmax_kernel, sig, const, divisible=div, num_warps=w,
-                                              num_stages=st, **({"maxnreg": cap} if cap else {})))
-            print(f"_fused_argmax_kernel band {band} BM={bm}: {res}", flush=True)
+            kern = compile_sm90(fa._fused_argmax_kernel, sig, const, divisible=div, num_warps=w, num_stages=st,
+                                **({"maxnreg": cap} if cap else {}))
+            # one GPU-wide fence is expected (the ticket's acq_rel); more mean a stray default-sem atomic
+            fences = sum(op.startswith("MEMBAR") for op in sass_opcodes(kern))
+            print(f"_fused_argmax_kernel band {band} BM={bm}: {resource_usage(kern)} MEMBAR:{fences}", flush=True)
         except Exception as e:  # noqa: BLE001
             failed += 1
             print(f"_fused_argmax_kernel BM={bm}: FAILED {root_cause(e)}", flush=True)

@@ -636,3 +636,26 @@ def test_opcheck_mma_tiling(tier, write_logits):
     with lowbit.backend("triton"):
         torch.library.opcheck(torch.ops.lowbit.coarse_head.default, args,
                               test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+def test_device_state_grows_and_keeps_the_replaced_state():
+    """The sync-free kernels' per-device state: reused while it serves the rows, replaced by a
+    larger one when it does not, and the replaced one kept alive (a CUDA graph captured with it
+    still points at its memory)."""
+    import weakref
+
+    from lowbit.ops.coarse_head import _state
+
+    cache, dev = {}, torch.device("cpu")
+
+    def make(device, rows):
+        return torch.zeros(max(rows, 64), dtype=torch.int32, device=device)
+
+    small = _state.device_state(cache, dev, 10, make, torch.Tensor.numel)
+    assert small.numel() == 64 and _state.device_state(cache, dev, 64, make, torch.Tensor.numel) is small
+    ref = weakref.ref(small)
+    del small
+    big = _state.device_state(cache, dev, 100, make, torch.Tensor.numel)
+    assert big.numel() == 100 and cache[dev] is big
+    assert ref() is not None and any(s is ref() for s in _state._RETIRED)
+    _state._RETIRED.remove(ref())

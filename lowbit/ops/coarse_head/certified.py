@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
+from lowbit.ops.coarse_head._state import device_state
 from lowbit.ops.coarse_head.triton import _pow2
 
 #: tokens one fallback program scores per step, and at most this many fallback programs
@@ -349,11 +350,7 @@ _SCRATCH: dict[torch.device, _Scratch] = {}
 
 
 def _scratch(device: torch.device, m: int) -> _Scratch:
-    sc = _SCRATCH.get(device)
-    if sc is None or sc.m < m:
-        sc = _Scratch(device, m)
-        _SCRATCH[device] = sc
-    return sc
+    return device_state(_SCRATCH, device, m, _Scratch, lambda sc: sc.m)
 
 
 def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_idx: torch.Tensor,

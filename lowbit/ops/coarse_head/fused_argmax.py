@@ -47,6 +47,7 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
+from lowbit.ops.coarse_head._state import device_state
 from lowbit.ops.coarse_head.certified import _INT64_MIN, _exact_block, _exact_one, _ordered, _pack
 from lowbit.ops.coarse_head.reference import ABS_SLACK, gamma
 from lowbit.ops.coarse_head.triton import _pow2
@@ -312,10 +313,7 @@ class _Scratch:
 
 
 def _scratch(device, m: int) -> _Scratch:
-    sc = _SCRATCH.get(device)
-    if sc is None or sc.m < m:
-        sc = _SCRATCH[device] = _Scratch(device, m)
-    return sc
+    return device_state(_SCRATCH, device, m, _Scratch, lambda sc: sc.m)
 
 
 def fused_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap: int, stats: torch.Tensor

@@ -30,6 +30,9 @@ import torch
 import triton
 import triton.language as tl
 
+from lowbit.ops.coarse_head._state import device_state
+
+
 def _pow2(n: int) -> int:
     """Smallest power of two >= n (plain Python: triton.next_power_of_2 is a constexpr function
     whose call costs several µs of host time, which matters at M = 1 in eager mode)."""
@@ -187,11 +190,10 @@ _COUNTERS: dict[torch.device, torch.Tensor] = {}
 
 def _counter(device: torch.device, m: int) -> torch.Tensor:
     """A zeroed int32 [>= m] buffer per device (each call leaves it zero again)."""
-    buf = _COUNTERS.get(device)
-    if buf is None or buf.numel() < m:
-        buf = torch.zeros(max(m, 64), dtype=torch.int32, device=device)
-        _COUNTERS[device] = buf
-    return buf
+    def make(dev, rows):
+        return torch.zeros(max(rows, 64), dtype=torch.int32, device=dev)
+
+    return device_state(_COUNTERS, device, m, make, torch.Tensor.numel)
 
 
 #: "bitonic" (_select_topk_kernel: the two stages of two_stage as bitonic top-k), "two_stage"
