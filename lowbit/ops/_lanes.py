@@ -50,6 +50,22 @@ def tuple_replace(tup, i: tl.constexpr, v):
 
 
 @triton.jit
+def half_pair(v):
+    """int32 [..] holding two fp16 values -> (low, high) as fp32 (interpreter emulation)."""
+    lo = (v & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    hi = ((v >> 16) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    return lo, hi
+
+
+@triton.jit
+def pack_halves(lo, hi):
+    """Two fp32 tensors -> int32 holding (fp16(lo), fp16(hi)) in the low / high half."""
+    b_lo = lo.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    b_hi = hi.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    return b_lo | (b_hi << 16)
+
+
+@triton.jit
 def mma16816_values(a0l, a0h, a1l, a1h, a2l, a2h, a3l, a3h, b0l, b0h, b1l, b1h, NT: tl.constexpr):
     """A B of one warp-wide ``mma.sync.m16n8k16`` from the fp32 values of its operands' halves
     (``a0l`` = the low half of register a0, ...), per lane as [NT]: the interpreter's stand-in for

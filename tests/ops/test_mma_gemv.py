@@ -85,6 +85,39 @@ def test_mma_gemv_fp4_scale_spread(backend):
     assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
 
 
+@pytest.mark.parametrize("m,cfg", [(1, (1, 2)), (9, (2, 1))])
+def test_mma_gemv_fp4_decodes_agree(backend, m, cfg):
+    """Both FP4 decodes (codes straight to fp16 bits, or re-encoded as E4M3 and converted) on a
+    weight holding every packed byte value (all 16 codes in both nibbles, -0 included) under
+    scales 2^-7..2^7: the same MMAs over the same products up to a power of two, so the GPU gives
+    bit-identical results (the interpreter sums each emulated MMA in its own order); both match
+    the fp64 reference."""
+    if not backend.is_triton:
+        pytest.skip(NEEDS_TRITON)
+    from lowbit.formats.mxfp4 import MXFP4 as _MX
+
+    n, k = 48, 512
+    gen = torch.Generator().manual_seed(7)
+    packed = (torch.randperm(n * k // 2, generator=gen) % 256).to(torch.uint8).reshape(n, k // 2)
+    scale = torch.randint(120, 135, (n, k // 32), generator=gen).to(torch.uint8)
+    b = _MX(packed, scale)
+    a = FP8.quantize(torch.randn(m, k, generator=gen), "group", 128)
+    ref = a.dequantize(torch.float64) @ b.dequantize(torch.float64).T
+    dev = backend.device
+    outs = {}
+    for decode in ("f16", "e4m3"):
+        out = poisoned((m, n), torch.bfloat16, dev)
+        with backend.active():
+            outs[decode] = mma_gemv(a.data.to(dev), a.scale.to(dev), packed.to(dev), scale.to(dev), fp4=True,
+                                    config=cfg, out=out, decode=decode)
+        assert not torch.isnan(outs[decode]).any()
+        assert rel_err(outs[decode], ref) < TOL
+    if backend.name == "cuda":
+        assert torch.equal(outs["f16"], outs["e4m3"])
+    with pytest.raises(ValueError, match="decode must be one of"):
+        mma_gemv(a.data, a.scale, packed, scale, fp4=True, decode="bf16")
+
+
 def test_mma_gemv_checks(monkeypatch):
     a = FP8.quantize(torch.randn(MMA_MAX_M + 1, 128), "group", 128)
     b = FP8.quantize(torch.randn(16, 128), "block", 128)

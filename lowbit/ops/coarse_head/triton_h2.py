@@ -45,28 +45,14 @@ import triton.language as tl
 
 from lowbit._backend import interpret_mode
 
+from lowbit.ops._lanes import half_pair as _half_pair
+from lowbit.ops._lanes import pack_halves as _pack_halves
 from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue, coarse_outputs
 
 #: fp16 1024.0 in both halves of a word: the decode's magic and its exact offset
 _MAGIC = 0x64006400
 #: words per row per K step: four 16-byte vectors (64 bytes per plane: one g64 group)
 _STEP_WORDS = 16
-
-
-@triton.jit
-def _half_pair(v):
-    """int32 [..] holding two fp16 values -> (low, high) as fp32 (interpreter emulation)."""
-    lo = (v & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    hi = ((v >> 16) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    return lo, hi
-
-
-@triton.jit
-def _pack_halves(lo, hi):
-    """Two fp32 tensors -> int32 holding (fp16(lo), fp16(hi)) in the low / high half."""
-    b_lo = lo.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-    b_hi = hi.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-    return b_lo | (b_hi << 16)
 
 
 @triton.jit

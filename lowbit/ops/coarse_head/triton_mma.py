@@ -47,11 +47,11 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
+from lowbit.ops._lanes import half_pair as _half_pair
 from lowbit.ops._lanes import mma16816_values, tuple_replace, zeros_tuple
 from lowbit.ops._lanes import split4 as _split4
 from lowbit.ops.coarse_head.reference import ABS_SLACK, BOUND_DET, BOUND_NONE, rounding_eps
 from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue, coarse_outputs
-from lowbit.ops.coarse_head.triton_h2 import _half_pair
 
 #: fp16 1024.0 in both halves of a word: the decode's magic
 _MAGIC = tl.constexpr(0x64006400)

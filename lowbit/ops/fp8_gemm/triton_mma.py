@@ -54,14 +54,24 @@ import triton.language as tl
 from lowbit._backend import capability_at_least, interpret_mode
 from lowbit.ops._lanes import split2 as _split2
 from lowbit.ops._lanes import split4 as _split4
-from lowbit.ops._lanes import i32, tuple_replace, zeros_tuple
+from lowbit.ops._lanes import half_pair as _half_pair
+from lowbit.ops._lanes import pack_halves as _pack_halves
+from lowbit.ops._lanes import i32, mma16816_values, tuple_replace, zeros_tuple
 from lowbit.ops.act_quant.triton import _load_scale
 
 #: rows of x one launch serves (NCT = ceil(M / 8) <= 8 column tiles of 8)
 MMA_MAX_M = 64
+#: how the FP4 weight reaches the MMA: "f16" decodes each code straight to the fp16 bits of its
+#: value x 2^-14 by integer ops and one ``prmt`` per pair (no conversion instruction: sm_90 runs
+#: ``F2FP`` at a fraction of the integer rate); "e4m3" re-encodes it as an E4M3 byte (x 2^-6)
+#: and converts that with ``cvt.rn.f16x2.e4m3x2`` (F2FP), as the first version did.
+FP4_DECODE = "f16"
+#: what the FP4 kernel multiplies its sums by, per decode: the decoded weights are E2M1 x 2^-14 / 2^-6
+FP4_RESULT_SCALE = {"f16": 16384.0, "e4m3": 64.0}
 
 
 _MAG_LO = tl.constexpr(0x1C1C1C1C)  # E4M3 bits 2..4 of every byte: the E2M1 magnitude, placed
+_MAG_F16 = tl.constexpr(0x0E0E0E0E)  # bits 1..3 of every byte: an fp16 high byte's exponent low bits + top mantissa bit
 _SIGN = tl.constexpr(i32(0x80808080))
 _BYTE3 = tl.constexpr(i32(0xFF000000))
 _EXP_BITS = tl.constexpr(0x7F800000)  # the fp32 exponent field
@@ -166,6 +176,77 @@ def _e2m1_hi(w):
 
 
 @triton.jit
+def _e2m1_f16_high_bytes(w):
+    """The 8 codes of ``w`` (code 2i in the low nibble of byte i) -> the fp16 high bytes of their
+    values x 2^-14: (codes 0, 2, 4, 6), (codes 1, 3, 5, 7). An E2M1 code ``s e1 e0 m`` is the fp16
+    ``s 0 0 0 e1 e0 m 0000000 00`` (exponent field e1 e0: 2^(e - 15) (1 + m / 2) for e >= 1, and for
+    e = 0 the subnormal m 2^-15, i.e. 0.5 x 2^-14), so the low byte is zero and the high byte is
+    the sign at bit 7 and the magnitude at bits 1..3."""
+    ev = ((w << 4) & _SIGN) | ((w << 1) & _MAG_F16)
+    od = (w & _SIGN) | ((w >> 3) & _MAG_F16)  # (arithmetic shift: the bits it fills are masked off)
+    return ev, od
+
+
+@triton.jit
+def _f16_pairs(hb, INTERPRET: tl.constexpr):
+    """4 fp16 high bytes -> the f16x2 words (bytes 0, 1) and (bytes 2, 3), low bytes zero: a ``prmt``
+    each (byte selectors 4 = the zero operand)."""
+    if INTERPRET:
+        return ((hb & 0xFF) << 8) | ((hb & 0xFF00) << 16), ((hb >> 8) & 0xFF00) | (hb & _BYTE3)
+    return tl.inline_asm_elementwise("{prmt.b32 $0, $2, 0, 0x1404; prmt.b32 $1, $2, 0, 0x3424;}", "=r,=r,r", [hb],
+                                     dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+
+
+@triton.jit
+def _e4m3_f16_pairs(w, INTERPRET: tl.constexpr):
+    """int32 of 4 E4M3 bytes -> f16x2 of (bytes 0, 1) and (bytes 2, 3), exact (``cvt.rn.f16x2.e4m3x2``)."""
+    if INTERPRET:
+        v0, v1, v2, v3 = _e4m3_byte_values(w)
+        return _pack_halves(v0, v1), _pack_halves(v2, v3)
+    return tl.inline_asm_elementwise(
+        "{.reg .b16 l, h; mov.b32 {l, h}, $2; cvt.rn.f16x2.e4m3x2 $0, l; cvt.rn.f16x2.e4m3x2 $1, h;}", "=r,=r,r",
+        [w], dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+
+
+# One FP4 group (32 k) of one 16-row tile and one column tile: two chained fp16 m16n8k16 MMAs from
+# a zero accumulator ($4..$11 the A words of the two, $12..$15 their B words). The first writes
+# local registers, so no output can clobber an input the second still reads.
+_MMA_F16_GROUP_PTX = tl.constexpr("""
+{
+.reg .f32 z, d0, d1, d2, d3;
+mov.f32 z, 0f00000000;
+mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {d0, d1, d2, d3}, {$4, $5, $6, $7}, {$12, $13}, {z, z, z, z};
+mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {$0, $1, $2, $3}, {$8, $9, $10, $11}, {$14, $15}, {d0, d1, d2, d3};
+}
+""")
+
+
+@triton.jit
+def _mma_group_f16(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, NT: tl.constexpr, INTERPRET: tl.constexpr):
+    """(A1 B1 + A2 B2) of two warp-wide fp16 ``mma.sync.m16n8k16`` (A1 = a0..a3, B1 = b0, b1; A2 =
+    a4..a7, B2 = b2, b3), per-lane [NT] int32 operands holding f16x2; fp32 [NT] x 4 results."""
+    if INTERPRET:
+        d0, d1, d2, d3 = _mma16816_f16(a0, a1, a2, a3, b0, b1, NT)
+        e0, e1, e2, e3 = _mma16816_f16(a4, a5, a6, a7, b2, b3, NT)
+        return d0 + e0, d1 + e1, d2 + e2, d3 + e3
+    return tl.inline_asm_elementwise(_MMA_F16_GROUP_PTX, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,r,r,r,r",
+                                     [a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3],
+                                     dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+
+
+@triton.jit
+def _mma16816_f16(a0, a1, a2, a3, b0, b1, NT: tl.constexpr):
+    """The interpreter's m16n8k16 on f16x2 words (no accumulator)."""
+    a0l, a0h = _half_pair(a0)
+    a1l, a1h = _half_pair(a1)
+    a2l, a2h = _half_pair(a2)
+    a3l, a3h = _half_pair(a3)
+    b0l, b0h = _half_pair(b0)
+    b1l, b1h = _half_pair(b1)
+    return mma16816_values(a0l, a0h, a1l, a1h, a2l, a2h, a3l, a3h, b0l, b0h, b1l, b1h, NT)
+
+
+@triton.jit
 def _even_odd_bytes(lo, hi, INTERPRET: tl.constexpr):
     """The 8 bytes ``lo | hi << 32`` -> (bytes 0, 2, 4, 6), (bytes 1, 3, 5, 7): one ``prmt`` each."""
     if INTERPRET:
@@ -221,6 +302,34 @@ def _x_frags_fp4(x, INTERPRET: tl.constexpr):
 
 
 @triton.jit
+def _x_f16_fp4(x, INTERPRET: tl.constexpr):
+    """Raw FP4-ordered activation words -> per MMA s the four f16x2 B words (k 0, 2), (4, 6),
+    (1, 3), (5, 7) of the lane's 8 k, matching :func:`_e2m1_f16_high_bytes` + :func:`_f16_pairs`.
+    Done once per column tile and block, shared by the program's row tiles."""
+    res = ()
+    for s in tl.static_range(4):
+        ev, od = _even_odd_bytes(x[2 * s], x[2 * s + 1], INTERPRET)
+        e02, e46 = _e4m3_f16_pairs(ev, INTERPRET)
+        o13, o57 = _e4m3_f16_pairs(od, INTERPRET)
+        res = res + (e02, e46, o13, o57)
+    return res
+
+
+@triton.jit
+def _group_fp4_f16(q0, q1, xb, s: tl.constexpr, s0, s1, c0, c1, c2, c3, NT: tl.constexpr, INTERPRET: tl.constexpr):
+    """:func:`_group_fp4` with the codes decoded straight to fp16 (``xb``: :func:`_x_f16_fp4`)."""
+    e0, o0 = _e2m1_f16_high_bytes(q0)
+    e1, o1 = _e2m1_f16_high_bytes(q1)
+    e0a, e0b = _f16_pairs(e0, INTERPRET)  # row g: k (0, 2), (4, 6)
+    e1a, e1b = _f16_pairs(e1, INTERPRET)  # row g + 8
+    o0a, o0b = _f16_pairs(o0, INTERPRET)  # row g: k (1, 3), (5, 7)
+    o1a, o1b = _f16_pairs(o1, INTERPRET)
+    d0, d1, d2, d3 = _mma_group_f16(e0a, e1a, e0b, e1b, o0a, o1a, o0b, o1b, xb[4 * s], xb[4 * s + 1], xb[4 * s + 2],
+                                    xb[4 * s + 3], NT, INTERPRET)
+    return c0 + s0 * d0, c1 + s0 * d1, c2 + s1 * d2, c3 + s1 * d3
+
+
+@triton.jit
 def _fp4_group_scales(bs_ptr, row, kb, m, KB):
     """The row's 4 UE8M0 group scales of block kb (one int32 load: bytes s = 0..3) as fp32, and a
     word whose bits ``0x80808080`` are set where a byte is 255 (NaN). 2^(e - 127) is the bit
@@ -258,14 +367,18 @@ def _group_fp4(q0, q1, x_e, x_o, s0, s1, c0, c1, c2, c3, NT: tl.constexpr, INTER
 
 
 @triton.jit
-def _block_fp4(q0, q1, sc0, sc1, x, NT: tl.constexpr, INTERPRET: tl.constexpr):
+def _block_fp4(q0, q1, sc0, sc1, x, F16: tl.constexpr, NT: tl.constexpr, INTERPRET: tl.constexpr):
     """The 4 groups of one FP4 block for one 16-row tile and one column tile: the block's sum
-    (group scales applied, activation scale not yet)."""
+    (group scales applied, activation scale not yet). ``x``: :func:`_x_f16_fp4` (``F16``) or
+    :func:`_x_frags_fp4`."""
     z = tl.zeros([NT], dtype=tl.float32)
-    c0, c1, c2, c3 = _group_fp4(q0[0], q1[0], x[0], x[1], sc0[0], sc1[0], z, z, z, z, NT, INTERPRET)
-    c0, c1, c2, c3 = _group_fp4(q0[1], q1[1], x[2], x[3], sc0[1], sc1[1], c0, c1, c2, c3, NT, INTERPRET)
-    c0, c1, c2, c3 = _group_fp4(q0[2], q1[2], x[4], x[5], sc0[2], sc1[2], c0, c1, c2, c3, NT, INTERPRET)
-    c0, c1, c2, c3 = _group_fp4(q0[3], q1[3], x[6], x[7], sc0[3], sc1[3], c0, c1, c2, c3, NT, INTERPRET)
+    c0, c1, c2, c3 = z, z, z, z
+    for s in tl.static_range(4):
+        if F16:
+            c0, c1, c2, c3 = _group_fp4_f16(q0[s], q1[s], x, s, sc0[s], sc1[s], c0, c1, c2, c3, NT, INTERPRET)
+        else:
+            c0, c1, c2, c3 = _group_fp4(q0[s], q1[s], x[2 * s], x[2 * s + 1], sc0[s], sc1[s], c0, c1, c2, c3, NT,
+                                        INTERPRET)
     return c0, c1, c2, c3
 
 
@@ -355,20 +468,23 @@ def _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, kb, r_base, g, t, M, N, KB: tl.con
 
 
 @triton.jit
-def _compute_block(acc, blk, z, FP4: tl.constexpr, RT: tl.constexpr, NCT: tl.constexpr, NT: tl.constexpr,
-                   INTERPRET: tl.constexpr):
+def _compute_block(acc, blk, z, FP4: tl.constexpr, F16: tl.constexpr, RT: tl.constexpr, NCT: tl.constexpr,
+                   NT: tl.constexpr, INTERPRET: tl.constexpr):
     """acc += the MMAs of one loaded K block (``blk`` from :func:`_load_block`); acc tile (rt, ct)
     at rt * NCT + ct."""
     wq, ws, xs, sa = blk
     for ct in tl.static_range(NCT):
         if FP4:
-            x = _x_frags_fp4(xs[ct], INTERPRET)
+            if F16:
+                x = _x_f16_fp4(xs[ct], INTERPRET)
+            else:
+                x = _x_frags_fp4(xs[ct], INTERPRET)
         else:
             x = xs[ct]
         sa0, sa1 = sa[ct]
         for rt in tl.static_range(RT):
             if FP4:
-                d = _block_fp4(wq[rt][0], wq[rt][1], ws[rt][0], ws[rt][1], x, NT, INTERPRET)
+                d = _block_fp4(wq[rt][0], wq[rt][1], ws[rt][0], ws[rt][1], x, F16, NT, INTERPRET)
                 acc = tuple_replace(acc, rt * NCT + ct, _add_scaled(acc[rt * NCT + ct], d, sa0, sa1))
             else:
                 d = _tile_fp8(wq[rt][0], wq[rt][1], x, z, z, z, z, NT, INTERPRET)
@@ -380,7 +496,7 @@ def _compute_block(acc, blk, z, FP4: tl.constexpr, RT: tl.constexpr, NCT: tl.con
 def _mma_gemv_kernel(
     a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, K: tl.constexpr,
     FP4: tl.constexpr, SCALE: tl.constexpr, AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, RT: tl.constexpr,
-    NCT: tl.constexpr, W: tl.constexpr, INTERPRET: tl.constexpr,
+    NCT: tl.constexpr, W: tl.constexpr, INTERPRET: tl.constexpr, F16: tl.constexpr = True,
 ):
     """Program: 16 RT weight rows (RT MMA row tiles) x the M <= 8 NCT activation rows (NCT column
     tiles; each weight tile is loaded and decoded once for all of them), the K blocks split over
@@ -416,7 +532,7 @@ def _mma_gemv_kernel(
     for it in range(0, tl.cdiv(KB, W)):
         nxt = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + 1) * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
                           AS_E8M0, BS_E8M0, RT, NCT, NT)
-        acc = _compute_block(acc, blk, z, FP4, RT, NCT, NT, INTERPRET)
+        acc = _compute_block(acc, blk, z, FP4, F16, RT, NCT, NT, INTERPRET)
         nan_rows = _nan_flags(nan_rows, blk, FP4, RT)
         blk = nxt
     # the warps' partial sums -> one lane set: rows / columns from the lane index alone
@@ -447,16 +563,21 @@ def pick_mma_config(n: int, k: int, m: int = 1, fp4: bool = True) -> tuple[int, 
 
 
 def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, fp4: bool,
-             config: tuple[int, int] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+             config: tuple[int, int] | None = None, out: torch.Tensor | None = None,
+             decode: str | None = None) -> torch.Tensor:
     """a e4m3 [M, K] (M <= 16, K % 128 == 0, contiguous), a_s [M, K/128] fp32 / e8m0 (contiguous);
     b: FP8 e4m3 [N, K] with b_s [ceil(N/128), K/128], or (``fp4``) packed uint8 [N, K/2] with UE8M0
     uint8 b_s [N, K/32], contiguous. Returns bf16 [M, N] (``out`` if given: every element is
-    written). ``config`` = (RT, W) overrides :func:`pick_mma_config`."""
+    written). ``config`` = (RT, W) overrides :func:`pick_mma_config`; ``decode`` the FP4 decode
+    (``FP4_DECODE`` by default; both give the same result)."""
     m, k = a.shape
     n = b.shape[0]
     if not 1 <= m <= MMA_MAX_M:
         raise ValueError(f"mma_gemv serves 1 <= M <= {MMA_MAX_M}, got a of shape {tuple(a.shape)}")
     rt, w = config if config is not None else pick_mma_config(n, k, m, fp4)
+    decode = FP4_DECODE if decode is None else decode
+    if decode not in FP4_RESULT_SCALE:
+        raise ValueError(f"mma_gemv decode must be one of {sorted(FP4_RESULT_SCALE)}, got {decode!r}")
     if rt not in (1, 2) or w < 1 or w & (w - 1):
         raise ValueError(f"mma_gemv config (RT, W) needs RT in (1, 2) and W a power of two, got {(rt, w)}")
     c = torch.empty(m, n, dtype=torch.bfloat16, device=a.device) if out is None else out
@@ -470,8 +591,9 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
         bs = b_s.view(torch.uint8) if bs_e8m0 else b_s
     asv = a_s.view(torch.uint8) if as_e8m0 else a_s
     grid = (triton.cdiv(n, 16 * rt),)
-    _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=64.0 if fp4 else 1.0, AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt,
-                           NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(), num_warps=w, num_stages=1)
+    _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=FP4_RESULT_SCALE[decode] if fp4 else 1.0,
+                           AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt, NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(),
+                           F16=decode == "f16", num_warps=w, num_stages=1)
     return c
 
 
