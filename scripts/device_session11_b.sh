@@ -7,11 +7,13 @@ OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
 timeout 150 python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=300 -n 8 \
   tests/ops/test_mma_gemv.py tests/ops/test_coarse_head.py tests/ops/test_fp4_gemm.py > "$OUT/pytest_cuda_b.log" 2>&1
 tail -2 "$OUT/pytest_cuda_b.log"; grep -E "^FAILED|^ERROR" "$OUT/pytest_cuda_b.log" | head
-timeout 200 python3 scripts/bench_mma_gemv.py --ops fp4,fp8 --ms 1,16 --configs 1x2,1x4,2x4 --decodes f16 \
+timeout 150 python3 scripts/bench_mma_gemv.py --ops fp4 --ms 1,16 --configs "" --decodes f16 \
   --prefetches 0,1,2,4 --json "$OUT/mma_gemv_l2.json" > "$OUT/mma_gemv_l2.log" 2>&1
-python3 - "$OUT/mma_gemv_l2.json" <<'PY'
+timeout 60 python3 scripts/bench_mma_gemv.py --ops fp8 --ms 1 --configs "" --prefetches 0,1,2,4 \
+  --json "$OUT/mma_gemv_l2_fp8.json" > "$OUT/mma_gemv_l2_fp8.log" 2>&1
+python3 - "$OUT/mma_gemv_l2.json" "$OUT/mma_gemv_l2_fp8.json" <<'PY'
 import json, sys
-for r in json.load(open(sys.argv[1])):
+for r in json.load(open(sys.argv[1])) + json.load(open(sys.argv[2])):
     if "op" not in r:
         print(r); continue
     keys = sorted(k for k in r if k.startswith("mma_") and k.endswith("_us"))
