@@ -2,7 +2,6 @@
 
     python3 scripts/bench_coarse_ab.py --set schedule [--json $OUT/ab.json] [--ms 1,8,16] [--bits 2,4,8]
     python3 scripts/bench_coarse_ab.py --set wide_m --ms 32,64
-    python3 scripts/bench_coarse_ab.py --set l2 --ms 1,8,16
 
 124160 x 5120 bf16 head (random N(0, 0.02) rows), g64, block 128, fast mode. A variant sets
 module switches of ``lowbit/ops/coarse_head``, then restores them:
@@ -13,9 +12,6 @@ module switches of ``lowbit/ops/coarse_head``, then restores them:
   ``_register_cap`` or none. Variants measured once and removed with their switches: the loop
   unrolled by two, masked B-fragment loads, ``.cg`` code loads, the code vectors alone one step
   ahead (see ``_PREFETCH_TABLE`` and docs/draft_head.md).
-* ``--set l2``: ``triton_mma.PF_L2`` (an L2 prefetch hint of the step that many steps past the
-  one being loaded: more bytes in flight without the registers of a loaded buffer) 0 / 2 on the
-  table's schedule, and 1 / 2 / 4 on the single-buffered loop (``PREFETCH`` 0).
 * ``--set wide_m`` (M = 17..64): ``band`` (``MMA_MAX_M`` = 16: rows past 16 on the band kernels),
   ``tc16`` / ``tc32`` (``MMA_MAX_M`` = 64 with ``triton_mma.MAX_M`` = 16 / 32: the tensor-core
   pass in launches of two / four 8-column B tiles).
@@ -46,13 +42,6 @@ SETS = {
         "p1 int4cap80": dict(PREFETCH=1, CAP={(4, 1): 80}),
         "table": dict(),
     },
-    "l2": {
-        "table": dict(),
-        "table l2pf2": dict(PF_L2=2),
-        "p0 l2pf1": dict(PREFETCH=0, PF_L2=1),
-        "p0 l2pf2": dict(PREFETCH=0, PF_L2=2),
-        "p0 l2pf4": dict(PREFETCH=0, PF_L2=4),
-    },
     "wide_m": {
         "band": dict(MMA_MAX_M=16, MAX_M=16),
         "tc16": dict(MMA_MAX_M=64, MAX_M=16),
@@ -80,11 +69,11 @@ def main() -> int:
 
     variants = SETS[args.set]
     names = args.variants.split(",") if args.variants else list(variants)
-    shipped = dict(PREFETCH=tm.PREFETCH, CAP=tm._register_cap, MMA_MAX_M=ch.MMA_MAX_M, MAX_M=tm.MAX_M, PF_L2=tm.PF_L2)
+    shipped = dict(PREFETCH=tm.PREFETCH, CAP=tm._register_cap, MMA_MAX_M=ch.MMA_MAX_M, MAX_M=tm.MAX_M)
 
     def use(switches: dict) -> None:
         s = {**shipped, **switches}
-        tm.PREFETCH, ch.MMA_MAX_M, tm.MAX_M, tm.PF_L2 = s["PREFETCH"], s["MMA_MAX_M"], s["MAX_M"], s["PF_L2"]
+        tm.PREFETCH, ch.MMA_MAX_M, tm.MAX_M = s["PREFETCH"], s["MMA_MAX_M"], s["MAX_M"]
         cap = s["CAP"]
         if cap == "none":
             tm._register_cap = lambda bits, nct: {}

@@ -3,7 +3,7 @@ kernels it replaces at M <= 16 and against ``torch._scaled_mm`` (FP8 per-tensor 
 all in one run on the H200, cold L2, CUDA-graph replays (``lowbit.bench.gemm.cold_us``).
 
     python3 scripts/bench_mma_gemv.py [--json $OUT/mma_gemv.json] [--ms 1,16] [--configs 1x2,1x4,1x8,1x16,2x4,2x8]
-                                      [--ops fp4,fp8] [--decodes f16,e4m3] [--prefetches 0,1,2]
+                                      [--ops fp4,fp8] [--decodes f16,e4m3]
 
 Per (N, K) of the issue's five shapes and M: the wgmma kernel (the previous default), mma_gemv at
 its picked config and at each ``--configs`` (RT x W), the baselines, the byte floor (bytes /
@@ -28,7 +28,6 @@ def main() -> int:
     ap.add_argument("--configs", default="1x2,1x4,1x8,1x16,2x4,2x8")
     ap.add_argument("--ops", default="fp4,fp8")
     ap.add_argument("--decodes", default="f16,e4m3", help="FP4 decodes to time (triton_mma.FP4_RESULT_SCALE keys)")
-    ap.add_argument("--prefetches", default="0", help="L2 prefetch distances to time (triton_mma.PREFETCH_L2)")
     args = ap.parse_args()
     import torch
 
@@ -36,7 +35,8 @@ def main() -> int:
     from lowbit.bench.timing import copy_bandwidth_gbps
     from lowbit.ops.fp4_gemm import triton as fp4_tr
     from lowbit.ops.fp8_gemm import triton as fp8_tr
-    from lowbit.ops.fp8_gemm.triton_mma import FP4_DECODE, mma_gemv, pick_mma_config
+    from lowbit.ops.fp8_gemm import triton_mma
+    from lowbit.ops.fp8_gemm.triton_mma import mma_gemv, pick_mma_config
 
     bw = copy_bandwidth_gbps()
     rows = []
@@ -67,17 +67,16 @@ def main() -> int:
                 picked = pick_mma_config(n, k, m, fp4)
                 rec["picked"] = list(picked)
                 best = None
-                decodes = args.decodes.split(",") if fp4 else [FP4_DECODE]
+                shipped = triton_mma.FP4_DECODE or ("f16" if m > 8 else "e4m3")
+                decodes = args.decodes.split(",") if fp4 else [shipped]
                 first = {}
-                pfs = [int(v) for v in args.prefetches.split(",")]
                 for cf in [picked] + [c for c in configs if c != picked and c[1] <= k // 128]:
-                    for dec, pf in ((d, p) for d in decodes for p in pfs):
-                        fn = lambda cf=cf, dec=dec, pf=pf: mma_gemv(a.data, a.scale, bd, bs, fp4=fp4, config=cf,  # noqa: E731
-                                                                    decode=dec, prefetch=pf)
+                    for dec in decodes:
+                        fn = lambda cf=cf, dec=dec: mma_gemv(a.data, a.scale, bd, bs, fp4=fp4, config=cf, decode=dec)  # noqa: E731
                         c_new = fn()
                         diff = ((c_new.float() - c_old.float()).norm() / c_old.float().norm()).item()
                         us = cold_us(fn, graph=True)
-                        key = f"mma_{cf[0]}x{cf[1]}" + (f"_{dec}" if fp4 else "") + (f"_pf{pf}" if pf else "")
+                        key = f"mma_{cf[0]}x{cf[1]}" + (f"_{dec}" if fp4 else "")
                         rec[key + "_us"] = round(us, 2)
                         rec[key + "_reldiff"] = float(f"{diff:.2e}")
                         if cf in first:  # the decodes must agree bit for bit
@@ -85,11 +84,12 @@ def main() -> int:
                         else:
                             first[cf] = c_new
                         if best is None or us < best[1]:
-                            best = (cf + ((dec,) if fp4 else ()) + (pf,), us)
+                            best = (cf + ((dec,) if fp4 else ()), us)
                 for r in _baselines(op, "", m, n, k, w, a.dequantize(w.dtype), True):
                     rec[r.impl.replace(" ", "_") + "_us"] = round(r.us, 2)
                 rec["best"] = [list(best[0]), round(best[1], 2)]
-                pkey = f"mma_{picked[0]}x{picked[1]}" + (f"_{FP4_DECODE}" if fp4 else "") + "_us"
+                dk = shipped if shipped in decodes else decodes[0]
+                pkey = f"mma_{picked[0]}x{picked[1]}" + (f"_{dk}" if fp4 else "") + "_us"
                 rec["picked_vs_rowwise"] = round(rec.get("scaled_mm_fp8_rowwise_us", float("nan")) / rec[pkey], 2)
                 rec["picked_x_floor"] = round(rec[pkey] / rec["floor_us"], 2)
                 rec["best_vs_rowwise"] = round(rec.get("scaled_mm_fp8_rowwise_us", float("nan")) / best[1], 2)

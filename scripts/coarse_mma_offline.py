@@ -27,7 +27,7 @@ N, K, G, BLOCK = 124160, 5120, 64, 128
 SMS = 132
 
 
-def compile_one(bits: int, nct: int, prefetch: int, maxnreg: int | None, bound: int = 0, pf_l2: int = 0):
+def compile_one(bits: int, nct: int, prefetch: int, maxnreg: int | None, bound: int = 0):
     from lowbit.ops.coarse_head import triton_mma as tm
 
     p = 8 // bits
@@ -38,7 +38,7 @@ def compile_one(bits: int, nct: int, prefetch: int, maxnreg: int | None, bound: 
            "bcoef": "fp32", "abs_slack": "fp32"}
     # plane j holds K positions [j L, (j + 1) L); NG groups of G along K
     const = dict(L=ell, NS=-(-(ell // 4) // 16), NG=K // G, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=G, BN=BLOCK,
-                 MP=8 * nct, KCAND=4, NCT=nct, PREFETCH=prefetch, BOUND=bound, INTERPRET=False, PF=pf_l2)
+                 MP=8 * nct, KCAND=4, NCT=nct, PREFETCH=prefetch, BOUND=bound, INTERPRET=False)
     for name in const:
         sig[name] = "constexpr"
     sig = {a: sig[a] for a in tm._coarse_mma_kernel.arg_names}
@@ -70,14 +70,13 @@ def main() -> int:
     ap.add_argument("--nct", default="1,2")
     ap.add_argument("--prefetch", default="0,1")
     ap.add_argument("--maxnreg", type=int, default=None)
-    ap.add_argument("--pf-l2", type=int, default=0, help="L2 prefetch distance (triton_mma.PF_L2)")
     ap.add_argument("--bound", default="0", help="0 = fast mode, 1 = the certified deterministic bound; e.g. 0,1")
     args = ap.parse_args()
     for bits in map(int, args.bits.split(",")):
         for nct in map(int, args.nct.split(",")):
             for pf, bound in ((pf, b) for pf in map(int, args.prefetch.split(",")) for b in map(int, args.bound.split(","))):
                 try:
-                    k, opts = compile_one(bits, nct, pf, args.maxnreg, bound, args.pf_l2)
+                    k, opts = compile_one(bits, nct, pf, args.maxnreg, bound)
                 except Exception as e:  # noqa: BLE001
                     print(f"INT{bits} NCT{nct} prefetch {pf} bound {bound}: FAILED {root_cause(e)}")
                     continue

@@ -2,6 +2,8 @@
 # Eleventh session, second GPU call: L2 prefetch hints (prefetch.global.L2, no registers) in the
 # two latency-bound tensor-core streams — the decode GEMV (fp4 / fp8, distances 0 / 1 / 2 / 4)
 # and the draft head's coarse pass (PF_L2 on both K-loop schedules) — after their cuda tests.
+# The hints lost or tied everywhere that matters and were removed after this call; the code it ran
+# is commit 3ccb9ff (docs/gemm.md, "eleventh session").
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
 timeout 150 python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=300 -n 8 \

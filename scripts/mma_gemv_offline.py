@@ -57,24 +57,21 @@ def loop_body(lines):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--k", type=int, default=16384)
-    ap.add_argument("--pf", type=int, default=0, help="L2 prefetch distance (triton_mma.PREFETCH_L2)")
     ap.add_argument("--configs", default="fp4:2x8x1:e4m3,fp4:2x8x1:f16,fp4:1x4x1:e4m3,fp4:1x4x1:f16,fp4:2x4x2:e4m3,fp4:2x4x2:f16,fp4:1x2x2:e4m3,fp4:1x2x2:f16,fp8:1x8x1")
     args = ap.parse_args()
     from lowbit.ops.fp8_gemm import triton_mma as tm
 
     for spec in args.configs.split(","):
         op, cfg, *rest = spec.split(":")
-        dec = rest[0] if rest else tm.FP4_DECODE
         rt, w, nct = (int(v) for v in cfg.split("x"))
+        dec = rest[0] if rest else (tm.FP4_DECODE or ("f16" if nct > 1 else "e4m3"))
         fp4 = op == "fp4"
         sig = {"a_ptr": "*i32", "as_ptr": "*fp32", "b_ptr": "*i32", "bs_ptr": "*i32" if fp4 else "*fp32",
                "c_ptr": "*bf16", "M": "i32", "N": "i32", "K": "constexpr", "FP4": "constexpr", "SCALE": "constexpr",
                "AS_E8M0": "constexpr", "BS_E8M0": "constexpr", "RT": "constexpr", "NCT": "constexpr",
-               "W": "constexpr", "INTERPRET": "constexpr", "F16": "constexpr",
-               "PF": "constexpr"}
+               "W": "constexpr", "INTERPRET": "constexpr", "F16": "constexpr"}
         consts = {"K": args.k, "FP4": fp4, "SCALE": tm.FP4_RESULT_SCALE[dec] if fp4 else 1.0, "AS_E8M0": False,
-                  "BS_E8M0": False, "RT": rt, "NCT": nct, "W": w, "INTERPRET": False, "F16": dec == "f16",
-                  "PF": args.pf}
+                  "BS_E8M0": False, "RT": rt, "NCT": nct, "W": w, "INTERPRET": False, "F16": dec == "f16"}
         kern = compile_sm90(tm._mma_gemv_kernel, sig, consts, divisible=(0, 1, 2, 3, 4), num_warps=w, num_stages=1)
         lines = sass_lines(cuobjdump(kern, "-sass"))
         body = loop_body(lines)

@@ -50,20 +50,6 @@ def tuple_replace(tup, i: tl.constexpr, v):
 
 
 @triton.jit
-def prefetch_l2(ptr, INTERPRET: tl.constexpr):
-    """``prefetch.global.L2`` of the line holding each address (``ptr`` a pointer tensor): a hint
-    with no register result, so a later load of that line waits for L2 instead of DRAM, without
-    the registers a loaded buffer costs. The addresses must be valid. Returns int32 zeros, which
-    the caller must fold into something it uses (``sink | ...``): the asm is declared pure so the
-    compiler may schedule it freely (as a side-effecting asm it would fence the loads around it
-    and cost registers), and only a used result keeps it. Zeros under the interpreter."""
-    if INTERPRET:
-        return tl.zeros(ptr.shape, dtype=tl.int32)
-    return tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptr.to(tl.int64)],
-                                     dtype=tl.int32, is_pure=True, pack=1)
-
-
-@triton.jit
 def half_pair(v):
     """int32 [..] holding two fp16 values -> (low, high) as fp32 (interpreter emulation)."""
     lo = (v & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)

@@ -118,33 +118,6 @@ def test_mma_gemv_fp4_decodes_agree(backend, m, cfg):
         mma_gemv(a.data, a.scale, packed, scale, fp4=True, decode="bf16")
 
 
-@pytest.mark.parametrize("fp4", [True, False])
-def test_mma_gemv_l2_prefetch_changes_nothing(backend, fp4):
-    """The L2 prefetch hints (distance 1 and 3, past the last K block and the last row, where
-    they are clamped) leave the result bit-identical; a distance out of range is a ValueError."""
-    if not backend.is_triton:
-        pytest.skip(NEEDS_TRITON)
-    m, n, k, cfg = 3, 40, 512, (1, 2)
-    a = FP8.quantize(torch.randn(m, k), "group", 128)
-    if fp4:
-        b = _fp4_operands(m, n, k)[1]
-        bd, bs = b.packed, b.scale
-    else:
-        b = FP8.quantize(torch.randn(n, k), "block", 128)
-        bd, bs = b.data, b.scale
-    dev = backend.device
-    outs = []
-    for pf in (0, 1, 3):
-        out = poisoned((m, n), torch.bfloat16, dev)
-        with backend.active():
-            outs.append(mma_gemv(a.data.to(dev), a.scale.to(dev), bd.to(dev), bs.to(dev), fp4=fp4, config=cfg,
-                                 out=out, prefetch=pf))
-    assert not torch.isnan(outs[0]).any()
-    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
-    with pytest.raises(ValueError, match="prefetch distance"):
-        mma_gemv(a.data, a.scale, bd, bs, fp4=fp4, prefetch=9)
-
-
 def test_mma_gemv_checks(monkeypatch):
     a = FP8.quantize(torch.randn(MMA_MAX_M + 1, 128), "group", 128)
     b = FP8.quantize(torch.randn(16, 128), "block", 128)

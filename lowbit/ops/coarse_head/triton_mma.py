@@ -48,7 +48,6 @@ import triton.language as tl
 
 from lowbit._backend import interpret_mode
 from lowbit.ops._lanes import half_pair as _half_pair
-from lowbit.ops._lanes import prefetch_l2 as _prefetch_l2
 from lowbit.ops._lanes import mma16816_values, tuple_replace, zeros_tuple
 from lowbit.ops._lanes import split4 as _split4
 from lowbit.ops.coarse_head.reference import ABS_SLACK, BOUND_DET, BOUND_NONE, rounding_eps
@@ -79,9 +78,6 @@ PREFETCH = None
 #: copies, but 168 registers for INT2: slower everywhere), B-fragment loads masked to the lanes
 #: whose column is a row of x (no change), ``.cg`` code loads (no change).
 _PREFETCH_TABLE = {(2, 1): 1, (8, 1): 1}
-#: L2 prefetch distance in K steps (0: none): each warp hints the lines of step s + 1 + PF_L2
-#: (its 2 KB of codes, and the planes' scale-zero lines) while step s runs
-PF_L2 = 0
 
 
 def _schedule(bits: int, nct: int) -> int:
@@ -313,25 +309,6 @@ def _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L: tl.constexpr, NG: tl.conste
 
 
 @triton.jit
-def _prefetch_bases(w_ptr, sz_ptr, blk, lane, NS, NR, NG: tl.constexpr, P: tl.constexpr):
-    """Loop-invariant per-lane bases of :func:`_prefetch_step` (the block clamped into range, so
-    every prefetched address is valid): a code line (lane % 16) of step 0, and the block's
-    scale-zero words with the lane's plane offset j = lane % P."""
-    b = tl.minimum(blk, NR - 1)
-    return w_ptr + b * (NS * 512) + (lane % 16) * 32, sz_ptr + b * (NG * 32), lane % P
-
-
-@triton.jit
-def _prefetch_step(bases, i_s, NS, L: tl.constexpr, G: tl.constexpr, INTERPRET: tl.constexpr):
-    """L2 prefetch of K step ``i_s`` (clamped to the last) of the warp's block: each lane one
-    128-byte line of the step's 2 KB of codes (lanes 16..31 repeat 0..15), and the scale-zero line
-    (32 words) of plane lane % P. Returns the zeros :func:`prefetch_l2` needs folded into a result."""
-    code, sz, j = bases
-    s = tl.minimum(i_s, NS - 1)
-    return _prefetch_l2(code + s * 512, INTERPRET) | _prefetch_l2(sz + ((j * L + 64 * s) // G) * 32, INTERPRET)
-
-
-@triton.jit
 def _tile_mmas(w00, w01, w02, w03, w10, w11, w12, w13, w20, w21, w22, w23, w30, w31, w32, w33, M2, p_xb,
                NT: tl.constexpr, SHIFT: tl.constexpr, INTERPRET: tl.constexpr):
     """One plane-step of one 8-column tile: the 8 MMAs (2 token tiles x 4 chunks) with the B
@@ -440,7 +417,6 @@ def _coarse_mma_kernel(
     L: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
     MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, MP: tl.constexpr, KCAND: tl.constexpr,
     NCT: tl.constexpr, PREFETCH: tl.constexpr, BOUND: tl.constexpr, INTERPRET: tl.constexpr,
-    PF: tl.constexpr = 0,
 ):
     """Program: BN token rows (one 32-row block per warp, two 16-row MMA tiles each) against the M
     <= 8 NCT rows of x (NCT column tiles of 8: the A fragments are decoded once for all of them).
@@ -457,26 +433,20 @@ def _coarse_mma_kernel(
     zero = tl.zeros([NT], dtype=tl.float32)
     # accumulators [NT] of column tile ct: a{t}{rh}{cp} (token tile t, row half rh, column 2c + cp)
     accs = zeros_tuple((zero, zero, zero, zero, zero, zero, zero, zero), NCT)
-    pf_bases = _prefetch_bases(w_ptr, sz_ptr, blk, lane, NS, NR, NG, P)
-    sink = tl.zeros([NT], dtype=tl.int32)  # the prefetches' zeros (kept alive through ``tok``)
     if PREFETCH == 1:
         # step s + 1's loads issued before step s's MMAs, through one loop-carried buffer
         cur = _load_step(p_w, sz_ptr, blk, m_b, g, 0, NS, L, NG, G, P)
         for i_s in range(0, NS):
             nxt = _load_step(p_w, sz_ptr, blk, m_b, g, i_s + 1, NS, L, NG, G, P)
-            if PF > 0:
-                sink = sink | _prefetch_step(pf_bases, i_s + 1 + PF, NS, L, G, INTERPRET)
             accs = _step(accs, cur, i_s, xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
             cur = nxt
     else:
         for i_s in range(0, NS):
-            if PF > 0:
-                sink = sink | _prefetch_step(pf_bases, i_s + PF, NS, L, G, INTERPRET)
             accs = _step(accs, _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P), i_s, xb_ptr, sx_ptr, lane,
                          c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
     # logits[m, token] for token = 32 blk + 16 t + 8 rh + g, m = 8 ct + 2 c + cp (the output
     # buffer doubles as scratch)
-    tok = blk * 32 + g + sink
+    tok = blk * 32 + g
     for ct in tl.static_range(NCT):
         a = accs[ct]
         _store8(lg_ptr, alpha_ptr, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], tok, 8 * ct + 2 * c, M, N)
@@ -587,7 +557,7 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
             n, nb, words.shape[0], bcoef, ABS_SLACK,
             L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
             MP=triton.next_power_of_2(mc), KCAND=kcand, NCT=nct, PREFETCH=_schedule(bits, nct), BOUND=cert,
-            INTERPRET=interpret_mode(), PF=PF_L2, num_warps=block // 32,
+            INTERPRET=interpret_mode(), num_warps=block // 32,
             num_stages=1, **({"maxnreg": _CERTIFIED_CAP[(bits, nct)]} if cert and (bits, nct) in _CERTIFIED_CAP
                              else _register_cap(bits, nct)),
         )

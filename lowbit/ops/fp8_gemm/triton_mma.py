@@ -56,19 +56,19 @@ from lowbit.ops._lanes import split2 as _split2
 from lowbit.ops._lanes import split4 as _split4
 from lowbit.ops._lanes import half_pair as _half_pair
 from lowbit.ops._lanes import pack_halves as _pack_halves
-from lowbit.ops._lanes import prefetch_l2 as _prefetch_l2
 from lowbit.ops._lanes import i32, mma16816_values, tuple_replace, zeros_tuple
 from lowbit.ops.act_quant.triton import _load_scale
 
 #: rows of x one launch serves (NCT = ceil(M / 8) <= 8 column tiles of 8)
 MMA_MAX_M = 64
 #: how the FP4 weight reaches the MMA: "f16" decodes each code straight to the fp16 bits of its
-#: value x 2^-14 by integer ops and one ``prmt`` per pair (no conversion instruction: sm_90 runs
-#: ``F2FP`` at a fraction of the integer rate); "e4m3" re-encodes it as an E4M3 byte (x 2^-6)
-#: and converts that with ``cvt.rn.f16x2.e4m3x2`` (F2FP), as the first version did.
-FP4_DECODE = "f16"
-#: L2 prefetch distance of the weight rows, in K iterations past the register double buffer (0: none)
-PREFETCH_L2 = 0
+#: value x 2^-14 by integer ops and one ``prmt`` per pair (no conversion instruction); "e4m3"
+#: re-encodes it as an E4M3 byte (x 2^-6) and converts that with ``cvt.rn.f16x2.e4m3x2`` (F2FP).
+#: Bit-identical results. None: per launch, "f16" from two column tiles (M > 8) on, where it
+#: measured 1-5% faster, else "e4m3" (0-3% faster at M = 1; H200 same-run A/B,
+#: docs/measurements/2026-12-02_session11_a_mma_gemv_decode_ab.json). Removing 32 of the 40-48
+#: F2FP per 16 x 128 tile changing so little says the GEMV is not bound by the conversion pipe.
+FP4_DECODE = None
 #: what the FP4 kernel multiplies its sums by, per decode: the decoded weights are E2M1 x 2^-14 / 2^-6
 FP4_RESULT_SCALE = {"f16": 16384.0, "e4m3": 64.0}
 
@@ -495,32 +495,11 @@ def _compute_block(acc, blk, z, FP4: tl.constexpr, F16: tl.constexpr, RT: tl.con
     return acc
 
 
-@triton.jit
-def _prefetch_bases(b_ptr, bs_ptr, i_p, lane, N, KB: tl.constexpr, KW: tl.constexpr, RT: tl.constexpr):
-    """Loop-invariant per-lane bases of :func:`_prefetch_block`: one of the program's 16 RT weight
-    rows per lane (clamped into range, so every prefetched address is valid), its codes and its
-    group-scale words."""
-    row = tl.minimum(i_p * (16 * RT) + lane % (16 * RT), N - 1)
-    return b_ptr + row * KW, bs_ptr + row * KB
-
-
-@triton.jit
-def _prefetch_block(bases, kb, KB: tl.constexpr, FP4: tl.constexpr, INTERPRET: tl.constexpr):
-    """L2 prefetch of K block kb (clamped to the last) of the lane's weight row: its 64 (FP4) / 128
-    (FP8) bytes lie in one 128-byte line; for FP4 also the row's group-scale word of the block.
-    Returns the zeros :func:`prefetch_l2` needs folded into a result."""
-    w, sc = bases
-    kbc = tl.minimum(kb, KB - 1)
-    if FP4:
-        return _prefetch_l2(w + kbc * 16, INTERPRET) | _prefetch_l2(sc + kbc, INTERPRET)
-    return _prefetch_l2(w + kbc * 32, INTERPRET)
-
-
 @triton.jit(do_not_specialize=["M"])
 def _mma_gemv_kernel(
     a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, K: tl.constexpr,
     FP4: tl.constexpr, SCALE: tl.constexpr, AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, RT: tl.constexpr,
-    NCT: tl.constexpr, W: tl.constexpr, INTERPRET: tl.constexpr, F16: tl.constexpr = True, PF: tl.constexpr = 0,
+    NCT: tl.constexpr, W: tl.constexpr, INTERPRET: tl.constexpr, F16: tl.constexpr = True,
 ):
     """Program: 16 RT weight rows (RT MMA row tiles) x the M <= 8 NCT activation rows (NCT column
     tiles; each weight tile is loaded and decoded once for all of them), the K blocks split over
@@ -553,17 +532,12 @@ def _mma_gemv_kernel(
     nan_rows = zeros_tuple(zi, 2 * RT)  # per (row tile rt, row half h) at 2 rt + h: a 255 scale byte seen
     blk = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, warp, r_base, g, t, M, N, KB, KW, AW, FP4, AS_E8M0, BS_E8M0,
                       RT, NCT, NT)
-    pf_bases = _prefetch_bases(b_ptr, bs_ptr, i_p, lane, N, KB, KW, RT)
-    sink = zi  # the prefetches' zeros, kept alive through the NaN flags
     for it in range(0, tl.cdiv(KB, W)):
         nxt = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + 1) * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
                           AS_E8M0, BS_E8M0, RT, NCT, NT)
-        if PF > 0:  # the block PF iterations past the one just loaded, into L2
-            sink = sink | _prefetch_block(pf_bases, (it + 1 + PF) * W + warp, KB, FP4, INTERPRET)
         acc = _compute_block(acc, blk, z, FP4, F16, RT, NCT, NT, INTERPRET)
         nan_rows = _nan_flags(nan_rows, blk, FP4, RT)
         blk = nxt
-    nan_rows = tuple_replace(nan_rows, 0, nan_rows[0] | sink)  # (zeros: changes no flag)
     # the warps' partial sums -> one lane set: rows / columns from the lane index alone
     o_l = tl.arange(0, 32)
     row = i_p * (16 * RT) + o_l // 4
@@ -593,22 +567,18 @@ def pick_mma_config(n: int, k: int, m: int = 1, fp4: bool = True) -> tuple[int, 
 
 def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, fp4: bool,
              config: tuple[int, int] | None = None, out: torch.Tensor | None = None,
-             decode: str | None = None, prefetch: int | None = None) -> torch.Tensor:
+             decode: str | None = None) -> torch.Tensor:
     """a e4m3 [M, K] (M <= 16, K % 128 == 0, contiguous), a_s [M, K/128] fp32 / e8m0 (contiguous);
     b: FP8 e4m3 [N, K] with b_s [ceil(N/128), K/128], or (``fp4``) packed uint8 [N, K/2] with UE8M0
     uint8 b_s [N, K/32], contiguous. Returns bf16 [M, N] (``out`` if given: every element is
     written). ``config`` = (RT, W) overrides :func:`pick_mma_config`; ``decode`` the FP4 decode
-    (``FP4_DECODE`` by default; both give the same result); ``prefetch`` the L2 prefetch distance
-    in K iterations (``PREFETCH_L2`` by default, 0 = none)."""
+    ("f16" / "e4m3", see ``FP4_DECODE``; both give the same result)."""
     m, k = a.shape
     n = b.shape[0]
     if not 1 <= m <= MMA_MAX_M:
         raise ValueError(f"mma_gemv serves 1 <= M <= {MMA_MAX_M}, got a of shape {tuple(a.shape)}")
     rt, w = config if config is not None else pick_mma_config(n, k, m, fp4)
-    decode = FP4_DECODE if decode is None else decode
-    prefetch = PREFETCH_L2 if prefetch is None else prefetch
-    if not 0 <= prefetch <= 8:
-        raise ValueError(f"mma_gemv prefetch distance must be in 0..8, got {prefetch}")
+    decode = decode or FP4_DECODE or ("f16" if m > 8 else "e4m3")
     if decode not in FP4_RESULT_SCALE:
         raise ValueError(f"mma_gemv decode must be one of {sorted(FP4_RESULT_SCALE)}, got {decode!r}")
     if rt not in (1, 2) or w < 1 or w & (w - 1):
@@ -626,7 +596,7 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     grid = (triton.cdiv(n, 16 * rt),)
     _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=FP4_RESULT_SCALE[decode] if fp4 else 1.0,
                            AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt, NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(),
-                           F16=decode == "f16", PF=prefetch, num_warps=w, num_stages=1)
+                           F16=decode == "f16", num_warps=w, num_stages=1)
     return c
 
 
