@@ -25,7 +25,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", default=None)
     ap.add_argument("--ms", default="1,16")
-    ap.add_argument("--configs", default="1x2,1x4,1x8,1x16,2x4,2x8")
+    ap.add_argument("--configs", default="1x2,1x4,1x8,1x16,2x4,2x8", help="RTxW or RTxWxMAXNREG, comma-separated")
     ap.add_argument("--ops", default="fp4,fp8")
     ap.add_argument("--decodes", default="f16,e4m3", help="FP4 decodes to time (triton_mma.FP4_RESULT_SCALE keys)")
     args = ap.parse_args()
@@ -76,7 +76,7 @@ def main() -> int:
                         c_new = fn()
                         diff = ((c_new.float() - c_old.float()).norm() / c_old.float().norm()).item()
                         us = cold_us(fn, graph=True)
-                        key = f"mma_{cf[0]}x{cf[1]}" + (f"_{dec}" if fp4 else "")
+                        key = "mma_" + "x".join(map(str, cf)) + (f"_{dec}" if fp4 else "")
                         rec[key + "_us"] = round(us, 2)
                         rec[key + "_reldiff"] = float(f"{diff:.2e}")
                         if cf in first:  # the decodes must agree bit for bit
