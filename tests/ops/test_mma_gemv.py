@@ -38,11 +38,10 @@ def _run(backend, a, b_data, b_scale, fp4, cfg, e8m0=False, nan_ok=False):
     return c
 
 
-# (m, n, k, (RT, W[, DEPTH])): one / two column tiles, partial row tiles, K blocks not a multiple of W,
-# FP8 scale rows changing inside a program's rows (n = 136), five column tiles (m = 33), two
-# blocks in flight per warp (fewer blocks than the buffers, and a remainder)
+# (m, n, k, (RT, W)): one / two column tiles, partial row tiles, K blocks not a multiple of W,
+# FP8 scale rows changing inside a program's rows (n = 136), five column tiles (m = 33)
 CASES = [(1, 64, 256, (1, 1)), (3, 40, 384, (1, 2)), (8, 33, 128, (2, 1)), (9, 72, 512, (2, 4)),
-         (16, 136, 256, (2, 2)), (33, 40, 256, (1, 2)), (1, 48, 640, (1, 2, 2)), (12, 40, 128, (1, 1, 2))]
+         (16, 136, 256, (2, 2)), (33, 40, 256, (1, 2))]
 
 
 @pytest.mark.parametrize("m,n,k,cfg", CASES)
@@ -127,8 +126,8 @@ def test_mma_gemv_checks(monkeypatch):
     a1 = FP8.quantize(torch.randn(1, 128), "group", 128)
     with pytest.raises(ValueError, match="RT in"):
         mma_gemv(a1.data, a1.scale, b.data, b.scale, fp4=False, config=(3, 1))
-    with pytest.raises(ValueError, match="DEPTH in"):
-        mma_gemv(a1.data, a1.scale, b.data, b.scale, fp4=False, config=(1, 2, 3))
+    with pytest.raises(ValueError, match="maxnreg in"):
+        mma_gemv(a1.data, a1.scale, b.data, b.scale, fp4=False, config=(1, 2, 300))
     # which operands the dispatch may send it (on the GPU tier: real CUDA tensors)
     from lowbit.ops.fp8_gemm import triton_mma as tm
 

@@ -500,7 +500,6 @@ def _mma_gemv_kernel(
     a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, K: tl.constexpr,
     FP4: tl.constexpr, SCALE: tl.constexpr, AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, RT: tl.constexpr,
     NCT: tl.constexpr, W: tl.constexpr, INTERPRET: tl.constexpr, F16: tl.constexpr = True,
-    DEPTH: tl.constexpr = 1,
 ):
     """Program: 16 RT weight rows (RT MMA row tiles) x the M <= 8 NCT activation rows (NCT column
     tiles; each weight tile is loaded and decoded once for all of them), the K blocks split over
@@ -533,19 +532,12 @@ def _mma_gemv_kernel(
     nan_rows = zeros_tuple(zi, 2 * RT)  # per (row tile rt, row half h) at 2 rt + h: a 255 scale byte seen
     blk = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, warp, r_base, g, t, M, N, KB, KW, AW, FP4, AS_E8M0, BS_E8M0,
                       RT, NCT, NT)
-    if DEPTH == 2:  # a second buffer: block i + 2 W loads while block i computes
-        blk2 = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, W + warp, r_base, g, t, M, N, KB, KW, AW, FP4, AS_E8M0,
-                           BS_E8M0, RT, NCT, NT)
     for it in range(0, tl.cdiv(KB, W)):
-        nxt = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + DEPTH) * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
+        nxt = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + 1) * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
                           AS_E8M0, BS_E8M0, RT, NCT, NT)
         acc = _compute_block(acc, blk, z, FP4, F16, RT, NCT, NT, INTERPRET)
         nan_rows = _nan_flags(nan_rows, blk, FP4, RT)
-        if DEPTH == 2:
-            blk = blk2
-            blk2 = nxt
-        else:
-            blk = nxt
+        blk = nxt
     # the warps' partial sums -> one lane set: rows / columns from the lane index alone
     o_l = tl.arange(0, 32)
     row = i_p * (16 * RT) + o_l // 4
@@ -579,21 +571,19 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     """a e4m3 [M, K] (M <= 16, K % 128 == 0, contiguous), a_s [M, K/128] fp32 / e8m0 (contiguous);
     b: FP8 e4m3 [N, K] with b_s [ceil(N/128), K/128], or (``fp4``) packed uint8 [N, K/2] with UE8M0
     uint8 b_s [N, K/32], contiguous. Returns bf16 [M, N] (``out`` if given: every element is
-    written). ``config`` = (RT, W) or (RT, W, DEPTH: K blocks in flight per warp, 1 or 2) overrides
-    :func:`pick_mma_config`; ``decode`` the FP4 decode
+    written). ``config`` = (RT, W) or (RT, W, maxnreg) overrides :func:`pick_mma_config`; ``decode`` the FP4 decode
     ("f16" / "e4m3", see ``FP4_DECODE``; both give the same result)."""
     m, k = a.shape
     n = b.shape[0]
     if not 1 <= m <= MMA_MAX_M:
         raise ValueError(f"mma_gemv serves 1 <= M <= {MMA_MAX_M}, got a of shape {tuple(a.shape)}")
-    rt, w, *depth = config if config is not None else pick_mma_config(n, k, m, fp4)
-    depth = depth[0] if depth else 1
+    rt, w, *cap = config if config is not None else pick_mma_config(n, k, m, fp4)
     decode = decode or FP4_DECODE or ("f16" if m > 8 else "e4m3")
     if decode not in FP4_RESULT_SCALE:
         raise ValueError(f"mma_gemv decode must be one of {sorted(FP4_RESULT_SCALE)}, got {decode!r}")
-    if rt not in (1, 2) or w < 1 or w & (w - 1) or depth not in (1, 2) or (config is not None and len(config) > 3):
-        raise ValueError(f"mma_gemv config (RT, W[, DEPTH]) needs RT in (1, 2), W a power of two and DEPTH in (1, 2), "
-                         f"got {config}")
+    if rt not in (1, 2) or w < 1 or w & (w - 1) or len(cap) > 1 or (cap and not 24 <= cap[0] <= 255):
+        raise ValueError(f"mma_gemv config (RT, W[, maxnreg]) needs RT in (1, 2), W a power of two and maxnreg in "
+                         f"24..255, got {config}")
     c = torch.empty(m, n, dtype=torch.bfloat16, device=a.device) if out is None else out
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
     bs_e8m0 = b_s.dtype == torch.float8_e8m0fnu
@@ -607,7 +597,7 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     grid = (triton.cdiv(n, 16 * rt),)
     _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=FP4_RESULT_SCALE[decode] if fp4 else 1.0,
                            AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt, NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(),
-                           F16=decode == "f16", DEPTH=depth, num_warps=w, num_stages=1)
+                           F16=decode == "f16", num_warps=w, num_stages=1, **({"maxnreg": cap[0]} if cap else {}))
     return c
 
 
