@@ -3,6 +3,8 @@
 # Compute (full set, per-instruction stall sampling) of the FP4 GEMV at M = 1 / 16 on N24576 K1536
 # (the shape furthest from its target) and of the draft head's INT2 coarse pass at M = 1; then a
 # register-cap sweep of the FP4 GEMV at M = 16 (fewer registers: more programs per SM, one wave).
+# The caps spilled and lost everywhere; the config option was removed after this call (commit
+# 3d2bc9b has it).
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
 prof() {  # name, kernel regex, profile_decode.py arguments...

@@ -126,8 +126,6 @@ def test_mma_gemv_checks(monkeypatch):
     a1 = FP8.quantize(torch.randn(1, 128), "group", 128)
     with pytest.raises(ValueError, match="RT in"):
         mma_gemv(a1.data, a1.scale, b.data, b.scale, fp4=False, config=(3, 1))
-    with pytest.raises(ValueError, match="maxnreg in"):
-        mma_gemv(a1.data, a1.scale, b.data, b.scale, fp4=False, config=(1, 2, 300))
     # which operands the dispatch may send it (on the GPU tier: real CUDA tensors)
     from lowbit.ops.fp8_gemm import triton_mma as tm
 

@@ -571,19 +571,18 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     """a e4m3 [M, K] (M <= 16, K % 128 == 0, contiguous), a_s [M, K/128] fp32 / e8m0 (contiguous);
     b: FP8 e4m3 [N, K] with b_s [ceil(N/128), K/128], or (``fp4``) packed uint8 [N, K/2] with UE8M0
     uint8 b_s [N, K/32], contiguous. Returns bf16 [M, N] (``out`` if given: every element is
-    written). ``config`` = (RT, W) or (RT, W, maxnreg) overrides :func:`pick_mma_config`; ``decode`` the FP4 decode
+    written). ``config`` = (RT, W) overrides :func:`pick_mma_config`; ``decode`` the FP4 decode
     ("f16" / "e4m3", see ``FP4_DECODE``; both give the same result)."""
     m, k = a.shape
     n = b.shape[0]
     if not 1 <= m <= MMA_MAX_M:
         raise ValueError(f"mma_gemv serves 1 <= M <= {MMA_MAX_M}, got a of shape {tuple(a.shape)}")
-    rt, w, *cap = config if config is not None else pick_mma_config(n, k, m, fp4)
+    rt, w = config if config is not None else pick_mma_config(n, k, m, fp4)
     decode = decode or FP4_DECODE or ("f16" if m > 8 else "e4m3")
     if decode not in FP4_RESULT_SCALE:
         raise ValueError(f"mma_gemv decode must be one of {sorted(FP4_RESULT_SCALE)}, got {decode!r}")
-    if rt not in (1, 2) or w < 1 or w & (w - 1) or len(cap) > 1 or (cap and not 24 <= cap[0] <= 255):
-        raise ValueError(f"mma_gemv config (RT, W[, maxnreg]) needs RT in (1, 2), W a power of two and maxnreg in "
-                         f"24..255, got {config}")
+    if rt not in (1, 2) or w < 1 or w & (w - 1):
+        raise ValueError(f"mma_gemv config (RT, W) needs RT in (1, 2) and W a power of two, got {(rt, w)}")
     c = torch.empty(m, n, dtype=torch.bfloat16, device=a.device) if out is None else out
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
     bs_e8m0 = b_s.dtype == torch.float8_e8m0fnu
@@ -597,7 +596,7 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     grid = (triton.cdiv(n, 16 * rt),)
     _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=FP4_RESULT_SCALE[decode] if fp4 else 1.0,
                            AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt, NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(),
-                           F16=decode == "f16", num_warps=w, num_stages=1, **({"maxnreg": cap[0]} if cap else {}))
+                           F16=decode == "f16", num_warps=w, num_stages=1)
     return c
 
 
