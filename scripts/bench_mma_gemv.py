@@ -3,7 +3,7 @@ kernels it replaces at M <= 16 and against ``torch._scaled_mm`` (FP8 per-tensor 
 all in one run on the H200, cold L2, CUDA-graph replays (``lowbit.bench.gemm.cold_us``).
 
     python3 scripts/bench_mma_gemv.py [--json $OUT/mma_gemv.json] [--ms 1,16] [--configs 1x2,1x4,1x8,1x16,2x4,2x8]
-                                      [--ops fp4,fp8] [--decodes f16,e4m3]
+                                      [--ops fp4,fp8] [--decodes f16,e4m3] [--stages 1,3,4]
 
 Per (N, K) of the issue's five shapes and M: the wgmma kernel (the previous default), mma_gemv at
 its picked config and at each ``--configs`` (RT x W), the baselines, the byte floor (bytes /
@@ -28,6 +28,7 @@ def main() -> int:
     ap.add_argument("--configs", default="1x2,1x4,1x8,1x16,2x4,2x8", help="RTxW or RTxWxMAXNREG, comma-separated")
     ap.add_argument("--ops", default="fp4,fp8")
     ap.add_argument("--decodes", default="f16,e4m3", help="FP4 decodes to time (triton_mma.FP4_RESULT_SCALE keys)")
+    ap.add_argument("--stages", default="1", help="K-loop STAGES to time on the picked config (1: register buffer)")
     args = ap.parse_args()
     import torch
 
@@ -70,7 +71,9 @@ def main() -> int:
                 shipped = triton_mma.FP4_DECODE or ("f16" if m > 8 else "e4m3")
                 decodes = args.decodes.split(",") if fp4 else [shipped]
                 first = {}
-                for cf in [picked] + [c for c in configs if c != picked and c[1] <= k // 128]:
+                base = {}
+                picks = [tuple(picked) + ((int(st),) if int(st) > 1 else ()) for st in args.stages.split(",")]
+                for cf in picks + [c for c in configs if c not in picks and c[1] <= k // 128]:
                     for dec in decodes:
                         fn = lambda cf=cf, dec=dec: mma_gemv(a.data, a.scale, bd, bs, fp4=fp4, config=cf, decode=dec)  # noqa: E731
                         c_new = fn()
@@ -83,6 +86,9 @@ def main() -> int:
                             rec[key + "_same_bits"] = bool(torch.equal(first[cf], c_new))
                         else:
                             first[cf] = c_new
+                        if cf in picks[1:] and (picks[0], dec) in base:  # so must the K-loop schedules
+                            rec[key + "_same_bits_as_first_stages"] = bool(torch.equal(base[(picks[0], dec)], c_new))
+                        base.setdefault((cf, dec), c_new)
                         if best is None or us < best[1]:
                             best = (cf + ((dec,) if fp4 else ()), us)
                 for r in _baselines(op, "", m, n, k, w, a.dequantize(w.dtype), True):

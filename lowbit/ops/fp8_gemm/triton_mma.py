@@ -500,6 +500,7 @@ def _mma_gemv_kernel(
     a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, K: tl.constexpr,
     FP4: tl.constexpr, SCALE: tl.constexpr, AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, RT: tl.constexpr,
     NCT: tl.constexpr, W: tl.constexpr, INTERPRET: tl.constexpr, F16: tl.constexpr = True,
+    STAGES: tl.constexpr = 1,
 ):
     """Program: 16 RT weight rows (RT MMA row tiles) x the M <= 8 NCT activation rows (NCT column
     tiles; each weight tile is loaded and decoded once for all of them), the K blocks split over
@@ -530,14 +531,23 @@ def _mma_gemv_kernel(
     acc = zeros_tuple((z, z, z, z), RT * NCT)  # one (c0, c1, c2, c3) per (rt, ct)
     zi = tl.zeros([NT], dtype=tl.int32)
     nan_rows = zeros_tuple(zi, 2 * RT)  # per (row tile rt, row half h) at 2 rt + h: a 255 scale byte seen
-    blk = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, warp, r_base, g, t, M, N, KB, KW, AW, FP4, AS_E8M0, BS_E8M0,
-                      RT, NCT, NT)
-    for it in range(0, tl.cdiv(KB, W)):
-        nxt = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + 1) * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
-                          AS_E8M0, BS_E8M0, RT, NCT, NT)
-        acc = _compute_block(acc, blk, z, FP4, F16, RT, NCT, NT, INTERPRET)
-        nan_rows = _nan_flags(nan_rows, blk, FP4, RT)
-        blk = nxt
+    if STAGES > 1:
+        # Triton's software pipeliner: each block's loads become cp.async copies into shared
+        # memory issued STAGES - 1 iterations ahead (no registers held for blocks in flight)
+        for it in tl.range(0, tl.cdiv(KB, W), num_stages=STAGES):
+            blk = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, it * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
+                              AS_E8M0, BS_E8M0, RT, NCT, NT)
+            acc = _compute_block(acc, blk, z, FP4, F16, RT, NCT, NT, INTERPRET)
+            nan_rows = _nan_flags(nan_rows, blk, FP4, RT)
+    else:
+        blk = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, warp, r_base, g, t, M, N, KB, KW, AW, FP4, AS_E8M0, BS_E8M0,
+                          RT, NCT, NT)
+        for it in range(0, tl.cdiv(KB, W)):
+            nxt = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + 1) * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
+                              AS_E8M0, BS_E8M0, RT, NCT, NT)
+            acc = _compute_block(acc, blk, z, FP4, F16, RT, NCT, NT, INTERPRET)
+            nan_rows = _nan_flags(nan_rows, blk, FP4, RT)
+            blk = nxt
     # the warps' partial sums -> one lane set: rows / columns from the lane index alone
     o_l = tl.arange(0, 32)
     row = i_p * (16 * RT) + o_l // 4
@@ -571,18 +581,22 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     """a e4m3 [M, K] (M <= 16, K % 128 == 0, contiguous), a_s [M, K/128] fp32 / e8m0 (contiguous);
     b: FP8 e4m3 [N, K] with b_s [ceil(N/128), K/128], or (``fp4``) packed uint8 [N, K/2] with UE8M0
     uint8 b_s [N, K/32], contiguous. Returns bf16 [M, N] (``out`` if given: every element is
-    written). ``config`` = (RT, W) overrides :func:`pick_mma_config`; ``decode`` the FP4 decode
+    written). ``config`` = (RT, W) or (RT, W, STAGES) overrides :func:`pick_mma_config` (STAGES
+    > 1: the K loop through Triton's pipeliner, that many blocks in flight per warp through
+    shared memory, instead of the register double buffer); ``decode`` the FP4 decode
     ("f16" / "e4m3", see ``FP4_DECODE``; both give the same result)."""
     m, k = a.shape
     n = b.shape[0]
     if not 1 <= m <= MMA_MAX_M:
         raise ValueError(f"mma_gemv serves 1 <= M <= {MMA_MAX_M}, got a of shape {tuple(a.shape)}")
-    rt, w = config if config is not None else pick_mma_config(n, k, m, fp4)
+    rt, w, *stages = config if config is not None else pick_mma_config(n, k, m, fp4)
+    stages = stages[0] if stages else 1
     decode = decode or FP4_DECODE or ("f16" if m > 8 else "e4m3")
     if decode not in FP4_RESULT_SCALE:
         raise ValueError(f"mma_gemv decode must be one of {sorted(FP4_RESULT_SCALE)}, got {decode!r}")
-    if rt not in (1, 2) or w < 1 or w & (w - 1):
-        raise ValueError(f"mma_gemv config (RT, W) needs RT in (1, 2) and W a power of two, got {(rt, w)}")
+    if rt not in (1, 2) or w < 1 or w & (w - 1) or not 1 <= stages <= 8 or (config is not None and len(config) > 3):
+        raise ValueError(f"mma_gemv config (RT, W[, STAGES]) needs RT in (1, 2), W a power of two and STAGES in "
+                         f"1..8, got {config}")
     c = torch.empty(m, n, dtype=torch.bfloat16, device=a.device) if out is None else out
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
     bs_e8m0 = b_s.dtype == torch.float8_e8m0fnu
@@ -596,7 +610,7 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     grid = (triton.cdiv(n, 16 * rt),)
     _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=FP4_RESULT_SCALE[decode] if fp4 else 1.0,
                            AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt, NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(),
-                           F16=decode == "f16", num_warps=w, num_stages=1)
+                           F16=decode == "f16", STAGES=stages, num_warps=w, num_stages=1)
     return c
 
 
