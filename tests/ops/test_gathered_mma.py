@@ -40,14 +40,17 @@ def _launch_dot(backend, x, w, index, cfg):
     return out.cpu()
 
 
-# (V, K, B, T, (RT, W, D[, SPLIT])): a partial chunk (K = 96, 160), chunks not a multiple of W, T below /
+# (V, K, B, T, (RT, W, D[, SPLIT[, PIPE]])): a partial chunk (K = 96, 160), chunks not a multiple of W, T below /
 # above one 16-row tile and not a multiple of it, two row tiles, B > 1, prefetch rings of 1-4
 # chunks (deeper than the row: masked chunks)
 CASES = [(37, 64, 2, 5, (1, 1, 1)), (50, 256, 3, 20, (2, 2, 2)), (40, 160, 1, 17, (1, 4, 1)), (29, 96, 2, 33, (2, 1, 3)),
          (64, 512, 1, 8, (1, 1, 4)), (30, 1024, 2, 16, (1, 2, 3)),
          # SPLIT (8 indices a tile, K halves on rows g / g + 8): K = 96 / 160 halves of unequal
          # chunk counts, two row tiles, T not a multiple of 8
-         (37, 96, 2, 5, (1, 1, 1, 1)), (40, 160, 1, 17, (2, 2, 1, 1)), (50, 512, 3, 20, (1, 2, 2, 1))]
+         (37, 96, 2, 5, (1, 1, 1, 1)), (40, 160, 1, 17, (2, 2, 1, 1)), (50, 512, 3, 20, (1, 2, 2, 1)),
+         # PIPE: the chunk loop through Triton's pipeliner (cp.async on the GPU), more and fewer
+         # chunks than stages, with and without SPLIT
+         (30, 1024, 2, 16, (1, 2, 1, 0, 3)), (40, 160, 1, 17, (1, 1, 1, 1, 4))]
 
 
 @pytest.mark.parametrize("v,k,b,t,cfg", CASES)

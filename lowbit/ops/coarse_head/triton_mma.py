@@ -65,8 +65,10 @@ _STEP_WORDS = 16
 #: INT2 888 bytes of stack; scripts/coarse_mma_offline.py --nct 4,8)
 MAX_M = 16
 #: K-loop schedule. 0: each K step's loads at the top of its iteration; 1: step s + 1's loads
-#: issued before step s's MMAs (a register double buffer). None: per (bits, column tiles) from
-#: _PREFETCH_TABLE.
+#: issued before step s's MMAs (a register double buffer); S >= 2: the loop through Triton's
+#: software pipeliner with S stages (cp.async into shared memory, S - 1 steps in flight; not yet
+#: timed: sm_90 offline it holds 98 instead of 128 registers for INT2 at M = 1). None: per (bits,
+#: column tiles) from _PREFETCH_TABLE.
 PREFETCH = None
 #: (bits, NCT) -> schedule, from H200 same-run A/Bs (scripts/bench_coarse_ab.py --set schedule,
 #: docs/measurements/2026-12-01_session7_coarse_{prefetch,schedule}_ab.json). Where the buffer's
@@ -440,6 +442,12 @@ def _coarse_mma_kernel(
             nxt = _load_step(p_w, sz_ptr, blk, m_b, g, i_s + 1, NS, L, NG, G, P)
             accs = _step(accs, cur, i_s, xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
             cur = nxt
+    elif PREFETCH >= 2:
+        # Triton's software pipeliner: the step's loads become cp.async copies into shared memory,
+        # PREFETCH - 1 steps ahead (steps in flight without registers held for them)
+        for i_s in tl.range(0, NS, num_stages=PREFETCH):
+            accs = _step(accs, _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P), i_s, xb_ptr, sx_ptr, lane,
+                         c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
     else:
         for i_s in range(0, NS):
             accs = _step(accs, _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P), i_s, xb_ptr, sx_ptr, lane,
