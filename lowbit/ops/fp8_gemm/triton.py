@@ -88,10 +88,11 @@ def scale_dot(acc, d, s_a, s_b, BLOCK_N: tl.constexpr, SWAP_AB: tl.constexpr):
 def _fp8_scales(kb, as_ptr, bs_ptr, i_n, o_m, o_n, m_m, m_n, n_kb,
                 AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, BLOCK_N: tl.constexpr):
     """(a_s [BLOCK_M], b_s scalar or [BLOCK_N]) of K block kb, clamped to the last block (the
-    prefetch one past the end reloads it). The kernels call this one iteration ahead: these are
-    plain loads (Triton pipelines only the dot operands through cp.async / TMA), and issued at
-    the top of the previous iteration their latency hides behind its dot instead of stalling
-    the scale FMA."""
+    prefetch one past the end reloads it). The kernels call this one iteration ahead: Triton's
+    pipeliner left these small loads in the loop (the SASS showed them issued right before their
+    use; it does pipeline plain 4-byte-a-thread loads in other loops, so why not these was not
+    checked), and issued at the top of the previous iteration their latency hides behind its dot
+    instead of stalling the scale FMA."""
     kbc = tl.minimum(kb, n_kb - 1)
     s_a = _load_scale(as_ptr + o_m * n_kb + kbc, m_m, AS_E8M0)
     s_b = weight_tile_scale(bs_ptr, i_n, o_n, m_n, kbc, n_kb, BLOCK_N, BS_E8M0)
