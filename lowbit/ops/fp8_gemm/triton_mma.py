@@ -30,17 +30,21 @@ The order of k inside an MMA is free (A and B only have to agree), and so is the
 * **FP4 weight** (UE8M0 per 32 along K): MMA s must cover exactly group s of the block, so lane t
   takes the 4 bytes ``16 s + 4 t`` (8 codes: k ``32 s + 8 t .. + 7``, code 2i in the low nibble
   of byte i) of each row. The low nibbles (k even) become a0 / a1 and the high nibbles (k odd)
-  a2 / a3; the activation's 8 bytes are split into even and odd bytes by two ``prmt``. An E2M1
-  code ``s e1 e0 m`` re-encoded as the E4M3 byte ``s 0 0 e1 e0 m 0 0`` is exactly its value
-  times 2^-6 (normals and the subnormal 0.5 alike), so the decode is two shifts and masks per
-  word; the 2^6 is put back on the result. Each MMA's sum is scaled by its row's group scale
-  (fp32 FFMA), each block's by the activation scale.
+  a2 / a3; the activation's 8 bytes are split into even and odd bytes by two ``prmt``. Two
+  bit-identical decodes (``FP4_DECODE``): an E2M1 code ``s e1 e0 m`` re-encoded as the E4M3 byte
+  ``s 0 0 e1 e0 m 0 0`` is exactly its value times 2^-6 (normals and the subnormal 0.5 alike),
+  two shifts and masks per word, then the MMA's E4M3 -> fp16 conversion; or the code written
+  straight as the high byte of the fp16 ``s 000 e1e0 m 0...`` (its value times 2^-14) and
+  spread over zero low bytes by ``prmt``, no conversion instruction. The 2^6 / 2^14 is put back
+  on the result. Each MMA's sum is scaled by its row's group scale (fp32 FFMA), each block's by
+  the activation scale.
 
 The data of lane L of warp w sit in element ``32 w + L`` of ``[32 * warps]`` tensors (one element
 per thread, every address computed from the element index, so no layout conversion can move data
 between lanes); the MMA is inline PTX, emulated with tensor arithmetic under the interpreter.
 Warp w of a program takes the K blocks w, w + W, w + 2 W, ... of the program's 16 RT rows,
-loading block i + W before it runs block i's MMAs (a register double buffer); the warps' sums
+loading block i + W before it runs block i's MMAs (a register double buffer; or, with STAGES >
+1, through Triton's software pipeliner: cp.async into shared memory); the warps' sums
 are added at the end (``tl.sum`` over the warp axis) and written as bf16. Accumulator tiles are
 Triton tuples (``_lanes.tuple_replace`` rebuilds one with an element changed), so RT and NCT are plain
 compile-time loops. Measured numbers: docs/gemm.md, "fourth round".
@@ -576,7 +580,7 @@ def pick_mma_config(n: int, k: int, m: int = 1, fp4: bool = True) -> tuple[int, 
 
 
 def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, fp4: bool,
-             config: tuple[int, int] | None = None, out: torch.Tensor | None = None,
+             config: tuple[int, ...] | None = None, out: torch.Tensor | None = None,
              decode: str | None = None) -> torch.Tensor:
     """a e4m3 [M, K] (M <= 16, K % 128 == 0, contiguous), a_s [M, K/128] fp32 / e8m0 (contiguous);
     b: FP8 e4m3 [N, K] with b_s [ceil(N/128), K/128], or (``fp4``) packed uint8 [N, K/2] with UE8M0
