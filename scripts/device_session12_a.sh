@@ -5,15 +5,18 @@
 # NVFP4 gathered_bias (PIPE) — each loop's loads become cp.async copies into shared memory, blocks
 # in flight without the registers of today's register buffers (sm_90 offline: GEMV 70 -> 61 / 124
 # -> 80 registers at M = 1 / 16, coarse INT2 128 -> 98, gathered K4096 98 -> 64). First their cuda
-# tests (bit identity with the register buffers), then same-run A/Bs. About 6 minutes.
+# tests (bit identity with the register buffers), then same-run A/Bs (the GEMV also over RT x W,
+# since fewer registers move the best config). About 8 minutes.
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
 timeout 150 python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=300 -n 8 \
   tests/ops/test_mma_gemv.py tests/ops/test_coarse_head.py tests/ops/test_gathered_mma.py > "$OUT/pytest_cuda.log" 2>&1
 tail -1 "$OUT/pytest_cuda.log"; grep -E "^FAILED|^ERROR" "$OUT/pytest_cuda.log" | head
-timeout 90 python3 scripts/bench_mma_gemv.py --ops fp4 --ms 1 --decodes e4m3 --configs "" --stages 1,3,4 \
+timeout 150 python3 scripts/bench_mma_gemv.py --ops fp4 --ms 1 --decodes e4m3 --stages 1,3,4 \
+  --configs 1x2x3,1x4x3,1x8x3,2x4x3,2x8x3 \
   --json "$OUT/gemv_stages_m1.json" > "$OUT/gemv_stages_m1.log" 2>&1
-timeout 90 python3 scripts/bench_mma_gemv.py --ops fp4 --ms 16 --decodes f16 --configs "" --stages 1,3,4 \
+timeout 150 python3 scripts/bench_mma_gemv.py --ops fp4 --ms 16 --decodes f16 --stages 1,3,4 \
+  --configs 1x2x3,1x4x3,1x8x3,2x2x3,2x4x3 \
   --json "$OUT/gemv_stages_m16.json" > "$OUT/gemv_stages_m16.log" 2>&1
 python3 - "$OUT"/gemv_stages_m1.log "$OUT"/gemv_stages_m16.log <<'PY'
 import json, sys
