@@ -98,7 +98,7 @@ def test_mma_gemv_fp4_decodes_agree(backend, m, cfg):
         pytest.skip(NEEDS_TRITON)
     from lowbit.formats.mxfp4 import MXFP4 as _MX
 
-    n, k = 48, 512
+    n, k = 32, 256  # 4096 packed bytes: every byte value 16 times
     gen = torch.Generator().manual_seed(7)
     packed = (torch.randperm(n * k // 2, generator=gen) % 256).to(torch.uint8).reshape(n, k // 2)
     scale = torch.randint(120, 135, (n, k // 32), generator=gen).to(torch.uint8)
@@ -122,11 +122,11 @@ def test_mma_gemv_fp4_decodes_agree(backend, m, cfg):
 
 @pytest.mark.parametrize("fp4", [True, False])
 def test_mma_gemv_pipelined_loop_is_bit_identical(backend, fp4):
-    """The pipelined K loop (STAGES 2 / 3 / 5) runs the same MMAs in the same order as the register
-    double buffer: bit-identical outputs."""
+    """The pipelined K loop (STAGES 3, more blocks per warp than stages, and 5, fewer) runs the
+    same MMAs in the same order as the register double buffer: bit-identical outputs."""
     if not backend.is_triton:
         pytest.skip(NEEDS_TRITON)
-    m, n, k = 9, 40, 768
+    m, n, k = 3, 24, 1024
     a = FP8.quantize(torch.randn(m, k), "group", 128)
     if fp4:
         b = _fp4_operands(m, n, k)[1]
@@ -136,7 +136,7 @@ def test_mma_gemv_pipelined_loop_is_bit_identical(backend, fp4):
         bd, bs = b.data, b.scale
     dev = backend.device
     outs = []
-    for stages in (1, 2, 3, 5):
+    for stages in (1, 3, 5):
         out = poisoned((m, n), torch.bfloat16, dev)
         with backend.active():
             outs.append(mma_gemv(a.data.to(dev), a.scale.to(dev), bd.to(dev), bs.to(dev), fp4=fp4, config=(1, 2, stages),
