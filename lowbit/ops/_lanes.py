@@ -86,3 +86,16 @@ def mma16816_values(a0l, a0h, a1l, a1h, a2l, a2h, a3l, a3h, b0l, b0h, b1l, b1h, 
     t0, t1 = tl.split(tl.reshape(top, [W, 8, 4, 2]))  # columns 2t, 2t + 1 of row g
     u0, u1 = tl.split(tl.reshape(bot, [W, 8, 4, 2]))
     return tl.reshape(t0, [NT]), tl.reshape(t1, [NT]), tl.reshape(u0, [NT]), tl.reshape(u1, [NT])
+
+
+@triton.jit
+def mma16816_f16x2(a0, a1, a2, a3, b0, b1, NT: tl.constexpr):
+    """A B of one warp-wide fp16 ``mma.sync.m16n8k16`` whose operands are per-lane int32 [NT]
+    words holding f16x2 (the interpreter's stand-in; fragments as in :func:`mma16816_values`)."""
+    a0l, a0h = half_pair(a0)
+    a1l, a1h = half_pair(a1)
+    a2l, a2h = half_pair(a2)
+    a3l, a3h = half_pair(a3)
+    b0l, b0h = half_pair(b0)
+    b1l, b1h = half_pair(b1)
+    return mma16816_values(a0l, a0h, a1l, a1h, a2l, a2h, a3l, a3h, b0l, b0h, b1l, b1h, NT)

@@ -48,7 +48,7 @@ import triton.language as tl
 
 from lowbit._backend import interpret_mode
 from lowbit.ops._lanes import half_pair as _half_pair
-from lowbit.ops._lanes import mma16816_values, tuple_replace, zeros_tuple
+from lowbit.ops._lanes import mma16816_f16x2, tuple_replace, zeros_tuple
 from lowbit.ops._lanes import split4 as _split4
 from lowbit.ops.coarse_head.reference import ABS_SLACK, BOUND_DET, BOUND_NONE, rounding_eps
 from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue, coarse_outputs
@@ -228,13 +228,7 @@ def _mma16816(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, NT: tl.constexpr, INTERPRE
     """D = A B + C of one ``mma.sync.m16n8k16`` per warp, operands as per-lane [NT] tensors (lane
     = element % 32, warp = element // 32; layouts in the module docstring)."""
     if INTERPRET:
-        a0l, a0h = _half_pair(a0)
-        a1l, a1h = _half_pair(a1)
-        a2l, a2h = _half_pair(a2)
-        a3l, a3h = _half_pair(a3)
-        b0l, b0h = _half_pair(b0)
-        b1l, b1h = _half_pair(b1)
-        d0, d1, d2, d3 = mma16816_values(a0l, a0h, a1l, a1h, a2l, a2h, a3l, a3h, b0l, b0h, b1l, b1h, NT)
+        d0, d1, d2, d3 = mma16816_f16x2(a0, a1, a2, a3, b0, b1, NT)
         return c0 + d0, c1 + d1, c2 + d2, c3 + d3
     else:
         return tl.inline_asm_elementwise(
@@ -442,14 +436,10 @@ def _coarse_mma_kernel(
             nxt = _load_step(p_w, sz_ptr, blk, m_b, g, i_s + 1, NS, L, NG, G, P)
             accs = _step(accs, cur, i_s, xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
             cur = nxt
-    elif PREFETCH >= 2:
-        # Triton's software pipeliner: the step's loads become cp.async copies into shared memory,
-        # PREFETCH - 1 steps ahead (steps in flight without registers held for them)
-        for i_s in tl.range(0, NS, num_stages=PREFETCH):
-            accs = _step(accs, _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P), i_s, xb_ptr, sx_ptr, lane,
-                         c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
     else:
-        for i_s in range(0, NS):
+        # loads at the top of each step; PREFETCH >= 2: Triton's software pipeliner turns them into
+        # cp.async copies into shared memory, PREFETCH - 1 steps ahead (no registers held for them)
+        for i_s in tl.range(0, NS, num_stages=max(PREFETCH, 1)):
             accs = _step(accs, _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P), i_s, xb_ptr, sx_ptr, lane,
                          c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
     # logits[m, token] for token = 32 blk + 16 t + 8 rh + g, m = 8 ct + 2 c + cp (the output

@@ -58,9 +58,8 @@ import triton.language as tl
 from lowbit._backend import capability_at_least, interpret_mode
 from lowbit.ops._lanes import split2 as _split2
 from lowbit.ops._lanes import split4 as _split4
-from lowbit.ops._lanes import half_pair as _half_pair
 from lowbit.ops._lanes import pack_halves as _pack_halves
-from lowbit.ops._lanes import i32, mma16816_values, tuple_replace, zeros_tuple
+from lowbit.ops._lanes import i32, mma16816_f16x2, tuple_replace, zeros_tuple
 from lowbit.ops.act_quant.triton import _load_scale
 
 #: rows of x one launch serves (NCT = ceil(M / 8) <= 8 column tiles of 8)
@@ -233,24 +232,12 @@ def _mma_group_f16(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, NT: tl.conste
     """(A1 B1 + A2 B2) of two warp-wide fp16 ``mma.sync.m16n8k16`` (A1 = a0..a3, B1 = b0, b1; A2 =
     a4..a7, B2 = b2, b3), per-lane [NT] int32 operands holding f16x2; fp32 [NT] x 4 results."""
     if INTERPRET:
-        d0, d1, d2, d3 = _mma16816_f16(a0, a1, a2, a3, b0, b1, NT)
-        e0, e1, e2, e3 = _mma16816_f16(a4, a5, a6, a7, b2, b3, NT)
+        d0, d1, d2, d3 = mma16816_f16x2(a0, a1, a2, a3, b0, b1, NT)
+        e0, e1, e2, e3 = mma16816_f16x2(a4, a5, a6, a7, b2, b3, NT)
         return d0 + e0, d1 + e1, d2 + e2, d3 + e3
     return tl.inline_asm_elementwise(_MMA_F16_GROUP_PTX, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,r,r,r,r",
                                      [a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3],
                                      dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
-
-
-@triton.jit
-def _mma16816_f16(a0, a1, a2, a3, b0, b1, NT: tl.constexpr):
-    """The interpreter's m16n8k16 on f16x2 words (no accumulator)."""
-    a0l, a0h = _half_pair(a0)
-    a1l, a1h = _half_pair(a1)
-    a2l, a2h = _half_pair(a2)
-    a3l, a3h = _half_pair(a3)
-    b0l, b0h = _half_pair(b0)
-    b1l, b1h = _half_pair(b1)
-    return mma16816_values(a0l, a0h, a1l, a1h, a2l, a2h, a3l, a3h, b0l, b0h, b1l, b1h, NT)
 
 
 @triton.jit
