@@ -21,7 +21,7 @@ os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import compile_sm90, cuobjdump, resource_usage, root_cause, sass_lines  # noqa: E402
+from sm90_offline import compile_sm90, cuobjdump, loop_body, resource_usage, root_cause, sass_lines  # noqa: E402
 
 N, K, G, BLOCK = 124160, 5120, 64, 128
 SMS = 132
@@ -49,21 +49,6 @@ def compile_one(bits: int, nct: int, prefetch: int, maxnreg: int | None, bound: 
                         **opts), opts
 
 
-def loop_body(sass: str) -> list[str]:
-    """Opcodes of the K-step loop: the longest backward-branch region that holds HMMA."""
-    lines = sass_lines(sass)
-    addr = [a for a, _, _ in lines]
-    best = []
-    for i, (a, op, rest) in enumerate(lines):
-        m = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
-        if not m or int(m.group(1), 16) >= a or int(m.group(1), 16) not in addr:
-            continue
-        body = [x[1] for x in lines[addr.index(int(m.group(1), 16)):i + 1]]
-        if any(o.startswith("HMMA") for o in body) and len(body) > len(best):
-            best = body
-    return best
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bits", default="2,4,8")
@@ -84,7 +69,7 @@ def main() -> int:
                 reg = int(re.search(r"REG:(\d+)", res).group(1))
                 per_sm = min(65536 // (reg * BLOCK), 32 // (BLOCK // 32))
                 progs = -(-N // BLOCK)
-                body = loop_body(cuobjdump(k, "-sass"))
+                body = [op for _, op, _ in loop_body(sass_lines(cuobjdump(k, "-sass")))]
                 codes_per_lane = 64 * 32 * (8 // bits) // 32
                 hm = sum(o.startswith("HMMA") for o in body)
                 ldg = sum(o.startswith("LDG") for o in body)

@@ -20,7 +20,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.pop("TRITON_INTERPRET", None)
 
-from scripts.sm90_offline import compile_sm90, cuobjdump, resource_usage, sass_lines  # noqa: E402
+from scripts.sm90_offline import compile_sm90, cuobjdump, loop_body, resource_usage, sass_lines  # noqa: E402
 
 #: opcode prefixes grouped by the SM sub-partition pipe they occupy (sm_90)
 KINDS = {
@@ -38,20 +38,6 @@ def kind(op: str) -> str:
         if op.split(".")[0] in prefixes:
             return k
     return "other"
-
-
-def loop_body(lines):
-    """The instructions of the largest backward branch's range (the K loop)."""
-    best = (0, 0)
-    for addr, op, rest in lines:
-        if op.startswith("BRA"):
-            try:
-                tgt = int(rest.split()[-1].strip("`()"), 16)
-            except ValueError:
-                continue
-            if tgt < addr and addr - tgt > best[1] - best[0]:
-                best = (tgt, addr)
-    return [(a, o, r) for a, o, r in lines if best[0] <= a <= best[1]]
 
 
 def main() -> int:

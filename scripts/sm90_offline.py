@@ -62,6 +62,21 @@ def sass_lines(sass: str) -> list[tuple[int, str, str]]:
     return out
 
 
+def loop_body(lines: list[tuple[int, str, str]], needs: str = "HMMA") -> list[tuple[int, str, str]]:
+    """The instructions (``sass_lines`` rows) of the longest backward-branch region that holds an
+    opcode starting with ``needs``: a kernel's main loop."""
+    addr = [a for a, _, _ in lines]
+    best: list[tuple[int, str, str]] = []
+    for i, (a, op, rest) in enumerate(lines):
+        m = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
+        if not m or int(m.group(1), 16) >= a or int(m.group(1), 16) not in addr:
+            continue
+        body = lines[addr.index(int(m.group(1), 16)):i + 1]
+        if any(o.startswith(needs) for _, o, _ in body) and len(body) > len(best):
+            best = body
+    return best
+
+
 def root_cause(e: BaseException) -> str:
     """"Type: message" of the innermost cause (the compiler wraps its errors)."""
     while e.__cause__ is not None:
