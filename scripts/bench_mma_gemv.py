@@ -4,10 +4,13 @@ all in one run on the H200, cold L2, CUDA-graph replays (``lowbit.bench.gemm.col
 
     python3 scripts/bench_mma_gemv.py [--json $OUT/mma_gemv.json] [--ms 1,16] [--configs 1x2,1x4,1x8,1x16,2x4,2x8]
                                       [--ops fp4,fp8] [--decodes f16,e4m3] [--stages 1,3,4]
+                                      [--gluon 1x2x4,1x4x3,...]
 
 Per (N, K) of the issue's five shapes and M: the wgmma kernel (the previous default), mma_gemv at
 its picked config and at each ``--configs`` (RT x W), the baselines, the byte floor (bytes /
 measured copy bandwidth), and the largest relative difference of mma_gemv to the wgmma kernel.
+``--gluon``: also the cp.async-staged FP4 kernel (``gluon_gemv.py``) at each RT x W x STAGES
+config, checked bit for bit against mma_gemv at the same (RT, W) and decode.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ def main() -> int:
     ap.add_argument("--ops", default="fp4,fp8")
     ap.add_argument("--decodes", default="f16,e4m3", help="FP4 decodes to time (triton_mma.FP4_RESULT_SCALE keys)")
     ap.add_argument("--stages", default="1", help="K-loop STAGES to time on the picked config (1: register buffer)")
+    ap.add_argument("--gluon", default="", help="RTxWxSTAGES configs of the cp.async FP4 kernel (gluon_gemv.py)")
     args = ap.parse_args()
     import torch
 
@@ -91,6 +95,20 @@ def main() -> int:
                         base.setdefault((cf, dec), c_new)
                         if best is None or us < best[1]:
                             best = (cf + ((dec,) if fp4 else ()), us)
+                for cf in [tuple(int(v) for v in c.split("x")) for c in args.gluon.split(",") if c] if fp4 else []:
+                    if cf[1] > k // 128:
+                        continue
+                    for dec in decodes:
+                        from lowbit.ops.fp8_gemm.gluon_gemv import gluon_gemv
+                        fn = lambda cf=cf, dec=dec: gluon_gemv(a.data, a.scale, bd, bs, config=cf, decode=dec)  # noqa: E731
+                        c_new = fn()
+                        key = "gluon_" + "x".join(map(str, cf)) + f"_{dec}"
+                        ref = mma_gemv(a.data, a.scale, bd, bs, fp4=True, config=cf[:2], decode=dec)
+                        rec[key + "_same_bits"] = bool(torch.equal(ref, c_new))
+                        us = cold_us(fn, graph=True)
+                        rec[key + "_us"] = round(us, 2)
+                        if best is None or us < best[1]:
+                            best = (("gluon",) + cf + (dec,), us)
                 for r in _baselines(op, "", m, n, k, w, a.dequantize(w.dtype), True):
                     rec[r.impl.replace(" ", "_") + "_us"] = round(r.us, 2)
                 rec["best"] = [list(best[0]), round(best[1], 2)]
