@@ -4,10 +4,10 @@
 # same-run A/B against the register-fed kernel and row-wise _scaled_mm at M = 1 (e4m3) and 16 (f16).
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
-timeout 200 python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=300 -x \
+timeout 200 python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=300 \
   tests/ops/test_gluon_gemv.py > "$OUT/pytest_gluon_gemv.log" 2>&1
 tail -3 "$OUT/pytest_gluon_gemv.log"; grep -E "^FAILED|^ERROR|Error|assert" "$OUT/pytest_gluon_gemv.log" | head -20
-G=1x2x2,1x2x3,1x2x4,1x4x3,1x4x4,1x8x3,1x8x4,2x4x3,2x8x3
+G=1x2x3,1x2x4,1x4x3,1x4x4,1x8x3,2x4x3
 for m in 1 16; do
   dec=e4m3; [ $m = 16 ] && dec=f16
   timeout 200 python3 scripts/bench_mma_gemv.py --ops fp4 --ms $m --decodes $dec --configs "" --gluon $G \

@@ -28,7 +28,7 @@ def compile_gemv(n: int, k: int, m: int, rt: int, w: int, stages: int, decode: s
     from lowbit.ops.fp8_gemm import gluon_gemv as g
 
     signature = {"a_ptr": "*i32", "as_ptr": "*u8" if as_e8m0 else "*fp32", "b_ptr": "*i32", "bs_ptr": "*i32",
-                 "c_ptr": "*bf16", "M": "i32", "N": "i32"}
+                 "c_ptr": "*bf16", "M": "i32", "N": "i32", "n_it": "i32"}
     constexprs = dict(K=k, SCALE=g.FP4_RESULT_SCALE[decode], AS_E8M0=as_e8m0, RT=rt, NCT=-(-m // 8), W=w,
                       STAGES=stages, F16=decode == "f16")
     for name in constexprs:

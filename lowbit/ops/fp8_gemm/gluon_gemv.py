@@ -204,8 +204,8 @@ if _GLUON_IMPORT_ERROR is None:
                                           nan_rows[2 * rt + 1] | ((~v1 - 0x01010101) & v1 & _SIGN))
         return acc, nan_rows
 
-    @gluon.jit(do_not_specialize=["M"])
-    def _fp4_gemv_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, K: gl.constexpr, SCALE: gl.constexpr,
+    @gluon.jit(do_not_specialize=["M", "n_it"])
+    def _fp4_gemv_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, n_it, K: gl.constexpr, SCALE: gl.constexpr,
                          AS_E8M0: gl.constexpr, RT: gl.constexpr, NCT: gl.constexpr, W: gl.constexpr,
                          STAGES: gl.constexpr, F16: gl.constexpr):
         """Program: 16 RT weight rows x the M <= 8 NCT activation rows; warp w takes K blocks
@@ -271,7 +271,8 @@ if _GLUON_IMPORT_ERROR is None:
         for i in gl.static_range(2 * RT):
             nan_rows = nan_rows + (zi,)
 
-        n_it = gl.cdiv(KB, W)
+        # n_it = cdiv(KB, W) arrives as a run-time value: with it constant, iterations the
+        # unrolled loop provably skips crash Triton 3.6's lowering (n_it < STAGES)
         for j in gl.static_range(STAGES - 1):
             _issue_stage(j, w_bufs[j], x_bufs[j], s_bufs[j], b_ptr, a_ptr, bs_ptr, w_off, w_ok, x_off, x_ok, s_off,
                          s_ok, w_kb, x_kb, s_kb, n_it, W, KB)
@@ -390,6 +391,6 @@ def gluon_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.T
     bs32 = b_s.view(torch.uint8).view(torch.int32)
     asv = a_s.view(torch.uint8) if as_e8m0 else a_s
     grid = (triton.cdiv(n, 16 * rt),)
-    _fp4_gemv_kernel[grid](a32, asv, b32, bs32, c, m, n, k, SCALE=FP4_RESULT_SCALE[decode], AS_E8M0=as_e8m0, RT=rt,
+    _fp4_gemv_kernel[grid](a32, asv, b32, bs32, c, m, n, triton.cdiv(k // 128, w), k, SCALE=FP4_RESULT_SCALE[decode], AS_E8M0=as_e8m0, RT=rt,
                            NCT=-(-m // 8), W=w, STAGES=stages, F16=decode == "f16", num_warps=w)
     return c
