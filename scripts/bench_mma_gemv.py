@@ -31,7 +31,7 @@ def main() -> int:
     ap.add_argument("--configs", default="1x2,1x4,1x8,1x16,2x4,2x8", help="RTxW or RTxWxMAXNREG, comma-separated")
     ap.add_argument("--ops", default="fp4,fp8")
     ap.add_argument("--decodes", default="f16,e4m3", help="FP4 decodes to time (triton_mma.FP4_RESULT_SCALE keys)")
-    ap.add_argument("--stages", default="1", help="K-loop STAGES to time on the picked config (1: register buffer)")
+    ap.add_argument("--stages", default="1", help="K-loop STAGES to time on the picked config (1: register buffer, 0: its ping-pong unroll)")
     ap.add_argument("--gluon", default="", help="RTxWxSTAGES configs of the cp.async FP4 kernel (gluon_gemv.py)")
     args = ap.parse_args()
     import torch
@@ -76,7 +76,7 @@ def main() -> int:
                 decodes = args.decodes.split(",") if fp4 else [shipped]
                 first = {}
                 base = {}
-                picks = [tuple(picked) + ((int(st),) if int(st) > 1 else ()) for st in args.stages.split(",")]
+                picks = [tuple(picked) + ((int(st),) if int(st) != 1 else ()) for st in args.stages.split(",")]
                 for cf in picks + [c for c in configs if c not in picks and c[1] <= k // 128]:
                     for dec in decodes:
                         fn = lambda cf=cf, dec=dec: mma_gemv(a.data, a.scale, bd, bs, fp4=fp4, config=cf, decode=dec)  # noqa: E731

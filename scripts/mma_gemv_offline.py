@@ -50,17 +50,17 @@ def main() -> int:
     for spec in args.configs.split(","):
         op, cfg, *rest = spec.split(":")
         rt, w, nct, *st = (int(v) for v in cfg.split("x"))
-        stages = st[0] if st else 1
+        stages = st[0] if st else 1  # 0: the ping-pong register buffer
         dec = rest[0] if rest else (tm.FP4_DECODE or ("f16" if nct > 1 else "e4m3"))
         fp4 = op == "fp4"
         sig = {"a_ptr": "*i32", "as_ptr": "*fp32", "b_ptr": "*i32", "bs_ptr": "*i32" if fp4 else "*fp32",
                "c_ptr": "*bf16", "M": "i32", "N": "i32", "K": "constexpr", "FP4": "constexpr", "SCALE": "constexpr",
                "AS_E8M0": "constexpr", "BS_E8M0": "constexpr", "RT": "constexpr", "NCT": "constexpr",
                "W": "constexpr", "INTERPRET": "constexpr", "F16": "constexpr",
-               "STAGES": "constexpr"}
+               "STAGES": "constexpr", "PINGPONG": "constexpr"}
         consts = {"K": args.k, "FP4": fp4, "SCALE": tm.FP4_RESULT_SCALE[dec] if fp4 else 1.0, "AS_E8M0": False,
                   "BS_E8M0": False, "RT": rt, "NCT": nct, "W": w, "INTERPRET": False, "F16": dec == "f16",
-                  "STAGES": stages}
+                  "STAGES": max(stages, 1), "PINGPONG": stages == 0}
         kern = compile_sm90(tm._mma_gemv_kernel, sig, consts, divisible=(0, 1, 2, 3, 4), num_warps=w, num_stages=1)
         lines = sass_lines(cuobjdump(kern, "-sass"))
         body = loop_body(lines)

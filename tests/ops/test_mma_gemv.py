@@ -44,9 +44,11 @@ CASES = [(1, 64, 256, (1, 1)), (3, 40, 384, (1, 2)), (8, 33, 128, (2, 1)), (9, 7
          (16, 136, 256, (2, 2)), (33, 40, 256, (1, 2))]
 # the K loop through Triton's pipeliner (STAGES 3): more blocks than stages, fewer, and a remainder
 PIPELINED = [(1, 48, 896, (1, 2, 3)), (12, 40, 256, (2, 1, 3)), (5, 24, 384, (1, 4, 4))]
+# the ping-pong register buffer (STAGES 0): an even and an odd number of blocks per warp
+PINGPONG = [(1, 40, 512, (1, 2, 0)), (9, 24, 384, (2, 1, 0))]
 
 
-@pytest.mark.parametrize("m,n,k,cfg", CASES + PIPELINED)
+@pytest.mark.parametrize("m,n,k,cfg", CASES + PIPELINED + PINGPONG)
 def test_mma_gemv_fp4_vs_fp64(backend, m, n, k, cfg):
     if not backend.is_triton:
         pytest.skip(NEEDS_TRITON)
@@ -122,8 +124,9 @@ def test_mma_gemv_fp4_decodes_agree(backend, m, cfg):
 
 @pytest.mark.parametrize("fp4", [True, False])
 def test_mma_gemv_pipelined_loop_is_bit_identical(backend, fp4):
-    """The pipelined K loop (STAGES 3, more blocks per warp than stages, and 5, fewer) runs the
-    same MMAs in the same order as the register double buffer: bit-identical outputs."""
+    """The pipelined K loop (STAGES 3, more blocks per warp than stages, and 5, fewer) and the
+    ping-pong register buffer (STAGES 0) run the same MMAs in the same order as the register
+    double buffer: bit-identical outputs."""
     if not backend.is_triton:
         pytest.skip(NEEDS_TRITON)
     m, n, k = 3, 24, 1024
@@ -136,7 +139,7 @@ def test_mma_gemv_pipelined_loop_is_bit_identical(backend, fp4):
         bd, bs = b.data, b.scale
     dev = backend.device
     outs = []
-    for stages in (1, 3, 5):
+    for stages in (1, 3, 5, 0):
         out = poisoned((m, n), torch.bfloat16, dev)
         with backend.active():
             outs.append(mma_gemv(a.data.to(dev), a.scale.to(dev), bd.to(dev), bs.to(dev), fp4=fp4, config=(1, 2, stages),
