@@ -3,14 +3,11 @@ kernels it replaces at M <= 16 and against ``torch._scaled_mm`` (FP8 per-tensor 
 all in one run on the H200, cold L2, CUDA-graph replays (``lowbit.bench.gemm.cold_us``).
 
     python3 scripts/bench_mma_gemv.py [--json $OUT/mma_gemv.json] [--ms 1,16] [--configs 1x2,1x4,1x8,1x16,2x4,2x8]
-                                      [--ops fp4,fp8] [--decodes f16,e4m3] [--stages 1,3,4]
-                                      [--gluon 1x2x4,1x4x3,...]
+                                      [--ops fp4,fp8] [--decodes f16,e4m3]
 
 Per (N, K) of the issue's five shapes and M: the wgmma kernel (the previous default), mma_gemv at
 its picked config and at each ``--configs`` (RT x W), the baselines, the byte floor (bytes /
 measured copy bandwidth), and the largest relative difference of mma_gemv to the wgmma kernel.
-``--gluon``: also the cp.async-staged FP4 kernel (``gluon_gemv.py``) at each RT x W x STAGES
-config, checked bit for bit against mma_gemv at the same (RT, W) and decode.
 """
 from __future__ import annotations
 
@@ -28,11 +25,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", default=None)
     ap.add_argument("--ms", default="1,16")
-    ap.add_argument("--configs", default="1x2,1x4,1x8,1x16,2x4,2x8", help="RTxW or RTxWxMAXNREG, comma-separated")
+    ap.add_argument("--configs", default="1x2,1x4,1x8,1x16,2x4,2x8", help="RTxW configs, comma-separated")
     ap.add_argument("--ops", default="fp4,fp8")
     ap.add_argument("--decodes", default="f16,e4m3", help="FP4 decodes to time (triton_mma.FP4_RESULT_SCALE keys)")
-    ap.add_argument("--stages", default="1", help="K-loop STAGES to time on the picked config (1: register buffer, 0: its ping-pong unroll)")
-    ap.add_argument("--gluon", default="", help="RTxWxSTAGES configs of the cp.async FP4 kernel (gluon_gemv.py)")
     args = ap.parse_args()
     import torch
 
@@ -75,8 +70,7 @@ def main() -> int:
                 shipped = triton_mma.FP4_DECODE or ("f16" if m > 8 else "e4m3")
                 decodes = args.decodes.split(",") if fp4 else [shipped]
                 first = {}
-                base = {}
-                picks = [tuple(picked) + ((int(st),) if int(st) != 1 else ()) for st in args.stages.split(",")]
+                picks = [tuple(picked)]
                 for cf in picks + [c for c in configs if c not in picks and c[1] <= k // 128]:
                     for dec in decodes:
                         fn = lambda cf=cf, dec=dec: mma_gemv(a.data, a.scale, bd, bs, fp4=fp4, config=cf, decode=dec)  # noqa: E731
@@ -90,25 +84,8 @@ def main() -> int:
                             rec[key + "_same_bits"] = bool(torch.equal(first[cf], c_new))
                         else:
                             first[cf] = c_new
-                        if cf in picks[1:] and (picks[0], dec) in base:  # so must the K-loop schedules
-                            rec[key + "_same_bits_as_first_stages"] = bool(torch.equal(base[(picks[0], dec)], c_new))
-                        base.setdefault((cf, dec), c_new)
                         if best is None or us < best[1]:
                             best = (cf + ((dec,) if fp4 else ()), us)
-                for cf in [tuple(int(v) for v in c.split("x")) for c in args.gluon.split(",") if c] if fp4 else []:
-                    if cf[1] > k // 128:
-                        continue
-                    for dec in decodes:
-                        from lowbit.ops.fp8_gemm.gluon_gemv import gluon_gemv
-                        fn = lambda cf=cf, dec=dec: gluon_gemv(a.data, a.scale, bd, bs, config=cf, decode=dec)  # noqa: E731
-                        c_new = fn()
-                        key = "gluon_" + "x".join(map(str, cf)) + f"_{dec}"
-                        ref = mma_gemv(a.data, a.scale, bd, bs, fp4=True, config=cf[:2], decode=dec)
-                        rec[key + "_same_bits"] = bool(torch.equal(ref, c_new))
-                        us = cold_us(fn, graph=True)
-                        rec[key + "_us"] = round(us, 2)
-                        if best is None or us < best[1]:
-                            best = (("gluon",) + cf + (dec,), us)
                 for r in _baselines(op, "", m, n, k, w, a.dequantize(w.dtype), True):
                     rec[r.impl.replace(" ", "_") + "_us"] = round(r.us, 2)
                 rec["best"] = [list(best[0]), round(best[1], 2)]

@@ -5,7 +5,7 @@ pipe-bound GEMV.
 
     python scripts/mma_gemv_offline.py [--k 16384] [--configs fp4:2x8x1,fp4:1x4x2,...]
 
-A config is ``op:RTxWxNCT[xSTAGES][:decode]`` (STAGES > 1: Triton's pipeliner, cp.async) (row tiles per program, warps, 8-column tiles, the FP4
+A config is ``op:RTxWxNCT[:decode]`` (row tiles per program, warps, 8-column tiles, the FP4
 decode: ``f16`` or ``e4m3``).
 """
 from __future__ import annotations
@@ -49,25 +49,21 @@ def main() -> int:
 
     for spec in args.configs.split(","):
         op, cfg, *rest = spec.split(":")
-        rt, w, nct, *st = (int(v) for v in cfg.split("x"))
-        stages = st[0] if st else 1  # 0: the ping-pong register buffer
+        rt, w, nct = (int(v) for v in cfg.split("x"))
         dec = rest[0] if rest else (tm.FP4_DECODE or ("f16" if nct > 1 else "e4m3"))
         fp4 = op == "fp4"
         sig = {"a_ptr": "*i32", "as_ptr": "*fp32", "b_ptr": "*i32", "bs_ptr": "*i32" if fp4 else "*fp32",
                "c_ptr": "*bf16", "M": "i32", "N": "i32", "K": "constexpr", "FP4": "constexpr", "SCALE": "constexpr",
                "AS_E8M0": "constexpr", "BS_E8M0": "constexpr", "RT": "constexpr", "NCT": "constexpr",
-               "W": "constexpr", "INTERPRET": "constexpr", "F16": "constexpr",
-               "STAGES": "constexpr", "PINGPONG": "constexpr"}
+               "W": "constexpr", "INTERPRET": "constexpr", "F16": "constexpr"}
         consts = {"K": args.k, "FP4": fp4, "SCALE": tm.FP4_RESULT_SCALE[dec] if fp4 else 1.0, "AS_E8M0": False,
-                  "BS_E8M0": False, "RT": rt, "NCT": nct, "W": w, "INTERPRET": False, "F16": dec == "f16",
-                  "STAGES": max(stages, 1), "PINGPONG": stages == 0}
+                  "BS_E8M0": False, "RT": rt, "NCT": nct, "W": w, "INTERPRET": False, "F16": dec == "f16"}
         kern = compile_sm90(tm._mma_gemv_kernel, sig, consts, divisible=(0, 1, 2, 3, 4), num_warps=w, num_stages=1)
         lines = sass_lines(cuobjdump(kern, "-sass"))
         body = loop_body(lines)
         per = collections.Counter(kind(o) for _, o, _ in body)
-        per["ldgsts"] = sum(o.startswith("LDGSTS") for _, o, _ in body)
         ops = collections.Counter(o.split(".")[0] for _, o, _ in body)
-        print(f"{op}{':' + dec if fp4 else ''} S{stages} RT{rt} W{w} NCT{nct} K{args.k}: {resource_usage(kern)}; loop {len(body)} instr "
+        print(f"{op}{':' + dec if fp4 else ''} RT{rt} W{w} NCT{nct} K{args.k}: {resource_usage(kern)}; loop {len(body)} instr "
               f"({len(body) / rt:.0f} per 16x128 tile): " + ", ".join(f"{k} {v}" for k, v in sorted(per.items())))
         print("   top: " + ", ".join(f"{o} {c}" for o, c in ops.most_common(14)))
     return 0

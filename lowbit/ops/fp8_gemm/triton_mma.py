@@ -43,8 +43,8 @@ The data of lane L of warp w sit in element ``32 w + L`` of ``[32 * warps]`` ten
 per thread, every address computed from the element index, so no layout conversion can move data
 between lanes); the MMA is inline PTX, emulated with tensor arithmetic under the interpreter.
 Warp w of a program takes the K blocks w, w + W, w + 2 W, ... of the program's 16 RT rows,
-loading block i + W before it runs block i's MMAs (a register double buffer; or, with STAGES >
-1, through Triton's software pipeliner: cp.async into shared memory); the warps' sums
+loading block i + W before it runs block i's MMAs (a register double buffer; deeper or
+shared-memory staged schedules all measured slower, docs/gemm.md "twelfth session"); the warps' sums
 are added at the end (``tl.sum`` over the warp axis) and written as bf16. Accumulator tiles are
 Triton tuples (``_lanes.tuple_replace`` rebuilds one with an element changed), so RT and NCT are plain
 compile-time loops. Measured numbers: docs/gemm.md, "fourth round".
@@ -491,7 +491,6 @@ def _mma_gemv_kernel(
     a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, K: tl.constexpr,
     FP4: tl.constexpr, SCALE: tl.constexpr, AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, RT: tl.constexpr,
     NCT: tl.constexpr, W: tl.constexpr, INTERPRET: tl.constexpr, F16: tl.constexpr = True,
-    STAGES: tl.constexpr = 1, PINGPONG: tl.constexpr = False,
 ):
     """Program: 16 RT weight rows (RT MMA row tiles) x the M <= 8 NCT activation rows (NCT column
     tiles; each weight tile is loaded and decoded once for all of them), the K blocks split over
@@ -522,40 +521,14 @@ def _mma_gemv_kernel(
     acc = zeros_tuple((z, z, z, z), RT * NCT)  # one (c0, c1, c2, c3) per (rt, ct)
     zi = tl.zeros([NT], dtype=tl.int32)
     nan_rows = zeros_tuple(zi, 2 * RT)  # per (row tile rt, row half h) at 2 rt + h: a 255 scale byte seen
-    if STAGES > 1:
-        # Triton's software pipeliner: each block's loads become cp.async copies into shared
-        # memory issued STAGES - 1 iterations ahead (no registers held for blocks in flight)
-        for it in tl.range(0, tl.cdiv(KB, W), num_stages=STAGES):
-            blk = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, it * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
-                              AS_E8M0, BS_E8M0, RT, NCT, NT)
-            acc = _compute_block(acc, blk, z, FP4, F16, RT, NCT, NT, INTERPRET)
-            nan_rows = _nan_flags(nan_rows, blk, FP4, RT)
-    elif PINGPONG:
-        # the register double buffer unrolled twice: buffers a and b swap roles by position, so
-        # no loaded word is copied from the "next" registers to the "current" ones each block
-        # (sm_90: ~30 register moves a 16 x 128 tile at M = 16)
-        n_it = tl.cdiv(KB, W)
-        blk_a = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, warp, r_base, g, t, M, N, KB, KW, AW, FP4, AS_E8M0,
-                            BS_E8M0, RT, NCT, NT)
-        for it in range(0, n_it, 2):
-            blk_b = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + 1) * W + warp, r_base, g, t, M, N, KB, KW, AW,
-                                FP4, AS_E8M0, BS_E8M0, RT, NCT, NT)
-            acc = _compute_block(acc, blk_a, z, FP4, F16, RT, NCT, NT, INTERPRET)
-            nan_rows = _nan_flags(nan_rows, blk_a, FP4, RT)
-            blk_a = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + 2) * W + warp, r_base, g, t, M, N, KB, KW, AW,
-                                FP4, AS_E8M0, BS_E8M0, RT, NCT, NT)
-            # past the last block (n_it odd) blk_b is all masked loads: zero codes, zero sums
-            acc = _compute_block(acc, blk_b, z, FP4, F16, RT, NCT, NT, INTERPRET)
-            nan_rows = _nan_flags(nan_rows, blk_b, FP4, RT)
-    else:
-        blk = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, warp, r_base, g, t, M, N, KB, KW, AW, FP4, AS_E8M0, BS_E8M0,
-                          RT, NCT, NT)
-        for it in range(0, tl.cdiv(KB, W)):
-            nxt = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + 1) * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
-                              AS_E8M0, BS_E8M0, RT, NCT, NT)
-            acc = _compute_block(acc, blk, z, FP4, F16, RT, NCT, NT, INTERPRET)
-            nan_rows = _nan_flags(nan_rows, blk, FP4, RT)
-            blk = nxt
+    blk = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, warp, r_base, g, t, M, N, KB, KW, AW, FP4, AS_E8M0, BS_E8M0, RT,
+                      NCT, NT)
+    for it in range(0, tl.cdiv(KB, W)):
+        nxt = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + 1) * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
+                          AS_E8M0, BS_E8M0, RT, NCT, NT)
+        acc = _compute_block(acc, blk, z, FP4, F16, RT, NCT, NT, INTERPRET)
+        nan_rows = _nan_flags(nan_rows, blk, FP4, RT)
+        blk = nxt
     # the warps' partial sums -> one lane set: rows / columns from the lane index alone
     o_l = tl.arange(0, 32)
     row = i_p * (16 * RT) + o_l // 4
@@ -589,23 +562,20 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     """a e4m3 [M, K] (M <= 16, K % 128 == 0, contiguous), a_s [M, K/128] fp32 / e8m0 (contiguous);
     b: FP8 e4m3 [N, K] with b_s [ceil(N/128), K/128], or (``fp4``) packed uint8 [N, K/2] with UE8M0
     uint8 b_s [N, K/32], contiguous. Returns bf16 [M, N] (``out`` if given: every element is
-    written). ``config`` = (RT, W) or (RT, W, STAGES) overrides :func:`pick_mma_config` (STAGES
-    > 1: the K loop through Triton's pipeliner, that many blocks in flight per warp through
-    shared memory, instead of the register double buffer; 0: the register double buffer unrolled
-    twice, no register moves between blocks); ``decode`` the FP4 decode
+    written). ``config`` = (RT, W) overrides :func:`pick_mma_config`; ``decode`` the FP4 decode
     ("f16" / "e4m3", see ``FP4_DECODE``; both give the same result)."""
     m, k = a.shape
     n = b.shape[0]
     if not 1 <= m <= MMA_MAX_M:
         raise ValueError(f"mma_gemv serves 1 <= M <= {MMA_MAX_M}, got a of shape {tuple(a.shape)}")
-    rt, w, *stages = config if config is not None else pick_mma_config(n, k, m, fp4)
-    stages = stages[0] if stages else 1
+    if config is not None and len(config) != 2:
+        raise ValueError(f"mma_gemv config is (RT, W), got {config}")
+    rt, w = config if config is not None else pick_mma_config(n, k, m, fp4)
     decode = decode or FP4_DECODE or ("f16" if m > 8 else "e4m3")
     if decode not in FP4_RESULT_SCALE:
         raise ValueError(f"mma_gemv decode must be one of {sorted(FP4_RESULT_SCALE)}, got {decode!r}")
-    if rt not in (1, 2) or w < 1 or w & (w - 1) or not 0 <= stages <= 8 or (config is not None and len(config) > 3):
-        raise ValueError(f"mma_gemv config (RT, W[, STAGES]) needs RT in (1, 2), W a power of two and STAGES in "
-                         f"0..8, got {config}")
+    if rt not in (1, 2) or w < 1 or w & (w - 1):
+        raise ValueError(f"mma_gemv config (RT, W) needs RT in (1, 2) and W a power of two, got {config}")
     c = torch.empty(m, n, dtype=torch.bfloat16, device=a.device) if out is None else out
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
     bs_e8m0 = b_s.dtype == torch.float8_e8m0fnu
@@ -619,7 +589,7 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     grid = (triton.cdiv(n, 16 * rt),)
     _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=FP4_RESULT_SCALE[decode] if fp4 else 1.0,
                            AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt, NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(),
-                           F16=decode == "f16", STAGES=max(stages, 1), PINGPONG=stages == 0, num_warps=w, num_stages=1)
+                           F16=decode == "f16", num_warps=w, num_stages=1)
     return c
 
 
