@@ -8,11 +8,12 @@ module switches of ``lowbit/ops/coarse_head``, then restores them:
 
 * ``--set schedule``: ``triton_mma.PREFETCH`` 0 (loads at the top of each K step: the schedule
   before the seventh session), 1 (the next step's loads issued before this step's MMAs, one
-  loop-carried buffer), 3 / 4 (Triton's software pipeliner: cp.async into shared memory, 2 / 3
-  steps in flight) or None (the shipped per-(bits, tiles) table), with the register caps of
+  loop-carried buffer) or None (the shipped per-(bits, tiles) table), with the register caps of
   ``_register_cap`` or none. Variants measured once and removed with their switches: the loop
   unrolled by two, masked B-fragment loads, ``.cg`` code loads, the code vectors alone one step
-  ahead (see ``_PREFETCH_TABLE`` and docs/draft_head.md).
+  ahead, and Triton's software pipeliner (``p3`` / ``p4 pipelined``, twelfth session: 3-4x
+  slower, docs/measurements/2026-12-02_session12_a_coarse_pipelined.log); see
+  ``_PREFETCH_TABLE`` and docs/draft_head.md.
 * ``--set wide_m`` (M = 17..64): ``band`` (``MMA_MAX_M`` = 16: rows past 16 on the band kernels),
   ``tc16`` / ``tc32`` (``MMA_MAX_M`` = 64 with ``triton_mma.MAX_M`` = 16 / 32: the tensor-core
   pass in launches of two / four 8-column B tiles).
@@ -42,8 +43,6 @@ SETS = {
         "p1 nocap": dict(PREFETCH=1, CAP="none"),
         "p1 int4cap80": dict(PREFETCH=1, CAP={(4, 1): 80}),
         "table": dict(),
-        "p3 pipelined": dict(PREFETCH=3),
-        "p4 pipelined": dict(PREFETCH=4),
     },
     "wide_m": {
         "band": dict(MMA_MAX_M=16, MAX_M=16),

@@ -53,10 +53,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bits", default="2,4,8")
     ap.add_argument("--nct", default="1,2")
-    ap.add_argument("--prefetch", default="0,1")
+    ap.add_argument("--prefetch", default="0,1", help="K-loop schedules (triton_mma.PREFETCH): 0 and / or 1")
     ap.add_argument("--maxnreg", type=int, default=None)
     ap.add_argument("--bound", default="0", help="0 = fast mode, 1 = the certified deterministic bound; e.g. 0,1")
     args = ap.parse_args()
+    if not set(map(int, args.prefetch.split(","))) <= {0, 1}:
+        ap.error(f"--prefetch takes 0 and / or 1, got {args.prefetch}")
     for bits in map(int, args.bits.split(",")):
         for nct in map(int, args.nct.split(",")):
             for pf, bound in ((pf, b) for pf in map(int, args.prefetch.split(",")) for b in map(int, args.bound.split(","))):

@@ -65,10 +65,9 @@ _STEP_WORDS = 16
 #: INT2 888 bytes of stack; scripts/coarse_mma_offline.py --nct 4,8)
 MAX_M = 16
 #: K-loop schedule. 0: each K step's loads at the top of its iteration; 1: step s + 1's loads
-#: issued before step s's MMAs (a register double buffer); S >= 2: the loop through Triton's
-#: software pipeliner with S stages (cp.async into shared memory, S - 1 steps in flight; not yet
-#: timed: sm_90 offline it holds 98 instead of 128 registers for INT2 at M = 1). None: per (bits,
-#: column tiles) from _PREFETCH_TABLE.
+#: issued before step s's MMAs (a register double buffer). None: per (bits, column tiles) from
+#: _PREFETCH_TABLE. Triton's software pipeliner (cp.async into shared memory) was measured 3-4x
+#: slower on the H200 in the twelfth session and removed (see docs/draft_head.md).
 PREFETCH = None
 #: (bits, NCT) -> schedule, from H200 same-run A/Bs (scripts/bench_coarse_ab.py --set schedule,
 #: docs/measurements/2026-12-01_session7_coarse_{prefetch,schedule}_ab.json). Where the buffer's
@@ -84,7 +83,10 @@ _PREFETCH_TABLE = {(2, 1): 1, (8, 1): 1}
 
 def _schedule(bits: int, nct: int) -> int:
     """The K-loop schedule of a launch: ``PREFETCH`` if set, else the measured table's."""
-    return PREFETCH if PREFETCH is not None else _PREFETCH_TABLE.get((bits, nct), 0)
+    sched = PREFETCH if PREFETCH is not None else _PREFETCH_TABLE.get((bits, nct), 0)
+    if sched not in (0, 1):
+        raise ValueError(f"triton_mma.PREFETCH must be None, 0 or 1, got {sched!r}")
+    return sched
 
 
 #: |x| alpha is kept <= this: x' = x alpha 2^-(SHIFT j) stays a normal fp16 for every plane
@@ -437,9 +439,8 @@ def _coarse_mma_kernel(
             accs = _step(accs, cur, i_s, xb_ptr, sx_ptr, lane, c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
             cur = nxt
     else:
-        # loads at the top of each step; PREFETCH >= 2: Triton's software pipeliner turns them into
-        # cp.async copies into shared memory, PREFETCH - 1 steps ahead (no registers held for them)
-        for i_s in tl.range(0, NS, num_stages=max(PREFETCH, 1)):
+        # each step's loads at the top of its iteration
+        for i_s in range(0, NS):
             accs = _step(accs, _load_step(p_w, sz_ptr, blk, m_b, g, i_s, NS, L, NG, G, P), i_s, xb_ptr, sx_ptr, lane,
                          c, NS, P, SHIFT, MASK, NCT, NT, INTERPRET)
     # logits[m, token] for token = 32 blk + 16 t + 8 rh + g, m = 8 ct + 2 c + cp (the output
