@@ -4,12 +4,11 @@ CUDA-core kernel on the benchmark's shapes (V = 131072, K in {256, 1024, 4096}, 
 (``gathered_bias``, CUDA-graph replay over rotating inputs; floor = max(one launch, bytes / copy
 bandwidth)). Each config's logits are checked against the CUDA-core kernel's first.
 
-    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT[ x PIPE]; default: auto_configs) [--quick] [--picked] [--pipe 3,4]
+    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked]
 
 Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
 default MMA config, the best MMA config, and each against the floor. ``--picked``: only the
-table's config. ``--pipe 3,4``: also the picked config with its chunk loop through Triton's
-software pipeliner (PIPE stages, cp.async into shared memory).
+table's config.
 """
 from __future__ import annotations
 
@@ -86,9 +85,7 @@ def main():
             cuda_core._launch_dot(x, 2, data, scale, gsc, idx, k, 4, 16, ref, None, 1.0, False, cuda_core.dot_config(b, t))
             res = {"K": k, "B": b, "T": t, "floor_us": floor, "bytes": nbytes, "mma": {}}
             dflt = triton_mma.pick_config(b, t, k)
-            # --pipe S,...: also the picked config with its chunk loop through Triton's pipeliner
-            piped = [dflt + (int(st),) for st in arg("--pipe", "").split(",") if st]
-            for cfg in (configs or [dflt]) + piped:
+            for cfg in configs or [dflt]:
                 got = torch.full_like(ref, float("nan"))
                 triton_mma.launch(x, data, scale, gsc, idx, k, got, None, 1.0, False, cfg)
                 err = ((got - ref).abs() / (ref.abs().amax() + 1e-6)).max().item()

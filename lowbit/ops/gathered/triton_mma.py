@@ -247,15 +247,14 @@ def _gathered_mma_kernel(
     p_x, p_w, p_s, p_gs, p_idx, p_val, p_out, T, V, alpha,
     s_xb, s_wn, s_sn, s_ib, s_it, s_vb, s_vt, s_ob, s_ot,
     K: tl.constexpr, BIAS: tl.constexpr, RT: tl.constexpr, W: tl.constexpr, D: tl.constexpr,
-    SPLIT: tl.constexpr, INTERPRET: tl.constexpr, PIPE: tl.constexpr = 1,
+    SPLIT: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Program (b, tile): batch row b, indices ``R RT tile .. + R RT`` of T (R = 16, or 8 with
     SPLIT). ``p_x``: int32 view of bf16 x [B, K] (s_xb in words); ``p_w``: int32 view of the
     packed rows [V, K/2] (s_wn in words); ``p_s``: int16 view of the E4M3 scales [V, K/16] (s_sn
     in int16); ``p_gs``: the fp32 global scale. BIAS: scatter ``values + alpha * dot`` into logits
     (``p_out``) at the indices; else store the dots (NaN for an index outside [0, V)) to out[b, t].
-    D: weight chunks in flight per warp (a register ring); PIPE > 1 instead runs the chunk loop
-    through Triton's software pipeliner with PIPE stages (cp.async into shared memory). SPLIT: a row tile holds 8 indices, each twice: rows g
+    D: weight chunks in flight per warp. SPLIT: a row tile holds 8 indices, each twice: rows g
     read the first half of K against B column 0, rows g + 8 the second half against column 1, so
     a tile of T = 8 decodes no empty rows and a row's chunks take half as long."""
     NT: tl.constexpr = 32 * W
@@ -306,25 +305,19 @@ def _gathered_mma_kernel(
     z = tl.zeros([NT], dtype=tl.float32)
     acc = zeros_tuple(((z, z, z, z), (z, z, z, z)), RT)
     # weights D chunks ahead, x one chunk ahead (L1 / L2 hits)
-    if PIPE > 1:
-        # Triton's software pipeliner: each chunk's loads become cp.async copies into shared
-        # memory issued PIPE - 1 iterations ahead (chunks in flight without registers held)
-        for it in tl.range(0, tl.cdiv(NCH_RUN, W), num_stages=PIPE):
-            wq = _load_weights(p_w, p_s, rows, m_rows, it * W + warp, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT)
-            xs = _load_x(p_x, i_b, it * W + warp, g, t, s_xb, NSEG, HALF, SPLIT, NT)
-            acc = _compute_chunk(acc, wq, xs, RT, NT, INTERPRET)
-    else:
-        ring = ()
-        for d in tl.static_range(D):
-            ring = ring + (_load_weights(p_w, p_s, rows, m_rows, warp + d * W, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT,
-                                         NT),)
-        xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, NT)
-        for it in range(0, tl.cdiv(NCH_RUN, W)):
-            nw = _load_weights(p_w, p_s, rows, m_rows, (it + D) * W + warp, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT)
-            nx = _load_x(p_x, i_b, (it + 1) * W + warp, g, t, s_xb, NSEG, HALF, SPLIT, NT)
-            acc = _compute_chunk(acc, ring[0], xs, RT, NT, INTERPRET)
-            ring = _shift_in(ring, nw)
-            xs = nx
+    # (Triton's software pipeliner on this loop, cp.async into shared memory, measured no faster on
+    # the H200 and 22-69% slower at K = 4096: docs/measurements/2026-12-02_session12_a_gathered_pipe.json)
+    ring = ()
+    for d in tl.static_range(D):
+        ring = ring + (_load_weights(p_w, p_s, rows, m_rows, warp + d * W, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT,
+                                     NT),)
+    xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, NT)
+    for it in range(0, tl.cdiv(NCH_RUN, W)):
+        nw = _load_weights(p_w, p_s, rows, m_rows, (it + D) * W + warp, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT)
+        nx = _load_x(p_x, i_b, (it + 1) * W + warp, g, t, s_xb, NSEG, HALF, SPLIT, NT)
+        acc = _compute_chunk(acc, ring[0], xs, RT, NT, INTERPRET)
+        ring = _shift_in(ring, nw)
+        xs = nx
     # the warps' sums -> one lane set. Lanes t = 0 hold column 0 in c0 (row g) / c2 (row g + 8)
     # and column 1 in c1 / c3; SPLIT: a row's dot is c0 (first half) + c3 (second half)
     gs = tl.load(p_gs) * _UNDO_SCALE
@@ -398,11 +391,14 @@ def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, con
     b, t = index.shape
     if b == 0 or t == 0:
         return
-    cfg = tuple(config) + (1, 1, 1, 0, 1)[len(config):] if config is not None else pick_config(b, t, k) + (1,)
-    rt, w, d, split, pipe = cfg
-    if rt not in (1, 2) or w < 1 or w & (w - 1) or d < 1 or split not in (0, 1) or not 1 <= pipe <= 8:
-        raise ValueError(f"gathered MMA config (RT, W, D, SPLIT[, PIPE]) needs RT in (1, 2), W a power of two, "
-                         f"D >= 1, SPLIT in (0, 1) and PIPE in 1..8, got {cfg}")
+    if config is not None and len(config) > 4:
+        raise ValueError(f"gathered MMA config is (RT, W, D, SPLIT) (shorter: padded with (1, 1, 1, 0)), "
+                         f"got {len(config)} elements: {tuple(config)}")
+    cfg = tuple(config) + (1, 1, 1, 0)[len(config):] if config is not None else pick_config(b, t, k)
+    rt, w, d, split = cfg
+    if rt not in (1, 2) or w < 1 or w & (w - 1) or d < 1 or split not in (0, 1):
+        raise ValueError(f"gathered MMA config (RT, W, D, SPLIT) needs RT in (1, 2), W a power of two, D >= 1 "
+                         f"and SPLIT in (0, 1), got {cfg}")
     x32 = x.view(torch.int32)
     w32 = data.view(torch.int32)
     s16 = scale.view(torch.int16)
@@ -413,6 +409,5 @@ def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, con
         x32, w32, s16, global_scale, index, p_val, out, t, data.shape[0], float(alpha),
         x32.stride(0), w32.stride(0), s16.stride(0), index.stride(0), index.stride(1), s_vb, s_vt,
         out.stride(0), out.stride(1),
-        K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), INTERPRET=interpret_mode(), PIPE=pipe, num_warps=w,
-        num_stages=1,
+        K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), INTERPRET=interpret_mode(), num_warps=w, num_stages=1,
     )
