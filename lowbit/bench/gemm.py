@@ -12,25 +12,11 @@ from lowbit.bench.registry import BenchContext, Result, register
 _FLUSH = []
 
 
-def cold_us(fn, graph: bool = False, target_ms: float = 25.0, min_reps: int = 10, max_reps: int = 200) -> float:
-    """Median µs of one ``fn()`` with a cold L2: a 256 MB buffer is *read* before every timed run
-    (the decode weights, 15-120 MB, would otherwise be served from the 60 MB L2 on repeats).
-    Reading leaves clean lines: zeroing the buffer instead (as ``triton.testing.do_bench`` does)
-    leaves up to ~60 MB of dirty lines whose write-back the timed kernel pays for (the likely cause
-    of the ~11-14 µs floor under every small GEMM, cuBLAS included, in the zeroing runs recorded in
-    docs/gemm.md; the read flush is not yet re-measured).
-    ``graph=True`` times the replay of a CUDA graph of ``fn`` (no launch overhead: decode kernels
-    take a few µs). ``triton.testing.do_bench_cudagraph`` does not flush L2, hence this timer."""
+def _flushed_median_us(run, target_ms: float, min_reps: int, max_reps: int) -> float:
+    """Median µs of ``run()`` over repetitions that each follow a 256 MB read of a flush buffer
+    (the shared loop of :func:`cold_us` and :func:`stack_us`; ``run`` already warmed up)."""
     import torch
 
-    fn()
-    torch.cuda.synchronize()
-    run = fn
-    if graph:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        run = g.replay
     if not _FLUSH:
         _FLUSH.append(torch.ones(64 * 2**20, dtype=torch.int32, device="cuda"))
     flush = _FLUSH[0]
@@ -53,6 +39,29 @@ def cold_us(fn, graph: bool = False, target_ms: float = 25.0, min_reps: int = 10
     times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
     return times[n // 2] * 1e3
 
+
+def cold_us(fn, graph: bool = False, target_ms: float = 25.0, min_reps: int = 10, max_reps: int = 200) -> float:
+    """Median µs of one ``fn()`` with a cold L2: a 256 MB buffer is *read* before every timed run
+    (the decode weights, 15-120 MB, would otherwise be served from the 60 MB L2 on repeats).
+    Reading leaves clean lines: zeroing the buffer instead (as ``triton.testing.do_bench`` does)
+    leaves up to ~60 MB of dirty lines whose write-back the timed kernel pays for (the likely cause
+    of the ~11-14 µs floor under every small GEMM, cuBLAS included, in the zeroing runs recorded in
+    docs/gemm.md; the read flush is not yet re-measured).
+    ``graph=True`` times the replay of a CUDA graph of ``fn`` (no launch overhead: decode kernels
+    take a few µs). ``triton.testing.do_bench_cudagraph`` does not flush L2, hence this timer."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    run = fn
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        run = g.replay
+    return _flushed_median_us(run, target_ms, min_reps, max_reps)
+
+
 def stack_us(fns, target_ms: float = 25.0, min_reps: int = 5, max_reps: int = 100) -> float:
     """Median µs per call of a decode *layer stack*: one CUDA graph that runs ``fns`` (callables
     over distinct weights, e.g. L layers of the same shape) back to back, timed after the same
@@ -69,26 +78,7 @@ def stack_us(fns, target_ms: float = 25.0, min_reps: int = 5, max_reps: int = 10
     with torch.cuda.graph(g):
         for fn in fns:
             fn()
-    if not _FLUSH:
-        _FLUSH.append(torch.ones(64 * 2**20, dtype=torch.int32, device="cuda"))
-    flush = _FLUSH[0]
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-    ev[0].record()
-    g.replay()
-    ev[1].record()
-    torch.cuda.synchronize()
-    est = ev[0].elapsed_time(ev[1])
-    n = int(min(max_reps, max(min_reps, target_ms / max(est + 0.1, 1e-3))))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    for i in range(n):
-        flush.sum()
-        starts[i].record()
-        g.replay()
-        ends[i].record()
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-    return times[n // 2] * 1e3 / len(fns)
+    return _flushed_median_us(g.replay, target_ms, min_reps, max_reps) / len(fns)
 
 
 DECODE_M = (1, 16, 64)
