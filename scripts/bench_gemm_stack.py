@@ -30,7 +30,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from lowbit.bench.gemm import NK, _gemm_operands, cold_us, stack_us
+    from lowbit.bench.gemm import NK, _gemm_operands, cold_us, gemm_bytes, scaled_mm_calls, stack_us
     from lowbit.bench.timing import copy_bandwidth_gbps
     from lowbit.ops.fp4_gemm import fp4_gemm
     from lowbit.ops.fp8_gemm import fp8_gemm
@@ -49,17 +49,12 @@ def main() -> int:
                         ours.append(lambda a=a, wq=wq: fp4_gemm(a.data, a.scale, wq.packed, wq.scale))
                     else:
                         ours.append(lambda a=a, wq=wq: fp8_gemm(a.data, a.scale, wq.data, wq.scale))
-                    a8 = a.dequantize(torch.bfloat16).to(torch.float8_e4m3fn)
-                    w8 = w.to(torch.float8_e4m3fn)
-                    del w, wq
-                    sa, sb = torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda")
-                    one = torch.ones((), device="cuda")
-                    rowwise.append(lambda a8=a8, w8=w8, sa=sa, sb=sb: torch._scaled_mm(
-                        a8, w8.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16))
-                    tensor.append(lambda a8=a8, w8=w8, one=one: torch._scaled_mm(
-                        a8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
-                wbytes = n * k // 2 + n * k // 32 if fp4 else n * k + (-(-n // 128)) * (k // 128) * 4
-                nbytes = m * k + m * (k // 128) * 4 + wbytes + 2 * m * n
+                    t_fn, r_fn = scaled_mm_calls(a.dequantize(torch.bfloat16).to(torch.float8_e4m3fn),
+                                                 w.to(torch.float8_e4m3fn))
+                    del w
+                    tensor.append(t_fn)
+                    rowwise.append(r_fn)
+                nbytes = gemm_bytes(m, n, k, fp4)
                 rec = {"op": op, "M": m, "N": n, "K": k, "floor_us": round(nbytes / (bw * 1e3), 2)}
                 for name, fns in (("lowbit", ours), ("rowwise", rowwise), ("tensor", tensor)):
                     rec[name + "_stack_us"] = round(stack_us(fns), 2)

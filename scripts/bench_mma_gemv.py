@@ -31,7 +31,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from lowbit.bench.gemm import NK, _baselines, _gemm_operands, cold_us
+    from lowbit.bench.gemm import NK, _baselines, _gemm_operands, cold_us, gemm_bytes
     from lowbit.bench.timing import copy_bandwidth_gbps
     from lowbit.ops.fp4_gemm import triton as fp4_tr
     from lowbit.ops.fp8_gemm import triton as fp8_tr
@@ -53,7 +53,7 @@ def main() -> int:
             for m in [int(v) for v in args.ms.split(",")]:
                 a, w, wq = _gemm_operands(m, n, k, fp4=fp4)
                 bd, bs = (wq.packed, wq.scale) if fp4 else (wq.data, wq.scale)
-                nbytes = m * k + a.scale.numel() * 4 + (n * k // 2 + n * k // 32 if fp4 else n * k + wq.scale.numel() * 4) + 2 * m * n
+                nbytes = gemm_bytes(m, n, k, fp4)
                 rec = {"op": op, "M": m, "N": n, "K": k, "floor_us": round(nbytes / (bw * 1e3), 2)}
                 # the previous default: the wgmma kernels (forced by passing their band config)
                 if fp4:

@@ -103,6 +103,32 @@ def _gemm_operands(m, n, k, fp4: bool):
     return a, w, wq
 
 
+def gemm_bytes(m: int, n: int, k: int, fp4: bool) -> int:
+    """Bytes one fp8_gemm / fp4_gemm call must move: e4m3 activations + their 1x128 fp32 scales,
+    the weight (FP8 with 128x128 fp32 scales, or packed E2M1 with UE8M0 1x32 scales), bf16 out."""
+    weight = n * k // 2 + n * k // 32 if fp4 else n * k + -(-n // 128) * (k // 128) * 4
+    return m * k + m * (k // 128) * 4 + weight + 2 * m * n
+
+
+def scaled_mm_calls(a8, w8):
+    """(per-tensor, row-wise) ``torch._scaled_mm`` calls on e4m3 ``a8`` [M, K] and ``w8`` [N, K]
+    (unit scales, bf16 out): the FP8 baselines of the decode benchmarks."""
+    import torch
+
+    m, n = a8.shape[0], w8.shape[0]
+    one = torch.ones((), device=a8.device)
+    sa = torch.ones(m, 1, device=a8.device)
+    sb = torch.ones(1, n, device=a8.device)
+
+    def tensor():
+        return torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    def rowwise():
+        return torch._scaled_mm(a8, w8.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+
+    return tensor, rowwise
+
+
 def _baselines(op, case, m, n, k, w, a_bf16, graph):
     """_scaled_mm per-tensor / row-wise FP8 and bf16 F.linear on the same shape."""
     import torch
@@ -111,15 +137,11 @@ def _baselines(op, case, m, n, k, w, a_bf16, graph):
     time_us = cold_us
     out = []
     flops = 2 * m * n * k
-    a8 = a_bf16.to(torch.float8_e4m3fn)
-    w8 = w.to(torch.float8_e4m3fn)
-    one = torch.ones((), device="cuda")
+    tensor, rowwise = scaled_mm_calls(a_bf16.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn))
     try:
-        us = time_us(lambda: torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16), graph=graph)
+        us = time_us(tensor, graph=graph)
         out.append(Result(op, case, "scaled_mm fp8 tensor", us, bytes=m * k + n * k + 2 * m * n, flops=flops))
-        sa = torch.ones(m, 1, device="cuda")
-        sb = torch.ones(1, n, device="cuda")
-        us = time_us(lambda: torch._scaled_mm(a8, w8.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16), graph=graph)
+        us = time_us(rowwise, graph=graph)
         out.append(Result(op, case, "scaled_mm fp8 rowwise", us, bytes=m * k + n * k + 4 * (m + n) + 2 * m * n, flops=flops))
     except (RuntimeError, AttributeError) as e:  # older torch / unsupported layout: report, do not fail
         out.append(Result(op, case, "scaled_mm fp8", float("nan"), extra={"error": str(e)[:200]}))
@@ -138,7 +160,7 @@ def bench_fp8_gemm(ctx: BenchContext) -> list[Result]:
         a, w, wq = _gemm_operands(m, n, k, fp4=False)
         case = f"M{m} N{n} K{k}"
         graph = m <= 64  # decode kernels are a few µs: time CUDA-graph replays
-        nbytes = m * k + a.scale.numel() * 4 + n * k + wq.scale.numel() * 4 + 2 * m * n
+        nbytes = gemm_bytes(m, n, k, fp4=False)
         us = time_us(lambda: fp8_gemm(a.data, a.scale, wq.data, wq.scale), graph=graph)
         results.append(Result("fp8_gemm", case, "lowbit", us, bytes=nbytes, flops=2 * m * n * k))
         results += _baselines("fp8_gemm", case, m, n, k, w, a.dequantize(w.dtype), graph)
@@ -155,7 +177,7 @@ def bench_fp4_gemm(ctx: BenchContext) -> list[Result]:
         a, w, wq = _gemm_operands(m, n, k, fp4=True)
         case = f"M{m} N{n} K{k}"
         graph = m <= 64
-        nbytes = m * k + a.scale.numel() * 4 + n * k // 2 + n * k // 32 + 2 * m * n
+        nbytes = gemm_bytes(m, n, k, fp4=True)
         us = time_us(lambda: fp4_gemm(a.data, a.scale, wq.packed, wq.scale), graph=graph)
         results.append(Result("fp4_gemm", case, "lowbit", us, bytes=nbytes, flops=2 * m * n * k))
         results += _baselines("fp4_gemm", case, m, n, k, w, a.dequantize(w.dtype), graph)
