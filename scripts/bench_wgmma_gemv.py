@@ -1,0 +1,89 @@
+"""Same-run A/B of the FP4 decode GEMVs: the Gluon wgmma GEMV (``fp4_wgmma_gemv``, per (STAGES,
+SPLIT) config) against the shipped ``mma_gemv`` and row-wise / per-tensor ``torch._scaled_mm``,
+on the benchmark's five (N, K), timed as a layer stack (``lowbit.bench.gemm.stack_us``: L
+distinct weights back to back in one CUDA graph after an L2 flush) and as single calls.
+
+    python3 scripts/bench_wgmma_gemv.py [--ms 1,16] [--layers 8] [--configs 4x1,4x2,...] [--json F]
+
+Each config's output is checked against ``mma_gemv`` (relative error, printed) before timing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--ms", default="1,16")
+    ap.add_argument("--configs", default="auto,4x1,4x2,4x4,4x8,2xauto,6xauto")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    import torch
+
+    from lowbit.bench.gemm import NK, _gemm_operands, cold_us, gemm_bytes, scaled_mm_calls, stack_us
+    from lowbit.bench.timing import copy_bandwidth_gbps
+    from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as g
+    from lowbit.ops.fp8_gemm.triton_mma import mma_gemv
+
+    bw = copy_bandwidth_gbps()
+    rows = [{"copy_gbps": round(bw, 1), "layers": args.layers}]
+    print(json.dumps(rows[0]), flush=True)
+    for n, k in NK:
+        for m in [int(v) for v in args.ms.split(",")]:
+            layers = []
+            for _ in range(args.layers):
+                a, w, wq = _gemm_operands(m, n, k, fp4=True)
+                t_fn, r_fn = scaled_mm_calls(a.dequantize(torch.bfloat16).to(torch.float8_e4m3fn),
+                                             w.to(torch.float8_e4m3fn))
+                del w
+                layers.append((a, wq, t_fn, r_fn))
+            auto = g.pick_wgmma_gemv_config(n, k, m)
+            cfgs = []
+            for spec in args.configs.split(","):
+                st, _, sp = spec.partition("x")
+                if spec == "auto":
+                    cfg = auto
+                else:
+                    cfg = (int(st), auto[1] if sp == "auto" else int(sp))
+                if cfg not in cfgs and -(-(k // 512) // cfg[1]) >= 1:
+                    cfgs.append(cfg)
+            rec = {"M": m, "N": n, "K": k, "floor_us": round(gemm_bytes(m, n, k, True) / (bw * 1e3), 2),
+                   "auto": list(auto)}
+            fns = {"mma_gemv": [lambda a=a, wq=wq: mma_gemv(a.data, a.scale, wq.packed, wq.scale, fp4=True)
+                                for a, wq, _, _ in layers],
+                   "rowwise": [r for *_, r in layers], "tensor": [t for _, _, t, _ in layers]}
+            a0, wq0 = layers[0][0], layers[0][1]
+            ref = mma_gemv(a0.data, a0.scale, wq0.packed, wq0.scale, fp4=True).float()
+            for cfg in cfgs:
+                name = f"wgmma_{cfg[0]}x{cfg[1]}"
+                got = g.fp4_wgmma_gemv(a0.data, a0.scale, wq0.packed, wq0.scale, config=cfg).float()
+                rec[name + "_err"] = float(((got - ref).norm() / ref.norm()).item())
+                fns[name] = [lambda a=a, wq=wq, cfg=cfg: g.fp4_wgmma_gemv(a.data, a.scale, wq.packed, wq.scale,
+                                                                         config=cfg) for a, wq, _, _ in layers]
+            for name, fl in fns.items():
+                rec[name + "_stack_us"] = round(stack_us(fl), 2)
+                rec[name + "_single_us"] = round(cold_us(fl[0], graph=True), 2)
+            best = min((nm for nm in fns if nm.startswith("wgmma")), key=lambda nm: rec[nm + "_stack_us"])
+            rec["best"] = best
+            rec["best_vs_rowwise_stack"] = round(rec["rowwise_stack_us"] / rec[best + "_stack_us"], 2)
+            rec["mma_vs_rowwise_stack"] = round(rec["rowwise_stack_us"] / rec["mma_gemv_stack_us"], 2)
+            rows.append(rec)
+            print(json.dumps(rec), flush=True)
+            del layers, fns
+            torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

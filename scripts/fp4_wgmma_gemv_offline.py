@@ -1,0 +1,103 @@
+"""Compile the Gluon FP4 decode GEMV (``lowbit/ops/fp4_gemm/gluon_wgmma_gemv.py``) for sm_90 without
+a GPU and report per config: registers / spills / shared memory, ptxas's wgmma notes, and the
+SASS opcode counts of one stage (the K loop), per 64 x 128 block.
+
+Run from the repository root: ``python scripts/fp4_wgmma_gemv_offline.py [--dump DIR]``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+
+os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from sm90_offline import cuobjdump, resource_usage, sass_lines  # noqa: E402
+
+CONFIGS = (  # (M, N, K, STAGES, SPLIT, a_s e8m0)
+    (16, 24576, 1536, 4, 1, False),
+    (1, 24576, 1536, 4, 1, False),
+    (16, 7168, 2048, 4, 2, False),
+    (16, 4096, 7168, 4, 4, True),
+)
+
+
+def compile_sm90(m, n, k, stages, split, e8m0):
+    import torch
+    import triton
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend, GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as g
+
+    a = torch.empty((m, k // 4), dtype=torch.int32)
+    a_s = torch.empty((m, k // 128), dtype=torch.uint8 if e8m0 else torch.float32)
+    b = torch.empty((n, k // 2), dtype=torch.uint8)
+    b_s = torch.empty((n, k // 32), dtype=torch.uint8)
+    c = torch.empty((m, n), dtype=torch.bfloat16)
+    ws = torch.empty((split, 16, n), dtype=torch.float32)
+    cnt = torch.empty(1024, dtype=torch.int32)
+    w_l = gl.NVMMASharedLayout.get_default_for([64, 128], gl.uint8)
+    s_l = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
+    args = dict(w_desc=TensorDescriptor.from_tensor(b, [64, 128], w_l),
+                s_desc=TensorDescriptor.from_tensor(b_s, [64, 16], s_l), a_ptr=a, as_ptr=a_s, c_ptr=c, ws_ptr=ws,
+                cnt_ptr=cnt, M=m, N=n, n_stages=k // 512, per_split=k // 512 // split)
+    fn = g._fp4_wgmma_gemv_kernel
+    no_spec = {"M", "n_stages", "per_split"}
+    signature, attrs = {}, {}
+    for i, (name, v) in enumerate(args.items()):
+        ty, key = native_specialize_impl(BaseBackend, v, False, name not in no_spec, True)
+        signature[name] = ty
+        if key == "D":
+            attrs[(i, )] = [["tt.divisibility", 16]]
+    constexprs = dict(K=k, NB=8 if m <= 8 else 16, STAGES=stages, SPLIT=split, AS_E8M0=e8m0)
+    for name in constexprs:
+        signature[name] = "constexpr"
+    signature = {p: signature[p] for p in fn.arg_names}
+    src = GluonASTSource(fn, signature, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+
+
+def loop_ops(sass: str) -> list[str]:
+    """Opcodes of the longest backward-branch region holding QGMMA (the stage loop)."""
+    lines = sass_lines(sass)
+    addr = [x[0] for x in lines]
+    best = []
+    import re
+    for i, (a, op, rest) in enumerate(lines):
+        t = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
+        if not t or int(t.group(1), 16) >= a or int(t.group(1), 16) not in addr:
+            continue
+        body = lines[addr.index(int(t.group(1), 16)):i + 1]
+        if any(o.startswith("QGMMA") for _, o, _ in body) and len(body) > len(best):
+            best = body
+    return [o.split()[-1] for _, o, _ in best]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dump", default=None)
+    args = ap.parse_args()
+    for cfg in CONFIGS:
+        kern = compile_sm90(*cfg)
+        sass = cuobjdump(kern, "-sass")
+        ops = loop_ops(sass)
+        cnt = Counter(o.split(".")[0] for o in ops)
+        print(f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]}: {resource_usage(kern)}; stage loop "
+              f"{len(ops)} instr = {len(ops) / 4:.0f} per 64x128 block")
+        print("   ", ", ".join(f"{k} {v}" for k, v in cnt.most_common(16)))
+        if args.dump:
+            os.makedirs(args.dump, exist_ok=True)
+            open(os.path.join(args.dump, f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_s{cfg[4]}.sass"), "w").write(sass)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""The Gluon wgmma decode GEMV for fp4_gemm (``lowbit/ops/fp4_gemm/gluon_wgmma_gemv.py``), against
+an fp64 reference of the dequantized operands. GPU tier only: Gluon does not run under the
+interpreter (``scripts/fp4_wgmma_gemv_offline.py`` compiles it for sm_90 without a GPU)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lowbit.formats import FP8, MXFP4
+from tests._helpers import poisoned, rel_err
+from tests.ops.test_fp4_gemm import _spread_operands
+
+TOL = 2.0**-8  # bf16 output rounding dominates (products exact, fp32 sums)
+
+
+def _kernel_or_skip():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the wgmma GEMV is sm_90 only (Gluon, wgmma, TMA); the interpreter cannot run Gluon")
+    from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as g
+
+    if g._GLUON_IMPORT_ERROR is not None:
+        pytest.skip(f"triton.experimental.gluon is not available: {g._GLUON_IMPORT_ERROR}")
+    return g
+
+
+def _operands(m, n, k, seed=0, scale_fmt=None):
+    gen = torch.Generator().manual_seed(seed)
+    a = FP8.quantize(torch.randn(m, k, generator=gen), "group", 128, scale_fmt=scale_fmt)
+    w = torch.randn(n, k, generator=gen) * 0.05
+    w[:, :32] *= 300.0  # group scales far apart inside one 128 block
+    return a, MXFP4.quantize(w)
+
+
+def _run(g, a, b, config, e8m0=False, nan_ok=False):
+    m, n = a.data.shape[0], b.packed.shape[0]
+    out = poisoned((m, n), torch.bfloat16, "cuda")
+    a_s = a.scale.to(torch.float8_e8m0fnu) if e8m0 else a.scale
+    c = g.fp4_wgmma_gemv(a.data.cuda(), a_s.cuda(), b.packed.cuda(), b.scale.cuda(), config=config, out=out)
+    assert c is out and (nan_ok or not torch.isnan(c).any())
+    return c
+
+
+# (m, n, k, (STAGES, SPLIT)): N not a multiple of 64, one / two wgmma N widths (8, 16), fewer
+# stages than the ring, splits with a short last split, K = 1536 / 2048 as in the benchmark
+CASES = [(1, 64, 512, (4, 1)), (3, 100, 1536, (2, 1)), (8, 200, 2048, (4, 2)), (9, 64, 2560, (3, 3)),
+         (16, 136, 1536, (4, 2)), (16, 520, 4096, (4, 4)), (5, 2112, 7168, (4, 4))]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("m,n,k,cfg", CASES)
+def test_cuda_wgmma_gemv_vs_fp64(m, n, k, cfg):
+    g = _kernel_or_skip()
+    a, b = _operands(m, n, k)
+    c = _run(g, a, b, cfg)
+    assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+
+
+@pytest.mark.cuda
+def test_cuda_wgmma_gemv_fresh_inputs_and_counters():
+    """Split launches leave their arrival counters at zero: many launches in a row on fresh
+    random inputs each give the right answer."""
+    g = _kernel_or_skip()
+    for seed in range(6):
+        a, b = _operands(16, 320, 2048, seed=seed)
+        c = _run(g, a, b, (3, 4))
+        assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+
+
+@pytest.mark.cuda
+def test_cuda_wgmma_gemv_e8m0_and_scale_spread():
+    """UE8M0 activation scales; group scales 0..12 binades apart inside every 128 block with the
+    activations zero on the largest group (each wgmma covers one group and is scaled alone)."""
+    g = _kernel_or_skip()
+    a, b = _operands(7, 96, 1024, scale_fmt="ue8m0")
+    c = _run(g, a, b, (4, 2), e8m0=True)
+    assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+    a, b = _spread_operands(4, 64, 512)
+    c = _run(g, a, b, (2, 1))
+    assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+
+
+@pytest.mark.cuda
+def test_cuda_wgmma_gemv_every_byte_value():
+    """A weight holding every packed byte value (all 16 codes in both nibbles, -0 included)."""
+    g = _kernel_or_skip()
+    n, k = 64, 1024
+    gen = torch.Generator().manual_seed(7)
+    packed = (torch.randperm(n * k // 2, generator=gen) % 256).to(torch.uint8).reshape(n, k // 2)
+    scale = torch.randint(120, 135, (n, k // 32), generator=gen).to(torch.uint8)
+    b = MXFP4(packed, scale)
+    a = FP8.quantize(torch.randn(11, k, generator=gen), "group", 128)
+    c = _run(g, a, b, (2, 2))
+    assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("split", [1, 2])
+def test_cuda_wgmma_gemv_scale_bytes_0_and_255(split):
+    """UE8M0 byte 0 is 2^-127 and byte 255 NaN: every output of a row holding a 255 is NaN (the
+    reference's rule), the other rows are unaffected."""
+    g = _kernel_or_skip()
+    from lowbit.ops.fp4_gemm.reference import fp4_gemm_ref
+
+    a, b = _operands(3, 70, 1024)
+    scale = b.scale.clone()
+    scale[5, 2] = 0
+    scale[7, :] = 0
+    scale[11, 6] = 255
+    scale[66, 31] = 255
+    b = MXFP4(b.packed, scale)
+    c = _run(g, a, b, (2, split), nan_ok=True).cpu()
+    ref = fp4_gemm_ref(a.data, a.scale, b.packed, b.scale)
+    nan_rows = torch.zeros(70, dtype=torch.bool)
+    nan_rows[[11, 66]] = True
+    assert torch.equal(torch.isnan(c), nan_rows.expand(3, 70))
+    assert torch.equal(torch.isnan(ref), nan_rows.expand(3, 70))
+    keep = ~nan_rows
+    assert rel_err(c[:, keep], a.dequantize(torch.float64) @ b.dequantize(torch.float64)[keep].T) < TOL
+
+
+@pytest.mark.cuda
+def test_cuda_wgmma_gemv_graph_replay():
+    """Capture a split launch in a CUDA graph, copy new inputs into the captured buffers, replay."""
+    g = _kernel_or_skip()
+    a, b = _operands(16, 384, 2048)
+    args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
+    out = torch.empty(16, 384, dtype=torch.bfloat16, device="cuda")
+    g.fp4_wgmma_gemv(*args, config=(4, 2), out=out)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g.fp4_wgmma_gemv(*args, config=(4, 2), out=out)
+    a2, b2 = _operands(16, 384, 2048, seed=3)
+    for dst, src in zip(args, (a2.data, a2.scale, b2.packed, b2.scale)):
+        dst.copy_(src)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(out, a2.dequantize(torch.float64) @ b2.dequantize(torch.float64).T) < TOL
+
+
+def test_wgmma_gemv_checks():
+    """Shapes it does not serve are ValueErrors before any launch; the eligibility test says no
+    to CPU tensors and to K that is not a multiple of 512."""
+    from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as g
+
+    if g._GLUON_IMPORT_ERROR is not None:
+        pytest.skip(f"triton.experimental.gluon is not available: {g._GLUON_IMPORT_ERROR}")
+    a, b = _operands(17, 64, 512)
+    with pytest.raises(ValueError, match="M <= 16"):
+        g.fp4_wgmma_gemv(a.data, a.scale, b.packed, b.scale)
+    a1, b1 = _operands(1, 64, 384)
+    with pytest.raises(ValueError, match="K % 512"):
+        g.fp4_wgmma_gemv(a1.data, a1.scale, b1.packed, b1.scale)
+    a2, b2 = _operands(1, 64, 512)
+    with pytest.raises(ValueError, match="b_s"):
+        g.fp4_wgmma_gemv(a2.data, a2.scale, b2.packed, b2.scale[:, :8].contiguous())
+    with pytest.raises(ValueError, match="STAGES >= 2"):
+        g.fp4_wgmma_gemv(a2.data, a2.scale, b2.packed, b2.scale, config=(1, 1))
+    assert not g.fp4_wgmma_gemv_ok(a2.data, b2.packed, b2.scale)  # CPU tensors
