@@ -16,17 +16,22 @@ os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from gluon_fp8_offline import ptxas_notes  # noqa: E402
 from sm90_offline import cuobjdump, resource_usage, sass_lines  # noqa: E402
 
-CONFIGS = (  # (M, N, K, STAGES, SPLIT, a_s e8m0)
-    (16, 24576, 1536, 4, 1, False),
-    (1, 24576, 1536, 4, 1, False),
-    (16, 7168, 2048, 4, 2, False),
-    (16, 4096, 7168, 4, 4, True),
+CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, PIPE, a_s e8m0)
+    (16, 24576, 1536, 2, 2, 4, False, False),
+    (16, 24576, 1536, 4, 1, 4, True, False),
+    (1, 24576, 1536, 4, 1, 4, False, False),
+    (1, 24576, 1536, 4, 1, 4, True, False),
+    (16, 24576, 1536, 4, 1, 8, False, False),
+    (16, 7168, 2048, 3, 2, 4, False, False),
+    (16, 4096, 7168, 3, 7, 4, True, True),
+    (16, 7168, 16384, 3, 16, 4, False, False),
 )
 
 
-def compile_sm90(m, n, k, stages, split, e8m0):
+def compile_sm90(m, n, k, stages, split, w, pipe, e8m0):
     import torch
     import triton
     from triton._C.libtriton import native_specialize_impl
@@ -44,25 +49,28 @@ def compile_sm90(m, n, k, stages, split, e8m0):
     c = torch.empty((m, n), dtype=torch.bfloat16)
     ws = torch.empty((split, 16, n), dtype=torch.float32)
     cnt = torch.empty(1024, dtype=torch.int32)
-    w_l = gl.NVMMASharedLayout.get_default_for([64, 128], gl.uint8)
+    w_l = gl.NVMMASharedLayout.get_default_for([16 * w, 128], gl.uint8)
     s_l = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
-    args = dict(w_desc=TensorDescriptor.from_tensor(b, [64, 128], w_l),
-                s_desc=TensorDescriptor.from_tensor(b_s, [64, 16], s_l), a_ptr=a, as_ptr=a_s, c_ptr=c, ws_ptr=ws,
-                cnt_ptr=cnt, M=m, N=n, n_stages=k // 512, per_split=k // 512 // split)
+    args = dict(w_desc=TensorDescriptor.from_tensor(b, [16 * w, 128], w_l),
+                s_desc=TensorDescriptor.from_tensor(b_s, [16 * w, 16], s_l), a_ptr=a, as_ptr=a_s, c_ptr=c, ws_ptr=ws,
+                cnt_ptr=cnt, M=m, N=n, n_stages=k // 512)
     fn = g._fp4_wgmma_gemv_kernel
-    no_spec = {"M", "n_stages", "per_split"}
+    no_spec = {"M", "n_stages"}
     signature, attrs = {}, {}
     for i, (name, v) in enumerate(args.items()):
         ty, key = native_specialize_impl(BaseBackend, v, False, name not in no_spec, True)
         signature[name] = ty
         if key == "D":
             attrs[(i, )] = [["tt.divisibility", 16]]
-    constexprs = dict(K=k, NB=8 if m <= 8 else 16, STAGES=stages, SPLIT=split, AS_E8M0=e8m0)
+    n_st = k // 512
+    per = triton.next_power_of_2(-(-n_st // split))
+    constexprs = dict(K=k, NB=8 if m <= 8 else 16, PER_SPLIT=per, STAGES=stages, SPLIT=-(-n_st // per), AS_E8M0=e8m0,
+                      PIPE=pipe, W=w)
     for name in constexprs:
         signature[name] = "constexpr"
     signature = {p: signature[p] for p in fn.arg_names}
     src = GluonASTSource(fn, signature, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": w})
 
 
 def loop_ops(sass: str) -> list[str]:
@@ -90,12 +98,13 @@ def main() -> int:
         sass = cuobjdump(kern, "-sass")
         ops = loop_ops(sass)
         cnt = Counter(o.split(".")[0] for o in ops)
-        print(f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]}: {resource_usage(kern)}; stage loop "
-              f"{len(ops)} instr = {len(ops) / 4:.0f} per 64x128 block")
+        print(f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]} W {cfg[5]} pipe {cfg[6]}: "
+              f"{resource_usage(kern)}, smem {kern.metadata.shared} B; stage loop {len(ops)} instr = "
+              f"{len(ops) / 4:.0f} per block of 16 rows x 128 per warp; ptxas: {ptxas_notes(kern) or 'no wgmma notes'}")
         print("   ", ", ".join(f"{k} {v}" for k, v in cnt.most_common(16)))
         if args.dump:
             os.makedirs(args.dump, exist_ok=True)
-            open(os.path.join(args.dump, f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_s{cfg[4]}.sass"), "w").write(sass)
+            open(os.path.join(args.dump, f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_s{cfg[4]}_w{cfg[5]}_p{int(cfg[6])}.sass"), "w").write(sass)
     return 0
 
 

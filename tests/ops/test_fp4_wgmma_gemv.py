@@ -31,27 +31,30 @@ def _operands(m, n, k, seed=0, scale_fmt=None):
     return a, MXFP4.quantize(w)
 
 
-def _run(g, a, b, config, e8m0=False, nan_ok=False):
+def _run(g, a, b, config, e8m0=False, nan_ok=False, pipe=False):
     m, n = a.data.shape[0], b.packed.shape[0]
     out = poisoned((m, n), torch.bfloat16, "cuda")
     a_s = a.scale.to(torch.float8_e8m0fnu) if e8m0 else a.scale
-    c = g.fp4_wgmma_gemv(a.data.cuda(), a_s.cuda(), b.packed.cuda(), b.scale.cuda(), config=config, out=out)
+    c = g.fp4_wgmma_gemv(a.data.cuda(), a_s.cuda(), b.packed.cuda(), b.scale.cuda(), config=config, out=out,
+                         pipe=pipe)
     assert c is out and (nan_ok or not torch.isnan(c).any())
     return c
 
 
-# (m, n, k, (STAGES, SPLIT)): N not a multiple of 64, one / two wgmma N widths (8, 16), fewer
-# stages than the ring, splits with a short last split, K = 1536 / 2048 as in the benchmark
-CASES = [(1, 64, 512, (4, 1)), (3, 100, 1536, (2, 1)), (8, 200, 2048, (4, 2)), (9, 64, 2560, (3, 3)),
-         (16, 136, 1536, (4, 2)), (16, 520, 4096, (4, 4)), (5, 2112, 7168, (4, 4))]
+# (m, n, k, (STAGES, SPLIT[, W]), pipe): N not a multiple of the CTA's rows, both wgmma N widths
+# (8, 16), a CTA's stages fewer than / more than the ring (TMA refills), splits with a short last
+# split, 4 and 8 warps, the pipelined wgmma schedule, K = 1536 / 2048 / 7168 as in the benchmark
+CASES = [(1, 64, 512, (2, 1), False), (3, 100, 1536, (2, 1), True), (8, 200, 2048, (4, 2), False),
+         (9, 64, 2560, (3, 3), False), (16, 136, 1536, (2, 2, 8), True), (16, 520, 4096, (2, 1), False),
+         (5, 2112, 7168, (2, 7), False), (12, 200, 4096, (2, 1, 8), False)]
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("m,n,k,cfg", CASES)
-def test_cuda_wgmma_gemv_vs_fp64(m, n, k, cfg):
+@pytest.mark.parametrize("m,n,k,cfg,pipe", CASES)
+def test_cuda_wgmma_gemv_vs_fp64(m, n, k, cfg, pipe):
     g = _kernel_or_skip()
     a, b = _operands(m, n, k)
-    c = _run(g, a, b, cfg)
+    c = _run(g, a, b, cfg, pipe=pipe)
     assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
 
 
@@ -157,4 +160,6 @@ def test_wgmma_gemv_checks():
         g.fp4_wgmma_gemv(a2.data, a2.scale, b2.packed, b2.scale[:, :8].contiguous())
     with pytest.raises(ValueError, match="STAGES >= 2"):
         g.fp4_wgmma_gemv(a2.data, a2.scale, b2.packed, b2.scale, config=(1, 1))
+    with pytest.raises(ValueError, match="W in"):
+        g.fp4_wgmma_gemv(a2.data, a2.scale, b2.packed, b2.scale, config=(2, 1, 2))
     assert not g.fp4_wgmma_gemv_ok(a2.data, b2.packed, b2.scale)  # CPU tensors

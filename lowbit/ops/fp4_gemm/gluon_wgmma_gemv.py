@@ -61,7 +61,6 @@ __all__ = ["WGMMA_GEMV_MAX_M", "fp4_wgmma_gemv", "fp4_wgmma_gemv_ok", "pick_wgmm
 
 #: most activation rows one launch serves (the wgmma's N: 8 up to M = 8, else 16)
 WGMMA_GEMV_MAX_M = 16
-_ROWS = 64  # weight rows per CTA: one wgmma M
 _STAGE_K = 512  # K per pipeline stage: four 128-wide blocks (two [64, 128 B] weight boxes, one [64, 16 B] scale box)
 #: what the result is multiplied by: the decoded weights are E2M1 x 2^-6
 _RESULT_SCALE = 64.0
@@ -80,39 +79,33 @@ if _GLUON_IMPORT_ERROR is None:
     _RESULT = gl.constexpr(_RESULT_SCALE)
 
     @gluon.constexpr_function
-    def _acc_layout(NB):
-        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, NB, 32])
+    def _acc_layout(NB, W):
+        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, NB, 32])
 
     @gluon.constexpr_function
-    def _codes_layout():
-        """uint8 [64, 16] (row, byte of a group): lane (g, t) of warp w holds bytes 4t..4t+3 of rows
-        16w + g and 16w + g + 8 -- the fragment words ``ldmatrix`` hands out."""
+    def _warp_rows(W):
+        return [[16 << i, 0] for i in range(W.bit_length() - 1)]
+
+    @gluon.constexpr_function
+    def _codes_layout(W):
+        """uint8 [16 W, 16] (row, byte of a group): lane (g, t) of warp w holds bytes 4t..4t+3 of
+        rows 16w + g and 16w + g + 8 -- the fragment words ``ldmatrix`` hands out."""
         return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0]],
                                           lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
-                                          warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 16])
+                                          warp_bases=_warp_rows(W), block_bases=[], shape=[16 * W, 16])
 
     @gluon.constexpr_function
-    def _scale_layout():
-        """int32 [64, 4] (row, K block of the stage): every lane of row g holds the row's 4 scale
+    def _scale_layout(W):
+        """int32 [16 W, 4] (row, K block of the stage): every lane of row g holds the row's 4 scale
         words (rows 16w + g and + 8), so block b's word is a register."""
         return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0]],
                                           lane_bases=[[0, 0], [0, 0], [1, 0], [2, 0], [4, 0]],
-                                          warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 4])
+                                          warp_bases=_warp_rows(W), block_bases=[], shape=[16 * W, 4])
 
     @gluon.constexpr_function
-    def _act_scale_layout(NB):
-        """[NB, 4] (activation row, K block of the stage): the columns a lane's accumulator holds
-        (2t, 2t + 1, + 8), the 4 blocks in registers (one 16-byte load per column)."""
-        reg = [[0, 1], [0, 2], [1, 0]]
-        if NB == 16:
-            reg = reg + [[8, 0]]
-        return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=[[2, 0], [4, 0], [0, 0], [0, 0], [0, 0]],
-                                          warp_bases=[[0, 0], [0, 0]], block_bases=[], shape=[NB, 4])
-
-    @gluon.constexpr_function
-    def _x_layout(NB):
-        """int32 [NB, 16, 8] (activation row, group of the stage, word): one lane a group row."""
-        return gl.BlockedLayout([1, 1, 8], [2, 16, 1], [4, 1, 1], [2, 1, 0])
+    def _x_layout(W):
+        """int32 [NB, 16, 8] (activation row, group of a stage, word): one lane a group row."""
+        return gl.BlockedLayout([1, 1, 8], [2, 16, 1], [W, 1, 1], [2, 1, 0])
 
     @gluon.jit
     def _four(v):
@@ -133,27 +126,40 @@ if _GLUON_IMPORT_ERROR is None:
         return gl.maximum(e, _F32_2M127).to(gl.float32, bitcast=True)
 
     @gluon.jit
-    def _load_x(a_ptr, M, K: gl.constexpr, stage, NB: gl.constexpr):
-        """Stage ``stage``'s activation words int32 [NB, 16 groups, 8 words] (as stored: the
-        byte permutation happens in :func:`_store_x`); rows >= M and columns >= K read as 0.
-        Words, not bytes: a loop-carried uint8 tensor would hold a register per byte."""
-        xl: gl.constexpr = _x_layout(NB)
+    def _stage_x(x_words, a_ptr, M, K: gl.constexpr, j0, i: gl.constexpr, NB: gl.constexpr, W: gl.constexpr):
+        """Stage j0 + i's activations into x buffer i: the words [NB, 16 groups, 8] (rows >= M and
+        columns >= K read as 0) permuted to wgmma k order (per group: the even bytes, then the
+        odd ones) and stored as the stage's 16 [NB, 32] B tiles (an int32 view)."""
+        xl: gl.constexpr = _x_layout(W)
         r = gl.arange(0, NB, layout=gl.SliceLayout(1, gl.SliceLayout(2, xl)))
         g = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(2, xl)))
         c = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, xl)))
         r3 = gl.expand_dims(gl.expand_dims(r, 1), 2)
-        col = stage * 128 + gl.expand_dims(gl.expand_dims(g, 0), 2) * 8 + gl.expand_dims(gl.expand_dims(c, 0), 1)
-        return gl.load(a_ptr + r3 * (K // 4) + col, mask=(r3 < M) & (col < K // 4), other=0)
-
-    @gluon.jit
-    def _store_x(x_buf, raw, NB: gl.constexpr):
-        """Permute raw activation words [NB, 16, 8] to wgmma k order (per group: the even bytes,
-        then the odd ones) and store them as the 16 [NB, 32] B tiles of one stage (an int32 view)."""
+        col = (j0 + i) * 128 + gl.expand_dims(gl.expand_dims(g, 0), 2) * 8 + gl.expand_dims(gl.expand_dims(c, 0), 1)
+        raw = gl.load(a_ptr + r3 * (K // 4) + col, mask=(r3 < M) & (col < K // 4), other=0)
         lo, hi = gl.split(gl.reshape(raw, [NB, 16, 4, 2]))  # the 4 byte-octets of a group as word pairs
         ev, od = gl.inline_asm_elementwise(_EVEN_ODD, "=r,=r,r,r", [lo, hi], dtype=(gl.int32, gl.int32),
                                            is_pure=True, pack=1)
         p = gl.reshape(gl.permute(gl.join(ev, od), (0, 1, 3, 2)), [NB, 16, 8])  # [ev0..ev3, od0..od3]
-        x_buf.store(gl.permute(p, (1, 0, 2)))
+        x_words.index(i).store(gl.permute(p, (1, 0, 2)))
+
+    @gluon.jit
+    def _stage_act_scales(as_smem, as_ptr, M, KB: gl.constexpr, j0, i: gl.constexpr, NB: gl.constexpr,
+                          W: gl.constexpr, AS_E8M0: gl.constexpr):
+        """The activation scales of stage j0 + i's 4 K blocks as fp32 rows 4i..4i+3 of the [4
+        PER_SPLIT, NB] shared buffer (rows >= M and blocks past K: 0)."""
+        sl: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [W, 1], [1, 0])
+        b = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(1, sl)), 1)
+        r = gl.expand_dims(gl.arange(0, NB, layout=gl.SliceLayout(0, sl)), 0)
+        kb = (j0 + i) * 4 + b
+        m = (r < M) & (kb < KB)
+        if AS_E8M0:
+            e = gl.load(as_ptr + r * KB + kb, mask=m, other=0).to(gl.int32)
+            s = gl.where(e == 255, float("nan"), gl.maximum(e << 23, _F32_2M127).to(gl.float32, bitcast=True))
+            s = gl.where(m, s, 0.0)
+        else:
+            s = gl.load(as_ptr + r * KB + kb, mask=m, other=0.0)
+        as_smem.slice(4 * i, 4, dim=0).store(s)
 
     @gluon.jit
     def _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j, j0, row0, STAGES: gl.constexpr, pred):
@@ -167,67 +173,81 @@ if _GLUON_IMPORT_ERROR is None:
         tma.async_copy_global_to_shared(s_desc, [row0, (j0 + j) * 16], bar, s_bufs.index(slot), pred)
 
     @gluon.jit
-    def _act_scales(as_ptr, M, KB: gl.constexpr, stage, NB: gl.constexpr, AS_E8M0: gl.constexpr):
-        """fp32 [NB, 4]: the activation scales of the stage's 4 K blocks (rows >= M: 0)."""
-        sl: gl.constexpr = _act_scale_layout(NB)
-        r = gl.expand_dims(gl.arange(0, NB, layout=gl.SliceLayout(1, sl)), 1)
-        b = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, sl)), 0)
-        kb = stage * 4 + b
-        m = (r < M) & (kb < KB)
-        if AS_E8M0:
-            e = gl.load(as_ptr + r * KB + kb, mask=m, other=0).to(gl.int32)
-            s = gl.where(e == 255, float("nan"), gl.maximum(e << 23, _F32_2M127).to(gl.float32, bitcast=True))
-            s = gl.where(m, s, 0.0)
-        else:
-            s = gl.load(as_ptr + r * KB + kb, mask=m, other=0.0)
-        return s
+    def _issue_block(w_bufs, x_bufs, slot, j, b: gl.constexpr, zero, a_l: gl.constexpr, R: gl.constexpr,
+                     W: gl.constexpr):
+        """Decode block b of the stage in ``slot`` and start its 4 group wgmmas (in-flight tokens)."""
+        wb = w_bufs.index(2 * slot + b // 2)
+        d = ()
+        for s in gl.static_range(4):
+            q = wb.slice(64 * (b % 2) + 16 * s, 16, dim=1).load(_codes_layout(W))
+            lo = gl.inline_asm_elementwise(_DEC_LO, "=r,r", [q], dtype=gl.float8e4nv, is_pure=True, pack=4)
+            hi = gl.inline_asm_elementwise(_DEC_HI, "=r,r", [q], dtype=gl.float8e4nv, is_pure=True, pack=4)
+            a = gl.reshape(gl.permute(gl.join(lo, hi), (0, 2, 1)), [R, 32])
+            a = gl.convert_layout(a, a_l, assert_trivial=True)
+            d = d + (warpgroup_mma(a, x_bufs.index(16 * j + 4 * b + s).permute((1, 0)), zero, use_acc=False,
+                                   is_async=True),)
+        return d
 
     @gluon.jit
-    def _stage_sum(acc, flags, w_bufs, s_bufs, x_bufs, slot, xb, sa, NB: gl.constexpr):
-        """acc += the 4 K blocks of one stage (weights in ring slot ``slot``, activations in x
-        buffer ``xb``, activation scales ``sa`` [NB, 4])."""
-        mma: gl.constexpr = _acc_layout(NB)
+    def _retire_block(acc, flags, d, v, sa, row_l: gl.constexpr, col_l: gl.constexpr):
+        """acc += (sum_s 2^(e_s - 127) d_s) * sa for one block (``v``: the rows' UE8M0 words)."""
+        v = gl.convert_layout(v, row_l, assert_trivial=True)
+        blk = d[0] * gl.expand_dims(_scale_of(v, 23), 1)
+        blk = blk + d[1] * gl.expand_dims(_scale_of(v, 15), 1)
+        blk = blk + d[2] * gl.expand_dims(_scale_of(v, 7), 1)
+        blk = blk + d[3] * gl.expand_dims(_scale_of(v, -1), 1)
+        acc = acc + blk * gl.expand_dims(sa, 0)
+        flags = flags | ((~v - 0x01010101) & v & _SIGN)  # bit 8i + 7 set where scale byte i is 255
+        return acc, flags
+
+    @gluon.jit
+    def _stage_sum(acc, flags, w_bufs, s_bufs, x_bufs, as_smem, slot, j, NB: gl.constexpr, W: gl.constexpr,
+                   PIPE: gl.constexpr):
+        """acc += the 4 K blocks of the CTA's stage j (weights in ring slot ``slot``). PIPE: block
+        b + 1's wgmmas are issued before block b's are retired (its FFMAs overlap them)."""
+        R: gl.constexpr = 16 * W
+        mma: gl.constexpr = _acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         row_l: gl.constexpr = gl.SliceLayout(1, mma)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
-        sw = s_bufs.index(slot)._reinterpret(gl.int32, [64, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-        sw = sw.load(_scale_layout())
-        zero = gl.zeros([64, NB], gl.float32, mma)
-        v_blocks = _four(sw)
-        sa_blocks = _four(sa)
-        for b in gl.static_range(4):
-            wb = w_bufs.index(2 * slot + b // 2)
-            d = ()
-            for s in gl.static_range(4):
-                q = wb.slice(64 * (b % 2) + 16 * s, 16, dim=1).load(_codes_layout())
-                lo = gl.inline_asm_elementwise(_DEC_LO, "=r,r", [q], dtype=gl.float8e4nv, is_pure=True, pack=4)
-                hi = gl.inline_asm_elementwise(_DEC_HI, "=r,r", [q], dtype=gl.float8e4nv, is_pure=True, pack=4)
-                a = gl.reshape(gl.permute(gl.join(lo, hi), (0, 2, 1)), [64, 32])
-                a = gl.convert_layout(a, a_l, assert_trivial=True)
-                d = d + (warpgroup_mma(a, x_bufs.index(16 * xb + 4 * b + s).permute((1, 0)), zero, use_acc=False,
-                                       is_async=True),)
+        sw = s_bufs.index(slot)._reinterpret(gl.int32, [R, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+        v_blocks = _four(sw.load(_scale_layout(W)))
+        zero = gl.zeros([R, NB], gl.float32, mma)
+        if PIPE:
+            d = _issue_block(w_bufs, x_bufs, slot, j, 0, zero, a_l, R, W)
+            for b in gl.static_range(1, 4):
+                d_next = _issue_block(w_bufs, x_bufs, slot, j, b, zero, a_l, R, W)
+                d = warpgroup_mma_wait(num_outstanding=4, deps=d)
+                acc, flags = _retire_block(acc, flags, d, v_blocks[b - 1], as_smem.index(4 * j + b - 1).load(col_l),
+                                           row_l, col_l)
+                d = d_next
             d = warpgroup_mma_wait(num_outstanding=0, deps=d)
-            v = gl.convert_layout(v_blocks[b], row_l, assert_trivial=True)
-            blk = d[0] * gl.expand_dims(_scale_of(v, 23), 1)
-            blk = blk + d[1] * gl.expand_dims(_scale_of(v, 15), 1)
-            blk = blk + d[2] * gl.expand_dims(_scale_of(v, 7), 1)
-            blk = blk + d[3] * gl.expand_dims(_scale_of(v, -1), 1)
-            acc = acc + blk * gl.expand_dims(gl.convert_layout(sa_blocks[b], col_l, assert_trivial=True), 0)
-            flags = flags | ((~v - 0x01010101) & v & _SIGN)  # bit 8i + 7 set where scale byte i is 255
+            acc, flags = _retire_block(acc, flags, d, v_blocks[3], as_smem.index(4 * j + 3).load(col_l), row_l, col_l)
+        else:
+            for b in gl.static_range(4):
+                d = _issue_block(w_bufs, x_bufs, slot, j, b, zero, a_l, R, W)
+                d = warpgroup_mma_wait(num_outstanding=0, deps=d)
+                acc, flags = _retire_block(acc, flags, d, v_blocks[b], as_smem.index(4 * j + b).load(col_l), row_l,
+                                           col_l)
         return acc, flags
 
-    @gluon.jit(do_not_specialize=["M", "n_stages", "per_split"])
-    def _fp4_wgmma_gemv_kernel(w_desc, s_desc, a_ptr, as_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, n_stages, per_split,
-                               K: gl.constexpr, NB: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-                               AS_E8M0: gl.constexpr):
-        """Program (row tile, split): weight rows 64 p .. 64 p + 63, stages [split * per_split,
-        min(+ per_split, n_stages)). ``w_desc``: TMA descriptor of the packed weight uint8 [N, K/2],
-        box [64, 128]; ``s_desc``: of its UE8M0 scales uint8 [N, K/32], box [64, 16]; ``a_ptr``:
-        e4m3 activations as int32 words [M, K/4]; ``as_ptr``: [M, K/128] fp32 (or UE8M0 bytes); ``c_ptr``:
-        bf16 [M, N]; ``ws_ptr``: fp32 [SPLIT, NB, N] partials and ``cnt_ptr``: int32 [N / 64]
-        arrival counters (zero between launches; SPLIT > 1 only)."""
+    @gluon.jit(do_not_specialize=["M", "n_stages"])
+    def _fp4_wgmma_gemv_kernel(w_desc, s_desc, a_ptr, as_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, n_stages,
+                               K: gl.constexpr, NB: gl.constexpr, PER_SPLIT: gl.constexpr, STAGES: gl.constexpr,
+                               SPLIT: gl.constexpr, AS_E8M0: gl.constexpr, PIPE: gl.constexpr, W: gl.constexpr):
+        """Program (row tile, split): weight rows R p .. R p + R - 1 (R = 16 W), stages [split *
+        PER_SPLIT, min(+ PER_SPLIT, n_stages)). ``w_desc``: TMA descriptor of the packed weight
+        uint8 [N, K/2], box [R, 128]; ``s_desc``: of its UE8M0 scales uint8 [N, K/32], box [R, 16];
+        ``a_ptr``: e4m3 activations as int32 words [M, K/4]; ``as_ptr``: [M, K/128] fp32 (or UE8M0
+        bytes); ``c_ptr``: bf16 [M, N]; ``ws_ptr``: fp32 [SPLIT, NB, N] partials and ``cnt_ptr``:
+        int32 [N / R] arrival counters (zero between launches; SPLIT > 1 only).
+
+        The CTA's activations (and their scales) are staged in shared memory once, up front, for
+        all its stages; the weight stages stream through a TMA ring of STAGES slots (no refills
+        when PER_SPLIT <= STAGES: every load is issued before the first wait)."""
+        R: gl.constexpr = 16 * W
         KB: gl.constexpr = K // 128
-        mma: gl.constexpr = _acc_layout(NB)
+        mma: gl.constexpr = _acc_layout(NB, W)
         row_l: gl.constexpr = gl.SliceLayout(1, mma)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
         x_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=3)
@@ -236,55 +256,53 @@ if _GLUON_IMPORT_ERROR is None:
 
         pid_n = gl.program_id(0)
         pid_k = gl.program_id(1)
-        row0 = pid_n * 64
-        j0 = pid_k * per_split
-        n_my = gl.minimum(per_split, n_stages - j0)
+        row0 = pid_n * R
+        j0 = pid_k * PER_SPLIT
+        n_my = gl.minimum(PER_SPLIT, n_stages - j0)
 
-        w_bufs = gl.allocate_shared_memory(gl.uint8, [2 * STAGES, 64, 128], w_desc.layout)
-        s_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, 64, 16], s_desc.layout)
-        # two x buffers of 16 [NB, 32] B tiles: stored a buffer at a time ([16, NB, 32] views of
-        # rank 3), read a tile at a time (rank-2 views of the same bytes)
-        x_store = gl.allocate_shared_memory(gl.float8e4nv, [2, 16, NB, 32], x_sl)
-        x_bufs = x_store._reinterpret(gl.float8e4nv, [32, NB, 32], x_sl2)
-        x_words = x_store._reinterpret(gl.int32, [2, 16, NB, 8], x_sl32)
+        w_bufs = gl.allocate_shared_memory(gl.uint8, [2 * STAGES, R, 128], w_desc.layout)
+        s_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 16], s_desc.layout)
+        # the CTA's activations as PER_SPLIT x 16 [NB, 32] B tiles: stored a stage at a time
+        # ([16, NB, 8] int32 views of rank 3), read a tile at a time (rank-2 views, same bytes)
+        x_store = gl.allocate_shared_memory(gl.float8e4nv, [PER_SPLIT, 16, NB, 32], x_sl)
+        x_bufs = x_store._reinterpret(gl.float8e4nv, [16 * PER_SPLIT, NB, 32], x_sl2)
+        x_words = x_store._reinterpret(gl.int32, [PER_SPLIT, 16, NB, 8], x_sl32)
+        as_smem = gl.allocate_shared_memory(gl.float32, [4 * PER_SPLIT, NB], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+        as_rows = as_smem._reinterpret(gl.float32, [4 * PER_SPLIT, NB], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(bars.index(i), count=1)
         fence_async_shared()  # barrier inits visible to the TMA unit before the first copy
 
-        for j in gl.static_range(STAGES - 1):
-            _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j, j0, row0, STAGES, j < n_my)
-        # stage 0's activations into x buffer 0; stage 1's in registers
-        _store_x(x_words.index(0), _load_x(a_ptr, M, K, j0, NB), NB)
-        fence_async_shared()
+        if PER_SPLIT <= STAGES:  # every weight load of the CTA in flight at once
+            for j in gl.static_range(PER_SPLIT):
+                _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j, j0, row0, STAGES, j < n_my)
+        else:
+            for j in gl.static_range(STAGES - 1):
+                _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j, j0, row0, STAGES, j < n_my)
+        for i in gl.static_range(PER_SPLIT):
+            _stage_x(x_words, a_ptr, M, K, j0, i, NB, W)
+            _stage_act_scales(as_smem, as_ptr, M, KB, j0, i, NB, W, AS_E8M0)
+        fence_async_shared()  # the generic-proxy stores -> visible to the wgmmas (async proxy)
         gl.thread_barrier()
-        x_next = _load_x(a_ptr, M, K, j0 + 1, NB)
-        sa = _act_scales(as_ptr, M, KB, j0, NB, AS_E8M0)
 
-        acc = gl.zeros([64, NB], gl.float32, mma)
-        flags = gl.zeros([64], gl.int32, row_l)
+        acc = gl.zeros([R, NB], gl.float32, mma)
+        flags = gl.zeros([R], gl.int32, row_l)
         for j in range(0, n_my):
-            # slot (j - 1) % STAGES was read by stage j - 1, which every thread has finished
-            # (the barrier at the end of the previous iteration)
-            _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j + STAGES - 1, j0, row0, STAGES,
-                         j + STAGES - 1 < n_my)
-            sa_next = _act_scales(as_ptr, M, KB, j0 + j + 1, NB, AS_E8M0)
+            if PER_SPLIT > STAGES:
+                # slot (j - 1) % STAGES was read by stage j - 1: once every warp is past it, refill
+                gl.thread_barrier()
+                _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j + STAGES - 1, j0, row0, STAGES,
+                             j + STAGES - 1 < n_my)
             slot = j % STAGES
             mbarrier.wait(bars.index(slot), (j // STAGES) & 1)
-            acc, flags = _stage_sum(acc, flags, w_bufs, s_bufs, x_bufs, slot, j % 2, sa, NB)
-            sa = sa_next
-            # stage j + 1's activations into the other x buffer (its readers, stage j - 1's
-            # wgmmas, are retired), visible to the async proxy and to every warp
-            _store_x(x_words.index((j + 1) % 2), x_next, NB)
-            fence_async_shared()
-            gl.thread_barrier()
-            x_next = _load_x(a_ptr, M, K, j0 + j + 2, NB)
+            acc, flags = _stage_sum(acc, flags, w_bufs, s_bufs, x_bufs, as_rows, slot, j, NB, W, PIPE)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
         out = acc * _RESULT
         out = gl.where(gl.expand_dims(flags != 0, 1), float("nan"), out)
-        rows = row0 + gl.expand_dims(gl.arange(0, 64, layout=row_l), 1)  # weight row n
+        rows = row0 + gl.expand_dims(gl.arange(0, R, layout=row_l), 1)  # weight row n
         cols = gl.expand_dims(gl.arange(0, NB, layout=col_l), 0)  # activation row m
         ok = (rows < N) & (cols < M)
         if SPLIT == 1:
@@ -297,7 +315,7 @@ if _GLUON_IMPORT_ERROR is None:
             gl.thread_barrier()
             arrived = gl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
             if arrived == SPLIT - 1:
-                tot = gl.zeros([64, NB], gl.float32, mma)
+                tot = gl.zeros([R, NB], gl.float32, mma)
                 for sp in gl.static_range(SPLIT):
                     tot = tot + gl.load(ws_ptr + (sp * NB + cols) * N + rows, mask=ok, other=0.0,
                                         cache_modifier=".cg")
@@ -305,15 +323,11 @@ if _GLUON_IMPORT_ERROR is None:
                 gl.store(cnt_ptr + pid_n, 0)
 
 
-def pick_wgmma_gemv_config(n: int, k: int, m: int = 1) -> tuple[int, int]:
-    """(STAGES, SPLIT): split the K stages so that the row tiles x splits fill the 132 SMs about
-    twice (placeholder until the H200 sweep), and at least 2 stages per split."""
-    tiles = -(-n // _ROWS)
+def pick_wgmma_gemv_config(n: int, k: int, m: int = 1) -> tuple[int, int, int]:
+    """(STAGES, SPLIT, W). Placeholder until the H200 sweep: splits of at most 2 stages (the
+    CTA's activations are staged whole), 4 warps, every weight load issued up front."""
     n_st = -(-k // _STAGE_K)
-    split = 1
-    while tiles * split < 264 and n_st // (2 * split) >= 2 and split < 8:
-        split *= 2
-    return 4, split
+    return 2, -(-n_st // 2), 4
 
 
 def fp4_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bool:
@@ -342,12 +356,15 @@ def _counters(device: torch.device, n_tiles: int) -> torch.Tensor:
 
 
 def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
-                   config: tuple[int, int] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                   config: tuple[int, ...] | None = None, out: torch.Tensor | None = None,
+                   pipe: bool = False) -> torch.Tensor:
     """a e4m3 [M, K] (1 <= M <= 16, K % 512 == 0, contiguous), a_s [M, K/128] fp32 or
     float8_e8m0fnu (contiguous); b packed E2M1 uint8 [N, K/2] with UE8M0 uint8 b_s [N, K/32],
-    contiguous. Returns bf16 [M, N] (``out`` if given). ``config`` = (STAGES, SPLIT) overrides
-    :func:`pick_wgmma_gemv_config`. Launches with SPLIT > 1 share a per-device counter buffer:
-    do not run two of them concurrently on different streams."""
+    contiguous. Returns bf16 [M, N] (``out`` if given). ``config`` = (STAGES, SPLIT[, W])
+    overrides :func:`pick_wgmma_gemv_config` (W: 4 or 8 warps, 16 W weight rows a CTA);
+    ``pipe``: overlap each block's scale FMAs with the next block's wgmmas. Launches with
+    SPLIT > 1 share a per-device counter buffer: do not run two of them concurrently on
+    different streams."""
     if _GLUON_IMPORT_ERROR is not None:
         raise RuntimeError(f"fp4_wgmma_gemv needs triton.experimental.gluon: {_GLUON_IMPORT_ERROR}")
     m, k = a.shape
@@ -358,20 +375,22 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     if b.shape != (n, k // 2) or b_s.shape != (n, k // 32):
         raise ValueError(f"fp4_wgmma_gemv needs b [N, K/2] and b_s [N, K/32] for K = {k}, got {tuple(b.shape)} "
                          f"and {tuple(b_s.shape)}")
-    stages, split = config if config is not None else pick_wgmma_gemv_config(n, k, m)
+    cfg = tuple(config) if config is not None else pick_wgmma_gemv_config(n, k, m)
+    stages, split, w = (cfg + (4,))[:3]
+    if stages < 2 or split < 1 or w not in (4, 8):
+        raise ValueError(f"fp4_wgmma_gemv config (STAGES, SPLIT[, W]) needs STAGES >= 2, SPLIT >= 1 and W in "
+                         f"(4, 8), got {config}")
     n_st = k // _STAGE_K
-    if stages < 2 or split < 1:
-        raise ValueError(f"fp4_wgmma_gemv config (STAGES, SPLIT) needs STAGES >= 2 and SPLIT >= 1, got {config}")
-    per_split = -(-n_st // split)
+    per_split = triton.next_power_of_2(-(-n_st // split))  # shared-memory shapes must be powers of two
     split = -(-n_st // per_split)  # no empty splits
     nb = 8 if m <= 8 else 16
+    rows = 16 * w
     c = torch.empty(m, n, dtype=torch.bfloat16, device=a.device) if out is None else out
-    b8 = b.view(torch.uint8)
-    w_layout = gl.NVMMASharedLayout.get_default_for([_ROWS, 128], gl.uint8)
+    w_layout = gl.NVMMASharedLayout.get_default_for([rows, 128], gl.uint8)
     s_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
-    w_desc = TensorDescriptor.from_tensor(b8, [_ROWS, 128], w_layout)
-    s_desc = TensorDescriptor.from_tensor(b_s.view(torch.uint8), [_ROWS, 16], s_layout)
-    tiles = triton.cdiv(n, _ROWS)
+    w_desc = TensorDescriptor.from_tensor(b.view(torch.uint8), [rows, 128], w_layout)
+    s_desc = TensorDescriptor.from_tensor(b_s.view(torch.uint8), [rows, 16], s_layout)
+    tiles = triton.cdiv(n, rows)
     if split > 1:
         ws = torch.empty(split, nb, n, dtype=torch.float32, device=a.device)
         cnt = _counters(a.device, tiles)
@@ -380,6 +399,7 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         cnt = c
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
     _fp4_wgmma_gemv_kernel[(tiles, split)](
-        w_desc, s_desc, a.view(torch.uint8).view(torch.int32), a_s.view(torch.uint8) if as_e8m0 else a_s, c, ws, cnt, m, n, n_st,
-        per_split, k, NB=nb, STAGES=stages, SPLIT=split, AS_E8M0=as_e8m0, num_warps=4)
+        w_desc, s_desc, a.view(torch.uint8).view(torch.int32), a_s.view(torch.uint8) if as_e8m0 else a_s, c, ws, cnt,
+        m, n, n_st, k, NB=nb, PER_SPLIT=per_split, STAGES=stages, SPLIT=split, AS_E8M0=as_e8m0, PIPE=pipe, W=w,
+        num_warps=w)
     return c
