@@ -377,8 +377,8 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
                          f"and {tuple(b_s.shape)}")
     cfg = tuple(config) if config is not None else pick_wgmma_gemv_config(n, k, m)
     stages, split, w = (cfg + (4,))[:3]
-    if stages < 2 or split < 1 or w not in (4, 8):
-        raise ValueError(f"fp4_wgmma_gemv config (STAGES, SPLIT[, W]) needs STAGES >= 2, SPLIT >= 1 and W in "
+    if stages < 1 or split < 1 or w not in (4, 8):
+        raise ValueError(f"fp4_wgmma_gemv config (STAGES, SPLIT[, W]) needs STAGES >= 1, SPLIT >= 1 and W in "
                          f"(4, 8), got {config}")
     n_st = k // _STAGE_K
     per_split = triton.next_power_of_2(-(-n_st // split))  # shared-memory shapes must be powers of two
