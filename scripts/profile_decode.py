@@ -6,6 +6,8 @@
     python3 scripts/profile_decode.py floor     # cold_us of an empty-ish kernel and of small copies
 
 ``gemv FMT M N K RT W``: ``mma_gemv`` (fp8_gemm/triton_mma.py) three times (two warm-ups).
+``wgmma M N K STAGES SPLIT W PIPE``: the Gluon FP4 GEMV (fp4_gemm/gluon_wgmma_gemv.py) three times
+(ncu ``-k regex:fp4_wgmma``).
 ``head BITS M``: the draft head's tensor-core coarse pass (124160 x 5120, g64, block 128) three
 times. ``gathered K B T``: NVFP4 ``gathered_bias`` (V = 131072, the picked tensor-core config) three
 times (ncu ``-k regex:gathered_mma``). ``floor``: what ``lowbit.bench.gemm.cold_us`` (the GEMM benchmark's timer: cold L2,
@@ -36,6 +38,14 @@ def main(argv: list[str]) -> int:
         bd = wq.packed if fmt == "fp4" else wq.data
         for _ in range(3):
             mma_gemv(a.data, a.scale, bd, wq.scale, fp4=fmt == "fp4", config=(rt, w))
+    elif what == "wgmma":
+        from lowbit.bench.gemm import _gemm_operands
+        from lowbit.ops.fp4_gemm.gluon_wgmma_gemv import fp4_wgmma_gemv
+
+        m, n, k, stages, split, w, pipe = (int(v) for v in argv[1:8])
+        a, _, wq = _gemm_operands(m, n, k, fp4=True)
+        for _ in range(3):
+            fp4_wgmma_gemv(a.data, a.scale, wq.packed, wq.scale, config=(stages, split, w), pipe=bool(pipe))
     elif what == "head":
         from lowbit import DraftHead
         from lowbit.ops.coarse_head import BOUND_NONE, coarse_head
@@ -68,7 +78,7 @@ def main(argv: list[str]) -> int:
             dst = torch.empty_like(src)
             print(f"copy {mb} MB: {cold_us(lambda: dst.copy_(src), graph=True):.2f} us")
     else:
-        raise SystemExit(f"unknown case {what!r}: gemv | head | gathered | floor")
+        raise SystemExit(f"unknown case {what!r}: gemv | wgmma | head | gathered | floor")
     torch.cuda.synchronize()
     return 0
 
