@@ -25,7 +25,7 @@ CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, PIPE, a_s e8m0)
     (1, 24576, 1536, 4, 1, 4, False, False),
     (1, 24576, 1536, 4, 1, 4, True, False),
     (16, 24576, 1536, 4, 1, 8, False, False),
-    (16, 7168, 2048, 3, 2, 4, False, False),
+    (16, 7168, 2048, 1, 4, 8, False, False),
     (16, 4096, 7168, 3, 7, 4, True, True),
     (16, 7168, 16384, 3, 16, 4, False, False),
 )
@@ -65,7 +65,7 @@ def compile_sm90(m, n, k, stages, split, w, pipe, e8m0):
     n_st = k // 512
     per = triton.next_power_of_2(-(-n_st // split))
     constexprs = dict(K=k, NB=8 if m <= 8 else 16, PER_SPLIT=per, STAGES=stages, SPLIT=-(-n_st // per), AS_E8M0=e8m0,
-                      PIPE=pipe, W=w)
+                      PIPE=pipe, W=w, SPIN=split > 1)
     for name in constexprs:
         signature[name] = "constexpr"
     signature = {p: signature[p] for p in fn.arg_names}

@@ -70,6 +70,23 @@ def test_cuda_wgmma_gemv_fresh_inputs_and_counters():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("m,n,k,cfg", [(16, 136, 2048, (1, 4, 8)), (1, 2112, 7168, (2, 7)), (9, 520, 4096, (2, 4))])
+def test_cuda_wgmma_gemv_spin_and_arrival_reductions_agree(m, n, k, cfg):
+    """The two split reductions (the last split waits for the others / the last to arrive
+    reduces) add the same partials in the same order: bit-identical, and right, over repeated
+    launches (the counters come back to zero)."""
+    g = _kernel_or_skip()
+    a, b = _operands(m, n, k)
+    args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
+    ref = a.dequantize(torch.float64) @ b.dequantize(torch.float64).T
+    for _ in range(3):
+        spun = g.fp4_wgmma_gemv(*args, config=cfg, spin=True)
+        arrived = g.fp4_wgmma_gemv(*args, config=cfg, spin=False)
+        assert torch.equal(spun, arrived)
+        assert rel_err(spun, ref) < TOL
+
+
+@pytest.mark.cuda
 def test_cuda_wgmma_gemv_e8m0_and_scale_spread():
     """UE8M0 activation scales; group scales 0..12 binades apart inside every 128 block with the
     activations zero on the largest group (each wgmma covers one group and is scaled alone)."""

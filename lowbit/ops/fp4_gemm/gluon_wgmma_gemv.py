@@ -234,7 +234,8 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit(do_not_specialize=["M", "n_stages"])
     def _fp4_wgmma_gemv_kernel(w_desc, s_desc, a_ptr, as_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, n_stages,
                                K: gl.constexpr, NB: gl.constexpr, PER_SPLIT: gl.constexpr, STAGES: gl.constexpr,
-                               SPLIT: gl.constexpr, AS_E8M0: gl.constexpr, PIPE: gl.constexpr, W: gl.constexpr):
+                               SPLIT: gl.constexpr, AS_E8M0: gl.constexpr, PIPE: gl.constexpr, W: gl.constexpr,
+                               SPIN: gl.constexpr = False):
         """Program (row tile, split): weight rows R p .. R p + R - 1 (R = 16 W), stages [split *
         PER_SPLIT, min(+ PER_SPLIT, n_stages)). ``w_desc``: TMA descriptor of the packed weight
         uint8 [N, K/2], box [R, 128]; ``s_desc``: of its UE8M0 scales uint8 [N, K/32], box [R, 16];
@@ -307,6 +308,27 @@ if _GLUON_IMPORT_ERROR is None:
         ok = (rows < N) & (cols < M)
         if SPLIT == 1:
             gl.store(c_ptr + cols * N + rows, out.to(gl.bfloat16), mask=ok)
+        elif SPIN:
+            # The last split of a row tile reduces: the others publish their partials with a
+            # release increment (fire-and-forget), it polls the counter with acquire loads until
+            # all SPLIT - 1 arrived, then adds their partials (.cg: from L2) and its own, still in
+            # registers, in split order -- the same sums as the arrival-order path. Waiting is safe
+            # only because the launcher keeps every CTA of the grid resident at once.
+            if pid_k == SPLIT - 1:
+                seen = gl.atomic_add(cnt_ptr + pid_n, 0, sem="acquire", scope="gpu")
+                while seen < SPLIT - 1:
+                    seen = gl.atomic_add(cnt_ptr + pid_n, 0, sem="acquire", scope="gpu")
+                tot = gl.zeros([R, NB], gl.float32, mma)
+                for sp in gl.static_range(SPLIT - 1):
+                    tot = tot + gl.load(ws_ptr + (sp * NB + cols) * N + rows, mask=ok, other=0.0,
+                                        cache_modifier=".cg")
+                tot = tot + out
+                gl.store(c_ptr + cols * N + rows, tot.to(gl.bfloat16), mask=ok)
+                gl.store(cnt_ptr + pid_n, 0)
+            else:
+                gl.store(ws_ptr + (pid_k * NB + cols) * N + rows, out, mask=ok)
+                gl.thread_barrier()
+                gl.atomic_add(cnt_ptr + pid_n, 1, sem="release", scope="gpu")
         else:
             gl.store(ws_ptr + (pid_k * NB + cols) * N + rows, out, mask=ok)
             # The barrier orders every thread's partial stores before the one atomic; its release
@@ -324,10 +346,20 @@ if _GLUON_IMPORT_ERROR is None:
 
 
 def pick_wgmma_gemv_config(n: int, k: int, m: int = 1) -> tuple[int, int, int]:
-    """(STAGES, SPLIT, W). Placeholder until the H200 sweep: splits of at most 2 stages (the
-    CTA's activations are staged whole), 4 warps, every weight load issued up front."""
+    """(STAGES, SPLIT, W) from the same-run sweeps of ``scripts/bench_wgmma_gemv.py`` on the H200
+    (docs/measurements/2026-12-02_session13_{b,c,d}_*; the benchmark's five (N, K), layer-stack
+    timer). M <= 8: 4 warps, one stage a CTA up to 4 stages of K, else two (split to fill the
+    GPU). M > 8: 8 warps; four stages a CTA through a ring of 2 when that still gives >= 100
+    CTAs (no split for N = 24576 at K = 1536: the split reduction's round trips cost more
+    than the parallelism they buy), else one stage a CTA."""
     n_st = -(-k // _STAGE_K)
-    return 2, -(-n_st // 2), 4
+    if m <= 8:
+        per = 1 if n_st <= 4 else 2
+        return per, -(-n_st // per), 4
+    tiles = -(-n // 128)
+    if tiles * -(-n_st // 4) >= 100:
+        return 2, -(-n_st // 4), 8
+    return 1, n_st, 8
 
 
 def fp4_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bool:
@@ -343,28 +375,44 @@ def fp4_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bo
 
 
 _COUNTERS: dict = {}
+_MAX_TILES = 8192  # counters made at once: N up to 512k rows at 64 a tile
 
 
 def _counters(device: torch.device, n_tiles: int) -> torch.Tensor:
-    """Zeroed int32 arrival counters (each launch leaves them zero again), one set per device."""
+    """Zeroed int32 arrival counters (each launch leaves them zero again), one set per device.
+    Made outside any CUDA-graph capture (a buffer from a capture's pool would be freed with the
+    graph): a capture that finds none raises, and the ``fp4_gemm`` dispatch checks
+    :func:`counters_ready` first."""
     key = (device.type, device.index)
     c = _COUNTERS.get(key)
     if c is None or c.numel() < n_tiles:
-        c = torch.zeros(max(n_tiles, 1024), dtype=torch.int32, device=device)
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("fp4_wgmma_gemv: run one split launch before CUDA-graph capture (it allocates the "
+                               "per-device arrival counters)")
+        c = torch.zeros(max(n_tiles, _MAX_TILES), dtype=torch.int32, device=device)
         _COUNTERS[key] = c
     return c
 
 
+def counters_ready(device: torch.device) -> bool:
+    """Whether a launch may need no allocation of counters: outside a CUDA-graph capture, or
+    inside one when the device's counters exist (they are made on first use, big enough for N up
+    to 64 x _MAX_TILES rows)."""
+    return not torch.cuda.is_current_stream_capturing() or (device.type, device.index) in _COUNTERS
+
+
 def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
                    config: tuple[int, ...] | None = None, out: torch.Tensor | None = None,
-                   pipe: bool = False) -> torch.Tensor:
+                   pipe: bool = False, spin: bool | None = None) -> torch.Tensor:
     """a e4m3 [M, K] (1 <= M <= 16, K % 512 == 0, contiguous), a_s [M, K/128] fp32 or
     float8_e8m0fnu (contiguous); b packed E2M1 uint8 [N, K/2] with UE8M0 uint8 b_s [N, K/32],
     contiguous. Returns bf16 [M, N] (``out`` if given). ``config`` = (STAGES, SPLIT[, W])
     overrides :func:`pick_wgmma_gemv_config` (W: 4 or 8 warps, 16 W weight rows a CTA);
-    ``pipe``: overlap each block's scale FMAs with the next block's wgmmas. Launches with
-    SPLIT > 1 share a per-device counter buffer: do not run two of them concurrently on
-    different streams."""
+    ``pipe``: overlap each block's scale FMAs with the next block's wgmmas. ``spin`` (SPLIT > 1):
+    the last split of a row tile waits for the others instead of the last to arrive reducing
+    (one fewer round trip on the critical path); only taken when the whole grid is resident at
+    once (None: whenever it is). Launches with SPLIT > 1 share a per-device counter buffer: do
+    not run two of them concurrently on different streams."""
     if _GLUON_IMPORT_ERROR is not None:
         raise RuntimeError(f"fp4_wgmma_gemv needs triton.experimental.gluon: {_GLUON_IMPORT_ERROR}")
     m, k = a.shape
@@ -398,8 +446,32 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         ws = c
         cnt = c
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
-    _fp4_wgmma_gemv_kernel[(tiles, split)](
-        w_desc, s_desc, a.view(torch.uint8).view(torch.int32), a_s.view(torch.uint8) if as_e8m0 else a_s, c, ws, cnt,
-        m, n, n_st, k, NB=nb, PER_SPLIT=per_split, STAGES=stages, SPLIT=split, AS_E8M0=as_e8m0, PIPE=pipe, W=w,
-        num_warps=w)
+    args = (w_desc, s_desc, a.view(torch.uint8).view(torch.int32), a_s.view(torch.uint8) if as_e8m0 else a_s, c, ws,
+            cnt, m, n, n_st, k)
+    meta = dict(NB=nb, PER_SPLIT=per_split, STAGES=stages, SPLIT=split, AS_E8M0=as_e8m0, PIPE=pipe, W=w, num_warps=w)
+    if split > 1 and spin is not False:
+        fits = tiles * split <= _resident_ctas(a.device, args, meta)
+        if spin and not fits:
+            raise ValueError(f"fp4_wgmma_gemv spin=True needs every CTA resident: {tiles} x {split} CTAs do not fit")
+        meta["SPIN"] = fits
+    _fp4_wgmma_gemv_kernel[(tiles, split)](*args, **meta)
     return c
+
+
+_RESIDENT: dict = {}
+
+
+def _resident_ctas(device: torch.device, args: tuple, meta: dict) -> int:
+    """How many CTAs of this compiled variant the GPU holds at once (registers, shared memory and
+    warps per SM from the compiled kernel; cached per variant)."""
+    key = (device.index, tuple(sorted(meta.items())), args[-1])
+    if key not in _RESIDENT:
+        kern = _fp4_wgmma_gemv_kernel.warmup(*args, grid=(1, 1), **meta, SPIN=True)
+        props = torch.cuda.get_device_properties(device)
+        threads = 32 * meta["W"]
+        regs = -(-max(kern.n_regs, 1) // 8) * 8  # allocation granularity
+        by_regs = props.regs_per_multiprocessor // (regs * threads)
+        by_smem = props.shared_memory_per_multiprocessor // (kern.metadata.shared + 1024)  # + the per-CTA reserve
+        by_warps = props.max_threads_per_multi_processor // threads
+        _RESIDENT[key] = props.multi_processor_count * max(0, min(by_regs, by_smem, by_warps, 32))
+    return _RESIDENT[key]

@@ -28,6 +28,7 @@ import triton.language as tl
 from lowbit._backend import interpret_mode
 from lowbit.ops.act_quant.triton import _e8m0_decode
 from lowbit.ops.fp8_gemm import triton as fp8_triton
+from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as _wgmma
 from lowbit.ops.fp8_gemm import triton_mma as _mma
 from lowbit.ops.fp8_gemm.triton import GemmConfig, _load_scale, launch_gemm, split_range, store_tile, tile_coords
 
@@ -388,6 +389,13 @@ def shift_tables() -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.int64).to(torch.int32)
 
 
+#: Decode sizes (M <= MMA_GEMV_MAX_M_FP4) on sm_90 with K % 512 == 0 take the Gluon wgmma GEMV
+#: (``gluon_wgmma_gemv.py``: TMA-fed weights, E4M3 wgmma), else the ``mma.sync`` GEMV. Same-run
+#: H200 layer-stack timings: 1.05-1.32x faster than ``mma_gemv`` on the benchmark's shapes
+#: (docs/gemm.md, "thirteenth session").
+WGMMA_GEMV = True
+
+
 def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None,
              config=None, asm: bool = True, aligned: bool | None = None, far: bool = True) -> torch.Tensor:
     """a e4m3 [M, K], a_s [M, K/128]; b uint8 [N, K/2], b_s uint8 UE8M0 [N, K/32] -> bf16 [M, N].
@@ -399,8 +407,11 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     swap-AB only); ``far=False`` drops the exact handling of groups
     more than 8 binades below their row's largest scale (tuning only: wrong for such weights)."""
     if (config is None and split_k is None and aligned is None and asm and far
-            and a.shape[0] <= fp8_triton.MMA_GEMV_MAX_M_FP4 and _mma.mma_gemv_ok(a, b, b_s)):
-        return _mma.mma_gemv(a, a_s, b, b_s, fp4=True)
+            and a.shape[0] <= fp8_triton.MMA_GEMV_MAX_M_FP4):
+        if WGMMA_GEMV and _wgmma.fp4_wgmma_gemv_ok(a, b, b_s) and _wgmma.counters_ready(a.device):
+            return _wgmma.fp4_wgmma_gemv(a, a_s, b, b_s)
+        if _mma.mma_gemv_ok(a, b, b_s):
+            return _mma.mma_gemv(a, a_s, b, b_s, fp4=True)
     band_cfg, band_aligned = pick_fp4_config(a.shape[0])
     cfg = GemmConfig(*config) if config is not None else band_cfg
     if aligned is None:
