@@ -3,7 +3,7 @@
 # benchmark of the public fp4_gemm (what the dispatch picks) against row-wise _scaled_mm.
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 python3 -m pytest -q -p no:cacheprovider --timeout=300 -n 4 -m cuda tests/ops/test_fp4_wgmma_gemv.py \
-    tests/ops/test_fp4_gemm.py tests/ops/test_mma_gemv.py tests/nn 2>&1 | tail -15 | tee $OUT/pytest_gemm.log
+    tests/ops/test_fp4_gemm.py tests/ops/test_mma_gemv.py tests/nn/test_linear.py 2>&1 | tail -15 | tee $OUT/pytest_gemm.log
 summ() { python3 -c "
 import json, sys
 for line in sys.stdin:
