@@ -467,6 +467,7 @@ def _resident_ctas(device: torch.device, args: tuple, meta: dict) -> int:
     key = (device.index, tuple(sorted(meta.items())), args[-1])
     if key not in _RESIDENT:
         kern = _fp4_wgmma_gemv_kernel.warmup(*args, grid=(1, 1), **meta, SPIN=True)
+        kern._init_handles()  # loads the module: n_regs is known from here
         props = torch.cuda.get_device_properties(device)
         threads = 32 * meta["W"]
         regs = -(-max(kern.n_regs, 1) // 8) * 8  # allocation granularity
