@@ -347,18 +347,21 @@ if _GLUON_IMPORT_ERROR is None:
 
 def pick_wgmma_gemv_config(n: int, k: int, m: int = 1) -> tuple[int, int, int]:
     """(STAGES, SPLIT, W) from the same-run sweeps of ``scripts/bench_wgmma_gemv.py`` on the H200
-    (docs/measurements/2026-12-02_session13_{b,c,d}_*; the benchmark's five (N, K), layer-stack
-    timer). M <= 8: 4 warps, one stage a CTA up to 4 stages of K, else two (split to fill the
-    GPU). M > 8: 8 warps; four stages a CTA through a ring of 2 when that still gives >= 100
-    CTAs (no split for N = 24576 at K = 1536: the split reduction's round trips cost more
-    than the parallelism they buy), else one stage a CTA."""
+    (docs/measurements/2026-12-02_session13_{b,c,d}_wgmma_gemv_*; the benchmark's five (N, K),
+    layer-stack timer; the rule is within 3% of the best config swept on all ten cases).
+
+    * M <= 8: 4 warps; one 512-wide stage a CTA up to K = 2048, else two (SPLIT fills the GPU).
+    * M > 8: four stages a CTA through a ring of two when that still gives >= 100 CTAs of 128
+      rows, else one stage a CTA; 8 warps (128 rows a CTA) when K is split, 4 when it is not
+      (N = 24576, K = 1536: no split, 12.3 us against 15.5-17.2 with the split reduction's round
+      trips, and 4 warps a CTA fill the SMs more evenly than 8)."""
     n_st = -(-k // _STAGE_K)
     if m <= 8:
         per = 1 if n_st <= 4 else 2
         return per, -(-n_st // per), 4
-    tiles = -(-n // 128)
-    if tiles * -(-n_st // 4) >= 100:
-        return 2, -(-n_st // 4), 8
+    if -(-n // 128) * -(-n_st // 4) >= 100:
+        split = -(-n_st // 4)
+        return 2, split, 4 if split == 1 else 8
     return 1, n_st, 8
 
 
