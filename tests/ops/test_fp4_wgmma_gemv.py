@@ -180,3 +180,50 @@ def test_wgmma_gemv_checks():
     with pytest.raises(ValueError, match="W in"):
         g.fp4_wgmma_gemv(a2.data, a2.scale, b2.packed, b2.scale, config=(2, 1, 2))
     assert not g.fp4_wgmma_gemv_ok(a2.data, b2.packed, b2.scale)  # CPU tensors
+
+
+@pytest.mark.cuda
+def test_cuda_fp4_gemm_dispatches_decode_sizes_to_wgmma_gemv(monkeypatch):
+    """fp4_gemm takes the wgmma GEMV at M <= 16 when K % 512 == 0 (not at M = 17, K = 384, or
+    with WGMMA_GEMV off: the mma.sync GEMV / wgmma GEMM then); every route agrees with fp64."""
+    g = _kernel_or_skip()
+    from lowbit.ops.fp4_gemm import fp4_gemm
+    from lowbit.ops.fp4_gemm import triton as tr
+
+    calls = []
+    real = g.fp4_wgmma_gemv
+    monkeypatch.setattr(g, "fp4_wgmma_gemv", lambda *x, **kw: calls.append(x[0].shape) or real(*x, **kw))
+    for m, k in ((16, 2048), (1, 1024), (17, 2048), (8, 384)):
+        a, b = _operands(m, 96, k)
+        c = fp4_gemm(a.data.cuda(), a.scale.cuda(), b.packed.cuda(), b.scale.cuda())
+        assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+    assert calls == [(16, 2048), (1, 1024)]
+    monkeypatch.setattr(tr, "WGMMA_GEMV", False)
+    a, b = _operands(4, 96, 1024)
+    c = fp4_gemm(a.data.cuda(), a.scale.cuda(), b.packed.cuda(), b.scale.cuda())
+    assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+    assert len(calls) == 2
+
+
+@pytest.mark.cuda
+def test_cuda_fp4_gemm_wgmma_split_path_compile_and_graph():
+    """The public op on a split configuration (N 2112, K 7168 at M = 5: 7 splits): torch.compile
+    (fullgraph) gives the eager bits; a CUDA graph captured after one eager call (which makes the
+    arrival counters) replays right on new inputs copied into its buffers."""
+    _kernel_or_skip()
+    from lowbit.ops.fp4_gemm import fp4_gemm
+
+    a, b = _operands(5, 2112, 7168)
+    args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
+    eager = fp4_gemm(*args)
+    assert rel_err(eager, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+    assert torch.equal(torch.compile(fp4_gemm, fullgraph=True)(*args), eager)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp4_gemm(*args)
+    a2, b2 = _operands(5, 2112, 7168, seed=4)
+    for dst, src in zip(args, (a2.data, a2.scale, b2.packed, b2.scale)):
+        dst.copy_(src)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(out, a2.dequantize(torch.float64) @ b2.dequantize(torch.float64).T) < TOL
