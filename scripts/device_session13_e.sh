@@ -1,0 +1,11 @@
+# Thirteenth session, call e: the full cuda tier on the final tree, then the layer-stack GEMM
+# benchmark (fp4_gemm through the new dispatch, fp8_gemm unchanged) for the recorded numbers.
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=300 -n 8 2>&1 | tail -15 | tee $OUT/pytest_cuda_full.log
+python3 scripts/bench_gemm_stack.py --layers 8 --ms 1,16,64 --json $OUT/gemm_stack.json 2>&1 | tee $OUT/gemm_stack.log | \
+    python3 -c "
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    if 'M' in r: print(r['op'], r['M'], r['N'], r['K'], 'lowbit', r['lowbit_stack_us'], 'row', r['rowwise_stack_us'], 'x', r['vs_rowwise_stack'], 'single x', r['vs_rowwise_single'], 'floor x', r['x_floor_stack'])
+"
