@@ -6,15 +6,17 @@ per 16 x 128 weight tile on work that is not the weight stream itself: at M = 16
 re-loads and re-converts the activations (their B fragments: 8 loads, 32 F2FP and 16 PRMT a
 tile), and sm_90's fp16 ``HMMA`` needs every operand converted. Here:
 
-* the weight tiles arrive by **TMA** (no LSU instructions, no registers while in flight;
-  ``STAGES`` stages of four K blocks ahead);
+* the weight tiles arrive by **TMA** (no LSU instructions, no registers while in flight) through
+  a ring of ``STAGES`` 512-wide K stages; when a CTA's stages fit the ring, all its loads are
+  issued before the first wait;
 * each warp reads its A fragments with one ``ldmatrix`` (``LDSM.16.M88.2``) per 32-wide group --
   rows g and g + 8 of the warp's 16-row slab, the 4 bytes ``16 s + 4 t`` of group s: exactly the
   words the register A operand of ``wgmma.m64nNk32.e4m3`` holds (``DotOperandLayout(0, k_width=4)``)
   -- and decodes them to E4M3 by shifts and masks (an E2M1 code ``s e1 e0 m`` is the E4M3 byte
   ``s 0 0 e1 e0 m 0 0``, its value times 2^-6; about 3.5 integer ops an output word, no PRMT);
-* the activations are the wgmma's **B operand in shared memory**, staged once per stage per CTA
-  and shared by all 64 rows of the tile: no per-row-tile loads or conversions.
+* the activations are the wgmma's **B operand in shared memory**, staged once per CTA for its
+  whole K range (with their scales) and shared by all its rows: no per-row-tile loads or
+  conversions.
 
 K order: the low nibbles of a word become the wgmma's k ``4t..4t+3`` and the high nibbles k
 ``16 + 4t..``, so inside every 32-wide group the wgmma's k = 16 h + 4 t + i carries the weight's
@@ -26,11 +28,14 @@ is ``sum_s 2^(e_s - 127) d_s`` (per weight row = per accumulator row), then time
 scale of its column (two-level accumulation as in ``triton_mma``). A 255 scale byte makes the
 whole output row NaN (the reference's rule).
 
-Parallelism: a CTA is one warpgroup and 64 weight rows; ``SPLIT`` CTAs split the K stages of a
-row tile so that small N still fills the GPU. With SPLIT > 1 each CTA writes its fp32 partial to
-a workspace, and the last CTA of a row tile to arrive (an ``acq_rel`` arrival counter, reset by
-that CTA for the next launch or graph replay) adds the partials in split order and writes bf16:
-one launch, deterministic.
+Parallelism: a CTA is W = 4 or 8 warps (one or two warpgroups) and 16 W weight rows; ``SPLIT``
+CTAs split the K stages of a row tile so that small N still fills the GPU. With SPLIT > 1 the
+partials meet in one launch, deterministically (split order): either the last CTA of a row tile
+to arrive at an ``acq_rel`` counter adds them all, or -- when the whole grid is resident at once,
+so waiting cannot deadlock -- the last split waits for the others' release increments and adds
+theirs to its own, still in registers. The counters are reset by the reducing CTA for the next
+launch or graph replay. Measured (H200, against ``mma_gemv`` and row-wise ``_scaled_mm``):
+docs/gemm.md, "Thirteenth session".
 
 Gluon does not run under ``TRITON_INTERPRET``: this kernel is tested on the GPU tier
 (tests/ops/test_fp4_wgmma_gemv.py); ``scripts/fp4_wgmma_gemv_offline.py`` compiles it for sm_90
