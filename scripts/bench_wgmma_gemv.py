@@ -25,6 +25,7 @@ def main() -> int:
     ap.add_argument("--ms", default="1,16")
     ap.add_argument("--configs", default="p1s1w4,p2s2w4,p2s2w4pipe,p2s2w8,p4s4w4",
                     help="pPsSwW[pipe][nospin]: P stages per CTA (SPLIT = ceil(K/512 / P)), a ring of S, W warps")
+    ap.add_argument("--shapes", default=None, help="N:K,N:K,... (default: the benchmark's five)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     import torch
@@ -37,7 +38,8 @@ def main() -> int:
     bw = copy_bandwidth_gbps()
     rows = [{"copy_gbps": round(bw, 1), "layers": args.layers}]
     print(json.dumps(rows[0]), flush=True)
-    for n, k in NK:
+    shapes = NK if args.shapes is None else [tuple(int(v) for v in nk.split(":")) for nk in args.shapes.split(",")]
+    for n, k in shapes:
         for m in [int(v) for v in args.ms.split(",")]:
             layers = []
             for _ in range(args.layers):
