@@ -179,6 +179,9 @@ def test_wgmma_gemv_checks():
         g.fp4_wgmma_gemv(a2.data, a2.scale, b2.packed, b2.scale, config=(0, 1))
     with pytest.raises(ValueError, match="W in"):
         g.fp4_wgmma_gemv(a2.data, a2.scale, b2.packed, b2.scale, config=(2, 1, 2))
+    wide = torch.zeros(1, 1024, dtype=a2.data.dtype)
+    with pytest.raises(ValueError, match="non-contiguous a$"):
+        g.fp4_wgmma_gemv(wide[:, ::2], a2.scale, b2.packed, b2.scale)
     assert not g.fp4_wgmma_gemv_ok(a2.data, b2.packed, b2.scale)  # CPU tensors
 
 

@@ -372,12 +372,13 @@ def pick_wgmma_gemv_config(n: int, k: int, m: int = 1) -> tuple[int, int, int]:
 
 def fp4_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bool:
     """Whether :func:`fp4_wgmma_gemv` can run these operands: Gluon importable, CUDA sm_90,
-    1 <= M <= 16, K a multiple of 512 (the scale rows' TMA pitch), 16-byte aligned storage."""
+    1 <= M <= 16, K a multiple of 512 (the scale rows' TMA pitch), contiguous 16-byte aligned
+    storage."""
     if _GLUON_IMPORT_ERROR is not None or not a.is_cuda:
         return False
     if not 1 <= a.shape[0] <= WGMMA_GEMV_MAX_M or a.shape[1] % _STAGE_K:
         return False
-    if any(t.data_ptr() % 16 for t in (a, b, b_s)):
+    if any(t.data_ptr() % 16 or not t.is_contiguous() for t in (a, b, b_s)):
         return False
     return torch.cuda.get_device_capability(a.device) == (9, 0)
 
@@ -431,6 +432,9 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     if b.shape != (n, k // 2) or b_s.shape != (n, k // 32):
         raise ValueError(f"fp4_wgmma_gemv needs b [N, K/2] and b_s [N, K/32] for K = {k}, got {tuple(b.shape)} "
                          f"and {tuple(b_s.shape)}")
+    bad = [name for name, t in (("a", a), ("a_s", a_s), ("b", b), ("b_s", b_s)) if not t.is_contiguous()]
+    if bad:
+        raise ValueError(f"fp4_wgmma_gemv needs contiguous operands, got non-contiguous {', '.join(bad)}")
     cfg = tuple(config) if config is not None else pick_wgmma_gemv_config(n, k, m)
     stages, split, w = (cfg + (4,))[:3]
     if stages < 1 or split < 1 or w not in (4, 8):
