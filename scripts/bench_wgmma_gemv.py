@@ -24,7 +24,7 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--ms", default="1,16")
     ap.add_argument("--configs", default="p1s1w4,p2s2w4,p2s2w4pipe,p2s2w8,p4s4w4",
-                    help="pPsSwW[pipe][nospin]: P stages per CTA (SPLIT = ceil(K/512 / P)), a ring of S, W warps")
+                    help="pPsSwW[pipe][spin]: P stages per CTA (SPLIT = ceil(K/512 / P)), a ring of S, W warps")
     ap.add_argument("--shapes", default=None, help="N:K,N:K,... (default: the benchmark's five)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -53,8 +53,8 @@ def main() -> int:
             auto = g.pick_wgmma_gemv_config(n, k, m)
             cfgs = []
             for spec in args.configs.split(","):
-                p_, s_, w_, pipe, nospin = re.fullmatch(r"p(\d+)s(\d+)w(\d+)(pipe)?(nospin)?", spec).groups()
-                cfg = ((int(s_), -(-(k // 512) // int(p_)), int(w_)), bool(pipe), not nospin)
+                p_, s_, w_, pipe, spin = re.fullmatch(r"p(\d+)s(\d+)w(\d+)(pipe)?(spin)?", spec).groups()
+                cfg = ((int(s_), -(-(k // 512) // int(p_)), int(w_)), bool(pipe), bool(spin))
                 if cfg not in cfgs:
                     cfgs.append(cfg)
             rec = {"M": m, "N": n, "K": k, "floor_us": round(gemm_bytes(m, n, k, True) / (bw * 1e3), 2),
@@ -65,8 +65,8 @@ def main() -> int:
             a0, wq0 = layers[0][0], layers[0][1]
             ref = mma_gemv(a0.data, a0.scale, wq0.packed, wq0.scale, fp4=True).float()
             for cfg, pipe, spin in cfgs:
-                name = f"wgmma_s{cfg[0]}_split{cfg[1]}_w{cfg[2]}" + ("_pipe" if pipe else "") + ("" if spin else "_nospin")
-                sp = None if spin else False
+                name = f"wgmma_s{cfg[0]}_split{cfg[1]}_w{cfg[2]}" + ("_pipe" if pipe else "") + ("_spin" if spin else "")
+                sp = spin
                 got = g.fp4_wgmma_gemv(a0.data, a0.scale, wq0.packed, wq0.scale, config=cfg, pipe=pipe, spin=sp).float()
                 rec[name + "_err"] = float(((got - ref).norm() / ref.norm()).item())
                 fns[name] = [lambda a=a, wq=wq, cfg=cfg, pipe=pipe, sp=sp: g.fp4_wgmma_gemv(

@@ -182,6 +182,8 @@ def test_wgmma_gemv_checks():
     wide = torch.zeros(1, 1024, dtype=a2.data.dtype)
     with pytest.raises(ValueError, match="non-contiguous a$"):
         g.fp4_wgmma_gemv(wide[:, ::2], a2.scale, b2.packed, b2.scale)
+    with pytest.raises(ValueError, match=r"out must be a contiguous bf16 \[1, 64\]"):
+        g.fp4_wgmma_gemv(a2.data, a2.scale, b2.packed, b2.scale, out=torch.empty(1, 64))
     assert not g.fp4_wgmma_gemv_ok(a2.data, b2.packed, b2.scale)  # CPU tensors
 
 

@@ -30,10 +30,10 @@ whole output row NaN (the reference's rule).
 
 Parallelism: a CTA is W = 4 or 8 warps (one or two warpgroups) and 16 W weight rows; ``SPLIT``
 CTAs split the K stages of a row tile so that small N still fills the GPU. With SPLIT > 1 the
-partials meet in one launch, deterministically (split order): either the last CTA of a row tile
-to arrive at an ``acq_rel`` counter adds them all, or -- when the whole grid is resident at once,
-so waiting cannot deadlock -- the last split waits for the others' release increments and adds
-theirs to its own, still in registers. The counters are reset by the reducing CTA for the next
+partials meet in one launch, deterministically (split order): the last CTA of a row tile to
+arrive at an ``acq_rel`` counter adds them all, or (``spin=True``, only for a grid that is
+resident at once, so waiting cannot deadlock) the last split waits for the others' release
+increments and adds theirs to its own, still in registers. The counters are reset by the reducing CTA for the next
 launch or graph replay. Measured (H200, against ``mma_gemv`` and row-wise ``_scaled_mm``):
 docs/gemm.md, "Thirteenth session".
 
@@ -412,16 +412,17 @@ def counters_ready(device: torch.device) -> bool:
 
 def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
                    config: tuple[int, ...] | None = None, out: torch.Tensor | None = None,
-                   pipe: bool = False, spin: bool | None = None) -> torch.Tensor:
+                   pipe: bool = False, spin: bool = False) -> torch.Tensor:
     """a e4m3 [M, K] (1 <= M <= 16, K % 512 == 0, contiguous), a_s [M, K/128] fp32 or
     float8_e8m0fnu (contiguous); b packed E2M1 uint8 [N, K/2] with UE8M0 uint8 b_s [N, K/32],
     contiguous. Returns bf16 [M, N] (``out`` if given). ``config`` = (STAGES, SPLIT[, W])
     overrides :func:`pick_wgmma_gemv_config` (W: 4 or 8 warps, 16 W weight rows a CTA);
     ``pipe``: overlap each block's scale FMAs with the next block's wgmmas. ``spin`` (SPLIT > 1):
     the last split of a row tile waits for the others instead of the last to arrive reducing
-    (one fewer round trip on the critical path); only taken when the whole grid is resident at
-    once (None: whenever it is). Launches with SPLIT > 1 share a per-device counter buffer: do
-    not run two of them concurrently on different streams."""
+    (its own partial stays in registers); a ValueError unless the whole grid is resident at once.
+    Off by default: it measured the same as the arrival counter (docs/gemm.md). Launches with
+    SPLIT > 1 share a per-device counter buffer: do not run two of them concurrently on
+    different streams."""
     if _GLUON_IMPORT_ERROR is not None:
         raise RuntimeError(f"fp4_wgmma_gemv needs triton.experimental.gluon: {_GLUON_IMPORT_ERROR}")
     m, k = a.shape
@@ -445,6 +446,10 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     split = -(-n_st // per_split)  # no empty splits
     nb = 8 if m <= 8 else 16
     rows = 16 * w
+    if out is not None and (out.shape != (m, n) or out.dtype != torch.bfloat16 or not out.is_contiguous()
+                            or out.device != a.device):
+        raise ValueError(f"fp4_wgmma_gemv out must be a contiguous bf16 [{m}, {n}] tensor on {a.device}, got "
+                         f"{out.dtype} {tuple(out.shape)} on {out.device}")
     c = torch.empty(m, n, dtype=torch.bfloat16, device=a.device) if out is None else out
     w_layout = gl.NVMMASharedLayout.get_default_for([rows, 128], gl.uint8)
     s_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
@@ -461,11 +466,10 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     args = (w_desc, s_desc, a.view(torch.uint8).view(torch.int32), a_s.view(torch.uint8) if as_e8m0 else a_s, c, ws,
             cnt, m, n, n_st, k)
     meta = dict(NB=nb, PER_SPLIT=per_split, STAGES=stages, SPLIT=split, AS_E8M0=as_e8m0, PIPE=pipe, W=w, num_warps=w)
-    if split > 1 and spin is not False:
-        fits = tiles * split <= _resident_ctas(a.device, args, meta)
-        if spin and not fits:
+    if split > 1 and spin:
+        if tiles * split > _resident_ctas(a.device, args, meta):
             raise ValueError(f"fp4_wgmma_gemv spin=True needs every CTA resident: {tiles} x {split} CTAs do not fit")
-        meta["SPIN"] = fits
+        meta["SPIN"] = True
     _fp4_wgmma_gemv_kernel[(tiles, split)](*args, **meta)
     return c
 
