@@ -43,6 +43,8 @@ without a GPU.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 
@@ -57,6 +59,8 @@ try:
         warpgroup_mma_wait,
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from lowbit.ops.fp8_gemm.gluon import _e8m0_decode
 
     _GLUON_IMPORT_ERROR = None
 except Exception as e:  # noqa: BLE001 - any failure means "no Gluon path"
@@ -160,8 +164,7 @@ if _GLUON_IMPORT_ERROR is None:
         m = (r < M) & (kb < KB)
         if AS_E8M0:
             e = gl.load(as_ptr + r * KB + kb, mask=m, other=0).to(gl.int32)
-            s = gl.where(e == 255, float("nan"), gl.maximum(e << 23, _F32_2M127).to(gl.float32, bitcast=True))
-            s = gl.where(m, s, 0.0)
+            s = gl.where(m, _e8m0_decode(e), 0.0)
         else:
             s = gl.load(as_ptr + r * KB + kb, mask=m, other=0.0)
         as_smem.slice(4 * i, 4, dim=0).store(s)
@@ -451,8 +454,7 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         raise ValueError(f"fp4_wgmma_gemv out must be a contiguous bf16 [{m}, {n}] tensor on {a.device}, got "
                          f"{out.dtype} {tuple(out.shape)} on {out.device}")
     c = torch.empty(m, n, dtype=torch.bfloat16, device=a.device) if out is None else out
-    w_layout = gl.NVMMASharedLayout.get_default_for([rows, 128], gl.uint8)
-    s_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
+    w_layout, s_layout = _box_layouts(rows)
     w_desc = TensorDescriptor.from_tensor(b.view(torch.uint8), [rows, 128], w_layout)
     s_desc = TensorDescriptor.from_tensor(b_s.view(torch.uint8), [rows, 16], s_layout)
     tiles = triton.cdiv(n, rows)
@@ -472,6 +474,14 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         meta["SPIN"] = True
     _fp4_wgmma_gemv_kernel[(tiles, split)](*args, **meta)
     return c
+
+
+@functools.cache
+def _box_layouts(rows: int):
+    """Shared layouts of the TMA boxes (codes [rows, 128 B], 128-byte swizzle; scales [rows,
+    16 B], unswizzled): built once per CTA height, not per call."""
+    return (gl.NVMMASharedLayout.get_default_for([rows, 128], gl.uint8),
+            gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2))
 
 
 _RESIDENT: dict = {}
