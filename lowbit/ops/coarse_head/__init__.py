@@ -60,6 +60,7 @@ class CoarsePacking:
         self._dense = None
         self._coef = None
         self._mma = None
+        self._wgmma = None
         self.tensors = tuple(fmt._tensor_fields().values())
 
     @property
@@ -94,6 +95,16 @@ class CoarsePacking:
 
             self._mma = mma_tile(self.fmt.packed, self.fmt.scale, self.fmt.zero, self.bits, self.group_size)
         return self._mma
+
+    def wgmma_words(self) -> torch.Tensor:
+        """INTx only: the (scale, zero) words of the int8-wgmma pass (``gluon_wgmma.wgmma_sz``),
+        int32 [N, NS * 4], built on first use and kept (16 bytes per row and 64-byte stage)."""
+        if self._wgmma is None:
+            from lowbit.ops.coarse_head.gluon_wgmma import wgmma_sz
+
+            f = self.fmt
+            self._wgmma = wgmma_sz(f.scale, f.zero, self.bits, self.group_size, f.packed.shape[1])
+        return self._wgmma
 
     def coef(self) -> torch.Tensor | None:
         """fp32 [N, NG]: the INTx group scales ``s`` (the bound's coefficients); None if native."""
@@ -200,7 +211,9 @@ def coarse_head(
     # traced graphs: Triton exactly for CUDA tensors (use_triton's import probe is not traceable)
     if (x.is_cuda if compiling else use_triton(x, *packing.tensors)):
         w, s, z, gs = _raw(packing)
-        if _use_mma(packing, x.shape[0], bound, block, compiling):
+        if _use_wgmma(packing, x, bound, block, compiling):
+            s = z = packing.wgmma_words()
+        elif _use_mma(packing, x.shape[0], bound, block, compiling):
             w, s = packing.mma_tiled()
             z = s
         # eager: call the launcher directly (the op wrapper costs several µs of Python at M = 1);
@@ -230,6 +243,29 @@ MMA_MAX_M = 16
 #: µs at M = 1, 26.6 / 36.2 at M = 4, 39.7 / 36.7 at M = 16 (two column tiles), 71.1 / 51.3 at
 #: M = 32 (two launches). 0 turns it off.
 MMA_MAX_M_CERTIFIED = 8
+
+
+#: Fast mode on an INTx copy, per bits: the rows of x (inclusive range) that take the int8-wgmma
+#: pass (``gluon_wgmma.py``: x rounded to int8 per row, codes multiplied exactly, M <= 64 in one
+#: launch) on an sm_90 GPU. Empty: never.
+WGMMA_M_RANGE: dict = {2: (1, 64), 4: (1, 64)}
+
+
+def _use_wgmma(packing: CoarsePacking, x: torch.Tensor, bound: int, block: int, compiling: bool) -> bool:
+    """Whether this call takes the int8-wgmma pass: fast mode, an INTx copy with g64-multiple groups
+    and whole 64-byte stages, blocks of 64 / 128 tokens, M in ``WGMMA_M_RANGE[bits]``, an sm_90
+    GPU. Under torch.compile only if the words already exist (``DraftHead.warmup`` builds them)."""
+    if bound != BOUND_NONE or packing.kind != KIND_INTX or packing.bits not in WGMMA_M_RANGE:
+        return False
+    lo, hi = WGMMA_M_RANGE[packing.bits]
+    if not (lo <= x.shape[0] <= hi and block in (64, 128) and packing.group_size % 64 == 0
+            and packing.fmt.packed.shape[1] % 64 == 0 and x.is_cuda):
+        return False
+    if compiling and packing._wgmma is None:
+        return False
+    from lowbit.ops.coarse_head.gluon_wgmma import wgmma_available
+
+    return wgmma_available(x.device)
 
 
 def _use_mma(packing: CoarsePacking, m: int, bound: int, block: int, compiling: bool) -> bool:

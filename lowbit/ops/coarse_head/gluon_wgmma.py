@@ -1,0 +1,314 @@
+"""Fast-mode coarse pass on Hopper's int8 wgmma (Gluon): INT2 / INT4 plane-split codes times int8
+rows of x, for M = 1..64 rows of x in one launch.
+
+Why: the ``mma.sync`` pass (``triton_mma.py``) serves 16 rows of x a launch and re-reads the
+codes for every 16 more; at M = 64 the band kernels' bf16 ``tl.dot`` run at 0.68x cuBLAS bf16.
+The head's product is 2 N K M operations (81 GFLOP for 124160 x 5120 at M = 64), too many for
+bf16 tensor cores in the 3x-cuBLAS budget, but the integer codes multiply int8 x exactly at
+twice the rate, and integer sums make the zero point exact:
+
+    logit[m, n] = sx[m] * sum_{(s, j)} scale[n, g(s, j)] * (sum_k q[n, k] xq[m, k] - z[n, g] xsum[m, s, j])
+
+over the 64-byte stages s of the packed rows and their P = 8 / bits planes j (one 64-wide K run
+of one group each: g64-multiple groups). ``xq`` / ``sx`` / ``xsum``: ``x_int8.py``.
+
+Program: ``R = 16 W`` consecutive tokens (the candidate block) against all NB (8..64) rows of x.
+Per stage, one TMA each brings the tokens' 64 packed bytes, their (scale, zero) words and the x
+tiles of the P planes into a ring of STAGES slots. Each warp reads its A fragments of a 32-byte
+half straight from shared memory in the register layout of ``wgmma.m64nNk32.s8`` (lane (g, t):
+bytes 4t..4t+3 and 16+4t.. of rows g and g+8), extracts plane j with one shift-and-mask per word
+(the codes are already small non-negative int8), and issues two async wgmmas (the two halves,
+K = 64) against the plane's x tiles (the B operand, K-major in shared memory). The int32 result
+loses the zero point (``- z xsum``, exact), is converted and multiplied by the fp16 group scale
+into the fp32 accumulator. At the end: times ``sx``, then the block's ``KCAND`` best keys per row
+of x by successive max-and-mask (ties to the lower token index) through shared memory -- the same
+candidates contract as ``triton.py``'s ``_epilogue`` in fast mode.
+
+Gluon does not run under ``TRITON_INTERPRET``: the kernel is tested on the GPU tier
+(tests/ops/test_coarse_wgmma.py); its x preparation and packing layouts have CPU tests.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    _GLUON_IMPORT_ERROR = None
+except Exception as e:  # noqa: BLE001 - any failure means "no Gluon path"
+    _GLUON_IMPORT_ERROR = e
+
+__all__ = ["WGMMA_BITS", "WGMMA_MAX_M", "coarse_wgmma", "wgmma_available", "wgmma_sz"]
+
+#: most rows of x one launch serves (the wgmma's N)
+WGMMA_MAX_M = 64
+#: INTx widths the kernel decodes (INT8 would need x's int8 rounding to be small against the
+#: weights' own error; it keeps the other paths)
+WGMMA_BITS = (2, 4)
+_STAGE_BYTES = 64  # packed bytes of a row per pipeline stage: one 64-wide K run of every plane
+
+
+def wgmma_sz(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int, ell: int) -> torch.Tensor:
+    """The (scale, zero) words of the kernel: int32 [N, NS * 4], word ``4 s + j`` of row n holds
+    the fp16 scale bits of the group that plane j's stage s lies in (low half) and its zero point
+    (high half); words j >= P are 0. ``scale`` fp16 / ``zero`` uint8 [N, NG], ``ell`` the plane
+    length (a multiple of ``group_size``, itself a multiple of 64)."""
+    n = scale.shape[0]
+    p = 8 // bits
+    ns = ell // _STAGE_BYTES
+    s_idx = torch.arange(ns, device=scale.device)
+    words = torch.zeros(n, ns, 4, dtype=torch.int32, device=scale.device)
+    sbits = scale.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF
+    zw = zero.to(torch.int32) << 16
+    for j in range(p):
+        g = (j * ell + _STAGE_BYTES * s_idx) // group_size  # [NS]
+        words[:, :, j] = sbits[:, g] | zw[:, g]
+    return words.view(n, ns * 4)
+
+
+if _GLUON_IMPORT_ERROR is None:
+    _F16_BITS = gl.constexpr(0xFFFF)
+
+    @gluon.constexpr_function
+    def _acc_layout(NB, W):
+        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, NB, 32])
+
+    @gluon.constexpr_function
+    def _warp_rows(W):
+        return [[16 << i, 0] for i in range(W.bit_length() - 1)]
+
+    @gluon.constexpr_function
+    def _codes_layout(W):
+        """uint8 [16 W, 32] (token, byte of a 32-byte half): lane (g, t) of warp w holds bytes
+        4t..4t+3 and 16+4t..16+4t+3 of rows 16w + g and 16w + g + 8 -- the register A operand of
+        ``wgmma.m64nNk32`` for 8-bit types."""
+        return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0], [0, 16]],
+                                          lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
+                                          warp_bases=_warp_rows(W), block_bases=[], shape=[16 * W, 32])
+
+    @gluon.constexpr_function
+    def _sz_layout(W):
+        """int32 [16 W, 4] (token, plane): every lane of row g holds the 4 words of rows g and g + 8."""
+        return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0]],
+                                          lane_bases=[[0, 0], [0, 0], [1, 0], [2, 0], [4, 0]],
+                                          warp_bases=_warp_rows(W), block_bases=[], shape=[16 * W, 4])
+
+    @gluon.jit
+    def _four(v):
+        """[R, 4] -> its 4 columns ([R] each), in order."""
+        a, b = gl.split(gl.reshape(v, [v.shape[0], 2, 2]))  # a: columns 0, 2; b: 1, 3
+        c0, c2 = gl.split(a)
+        c1, c3 = gl.split(b)
+        return c0, c1, c2, c3
+
+    # plane j's codes of a word of packed bytes, as 4 int8 (one shift-and-mask)
+    _P0_2 = gl.constexpr("and.b32 $0, $1, 0x03030303;")
+    _P1_2 = gl.constexpr("{.reg .b32 a; shr.u32 a, $1, 2; and.b32 $0, a, 0x03030303;}")
+    _P2_2 = gl.constexpr("{.reg .b32 a; shr.u32 a, $1, 4; and.b32 $0, a, 0x03030303;}")
+    _P3_2 = gl.constexpr("{.reg .b32 a; shr.u32 a, $1, 6; and.b32 $0, a, 0x03030303;}")
+    _P0_4 = gl.constexpr("and.b32 $0, $1, 0x0F0F0F0F;")
+    _P1_4 = gl.constexpr("{.reg .b32 a; shr.u32 a, $1, 4; and.b32 $0, a, 0x0F0F0F0F;}")
+
+    @gluon.jit
+    def _asm_plane(q, ASM: gl.constexpr):
+        return gl.inline_asm_elementwise(ASM, "=r,r", [q], dtype=gl.int8, is_pure=True, pack=4)
+
+    @gluon.jit
+    def _plane(q, J: gl.constexpr, BITS: gl.constexpr):
+        """Plane J's codes of the packed bytes ``q`` (uint8, 4 a word) as int8, one op a word."""
+        if BITS == 2:
+            if J == 0:
+                r = _asm_plane(q, _P0_2)
+            elif J == 1:
+                r = _asm_plane(q, _P1_2)
+            elif J == 2:
+                r = _asm_plane(q, _P2_2)
+            else:
+                r = _asm_plane(q, _P3_2)
+        else:
+            if J == 0:
+                r = _asm_plane(q, _P0_4)
+            else:
+                r = _asm_plane(q, _P1_4)
+        return r
+
+    @gluon.jit
+    def _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0,
+                     STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, pred):
+        """TMA of stage i into ring slot i % STAGES: codes [R, 64], words [R, 4], x [P][2 NB, 32],
+        x sums [4, NB]."""
+        slot = i % STAGES
+        bar = bars.index(slot)
+        XB: gl.constexpr = x_desc.block_type.nbytes
+        nbytes: gl.constexpr = w_desc.block_type.nbytes + sz_desc.block_type.nbytes + P * XB + xs_desc.block_type.nbytes
+        mbarrier.expect(bar, nbytes, pred=pred)
+        tma.async_copy_global_to_shared(w_desc, [row0, i * 64], bar, w_bufs.index(slot), pred)
+        tma.async_copy_global_to_shared(sz_desc, [row0, i * 4], bar, sz_bufs.index(slot), pred)
+        for j in gl.static_range(P):
+            tma.async_copy_global_to_shared(x_desc, [(i * P + j) * 2 * NB, 0], bar, x_bufs.index(slot * P + j), pred)
+        tma.async_copy_global_to_shared(xs_desc, [i * 4, 0], bar, xs_bufs.index(slot), pred)
+
+    @gluon.jit
+    def _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB: gl.constexpr, W: gl.constexpr,
+                   P: gl.constexpr, BITS: gl.constexpr):
+        """acc += the P planes of the stage in ``slot``: per plane, two int8 wgmmas (K = 64), the
+        exact zero-point removal, then the group scale in fp32."""
+        R: gl.constexpr = 16 * W
+        mma: gl.constexpr = _acc_layout(NB, W)
+        a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
+        row_l: gl.constexpr = gl.SliceLayout(1, mma)
+        col_l: gl.constexpr = gl.SliceLayout(0, mma)
+        wb = w_bufs.index(slot)
+        q0 = wb.slice(0, 32, dim=1).load(_codes_layout(W))
+        q1 = wb.slice(32, 32, dim=1).load(_codes_layout(W))
+        words = _four(sz_bufs.index(slot).load(_sz_layout(W)))
+        izero = gl.zeros([R, NB], gl.int32, mma)
+        for j in gl.static_range(P):
+            a0 = gl.convert_layout(_plane(q0, j, BITS), a_l, assert_trivial=True)
+            a1 = gl.convert_layout(_plane(q1, j, BITS), a_l, assert_trivial=True)
+            d = warpgroup_mma(a0, xt_bufs.index(2 * (slot * P + j)).permute((1, 0)), izero, use_acc=False,
+                              is_async=True)
+            d = warpgroup_mma(a1, xt_bufs.index(2 * (slot * P + j) + 1).permute((1, 0)), d, is_async=True)
+            d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
+            wj = gl.convert_layout(words[j], row_l, assert_trivial=True)
+            sc = (wj & _F16_BITS).to(gl.int16).to(gl.float16, bitcast=True).to(gl.float32)
+            z = wj >> 16
+            xs = xs_rows.index(4 * slot + j).load(col_l)
+            d = d - gl.expand_dims(z, 1) * gl.expand_dims(xs, 0)
+            acc = acc + d.to(gl.float32) * gl.expand_dims(sc, 1)
+        return acc
+
+    @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
+    def _coarse_wgmma_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NS,
+                             NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
+                             KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr):
+        """Program b: tokens R b .. R b + R - 1 (R = 16 W) against the NB rows of x; writes the
+        block's KCAND candidates of every row m < M (``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND])
+        and, if WRITE_LOGITS, its coarse logits into ``lg`` fp32 [M, N]."""
+        R: gl.constexpr = 16 * W
+        mma: gl.constexpr = _acc_layout(NB, W)
+        col_l: gl.constexpr = gl.SliceLayout(0, mma)
+        xt_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
+
+        pid = gl.program_id(0)
+        row0 = pid * R
+        w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64], w_desc.layout)
+        sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, R, 4], sz_desc.layout)
+        x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * P, 2 * NB, 32], x_desc.layout)
+        xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * P * 2, NB, 32], xt_sl)  # the B tiles, one per half
+        xs_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, 4, NB], xs_desc.layout)
+        xs_rows = xs_bufs._reinterpret(gl.int32, [STAGES * 4, NB], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(bars.index(i), count=1)
+        fence_async_shared()
+
+        for i in gl.static_range(STAGES - 1):
+            _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0, STAGES,
+                         P, NB, i < NS)
+        acc = gl.zeros([R, NB], gl.float32, mma)
+        for i in range(0, NS):
+            # slot (i - 1) % STAGES was read by stage i - 1: once every warp is past it, refill it
+            gl.thread_barrier()
+            _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i + STAGES - 1,
+                         row0, STAGES, P, NB, i + STAGES - 1 < NS)
+            slot = i % STAGES
+            mbarrier.wait(bars.index(slot), (i // STAGES) & 1)
+            acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB, W, P, BITS)
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(i))
+
+        sx = gl.load(sx_ptr + gl.arange(0, NB, layout=col_l))
+        out = acc * gl.expand_dims(sx, 0)
+        # candidates: the tile re-laid out with each row of x in one warp (tokens along its lanes
+        # and registers), so the reductions along tokens stay inside the warp
+        bl: gl.constexpr = gl.BlockedLayout([R // 32, 1], [32, 1], [1, W], [0, 1])
+        key = gl.convert_layout(out, bl)
+        tok = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, bl))
+        mrow = gl.arange(0, NB, layout=gl.SliceLayout(0, bl))
+        tok2 = gl.expand_dims(tok, 1)
+        m_ok = mrow < M
+        if WRITE_LOGITS:
+            gl.store(lg_ptr + gl.expand_dims(mrow, 0).to(gl.int64) * N + tok2, key,
+                     mask=gl.expand_dims(m_ok, 0) & (tok2 < N))
+        neg = float("-inf")
+        key = gl.where(tok2 < N, key, neg)
+        big = N + R
+        o_c = mrow.to(gl.int64) * (NBLK * KCAND) + pid * KCAND
+        for c in gl.static_range(KCAND):
+            best = gl.max(key, axis=0)
+            loc = gl.min(gl.where(key == gl.expand_dims(best, 0), tok2, big), axis=0)
+            gl.store(ck_ptr + o_c + c, best, mask=m_ok)
+            gl.store(ci_ptr + o_c + c, gl.where(best == neg, 0, loc).to(gl.int64), mask=m_ok)
+            key = gl.where(tok2 == gl.expand_dims(loc, 0), neg, key)
+
+
+def wgmma_available(device: torch.device) -> bool:
+    """Gluon importable and ``device`` a CUDA sm_90 GPU."""
+    return (_GLUON_IMPORT_ERROR is None and device.type == "cuda"
+            and torch.cuda.get_device_capability(device) == (9, 0))
+
+
+#: ring slots per M band (NB): the x tiles grow with NB, so fewer slots keep two CTAs an SM
+_STAGES = {8: 4, 16: 4, 32: 4, 64: 3}
+
+
+@functools.cache
+def _layouts(rows: int, nb: int):
+    """Shared layouts of the TMA boxes, built once per (CTA height, NB)."""
+    return (gl.NVMMASharedLayout.get_default_for([rows, 64], gl.uint8),
+            gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2),
+            gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2),
+            gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))
+
+
+def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: int, bits: int, block: int,
+                 kcand: int, write_logits: bool, stages: int | None = None):
+    """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
+    ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
+    :func:`wgmma_sz`. ``block`` tokens a program (64 or 128: 4 or 8 warps). Returns the six
+    ``CoarseOut`` tensors (certified ones empty; logits only if ``write_logits``)."""
+    from lowbit.ops.coarse_head.triton import coarse_outputs
+    from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
+
+    if _GLUON_IMPORT_ERROR is not None:
+        raise RuntimeError(f"coarse_wgmma needs triton.experimental.gluon: {_GLUON_IMPORT_ERROR}")
+    m, k = x.shape
+    ell = packed.shape[1]
+    p = 8 // bits
+    if bits not in WGMMA_BITS or not 1 <= m <= WGMMA_MAX_M or block not in (64, 128) or ell % _STAGE_BYTES:
+        raise ValueError(f"coarse_wgmma serves bits in {WGMMA_BITS}, 1 <= M <= {WGMMA_MAX_M}, block 64 / 128 and "
+                         f"plane lengths % 64 == 0; got bits={bits}, x {tuple(x.shape)}, block={block}, L={ell}")
+    if k > p * ell or not packed.is_contiguous() or not sz.is_contiguous():
+        raise ValueError(f"coarse_wgmma: K = {k} exceeds the {p} x {ell} packed codes or operands are not contiguous")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    nb = max(8, triton.next_power_of_2(m))
+    ns = ell // _STAGE_BYTES
+    w = block // 16
+    nblk = -(-n // block)
+    xq, xs, sx = x_int8_tiles(x, ell, p, nb)
+    cand_key, cand_lb, cand_idx, block_lb, block_rest, logits = coarse_outputs(m, n, nblk, kcand, False,
+                                                                               write_logits, x.device)
+    w_l, sz_l, x_l, xs_l = _layouts(block, nb)
+    w_desc = TensorDescriptor.from_tensor(packed, [block, 64], w_l)
+    sz_desc = TensorDescriptor.from_tensor(sz, [block, 4], sz_l)
+    x_desc = TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)
+    xs_desc = TensorDescriptor.from_tensor(xs, [4, nb], xs_l)
+    st = stages if stages is not None else _STAGES[nb]
+    _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, cand_key, cand_idx,
+                                  logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
+                                  STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w, num_warps=w)
+    return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits

@@ -1,0 +1,98 @@
+"""Rows of x as int8 for the int8-wgmma coarse pass (``gluon_wgmma.py``), in its stage layout.
+
+Per row m: ``sx[m] = amax_k |x[m, k]| / 127`` and ``xq[m, k] = round_half_even(x[m, k] * 127 /
+amax)`` (0 for an all-zero row), so ``x ~= xq * sx`` to within ``sx / 2`` per element. The codes
+are stored for the coarse kernel's TMA boxes, per (stage s, plane j) of the INTx plane-split
+copy (plane length ``L``, 64 packed bytes a stage)::
+
+    xq_tiles[((s * P + j) * 2 + c) * NB + m, b] = xq[m, j * L + 64 s + 32 c + b]    (b < 32)
+    xsum[s * 4 + j, m] = sum_{b < 64} xq[m, j * L + 64 s + b]                        (int32)
+
+with zeros for rows m >= M (up to NB, the wgmma's N) and for K positions >= K (the INTx
+padding). ``xsum`` lets the kernel remove the zero point exactly in integers.
+
+Why int8 x: at M = 64 the head's product is 81 GFLOP for a 124160 x 5120 head -- more than
+bf16 tensor cores do in the 3x-cuBLAS time budget -- while int8 wgmma runs at twice the rate
+and multiplies the integer codes exactly. The price is an approximation of x (relative error
+about ``amax / (254 rms)`` per element), which is why only fast mode (approximate by definition,
+reranked exactly) takes this path; :func:`x_int8_reference` is its definition.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+_ROUND = 12582912.0  # 1.5 * 2^23: (v + R) - R rounds |v| < 2^22 to the nearest integer, ties to even
+
+
+def x_int8_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(xq int8 [M, K], sx fp32 [M]): the definition the kernel follows (fp32 arithmetic)."""
+    xf = x.float()
+    amax = xf.abs().amax(dim=1)
+    inv = torch.where(amax > 0, torch.tensor(127.0, device=x.device) / torch.where(amax > 0, amax, 1.0), 0.0)
+    q = torch.round(xf * inv[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q, amax / 127.0
+
+
+def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``xq`` int8 [M, K] -> (xq_tiles int8 [NS * P * 2 * NB, 32], xsum int32 [NS * 4, NB]) as in
+    the module docstring (NS = ell / 64)."""
+    m, k = xq.shape
+    ns = ell // 64
+    full = torch.zeros(nb, planes * ell, dtype=torch.int8, device=xq.device)
+    full[:m, :k] = xq
+    t = full.view(nb, planes, ns, 2, 32).permute(2, 1, 3, 0, 4).reshape(ns * planes * 2 * nb, 32)
+    sums = full.view(nb, planes, ns, 64).to(torch.int32).sum(-1)  # [NB, P, NS]
+    xsum = torch.zeros(ns, 4, nb, dtype=torch.int32, device=xq.device)
+    xsum[:, :planes] = sums.permute(2, 1, 0)
+    return t.contiguous(), xsum.view(ns * 4, nb)
+
+
+@triton.jit(do_not_specialize=["M", "K"])
+def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constexpr, P: tl.constexpr,
+                   NB: tl.constexpr, BLK: tl.constexpr, TB: tl.constexpr):
+    """Program m < NB: row m's scale, then its codes and 64-sums, TB (stage, plane) pairs a step."""
+    m = tl.program_id(0)
+    row_ok = m < M
+    o = tl.arange(0, BLK)
+    amax = tl.zeros([BLK], dtype=tl.float32)
+    for k0 in range(0, K, BLK):
+        v = tl.load(x_ptr + m * stride_xm + k0 + o, mask=row_ok & (k0 + o < K), other=0.0).to(tl.float32)
+        amax = tl.maximum(amax, tl.abs(v))
+    a = tl.max(amax, axis=0)
+    inv = tl.where(a > 0.0, tl.div_rn(tl.full([], 127.0, tl.float32), tl.where(a > 0.0, a, 1.0)), 0.0)
+    tl.store(sx_ptr + m, tl.div_rn(a, tl.full([], 127.0, tl.float32)))
+    NS: tl.constexpr = L // 64
+    t = tl.arange(0, TB)
+    b = tl.arange(0, 64)
+    for t0 in range(0, NS * P, TB):
+        tt = t0 + t  # pair index = s * P + j
+        s = tt // P
+        j = tt % P
+        k = j[:, None] * L + 64 * s[:, None] + b[None, :]  # [TB, 64]
+        ok = (tt[:, None] < NS * P) & (k < K) & row_ok
+        v = tl.load(x_ptr + m * stride_xm + k, mask=ok, other=0.0).to(tl.float32) * inv
+        q = (v + 12582912.0) - 12582912.0  # round half to even (|v| <= 127)
+        q = tl.minimum(tl.maximum(q, -127.0), 127.0)
+        qi = q.to(tl.int32)
+        c = b // 32
+        dst = ((tt[:, None] * 2 + c[None, :]) * NB + m) * 32 + b[None, :] % 32
+        tl.store(xq_ptr + dst, qi.to(tl.int8), mask=tt[:, None] < NS * P)
+        tl.store(xs_ptr + (s * 4 + j) * NB + m, tl.sum(qi, axis=1), mask=tt < NS * P)
+
+
+def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int):
+    """Launch the quantize-and-tile kernel: ``x`` [M, K] (bf16 / fp16 / fp32, unit stride along
+    K, M <= nb) -> (xq_tiles int8 [NS * P * 2 * NB, 32], xsum int32 [NS * 4, NB], sx fp32 [NB]).
+    Rows of ``xsum`` for the unused planes j >= P are left unwritten (never read)."""
+    m, k = x.shape
+    if m > nb or x.stride(1) != 1:
+        raise ValueError(f"x_int8_tiles needs M <= {nb} rows with unit stride along K, got shape {tuple(x.shape)} "
+                         f"stride {tuple(x.stride())}")
+    ns = ell // 64
+    xq = torch.empty(ns * planes * 2 * nb, 32, dtype=torch.int8, device=x.device)
+    xs = torch.empty(ns * 4, nb, dtype=torch.int32, device=x.device)
+    sx = torch.empty(nb, dtype=torch.float32, device=x.device)
+    _x_int8_kernel[(nb,)](x, xq, xs, sx, m, k, x.stride(0), L=ell, P=planes, NB=nb, BLK=1024, TB=16, num_warps=4)
+    return xq, xs, sx

@@ -1,0 +1,94 @@
+"""Compile the int8-wgmma coarse pass (``lowbit/ops/coarse_head/gluon_wgmma.py``) for sm_90 without
+a GPU and report per config: registers / spills / shared memory and the SASS opcode counts of
+the stage loop.
+
+Run from the repository root: ``python scripts/coarse_wgmma_offline.py [--dump DIR]``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+
+os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from sm90_offline import cuobjdump, loop_body, resource_usage, sass_lines  # noqa: E402
+
+CONFIGS = (  # (bits, NB, block, STAGES, KCAND)
+    (2, 8, 128, 4, 8),
+    (2, 16, 128, 4, 8),
+    (2, 64, 128, 3, 8),
+    (4, 16, 128, 4, 8),
+    (4, 64, 128, 3, 8),
+    (2, 32, 64, 4, 4),
+)
+
+
+def compile_sm90(bits, nb, block, stages, kcand, n=124160, k=5120):
+    import torch
+    import triton
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend, GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from lowbit.ops.coarse_head import gluon_wgmma as g
+
+    p = 8 // bits
+    ell = k // p
+    ns = ell // 64
+    packed = torch.empty((n, ell), dtype=torch.uint8)
+    sz = torch.empty((n, ns * 4), dtype=torch.int32)
+    xq = torch.empty((ns * p * 2 * nb, 32), dtype=torch.int8)
+    xs = torch.empty((ns * 4, nb), dtype=torch.int32)
+    w_l, sz_l, x_l, xs_l = g._layouts(block, nb)
+    nblk = -(-n // block)
+    args = dict(w_desc=TensorDescriptor.from_tensor(packed, [block, 64], w_l),
+                sz_desc=TensorDescriptor.from_tensor(sz, [block, 4], sz_l),
+                x_desc=TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l),
+                xs_desc=TensorDescriptor.from_tensor(xs, [4, nb], xs_l),
+                sx_ptr=torch.empty(nb), ck_ptr=torch.empty(nb, nblk * kcand),
+                ci_ptr=torch.empty(nb, nblk * kcand, dtype=torch.int64), lg_ptr=torch.empty(1),
+                M=nb, N=n, NBLK=nblk, NS=ns)
+    fn = g._coarse_wgmma_kernel
+    no_spec = {"M", "N", "NBLK", "NS"}
+    signature, attrs = {}, {}
+    for i, (name, v) in enumerate(args.items()):
+        ty, key = native_specialize_impl(BaseBackend, v, False, name not in no_spec, True)
+        signature[name] = ty
+        if key == "D":
+            attrs[(i, )] = [["tt.divisibility", 16]]
+    w = block // 16
+    constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w)
+    for name in constexprs:
+        signature[name] = "constexpr"
+    signature = {q: signature[q] for q in fn.arg_names}
+    src = GluonASTSource(fn, signature, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": w})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dump", default=None)
+    args = ap.parse_args()
+    for cfg in CONFIGS:
+        kern = compile_sm90(*cfg)
+        sass = cuobjdump(kern, "-sass")
+        body = loop_body(sass_lines(sass), needs="IGMMA")
+        ops = [o for _, o, _ in body]
+        cnt = Counter(o.split(".")[0] for o in ops)
+        print(f"bits {cfg[0]} NB {cfg[1]} block {cfg[2]} stages {cfg[3]} kcand {cfg[4]}: {resource_usage(kern)}, "
+              f"smem {kern.metadata.shared} B; stage loop {len(ops)} instr")
+        print("   ", ", ".join(f"{k} {v}" for k, v in cnt.most_common(18)))
+        if args.dump:
+            os.makedirs(args.dump, exist_ok=True)
+            open(os.path.join(args.dump, f"b{cfg[0]}_nb{cfg[1]}_blk{cfg[2]}.sass"), "w").write(sass)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
