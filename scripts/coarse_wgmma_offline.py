@@ -18,17 +18,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from sm90_offline import cuobjdump, loop_body, resource_usage, sass_lines  # noqa: E402
 
-CONFIGS = (  # (bits, NB, block, STAGES, KCAND)
-    (2, 8, 128, 4, 8),
-    (2, 16, 128, 4, 8),
-    (2, 64, 128, 3, 8),
-    (4, 16, 128, 4, 8),
-    (4, 64, 128, 3, 8),
-    (2, 32, 64, 4, 4),
+CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC)
+    (2, 8, 128, 4, 8, True, True),
+    (2, 16, 128, 4, 8, True, True),
+    (2, 64, 128, 3, 8, False, False),
+    (2, 64, 128, 3, 8, True, False),
+    (2, 64, 128, 3, 8, True, True),
+    (4, 16, 128, 4, 8, True, True),
+    (4, 64, 128, 3, 8, True, True),
+    (2, 32, 64, 4, 4, True, True),
 )
 
 
-def compile_sm90(bits, nb, block, stages, kcand, n=124160, k=5120):
+def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, n=124160, k=5120):
     import torch
     import triton
     from triton._C.libtriton import native_specialize_impl
@@ -63,7 +65,8 @@ def compile_sm90(bits, nb, block, stages, kcand, n=124160, k=5120):
         if key == "D":
             attrs[(i, )] = [["tt.divisibility", 16]]
     w = block // 16
-    constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w)
+    constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
+                      MAGIC=magic)
     for name in constexprs:
         signature[name] = "constexpr"
     signature = {q: signature[q] for q in fn.arg_names}
@@ -81,12 +84,13 @@ def main() -> int:
         body = loop_body(sass_lines(sass), needs="IGMMA")
         ops = [o for _, o, _ in body]
         cnt = Counter(o.split(".")[0] for o in ops)
-        print(f"bits {cfg[0]} NB {cfg[1]} block {cfg[2]} stages {cfg[3]} kcand {cfg[4]}: {resource_usage(kern)}, "
+        print(f"bits {cfg[0]} NB {cfg[1]} block {cfg[2]} stages {cfg[3]} kcand {cfg[4]} pipe {cfg[5]} magic {cfg[6]}: "
+              f"{resource_usage(kern)}, "
               f"smem {kern.metadata.shared} B; stage loop {len(ops)} instr")
         print("   ", ", ".join(f"{k} {v}" for k, v in cnt.most_common(18)))
         if args.dump:
             os.makedirs(args.dump, exist_ok=True)
-            open(os.path.join(args.dump, f"b{cfg[0]}_nb{cfg[1]}_blk{cfg[2]}.sass"), "w").write(sass)
+            open(os.path.join(args.dump, f"b{cfg[0]}_nb{cfg[1]}_blk{cfg[2]}_p{int(cfg[5])}_m{int(cfg[6])}.sass"), "w").write(sass)
     return 0
 
 

@@ -80,6 +80,8 @@ def wgmma_sz(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int
 
 if _GLUON_IMPORT_ERROR is None:
     _F16_BITS = gl.constexpr(0xFFFF)
+    _MAGIC_I = gl.constexpr(0x4B400000)  # fp32 bits of 1.5 * 2^23
+    _MAGIC_F = gl.constexpr(12582912.0)
 
     @gluon.constexpr_function
     def _acc_layout(NB, W):
@@ -161,10 +163,35 @@ if _GLUON_IMPORT_ERROR is None:
         tma.async_copy_global_to_shared(xs_desc, [i * 4, 0], bar, xs_bufs.index(slot), pred)
 
     @gluon.jit
+    def _issue_plane(q0, q1, xt_bufs, slot, J: gl.constexpr, izero, a_l: gl.constexpr, P: gl.constexpr,
+                     BITS: gl.constexpr):
+        """Plane J of the stage in ``slot``: decode both 32-byte halves, start their two wgmmas
+        (K = 64) from zero; returns the in-flight token."""
+        a0 = gl.convert_layout(_plane(q0, J, BITS), a_l, assert_trivial=True)
+        a1 = gl.convert_layout(_plane(q1, J, BITS), a_l, assert_trivial=True)
+        d = warpgroup_mma(a0, xt_bufs.index(2 * (slot * P + J)).permute((1, 0)), izero, use_acc=False, is_async=True)
+        return warpgroup_mma(a1, xt_bufs.index(2 * (slot * P + J) + 1).permute((1, 0)), d, is_async=True)
+
+    @gluon.jit
+    def _retire_plane(acc, d, word, xs, row_l: gl.constexpr, MAGIC: gl.constexpr):
+        """acc += scale * (d - zero * xsum) for one finished plane: the zero point removed exactly in
+        int32; MAGIC: the int32 -> fp32 conversion as ``(d + 0x4B400000 as fp32) - 1.5 * 2^23``
+        (exact for |d| < 2^22: 64 codes < 16 times |x| <= 127) instead of I2F."""
+        wj = gl.convert_layout(word, row_l, assert_trivial=True)
+        sc = (wj & _F16_BITS).to(gl.int16).to(gl.float16, bitcast=True).to(gl.float32)
+        nz = -(wj >> 16)  # negated per row (2 registers), so the per-element op is one IMAD
+        d = gl.expand_dims(nz, 1) * gl.expand_dims(xs, 0) + d
+        if MAGIC:
+            f = (d + _MAGIC_I).to(gl.float32, bitcast=True) - _MAGIC_F
+        else:
+            f = d.to(gl.float32)
+        return acc + f * gl.expand_dims(sc, 1)
+
+    @gluon.jit
     def _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB: gl.constexpr, W: gl.constexpr,
-                   P: gl.constexpr, BITS: gl.constexpr):
-        """acc += the P planes of the stage in ``slot``: per plane, two int8 wgmmas (K = 64), the
-        exact zero-point removal, then the group scale in fp32."""
+                   P: gl.constexpr, BITS: gl.constexpr, PIPE: gl.constexpr, MAGIC: gl.constexpr):
+        """acc += the P planes of the stage in ``slot``. PIPE: plane j + 1's wgmmas are started
+        before plane j is retired (its integer / fp32 epilogue overlaps them)."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = _acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
@@ -175,25 +202,27 @@ if _GLUON_IMPORT_ERROR is None:
         q1 = wb.slice(32, 32, dim=1).load(_codes_layout(W))
         words = _four(sz_bufs.index(slot).load(_sz_layout(W)))
         izero = gl.zeros([R, NB], gl.int32, mma)
-        for j in gl.static_range(P):
-            a0 = gl.convert_layout(_plane(q0, j, BITS), a_l, assert_trivial=True)
-            a1 = gl.convert_layout(_plane(q1, j, BITS), a_l, assert_trivial=True)
-            d = warpgroup_mma(a0, xt_bufs.index(2 * (slot * P + j)).permute((1, 0)), izero, use_acc=False,
-                              is_async=True)
-            d = warpgroup_mma(a1, xt_bufs.index(2 * (slot * P + j) + 1).permute((1, 0)), d, is_async=True)
+        if PIPE:
+            d = _issue_plane(q0, q1, xt_bufs, slot, 0, izero, a_l, P, BITS)
+            for j in gl.static_range(1, P):
+                d_next = _issue_plane(q0, q1, xt_bufs, slot, j, izero, a_l, P, BITS)
+                d = warpgroup_mma_wait(num_outstanding=2, deps=(d,))
+                acc = _retire_plane(acc, d, words[j - 1], xs_rows.index(4 * slot + j - 1).load(col_l), row_l, MAGIC)
+                d = d_next
             d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-            wj = gl.convert_layout(words[j], row_l, assert_trivial=True)
-            sc = (wj & _F16_BITS).to(gl.int16).to(gl.float16, bitcast=True).to(gl.float32)
-            z = wj >> 16
-            xs = xs_rows.index(4 * slot + j).load(col_l)
-            d = d - gl.expand_dims(z, 1) * gl.expand_dims(xs, 0)
-            acc = acc + d.to(gl.float32) * gl.expand_dims(sc, 1)
+            acc = _retire_plane(acc, d, words[P - 1], xs_rows.index(4 * slot + P - 1).load(col_l), row_l, MAGIC)
+        else:
+            for j in gl.static_range(P):
+                d = _issue_plane(q0, q1, xt_bufs, slot, j, izero, a_l, P, BITS)
+                d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
+                acc = _retire_plane(acc, d, words[j], xs_rows.index(4 * slot + j).load(col_l), row_l, MAGIC)
         return acc
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
     def _coarse_wgmma_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NS,
                              NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
-                             KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr):
+                             KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
+                             PIPE: gl.constexpr = True, MAGIC: gl.constexpr = True):
         """Program b: tokens R b .. R b + R - 1 (R = 16 W) against the NB rows of x; writes the
         block's KCAND candidates of every row m < M (``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND])
         and, if WRITE_LOGITS, its coarse logits into ``lg`` fp32 [M, N]."""
@@ -226,7 +255,7 @@ if _GLUON_IMPORT_ERROR is None:
                          row0, STAGES, P, NB, i + STAGES - 1 < NS)
             slot = i % STAGES
             mbarrier.wait(bars.index(slot), (i // STAGES) & 1)
-            acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB, W, P, BITS)
+            acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB, W, P, BITS, PIPE, MAGIC)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -261,6 +290,10 @@ def wgmma_available(device: torch.device) -> bool:
             and torch.cuda.get_device_capability(device) == (9, 0))
 
 
+#: plane j + 1's wgmmas in flight while plane j is retired (see ``_stage_sum``)
+PIPE = True
+#: int32 -> fp32 by the magic-number add instead of I2F (see ``_retire_plane``)
+MAGIC = True
 #: ring slots per M band (NB): the x tiles grow with NB, so fewer slots keep two CTAs an SM
 _STAGES = {8: 4, 16: 4, 32: 4, 64: 3}
 
@@ -275,11 +308,13 @@ def _layouts(rows: int, nb: int):
 
 
 def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: int, bits: int, block: int,
-                 kcand: int, write_logits: bool, stages: int | None = None):
+                 kcand: int, write_logits: bool, stages: int | None = None, pipe: bool | None = None,
+                 magic: bool | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz`. ``block`` tokens a program (64 or 128: 4 or 8 warps). Returns the six
-    ``CoarseOut`` tensors (certified ones empty; logits only if ``write_logits``)."""
+    ``CoarseOut`` tensors (certified ones empty; logits only if ``write_logits``). ``stages`` /
+    ``pipe`` / ``magic`` override the defaults (``_STAGES``, ``PIPE``, ``MAGIC``) for tuning."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -310,5 +345,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     st = stages if stages is not None else _STAGES[nb]
     _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, cand_key, cand_idx,
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
-                                  STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w, num_warps=w)
+                                  STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
+                                  PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
+                                  num_warps=w)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits

@@ -1,0 +1,69 @@
+"""Sweep the int8-wgmma coarse pass's launch options on the H200 (same run, CUDA-graph replay):
+``pipe`` x ``magic`` x ``stages`` x ``block`` per M, on a 124160 x 5120 head (random rows, g64).
+
+    python3 scripts/tune_coarse_wgmma.py [--json $OUT/tune.json] [--ms 1,4,16,64] [--bits 2,4]
+
+Reports µs of the coarse pass alone (``coarse_wgmma``, including its x preparation launch) and
+of the x preparation alone, against the coarse copy's byte floor.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from head_bench import K, N, RecordLog, random_head  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--ms", default="1,4,16,64")
+    ap.add_argument("--bits", default="2,4")
+    ap.add_argument("--stages", default="2,3,4")
+    ap.add_argument("--blocks", default="128,64")
+    args = ap.parse_args()
+    import torch
+
+    from lowbit.bench.timing import copy_bandwidth_gbps, time_us
+    from lowbit.formats import INTx
+    from lowbit.ops.coarse_head.gluon_wgmma import coarse_wgmma, wgmma_sz
+    from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
+
+    log = RecordLog()
+    bw = copy_bandwidth_gbps()
+    w = random_head()
+    for bits in [int(v) for v in args.bits.split(",")]:
+        f = INTx.quantize(w, bits=bits, group_size=64)
+        ell = f.packed.shape[1]
+        sz = wgmma_sz(f.scale, f.zero, bits, 64, ell)
+        floor = f.nbytes / (bw * 1e3)
+        for m in [int(v) for v in args.ms.split(",")]:
+            x = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
+            nb = max(8, 1 << (m - 1).bit_length())
+            tp = time_us(lambda: x_int8_tiles(x, ell, 8 // bits, nb), graph=True)
+            log({"bits": bits, "M": m, "x_prep_us": round(tp, 2), "floor_us": round(floor, 1)})
+            for block, st, pipe, magic in itertools.product([int(v) for v in args.blocks.split(",")],
+                                                            [int(v) for v in args.stages.split(",")],
+                                                            (True, False), (True, False)):
+                kw = dict(n=N, bits=bits, block=block, kcand=8, write_logits=False, stages=st, pipe=pipe, magic=magic)
+                try:
+                    coarse_wgmma(x, f.packed, sz, **kw)
+                    t = time_us(lambda: coarse_wgmma(x, f.packed, sz, **kw), graph=True)
+                    log({"bits": bits, "M": m, "block": block, "stages": st, "pipe": pipe, "magic": magic,
+                         "us": round(t, 1), "x_floor": round(t / floor, 2)})
+                except Exception as e:  # noqa: BLE001 - report and go on
+                    log({"bits": bits, "M": m, "block": block, "stages": st, "pipe": pipe, "magic": magic,
+                         "error": f"{type(e).__name__}: {str(e)[:300]}"})
+    log.save(args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
