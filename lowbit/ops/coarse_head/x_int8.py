@@ -73,6 +73,9 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
         k = j[:, None] * L + 64 * s[:, None] + b[None, :]  # [TB, 64]
         ok = (tt[:, None] < NS * P) & (k < K) & row_ok
         v = tl.load(x_ptr + m * stride_xm + k, mask=ok, other=0.0).to(tl.float32) * inv
+        # the select keeps the product rounded to fp32 before the add (no fused multiply-add, so the
+        # GPU rounds exactly like the definition); NaN -> 0
+        v = tl.where(v == v, v, 0.0)
         q = (v + 12582912.0) - 12582912.0  # round half to even (|v| <= 127)
         q = tl.minimum(tl.maximum(q, -127.0), 127.0)
         qi = q.to(tl.int32)
