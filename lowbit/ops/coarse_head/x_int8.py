@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from lowbit._backend import interpret_mode
+
 _ROUND = 12582912.0  # 1.5 * 2^23: (v + R) - R rounds |v| < 2^22 to the nearest integer, ties to even
 
 
@@ -51,7 +53,7 @@ def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int) -> tuple[to
 
 @triton.jit(do_not_specialize=["M", "K"])
 def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constexpr, P: tl.constexpr,
-                   NB: tl.constexpr, BLK: tl.constexpr, TB: tl.constexpr):
+                   NB: tl.constexpr, BLK: tl.constexpr, TB: tl.constexpr, INTERPRET: tl.constexpr):
     """Program m < NB: row m's scale, then its codes and 64-sums, TB (stage, plane) pairs a step."""
     m = tl.program_id(0)
     row_ok = m < M
@@ -72,10 +74,15 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
         j = tt % P
         k = j[:, None] * L + 64 * s[:, None] + b[None, :]  # [TB, 64]
         ok = (tt[:, None] < NS * P) & (k < K) & row_ok
-        v = tl.load(x_ptr + m * stride_xm + k, mask=ok, other=0.0).to(tl.float32) * inv
-        # the select keeps the product rounded to fp32 before the add (no fused multiply-add, so the
-        # GPU rounds exactly like the definition); NaN -> 0
-        v = tl.where(v == v, v, 0.0)
+        xv = tl.load(x_ptr + m * stride_xm + k, mask=ok, other=0.0).to(tl.float32)
+        if INTERPRET:
+            v = xv * inv
+        else:
+            # mul.rn is never contracted with the add below into an FMA (the PTX rule for an explicit
+            # rounding mode), so the product is rounded to fp32 first, as in the definition; plain
+            # arithmetic was fused on the H200 and rounded some ties differently
+            v = tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [xv, inv + tl.zeros_like(xv)],
+                                          dtype=tl.float32, is_pure=True, pack=1)
         q = (v + 12582912.0) - 12582912.0  # round half to even (|v| <= 127)
         q = tl.minimum(tl.maximum(q, -127.0), 127.0)
         qi = q.to(tl.int32)
@@ -97,5 +104,6 @@ def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int):
     xq = torch.empty(ns * planes * 2 * nb, 32, dtype=torch.int8, device=x.device)
     xs = torch.empty(ns * 4, nb, dtype=torch.int32, device=x.device)
     sx = torch.empty(nb, dtype=torch.float32, device=x.device)
-    _x_int8_kernel[(nb,)](x, xq, xs, sx, m, k, x.stride(0), L=ell, P=planes, NB=nb, BLK=1024, TB=16, num_warps=4)
+    _x_int8_kernel[(nb,)](x, xq, xs, sx, m, k, x.stride(0), L=ell, P=planes, NB=nb, BLK=1024, TB=16,
+                          INTERPRET=interpret_mode(), num_warps=4)
     return xq, xs, sx
