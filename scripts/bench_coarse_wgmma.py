@@ -27,8 +27,11 @@ from head_bench import RecordLog, random_head  # noqa: E402
 
 
 def _paths(ch):
-    saved = dict(ch.WGMMA_M_RANGE)
-    return (("wgmma", saved), ("previous", {}))
+    """(name, WGMMA_M_RANGE) of the two dispatches compared: the int8-wgmma pass at every M, and
+    none (the mma.sync pass up to M = 16, the band kernels beyond)."""
+    from lowbit.ops.coarse_head.gluon_wgmma import WGMMA_BITS
+
+    return (("wgmma", {b: (1, 64) for b in WGMMA_BITS}), ("previous", {}))
 
 
 def main() -> int:
@@ -52,6 +55,7 @@ def main() -> int:
     bw = copy_bandwidth_gbps()
     log({"copy_gbps": round(bw, 1)})
     paths = _paths(ch)
+    default = dict(ch.WGMMA_M_RANGE)
     if args.no_previous:
         paths = paths[:1]
     ms = [int(v) for v in args.ms.split(",")]
@@ -86,7 +90,7 @@ def main() -> int:
                         log({"shape": shape, "M": m, "bits": bits, "impl": name,
                              "error": f"{type(e).__name__}: {str(e)[:400]}"})
                 ch.WGMMA_M_RANGE.clear()
-                ch.WGMMA_M_RANGE.update(paths[0][1])
+                ch.WGMMA_M_RANGE.update(default)
         del heads, w
         torch.cuda.empty_cache()
 
@@ -121,7 +125,7 @@ def main() -> int:
                              "argmax_us": round(ta, 1), "cublas_argmax_us": round(t_lin, 1),
                              "vs_cublas": round(t_lin / ta, 2)})
                     ch.WGMMA_M_RANGE.clear()
-                    ch.WGMMA_M_RANGE.update(paths[0][1])
+                    ch.WGMMA_M_RANGE.update(default)
     log.save(args.json)
     return 0
 

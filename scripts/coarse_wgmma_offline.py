@@ -16,21 +16,39 @@ os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import cuobjdump, loop_body, resource_usage, sass_lines  # noqa: E402
+from sm90_offline import cuobjdump, resource_usage, sass_lines  # noqa: E402
 
-CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC)
-    (2, 8, 128, 4, 8, True, True),
-    (2, 16, 128, 4, 8, True, True),
-    (2, 64, 128, 3, 8, False, False),
-    (2, 64, 128, 3, 8, True, False),
-    (2, 64, 128, 3, 8, True, True),
-    (4, 16, 128, 4, 8, True, True),
-    (4, 64, 128, 3, 8, True, True),
-    (2, 32, 64, 4, 4, True, True),
+
+def k_loop(lines):
+    """Opcodes of the smallest backward-branch region that holds every IGMMA: the stage loop."""
+    import re
+
+    addr = [a for a, _, _ in lines]
+    ig = [i for i, (_, o, _) in enumerate(lines) if o.startswith("IGMMA")]
+    best = None
+    for i, (a, op, rest) in enumerate(lines):
+        m = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
+        if not m or int(m.group(1), 16) >= a or int(m.group(1), 16) not in addr:
+            continue
+        j = addr.index(int(m.group(1), 16))
+        if ig and j <= ig[0] and i >= ig[-1] and (best is None or i - j < best[1] - best[0]):
+            best = (j, i)
+    return [] if best is None else [o for _, o, _ in lines[best[0]:best[1] + 1]]
+
+CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg)
+    (2, 8, 128, 4, 8, False, False, 1, None),
+    (2, 8, 128, 3, 8, False, False, 2, None),
+    (2, 16, 128, 4, 8, False, False, 1, None),
+    (2, 16, 128, 3, 8, False, False, 2, None),
+    (2, 64, 128, 3, 8, False, False, 1, None),
+    (2, 64, 128, 2, 8, False, False, 2, None),
+    (2, 64, 128, 3, 8, False, False, 1, 128),
+    (4, 16, 128, 4, 8, False, False, 2, None),
+    (4, 64, 128, 3, 8, False, False, 1, 128),
 )
 
 
-def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, n=124160, k=5120):
+def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, n=124160, k=5120):
     import torch
     import triton
     from triton._C.libtriton import native_specialize_impl
@@ -47,15 +65,15 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, n=124160, k=5120):
     sz = torch.empty((n, ns * 4), dtype=torch.int32)
     xq = torch.empty((ns * p * 2 * nb, 32), dtype=torch.int8)
     xs = torch.empty((ns * 4, nb), dtype=torch.int32)
-    w_l, sz_l, x_l, xs_l = g._layouts(block, nb)
+    w_l, sz_l, x_l, xs_l = g._layouts(block, nb, ch)
     nblk = -(-n // block)
-    args = dict(w_desc=TensorDescriptor.from_tensor(packed, [block, 64], w_l),
+    args = dict(w_desc=TensorDescriptor.from_tensor(packed, [block, 64 * ch], w_l),
                 sz_desc=TensorDescriptor.from_tensor(sz, [block, 4], sz_l),
                 x_desc=TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l),
                 xs_desc=TensorDescriptor.from_tensor(xs, [4, nb], xs_l),
                 sx_ptr=torch.empty(nb), ck_ptr=torch.empty(nb, nblk * kcand),
                 ci_ptr=torch.empty(nb, nblk * kcand, dtype=torch.int64), lg_ptr=torch.empty(1),
-                M=nb, N=n, NBLK=nblk, NS=ns)
+                M=nb, N=n, NBLK=nblk, NS=ns // ch)
     fn = g._coarse_wgmma_kernel
     no_spec = {"M", "N", "NBLK", "NS"}
     signature, attrs = {}, {}
@@ -66,12 +84,13 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, n=124160, k=5120):
             attrs[(i, )] = [["tt.divisibility", 16]]
     w = block // 16
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
-                      MAGIC=magic)
+                      MAGIC=magic, CH=ch)
     for name in constexprs:
         signature[name] = "constexpr"
     signature = {q: signature[q] for q in fn.arg_names}
     src = GluonASTSource(fn, signature, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": w})
+    opts = {"num_warps": w, **({"maxnreg": maxnreg} if maxnreg else {})}
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
 
 def main() -> int:
@@ -81,16 +100,15 @@ def main() -> int:
     for cfg in CONFIGS:
         kern = compile_sm90(*cfg)
         sass = cuobjdump(kern, "-sass")
-        body = loop_body(sass_lines(sass), needs="IGMMA")
-        ops = [o for _, o, _ in body]
+        ops = k_loop(sass_lines(sass))
         cnt = Counter(o.split(".")[0] for o in ops)
-        print(f"bits {cfg[0]} NB {cfg[1]} block {cfg[2]} stages {cfg[3]} kcand {cfg[4]} pipe {cfg[5]} magic {cfg[6]}: "
+        print(f"bits {cfg[0]} NB {cfg[1]} block {cfg[2]} stages {cfg[3]} kcand {cfg[4]} pipe {cfg[5]} magic {cfg[6]} ch {cfg[7]} maxnreg {cfg[8]}: "
               f"{resource_usage(kern)}, "
               f"smem {kern.metadata.shared} B; stage loop {len(ops)} instr")
         print("   ", ", ".join(f"{k} {v}" for k, v in cnt.most_common(18)))
         if args.dump:
             os.makedirs(args.dump, exist_ok=True)
-            open(os.path.join(args.dump, f"b{cfg[0]}_nb{cfg[1]}_blk{cfg[2]}_p{int(cfg[5])}_m{int(cfg[6])}.sass"), "w").write(sass)
+            open(os.path.join(args.dump, f"b{cfg[0]}_nb{cfg[1]}_blk{cfg[2]}_p{int(cfg[5])}_m{int(cfg[6])}_c{cfg[7]}_r{cfg[8]}.sass"), "w").write(sass)
     return 0
 
 

@@ -28,6 +28,10 @@ def main() -> int:
     ap.add_argument("--bits", default="2,4")
     ap.add_argument("--stages", default="2,3,4")
     ap.add_argument("--blocks", default="128,64")
+    ap.add_argument("--pipe", default="1,0")
+    ap.add_argument("--magic", default="1,0")
+    ap.add_argument("--chunks", default="1")
+    ap.add_argument("--maxnreg", default="0")
     args = ap.parse_args()
     import torch
 
@@ -49,18 +53,20 @@ def main() -> int:
             nb = max(8, 1 << (m - 1).bit_length())
             tp = time_us(lambda: x_int8_tiles(x, ell, 8 // bits, nb), graph=True)
             log({"bits": bits, "M": m, "x_prep_us": round(tp, 2), "floor_us": round(floor, 1)})
-            for block, st, pipe, magic in itertools.product([int(v) for v in args.blocks.split(",")],
-                                                            [int(v) for v in args.stages.split(",")],
-                                                            (True, False), (True, False)):
-                kw = dict(n=N, bits=bits, block=block, kcand=8, write_logits=False, stages=st, pipe=pipe, magic=magic)
+            ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
+            for block, st, pipe, magic, chunks, reg in itertools.product(
+                    ints(args.blocks), ints(args.stages), [bool(v) for v in ints(args.pipe)],
+                    [bool(v) for v in ints(args.magic)], ints(args.chunks), ints(args.maxnreg)):
+                kw = dict(n=N, bits=bits, block=block, kcand=8, write_logits=False, stages=st, pipe=pipe, magic=magic,
+                          chunks=chunks, maxnreg=reg or None)
                 try:
                     coarse_wgmma(x, f.packed, sz, **kw)
                     t = time_us(lambda: coarse_wgmma(x, f.packed, sz, **kw), graph=True)
                     log({"bits": bits, "M": m, "block": block, "stages": st, "pipe": pipe, "magic": magic,
-                         "us": round(t, 1), "x_floor": round(t / floor, 2)})
+                         "chunks": chunks, "maxnreg": reg, "us": round(t, 1), "x_floor": round(t / floor, 2)})
                 except Exception as e:  # noqa: BLE001 - report and go on
                     log({"bits": bits, "M": m, "block": block, "stages": st, "pipe": pipe, "magic": magic,
-                         "error": f"{type(e).__name__}: {str(e)[:300]}"})
+                         "chunks": chunks, "maxnreg": reg, "error": f"{type(e).__name__}: {str(e)[:300]}"})
     log.save(args.json)
     return 0
 

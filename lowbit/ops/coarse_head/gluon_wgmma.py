@@ -148,19 +148,23 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0,
-                     STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, pred):
-        """TMA of stage i into ring slot i % STAGES: codes [R, 64], words [R, 4], x [P][2 NB, 32],
-        x sums [4, NB]."""
+                     STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, CH: gl.constexpr, pred):
+        """TMA of stage i (CH 64-byte chunks) into ring slot i % STAGES: codes [R, 64 CH]; per
+        chunk the words [R, 4], the x tiles of the P planes [2 NB, 32] each and the x sums [4, NB]."""
         slot = i % STAGES
         bar = bars.index(slot)
         XB: gl.constexpr = x_desc.block_type.nbytes
-        nbytes: gl.constexpr = w_desc.block_type.nbytes + sz_desc.block_type.nbytes + P * XB + xs_desc.block_type.nbytes
+        nbytes: gl.constexpr = w_desc.block_type.nbytes + CH * (sz_desc.block_type.nbytes + P * XB
+                                                                + xs_desc.block_type.nbytes)
         mbarrier.expect(bar, nbytes, pred=pred)
-        tma.async_copy_global_to_shared(w_desc, [row0, i * 64], bar, w_bufs.index(slot), pred)
-        tma.async_copy_global_to_shared(sz_desc, [row0, i * 4], bar, sz_bufs.index(slot), pred)
-        for j in gl.static_range(P):
-            tma.async_copy_global_to_shared(x_desc, [(i * P + j) * 2 * NB, 0], bar, x_bufs.index(slot * P + j), pred)
-        tma.async_copy_global_to_shared(xs_desc, [i * 4, 0], bar, xs_bufs.index(slot), pred)
+        tma.async_copy_global_to_shared(w_desc, [row0, i * (64 * CH)], bar, w_bufs.index(slot), pred)
+        for ch in gl.static_range(CH):
+            c = i * CH + ch  # global 64-byte chunk
+            tma.async_copy_global_to_shared(sz_desc, [row0, c * 4], bar, sz_bufs.index(slot * CH + ch), pred)
+            for j in gl.static_range(P):
+                tma.async_copy_global_to_shared(x_desc, [(c * P + j) * 2 * NB, 0], bar,
+                                                x_bufs.index((slot * CH + ch) * P + j), pred)
+            tma.async_copy_global_to_shared(xs_desc, [c * 4, 0], bar, xs_bufs.index(slot * CH + ch), pred)
 
     @gluon.jit
     def _issue_plane(q0, q1, xt_bufs, slot, J: gl.constexpr, izero, a_l: gl.constexpr, P: gl.constexpr,
@@ -189,40 +193,42 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB: gl.constexpr, W: gl.constexpr,
-                   P: gl.constexpr, BITS: gl.constexpr, PIPE: gl.constexpr, MAGIC: gl.constexpr):
-        """acc += the P planes of the stage in ``slot``. PIPE: plane j + 1's wgmmas are started
-        before plane j is retired (its integer / fp32 epilogue overlaps them)."""
+                   P: gl.constexpr, BITS: gl.constexpr, CH: gl.constexpr, PIPE: gl.constexpr, MAGIC: gl.constexpr):
+        """acc += the CH chunks x P planes of the stage in ``slot``. PIPE: plane j + 1's wgmmas are
+        started before plane j is retired (its integer / fp32 epilogue overlaps them)."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = _acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         row_l: gl.constexpr = gl.SliceLayout(1, mma)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
         wb = w_bufs.index(slot)
-        q0 = wb.slice(0, 32, dim=1).load(_codes_layout(W))
-        q1 = wb.slice(32, 32, dim=1).load(_codes_layout(W))
-        words = _four(sz_bufs.index(slot).load(_sz_layout(W)))
         izero = gl.zeros([R, NB], gl.int32, mma)
-        if PIPE:
-            d = _issue_plane(q0, q1, xt_bufs, slot, 0, izero, a_l, P, BITS)
-            for j in gl.static_range(1, P):
-                d_next = _issue_plane(q0, q1, xt_bufs, slot, j, izero, a_l, P, BITS)
-                d = warpgroup_mma_wait(num_outstanding=2, deps=(d,))
-                acc = _retire_plane(acc, d, words[j - 1], xs_rows.index(4 * slot + j - 1).load(col_l), row_l, MAGIC)
-                d = d_next
-            d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-            acc = _retire_plane(acc, d, words[P - 1], xs_rows.index(4 * slot + P - 1).load(col_l), row_l, MAGIC)
-        else:
-            for j in gl.static_range(P):
-                d = _issue_plane(q0, q1, xt_bufs, slot, j, izero, a_l, P, BITS)
+        for ch in gl.static_range(CH):
+            u = slot * CH + ch  # the chunk's index in the per-chunk buffers
+            q0 = wb.slice(64 * ch, 32, dim=1).load(_codes_layout(W))
+            q1 = wb.slice(64 * ch + 32, 32, dim=1).load(_codes_layout(W))
+            words = _four(sz_bufs.index(u).load(_sz_layout(W)))
+            if PIPE:
+                d = _issue_plane(q0, q1, xt_bufs, u, 0, izero, a_l, P, BITS)
+                for j in gl.static_range(1, P):
+                    d_next = _issue_plane(q0, q1, xt_bufs, u, j, izero, a_l, P, BITS)
+                    d = warpgroup_mma_wait(num_outstanding=2, deps=(d,))
+                    acc = _retire_plane(acc, d, words[j - 1], xs_rows.index(4 * u + j - 1).load(col_l), row_l, MAGIC)
+                    d = d_next
                 d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-                acc = _retire_plane(acc, d, words[j], xs_rows.index(4 * slot + j).load(col_l), row_l, MAGIC)
+                acc = _retire_plane(acc, d, words[P - 1], xs_rows.index(4 * u + P - 1).load(col_l), row_l, MAGIC)
+            else:
+                for j in gl.static_range(P):
+                    d = _issue_plane(q0, q1, xt_bufs, u, j, izero, a_l, P, BITS)
+                    d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
+                    acc = _retire_plane(acc, d, words[j], xs_rows.index(4 * u + j).load(col_l), row_l, MAGIC)
         return acc
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
     def _coarse_wgmma_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NS,
                              NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                              KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
-                             PIPE: gl.constexpr = True, MAGIC: gl.constexpr = True):
+                             PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, CH: gl.constexpr = 1):
         """Program b: tokens R b .. R b + R - 1 (R = 16 W) against the NB rows of x; writes the
         block's KCAND candidates of every row m < M (``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND])
         and, if WRITE_LOGITS, its coarse logits into ``lg`` fp32 [M, N]."""
@@ -233,12 +239,12 @@ if _GLUON_IMPORT_ERROR is None:
 
         pid = gl.program_id(0)
         row0 = pid * R
-        w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64], w_desc.layout)
-        sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, R, 4], sz_desc.layout)
-        x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * P, 2 * NB, 32], x_desc.layout)
-        xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * P * 2, NB, 32], xt_sl)  # the B tiles, one per half
-        xs_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, 4, NB], xs_desc.layout)
-        xs_rows = xs_bufs._reinterpret(gl.int32, [STAGES * 4, NB], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64 * CH], w_desc.layout)
+        sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, R, 4], sz_desc.layout)
+        x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * P, 2 * NB, 32], x_desc.layout)
+        xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * CH * P * 2, NB, 32], xt_sl)  # the B tiles, one per half
+        xs_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 4, NB], xs_desc.layout)
+        xs_rows = xs_bufs._reinterpret(gl.int32, [STAGES * CH * 4, NB], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(bars.index(i), count=1)
@@ -246,16 +252,16 @@ if _GLUON_IMPORT_ERROR is None:
 
         for i in gl.static_range(STAGES - 1):
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0, STAGES,
-                         P, NB, i < NS)
+                         P, NB, CH, i < NS)
         acc = gl.zeros([R, NB], gl.float32, mma)
         for i in range(0, NS):
             # slot (i - 1) % STAGES was read by stage i - 1: once every warp is past it, refill it
             gl.thread_barrier()
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i + STAGES - 1,
-                         row0, STAGES, P, NB, i + STAGES - 1 < NS)
+                         row0, STAGES, P, NB, CH, i + STAGES - 1 < NS)
             slot = i % STAGES
             mbarrier.wait(bars.index(slot), (i // STAGES) & 1)
-            acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB, W, P, BITS, PIPE, MAGIC)
+            acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB, W, P, BITS, CH, PIPE, MAGIC)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -290,18 +296,25 @@ def wgmma_available(device: torch.device) -> bool:
             and torch.cuda.get_device_capability(device) == (9, 0))
 
 
-#: plane j + 1's wgmmas in flight while plane j is retired (see ``_stage_sum``)
-PIPE = True
-#: int32 -> fp32 by the magic-number add instead of I2F (see ``_retire_plane``)
-MAGIC = True
+#: plane j + 1's wgmmas in flight while plane j is retired (see ``_stage_sum``). Off: measured
+#: within +-5% either way and it costs 48 registers at NB = 64 (H200 sweep, session 14 call b)
+PIPE = False
+#: int32 -> fp32 by the magic-number add instead of I2F (see ``_retire_plane``). Off: one more
+#: instruction an element, 0-15% slower in the same sweep
+MAGIC = False
 #: ring slots per M band (NB): the x tiles grow with NB, so fewer slots keep two CTAs an SM
 _STAGES = {8: 4, 16: 4, 32: 4, 64: 3}
+#: 64-byte chunks per stage (1 or 2; a stage's fixed cost -- barrier, TMA issue, waits -- is
+#: shared by its chunks); used when it divides the plane's chunks
+CHUNKS = 1
+#: ``maxnreg`` per NB (none: the compiler's choice)
+MAXNREG: dict = {}
 
 
 @functools.cache
-def _layouts(rows: int, nb: int):
-    """Shared layouts of the TMA boxes, built once per (CTA height, NB)."""
-    return (gl.NVMMASharedLayout.get_default_for([rows, 64], gl.uint8),
+def _layouts(rows: int, nb: int, ch: int = 1):
+    """Shared layouts of the TMA boxes, built once per (CTA height, NB, chunks a stage)."""
+    return (gl.NVMMASharedLayout.get_default_for([rows, 64 * ch], gl.uint8),
             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2),
             gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2),
             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))
@@ -309,12 +322,13 @@ def _layouts(rows: int, nb: int):
 
 def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: int, bits: int, block: int,
                  kcand: int, write_logits: bool, stages: int | None = None, pipe: bool | None = None,
-                 magic: bool | None = None):
+                 magic: bool | None = None, chunks: int | None = None, maxnreg: int | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz`. ``block`` tokens a program (64 or 128: 4 or 8 warps). Returns the six
     ``CoarseOut`` tensors (certified ones empty; logits only if ``write_logits``). ``stages`` /
-    ``pipe`` / ``magic`` override the defaults (``_STAGES``, ``PIPE``, ``MAGIC``) for tuning."""
+    ``pipe`` / ``magic`` / ``chunks`` / ``maxnreg`` override the defaults (``_STAGES``, ``PIPE``,
+    ``MAGIC``, ``CHUNKS``, ``MAXNREG``) for tuning."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -331,21 +345,28 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     if x.stride(1) != 1:
         x = x.contiguous()
     nb = max(8, triton.next_power_of_2(m))
-    ns = ell // _STAGE_BYTES
+    ch = CHUNKS if chunks is None else chunks
+    if ch not in (1, 2):
+        raise ValueError(f"coarse_wgmma chunks must be 1 or 2, got {chunks}")
+    if (ell // _STAGE_BYTES) % ch:
+        ch = 1
+    ns = ell // _STAGE_BYTES // ch
     w = block // 16
     nblk = -(-n // block)
     xq, xs, sx = x_int8_tiles(x, ell, p, nb)
     cand_key, cand_lb, cand_idx, block_lb, block_rest, logits = coarse_outputs(m, n, nblk, kcand, False,
                                                                                write_logits, x.device)
-    w_l, sz_l, x_l, xs_l = _layouts(block, nb)
-    w_desc = TensorDescriptor.from_tensor(packed, [block, 64], w_l)
+    w_l, sz_l, x_l, xs_l = _layouts(block, nb, ch)
+    w_desc = TensorDescriptor.from_tensor(packed, [block, 64 * ch], w_l)
     sz_desc = TensorDescriptor.from_tensor(sz, [block, 4], sz_l)
     x_desc = TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)
     xs_desc = TensorDescriptor.from_tensor(xs, [4, nb], xs_l)
     st = stages if stages is not None else _STAGES[nb]
+    cap = maxnreg if maxnreg is not None else MAXNREG.get(nb)
+    reg = {"maxnreg": cap} if cap else {}
     _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, cand_key, cand_idx,
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
-                                  num_warps=w)
+                                  CH=ch, num_warps=w, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
