@@ -300,6 +300,14 @@ H2_SPLIT_CONFIGS = [(1, 4, 1, 0, 8)]  # the split step at every group size
 
 
 @pytest.fixture
+def no_wgmma(monkeypatch):
+    """Fast mode without the int8-wgmma pass (tests of the mma.sync pass it would take over on sm_90)."""
+    from lowbit.ops import coarse_head as ch
+
+    monkeypatch.setattr(ch, "WGMMA_M_RANGE", {})
+
+
+@pytest.fixture
 def poison_int32(monkeypatch, poison_empty):
     """As ``poison_empty``, and int32 buffers (the packed x pairs) start as fp16 NaN pairs."""
     nan_empty = torch.empty
@@ -455,7 +463,7 @@ MMA_CASES = [(2, 64, 576, 1, BF16, 64), (2, 128, 1024, 8, FP32, 128), (4, 64, 57
 
 @pytest.mark.parametrize("tier", TRITON_TIERS)
 @pytest.mark.parametrize("bits,g,k,m,xdtype,block", MMA_CASES)
-def test_mma_coarse_matches_reference(tier, poison_int32, bits, g, k, m, xdtype, block):
+def test_mma_coarse_matches_reference(tier, poison_int32, no_wgmma, bits, g, k, m, xdtype, block):
     """coarse_head in fast mode on the tensor-core path against the reference: logits within x's
     fp16 rounding, candidates those of its own logits, outputs NaN-poisoned before the call."""
     n = 300
@@ -482,7 +490,7 @@ def test_mma_coarse_matches_reference(tier, poison_int32, bits, g, k, m, xdtype,
 
 @pytest.mark.parametrize("tier", TRITON_TIERS)
 @pytest.mark.parametrize("bits,k,m", [(2, 512, 1), (4, 160, 9), (8, 256, 2)])  # NS = 2 / 2 / 4 K steps
-def test_mma_coarse_prefetch_modes_agree(tier, poison_int32, monkeypatch, bits, k, m):
+def test_mma_coarse_prefetch_modes_agree(tier, poison_int32, no_wgmma, monkeypatch, bits, k, m):
     """The K-loop schedules of the tensor-core pass (PREFETCH 0: loads at the top of each step;
     1: one step ahead through a register buffer, the last prefetch masked off) run the same MMAs
     in the same order: identical outputs, whichever the table picks for these bits."""
@@ -505,7 +513,7 @@ def test_mma_coarse_prefetch_modes_agree(tier, poison_int32, monkeypatch, bits, 
 
 
 @pytest.mark.parametrize("tier", TRITON_TIERS)
-def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, monkeypatch):
+def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, no_wgmma, monkeypatch):
     """Rows of x at 1e4 / 1e-5 and an all-zero row (the per-row power of two keeps x' a normal
     fp16); M = 19 (a launch of 16 rows on two B column tiles, then one of 3) against the
     reference; the statistical bound never takes the tensor cores."""
@@ -546,7 +554,7 @@ def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, monkeypatch):
 
 
 @pytest.mark.parametrize("tier", TRITON_TIERS)
-def test_mma_fused_alpha_agrees(tier, poison_int32, monkeypatch):
+def test_mma_fused_alpha_agrees(tier, poison_int32, no_wgmma, monkeypatch):
     """``FUSED_ALPHA`` (the x-fragment kernel finds each row's power of two itself) gives the same
     alpha, so bit-identical outputs, as the separate alpha launch; fast and certified keys."""
     from lowbit.ops.coarse_head import triton_mma

@@ -247,8 +247,14 @@ MMA_MAX_M_CERTIFIED = 8
 
 #: Fast mode on an INTx copy, per bits: the rows of x (inclusive range) that take the int8-wgmma
 #: pass (``gluon_wgmma.py``: x rounded to int8 per row, codes multiplied exactly, M <= 64 in one
-#: launch) on an sm_90 GPU. Empty: never.
-WGMMA_M_RANGE: dict = {2: (1, 64), 4: (1, 64)}
+#: launch) on an sm_90 GPU. Empty: never. H200, 124160 x 5120 g64, fast argmax under graph replay
+#: against the dispatch before it (scripts/bench_coarse_wgmma.py,
+#: docs/measurements/2026-12-02_session14_e_wgmma.log): INT2 / INT4 at M = 8 111.5 / 143.4 µs vs
+#: 123.5 / 152.4, M = 16 132.7 / 156.8 vs 199.0 / 202.9, M = 32 171.6 / 195.3 vs 314.5 / 333.2,
+#: M = 64 330.5 / 372.3 vs 504.8 / 625.1; slower at M = 1 (110.2 / 141.5 vs 97.5 / 123.3) and M = 4
+#: (111.9 / 141.9 vs 107.5 / 133.9), where the mma.sync pass's 4-row tile still serves. M = 5..7
+#: run the mma pass's 8-row tile (the M = 8 cost), so the pass takes them.
+WGMMA_M_RANGE: dict = {2: (5, 64), 4: (5, 64)}
 
 
 def _use_wgmma(packing: CoarsePacking, x: torch.Tensor, bound: int, block: int, compiling: bool) -> bool:
