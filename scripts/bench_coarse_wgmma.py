@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from head_bench import RecordLog, random_head  # noqa: E402
 
 
-def _paths(ch):
+def _paths():
     """(name, WGMMA_M_RANGE) of the two dispatches compared: the int8-wgmma pass at every M, and
     none (the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import WGMMA_BITS
@@ -54,7 +54,7 @@ def main() -> int:
     log = RecordLog()
     bw = copy_bandwidth_gbps()
     log({"copy_gbps": round(bw, 1)})
-    paths = _paths(ch)
+    paths = _paths()
     default = dict(ch.WGMMA_M_RANGE)
     if args.no_previous:
         paths = paths[:1]

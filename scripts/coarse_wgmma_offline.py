@@ -16,7 +16,7 @@ os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import cuobjdump, resource_usage, sass_lines  # noqa: E402
+from sm90_offline import compile_gluon_sm90, cuobjdump, resource_usage, sass_lines  # noqa: E402
 
 
 def k_loop(lines):
@@ -50,10 +50,6 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg)
 
 def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, n=124160, k=5120):
     import torch
-    import triton
-    from triton._C.libtriton import native_specialize_impl
-    from triton.backends.compiler import BaseBackend, GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from lowbit.ops.coarse_head import gluon_wgmma as g
@@ -74,23 +70,11 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, n=124
                 sx_ptr=torch.empty(nb), ck_ptr=torch.empty(nb, nblk * kcand),
                 ci_ptr=torch.empty(nb, nblk * kcand, dtype=torch.int64), lg_ptr=torch.empty(1),
                 M=nb, N=n, NBLK=nblk, NS=ns // ch)
-    fn = g._coarse_wgmma_kernel
-    no_spec = {"M", "N", "NBLK", "NS"}
-    signature, attrs = {}, {}
-    for i, (name, v) in enumerate(args.items()):
-        ty, key = native_specialize_impl(BaseBackend, v, False, name not in no_spec, True)
-        signature[name] = ty
-        if key == "D":
-            attrs[(i, )] = [["tt.divisibility", 16]]
     w = block // 16
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
                       MAGIC=magic, CH=ch)
-    for name in constexprs:
-        signature[name] = "constexpr"
-    signature = {q: signature[q] for q in fn.arg_names}
-    src = GluonASTSource(fn, signature, constexprs, attrs)
-    opts = {"num_warps": w, **({"maxnreg": maxnreg} if maxnreg else {})}
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w,
+                              **({"maxnreg": maxnreg} if maxnreg else {}))
 
 
 def main() -> int:

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gluon_fp8_offline import ptxas_notes  # noqa: E402
-from sm90_offline import cuobjdump, resource_usage, sass_lines  # noqa: E402
+from sm90_offline import compile_gluon_sm90, cuobjdump, resource_usage, sass_lines  # noqa: E402
 
 CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, PIPE, a_s e8m0)
     (16, 24576, 1536, 2, 2, 4, False, False),
@@ -34,10 +34,7 @@ CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, PIPE, a_s e8m0)
 def compile_sm90(m, n, k, stages, split, w, pipe, e8m0):
     import torch
     import triton
-    from triton._C.libtriton import native_specialize_impl
-    from triton.backends.compiler import BaseBackend, GPUTarget
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon._runtime import GluonASTSource
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as g
@@ -54,23 +51,11 @@ def compile_sm90(m, n, k, stages, split, w, pipe, e8m0):
     args = dict(w_desc=TensorDescriptor.from_tensor(b, [16 * w, 128], w_l),
                 s_desc=TensorDescriptor.from_tensor(b_s, [16 * w, 16], s_l), a_ptr=a, as_ptr=a_s, c_ptr=c, ws_ptr=ws,
                 cnt_ptr=cnt, M=m, N=n, n_stages=k // 512)
-    fn = g._fp4_wgmma_gemv_kernel
-    no_spec = {"M", "n_stages"}
-    signature, attrs = {}, {}
-    for i, (name, v) in enumerate(args.items()):
-        ty, key = native_specialize_impl(BaseBackend, v, False, name not in no_spec, True)
-        signature[name] = ty
-        if key == "D":
-            attrs[(i, )] = [["tt.divisibility", 16]]
     n_st = k // 512
     per = triton.next_power_of_2(-(-n_st // split))
     constexprs = dict(K=k, NB=8 if m <= 8 else 16, PER_SPLIT=per, STAGES=stages, SPLIT=-(-n_st // per), AS_E8M0=e8m0,
                       PIPE=pipe, W=w, SPIN=split > 1)
-    for name in constexprs:
-        signature[name] = "constexpr"
-    signature = {p: signature[p] for p in fn.arg_names}
-    src = GluonASTSource(fn, signature, constexprs, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": w})
+    return compile_gluon_sm90(g._fp4_wgmma_gemv_kernel, args, constexprs, {"M", "n_stages"}, num_warps=w)
 
 
 def loop_ops(sass: str) -> list[str]:

@@ -31,6 +31,29 @@ def compile_sm90(fn, signature: dict, constexprs: dict, divisible=(), num_warps:
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
+def compile_gluon_sm90(fn, args: dict, constexprs: dict, no_specialize=(), num_warps: int = 4, **options):
+    """``triton.compile`` of the @gluon.jit ``fn`` for sm_90, its signature derived from example
+    arguments the way a launch would (``args``: name -> tensor / TensorDescriptor / int, in any
+    order; ``no_specialize``: the names the kernel declares ``do_not_specialize``)."""
+    os.environ.pop("TRITON_INTERPRET", None)
+    import triton
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend, GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    signature, attrs = {}, {}
+    for name, v in args.items():
+        ty, key = native_specialize_impl(BaseBackend, v, False, name not in no_specialize, True)
+        signature[name] = ty
+        if key == "D":
+            attrs[(fn.arg_names.index(name),)] = [["tt.divisibility", 16]]
+    for name in constexprs:
+        signature[name] = "constexpr"
+    signature = {p: signature[p] for p in fn.arg_names}
+    src = GluonASTSource(fn, signature, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, **options})
+
+
 def cuobjdump(kernel, *args: str) -> str:
     """Output of Triton's bundled ``cuobjdump ARGS`` on the kernel's cubin ("" if it is missing)."""
     import triton

@@ -46,6 +46,8 @@ try:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    from lowbit.ops._gluon_wgmma import acc_layout, four, row_words_layout, warp_rows
+
     _GLUON_IMPORT_ERROR = None
 except Exception as e:  # noqa: BLE001 - any failure means "no Gluon path"
     _GLUON_IMPORT_ERROR = e
@@ -84,36 +86,13 @@ if _GLUON_IMPORT_ERROR is None:
     _MAGIC_F = gl.constexpr(12582912.0)
 
     @gluon.constexpr_function
-    def _acc_layout(NB, W):
-        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, NB, 32])
-
-    @gluon.constexpr_function
-    def _warp_rows(W):
-        return [[16 << i, 0] for i in range(W.bit_length() - 1)]
-
-    @gluon.constexpr_function
     def _codes_layout(W):
         """uint8 [16 W, 32] (token, byte of a 32-byte half): lane (g, t) of warp w holds bytes
         4t..4t+3 and 16+4t..16+4t+3 of rows 16w + g and 16w + g + 8 -- the register A operand of
         ``wgmma.m64nNk32`` for 8-bit types."""
         return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0], [0, 16]],
                                           lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
-                                          warp_bases=_warp_rows(W), block_bases=[], shape=[16 * W, 32])
-
-    @gluon.constexpr_function
-    def _sz_layout(W):
-        """int32 [16 W, 4] (token, plane): every lane of row g holds the 4 words of rows g and g + 8."""
-        return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0]],
-                                          lane_bases=[[0, 0], [0, 0], [1, 0], [2, 0], [4, 0]],
-                                          warp_bases=_warp_rows(W), block_bases=[], shape=[16 * W, 4])
-
-    @gluon.jit
-    def _four(v):
-        """[R, 4] -> its 4 columns ([R] each), in order."""
-        a, b = gl.split(gl.reshape(v, [v.shape[0], 2, 2]))  # a: columns 0, 2; b: 1, 3
-        c0, c2 = gl.split(a)
-        c1, c3 = gl.split(b)
-        return c0, c1, c2, c3
+                                          warp_bases=warp_rows(W), block_bases=[], shape=[16 * W, 32])
 
     # plane j's codes of a word of packed bytes, as 4 int8 (one shift-and-mask)
     _P0_2 = gl.constexpr("and.b32 $0, $1, 0x03030303;")
@@ -197,7 +176,7 @@ if _GLUON_IMPORT_ERROR is None:
         """acc += the CH chunks x P planes of the stage in ``slot``. PIPE: plane j + 1's wgmmas are
         started before plane j is retired (its integer / fp32 epilogue overlaps them)."""
         R: gl.constexpr = 16 * W
-        mma: gl.constexpr = _acc_layout(NB, W)
+        mma: gl.constexpr = acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         row_l: gl.constexpr = gl.SliceLayout(1, mma)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
@@ -207,7 +186,7 @@ if _GLUON_IMPORT_ERROR is None:
             u = slot * CH + ch  # the chunk's index in the per-chunk buffers
             q0 = wb.slice(64 * ch, 32, dim=1).load(_codes_layout(W))
             q1 = wb.slice(64 * ch + 32, 32, dim=1).load(_codes_layout(W))
-            words = _four(sz_bufs.index(u).load(_sz_layout(W)))
+            words = four(sz_bufs.index(u).load(row_words_layout(W)))
             if PIPE:
                 d = _issue_plane(q0, q1, xt_bufs, u, 0, izero, a_l, P, BITS)
                 for j in gl.static_range(1, P):
@@ -233,7 +212,7 @@ if _GLUON_IMPORT_ERROR is None:
         block's KCAND candidates of every row m < M (``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND])
         and, if WRITE_LOGITS, its coarse logits into ``lg`` fp32 [M, N]."""
         R: gl.constexpr = 16 * W
-        mma: gl.constexpr = _acc_layout(NB, W)
+        mma: gl.constexpr = acc_layout(NB, W)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
         xt_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
 

@@ -32,7 +32,7 @@ def x_int8_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(xq int8 [M, K], sx fp32 [M]): the definition the kernel follows (fp32 arithmetic)."""
     xf = x.float()
     amax = xf.abs().amax(dim=1)
-    inv = torch.where(amax > 0, torch.tensor(127.0, device=x.device) / torch.where(amax > 0, amax, 1.0), 0.0)
+    inv = torch.where(amax > 0, 127.0 / torch.where(amax > 0, amax, 1.0), 0.0)
     q = torch.round(xf * inv[:, None]).clamp_(-127, 127).to(torch.int8)
     return q, amax / 127.0
 

@@ -60,6 +60,7 @@ try:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    from lowbit.ops._gluon_wgmma import acc_layout, four, row_words_layout, warp_rows
     from lowbit.ops.fp8_gemm.gluon import _e8m0_decode
 
     _GLUON_IMPORT_ERROR = None
@@ -88,41 +89,17 @@ if _GLUON_IMPORT_ERROR is None:
     _RESULT = gl.constexpr(_RESULT_SCALE)
 
     @gluon.constexpr_function
-    def _acc_layout(NB, W):
-        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, NB, 32])
-
-    @gluon.constexpr_function
-    def _warp_rows(W):
-        return [[16 << i, 0] for i in range(W.bit_length() - 1)]
-
-    @gluon.constexpr_function
     def _codes_layout(W):
         """uint8 [16 W, 16] (row, byte of a group): lane (g, t) of warp w holds bytes 4t..4t+3 of
         rows 16w + g and 16w + g + 8 -- the fragment words ``ldmatrix`` hands out."""
         return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0]],
                                           lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
-                                          warp_bases=_warp_rows(W), block_bases=[], shape=[16 * W, 16])
-
-    @gluon.constexpr_function
-    def _scale_layout(W):
-        """int32 [16 W, 4] (row, K block of the stage): every lane of row g holds the row's 4 scale
-        words (rows 16w + g and + 8), so block b's word is a register."""
-        return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0]],
-                                          lane_bases=[[0, 0], [0, 0], [1, 0], [2, 0], [4, 0]],
-                                          warp_bases=_warp_rows(W), block_bases=[], shape=[16 * W, 4])
+                                          warp_bases=warp_rows(W), block_bases=[], shape=[16 * W, 16])
 
     @gluon.constexpr_function
     def _x_layout(W):
         """int32 [NB, 16, 8] (activation row, group of a stage, word): one lane a group row."""
         return gl.BlockedLayout([1, 1, 8], [2, 16, 1], [W, 1, 1], [2, 1, 0])
-
-    @gluon.jit
-    def _four(v):
-        """[R, 4] -> its 4 columns ([R] each), in order."""
-        a, b = gl.split(gl.reshape(v, [v.shape[0], 2, 2]))  # a: columns 0, 2; b: 1, 3
-        c0, c2 = gl.split(a)
-        c1, c3 = gl.split(b)
-        return c0, c1, c2, c3
 
     @gluon.jit
     def _scale_of(v, SHIFT: gl.constexpr):
@@ -214,12 +191,12 @@ if _GLUON_IMPORT_ERROR is None:
         """acc += the 4 K blocks of the CTA's stage j (weights in ring slot ``slot``). PIPE: block
         b + 1's wgmmas are issued before block b's are retired (its FFMAs overlap them)."""
         R: gl.constexpr = 16 * W
-        mma: gl.constexpr = _acc_layout(NB, W)
+        mma: gl.constexpr = acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         row_l: gl.constexpr = gl.SliceLayout(1, mma)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
         sw = s_bufs.index(slot)._reinterpret(gl.int32, [R, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-        v_blocks = _four(sw.load(_scale_layout(W)))
+        v_blocks = four(sw.load(row_words_layout(W)))
         zero = gl.zeros([R, NB], gl.float32, mma)
         if PIPE:
             d = _issue_block(w_bufs, x_bufs, slot, j, 0, zero, a_l, R, W)
@@ -256,7 +233,7 @@ if _GLUON_IMPORT_ERROR is None:
         when PER_SPLIT <= STAGES: every load is issued before the first wait)."""
         R: gl.constexpr = 16 * W
         KB: gl.constexpr = K // 128
-        mma: gl.constexpr = _acc_layout(NB, W)
+        mma: gl.constexpr = acc_layout(NB, W)
         row_l: gl.constexpr = gl.SliceLayout(1, mma)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
         x_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=3)

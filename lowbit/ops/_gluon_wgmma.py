@@ -1,0 +1,42 @@
+"""Gluon pieces shared by the register-A wgmma kernels (``fp4_gemm/gluon_wgmma_gemv.py``,
+``coarse_head/gluon_wgmma.py``): the accumulator layout, the per-warp row bases, the layout that
+hands every lane of a row its CTA's 4 per-row words, and the split of such a [R, 4] tensor.
+
+Importing this module raises when Gluon is missing; the kernels import it inside their own
+``try`` (``_GLUON_IMPORT_ERROR``)."""
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+__all__ = ["acc_layout", "four", "row_words_layout", "warp_rows"]
+
+
+@gluon.constexpr_function
+def acc_layout(NB, W):
+    """The wgmma accumulator [16 W, NB] of W warps (8-bit operands: instruction K = 32)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1], instr_shape=[16, NB, 32])
+
+
+@gluon.constexpr_function
+def warp_rows(W):
+    """Warp bases of a [16 W, ...] linear layout: warp w owns rows 16 w .. 16 w + 15."""
+    return [[16 << i, 0] for i in range(W.bit_length() - 1)]
+
+
+@gluon.constexpr_function
+def row_words_layout(W):
+    """int32 [16 W, 4] (row, word): every lane of row g holds the 4 words of rows g and g + 8, so
+    each column is a register in the accumulator's row layout."""
+    return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0]],
+                                      lane_bases=[[0, 0], [0, 0], [1, 0], [2, 0], [4, 0]],
+                                      warp_bases=warp_rows(W), block_bases=[], shape=[16 * W, 4])
+
+
+@gluon.jit
+def four(v):
+    """[R, 4] -> its 4 columns ([R] each), in order."""
+    a, b = gl.split(gl.reshape(v, [v.shape[0], 2, 2]))  # a: columns 0, 2; b: 1, 3
+    c0, c2 = gl.split(a)
+    c1, c3 = gl.split(b)
+    return c0, c1, c2, c3
