@@ -9,6 +9,7 @@ checked in CI. GPU tier: the Gluon kernel itself (Gluon does not run under the i
 ``DraftHead``, CUDA-graph replay and ``torch.compile``."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -37,6 +38,20 @@ def test_x_int8_reference_rounds_to_the_row_scale():
     assert torch.allclose(sx, x.abs().amax(1) / 127)
     # |x - q sx| <= sx / 2 everywhere
     assert ((x - q.float() * sx[:, None]).abs() <= sx[:, None] / 2 + 1e-6).all()
+
+
+def test_x_int8_reference_is_the_ieee_fp32_definition():
+    """q = rint(x * fl(127 / amax)) with a true fp32 division (numpy's), not torch's
+    ``127.0 / t`` (a reciprocal times 127, an ulp off on a quarter of the rows): the GPU kernel
+    divides exactly, and one ulp moves ties of x * inv to the other integer."""
+    x = _x(4096, 256, seed=5, dtype=torch.bfloat16).float()  # bf16 values: ties of x * inv are common
+    q, sx = x_int8_reference(x)
+    xn = x.numpy()
+    amax = np.abs(xn).max(axis=1)
+    inv = np.float32(127.0) / amax
+    want = np.clip(np.rint(xn * inv[:, None]), -127, 127).astype(np.int8)
+    assert np.array_equal(q.numpy(), want)
+    assert np.array_equal(sx.numpy(), amax / np.float32(127.0))
 
 
 @pytest.mark.parametrize("bits,k,m,dtype", [(2, 640, 3, torch.float32), (4, 576, 9, torch.bfloat16),

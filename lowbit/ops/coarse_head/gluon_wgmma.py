@@ -286,8 +286,10 @@ _STAGES = {8: 4, 16: 4, 32: 4, 64: 3}
 #: 64-byte chunks per stage (1 or 2; a stage's fixed cost -- barrier, TMA issue, waits -- is
 #: shared by its chunks); used when it divides the plane's chunks
 CHUNKS = 1
-#: ``maxnreg`` per NB (none: the compiler's choice)
-MAXNREG: dict = {}
+#: ``maxnreg`` per NB (none: the compiler's choice). NB = 64 at 128 registers holds two 8-warp
+#: CTAs an SM instead of one: INT2 M = 64 313 -> 254 us, INT4 356 -> 277 (124160 x 5120, block
+#: 128, session 15 call a); at NB = 32 the cap was 2-7% slower
+MAXNREG: dict = {64: 128}
 
 
 @functools.cache

@@ -32,7 +32,8 @@ def x_int8_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(xq int8 [M, K], sx fp32 [M]): the definition the kernel follows (fp32 arithmetic)."""
     xf = x.float()
     amax = xf.abs().amax(dim=1)
-    inv = torch.where(amax > 0, 127.0 / torch.where(amax > 0, amax, 1.0), 0.0)
+    # a tensor numerator: ``127.0 / t`` is ``t.reciprocal() * 127`` in torch, not a true division
+    inv = torch.where(amax > 0, torch.full_like(amax, 127.0) / torch.where(amax > 0, amax, 1.0), 0.0)
     q = torch.round(xf * inv[:, None]).clamp_(-127, 127).to(torch.int8)
     return q, amax / 127.0
 
