@@ -1,0 +1,78 @@
+"""Compile the Gluon FP8 decode GEMV (``lowbit/ops/fp8_gemm/gluon_wgmma_gemv.py``) for sm_90 without a
+GPU and report per config: registers / spills / shared memory, ptxas's wgmma notes and the SASS
+opcode counts of the K loop.
+
+Run from the repository root: ``python scripts/fp8_wgmma_gemv_offline.py [--dump DIR]``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+
+os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from fp4_wgmma_gemv_offline import loop_ops  # noqa: E402
+from gluon_fp8_offline import ptxas_notes  # noqa: E402
+from sm90_offline import compile_gluon_sm90, cuobjdump, resource_usage  # noqa: E402
+
+CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, a_s e8m0, b_s e8m0)
+    (64, 7168, 16384, 4, 4, 8, False, False),
+    (64, 7168, 16384, 4, 2, 4, False, False),
+    (16, 7168, 16384, 4, 4, 8, False, False),
+    (1, 2112, 7168, 3, 4, 4, True, True),
+    (33, 24576, 1536, 4, 1, 8, False, False),
+)
+
+
+def compile_sm90(m, n, k, stages, split, w, as_e8m0, bs_e8m0):
+    import torch
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from lowbit.ops.fp8_gemm import gluon_wgmma_gemv as g
+
+    kb = k // 128
+    nb = g._nb(m)
+    a = torch.empty((m, k), dtype=torch.float8_e4m3fn)
+    b = torch.empty((n, k), dtype=torch.float8_e4m3fn)
+    a_s = torch.empty((m, kb), dtype=torch.uint8 if as_e8m0 else torch.float32)
+    b_s = torch.empty((-(-n // 128), kb), dtype=torch.uint8 if bs_e8m0 else torch.float32)
+    c = torch.empty((m, n), dtype=torch.bfloat16)
+    ws = torch.empty((split, nb, n), dtype=torch.float32)
+    cnt = torch.empty(1024, dtype=torch.int32)
+    w_l = gl.NVMMASharedLayout.get_default_for([16 * w, 128], gl.float8e4nv)
+    x_l = gl.NVMMASharedLayout.get_default_for([nb, 128], gl.float8e4nv)
+    per = -(-kb // split)
+    args = dict(w_desc=TensorDescriptor.from_tensor(b, [16 * w, 128], w_l),
+                x_desc=TensorDescriptor.from_tensor(a, [nb, 128], x_l), as_ptr=a_s, bs_ptr=b_s, c_ptr=c, ws_ptr=ws,
+                cnt_ptr=cnt, M=m, N=n, KB=kb)
+    constexprs = dict(NB=nb, PER_SPLIT=per, PER_ALLOC=1 << (per - 1).bit_length(), STAGES=min(stages, per),
+                      SPLIT=-(-kb // per), AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w)
+    return compile_gluon_sm90(g._fp8_wgmma_gemv_kernel, args, constexprs, {"M", "KB"}, num_warps=w)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dump", default=None)
+    args = ap.parse_args()
+    for cfg in CONFIGS:
+        kern = compile_sm90(*cfg)
+        sass = cuobjdump(kern, "-sass")
+        ops = loop_ops(sass)
+        cnt = Counter(o.split(".")[0] for o in ops)
+        print(f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]} W {cfg[5]}: {resource_usage(kern)}, "
+              f"smem {kern.metadata.shared} B; K loop {len(ops)} instr; ptxas: {ptxas_notes(kern) or 'no wgmma notes'}")
+        print("   ", ", ".join(f"{k} {v}" for k, v in cnt.most_common(16)))
+        if args.dump:
+            os.makedirs(args.dump, exist_ok=True)
+            open(os.path.join(args.dump, f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_s{cfg[4]}_w{cfg[5]}.sass"), "w").write(sass)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
