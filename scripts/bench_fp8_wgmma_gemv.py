@@ -5,8 +5,9 @@ timed as a layer stack (``lowbit.bench.gemm.stack_us``) and as single calls (``c
 
     python3 scripts/bench_fp8_wgmma_gemv.py [--ms 1,16,64] [--layers 8] [--configs s4x4w8,...] [--json F]
 
-Config spec ``sSxPwW``: a ring of S slots, P K blocks (128 wide) a CTA (SPLIT = ceil(K/128 / P)),
-W warps. Each output is checked against ``fp8_gemm`` (relative error) before timing. The byte
+Config spec ``sSxPwW[p][rR]``: a ring of S slots, P K blocks (128 wide) a CTA (SPLIT = ceil(K/128 /
+P)), W warps, ``p`` the pipelined schedule, ``rR`` maxnreg R. Each output is checked against
+``fp8_gemm`` (relative error) before timing. The byte
 floor is ``gemm_bytes`` / measured copy bandwidth.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--ms", default="1,16,64")
-    ap.add_argument("--configs", default="", help="sSxPwW,... besides the default rule")
+    ap.add_argument("--configs", default="", help="sSxPwW[p][rR],... besides the default rule")
     ap.add_argument("--shapes", default=None, help="N:K,N:K,... (default: the benchmark's five)")
     ap.add_argument("--no-single", action="store_true", help="stack timer only")
     ap.add_argument("--json", default=None)
@@ -51,11 +52,11 @@ def main() -> int:
                 del w
                 layers.append((a, wq, t_fn, r_fn))
             auto = g.pick_fp8_wgmma_gemv_config(n, k, m, torch.cuda.get_device_properties(0).multi_processor_count)
-            cfgs = [None]
+            cfgs = [(None, None, None)]
             for spec in filter(None, args.configs.split(",")):
-                s_, p_, w_ = re.fullmatch(r"s(\d+)x(\d+)w(\d+)", spec).groups()
-                cfg = (int(s_), -(-(k // 128) // int(p_)), int(w_))
-                if cfg not in cfgs and cfg != tuple(auto):
+                s_, p_, w_, pipe, reg = re.fullmatch(r"s(\d+)x(\d+)w(\d+)(p)?(?:r(\d+))?", spec).groups()
+                cfg = ((int(s_), -(-(k // 128) // int(p_)), int(w_)), bool(pipe), int(reg) if reg else None)
+                if cfg not in cfgs:
                     cfgs.append(cfg)
             rec = {"M": m, "N": n, "K": k, "floor_us": round(gemm_bytes(m, n, k, False) / (bw * 1e3), 2),
                    "auto": list(auto)}
@@ -63,11 +64,13 @@ def main() -> int:
                    "rowwise": [r for *_, r in layers], "tensor": [t for _, _, t, _ in layers]}
             a0, wq0 = layers[0][0], layers[0][1]
             ref = tr.fp8_gemm(a0.data, a0.scale, wq0.data, wq0.scale).float()
-            for cfg in cfgs:
-                name = "gemv_auto" if cfg is None else f"gemv_s{cfg[0]}_split{cfg[1]}_w{cfg[2]}"
-                got = g.fp8_wgmma_gemv(a0.data, a0.scale, wq0.data, wq0.scale, config=cfg).float()
+            for cfg, pipe, reg in cfgs:
+                name = ("gemv_auto" if cfg is None else f"gemv_s{cfg[0]}_split{cfg[1]}_w{cfg[2]}"
+                        + ("_pipe" if pipe else "") + (f"_r{reg}" if reg else ""))
+                kw = dict(config=cfg, pipe=pipe if cfg is not None else None, maxnreg=reg)
+                got = g.fp8_wgmma_gemv(a0.data, a0.scale, wq0.data, wq0.scale, **kw).float()
                 rec[name + "_err"] = float(((got - ref).norm() / ref.norm()).item())
-                fns[name] = [lambda a=a, wq=wq, cfg=cfg: g.fp8_wgmma_gemv(a.data, a.scale, wq.data, wq.scale, config=cfg)
+                fns[name] = [lambda a=a, wq=wq, kw=kw: g.fp8_wgmma_gemv(a.data, a.scale, wq.data, wq.scale, **kw)
                              for a, wq, _, _ in layers]
             for name, fl in fns.items():
                 rec[name + "_stack_us"] = round(stack_us(fl), 2)

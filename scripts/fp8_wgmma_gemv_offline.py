@@ -20,16 +20,17 @@ from fp4_wgmma_gemv_offline import loop_ops  # noqa: E402
 from gluon_fp8_offline import ptxas_notes  # noqa: E402
 from sm90_offline import compile_gluon_sm90, cuobjdump, resource_usage  # noqa: E402
 
-CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, a_s e8m0, b_s e8m0)
-    (64, 7168, 16384, 4, 4, 8, False, False),
-    (64, 7168, 16384, 4, 2, 4, False, False),
-    (16, 7168, 16384, 4, 4, 8, False, False),
-    (1, 2112, 7168, 3, 4, 4, True, True),
-    (33, 24576, 1536, 4, 1, 8, False, False),
+CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, a_s e8m0, b_s e8m0, PIPE)
+    (64, 7168, 16384, 4, 4, 8, False, False, False),
+    (64, 7168, 16384, 4, 4, 8, False, False, True),
+    (64, 7168, 16384, 4, 2, 4, False, False, True),
+    (16, 7168, 16384, 4, 4, 8, False, False, True),
+    (1, 2112, 7168, 3, 4, 4, True, True, True),
+    (33, 24576, 1536, 4, 1, 8, False, False, True),
 )
 
 
-def compile_sm90(m, n, k, stages, split, w, as_e8m0, bs_e8m0):
+def compile_sm90(m, n, k, stages, split, w, as_e8m0, bs_e8m0, pipe):
     import torch
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -52,7 +53,7 @@ def compile_sm90(m, n, k, stages, split, w, as_e8m0, bs_e8m0):
                 x_desc=TensorDescriptor.from_tensor(a, [nb, 128], x_l), as_ptr=a_s, bs_ptr=b_s, c_ptr=c, ws_ptr=ws,
                 cnt_ptr=cnt, M=m, N=n, KB=kb)
     constexprs = dict(NB=nb, PER_SPLIT=per, PER_ALLOC=1 << (per - 1).bit_length(), STAGES=min(stages, per),
-                      SPLIT=-(-kb // per), AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w)
+                      SPLIT=-(-kb // per), AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w, PIPE=pipe)
     return compile_gluon_sm90(g._fp8_wgmma_gemv_kernel, args, constexprs, {"M", "KB"}, num_warps=w)
 
 
@@ -65,12 +66,12 @@ def main() -> int:
         sass = cuobjdump(kern, "-sass")
         ops = loop_ops(sass)
         cnt = Counter(o.split(".")[0] for o in ops)
-        print(f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]} W {cfg[5]}: {resource_usage(kern)}, "
+        print(f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]} W {cfg[5]} pipe {cfg[8]}: {resource_usage(kern)}, "
               f"smem {kern.metadata.shared} B; K loop {len(ops)} instr; ptxas: {ptxas_notes(kern) or 'no wgmma notes'}")
         print("   ", ", ".join(f"{k} {v}" for k, v in cnt.most_common(16)))
         if args.dump:
             os.makedirs(args.dump, exist_ok=True)
-            open(os.path.join(args.dump, f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_s{cfg[4]}_w{cfg[5]}.sass"), "w").write(sass)
+            open(os.path.join(args.dump, f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_s{cfg[4]}_w{cfg[5]}_p{int(cfg[8])}.sass"), "w").write(sass)
     return 0
 
 

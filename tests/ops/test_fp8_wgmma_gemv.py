@@ -35,10 +35,11 @@ def _want(a, b):
     return a.dequantize(torch.float64) @ b.dequantize(torch.float64).T
 
 
-def _run(g, a, b, config, nan_ok=False):
+def _run(g, a, b, config, nan_ok=False, pipe=None):
     m, n = a.data.shape[0], b.data.shape[0]
     out = poisoned((m, n), torch.bfloat16, "cuda")
-    c = g.fp8_wgmma_gemv(a.data.cuda(), a.scale.cuda(), b.data.cuda(), b.scale.cuda(), config=config, out=out)
+    c = g.fp8_wgmma_gemv(a.data.cuda(), a.scale.cuda(), b.data.cuda(), b.scale.cuda(), config=config, out=out,
+                         pipe=pipe)
     assert c is out and (nan_ok or not torch.isnan(c).any())
     return c
 
@@ -46,17 +47,20 @@ def _run(g, a, b, config, nan_ok=False):
 # (m, n, k, (STAGES, SPLIT[, W])): every NB band (8, 16, 32, 64) and odd M inside them, N not a
 # multiple of the CTA's rows (64 / 128) nor of the 128-row scale block, fewer blocks than the ring
 # and more (TMA refills), splits with a short last split, the benchmark's K
-CASES = [(1, 64, 128, (2, 1)), (3, 100, 1536, (4, 1)), (8, 200, 2048, (2, 3)), (9, 300, 1024, (4, 2, 8)),
+CASES = [(1, 64, 128, (2, 1)), (3, 100, 1536, (4, 1)), (5, 130, 640, (1, 1)), (6, 64, 1152, (3, 1)), (8, 200, 2048, (2, 3)), (9, 300, 1024, (4, 2, 8)),
          (16, 136, 1536, (3, 4, 8)), (17, 520, 4096, (4, 1)), (33, 2112, 7168, (4, 7, 8)), (64, 200, 2048, (2, 5)),
          (64, 1000, 16384, (4, 8, 8)), (50, 7168, 1536, (4, 1, 8))]
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("pipe", [False, True])
 @pytest.mark.parametrize("m,n,k,cfg", CASES)
-def test_cuda_fp8_wgmma_gemv_vs_fp64(m, n, k, cfg):
+def test_cuda_fp8_wgmma_gemv_vs_fp64(m, n, k, cfg, pipe):
+    """Both schedules (each wgmma waited for / the next one in flight during the FFMAs: odd and
+    even block counts, a one-slot ring widened to two)."""
     g = _kernel_or_skip()
     a, b = _operands(m, n, k)
-    assert rel_err(_run(g, a, b, cfg), _want(a, b)) < TOL
+    assert rel_err(_run(g, a, b, cfg, pipe=pipe), _want(a, b)) < TOL
 
 
 @pytest.mark.cuda

@@ -39,6 +39,7 @@ try:
         mbarrier,
         tma,
         warpgroup_mma,
+        warpgroup_mma_init,
         warpgroup_mma_wait,
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -85,18 +86,96 @@ if _GLUON_IMPORT_ERROR is None:
             sb = gl.load(bs_ptr + bs_row * KB + kb0 + j, mask=j < n_my, other=1.0)
         sc_smem.store(gl.where(ok, sa * sb, 0.0))
 
+    @gluon.jit
+    def _issue_mma(w_bufs, x_bufs, bars, j, tile, use_acc, STAGES: gl.constexpr):
+        """Wait for block j's tiles and start its wgmma into ``tile``'s registers (``use_acc``,
+        false at run time, discards their value); returns the in-flight token."""
+        slot = j % STAGES
+        mbarrier.wait(bars.index(slot), (j // STAGES) & 1)
+        return warpgroup_mma(w_bufs.index(slot), x_bufs.index(slot).permute((1, 0)), tile, use_acc=use_acc,
+                             is_async=True)
+
+    @gluon.jit
+    def _retire(acc, d, sc, NUM_OUTSTANDING: gl.constexpr):
+        """Wait until at most NUM_OUTSTANDING wgmmas are in flight (``d``, the older, is done);
+        returns (acc + d * sc[None, :], d). The second, no-op wait on acc pins the FFMAs before the
+        next wgmma issue that reuses d's registers (else LLVM copies d and ptxas serializes every
+        wgmma: see ``gluon.py``)."""
+        d = warpgroup_mma_wait(num_outstanding=NUM_OUTSTANDING, deps=(d, ))
+        acc = acc + d * gl.expand_dims(sc, 0)
+        acc = warpgroup_mma_wait(num_outstanding=NUM_OUTSTANDING, deps=(acc, ))
+        return acc, d
+
+    @gluon.jit
+    def _refill(w_desc, x_desc, w_bufs, x_bufs, bars, j, kb0, row0, n_my, STAGES: gl.constexpr,
+                PER_SPLIT: gl.constexpr, pred):
+        """Block j has retired in every warpgroup (the CTA barrier): load block j + STAGES into its
+        slot. Nothing to do when the CTA's blocks all fit the ring (every load was issued up front)."""
+        if PER_SPLIT > STAGES:
+            gl.thread_barrier()
+            _issue_block(w_desc, x_desc, w_bufs, x_bufs, bars, j + STAGES, kb0, row0, STAGES,
+                         pred & (j + STAGES < n_my))
+
+    @gluon.jit
+    def _pipelined_sum(w_desc, x_desc, w_bufs, x_bufs, bars, sc_rows, kb0, row0, n_my, never, R: gl.constexpr,
+                       NB: gl.constexpr, mma: gl.constexpr, STAGES: gl.constexpr, PER_SPLIT: gl.constexpr):
+        """sum_j d_j * sc[j] over the CTA's blocks with block j + 1's wgmma in flight during block
+        j's FFMAs: the prefill kernel's schedule (``gluon.py``, ``_tile_product``) -- two register
+        tiles in fixed registers, the loop unrolled by two, tile A entering as a zero "block -1"
+        with scale 0, each wgmma naming the tile it overwrites with a run-time-false use_acc."""
+        col_l: gl.constexpr = gl.SliceLayout(0, mma)
+        acc = gl.zeros([R, NB], gl.float32, mma)
+        d_a = warpgroup_mma_init(gl.zeros([R, NB], gl.float32, mma))
+        tile_b = gl.zeros([R, NB], gl.float32, mma)
+        sc_a = gl.zeros([NB], gl.float32, col_l)
+        for i in range(0, n_my // 2):
+            j = 2 * i  # tile B: block j; tile A: block j - 1 (retired here), then j + 1
+            d_b = _issue_mma(w_bufs, x_bufs, bars, j, tile_b, never, STAGES)
+            acc, tile_a = _retire(acc, d_a, sc_a, 1)
+            _refill(w_desc, x_desc, w_bufs, x_bufs, bars, j - 1, kb0, row0, n_my, STAGES, PER_SPLIT, j > 0)
+            d_a = _issue_mma(w_bufs, x_bufs, bars, j + 1, tile_a, never, STAGES)
+            acc, tile_b = _retire(acc, d_b, sc_rows.index(j).load(col_l), 1)
+            _refill(w_desc, x_desc, w_bufs, x_bufs, bars, j, kb0, row0, n_my, STAGES, PER_SPLIT, True)
+            sc_a = sc_rows.index(j + 1).load(col_l)
+        if n_my % 2 == 1:  # tile A holds block n_my - 2 (or the zero stand-in); one block is left
+            d_b = _issue_mma(w_bufs, x_bufs, bars, n_my - 1, tile_b, never, STAGES)
+            acc, tile_a = _retire(acc, d_a, sc_a, 1)
+            acc, tile_b = _retire(acc, d_b, sc_rows.index(n_my - 1).load(col_l), 0)
+        else:
+            acc, tile_a = _retire(acc, d_a, sc_a, 0)
+        return acc
+
+    @gluon.jit
+    def _plain_sum(w_desc, x_desc, w_bufs, x_bufs, bars, sc_rows, kb0, row0, n_my, R: gl.constexpr,
+                   NB: gl.constexpr, mma: gl.constexpr, STAGES: gl.constexpr, PER_SPLIT: gl.constexpr):
+        """sum_j d_j * sc[j] over the CTA's blocks, each block's wgmma waited for before its FFMAs
+        (fewer registers than the pipelined schedule: other CTAs of the SM fill the gaps)."""
+        col_l: gl.constexpr = gl.SliceLayout(0, mma)
+        acc = gl.zeros([R, NB], gl.float32, mma)
+        zero = gl.zeros([R, NB], gl.float32, mma)
+        for j in range(0, n_my):
+            slot = j % STAGES
+            mbarrier.wait(bars.index(slot), (j // STAGES) & 1)
+            d = warpgroup_mma(w_bufs.index(slot), x_bufs.index(slot).permute((1, 0)), zero, use_acc=False,
+                              is_async=True)
+            d = warpgroup_mma_wait(num_outstanding=0, deps=(d, ))
+            _refill(w_desc, x_desc, w_bufs, x_bufs, bars, j, kb0, row0, n_my, STAGES, PER_SPLIT, True)
+            acc = acc + d * gl.expand_dims(sc_rows.index(j).load(col_l), 0)
+        return acc
+
     @gluon.jit(do_not_specialize=["M", "KB"])
     def _fp8_wgmma_gemv_kernel(w_desc, x_desc, as_ptr, bs_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, KB,
                                NB: gl.constexpr, PER_SPLIT: gl.constexpr, PER_ALLOC: gl.constexpr,
                                STAGES: gl.constexpr, SPLIT: gl.constexpr, AS_E8M0: gl.constexpr,
-                               BS_E8M0: gl.constexpr, W: gl.constexpr):
+                               BS_E8M0: gl.constexpr, W: gl.constexpr, PIPE: gl.constexpr):
         """Program (row tile, split): weight rows R p .. R p + R - 1 (R = 16 W), K blocks [split *
         PER_SPLIT, min(+ PER_SPLIT, KB)). ``w_desc``: TMA descriptor of the weight e4m3 [N, K], box
         [R, 128]; ``x_desc``: of the activations e4m3 [M, K], box [NB, 128]; ``as_ptr``: [M, KB]
         fp32 (or UE8M0 bytes); ``bs_ptr``: [ceil(N / 128), KB] fp32 (or UE8M0 bytes); ``c_ptr``:
         bf16 [M, N]; ``ws_ptr``: fp32 [SPLIT, NB, N] partials and ``cnt_ptr``: int32 [N / R]
         arrival counters (zero between launches; SPLIT > 1 only). PER_ALLOC: PER_SPLIT rounded up to
-        a power of two (shared-memory shapes must be)."""
+        a power of two (shared-memory shapes must be). PIPE: block j + 1's wgmma in flight during
+        block j's FFMAs (``_pipelined_sum``), else each block's wgmma is waited for."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         row_l: gl.constexpr = gl.SliceLayout(1, mma)
@@ -123,20 +202,12 @@ if _GLUON_IMPORT_ERROR is None:
         _stage_scales(sc_smem, as_ptr, bs_ptr, M, KB, kb0, n_my, row0 // 128, PER_ALLOC, NB, W, AS_E8M0, BS_E8M0)
         gl.thread_barrier()  # the scales' stores before any warp reads them
 
-        acc = gl.zeros([R, NB], gl.float32, mma)
-        zero = gl.zeros([R, NB], gl.float32, mma)
-        for j in range(0, n_my):
-            slot = j % STAGES
-            mbarrier.wait(bars.index(slot), (j // STAGES) & 1)
-            d = warpgroup_mma(w_bufs.index(slot), x_bufs.index(slot).permute((1, 0)), zero, use_acc=False,
-                              is_async=True)
-            d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-            if PER_SPLIT > STAGES:
-                # every warp's wgmma has read the slot: refill it with block j + STAGES
-                gl.thread_barrier()
-                _issue_block(w_desc, x_desc, w_bufs, x_bufs, bars, j + STAGES, kb0, row0, STAGES,
-                             j + STAGES < n_my)
-            acc = acc + d * gl.expand_dims(sc_rows.index(j).load(col_l), 0)
+        if PIPE:
+            acc = _pipelined_sum(w_desc, x_desc, w_bufs, x_bufs, bars, sc_rows, kb0, row0, n_my, KB < 0, R, NB, mma,
+                                 STAGES, PER_SPLIT)
+        else:
+            acc = _plain_sum(w_desc, x_desc, w_bufs, x_bufs, bars, sc_rows, kb0, row0, n_my, R, NB, mma, STAGES,
+                             PER_SPLIT)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -159,6 +230,12 @@ if _GLUON_IMPORT_ERROR is None:
                                         cache_modifier=".cg")
                 gl.store(c_ptr + cols * N + rows, tot.to(gl.bfloat16), mask=ok)
                 gl.store(cnt_ptr + pid_n, 0)
+
+
+#: block j + 1's wgmma in flight during block j's FFMAs (``_pipelined_sum``)
+PIPE = False
+#: ``maxnreg`` per (NB, W) (none: the compiler's choice)
+MAXNREG: dict = {}
 
 
 def _nb(m: int) -> int:
@@ -222,12 +299,14 @@ def _box_layouts(rows: int, nb: int):
 
 
 def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
-                   config: tuple[int, ...] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                   config: tuple[int, ...] | None = None, out: torch.Tensor | None = None, pipe: bool | None = None,
+                   maxnreg: int | None = None) -> torch.Tensor:
     """a e4m3 [M, K] (1 <= M <= 64, K % 128 == 0, contiguous), a_s [M, K/128]; b e4m3 [N, K]
     (contiguous), b_s [ceil(N/128), K/128]; scales fp32 or float8_e8m0fnu. Returns bf16 [M, N]
     (``out`` if given).
     ``config`` = (STAGES, SPLIT[, W]) overrides :func:`pick_fp8_wgmma_gemv_config` (W: 4 or 8
-    warps, 16 W weight rows a CTA). Launches with SPLIT > 1 share a per-device counter buffer:
+    warps, 16 W weight rows a CTA); ``pipe`` / ``maxnreg`` override ``PIPE`` / ``MAXNREG`` (tuning).
+    Launches with SPLIT > 1 share a per-device counter buffer:
     do not run two of them concurrently on different streams."""
     if _GLUON_IMPORT_ERROR is not None:
         raise RuntimeError(f"fp8_wgmma_gemv needs triton.experimental.gluon: {_GLUON_IMPORT_ERROR}")
@@ -269,10 +348,14 @@ def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         cnt = c
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
     bs_e8m0 = b_s.dtype == torch.float8_e8m0fnu
+    pipe = PIPE if pipe is None else pipe
+    cap = MAXNREG.get((nb, w)) if maxnreg is None else maxnreg
+    # the pipelined schedule issues block j + 1 before block j's slot is refilled: it needs two slots
+    ring = min(max(stages, 2) if pipe else stages, per)
     _fp8_wgmma_gemv_kernel[(tiles, split)](
         w_desc, x_desc, a_s.view(torch.uint8) if as_e8m0 else a_s, b_s.view(torch.uint8) if bs_e8m0 else b_s, c,
-        ws, cnt, m, n, kb, NB=nb, PER_SPLIT=per, PER_ALLOC=triton.next_power_of_2(per), STAGES=min(stages, per),
-        SPLIT=split, AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w, num_warps=w)
+        ws, cnt, m, n, kb, NB=nb, PER_SPLIT=per, PER_ALLOC=triton.next_power_of_2(per), STAGES=ring,
+        SPLIT=split, AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w, PIPE=pipe, num_warps=w, **({"maxnreg": cap} if cap else {}))
     return c
 
 
