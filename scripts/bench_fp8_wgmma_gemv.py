@@ -29,6 +29,8 @@ def main() -> int:
     ap.add_argument("--ms", default="1,16,64")
     ap.add_argument("--configs", default="", help="sSxPwW[p][rR],... besides the default rule")
     ap.add_argument("--shapes", default=None, help="N:K,N:K,... (default: the benchmark's five)")
+    ap.add_argument("--triton", default="", help="Triton kernel configs too: BM:BN:W:S:swap:tma:split;... "
+                    "(GemmConfig fields; split 0 = the launcher's pick)")
     ap.add_argument("--no-single", action="store_true", help="stack timer only")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -71,6 +73,15 @@ def main() -> int:
                 got = g.fp8_wgmma_gemv(a0.data, a0.scale, wq0.data, wq0.scale, **kw).float()
                 rec[name + "_err"] = float(((got - ref).norm() / ref.norm()).item())
                 fns[name] = [lambda a=a, wq=wq, kw=kw: g.fp8_wgmma_gemv(a.data, a.scale, wq.data, wq.scale, **kw)
+                             for a, wq, _, _ in layers]
+            for spec in filter(None, args.triton.split(";")):
+                bm, bn, nw, st, swap, tma, sk = (int(v) for v in spec.split(":"))
+                tcfg = tr.GemmConfig(bm, bn, nw, st, bool(swap), 8, bool(tma))
+                kw = dict(config=tcfg, split_k=sk or None)
+                name = f"triton_{bm}x{bn}_w{nw}_s{st}" + ("_swap" if swap else "") + ("_tma" if tma else "") + f"_k{sk}"
+                got = tr.fp8_gemm(a0.data, a0.scale, wq0.data, wq0.scale, **kw).float()
+                rec[name + "_err"] = float(((got - ref).norm() / ref.norm()).item())
+                fns[name] = [lambda a=a, wq=wq, kw=kw: tr.fp8_gemm(a.data, a.scale, wq.data, wq.scale, **kw)
                              for a, wq, _, _ in layers]
             for name, fl in fns.items():
                 rec[name + "_stack_us"] = round(stack_us(fl), 2)

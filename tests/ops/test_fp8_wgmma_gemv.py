@@ -166,3 +166,37 @@ def test_fp8_wgmma_gemv_config_rule():
             per = -(-kb // split)
             assert 1 <= stages <= min(4, per) and (split - 1) * per < kb <= split * per
             assert w == (8 if -(-n // 128) >= 66 else 4)
+
+
+@pytest.mark.cuda
+def test_cuda_fp8_gemm_dispatches_to_wgmma_gemv(monkeypatch):
+    """fp8_gemm takes the wgmma GEMV at M in WGMMA_GEMV_M (not at M = 8 or 17, nor with an explicit
+    config); every route agrees with fp64; it captures in a CUDA graph."""
+    g = _kernel_or_skip()
+    from lowbit.ops import fp8_gemm
+    from lowbit.ops.fp8_gemm import triton as tr
+
+    calls = []
+    real = g.fp8_wgmma_gemv
+    monkeypatch.setattr(g, "fp8_wgmma_gemv", lambda *x, **kw: calls.append(x[0].shape[0]) or real(*x, **kw))
+    lo, hi = tr.WGMMA_GEMV_M
+    for m in sorted({lo - 1, lo, hi, hi + 1}):
+        a, b = _operands(m, 1000, 2048, seed=m)
+        c = fp8_gemm(a.data.cuda(), a.scale.cuda(), b.data.cuda(), b.scale.cuda())
+        assert rel_err(c, _want(a, b)) < TOL
+    assert calls == sorted({lo, hi})
+    a, b = _operands(hi, 1000, 2048)
+    args = [t.cuda() for t in (a.data, a.scale, b.data, b.scale)]
+    tr.fp8_gemm(*args, config=tr.pick_config(hi))
+    assert calls == sorted({lo, hi})
+    fp8_gemm(*args)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp8_gemm(*args)
+    a2, b2 = _operands(hi, 1000, 2048, seed=11)
+    for dst, src in zip(args, (a2.data, a2.scale, b2.data, b2.scale)):
+        dst.copy_(src)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(out, _want(a2, b2)) < TOL

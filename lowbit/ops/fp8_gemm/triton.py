@@ -27,6 +27,7 @@ import triton.language as tl
 
 from lowbit._backend import interpret_mode, sm_count
 from lowbit.ops.act_quant.triton import _load_scale
+from lowbit.ops.fp8_gemm import gluon_wgmma_gemv as _wgmma
 from lowbit.ops.fp8_gemm import triton_mma as _mma
 
 
@@ -361,6 +362,12 @@ def gluon_config(k: int) -> dict:
 #: Same-run sweep: docs/measurements/2026-12-01_mma_gemv_sweep.json, docs/gemm.md "fifth session".
 MMA_GEMV_MAX_M_FP8 = 8
 MMA_GEMV_MAX_M_FP4 = 16
+#: fp8_gemm at these M (inclusive) on sm_90 runs the TMA-fed Gluon wgmma GEMV (``gluon_wgmma_gemv.py``):
+#: at M = 16 it measured 1.00-1.14x the Triton kernel's layer-stack time on the five benchmark
+#: shapes (N7168 K2048 8.09 vs 9.24 us, N2112 K7168 9.74 vs 10.04, the rest within 1%); at M = 64
+#: it is 8-60% slower (docs/gemm.md, "fifteenth session"), at M = 1 within 2% of ``mma_gemv`` but
+#: on two shapes. ``(1, 0)`` turns it off.
+WGMMA_GEMV_M = (9, 16)
 
 
 def fp8_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None,
@@ -369,6 +376,9 @@ def fp8_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
 
     ``config`` (:class:`GemmConfig`) and ``split_k`` override the tables (for tuning; they always
     select the Triton kernels)."""
+    if (config is None and split_k is None and WGMMA_GEMV_M[0] <= a.shape[0] <= WGMMA_GEMV_M[1]
+            and _wgmma.fp8_wgmma_gemv_ok(a, b) and _wgmma.counters_ready(a.device)):
+        return _wgmma.fp8_wgmma_gemv(a, a_s, b, b_s)
     if config is None and split_k is None and a.shape[0] <= MMA_GEMV_MAX_M_FP8 and _mma.mma_gemv_ok(a, b, b_s):
         return _mma.mma_gemv(a, a_s, b, b_s, fp4=False)
     if config is None and split_k is None and _gluon_ok(a, b):
