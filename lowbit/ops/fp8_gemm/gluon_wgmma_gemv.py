@@ -300,12 +300,14 @@ def _box_layouts(rows: int, nb: int):
 
 def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
                    config: tuple[int, ...] | None = None, out: torch.Tensor | None = None, pipe: bool | None = None,
-                   maxnreg: int | None = None) -> torch.Tensor:
+                   maxnreg: int | None = None, nb: int | None = None) -> torch.Tensor:
     """a e4m3 [M, K] (1 <= M <= 64, K % 128 == 0, contiguous), a_s [M, K/128]; b e4m3 [N, K]
     (contiguous), b_s [ceil(N/128), K/128]; scales fp32 or float8_e8m0fnu. Returns bf16 [M, N]
     (``out`` if given).
     ``config`` = (STAGES, SPLIT[, W]) overrides :func:`pick_fp8_wgmma_gemv_config` (W: 4 or 8
-    warps, 16 W weight rows a CTA); ``pipe`` / ``maxnreg`` override ``PIPE`` / ``MAXNREG`` (tuning).
+    warps, 16 W weight rows a CTA); ``pipe`` / ``maxnreg`` override ``PIPE`` / ``MAXNREG`` and ``nb``
+    the activation box's rows (8, 16, 32 or 64, >= M; rows past M arrive as TMA zero fill) -- for
+    tuning and probes.
     Launches with SPLIT > 1 share a per-device counter buffer:
     do not run two of them concurrently on different streams."""
     if _GLUON_IMPORT_ERROR is not None:
@@ -329,7 +331,10 @@ def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
                          f"(4, 8), got {config}")
     per = -(-kb // split)
     split = -(-kb // per)  # no empty splits
-    nb = _nb(m)
+    if nb is None:
+        nb = _nb(m)
+    elif nb not in (8, 16, 32, 64) or nb < m:
+        raise ValueError(f"fp8_wgmma_gemv nb must be 8, 16, 32 or 64 and >= M = {m}, got {nb}")
     rows = 16 * w
     if out is not None and (out.shape != (m, n) or out.dtype != torch.bfloat16 or not out.is_contiguous()
                             or out.device != a.device):
