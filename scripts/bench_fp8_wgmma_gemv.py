@@ -31,6 +31,8 @@ def main() -> int:
     ap.add_argument("--shapes", default=None, help="N:K,N:K,... (default: the benchmark's five)")
     ap.add_argument("--triton", default="", help="Triton kernel configs too: BM:BN:W:S:swap:tma:split;... "
                     "(GemmConfig fields; split 0 = the launcher's pick)")
+    ap.add_argument("--prefill", default="", help="the prefill Gluon kernel (gluon.py) too: BN:STAGES:WS[:W];... "
+                    "(BLOCK_M = 16 W, W = 4 by default; WS 1 = warp-specialized; persistent)")
     ap.add_argument("--no-single", action="store_true", help="stack timer only")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -82,6 +84,16 @@ def main() -> int:
                 got = tr.fp8_gemm(a0.data, a0.scale, wq0.data, wq0.scale, **kw).float()
                 rec[name + "_err"] = float(((got - ref).norm() / ref.norm()).item())
                 fns[name] = [lambda a=a, wq=wq, kw=kw: tr.fp8_gemm(a.data, a.scale, wq.data, wq.scale, **kw)
+                             for a, wq, _, _ in layers]
+            for spec in filter(None, args.prefill.split(";")):
+                from lowbit.ops.fp8_gemm.gluon import fp8_gemm_gluon
+
+                bn, st, ws, nw = ([int(v) for v in spec.split(":")] + [4])[:4]
+                kw = dict(block_m=16 * nw, block_n=bn, stages=st, warp_specialize=bool(ws), num_warps=nw)
+                name = f"prefill_{16 * nw}x{bn}_s{st}" + ("_ws" if ws else "")
+                got = fp8_gemm_gluon(a0.data, a0.scale, wq0.data, wq0.scale, **kw).float()
+                rec[name + "_err"] = float(((got - ref).norm() / ref.norm()).item())
+                fns[name] = [lambda a=a, wq=wq, kw=kw: fp8_gemm_gluon(a.data, a.scale, wq.data, wq.scale, **kw)
                              for a, wq, _, _ in layers]
             for name, fl in fns.items():
                 rec[name + "_stack_us"] = round(stack_us(fl), 2)
