@@ -225,3 +225,44 @@ def test_gluon_never_on_cpu_or_interpreter():
 
     a = torch.zeros(tr.GLUON_MIN_M, 128, dtype=torch.float8_e4m3fn)
     assert not tr._gluon_ok(a, torch.zeros(128, 128, dtype=torch.float8_e4m3fn))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("m,n,k", [(33, 384, 1024), (64, 7168, 2048), (47, 200, 128), (64, 520, 16384)])
+def test_cuda_decode_gluon_band(monkeypatch, m, n, k):
+    """M in DECODE_GLUON_M runs the prefill Gluon kernel with 64 x 64 tiles (N edges, K of one
+    block: no persistence), NaN-poisoned output fully written; the same call with GLUON off (the
+    Triton kernel) agrees; it captures in a CUDA graph."""
+    _gluon_or_skip()
+    from lowbit.ops.fp8_gemm import gluon
+    from lowbit.ops.fp8_gemm import triton as tr
+
+    lo, hi = tr.DECODE_GLUON_M
+    if not lo <= m <= hi:
+        pytest.skip(f"M = {m} is outside DECODE_GLUON_M = {tr.DECODE_GLUON_M}")
+    a, b = _operands(m, n, k)
+    args = [t.cuda() for t in (a.data, a.scale, b.data, b.scale)]
+    calls = []
+    real = gluon.fp8_gemm_gluon
+    monkeypatch.setattr(gluon, "fp8_gemm_gluon",
+                        lambda *x, **kw: calls.append(1) or real(*x, **kw, out=torch.full((m, n), float("nan"),
+                                                                                            dtype=torch.bfloat16,
+                                                                                            device="cuda")))
+    c = fp8_gemm(*args)
+    assert calls and not torch.isnan(c).any() and rel_err(c, _fp64_ref(a, b)) < TOL
+    monkeypatch.setattr(tr, "GLUON", False)
+    calls.clear()
+    assert rel_err(fp8_gemm(*args), _fp64_ref(a, b)) < TOL and not calls
+    monkeypatch.setattr(tr, "GLUON", True)
+    static = [t.clone() for t in args]
+    fp8_gemm(*static)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp8_gemm(*static)
+    a2, _ = _operands(m, n, k)
+    static[0].copy_(a2.data.cuda())
+    static[1].copy_(a2.scale.cuda())
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(out, _fp64_ref(a2, b)) < TOL

@@ -350,6 +350,26 @@ def _gluon_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
     return gluon_available()
 
 
+#: fp8_gemm at these M (inclusive) on sm_90 runs the same Gluon kernel as prefill with 64 x 64 tiles, a
+#: ring of 8 K blocks and no split (one persistent program per tile up to #SMs): the weight stream
+#: of a row tile stays in one program, its next blocks' TMA loads in flight during the async
+#: wgmma / scale FFMAs. M = 64, N7168 K16384: 36.7 us = 1.31x the byte floor against 37.8 (1.35x)
+#: for the Triton 64 x 64 kernel in the same run (docs/gemm.md, "fifteenth session").
+DECODE_GLUON_M = (33, 64)
+#: the prefill kernel's launch options in that band
+DECODE_GLUON_CONFIG = dict(block_m=64, block_n=64, num_warps=4, stages=8, warp_specialize=False)
+
+
+def _decode_gluon_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if not (GLUON and a.is_cuda and not interpret_mode() and DECODE_GLUON_M[0] <= a.shape[0] <= DECODE_GLUON_M[1]):
+        return False
+    if _props(a.device)[1] != 9 or a.data_ptr() % 16 or b.data_ptr() % 16:
+        return False
+    from lowbit.ops.fp8_gemm.gluon import gluon_available
+
+    return gluon_available()
+
+
 def gluon_config(k: int) -> dict:
     """Launch options of the Gluon kernel for K (the sweep's best: 5 stages at K >= 16384)."""
     return dict(warp_specialize=True, stages=5 if k >= 16384 else 4, group_m=8)
@@ -385,6 +405,12 @@ def fp8_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
         from lowbit.ops.fp8_gemm.gluon import fp8_gemm_gluon
 
         return fp8_gemm_gluon(a, a_s, b, b_s, **gluon_config(a.shape[1]))
+    if config is None and split_k is None and _decode_gluon_ok(a, b):
+        from lowbit.ops.fp8_gemm.gluon import fp8_gemm_gluon
+
+        cfg = dict(DECODE_GLUON_CONFIG)
+        cfg["stages"] = max(2, min(cfg["stages"], a.shape[1] // 128))  # persistent only with stages <= K/128
+        return fp8_gemm_gluon(a, a_s, b, b_s, **cfg)
     bs_e8m0 = b_s.dtype == torch.float8_e8m0fnu
     return launch_gemm(_fp8_gemm_kernel, a, a_s, b, b_s.view(torch.uint8) if bs_e8m0 else b_s, b.shape[0],
                        a.shape[1] // 128, {"BS_E8M0": bs_e8m0}, split_k, config, tma_kernel=_fp8_gemm_tma_kernel)
