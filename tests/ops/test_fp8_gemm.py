@@ -228,11 +228,13 @@ def test_gluon_never_on_cpu_or_interpreter():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("m,n,k", [(33, 384, 1024), (64, 7168, 2048), (47, 200, 128), (64, 520, 16384)])
+@pytest.mark.parametrize("m,n,k", [(33, 7057, 1024), (64, 7168, 2048), (47, 6600, 128), (64, 7000, 16384),
+                                   (40, 2112, 1024)])
 def test_cuda_decode_gluon_band(monkeypatch, m, n, k):
-    """M in DECODE_GLUON_M runs the prefill Gluon kernel with 64 x 64 tiles (N edges, K of one
-    block: no persistence), NaN-poisoned output fully written; the same call with GLUON off (the
-    Triton kernel) agrees; it captures in a CUDA graph."""
+    """M in DECODE_GLUON_M with 3/4 SMs..SMs row tiles of 64 runs the prefill Gluon kernel with 64 x 64
+    tiles (N edges, K of one block: no persistence; N = 2112 keeps the Triton kernel), NaN-poisoned
+    output fully written; the same call with GLUON off (the Triton kernel) agrees; it captures in
+    a CUDA graph."""
     _gluon_or_skip()
     from lowbit.ops.fp8_gemm import gluon
     from lowbit.ops.fp8_gemm import triton as tr
@@ -249,7 +251,11 @@ def test_cuda_decode_gluon_band(monkeypatch, m, n, k):
                                                                                             dtype=torch.bfloat16,
                                                                                             device="cuda")))
     c = fp8_gemm(*args)
-    assert calls and not torch.isnan(c).any() and rel_err(c, _fp64_ref(a, b)) < TOL
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert bool(calls) == (3 * sms // 4 <= -(-n // 64) <= sms)
+    if sms == 132:  # the H200: every case but N = 2112 is in the band
+        assert bool(calls) == (n != 2112)
+    assert not torch.isnan(c).any() and rel_err(c, _fp64_ref(a, b)) < TOL
     monkeypatch.setattr(tr, "GLUON", False)
     calls.clear()
     assert rel_err(fp8_gemm(*args), _fp64_ref(a, b)) < TOL and not calls

@@ -351,10 +351,12 @@ def _gluon_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 #: fp8_gemm at these M (inclusive) on sm_90 runs the same Gluon kernel as prefill with 64 x 64 tiles, a
-#: ring of 8 K blocks and no split (one persistent program per tile up to #SMs): the weight stream
-#: of a row tile stays in one program, its next blocks' TMA loads in flight during the async
-#: wgmma / scale FFMAs. M = 64, N7168 K16384: 36.7 us = 1.31x the byte floor against 37.8 (1.35x)
-#: for the Triton 64 x 64 kernel in the same run (docs/gemm.md, "fifteenth session").
+#: ring of 8 K blocks and no split, when the 64-row weight tiles number between 3/4 of the SMs and
+#: the SMs (one program a tile, most SMs busy): the weight stream of a row tile stays in one program,
+#: its next blocks' TMA loads in flight during the async wgmma / scale FFMAs. H200, layer stack, same
+#: run: N7168 K16384 M = 40..64 1.29-1.30x the byte floor against 1.34-1.37x for the Triton 64 x 64
+#: kernel; N7168 K2048 7.9 vs 10.5 us. With fewer tiles (N2112, N4096: 33 / 64 programs) or more
+#: (N24576: 384) it was slower (docs/gemm.md, "fifteenth session"), so those keep the Triton kernel.
 DECODE_GLUON_M = (33, 64)
 #: the prefill kernel's launch options in that band
 DECODE_GLUON_CONFIG = dict(block_m=64, block_n=64, num_warps=4, stages=8, warp_specialize=False)
@@ -363,7 +365,10 @@ DECODE_GLUON_CONFIG = dict(block_m=64, block_n=64, num_warps=4, stages=8, warp_s
 def _decode_gluon_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
     if not (GLUON and a.is_cuda and not interpret_mode() and DECODE_GLUON_M[0] <= a.shape[0] <= DECODE_GLUON_M[1]):
         return False
-    if _props(a.device)[1] != 9 or a.data_ptr() % 16 or b.data_ptr() % 16:
+    sms, major = _props(a.device)
+    if major != 9 or a.data_ptr() % 16 or b.data_ptr() % 16:
+        return False
+    if not 3 * sms // 4 <= triton.cdiv(b.shape[0], DECODE_GLUON_CONFIG["block_n"]) <= sms:
         return False
     from lowbit.ops.fp8_gemm.gluon import gluon_available
 
