@@ -15,6 +15,12 @@ Two kernels share the launcher :func:`launch_gemm`:
 
 Small grids are split along K (``SPLIT_K``): each split writes an fp32 partial tile and a second
 tiny kernel sums them in a fixed order (deterministic; no atomics, no zero-fill).
+
+:func:`fp8_gemm` dispatch on sm_90 (measured in docs/gemm.md): M <= 8 the ``mma.sync`` GEMV
+(``triton_mma.py``); M in ``WGMMA_GEMV_M`` the TMA-fed wgmma GEMV (``gluon_wgmma_gemv.py``); M in
+``DECODE_GLUON_M`` with about one 64-row weight tile an SM, and M >= ``GLUON_MIN_M``, the Gluon
+kernel of ``gluon.py``; everything else (and every other GPU, and the interpreter) the kernels
+above.
 """
 from __future__ import annotations
 
