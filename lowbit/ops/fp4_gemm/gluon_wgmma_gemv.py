@@ -48,6 +48,8 @@ import functools
 import torch
 import triton
 
+from lowbit.ops._arrival_counters import arrival_counters, counters_ready  # noqa: F401 - re-exported for the dispatch
+
 try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
@@ -363,33 +365,6 @@ def fp4_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bo
     return torch.cuda.get_device_capability(a.device) == (9, 0)
 
 
-_COUNTERS: dict = {}
-_MAX_TILES = 8192  # counters made at once: N up to 512k rows at 64 a tile
-
-
-def _counters(device: torch.device, n_tiles: int) -> torch.Tensor:
-    """Zeroed int32 arrival counters (each launch leaves them zero again), one set per device.
-    Made outside any CUDA-graph capture (a buffer from a capture's pool would be freed with the
-    graph): a capture that finds none raises, and the ``fp4_gemm`` dispatch checks
-    :func:`counters_ready` first."""
-    key = (device.type, device.index)
-    c = _COUNTERS.get(key)
-    if c is None or c.numel() < n_tiles:
-        if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("fp4_wgmma_gemv: run one split launch before CUDA-graph capture (it allocates the "
-                               "per-device arrival counters)")
-        c = torch.zeros(max(n_tiles, _MAX_TILES), dtype=torch.int32, device=device)
-        _COUNTERS[key] = c
-    return c
-
-
-def counters_ready(device: torch.device) -> bool:
-    """Whether a launch may need no allocation of counters: outside a CUDA-graph capture, or
-    inside one when the device's counters exist (they are made on first use, big enough for N up
-    to 64 x _MAX_TILES rows)."""
-    return not torch.cuda.is_current_stream_capturing() or (device.type, device.index) in _COUNTERS
-
-
 def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
                    config: tuple[int, ...] | None = None, out: torch.Tensor | None = None,
                    pipe: bool = False, spin: bool = False) -> torch.Tensor:
@@ -437,7 +412,7 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     tiles = triton.cdiv(n, rows)
     if split > 1:
         ws = torch.empty(split, nb, n, dtype=torch.float32, device=a.device)
-        cnt = _counters(a.device, tiles)
+        cnt = arrival_counters(a.device, tiles, "fp4_wgmma_gemv")
     else:
         ws = c
         cnt = c

@@ -2,8 +2,8 @@
 ``C[M, N] bf16 = A[M, K] e4m3 (1x128 scales) @ B[N, K] e4m3 (128x128 scales)^T``.
 
 Why: at M <= 64 the GEMM is a weight stream (N K bytes; A is K M bytes, 64x less at M = 64). The
-Triton kernels (``triton.py``) load their tiles through the LSU and wait for every ``tl.dot``;
-the best of them sat at 1.41-1.47x the byte floor at M = 64 (docs/gemm.md). Here, swap-AB:
+Triton kernels (``triton.py``) load their tiles through the LSU and wait for every ``tl.dot``.
+Here, swap-AB:
 
 * a CTA owns R = 16 W weight rows (W = 4 or 8 warps: one or two warpgroups) and a K range of
   ``PER_SPLIT`` 128-wide blocks; the weight tile [R, 128] is the wgmma's **A operand straight from
@@ -20,7 +20,13 @@ the best of them sat at 1.41-1.47x the byte floor at M = 64 (docs/gemm.md). Here
   an ``acq_rel`` counter adds them all in split order (the pattern of the FP4 GEMV,
   ``lowbit/ops/fp4_gemm/gluon_wgmma_gemv.py``).
 
-A 255 (NaN) UE8M0 scale byte makes its products NaN, as in the reference. Gluon does not run
+A 255 (NaN) UE8M0 scale byte makes its products NaN, as in the reference.
+
+Measured (H200, layer stack, docs/gemm.md "Fifteenth session"): equal to or faster than the
+Triton kernel and ``mma_gemv`` at M = 16 on the benchmark's five shapes, so ``fp8_gemm`` runs it
+at M = 9..16 (``triton.WGMMA_GEMV_M``); at M = 64 it is slower than the prefill kernel's 64 x 64
+schedule (40.9 against 36.4-37.2 us on N7168 K16384: with the split, the grid is not resident at
+once). Gluon does not run
 under ``TRITON_INTERPRET``: the kernel is tested on the GPU tier (tests/ops/test_fp8_wgmma_gemv.py);
 ``scripts/fp8_wgmma_gemv_offline.py`` compiles it for sm_90 without a GPU.
 """
@@ -30,6 +36,9 @@ import functools
 
 import torch
 import triton
+
+from lowbit._backend import sm_count
+from lowbit.ops._arrival_counters import arrival_counters, counters_ready  # noqa: F401 - re-exported for the dispatch
 
 try:
     from triton.experimental import gluon
@@ -232,7 +241,8 @@ if _GLUON_IMPORT_ERROR is None:
                 gl.store(cnt_ptr + pid_n, 0)
 
 
-#: block j + 1's wgmma in flight during block j's FFMAs (``_pipelined_sum``)
+#: block j + 1's wgmma in flight during block j's FFMAs (``_pipelined_sum``). Off: within +-3% of the
+#: plain schedule on the M = 64 / 32 sweep (session 15 call c); the tensor work is not the bound
 PIPE = False
 #: ``maxnreg`` per (NB, W) (none: the compiler's choice)
 MAXNREG: dict = {}
@@ -245,7 +255,9 @@ def _nb(m: int) -> int:
 def pick_fp8_wgmma_gemv_config(n: int, k: int, m: int = 1, sms: int = 132) -> tuple[int, int, int]:
     """(STAGES, SPLIT, W): 8 warps (128 rows a CTA) where that still gives the GPU a CTA an SM,
     else 4; K split until the grid holds about two CTAs an SM, each with >= 8 blocks; a ring of 4
-    slots (fewer when the CTA has fewer blocks)."""
+    slots (fewer when the CTA has fewer blocks). Measured where it is used, M = 16 (and M = 1):
+    equal to or faster than the shipped paths on the five benchmark shapes; at M = 64 the split
+    leaves the grid not resident at once (docs/gemm.md, "Fifteenth session")."""
     kb = k // 128
     w = 8 if -(-n // 128) >= sms // 2 else 4
     tiles = -(-n // (16 * w))
@@ -264,30 +276,6 @@ def fp8_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor | None
     if any(t.data_ptr() % 16 or not t.is_contiguous() for t in (a, b)):
         return False
     return torch.cuda.get_device_capability(a.device) == (9, 0)
-
-
-_COUNTERS: dict = {}
-_MAX_TILES = 8192  # counters made at once: N up to 512k rows at 64 a tile
-
-
-def _counters(device: torch.device, n_tiles: int) -> torch.Tensor:
-    """Zeroed int32 arrival counters (each launch leaves them zero again), one set per device,
-    made outside any CUDA-graph capture (see :func:`counters_ready`)."""
-    key = (device.type, device.index)
-    c = _COUNTERS.get(key)
-    if c is None or c.numel() < n_tiles:
-        if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("fp8_wgmma_gemv: run one split launch before CUDA-graph capture (it allocates the "
-                               "per-device arrival counters)")
-        c = torch.zeros(max(n_tiles, _MAX_TILES), dtype=torch.int32, device=device)
-        _COUNTERS[key] = c
-    return c
-
-
-def counters_ready(device: torch.device) -> bool:
-    """Whether a launch may need no allocation of counters: outside a CUDA-graph capture, or
-    inside one when the device's counters exist."""
-    return not torch.cuda.is_current_stream_capturing() or (device.type, device.index) in _COUNTERS
 
 
 @functools.cache
@@ -324,7 +312,7 @@ def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     bad = [name for name, t in (("a", a), ("a_s", a_s), ("b", b), ("b_s", b_s)) if not t.is_contiguous()]
     if bad:
         raise ValueError(f"fp8_wgmma_gemv needs contiguous operands, got non-contiguous {', '.join(bad)}")
-    cfg = tuple(config) if config is not None else pick_fp8_wgmma_gemv_config(n, k, m, _sms(a.device) if a.is_cuda else 132)
+    cfg = tuple(config) if config is not None else pick_fp8_wgmma_gemv_config(n, k, m, sm_count(a.device, interpret=132))
     stages, split, w = (cfg + (4,))[:3]
     if stages < 1 or split < 1 or w not in (4, 8):
         raise ValueError(f"fp8_wgmma_gemv config (STAGES, SPLIT[, W]) needs STAGES >= 1, SPLIT >= 1 and W in "
@@ -347,7 +335,7 @@ def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     tiles = triton.cdiv(n, rows)
     if split > 1:
         ws = torch.empty(split, nb, n, dtype=torch.float32, device=a.device)
-        cnt = _counters(a.device, tiles)
+        cnt = arrival_counters(a.device, tiles, "fp8_wgmma_gemv")
     else:
         ws = c
         cnt = c
@@ -362,12 +350,3 @@ def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         ws, cnt, m, n, kb, NB=nb, PER_SPLIT=per, PER_ALLOC=triton.next_power_of_2(per), STAGES=ring,
         SPLIT=split, AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w, PIPE=pipe, num_warps=w, **({"maxnreg": cap} if cap else {}))
     return c
-
-
-@functools.cache
-def _sms_of(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def _sms(device: torch.device) -> int:
-    return _sms_of(device.index if device.index is not None else torch.cuda.current_device())
