@@ -38,7 +38,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from lowbit.bench.gemm import NK, _gemm_operands, cold_us, gemm_bytes, scaled_mm_calls, stack_us
+    from lowbit.bench.gemm import NK, cold_us, decode_layers, gemm_bytes, stack_us
     from lowbit.bench.timing import copy_bandwidth_gbps
     from lowbit.ops.fp8_gemm import gluon_wgmma_gemv as g
     from lowbit.ops.fp8_gemm import triton as tr
@@ -49,12 +49,7 @@ def main() -> int:
     shapes = NK if args.shapes is None else [tuple(int(v) for v in nk.split(":")) for nk in args.shapes.split(",")]
     for n, k in shapes:
         for m in [int(v) for v in args.ms.split(",")]:
-            layers = []
-            for _ in range(args.layers):
-                a, w, wq = _gemm_operands(m, n, k, fp4=False)
-                t_fn, r_fn = scaled_mm_calls(a.dequantize(torch.bfloat16).to(torch.float8_e4m3fn), wq.data)
-                del w
-                layers.append((a, wq, t_fn, r_fn))
+            layers = decode_layers(m, n, k, False, args.layers)
             auto = g.pick_fp8_wgmma_gemv_config(n, k, m, torch.cuda.get_device_properties(0).multi_processor_count)
             cfgs = [(None, None, None)]
             for spec in filter(None, args.configs.split(",")):

@@ -30,7 +30,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from lowbit.bench.gemm import NK, _gemm_operands, cold_us, gemm_bytes, scaled_mm_calls, stack_us
+    from lowbit.bench.gemm import NK, cold_us, decode_layers, gemm_bytes, stack_us
     from lowbit.bench.timing import copy_bandwidth_gbps
     from lowbit.ops.fp4_gemm import fp4_gemm
     from lowbit.ops.fp8_gemm import fp8_gemm
@@ -42,18 +42,13 @@ def main() -> int:
         fp4 = op == "fp4"
         for n, k in NK:
             for m in [int(v) for v in args.ms.split(",")]:
-                ours, rowwise, tensor = [], [], []
-                for _ in range(args.layers):
-                    a, w, wq = _gemm_operands(m, n, k, fp4=fp4)
-                    if fp4:
-                        ours.append(lambda a=a, wq=wq: fp4_gemm(a.data, a.scale, wq.packed, wq.scale))
-                    else:
-                        ours.append(lambda a=a, wq=wq: fp8_gemm(a.data, a.scale, wq.data, wq.scale))
-                    t_fn, r_fn = scaled_mm_calls(a.dequantize(torch.bfloat16).to(torch.float8_e4m3fn),
-                                                 w.to(torch.float8_e4m3fn))
-                    del w
-                    tensor.append(t_fn)
-                    rowwise.append(r_fn)
+                layers = decode_layers(m, n, k, fp4, args.layers)
+                if fp4:
+                    ours = [lambda a=a, wq=wq: fp4_gemm(a.data, a.scale, wq.packed, wq.scale) for a, wq, _, _ in layers]
+                else:
+                    ours = [lambda a=a, wq=wq: fp8_gemm(a.data, a.scale, wq.data, wq.scale) for a, wq, _, _ in layers]
+                tensor = [t for _, _, t, _ in layers]
+                rowwise = [r for *_, r in layers]
                 nbytes = gemm_bytes(m, n, k, fp4)
                 rec = {"op": op, "M": m, "N": n, "K": k, "floor_us": round(nbytes / (bw * 1e3), 2)}
                 for name, fns in (("lowbit", ours), ("rowwise", rowwise), ("tensor", tensor)):
@@ -64,7 +59,7 @@ def main() -> int:
                     rec[f"x_floor_{t}"] = round(rec[f"lowbit_{t}_us"] / rec["floor_us"], 2)
                 rows.append(rec)
                 print(json.dumps(rec), flush=True)
-                del ours, rowwise, tensor
+                del layers, ours, rowwise, tensor
                 torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:

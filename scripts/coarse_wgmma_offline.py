@@ -9,14 +9,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections import Counter
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import compile_gluon_sm90, cuobjdump, resource_usage, sass_lines  # noqa: E402
+from sm90_offline import compile_gluon_sm90, loop_report  # noqa: E402
 
 
 def k_loop(lines):
@@ -83,16 +82,9 @@ def main() -> int:
     args = ap.parse_args()
     for cfg in CONFIGS:
         kern = compile_sm90(*cfg)
-        sass = cuobjdump(kern, "-sass")
-        ops = k_loop(sass_lines(sass))
-        cnt = Counter(o.split(".")[0] for o in ops)
-        print(f"bits {cfg[0]} NB {cfg[1]} block {cfg[2]} stages {cfg[3]} kcand {cfg[4]} pipe {cfg[5]} magic {cfg[6]} ch {cfg[7]} maxnreg {cfg[8]}: "
-              f"{resource_usage(kern)}, "
-              f"smem {kern.metadata.shared} B; stage loop {len(ops)} instr")
-        print("   ", ", ".join(f"{k} {v}" for k, v in cnt.most_common(18)))
-        if args.dump:
-            os.makedirs(args.dump, exist_ok=True)
-            open(os.path.join(args.dump, f"b{cfg[0]}_nb{cfg[1]}_blk{cfg[2]}_p{int(cfg[5])}_m{int(cfg[6])}_c{cfg[7]}_r{cfg[8]}.sass"), "w").write(sass)
+        loop_report(kern, f"bits {cfg[0]} NB {cfg[1]} block {cfg[2]} stages {cfg[3]} kcand {cfg[4]} pipe {cfg[5]} "
+                    f"magic {cfg[6]} ch {cfg[7]} maxnreg {cfg[8]}", k_loop, top=18, dump_dir=args.dump,
+                    dump_name=f"b{cfg[0]}_nb{cfg[1]}_blk{cfg[2]}_p{int(cfg[5])}_m{int(cfg[6])}_c{cfg[7]}_r{cfg[8]}.sass")
     return 0
 
 

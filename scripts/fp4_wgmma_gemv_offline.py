@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections import Counter
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 
@@ -17,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gluon_fp8_offline import ptxas_notes  # noqa: E402
-from sm90_offline import compile_gluon_sm90, cuobjdump, resource_usage, sass_lines  # noqa: E402
+from sm90_offline import compile_gluon_sm90, loop_report, qgmma_loop  # noqa: E402
 
 CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, PIPE, a_s e8m0)
     (16, 24576, 1536, 2, 2, 4, False, False),
@@ -58,38 +57,17 @@ def compile_sm90(m, n, k, stages, split, w, pipe, e8m0):
     return compile_gluon_sm90(g._fp4_wgmma_gemv_kernel, args, constexprs, {"M", "n_stages"}, num_warps=w)
 
 
-def loop_ops(sass: str) -> list[str]:
-    """Opcodes of the longest backward-branch region holding QGMMA (the stage loop)."""
-    lines = sass_lines(sass)
-    addr = [x[0] for x in lines]
-    best = []
-    import re
-    for i, (a, op, rest) in enumerate(lines):
-        t = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
-        if not t or int(t.group(1), 16) >= a or int(t.group(1), 16) not in addr:
-            continue
-        body = lines[addr.index(int(t.group(1), 16)):i + 1]
-        if any(o.startswith("QGMMA") for _, o, _ in body) and len(body) > len(best):
-            best = body
-    return [o.split()[-1] for _, o, _ in best]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None)
     args = ap.parse_args()
     for cfg in CONFIGS:
         kern = compile_sm90(*cfg)
-        sass = cuobjdump(kern, "-sass")
-        ops = loop_ops(sass)
-        cnt = Counter(o.split(".")[0] for o in ops)
-        print(f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]} W {cfg[5]} pipe {cfg[6]}: "
-              f"{resource_usage(kern)}, smem {kern.metadata.shared} B; stage loop {len(ops)} instr = "
-              f"{len(ops) / 4:.0f} per block of 16 rows x 128 per warp; ptxas: {ptxas_notes(kern) or 'no wgmma notes'}")
-        print("   ", ", ".join(f"{k} {v}" for k, v in cnt.most_common(16)))
-        if args.dump:
-            os.makedirs(args.dump, exist_ok=True)
-            open(os.path.join(args.dump, f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_s{cfg[4]}_w{cfg[5]}_p{int(cfg[6])}.sass"), "w").write(sass)
+        loop_report(kern, f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]} W {cfg[5]} pipe {cfg[6]}",
+                    qgmma_loop, extra=" = {n} / 4 per block of 16 rows x 128 per warp; ptxas: "
+                    + (", ".join(ptxas_notes(kern)) or "no wgmma notes").replace("{", "{{").replace("}", "}}"),
+                    dump_dir=args.dump,
+                    dump_name=f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_s{cfg[4]}_w{cfg[5]}_p{int(cfg[6])}.sass")
     return 0
 
 

@@ -9,16 +9,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections import Counter
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fp4_wgmma_gemv_offline import loop_ops  # noqa: E402
 from gluon_fp8_offline import ptxas_notes  # noqa: E402
-from sm90_offline import compile_gluon_sm90, cuobjdump, resource_usage  # noqa: E402
+from sm90_offline import compile_gluon_sm90, loop_report, qgmma_loop  # noqa: E402
 
 CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, a_s e8m0, b_s e8m0, PIPE)
     (64, 7168, 16384, 4, 4, 8, False, False, False),
@@ -63,15 +61,11 @@ def main() -> int:
     args = ap.parse_args()
     for cfg in CONFIGS:
         kern = compile_sm90(*cfg)
-        sass = cuobjdump(kern, "-sass")
-        ops = loop_ops(sass)
-        cnt = Counter(o.split(".")[0] for o in ops)
-        print(f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]} W {cfg[5]} pipe {cfg[8]}: {resource_usage(kern)}, "
-              f"smem {kern.metadata.shared} B; K loop {len(ops)} instr; ptxas: {ptxas_notes(kern) or 'no wgmma notes'}")
-        print("   ", ", ".join(f"{k} {v}" for k, v in cnt.most_common(16)))
-        if args.dump:
-            os.makedirs(args.dump, exist_ok=True)
-            open(os.path.join(args.dump, f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_s{cfg[4]}_w{cfg[5]}_p{int(cfg[8])}.sass"), "w").write(sass)
+        loop_report(kern, f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]} W {cfg[5]} pipe {cfg[8]}",
+                    qgmma_loop, extra="; ptxas: "
+                    + (", ".join(ptxas_notes(kern)) or "no wgmma notes").replace("{", "{{").replace("}", "}}"),
+                    dump_dir=args.dump,
+                    dump_name=f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_s{cfg[4]}_w{cfg[5]}_p{int(cfg[8])}.sass")
     return 0
 
 

@@ -44,14 +44,13 @@ def variants():
 def main() -> int:
     import torch
 
-    from lowbit.bench.gemm import _gemm_operands, gemm_bytes, scaled_mm_calls, stack_us
+    from lowbit.bench.gemm import decode_layers, gemm_bytes, stack_us
     from lowbit.bench.timing import copy_bandwidth_gbps
 
     vs = variants()
     if len(sys.argv) > 1:
         m, fn = vs[sys.argv[1]]
-        a, _, wq = _gemm_operands(m, N, K, fp4=False)
-        t, _ = scaled_mm_calls(a.dequantize(torch.bfloat16).to(torch.float8_e4m3fn), wq.data)
+        ((a, wq, t, _),) = decode_layers(m, N, K, False, 1)
         for _ in range(4):
             fn(a, wq, t)
         torch.cuda.synchronize()
@@ -59,12 +58,8 @@ def main() -> int:
     bw = copy_bandwidth_gbps()
     out = {"copy_gbps": round(bw, 1)}
     for name, (m, fn) in vs.items():
-        layers = []
-        for _ in range(8):
-            a, _, wq = _gemm_operands(m, N, K, fp4=False)
-            t, _ = scaled_mm_calls(a.dequantize(torch.bfloat16).to(torch.float8_e4m3fn), wq.data)
-            layers.append((a, wq, t))
-        us = stack_us([lambda a=a, wq=wq, t=t: fn(a, wq, t) for a, wq, t in layers])
+        layers = decode_layers(m, N, K, False, 8)
+        us = stack_us([lambda a=a, wq=wq, t=t: fn(a, wq, t) for a, wq, t, _ in layers])
         out[name] = {"us": round(us, 2), "x_floor": round(us / (gemm_bytes(m, N, K, False) / (bw * 1e3)), 3)}
         print(name, json.dumps(out[name]), flush=True)
         del layers

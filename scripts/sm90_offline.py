@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import tempfile
+from collections import Counter
 
 
 def compile_sm90(fn, signature: dict, constexprs: dict, divisible=(), num_warps: int = 4, num_stages: int | None = None,
@@ -105,3 +106,26 @@ def root_cause(e: BaseException) -> str:
     while e.__cause__ is not None:
         e = e.__cause__
     return f"{type(e).__name__}: {str(e)[-400:]}"
+
+
+def loop_report(kernel, label: str, loop_of, extra: str = "", top: int = 16, dump_dir: str | None = None,
+                dump_name: str | None = None) -> list[str]:
+    """Print ``label``, the kernel's resources and shared memory, the length and opcode counts of
+    its main loop (``loop_of``: ``sass_lines`` rows -> the loop's opcodes; ``extra`` is formatted
+    with ``n`` = that length); write the SASS to ``dump_dir/dump_name`` if given. Returns the
+    loop's opcodes."""
+    sass = cuobjdump(kernel, "-sass")
+    ops = loop_of(sass_lines(sass))
+    print(f"{label}: {resource_usage(kernel)}, smem {kernel.metadata.shared} B; loop {len(ops)} instr"
+          + extra.format(n=len(ops)))
+    print("   ", ", ".join(f"{k} {v}" for k, v in Counter(o.split(".")[0] for o in ops).most_common(top)))
+    if dump_dir:
+        os.makedirs(dump_dir, exist_ok=True)
+        with open(os.path.join(dump_dir, dump_name), "w") as f:
+            f.write(sass)
+    return ops
+
+
+def qgmma_loop(lines: list[tuple[int, str, str]]) -> list[str]:
+    """Opcodes of the longest backward-branch region holding a QGMMA (an FP8 wgmma kernel's K loop)."""
+    return [o for _, o, _ in loop_body(lines, "QGMMA")]

@@ -129,6 +129,21 @@ def scaled_mm_calls(a8, w8):
     return tensor, rowwise
 
 
+def decode_layers(m: int, n: int, k: int, fp4: bool, count: int) -> list[tuple]:
+    """``count`` independent layers of one GEMM shape for the layer-stack timer (:func:`stack_us`):
+    ``(a, wq, per_tensor_fn, rowwise_fn)`` each -- the FP8 activations, the quantized weight, and
+    the ``_scaled_mm`` baselines on the same shape (the bf16 weight cast to e4m3, unit scales)."""
+    import torch
+
+    layers = []
+    for _ in range(count):
+        a, w, wq = _gemm_operands(m, n, k, fp4=fp4)
+        t_fn, r_fn = scaled_mm_calls(a.dequantize(torch.bfloat16).to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn))
+        del w
+        layers.append((a, wq, t_fn, r_fn))
+    return layers
+
+
 def _baselines(op, case, m, n, k, w, a_bf16, graph):
     """_scaled_mm per-tensor / row-wise FP8 and bf16 F.linear on the same shape."""
     import torch

@@ -1,6 +1,7 @@
-"""Gluon pieces shared by the register-A wgmma kernels (``fp4_gemm/gluon_wgmma_gemv.py``,
-``coarse_head/gluon_wgmma.py``): the accumulator layout, the per-warp row bases, the layout that
-hands every lane of a row its CTA's 4 per-row words, and the split of such a [R, 4] tensor.
+"""Gluon pieces shared by the wgmma kernels (``fp4_gemm/gluon_wgmma_gemv.py``,
+``fp8_gemm/gluon_wgmma_gemv.py``, ``coarse_head/gluon_wgmma.py``): the accumulator layout, the
+per-warp row bases, the layout that hands every lane of a row its CTA's 4 per-row words, the split
+of such a [R, 4] tensor, and the swap-AB GEMVs' split-K epilogue.
 
 Importing this module raises when Gluon is missing; the kernels import it inside their own
 ``try`` (``_GLUON_IMPORT_ERROR``)."""
@@ -9,7 +10,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-__all__ = ["acc_layout", "four", "row_words_layout", "warp_rows"]
+__all__ = ["acc_layout", "four", "row_words_layout", "split_k_epilogue", "warp_rows"]
 
 
 @gluon.constexpr_function
@@ -40,3 +41,28 @@ def four(v):
     c0, c2 = gl.split(a)
     c1, c3 = gl.split(b)
     return c0, c1, c2, c3
+
+
+@gluon.jit
+def split_k_epilogue(part, c_ptr, ws_ptr, cnt_ptr, pid_n, pid_k, rows, cols, ok, N, NB: gl.constexpr,
+                     SPLIT: gl.constexpr):
+    """Write a swap-AB GEMV's fp32 tile ``part`` (weight rows ``rows`` x activation rows ``cols``,
+    stored where ``ok``) as ``c[cols, rows]`` bf16. With SPLIT > 1 each K split stores its partial
+    in ``ws`` fp32 [SPLIT, NB, N]; the last CTA of row tile ``pid_n`` to arrive at its int32 counter
+    adds all SPLIT partials in split order (deterministic) and resets the counter to zero.
+
+    The CTA barrier orders every thread's partial stores before the one atomic; its release (gpu
+    scope) publishes them, and the acquire of the last arrival makes all splits' partials visible
+    to it (read from L2 with .cg)."""
+    if SPLIT == 1:
+        gl.store(c_ptr + cols * N + rows, part.to(gl.bfloat16), mask=ok)
+    else:
+        gl.store(ws_ptr + (pid_k * NB + cols) * N + rows, part, mask=ok)
+        gl.thread_barrier()
+        arrived = gl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT - 1:
+            tot = gl.zeros_like(part)
+            for sp in gl.static_range(SPLIT):
+                tot = tot + gl.load(ws_ptr + (sp * NB + cols) * N + rows, mask=ok, other=0.0, cache_modifier=".cg")
+            gl.store(c_ptr + cols * N + rows, tot.to(gl.bfloat16), mask=ok)
+            gl.store(cnt_ptr + pid_n, 0)

@@ -62,7 +62,7 @@ try:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from lowbit.ops._gluon_wgmma import acc_layout, four, row_words_layout, warp_rows
+    from lowbit.ops._gluon_wgmma import acc_layout, four, row_words_layout, split_k_epilogue, warp_rows
     from lowbit.ops.fp8_gemm.gluon import _e8m0_decode
 
     _GLUON_IMPORT_ERROR = None
@@ -293,9 +293,7 @@ if _GLUON_IMPORT_ERROR is None:
         rows = row0 + gl.expand_dims(gl.arange(0, R, layout=row_l), 1)  # weight row n
         cols = gl.expand_dims(gl.arange(0, NB, layout=col_l), 0)  # activation row m
         ok = (rows < N) & (cols < M)
-        if SPLIT == 1:
-            gl.store(c_ptr + cols * N + rows, out.to(gl.bfloat16), mask=ok)
-        elif SPIN:
+        if SPIN and SPLIT > 1:
             # The last split of a row tile reduces: the others publish their partials with a
             # release increment (fire-and-forget), it polls the counter with acquire loads until
             # all SPLIT - 1 arrived, then adds their partials (.cg: from L2) and its own, still in
@@ -317,19 +315,7 @@ if _GLUON_IMPORT_ERROR is None:
                 gl.thread_barrier()
                 gl.atomic_add(cnt_ptr + pid_n, 1, sem="release", scope="gpu")
         else:
-            gl.store(ws_ptr + (pid_k * NB + cols) * N + rows, out, mask=ok)
-            # The barrier orders every thread's partial stores before the one atomic; its release
-            # (gpu scope) publishes them, and the acquire of the last arrival makes all splits'
-            # partials visible to it (read from L2 with .cg). That CTA resets the counter.
-            gl.thread_barrier()
-            arrived = gl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
-            if arrived == SPLIT - 1:
-                tot = gl.zeros([R, NB], gl.float32, mma)
-                for sp in gl.static_range(SPLIT):
-                    tot = tot + gl.load(ws_ptr + (sp * NB + cols) * N + rows, mask=ok, other=0.0,
-                                        cache_modifier=".cg")
-                gl.store(c_ptr + cols * N + rows, tot.to(gl.bfloat16), mask=ok)
-                gl.store(cnt_ptr + pid_n, 0)
+            split_k_epilogue(out, c_ptr, ws_ptr, cnt_ptr, pid_n, pid_k, rows, cols, ok, N, NB, SPLIT)
 
 
 def pick_wgmma_gemv_config(n: int, k: int, m: int = 1) -> tuple[int, int, int]:

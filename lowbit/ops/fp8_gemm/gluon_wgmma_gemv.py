@@ -53,7 +53,7 @@ try:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from lowbit.ops._gluon_wgmma import acc_layout
+    from lowbit.ops._gluon_wgmma import acc_layout, split_k_epilogue
     from lowbit.ops.fp8_gemm.gluon import _e8m0_decode
 
     _GLUON_IMPORT_ERROR = None
@@ -223,22 +223,7 @@ if _GLUON_IMPORT_ERROR is None:
         rows = row0 + gl.expand_dims(gl.arange(0, R, layout=row_l), 1)  # weight row n
         cols = gl.expand_dims(gl.arange(0, NB, layout=col_l), 0)  # activation row m
         ok = (rows < N) & (cols < M)
-        if SPLIT == 1:
-            gl.store(c_ptr + cols * N + rows, acc.to(gl.bfloat16), mask=ok)
-        else:
-            gl.store(ws_ptr + (pid_k * NB + cols) * N + rows, acc, mask=ok)
-            # The barrier orders every thread's partial stores before the one atomic; its release
-            # (gpu scope) publishes them, and the acquire of the last arrival makes all splits'
-            # partials visible to it (read from L2 with .cg). That CTA resets the counter.
-            gl.thread_barrier()
-            arrived = gl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
-            if arrived == SPLIT - 1:
-                tot = gl.zeros([R, NB], gl.float32, mma)
-                for sp in gl.static_range(SPLIT):
-                    tot = tot + gl.load(ws_ptr + (sp * NB + cols) * N + rows, mask=ok, other=0.0,
-                                        cache_modifier=".cg")
-                gl.store(c_ptr + cols * N + rows, tot.to(gl.bfloat16), mask=ok)
-                gl.store(cnt_ptr + pid_n, 0)
+        split_k_epilogue(acc, c_ptr, ws_ptr, cnt_ptr, pid_n, pid_k, rows, cols, ok, N, NB, SPLIT)
 
 
 #: block j + 1's wgmma in flight during block j's FFMAs (``_pipelined_sum``). Off: within +-3% of the
@@ -266,7 +251,7 @@ def pick_fp8_wgmma_gemv_config(n: int, k: int, m: int = 1, sms: int = 132) -> tu
     return min(4, per), -(-kb // per), w
 
 
-def fp8_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor | None = None) -> bool:
+def fp8_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether :func:`fp8_wgmma_gemv` can run these operands: Gluon importable, CUDA sm_90,
     1 <= M <= 64, contiguous 16-byte aligned a and b."""
     if _GLUON_IMPORT_ERROR is not None or not a.is_cuda:

@@ -346,14 +346,19 @@ GLUON_MIN_M = 512
 GLUON = True
 
 
-def _gluon_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if not (GLUON and a.is_cuda and not interpret_mode() and a.shape[0] >= GLUON_MIN_M):
+def _gluon_eligible(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the Gluon kernel of ``gluon.py`` can run these operands at all (any M)."""
+    if not (GLUON and a.is_cuda and not interpret_mode()):
         return False
     if _props(a.device)[1] != 9 or a.data_ptr() % 16 or b.data_ptr() % 16:
         return False  # wgmma is sm_90's; TMA needs 16-byte aligned bases
     from lowbit.ops.fp8_gemm.gluon import gluon_available
 
     return gluon_available()
+
+
+def _gluon_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape[0] >= GLUON_MIN_M and _gluon_eligible(a, b)
 
 
 #: fp8_gemm at these M (inclusive) on sm_90 runs the same Gluon kernel as prefill with 64 x 64 tiles, a
@@ -369,16 +374,10 @@ DECODE_GLUON_CONFIG = dict(block_m=64, block_n=64, num_warps=4, stages=8, warp_s
 
 
 def _decode_gluon_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if not (GLUON and a.is_cuda and not interpret_mode() and DECODE_GLUON_M[0] <= a.shape[0] <= DECODE_GLUON_M[1]):
+    if not (DECODE_GLUON_M[0] <= a.shape[0] <= DECODE_GLUON_M[1] and _gluon_eligible(a, b)):
         return False
-    sms, major = _props(a.device)
-    if major != 9 or a.data_ptr() % 16 or b.data_ptr() % 16:
-        return False
-    if not 3 * sms // 4 <= triton.cdiv(b.shape[0], DECODE_GLUON_CONFIG["block_n"]) <= sms:
-        return False
-    from lowbit.ops.fp8_gemm.gluon import gluon_available
-
-    return gluon_available()
+    sms = _props(a.device)[0]
+    return 3 * sms // 4 <= triton.cdiv(b.shape[0], DECODE_GLUON_CONFIG["block_n"]) <= sms
 
 
 def gluon_config(k: int) -> dict:
