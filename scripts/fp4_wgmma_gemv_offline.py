@@ -18,7 +18,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gluon_fp8_offline import ptxas_notes  # noqa: E402
 from sm90_offline import compile_gluon_sm90, loop_report, qgmma_loop  # noqa: E402
 
-CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, PIPE, a_s e8m0)
+CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, PIPE, a_s e8m0[, LDSM_AHEAD (default True)])
+    (16, 24576, 1536, 2, 1, 4, False, False),
+    (16, 24576, 1536, 2, 1, 4, False, False, False),
+    (16, 7168, 2048, 2, 1, 4, False, False),
     (16, 24576, 1536, 2, 2, 4, False, False),
     (16, 24576, 1536, 4, 1, 4, True, False),
     (1, 24576, 1536, 4, 1, 4, False, False),
@@ -30,7 +33,7 @@ CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, PIPE, a_s e8m0)
 )
 
 
-def compile_sm90(m, n, k, stages, split, w, pipe, e8m0):
+def compile_sm90(m, n, k, stages, split, w, pipe, e8m0, ldsm=True):
     import torch
     import triton
     from triton.experimental.gluon import language as gl
@@ -53,7 +56,7 @@ def compile_sm90(m, n, k, stages, split, w, pipe, e8m0):
     n_st = k // 512
     per = triton.next_power_of_2(-(-n_st // split))
     constexprs = dict(K=k, NB=8 if m <= 8 else 16, PER_SPLIT=per, STAGES=stages, SPLIT=-(-n_st // per), AS_E8M0=e8m0,
-                      PIPE=pipe, W=w, SPIN=split > 1)
+                      PIPE=pipe, W=w, SPIN=split > 1, LDSM_AHEAD=ldsm, X_FIRST=False)
     return compile_gluon_sm90(g._fp4_wgmma_gemv_kernel, args, constexprs, {"M", "n_stages"}, num_warps=w)
 
 
@@ -63,11 +66,14 @@ def main() -> int:
     args = ap.parse_args()
     for cfg in CONFIGS:
         kern = compile_sm90(*cfg)
-        loop_report(kern, f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]} W {cfg[5]} pipe {cfg[6]}",
+        ldsm = cfg[8] if len(cfg) > 8 else True
+        loop_report(kern, f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]} W {cfg[5]} pipe {cfg[6]}"
+                    + ("" if ldsm else " ldsm at block"),
                     qgmma_loop, extra=" = {n} / 4 per block of 16 rows x 128 per warp; ptxas: "
                     + (", ".join(ptxas_notes(kern)) or "no wgmma notes").replace("{", "{{").replace("}", "}}"),
                     dump_dir=args.dump,
-                    dump_name=f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_s{cfg[4]}_w{cfg[5]}_p{int(cfg[6])}.sass")
+                    dump_name=f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_s{cfg[4]}_w{cfg[5]}_p{int(cfg[6])}" + ("" if ldsm else "_at")
+                    + ".sass")
     return 0
 
 

@@ -87,6 +87,22 @@ def test_cuda_wgmma_gemv_spin_and_arrival_reductions_agree(m, n, k, cfg):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("m,n,k,cfg", [(16, 200, 1536, (2, 1)), (4, 136, 2048, (4, 1, 8)), (16, 320, 4096, (2, 2))])
+def test_cuda_wgmma_gemv_load_orders_agree(m, n, k, cfg):
+    """The weight fragments loaded a block ahead (the default) are the same words as loaded at
+    their block, and the activations are the same whether loaded before or after the weight TMAs
+    are issued: bit-identical outputs, and right."""
+    g = _kernel_or_skip()
+    a, b = _operands(m, n, k, seed=3)
+    args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
+    ahead = g.fp4_wgmma_gemv(*args, config=cfg)
+    at_block = g.fp4_wgmma_gemv(*args, config=cfg, ldsm_ahead=False)
+    x_first = g.fp4_wgmma_gemv(*args, config=cfg, x_first=True)
+    assert torch.equal(ahead, at_block) and torch.equal(ahead, x_first)
+    assert rel_err(ahead, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+
+
+@pytest.mark.cuda
 def test_cuda_wgmma_gemv_e8m0_and_scale_spread():
     """UE8M0 activation scales; group scales 0..12 binades apart inside every 128 block with the
     activations zero on the largest group (each wgmma covers one group and is scaled alone)."""
@@ -139,17 +155,19 @@ def test_cuda_wgmma_gemv_scale_bytes_0_and_255(split):
 
 
 @pytest.mark.cuda
-def test_cuda_wgmma_gemv_graph_replay():
-    """Capture a split launch in a CUDA graph, copy new inputs into the captured buffers, replay."""
+@pytest.mark.parametrize("cfg", [(4, 2), (2, 1)])
+def test_cuda_wgmma_gemv_graph_replay(cfg):
+    """Capture a split launch (and one refilling its ring) in a CUDA graph, copy new inputs into
+    the captured buffers, replay."""
     g = _kernel_or_skip()
     a, b = _operands(16, 384, 2048)
     args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
     out = torch.empty(16, 384, dtype=torch.bfloat16, device="cuda")
-    g.fp4_wgmma_gemv(*args, config=(4, 2), out=out)  # compile outside the capture
+    g.fp4_wgmma_gemv(*args, config=cfg, out=out)  # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        g.fp4_wgmma_gemv(*args, config=(4, 2), out=out)
+        g.fp4_wgmma_gemv(*args, config=cfg, out=out)
     a2, b2 = _operands(16, 384, 2048, seed=3)
     for dst, src in zip(args, (a2.data, a2.scale, b2.packed, b2.scale)):
         dst.copy_(src)

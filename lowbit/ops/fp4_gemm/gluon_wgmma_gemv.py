@@ -114,17 +114,21 @@ if _GLUON_IMPORT_ERROR is None:
         return gl.maximum(e, _F32_2M127).to(gl.float32, bitcast=True)
 
     @gluon.jit
-    def _stage_x(x_words, a_ptr, M, K: gl.constexpr, j0, i: gl.constexpr, NB: gl.constexpr, W: gl.constexpr):
-        """Stage j0 + i's activations into x buffer i: the words [NB, 16 groups, 8] (rows >= M and
-        columns >= K read as 0) permuted to wgmma k order (per group: the even bytes, then the
-        odd ones) and stored as the stage's 16 [NB, 32] B tiles (an int32 view)."""
+    def _load_x(a_ptr, M, K: gl.constexpr, j0, i: gl.constexpr, NB: gl.constexpr, W: gl.constexpr):
+        """Stage j0 + i's activation words int32 [NB, 16 groups, 8] (rows >= M and columns >= K: 0)."""
         xl: gl.constexpr = _x_layout(W)
         r = gl.arange(0, NB, layout=gl.SliceLayout(1, gl.SliceLayout(2, xl)))
         g = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(2, xl)))
         c = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, xl)))
         r3 = gl.expand_dims(gl.expand_dims(r, 1), 2)
         col = (j0 + i) * 128 + gl.expand_dims(gl.expand_dims(g, 0), 2) * 8 + gl.expand_dims(gl.expand_dims(c, 0), 1)
-        raw = gl.load(a_ptr + r3 * (K // 4) + col, mask=(r3 < M) & (col < K // 4), other=0)
+        return gl.load(a_ptr + r3 * (K // 4) + col, mask=(r3 < M) & (col < K // 4), other=0)
+
+    @gluon.jit
+    def _store_x(x_words, raw, i: gl.constexpr, NB: gl.constexpr):
+        """Store stage i's words ``raw`` (from :func:`_load_x`) into x buffer i permuted to wgmma k
+        order (per group: the even bytes, then the odd ones), as the stage's 16 [NB, 32] B tiles
+        (an int32 view)."""
         lo, hi = gl.split(gl.reshape(raw, [NB, 16, 4, 2]))  # the 4 byte-octets of a group as word pairs
         ev, od = gl.inline_asm_elementwise(_EVEN_ODD, "=r,=r,r,r", [lo, hi], dtype=(gl.int32, gl.int32),
                                            is_pure=True, pack=1)
@@ -132,10 +136,10 @@ if _GLUON_IMPORT_ERROR is None:
         x_words.index(i).store(gl.permute(p, (1, 0, 2)))
 
     @gluon.jit
-    def _stage_act_scales(as_smem, as_ptr, M, KB: gl.constexpr, j0, i: gl.constexpr, NB: gl.constexpr,
-                          W: gl.constexpr, AS_E8M0: gl.constexpr):
-        """The activation scales of stage j0 + i's 4 K blocks as fp32 rows 4i..4i+3 of the [4
-        PER_SPLIT, NB] shared buffer (rows >= M and blocks past K: 0)."""
+    def _load_act_scales(as_ptr, M, KB: gl.constexpr, j0, i: gl.constexpr, NB: gl.constexpr, W: gl.constexpr,
+                         AS_E8M0: gl.constexpr):
+        """The activation scales of stage j0 + i's 4 K blocks, fp32 [4, NB] (rows >= M and blocks
+        past K: 0)."""
         sl: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [W, 1], [1, 0])
         b = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(1, sl)), 1)
         r = gl.expand_dims(gl.arange(0, NB, layout=gl.SliceLayout(0, sl)), 0)
@@ -146,7 +150,7 @@ if _GLUON_IMPORT_ERROR is None:
             s = gl.where(m, _e8m0_decode(e), 0.0)
         else:
             s = gl.load(as_ptr + r * KB + kb, mask=m, other=0.0)
-        as_smem.slice(4 * i, 4, dim=0).store(s)
+        return s
 
     @gluon.jit
     def _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j, j0, row0, STAGES: gl.constexpr, pred):
@@ -160,20 +164,33 @@ if _GLUON_IMPORT_ERROR is None:
         tma.async_copy_global_to_shared(s_desc, [row0, (j0 + j) * 16], bar, s_bufs.index(slot), pred)
 
     @gluon.jit
-    def _issue_block(w_bufs, x_bufs, slot, j, b: gl.constexpr, zero, a_l: gl.constexpr, R: gl.constexpr,
-                     W: gl.constexpr):
-        """Decode block b of the stage in ``slot`` and start its 4 group wgmmas (in-flight tokens)."""
+    def _load_codes(w_bufs, slot, b: gl.constexpr, W: gl.constexpr):
+        """Block b's A fragment words of the stage in ``slot``: one ``ldmatrix`` per 32-wide group."""
         wb = w_bufs.index(2 * slot + b // 2)
+        q = ()
+        for s in gl.static_range(4):
+            q = q + (wb.slice(64 * (b % 2) + 16 * s, 16, dim=1).load(_codes_layout(W)),)
+        return q
+
+    @gluon.jit
+    def _issue_codes(q, x_bufs, j, b: gl.constexpr, zero, a_l: gl.constexpr, R: gl.constexpr):
+        """Decode block b's words ``q`` (from :func:`_load_codes`) and start its 4 group wgmmas
+        (in-flight tokens)."""
         d = ()
         for s in gl.static_range(4):
-            q = wb.slice(64 * (b % 2) + 16 * s, 16, dim=1).load(_codes_layout(W))
-            lo = gl.inline_asm_elementwise(_DEC_LO, "=r,r", [q], dtype=gl.float8e4nv, is_pure=True, pack=4)
-            hi = gl.inline_asm_elementwise(_DEC_HI, "=r,r", [q], dtype=gl.float8e4nv, is_pure=True, pack=4)
+            lo = gl.inline_asm_elementwise(_DEC_LO, "=r,r", [q[s]], dtype=gl.float8e4nv, is_pure=True, pack=4)
+            hi = gl.inline_asm_elementwise(_DEC_HI, "=r,r", [q[s]], dtype=gl.float8e4nv, is_pure=True, pack=4)
             a = gl.reshape(gl.permute(gl.join(lo, hi), (0, 2, 1)), [R, 32])
             a = gl.convert_layout(a, a_l, assert_trivial=True)
             d = d + (warpgroup_mma(a, x_bufs.index(16 * j + 4 * b + s).permute((1, 0)), zero, use_acc=False,
                                    is_async=True),)
         return d
+
+    @gluon.jit
+    def _issue_block(w_bufs, x_bufs, slot, j, b: gl.constexpr, zero, a_l: gl.constexpr, R: gl.constexpr,
+                     W: gl.constexpr):
+        """Decode block b of the stage in ``slot`` and start its 4 group wgmmas (in-flight tokens)."""
+        return _issue_codes(_load_codes(w_bufs, slot, b, W), x_bufs, j, b, zero, a_l, R)
 
     @gluon.jit
     def _retire_block(acc, flags, d, v, sa, row_l: gl.constexpr, col_l: gl.constexpr):
@@ -189,7 +206,7 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _stage_sum(acc, flags, w_bufs, s_bufs, x_bufs, as_smem, slot, j, NB: gl.constexpr, W: gl.constexpr,
-                   PIPE: gl.constexpr):
+                   PIPE: gl.constexpr, LDSM_AHEAD: gl.constexpr):
         """acc += the 4 K blocks of the CTA's stage j (weights in ring slot ``slot``). PIPE: block
         b + 1's wgmmas are issued before block b's are retired (its FFMAs overlap them)."""
         R: gl.constexpr = 16 * W
@@ -210,6 +227,17 @@ if _GLUON_IMPORT_ERROR is None:
                 d = d_next
             d = warpgroup_mma_wait(num_outstanding=0, deps=d)
             acc, flags = _retire_block(acc, flags, d, v_blocks[3], as_smem.index(4 * j + 3).load(col_l), row_l, col_l)
+        elif LDSM_AHEAD:
+            # every ldmatrix of a block issued before its first decode, and the next block's before
+            # this block's wgmmas are waited for: the shared-memory latency leaves the decode chain
+            q = _load_codes(w_bufs, slot, 0, W)
+            for b in gl.static_range(4):
+                d = _issue_codes(q, x_bufs, j, b, zero, a_l, R)
+                if b < 3:
+                    q = _load_codes(w_bufs, slot, b + 1, W)
+                d = warpgroup_mma_wait(num_outstanding=0, deps=d)
+                acc, flags = _retire_block(acc, flags, d, v_blocks[b], as_smem.index(4 * j + b).load(col_l), row_l,
+                                           col_l)
         else:
             for b in gl.static_range(4):
                 d = _issue_block(w_bufs, x_bufs, slot, j, b, zero, a_l, R, W)
@@ -222,7 +250,8 @@ if _GLUON_IMPORT_ERROR is None:
     def _fp4_wgmma_gemv_kernel(w_desc, s_desc, a_ptr, as_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, n_stages,
                                K: gl.constexpr, NB: gl.constexpr, PER_SPLIT: gl.constexpr, STAGES: gl.constexpr,
                                SPLIT: gl.constexpr, AS_E8M0: gl.constexpr, PIPE: gl.constexpr, W: gl.constexpr,
-                               SPIN: gl.constexpr = False):
+                               SPIN: gl.constexpr = False, LDSM_AHEAD: gl.constexpr = True,
+                               X_FIRST: gl.constexpr = False):
         """Program (row tile, split): weight rows R p .. R p + R - 1 (R = 16 W), stages [split *
         PER_SPLIT, min(+ PER_SPLIT, n_stages)). ``w_desc``: TMA descriptor of the packed weight
         uint8 [N, K/2], box [R, 128]; ``s_desc``: of its UE8M0 scales uint8 [N, K/32], box [R, 16];
@@ -262,15 +291,34 @@ if _GLUON_IMPORT_ERROR is None:
             mbarrier.init(bars.index(i), count=1)
         fence_async_shared()  # barrier inits visible to the TMA unit before the first copy
 
+        # Every activation load of the CTA is issued before the first is used: staged a stage at a
+        # time, each stage's permute-and-store waited for its loads before the next stage's were
+        # issued (one global round trip per stage, 50% of the stall samples at M = 16 N24576 K1536
+        # on the H200: docs/gemm.md, "Sixteenth session").
+        raw_x = ()
+        raw_s = ()
+        if X_FIRST:
+            for i in gl.static_range(PER_SPLIT):
+                raw_x = raw_x + (_load_x(a_ptr, M, K, j0, i, NB, W),)
+            for i in gl.static_range(PER_SPLIT):
+                raw_s = raw_s + (_load_act_scales(as_ptr, M, KB, j0, i, NB, W, AS_E8M0),)
         if PER_SPLIT <= STAGES:  # every weight load of the CTA in flight at once
             for j in gl.static_range(PER_SPLIT):
                 _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j, j0, row0, STAGES, j < n_my)
         else:
+            # STAGES - 1 up front, the last slot at the top of the loop: filling the whole ring
+            # before the activations are staged measured 5-15% slower (docs/gemm.md, "Sixteenth
+            # session")
             for j in gl.static_range(STAGES - 1):
                 _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j, j0, row0, STAGES, j < n_my)
+        if not X_FIRST:
+            for i in gl.static_range(PER_SPLIT):
+                raw_x = raw_x + (_load_x(a_ptr, M, K, j0, i, NB, W),)
+            for i in gl.static_range(PER_SPLIT):
+                raw_s = raw_s + (_load_act_scales(as_ptr, M, KB, j0, i, NB, W, AS_E8M0),)
         for i in gl.static_range(PER_SPLIT):
-            _stage_x(x_words, a_ptr, M, K, j0, i, NB, W)
-            _stage_act_scales(as_smem, as_ptr, M, KB, j0, i, NB, W, AS_E8M0)
+            _store_x(x_words, raw_x[i], i, NB)
+            as_smem.slice(4 * i, 4, dim=0).store(raw_s[i])
         fence_async_shared()  # the generic-proxy stores -> visible to the wgmmas (async proxy)
         gl.thread_barrier()
 
@@ -284,7 +332,7 @@ if _GLUON_IMPORT_ERROR is None:
                              j + STAGES - 1 < n_my)
             slot = j % STAGES
             mbarrier.wait(bars.index(slot), (j // STAGES) & 1)
-            acc, flags = _stage_sum(acc, flags, w_bufs, s_bufs, x_bufs, as_rows, slot, j, NB, W, PIPE)
+            acc, flags = _stage_sum(acc, flags, w_bufs, s_bufs, x_bufs, as_rows, slot, j, NB, W, PIPE, LDSM_AHEAD)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -319,23 +367,23 @@ if _GLUON_IMPORT_ERROR is None:
 
 
 def pick_wgmma_gemv_config(n: int, k: int, m: int = 1) -> tuple[int, int, int]:
-    """(STAGES, SPLIT, W) from the same-run sweeps of ``scripts/bench_wgmma_gemv.py`` on the H200
-    (docs/measurements/2026-12-02_session13_{b,c,d}_wgmma_gemv_*; the benchmark's five (N, K),
-    layer-stack timer; the rule is within 3% of the best config swept on all ten cases).
+    """(STAGES, SPLIT, W) from the same-run sweep of ``scripts/bench_wgmma_gemv.py`` on the H200
+    with every activation load issued up front (docs/measurements/2026-12-02_session16_{b,c}_*;
+    the benchmark's five (N, K), layer-stack timer; within 4% of the best config swept on all ten
+    cases).
 
-    * M <= 8: 4 warps; one 512-wide stage a CTA up to K = 2048, else two (SPLIT fills the GPU).
-    * M > 8: four stages a CTA through a ring of two when that still gives >= 100 CTAs of 128
-      rows, else one stage a CTA; 8 warps (128 rows a CTA) when K is split, 4 when it is not
-      (N = 24576, K = 1536: no split, 12.3 us against 15.5-17.2 with the split reduction's round
-      trips, and 4 warps a CTA fill the SMs more evenly than 8)."""
+    * A ring of two 512-wide stages, four stages a CTA (SPLIT = K / 2048): the activations of a
+      CTA are staged in one round trip, so fewer, longer CTAs now win (M = 1, N7168 K16384: 23.1
+      against 26.3 us with two stages a CTA).
+    * M <= 8 and fewer than 64 row tiles (N2112): two stages a CTA, so that the split fills the
+      GPU (231 CTAs instead of 132).
+    * 8 warps (128 rows a CTA) at M > 8 when K is split and the grid still has >= 100 CTAs of
+      128 rows, else 4 (N2112 K7168 at M = 16: 9.9 us with 4 warps, 11.9 with 8)."""
     n_st = -(-k // _STAGE_K)
-    if m <= 8:
-        per = 1 if n_st <= 4 else 2
-        return per, -(-n_st // per), 4
-    if -(-n // 128) * -(-n_st // 4) >= 100:
-        split = -(-n_st // 4)
-        return 2, split, 4 if split == 1 else 8
-    return 1, n_st, 8
+    per = 2 if m <= 8 and -(-n // 64) < 64 else 4
+    split = -(-n_st // per)
+    wide = m > 8 and split > 1 and -(-n // 128) * split >= 100
+    return 2, split, 8 if wide else 4
 
 
 def fp4_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bool:
@@ -353,7 +401,8 @@ def fp4_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bo
 
 def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
                    config: tuple[int, ...] | None = None, out: torch.Tensor | None = None,
-                   pipe: bool = False, spin: bool = False) -> torch.Tensor:
+                   pipe: bool = False, spin: bool = False, ldsm_ahead: bool = True,
+                   x_first: bool = False) -> torch.Tensor:
     """a e4m3 [M, K] (1 <= M <= 16, K % 512 == 0, contiguous), a_s [M, K/128] fp32 or
     float8_e8m0fnu (contiguous); b packed E2M1 uint8 [N, K/2] with UE8M0 uint8 b_s [N, K/32],
     contiguous. Returns bf16 [M, N] (``out`` if given). ``config`` = (STAGES, SPLIT[, W])
@@ -363,7 +412,11 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     (its own partial stays in registers); a ValueError unless the whole grid is resident at once.
     Off by default: it measured the same as the arrival counter (docs/gemm.md). Launches with
     SPLIT > 1 share a per-device counter buffer: do not run two of them concurrently on
-    different streams."""
+    different streams.
+    ``ldsm_ahead`` (without ``pipe``; on by default, 1-5% faster on 9 of the benchmark's 10 decode
+    cases): a block's shared-memory fragment loads are issued before its decode starts and
+    before the previous block's wgmmas are waited for. ``x_first``: the activation loads are
+    issued before the weight TMAs (by default after them)."""
     if _GLUON_IMPORT_ERROR is not None:
         raise RuntimeError(f"fp4_wgmma_gemv needs triton.experimental.gluon: {_GLUON_IMPORT_ERROR}")
     m, k = a.shape
@@ -405,7 +458,8 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
     args = (w_desc, s_desc, a.view(torch.uint8).view(torch.int32), a_s.view(torch.uint8) if as_e8m0 else a_s, c, ws,
             cnt, m, n, n_st, k)
-    meta = dict(NB=nb, PER_SPLIT=per_split, STAGES=stages, SPLIT=split, AS_E8M0=as_e8m0, PIPE=pipe, W=w, num_warps=w)
+    meta = dict(NB=nb, PER_SPLIT=per_split, STAGES=stages, SPLIT=split, AS_E8M0=as_e8m0, PIPE=pipe, W=w, num_warps=w,
+                LDSM_AHEAD=ldsm_ahead, X_FIRST=x_first)
     if split > 1 and spin:
         if tiles * split > _resident_ctas(a.device, args, meta):
             raise ValueError(f"fp4_wgmma_gemv spin=True needs every CTA resident: {tiles} x {split} CTAs do not fit")
