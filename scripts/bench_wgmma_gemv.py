@@ -24,9 +24,8 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--ms", default="1,16")
     ap.add_argument("--configs", default="p1s1w4,p2s2w4,p2s2w4pipe,p2s2w8,p4s4w4",
-                    help="pPsSwW[pipe][spin][at][xf]: P stages per CTA (SPLIT = ceil(K/512 / P)), a ring of S, W "
-                         "warps; at: weight fragments loaded at their block (ldsm_ahead=False); xf: activation "
-                         "loads before the weight TMAs (x_first=True)")
+                    help="pPsSwW[pipe][spin][at]: P stages per CTA (SPLIT = ceil(K/512 / P)), a ring of S, W warps; "
+                         "at: weight fragments loaded at their block (ldsm_ahead=False)")
     ap.add_argument("--shapes", default=None, help="N:K,N:K,... (default: the benchmark's five)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -49,9 +48,8 @@ def main() -> int:
             auto = g.pick_wgmma_gemv_config(n, k, m)
             cfgs = []
             for spec in args.configs.split(","):
-                p_, s_, w_, pipe, spin, at, xf = re.fullmatch(r"p(\d+)s(\d+)w(\d+)(pipe)?(spin)?(at)?(xf)?",
-                                                              spec).groups()
-                cfg = ((int(s_), -(-(k // 512) // int(p_)), int(w_)), bool(pipe), bool(spin), not at, bool(xf))
+                p_, s_, w_, pipe, spin, at = re.fullmatch(r"p(\d+)s(\d+)w(\d+)(pipe)?(spin)?(at)?", spec).groups()
+                cfg = ((int(s_), -(-(k // 512) // int(p_)), int(w_)), bool(pipe), bool(spin), not at)
                 if cfg not in cfgs:
                     cfgs.append(cfg)
             rec = {"M": m, "N": n, "K": k, "floor_us": round(gemm_bytes(m, n, k, True) / (bw * 1e3), 2),
@@ -61,16 +59,16 @@ def main() -> int:
                    "rowwise": [r for *_, r in layers], "tensor": [t for _, _, t, _ in layers]}
             a0, wq0 = layers[0][0], layers[0][1]
             ref = mma_gemv(a0.data, a0.scale, wq0.packed, wq0.scale, fp4=True).float()
-            for cfg, pipe, spin, ahead, xf in cfgs:
+            for cfg, pipe, spin, ahead in cfgs:
                 name = (f"wgmma_s{cfg[0]}_split{cfg[1]}_w{cfg[2]}" + ("_pipe" if pipe else "") + ("_spin" if spin else "")
-                        + ("" if ahead else "_at") + ("_xf" if xf else ""))
+                        + ("" if ahead else "_at"))
                 sp = spin
                 got = g.fp4_wgmma_gemv(a0.data, a0.scale, wq0.packed, wq0.scale, config=cfg, pipe=pipe, spin=sp,
-                                       ldsm_ahead=ahead, x_first=xf).float()
+                                       ldsm_ahead=ahead).float()
                 rec[name + "_err"] = float(((got - ref).norm() / ref.norm()).item())
-                fns[name] = [lambda a=a, wq=wq, cfg=cfg, pipe=pipe, sp=sp, ahead=ahead, xf=xf: g.fp4_wgmma_gemv(
-                    a.data, a.scale, wq.packed, wq.scale, config=cfg, pipe=pipe, spin=sp, ldsm_ahead=ahead,
-                    x_first=xf) for a, wq, _, _ in layers]
+                fns[name] = [lambda a=a, wq=wq, cfg=cfg, pipe=pipe, sp=sp, ahead=ahead: g.fp4_wgmma_gemv(
+                    a.data, a.scale, wq.packed, wq.scale, config=cfg, pipe=pipe, spin=sp, ldsm_ahead=ahead)
+                    for a, wq, _, _ in layers]
             for name, fl in fns.items():
                 rec[name + "_stack_us"] = round(stack_us(fl), 2)
                 rec[name + "_single_us"] = round(cold_us(fl[0], graph=True), 2)

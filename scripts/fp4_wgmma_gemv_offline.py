@@ -56,7 +56,7 @@ def compile_sm90(m, n, k, stages, split, w, pipe, e8m0, ldsm=True):
     n_st = k // 512
     per = triton.next_power_of_2(-(-n_st // split))
     constexprs = dict(K=k, NB=8 if m <= 8 else 16, PER_SPLIT=per, STAGES=stages, SPLIT=-(-n_st // per), AS_E8M0=e8m0,
-                      PIPE=pipe, W=w, SPIN=split > 1, LDSM_AHEAD=ldsm, X_FIRST=False)
+                      PIPE=pipe, W=w, SPIN=split > 1, LDSM_AHEAD=ldsm)
     return compile_gluon_sm90(g._fp4_wgmma_gemv_kernel, args, constexprs, {"M", "n_stages"}, num_warps=w)
 
 

@@ -88,17 +88,15 @@ def test_cuda_wgmma_gemv_spin_and_arrival_reductions_agree(m, n, k, cfg):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("m,n,k,cfg", [(16, 200, 1536, (2, 1)), (4, 136, 2048, (4, 1, 8)), (16, 320, 4096, (2, 2))])
-def test_cuda_wgmma_gemv_load_orders_agree(m, n, k, cfg):
+def test_cuda_wgmma_gemv_ldsm_ahead_agrees(m, n, k, cfg):
     """The weight fragments loaded a block ahead (the default) are the same words as loaded at
-    their block, and the activations are the same whether loaded before or after the weight TMAs
-    are issued: bit-identical outputs, and right."""
+    their block: bit-identical outputs, and right."""
     g = _kernel_or_skip()
     a, b = _operands(m, n, k, seed=3)
     args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
     ahead = g.fp4_wgmma_gemv(*args, config=cfg)
     at_block = g.fp4_wgmma_gemv(*args, config=cfg, ldsm_ahead=False)
-    x_first = g.fp4_wgmma_gemv(*args, config=cfg, x_first=True)
-    assert torch.equal(ahead, at_block) and torch.equal(ahead, x_first)
+    assert torch.equal(ahead, at_block)
     assert rel_err(ahead, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
 
 

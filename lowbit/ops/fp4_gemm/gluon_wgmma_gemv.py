@@ -250,8 +250,7 @@ if _GLUON_IMPORT_ERROR is None:
     def _fp4_wgmma_gemv_kernel(w_desc, s_desc, a_ptr, as_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, n_stages,
                                K: gl.constexpr, NB: gl.constexpr, PER_SPLIT: gl.constexpr, STAGES: gl.constexpr,
                                SPLIT: gl.constexpr, AS_E8M0: gl.constexpr, PIPE: gl.constexpr, W: gl.constexpr,
-                               SPIN: gl.constexpr = False, LDSM_AHEAD: gl.constexpr = True,
-                               X_FIRST: gl.constexpr = False):
+                               SPIN: gl.constexpr = False, LDSM_AHEAD: gl.constexpr = True):
         """Program (row tile, split): weight rows R p .. R p + R - 1 (R = 16 W), stages [split *
         PER_SPLIT, min(+ PER_SPLIT, n_stages)). ``w_desc``: TMA descriptor of the packed weight
         uint8 [N, K/2], box [R, 128]; ``s_desc``: of its UE8M0 scales uint8 [N, K/32], box [R, 16];
@@ -291,17 +290,6 @@ if _GLUON_IMPORT_ERROR is None:
             mbarrier.init(bars.index(i), count=1)
         fence_async_shared()  # barrier inits visible to the TMA unit before the first copy
 
-        # Every activation load of the CTA is issued before the first is used: staged a stage at a
-        # time, each stage's permute-and-store waited for its loads before the next stage's were
-        # issued (one global round trip per stage, 50% of the stall samples at M = 16 N24576 K1536
-        # on the H200: docs/gemm.md, "Sixteenth session").
-        raw_x = ()
-        raw_s = ()
-        if X_FIRST:
-            for i in gl.static_range(PER_SPLIT):
-                raw_x = raw_x + (_load_x(a_ptr, M, K, j0, i, NB, W),)
-            for i in gl.static_range(PER_SPLIT):
-                raw_s = raw_s + (_load_act_scales(as_ptr, M, KB, j0, i, NB, W, AS_E8M0),)
         if PER_SPLIT <= STAGES:  # every weight load of the CTA in flight at once
             for j in gl.static_range(PER_SPLIT):
                 _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j, j0, row0, STAGES, j < n_my)
@@ -311,11 +299,16 @@ if _GLUON_IMPORT_ERROR is None:
             # session")
             for j in gl.static_range(STAGES - 1):
                 _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j, j0, row0, STAGES, j < n_my)
-        if not X_FIRST:
-            for i in gl.static_range(PER_SPLIT):
-                raw_x = raw_x + (_load_x(a_ptr, M, K, j0, i, NB, W),)
-            for i in gl.static_range(PER_SPLIT):
-                raw_s = raw_s + (_load_act_scales(as_ptr, M, KB, j0, i, NB, W, AS_E8M0),)
+        # Every activation load of the CTA is issued before the first is used: staged a stage at a
+        # time, each stage's permute-and-store waited for its loads before the next stage's were
+        # issued (one global round trip per stage, 50% of the stall samples at M = 16 N24576 K1536
+        # on the H200: docs/gemm.md, "Sixteenth session").
+        raw_x = ()
+        raw_s = ()
+        for i in gl.static_range(PER_SPLIT):
+            raw_x = raw_x + (_load_x(a_ptr, M, K, j0, i, NB, W),)
+        for i in gl.static_range(PER_SPLIT):
+            raw_s = raw_s + (_load_act_scales(as_ptr, M, KB, j0, i, NB, W, AS_E8M0),)
         for i in gl.static_range(PER_SPLIT):
             _store_x(x_words, raw_x[i], i, NB)
             as_smem.slice(4 * i, 4, dim=0).store(raw_s[i])
@@ -401,8 +394,7 @@ def fp4_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bo
 
 def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
                    config: tuple[int, ...] | None = None, out: torch.Tensor | None = None,
-                   pipe: bool = False, spin: bool = False, ldsm_ahead: bool = True,
-                   x_first: bool = False) -> torch.Tensor:
+                   pipe: bool = False, spin: bool = False, ldsm_ahead: bool = True) -> torch.Tensor:
     """a e4m3 [M, K] (1 <= M <= 16, K % 512 == 0, contiguous), a_s [M, K/128] fp32 or
     float8_e8m0fnu (contiguous); b packed E2M1 uint8 [N, K/2] with UE8M0 uint8 b_s [N, K/32],
     contiguous. Returns bf16 [M, N] (``out`` if given). ``config`` = (STAGES, SPLIT[, W])
@@ -415,8 +407,7 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     different streams.
     ``ldsm_ahead`` (without ``pipe``; on by default, 1-5% faster on 9 of the benchmark's 10 decode
     cases): a block's shared-memory fragment loads are issued before its decode starts and
-    before the previous block's wgmmas are waited for. ``x_first``: the activation loads are
-    issued before the weight TMAs (by default after them)."""
+    before the previous block's wgmmas are waited for."""
     if _GLUON_IMPORT_ERROR is not None:
         raise RuntimeError(f"fp4_wgmma_gemv needs triton.experimental.gluon: {_GLUON_IMPORT_ERROR}")
     m, k = a.shape
@@ -459,7 +450,7 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     args = (w_desc, s_desc, a.view(torch.uint8).view(torch.int32), a_s.view(torch.uint8) if as_e8m0 else a_s, c, ws,
             cnt, m, n, n_st, k)
     meta = dict(NB=nb, PER_SPLIT=per_split, STAGES=stages, SPLIT=split, AS_E8M0=as_e8m0, PIPE=pipe, W=w, num_warps=w,
-                LDSM_AHEAD=ldsm_ahead, X_FIRST=x_first)
+                LDSM_AHEAD=ldsm_ahead)
     if split > 1 and spin:
         if tiles * split > _resident_ctas(a.device, args, meta):
             raise ValueError(f"fp4_wgmma_gemv spin=True needs every CTA resident: {tiles} x {split} CTAs do not fit")
