@@ -2,6 +2,8 @@
 # a ring of two), against the same config with the next block's ldmatrix issued ahead (ldsm) and the
 # pipelined wgmma schedule (pipe), same run, layer stack, five shapes, M = 1 and 16; (2) the draft
 # head's fast argmax re-timed at M = 16 / 64 since the fifteenth session's NB = 64 register cap.
+# (A record of what ran: its `ldsm` / `k2` / `mb8` config suffixes were removed from bench_wgmma_gemv.py
+# afterwards; `ldsm` is now the default, the others measured slower -- docs/gemm.md, "Sixteenth session".)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 timeout 100 python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=90 tests/ops/test_fp4_wgmma_gemv.py 2>&1 | tail -3
 timeout 330 python3 scripts/bench_wgmma_gemv.py --ms 1,16 \

@@ -1,6 +1,8 @@
 # Sixteenth session, call d: KSPLIT = 2 in the FP4 wgmma GEMV (a second warp group per CTA sums half
 # of the CTA's stages; partials added through shared memory) against the shipped pick, same run,
 # layer stack, five shapes, M = 1 and 16; cuda tests of the GEMV first.
+# (A record of what ran: its `ldsm` / `k2` / `mb8` config suffixes were removed from bench_wgmma_gemv.py
+# afterwards; `ldsm` is now the default, the others measured slower -- docs/gemm.md, "Sixteenth session".)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 timeout 150 python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=120 tests/ops/test_fp4_wgmma_gemv.py 2>&1 | tail -4 | tee $OUT/pytest_gemv.log
 timeout 330 python3 scripts/bench_wgmma_gemv.py --ms 1,16 \

@@ -1,6 +1,8 @@
 # Sixteenth session, call f: cuda tests of the FP4 GEMV (m_block = 8 rows a CTA is new) and the GEMM
 # family, then M = 16 with a CTA per 8 activation rows (twice the CTAs, each tile decoded twice)
 # against the shipped 16-row CTAs, same run, layer stack, five shapes.
+# (A record of what ran: its `ldsm` / `k2` / `mb8` config suffixes were removed from bench_wgmma_gemv.py
+# afterwards; `ldsm` is now the default, the others measured slower -- docs/gemm.md, "Sixteenth session".)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 timeout 200 python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=150 -n 4 tests/ops/test_fp4_wgmma_gemv.py \
     tests/ops/test_fp4_gemm.py tests/ops/test_fp8_gemm.py tests/ops/test_fp8_wgmma_gemv.py tests/nn/test_linear.py 2>&1 | tail -2 | tee $OUT/pytest_gemm.log
