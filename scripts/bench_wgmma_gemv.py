@@ -24,8 +24,11 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--ms", default="1,16")
     ap.add_argument("--configs", default="p1s1w4,p2s2w4,p2s2w4pipe,p2s2w8,p4s4w4",
-                    help="pPsSwW[pipe][spin][at]: P stages per CTA (SPLIT = ceil(K/512 / P)), a ring of S, W warps; "
-                         "at: weight fragments loaded at their block (ldsm_ahead=False)")
+                    help="pPsSwW[flags]: P stages per CTA (SPLIT = ceil(K/512 / P)), a ring of S, W warps; flags "
+                         "(any of, in this order): pipe, spin, at (weight fragments loaded at their block: "
+                         "ldsm_ahead=False), xf (activation loads before the weight TMAs), pdl (programmatic "
+                         "dependent launch, weights L2-prefetched before the wait), np (pdl without the "
+                         "prefetch), tr (pdl triggering the next launch at once)")
     ap.add_argument("--shapes", default=None, help="N:K,N:K,... (default: the benchmark's five)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -48,8 +51,12 @@ def main() -> int:
             auto = g.pick_wgmma_gemv_config(n, k, m)
             cfgs = []
             for spec in args.configs.split(","):
-                p_, s_, w_, pipe, spin, at = re.fullmatch(r"p(\d+)s(\d+)w(\d+)(pipe)?(spin)?(at)?", spec).groups()
-                cfg = ((int(s_), -(-(k // 512) // int(p_)), int(w_)), bool(pipe), bool(spin), not at)
+                head = re.match(r"p(\d+)s(\d+)w(\d+)", spec)
+                flags = re.findall(r"pipe|spin|at|xf|pdl|np|tr", spec[head.end():])
+                if "".join(flags) != spec[head.end():]:
+                    raise SystemExit(f"bad config {spec!r}")
+                p_, s_, w_ = (int(v) for v in head.groups())
+                cfg = ((s_, -(-(k // 512) // p_), w_), tuple(flags))
                 if cfg not in cfgs:
                     cfgs.append(cfg)
             rec = {"M": m, "N": n, "K": k, "floor_us": round(gemm_bytes(m, n, k, True) / (bw * 1e3), 2),
@@ -59,16 +66,15 @@ def main() -> int:
                    "rowwise": [r for *_, r in layers], "tensor": [t for _, _, t, _ in layers]}
             a0, wq0 = layers[0][0], layers[0][1]
             ref = mma_gemv(a0.data, a0.scale, wq0.packed, wq0.scale, fp4=True).float()
-            for cfg, pipe, spin, ahead in cfgs:
-                name = (f"wgmma_s{cfg[0]}_split{cfg[1]}_w{cfg[2]}" + ("_pipe" if pipe else "") + ("_spin" if spin else "")
-                        + ("" if ahead else "_at"))
-                sp = spin
-                got = g.fp4_wgmma_gemv(a0.data, a0.scale, wq0.packed, wq0.scale, config=cfg, pipe=pipe, spin=sp,
-                                       ldsm_ahead=ahead).float()
+            for cfg, flags in cfgs:
+                name = f"wgmma_s{cfg[0]}_split{cfg[1]}_w{cfg[2]}" + "".join("_" + f for f in flags)
+                kw = dict(config=cfg, pipe="pipe" in flags, spin="spin" in flags, ldsm_ahead="at" not in flags,
+                          x_first="xf" in flags, pdl="pdl" in flags, prefetch="np" not in flags,
+                          trigger="tr" in flags)
+                got = g.fp4_wgmma_gemv(a0.data, a0.scale, wq0.packed, wq0.scale, **kw).float()
                 rec[name + "_err"] = float(((got - ref).norm() / ref.norm()).item())
-                fns[name] = [lambda a=a, wq=wq, cfg=cfg, pipe=pipe, sp=sp, ahead=ahead: g.fp4_wgmma_gemv(
-                    a.data, a.scale, wq.packed, wq.scale, config=cfg, pipe=pipe, spin=sp, ldsm_ahead=ahead)
-                    for a, wq, _, _ in layers]
+                fns[name] = [lambda a=a, wq=wq, kw=kw: g.fp4_wgmma_gemv(a.data, a.scale, wq.packed, wq.scale, **kw)
+                             for a, wq, _, _ in layers]
             for name, fl in fns.items():
                 rec[name + "_stack_us"] = round(stack_us(fl), 2)
                 rec[name + "_single_us"] = round(cold_us(fl[0], graph=True), 2)

@@ -18,10 +18,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gluon_fp8_offline import ptxas_notes  # noqa: E402
 from sm90_offline import compile_gluon_sm90, loop_report, qgmma_loop  # noqa: E402
 
-CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, PIPE, a_s e8m0[, LDSM_AHEAD (default True)])
+CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, PIPE, a_s e8m0[, LDSM_AHEAD (default True)[, X_FIRST]])
     (16, 24576, 1536, 2, 1, 4, False, False),
     (16, 24576, 1536, 2, 1, 4, False, False, False),
     (16, 7168, 2048, 2, 1, 4, False, False),
+    (16, 7168, 2048, 2, 1, 4, False, False, True, True),
+    (16, 7168, 2048, 4, 1, 4, False, False, True, True),
     (16, 24576, 1536, 2, 2, 4, False, False),
     (16, 24576, 1536, 4, 1, 4, True, False),
     (1, 24576, 1536, 4, 1, 4, False, False),
@@ -33,7 +35,7 @@ CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, PIPE, a_s e8m0[, LDSM_AHEAD (default 
 )
 
 
-def compile_sm90(m, n, k, stages, split, w, pipe, e8m0, ldsm=True):
+def compile_sm90(m, n, k, stages, split, w, pipe, e8m0, ldsm=True, x_first=False, pdl=False):
     import torch
     import triton
     from triton.experimental.gluon import language as gl
@@ -51,29 +53,31 @@ def compile_sm90(m, n, k, stages, split, w, pipe, e8m0, ldsm=True):
     w_l = gl.NVMMASharedLayout.get_default_for([16 * w, 128], gl.uint8)
     s_l = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
     args = dict(w_desc=TensorDescriptor.from_tensor(b, [16 * w, 128], w_l),
-                s_desc=TensorDescriptor.from_tensor(b_s, [16 * w, 16], s_l), a_ptr=a, as_ptr=a_s, c_ptr=c, ws_ptr=ws,
+                s_desc=TensorDescriptor.from_tensor(b_s, [16 * w, 16], s_l), w_ptr=b, s_ptr=b_s, a_ptr=a, as_ptr=a_s, c_ptr=c, ws_ptr=ws,
                 cnt_ptr=cnt, M=m, N=n, n_stages=k // 512)
     n_st = k // 512
     per = triton.next_power_of_2(-(-n_st // split))
     constexprs = dict(K=k, NB=8 if m <= 8 else 16, PER_SPLIT=per, STAGES=stages, SPLIT=-(-n_st // per), AS_E8M0=e8m0,
-                      PIPE=pipe, W=w, SPIN=split > 1, LDSM_AHEAD=ldsm)
+                      PIPE=pipe, W=w, SPIN=split > 1, LDSM_AHEAD=ldsm, X_FIRST=x_first, PDL=pdl, PREFETCH=pdl, TRIGGER=False)
     return compile_gluon_sm90(g._fp4_wgmma_gemv_kernel, args, constexprs, {"M", "n_stages"}, num_warps=w)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None)
+    ap.add_argument("--pdl", action="store_true", help="compile every config with PDL and the weights' L2 prefetch")
     args = ap.parse_args()
     for cfg in CONFIGS:
-        kern = compile_sm90(*cfg)
+        kern = compile_sm90(*cfg, **({"pdl": True} if args.pdl else {}))
         ldsm = cfg[8] if len(cfg) > 8 else True
+        xf = len(cfg) > 9 and cfg[9]
         loop_report(kern, f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]} W {cfg[5]} pipe {cfg[6]}"
-                    + ("" if ldsm else " ldsm at block"),
+                    + ("" if ldsm else " ldsm at block") + (" x first" if xf else ""),
                     qgmma_loop, extra=" = {n} / 4 per block of 16 rows x 128 per warp; ptxas: "
                     + (", ".join(ptxas_notes(kern)) or "no wgmma notes").replace("{", "{{").replace("}", "}}"),
                     dump_dir=args.dump,
-                    dump_name=f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_s{cfg[4]}_w{cfg[5]}_p{int(cfg[6])}" + ("" if ldsm else "_at")
-                    + ".sass")
+                    dump_name=f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_r{cfg[3]}_s{cfg[4]}_w{cfg[5]}_p{int(cfg[6])}" + ("" if ldsm else "_at")
+                    + ("_xf" if xf else "") + ".sass")
     return 0
 
 

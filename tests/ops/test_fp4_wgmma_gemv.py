@@ -88,15 +88,20 @@ def test_cuda_wgmma_gemv_spin_and_arrival_reductions_agree(m, n, k, cfg):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("m,n,k,cfg", [(16, 200, 1536, (2, 1)), (4, 136, 2048, (4, 1, 8)), (16, 320, 4096, (2, 2))])
-def test_cuda_wgmma_gemv_ldsm_ahead_agrees(m, n, k, cfg):
+def test_cuda_wgmma_gemv_ldsm_ahead_and_x_first_agree(m, n, k, cfg):
     """The weight fragments loaded a block ahead (the default) are the same words as loaded at
-    their block: bit-identical outputs, and right."""
+    their block, and the activation loads issued before the weight TMAs stage the same bytes:
+    bit-identical outputs, and right."""
     g = _kernel_or_skip()
     a, b = _operands(m, n, k, seed=3)
     args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
     ahead = g.fp4_wgmma_gemv(*args, config=cfg)
     at_block = g.fp4_wgmma_gemv(*args, config=cfg, ldsm_ahead=False)
+    x_first = g.fp4_wgmma_gemv(*args, config=cfg, x_first=True)
+    pdl = g.fp4_wgmma_gemv(*args, config=cfg, pdl=True)
     assert torch.equal(ahead, at_block)
+    assert torch.equal(ahead, x_first)
+    assert torch.equal(ahead, pdl)
     assert rel_err(ahead, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
 
 
@@ -173,6 +178,46 @@ def test_cuda_wgmma_gemv_graph_replay(cfg):
     graph.replay()
     torch.cuda.synchronize()
     assert rel_err(out, a2.dequantize(torch.float64) @ b2.dequantize(torch.float64).T) < TOL
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cfg", [(2, 1), (4, 2)])
+@pytest.mark.parametrize("prefetch,trigger", [(True, False), (False, False), (True, True)])
+def test_cuda_wgmma_gemv_pdl_sees_the_previous_kernels_writes(cfg, prefetch, trigger):
+    """Programmatic dependent launches inside a CUDA graph: the weights and activations are
+    written by the kernel just before each GEMV (an elementwise copy), two GEMVs follow each other
+    (the second's split counters are reset by the first), and the inputs change between replays:
+    every output is the product of the data written right before it."""
+    g = _kernel_or_skip()
+    m, n, k = 16, 384, 2048
+    a, b = _operands(m, n, k)
+    src = [t.cuda() for t in (a.data.view(torch.uint8), a.scale, b.packed, b.scale)]
+    buf = [torch.empty_like(t) for t in src]
+    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+
+    def step():
+        for d, s_ in zip(buf, src):
+            torch.bitwise_xor(s_.view(torch.uint8), 0, out=d.view(torch.uint8))  # a kernel, not a memcpy
+        for o in outs:
+            g.fp4_wgmma_gemv(buf[0].view(torch.float8_e4m3fn), buf[1], buf[2], buf[3], config=cfg, out=o, pdl=True,
+                             prefetch=prefetch, trigger=trigger)
+
+    step()  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for seed in (5, 6):
+        a2, b2 = _operands(m, n, k, seed=seed)
+        for d, s_ in zip(src, (a2.data.view(torch.uint8), a2.scale, b2.packed, b2.scale)):
+            d.copy_(s_)
+        for o in outs:
+            o.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = a2.dequantize(torch.float64) @ b2.dequantize(torch.float64).T
+        for o in outs:
+            assert rel_err(o, want) < TOL
 
 
 def test_wgmma_gemv_checks():

@@ -62,6 +62,7 @@ try:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    from lowbit.ops._gluon_pdl import gdc_launch_dependents, gdc_wait, prefetch_l2
     from lowbit.ops._gluon_wgmma import acc_layout, four, row_words_layout, split_k_epilogue, warp_rows
     from lowbit.ops.fp8_gemm.gluon import _e8m0_decode
 
@@ -74,6 +75,8 @@ __all__ = ["WGMMA_GEMV_MAX_M", "fp4_wgmma_gemv", "fp4_wgmma_gemv_ok", "pick_wgmm
 #: most activation rows one launch serves (the wgmma's N: 8 up to M = 8, else 16)
 WGMMA_GEMV_MAX_M = 16
 _STAGE_K = 512  # K per pipeline stage: four 128-wide blocks (two [64, 128 B] weight boxes, one [64, 16 B] scale box)
+#: launch as a programmatic dependent launch by default (prologue overlapping the previous kernel)
+PDL = False
 #: what the result is multiplied by: the decoded weights are E2M1 x 2^-6
 _RESULT_SCALE = 64.0
 
@@ -246,21 +249,76 @@ if _GLUON_IMPORT_ERROR is None:
                                            col_l)
         return acc, flags
 
+    @gluon.jit
+    def _prefetch_weights(w_ptr, s_ptr, row0, j0, n_my, N, K: gl.constexpr, R: gl.constexpr, W: gl.constexpr,
+                          SPLIT: gl.constexpr):
+        """L2 prefetch of the CTA's weight codes and scales (rows row0 .. row0 + R - 1, stages j0 ..
+        j0 + n_my - 1; PDL: issued before the wait). Unsplit, the CTA's rows are one contiguous
+        range of each tensor: one bulk prefetch each (every warp issues the same one). Split, each
+        row's segment is prefetched in two halves, one a thread (the compiler serializes a warp's
+        distinct addresses: 32 prefetches a warp and tensor)."""
+        if SPLIT == 1:
+            rows = gl.minimum(N - row0, R)
+            prefetch_l2(w_ptr + row0.to(gl.int64) * (K // 2), rows * (K // 2))
+            prefetch_l2(s_ptr + row0.to(gl.int64) * (K // 32), rows * (K // 32))
+        else:
+            hl: gl.constexpr = gl.BlockedLayout([1, 1], [16, 2], [W, 1], [1, 0])
+            r = gl.expand_dims(row0 + gl.arange(0, R, layout=gl.SliceLayout(1, hl)), 1)
+            h = gl.expand_dims(gl.arange(0, 2, layout=gl.SliceLayout(0, hl)), 0)
+            live = r < N
+            base = r.to(gl.int64)
+            prefetch_l2(w_ptr + base * (K // 2) + j0 * 256 + h * (n_my * 128), gl.where(live, n_my * 128, 0))
+            prefetch_l2(s_ptr + base * (K // 32) + j0 * 16 + h * (n_my * 8), gl.where(live & (h == 0), n_my * 16, 0))
+
+    @gluon.jit
+    def _issue_prologue(w_desc, s_desc, w_bufs, s_bufs, bars, j0, row0, n_my, PER_SPLIT: gl.constexpr,
+                        STAGES: gl.constexpr):
+        """The weight TMAs issued before the K loop: all the CTA's stages when they fit the ring,
+        else STAGES - 1 (the last slot is filled at the top of the loop: filling the whole ring
+        before the activations are staged measured 5-15% slower, docs/gemm.md "Sixteenth
+        session")."""
+        if PER_SPLIT <= STAGES:
+            for j in gl.static_range(PER_SPLIT):
+                _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j, j0, row0, STAGES, j < n_my)
+        else:
+            for j in gl.static_range(STAGES - 1):
+                _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j, j0, row0, STAGES, j < n_my)
+
+    @gluon.jit
+    def _load_acts(a_ptr, as_ptr, M, K: gl.constexpr, KB: gl.constexpr, j0, PER_SPLIT: gl.constexpr,
+                   NB: gl.constexpr, W: gl.constexpr, AS_E8M0: gl.constexpr):
+        """Every activation word and scale of the CTA's PER_SPLIT stages, loaded into registers
+        (tuples of per-stage tensors; nothing waits for them here)."""
+        raw_x = ()
+        raw_s = ()
+        for i in gl.static_range(PER_SPLIT):
+            raw_x = raw_x + (_load_x(a_ptr, M, K, j0, i, NB, W),)
+        for i in gl.static_range(PER_SPLIT):
+            raw_s = raw_s + (_load_act_scales(as_ptr, M, KB, j0, i, NB, W, AS_E8M0),)
+        return raw_x, raw_s
+
     @gluon.jit(do_not_specialize=["M", "n_stages"])
-    def _fp4_wgmma_gemv_kernel(w_desc, s_desc, a_ptr, as_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, n_stages,
+    def _fp4_wgmma_gemv_kernel(w_desc, s_desc, w_ptr, s_ptr, a_ptr, as_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, n_stages,
                                K: gl.constexpr, NB: gl.constexpr, PER_SPLIT: gl.constexpr, STAGES: gl.constexpr,
                                SPLIT: gl.constexpr, AS_E8M0: gl.constexpr, PIPE: gl.constexpr, W: gl.constexpr,
-                               SPIN: gl.constexpr = False, LDSM_AHEAD: gl.constexpr = True):
+                               SPIN: gl.constexpr = False, LDSM_AHEAD: gl.constexpr = True,
+                               X_FIRST: gl.constexpr = False, PDL: gl.constexpr = False,
+                               PREFETCH: gl.constexpr = False, TRIGGER: gl.constexpr = False):
         """Program (row tile, split): weight rows R p .. R p + R - 1 (R = 16 W), stages [split *
         PER_SPLIT, min(+ PER_SPLIT, n_stages)). ``w_desc``: TMA descriptor of the packed weight
         uint8 [N, K/2], box [R, 128]; ``s_desc``: of its UE8M0 scales uint8 [N, K/32], box [R, 16];
-        ``a_ptr``: e4m3 activations as int32 words [M, K/4]; ``as_ptr``: [M, K/128] fp32 (or UE8M0
+        ``w_ptr`` / ``s_ptr``: the same two tensors as pointers (only for PREFETCH); ``a_ptr``: e4m3 activations as int32 words [M, K/4]; ``as_ptr``: [M, K/128] fp32 (or UE8M0
         bytes); ``c_ptr``: bf16 [M, N]; ``ws_ptr``: fp32 [SPLIT, NB, N] partials and ``cnt_ptr``:
         int32 [N / R] arrival counters (zero between launches; SPLIT > 1 only).
 
         The CTA's activations (and their scales) are staged in shared memory once, up front, for
         all its stages; the weight stages stream through a TMA ring of STAGES slots (no refills
-        when PER_SPLIT <= STAGES: every load is issued before the first wait)."""
+        when PER_SPLIT <= STAGES: every load is issued before the first wait).
+
+        PDL (a launch with ``launch_pdl=True``): nothing global is read or written before
+        ``griddepcontrol.wait`` but, with PREFETCH, L2 prefetches of the CTA's weights
+        (lowbit/ops/_gluon_pdl.py says why that is safe); TRIGGER lets the next PDL kernel place
+        its CTAs from then on."""
         R: gl.constexpr = 16 * W
         KB: gl.constexpr = K // 128
         mma: gl.constexpr = acc_layout(NB, W)
@@ -275,6 +333,12 @@ if _GLUON_IMPORT_ERROR is None:
         row0 = pid_n * R
         j0 = pid_k * PER_SPLIT
         n_my = gl.minimum(PER_SPLIT, n_stages - j0)
+        if PDL:
+            if PREFETCH:
+                _prefetch_weights(w_ptr, s_ptr, row0, j0, n_my, N, K, R, W, SPLIT)
+            gdc_wait()
+            if TRIGGER:
+                gdc_launch_dependents()
 
         w_bufs = gl.allocate_shared_memory(gl.uint8, [2 * STAGES, R, 128], w_desc.layout)
         s_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 16], s_desc.layout)
@@ -290,25 +354,18 @@ if _GLUON_IMPORT_ERROR is None:
             mbarrier.init(bars.index(i), count=1)
         fence_async_shared()  # barrier inits visible to the TMA unit before the first copy
 
-        if PER_SPLIT <= STAGES:  # every weight load of the CTA in flight at once
-            for j in gl.static_range(PER_SPLIT):
-                _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j, j0, row0, STAGES, j < n_my)
-        else:
-            # STAGES - 1 up front, the last slot at the top of the loop: filling the whole ring
-            # before the activations are staged measured 5-15% slower (docs/gemm.md, "Sixteenth
-            # session")
-            for j in gl.static_range(STAGES - 1):
-                _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j, j0, row0, STAGES, j < n_my)
         # Every activation load of the CTA is issued before the first is used: staged a stage at a
         # time, each stage's permute-and-store waited for its loads before the next stage's were
         # issued (one global round trip per stage, 50% of the stall samples at M = 16 N24576 K1536
-        # on the H200: docs/gemm.md, "Sixteenth session").
-        raw_x = ()
-        raw_s = ()
-        for i in gl.static_range(PER_SPLIT):
-            raw_x = raw_x + (_load_x(a_ptr, M, K, j0, i, NB, W),)
-        for i in gl.static_range(PER_SPLIT):
-            raw_s = raw_s + (_load_act_scales(as_ptr, M, KB, j0, i, NB, W, AS_E8M0),)
+        # on the H200: docs/gemm.md, "Sixteenth session"). X_FIRST: those loads go out before the
+        # weight TMAs (Gluon puts a CTA barrier after each TMA issue of the prologue, which the
+        # loads would otherwise queue behind).
+        if X_FIRST:
+            raw_x, raw_s = _load_acts(a_ptr, as_ptr, M, K, KB, j0, PER_SPLIT, NB, W, AS_E8M0)
+            _issue_prologue(w_desc, s_desc, w_bufs, s_bufs, bars, j0, row0, n_my, PER_SPLIT, STAGES)
+        else:
+            _issue_prologue(w_desc, s_desc, w_bufs, s_bufs, bars, j0, row0, n_my, PER_SPLIT, STAGES)
+            raw_x, raw_s = _load_acts(a_ptr, as_ptr, M, K, KB, j0, PER_SPLIT, NB, W, AS_E8M0)
         for i in gl.static_range(PER_SPLIT):
             _store_x(x_words, raw_x[i], i, NB)
             as_smem.slice(4 * i, 4, dim=0).store(raw_s[i])
@@ -394,7 +451,9 @@ def fp4_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bo
 
 def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
                    config: tuple[int, ...] | None = None, out: torch.Tensor | None = None,
-                   pipe: bool = False, spin: bool = False, ldsm_ahead: bool = True) -> torch.Tensor:
+                   pipe: bool = False, spin: bool = False, ldsm_ahead: bool = True,
+                   x_first: bool = False, pdl: bool | None = None, prefetch: bool | None = None,
+                   trigger: bool = False) -> torch.Tensor:
     """a e4m3 [M, K] (1 <= M <= 16, K % 512 == 0, contiguous), a_s [M, K/128] fp32 or
     float8_e8m0fnu (contiguous); b packed E2M1 uint8 [N, K/2] with UE8M0 uint8 b_s [N, K/32],
     contiguous. Returns bf16 [M, N] (``out`` if given). ``config`` = (STAGES, SPLIT[, W])
@@ -407,7 +466,12 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     different streams.
     ``ldsm_ahead`` (without ``pipe``; on by default, 1-5% faster on 9 of the benchmark's 10 decode
     cases): a block's shared-memory fragment loads are issued before its decode starts and
-    before the previous block's wgmmas are waited for."""
+    before the previous block's wgmmas are waited for. ``x_first``: the activation loads are
+    issued before the weight TMAs instead of after them (an A/B switch).
+    ``pdl`` (default :data:`PDL`): launched as a programmatic dependent launch, so that the CTAs
+    start while the previous kernel of the stream drains; ``prefetch`` (default: ``pdl``) L2-
+    prefetches the CTA's weights before waiting for it; ``trigger`` lets the next PDL kernel start
+    as soon as every CTA of this one has begun (lowbit/ops/_gluon_pdl.py)."""
     if _GLUON_IMPORT_ERROR is not None:
         raise RuntimeError(f"fp4_wgmma_gemv needs triton.experimental.gluon: {_GLUON_IMPORT_ERROR}")
     m, k = a.shape
@@ -447,10 +511,14 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         ws = c
         cnt = c
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
-    args = (w_desc, s_desc, a.view(torch.uint8).view(torch.int32), a_s.view(torch.uint8) if as_e8m0 else a_s, c, ws,
+    pdl = PDL if pdl is None else pdl
+    prefetch = pdl if prefetch is None else prefetch
+    args = (w_desc, s_desc, b.view(torch.uint8), b_s.view(torch.uint8), a.view(torch.uint8).view(torch.int32), a_s.view(torch.uint8) if as_e8m0 else a_s, c, ws,
             cnt, m, n, n_st, k)
     meta = dict(NB=nb, PER_SPLIT=per_split, STAGES=stages, SPLIT=split, AS_E8M0=as_e8m0, PIPE=pipe, W=w, num_warps=w,
-                LDSM_AHEAD=ldsm_ahead)
+                LDSM_AHEAD=ldsm_ahead, X_FIRST=x_first, PDL=pdl, PREFETCH=pdl and prefetch, TRIGGER=pdl and trigger)
+    if pdl:
+        meta["launch_pdl"] = True
     if split > 1 and spin:
         if tiles * split > _resident_ctas(a.device, args, meta):
             raise ValueError(f"fp4_wgmma_gemv spin=True needs every CTA resident: {tiles} x {split} CTAs do not fit")
