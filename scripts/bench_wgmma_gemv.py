@@ -27,8 +27,7 @@ def main() -> int:
                     help="pPsSwW[flags]: P stages per CTA (SPLIT = ceil(K/512 / P)), a ring of S, W warps; flags "
                          "(any of, in this order): pipe, spin, at (weight fragments loaded at their block: "
                          "ldsm_ahead=False), xf (activation loads before the weight TMAs), pdl (programmatic "
-                         "dependent launch, weights L2-prefetched before the wait), np (pdl without the "
-                         "prefetch), tr (pdl triggering the next launch at once)")
+                         "dependent launch), tr (pdl triggering the next launch at once)")
     ap.add_argument("--shapes", default=None, help="N:K,N:K,... (default: the benchmark's five)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -52,7 +51,7 @@ def main() -> int:
             cfgs = []
             for spec in args.configs.split(","):
                 head = re.match(r"p(\d+)s(\d+)w(\d+)", spec)
-                flags = re.findall(r"pipe|spin|at|xf|pdl|np|tr", spec[head.end():])
+                flags = re.findall(r"pipe|spin|at|xf|pdl|tr", spec[head.end():])
                 if "".join(flags) != spec[head.end():]:
                     raise SystemExit(f"bad config {spec!r}")
                 p_, s_, w_ = (int(v) for v in head.groups())
@@ -69,8 +68,7 @@ def main() -> int:
             for cfg, flags in cfgs:
                 name = f"wgmma_s{cfg[0]}_split{cfg[1]}_w{cfg[2]}" + "".join("_" + f for f in flags)
                 kw = dict(config=cfg, pipe="pipe" in flags, spin="spin" in flags, ldsm_ahead="at" not in flags,
-                          x_first="xf" in flags, pdl="pdl" in flags, prefetch="np" not in flags,
-                          trigger="tr" in flags)
+                          x_first="xf" in flags, pdl="pdl" in flags, trigger="tr" in flags)
                 got = g.fp4_wgmma_gemv(a0.data, a0.scale, wq0.packed, wq0.scale, **kw).float()
                 rec[name + "_err"] = float(((got - ref).norm() / ref.norm()).item())
                 fns[name] = [lambda a=a, wq=wq, kw=kw: g.fp4_wgmma_gemv(a.data, a.scale, wq.packed, wq.scale, **kw)

@@ -53,19 +53,19 @@ def compile_sm90(m, n, k, stages, split, w, pipe, e8m0, ldsm=True, x_first=False
     w_l = gl.NVMMASharedLayout.get_default_for([16 * w, 128], gl.uint8)
     s_l = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
     args = dict(w_desc=TensorDescriptor.from_tensor(b, [16 * w, 128], w_l),
-                s_desc=TensorDescriptor.from_tensor(b_s, [16 * w, 16], s_l), w_ptr=b, s_ptr=b_s, a_ptr=a, as_ptr=a_s, c_ptr=c, ws_ptr=ws,
+                s_desc=TensorDescriptor.from_tensor(b_s, [16 * w, 16], s_l), a_ptr=a, as_ptr=a_s, c_ptr=c, ws_ptr=ws,
                 cnt_ptr=cnt, M=m, N=n, n_stages=k // 512)
     n_st = k // 512
     per = triton.next_power_of_2(-(-n_st // split))
     constexprs = dict(K=k, NB=8 if m <= 8 else 16, PER_SPLIT=per, STAGES=stages, SPLIT=-(-n_st // per), AS_E8M0=e8m0,
-                      PIPE=pipe, W=w, SPIN=split > 1, LDSM_AHEAD=ldsm, X_FIRST=x_first, PDL=pdl, PREFETCH=pdl, TRIGGER=False)
+                      PIPE=pipe, W=w, SPIN=split > 1, LDSM_AHEAD=ldsm, X_FIRST=x_first, PDL=pdl, TRIGGER=False)
     return compile_gluon_sm90(g._fp4_wgmma_gemv_kernel, args, constexprs, {"M", "n_stages"}, num_warps=w)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None)
-    ap.add_argument("--pdl", action="store_true", help="compile every config with PDL and the weights' L2 prefetch")
+    ap.add_argument("--pdl", action="store_true", help="compile every config as a programmatic dependent launch")
     args = ap.parse_args()
     for cfg in CONFIGS:
         kern = compile_sm90(*cfg, **({"pdl": True} if args.pdl else {}))

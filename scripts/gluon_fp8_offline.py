@@ -48,7 +48,7 @@ SHOW_OPCODES = {CONFIGS[0][0], CONFIGS[-2][0]}
 
 
 def compile_gluon_sm90(stages: int, as_e8m0: bool, bs_e8m0: bool, n: int, block_m=128, block_n=128, group_m=16,
-                       num_warps=8, ws=False, producer_regs=40):
+                       num_warps=8, ws=False, producer_regs=40, pdl=False):
     """``triton.compile`` of ``_fp8_gemm_gluon_kernel`` for sm_90 from a ``GluonASTSource`` whose
     signature comes from the JIT's own specializer applied to CPU stand-ins of the launch args."""
     import torch
@@ -86,6 +86,8 @@ def compile_gluon_sm90(stages: int, as_e8m0: bool, bs_e8m0: bool, n: int, block_
                       num_warps=num_warps)
     if ws:
         constexprs["PRODUCER_REGS"] = producer_regs
+    else:
+        constexprs["PDL"] = pdl
     if args["c_desc"] is None:
         constexprs["c_desc"] = None
     for name in constexprs:

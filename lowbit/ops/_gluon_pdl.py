@@ -8,18 +8,22 @@ previous kernel's tail and this kernel's own launch latency; at decode sizes, wh
 few microseconds, that is a large share of its time (measured: docs/gemm.md, "Seventeenth
 session").
 
-The rule the kernels keep: **no global load or store before** :func:`gdc_wait` -- except L2
-prefetches of the weights (:func:`prefetch_l2`). A prefetch only moves lines from DRAM into L2,
-the point of coherence of every SM, so it cannot return stale data even if the previous kernel is
-still writing those weights (a freshly quantized layer); the real loads come after the wait and
-hit L2. Both instructions are no-ops in a launch without the PDL attribute.
+The rule the kernels keep: **no global load or store before** :func:`gdc_wait`, not even of the
+weights (the previous kernel may be the one that wrote them: a freshly quantized layer). Both
+instructions are no-ops in a launch without the PDL attribute.
+
+Tried and dropped (H200, seventeenth session): an L2 prefetch of the CTA's weights before the
+wait (``cp.async.bulk.prefetch.L2``, safe because L2 is the point of coherence). It made the FP4
+GEMV much slower (M = 16 N24576 K1536 18.1 against 11.6 us): the prefetches queue in the SM's
+TMA unit ahead of the real loads, and the wait is short when the previous kernel does not
+trigger early.
 """
 from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-__all__ = ["gdc_launch_dependents", "gdc_wait", "prefetch_l2"]
+__all__ = ["gdc_launch_dependents", "gdc_wait"]
 
 
 @gluon.jit
@@ -34,12 +38,3 @@ def gdc_launch_dependents():
     has called this (or exited)."""
     gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
                               pack=1)
-
-
-@gluon.jit
-def prefetch_l2(ptrs, nbytes):
-    """Bulk L2 prefetch of ``nbytes`` (a multiple of 16; 0 skips) from each 16-byte aligned global
-    address ``ptrs`` (``cp.async.bulk.prefetch.L2``: a hint, no data returned, nothing to wait
-    for). A thread holding a replicated element issues it again; harmless."""
-    gl.inline_asm_elementwise("{ .reg .pred p; setp.ne.u32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; "
-                              "mov.u32 $0, 0; }", "=r,l,r", [ptrs, nbytes], dtype=gl.int32, is_pure=False, pack=1)

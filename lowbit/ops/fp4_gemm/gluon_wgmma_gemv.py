@@ -62,7 +62,7 @@ try:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from lowbit.ops._gluon_pdl import gdc_launch_dependents, gdc_wait, prefetch_l2
+    from lowbit.ops._gluon_pdl import gdc_launch_dependents, gdc_wait
     from lowbit.ops._gluon_wgmma import acc_layout, four, row_words_layout, split_k_epilogue, warp_rows
     from lowbit.ops.fp8_gemm.gluon import _e8m0_decode
 
@@ -250,27 +250,6 @@ if _GLUON_IMPORT_ERROR is None:
         return acc, flags
 
     @gluon.jit
-    def _prefetch_weights(w_ptr, s_ptr, row0, j0, n_my, N, K: gl.constexpr, R: gl.constexpr, W: gl.constexpr,
-                          SPLIT: gl.constexpr):
-        """L2 prefetch of the CTA's weight codes and scales (rows row0 .. row0 + R - 1, stages j0 ..
-        j0 + n_my - 1; PDL: issued before the wait). Unsplit, the CTA's rows are one contiguous
-        range of each tensor: one bulk prefetch each (every warp issues the same one). Split, each
-        row's segment is prefetched in two halves, one a thread (the compiler serializes a warp's
-        distinct addresses: 32 prefetches a warp and tensor)."""
-        if SPLIT == 1:
-            rows = gl.minimum(N - row0, R)
-            prefetch_l2(w_ptr + row0.to(gl.int64) * (K // 2), rows * (K // 2))
-            prefetch_l2(s_ptr + row0.to(gl.int64) * (K // 32), rows * (K // 32))
-        else:
-            hl: gl.constexpr = gl.BlockedLayout([1, 1], [16, 2], [W, 1], [1, 0])
-            r = gl.expand_dims(row0 + gl.arange(0, R, layout=gl.SliceLayout(1, hl)), 1)
-            h = gl.expand_dims(gl.arange(0, 2, layout=gl.SliceLayout(0, hl)), 0)
-            live = r < N
-            base = r.to(gl.int64)
-            prefetch_l2(w_ptr + base * (K // 2) + j0 * 256 + h * (n_my * 128), gl.where(live, n_my * 128, 0))
-            prefetch_l2(s_ptr + base * (K // 32) + j0 * 16 + h * (n_my * 8), gl.where(live & (h == 0), n_my * 16, 0))
-
-    @gluon.jit
     def _issue_prologue(w_desc, s_desc, w_bufs, s_bufs, bars, j0, row0, n_my, PER_SPLIT: gl.constexpr,
                         STAGES: gl.constexpr):
         """The weight TMAs issued before the K loop: all the CTA's stages when they fit the ring,
@@ -298,16 +277,16 @@ if _GLUON_IMPORT_ERROR is None:
         return raw_x, raw_s
 
     @gluon.jit(do_not_specialize=["M", "n_stages"])
-    def _fp4_wgmma_gemv_kernel(w_desc, s_desc, w_ptr, s_ptr, a_ptr, as_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, n_stages,
+    def _fp4_wgmma_gemv_kernel(w_desc, s_desc, a_ptr, as_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, n_stages,
                                K: gl.constexpr, NB: gl.constexpr, PER_SPLIT: gl.constexpr, STAGES: gl.constexpr,
                                SPLIT: gl.constexpr, AS_E8M0: gl.constexpr, PIPE: gl.constexpr, W: gl.constexpr,
                                SPIN: gl.constexpr = False, LDSM_AHEAD: gl.constexpr = True,
                                X_FIRST: gl.constexpr = False, PDL: gl.constexpr = False,
-                               PREFETCH: gl.constexpr = False, TRIGGER: gl.constexpr = False):
+                               TRIGGER: gl.constexpr = False):
         """Program (row tile, split): weight rows R p .. R p + R - 1 (R = 16 W), stages [split *
         PER_SPLIT, min(+ PER_SPLIT, n_stages)). ``w_desc``: TMA descriptor of the packed weight
         uint8 [N, K/2], box [R, 128]; ``s_desc``: of its UE8M0 scales uint8 [N, K/32], box [R, 16];
-        ``w_ptr`` / ``s_ptr``: the same two tensors as pointers (only for PREFETCH); ``a_ptr``: e4m3 activations as int32 words [M, K/4]; ``as_ptr``: [M, K/128] fp32 (or UE8M0
+        ``a_ptr``: e4m3 activations as int32 words [M, K/4]; ``as_ptr``: [M, K/128] fp32 (or UE8M0
         bytes); ``c_ptr``: bf16 [M, N]; ``ws_ptr``: fp32 [SPLIT, NB, N] partials and ``cnt_ptr``:
         int32 [N / R] arrival counters (zero between launches; SPLIT > 1 only).
 
@@ -316,8 +295,7 @@ if _GLUON_IMPORT_ERROR is None:
         when PER_SPLIT <= STAGES: every load is issued before the first wait).
 
         PDL (a launch with ``launch_pdl=True``): nothing global is read or written before
-        ``griddepcontrol.wait`` but, with PREFETCH, L2 prefetches of the CTA's weights
-        (lowbit/ops/_gluon_pdl.py says why that is safe); TRIGGER lets the next PDL kernel place
+        ``griddepcontrol.wait`` (lowbit/ops/_gluon_pdl.py); TRIGGER lets the next PDL kernel place
         its CTAs from then on."""
         R: gl.constexpr = 16 * W
         KB: gl.constexpr = K // 128
@@ -334,8 +312,6 @@ if _GLUON_IMPORT_ERROR is None:
         j0 = pid_k * PER_SPLIT
         n_my = gl.minimum(PER_SPLIT, n_stages - j0)
         if PDL:
-            if PREFETCH:
-                _prefetch_weights(w_ptr, s_ptr, row0, j0, n_my, N, K, R, W, SPLIT)
             gdc_wait()
             if TRIGGER:
                 gdc_launch_dependents()
@@ -452,8 +428,7 @@ def fp4_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bo
 def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
                    config: tuple[int, ...] | None = None, out: torch.Tensor | None = None,
                    pipe: bool = False, spin: bool = False, ldsm_ahead: bool = True,
-                   x_first: bool = False, pdl: bool | None = None, prefetch: bool | None = None,
-                   trigger: bool = False) -> torch.Tensor:
+                   x_first: bool = False, pdl: bool | None = None, trigger: bool = False) -> torch.Tensor:
     """a e4m3 [M, K] (1 <= M <= 16, K % 512 == 0, contiguous), a_s [M, K/128] fp32 or
     float8_e8m0fnu (contiguous); b packed E2M1 uint8 [N, K/2] with UE8M0 uint8 b_s [N, K/32],
     contiguous. Returns bf16 [M, N] (``out`` if given). ``config`` = (STAGES, SPLIT[, W])
@@ -469,9 +444,8 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     before the previous block's wgmmas are waited for. ``x_first``: the activation loads are
     issued before the weight TMAs instead of after them (an A/B switch).
     ``pdl`` (default :data:`PDL`): launched as a programmatic dependent launch, so that the CTAs
-    start while the previous kernel of the stream drains; ``prefetch`` (default: ``pdl``) L2-
-    prefetches the CTA's weights before waiting for it; ``trigger`` lets the next PDL kernel start
-    as soon as every CTA of this one has begun (lowbit/ops/_gluon_pdl.py)."""
+    start while the previous kernel of the stream drains; ``trigger`` lets the next PDL kernel
+    start as soon as every CTA of this one has begun (lowbit/ops/_gluon_pdl.py)."""
     if _GLUON_IMPORT_ERROR is not None:
         raise RuntimeError(f"fp4_wgmma_gemv needs triton.experimental.gluon: {_GLUON_IMPORT_ERROR}")
     m, k = a.shape
@@ -512,11 +486,10 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         cnt = c
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
     pdl = PDL if pdl is None else pdl
-    prefetch = pdl if prefetch is None else prefetch
-    args = (w_desc, s_desc, b.view(torch.uint8), b_s.view(torch.uint8), a.view(torch.uint8).view(torch.int32), a_s.view(torch.uint8) if as_e8m0 else a_s, c, ws,
+    args = (w_desc, s_desc, a.view(torch.uint8).view(torch.int32), a_s.view(torch.uint8) if as_e8m0 else a_s, c, ws,
             cnt, m, n, n_st, k)
     meta = dict(NB=nb, PER_SPLIT=per_split, STAGES=stages, SPLIT=split, AS_E8M0=as_e8m0, PIPE=pipe, W=w, num_warps=w,
-                LDSM_AHEAD=ldsm_ahead, X_FIRST=x_first, PDL=pdl, PREFETCH=pdl and prefetch, TRIGGER=pdl and trigger)
+                LDSM_AHEAD=ldsm_ahead, X_FIRST=x_first, PDL=pdl, TRIGGER=pdl and trigger)
     if pdl:
         meta["launch_pdl"] = True
     if split > 1 and spin:
