@@ -39,6 +39,7 @@ def main() -> int:
             layers = decode_layers(m, n, k, False, args.layers)
             cfg = dict(DECODE_GLUON_CONFIG)
             cfg["stages"] = max(2, min(cfg["stages"], k // 128))
+            cfg.pop("pdl", None)  # both ways below
             rec = {"M": m, "N": n, "K": k, "floor_us": round(gemm_bytes(m, n, k, False) / (bw * 1e3), 2)}
             a0, w0 = layers[0][0], layers[0][1]
             base = fp8_gemm_gluon(a0.data, a0.scale, w0.data, w0.scale, **cfg)

@@ -64,7 +64,7 @@ try:
 
     from lowbit.ops._gluon_pdl import gdc_launch_dependents, gdc_wait
     from lowbit.ops._gluon_wgmma import acc_layout, four, row_words_layout, split_k_epilogue, warp_rows
-    from lowbit.ops.fp8_gemm.gluon import _e8m0_decode
+    from lowbit.ops.fp8_gemm.gluon import _e8m0_decode, _sm_count
 
     _GLUON_IMPORT_ERROR = None
 except Exception as e:  # noqa: BLE001 - any failure means "no Gluon path"
@@ -75,8 +75,10 @@ __all__ = ["WGMMA_GEMV_MAX_M", "fp4_wgmma_gemv", "fp4_wgmma_gemv_ok", "pick_wgmm
 #: most activation rows one launch serves (the wgmma's N: 8 up to M = 8, else 16)
 WGMMA_GEMV_MAX_M = 16
 _STAGE_K = 512  # K per pipeline stage: four 128-wide blocks (two [64, 128 B] weight boxes, one [64, 16 B] scale box)
-#: launch as a programmatic dependent launch by default (prologue overlapping the previous kernel)
-PDL = False
+#: launch as a programmatic dependent launch by default: the CTAs are placed while the previous
+#: kernel of the stream drains. H200, layer stack, same run: never slower, 1-4% faster on the
+#: benchmark's decode cases (M = 16 N7168 K2048 6.99 vs 7.19 us; docs/gemm.md, "Seventeenth session")
+PDL = True
 #: what the result is multiplied by: the decoded weights are E2M1 x 2^-6
 _RESULT_SCALE = 64.0
 
@@ -428,7 +430,8 @@ def fp4_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bo
 def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
                    config: tuple[int, ...] | None = None, out: torch.Tensor | None = None,
                    pipe: bool = False, spin: bool = False, ldsm_ahead: bool = True,
-                   x_first: bool = False, pdl: bool | None = None, trigger: bool = False) -> torch.Tensor:
+                   x_first: bool | None = None, pdl: bool | None = None,
+                   trigger: bool | None = None) -> torch.Tensor:
     """a e4m3 [M, K] (1 <= M <= 16, K % 512 == 0, contiguous), a_s [M, K/128] fp32 or
     float8_e8m0fnu (contiguous); b packed E2M1 uint8 [N, K/2] with UE8M0 uint8 b_s [N, K/32],
     contiguous. Returns bf16 [M, N] (``out`` if given). ``config`` = (STAGES, SPLIT[, W])
@@ -441,11 +444,14 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     different streams.
     ``ldsm_ahead`` (without ``pipe``; on by default, 1-5% faster on 9 of the benchmark's 10 decode
     cases): a block's shared-memory fragment loads are issued before its decode starts and
-    before the previous block's wgmmas are waited for. ``x_first``: the activation loads are
-    issued before the weight TMAs instead of after them (an A/B switch).
+    before the previous block's wgmmas are waited for. ``x_first`` (default: M > 8, where the
+    CTA's activation loads are many): the activation loads are issued before the weight TMAs
+    instead of after them.
     ``pdl`` (default :data:`PDL`): launched as a programmatic dependent launch, so that the CTAs
-    start while the previous kernel of the stream drains; ``trigger`` lets the next PDL kernel
-    start as soon as every CTA of this one has begun (lowbit/ops/_gluon_pdl.py)."""
+    start while the previous kernel of the stream drains; ``trigger`` (default: with ``pdl``
+    when the grid has at most one CTA an SM) lets the next PDL kernel place its CTAs as soon as
+    every CTA of this one has begun (lowbit/ops/_gluon_pdl.py). All three change the schedule
+    only: the results are bit-identical."""
     if _GLUON_IMPORT_ERROR is not None:
         raise RuntimeError(f"fp4_wgmma_gemv needs triton.experimental.gluon: {_GLUON_IMPORT_ERROR}")
     m, k = a.shape
@@ -486,6 +492,12 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         cnt = c
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
     pdl = PDL if pdl is None else pdl
+    x_first = m > 8 if x_first is None else x_first
+    if trigger is None:
+        # an early trigger lets the next kernel's CTAs take SM room while this grid runs: measured
+        # faster on every grid of at most one CTA an SM, but up to 20% slower on some grids of two
+        # or three (the next grid's CTAs then land unevenly; docs/gemm.md, "Seventeenth session")
+        trigger = tiles * split <= _sm_count(a.device)
     args = (w_desc, s_desc, a.view(torch.uint8).view(torch.int32), a_s.view(torch.uint8) if as_e8m0 else a_s, c, ws,
             cnt, m, n, n_st, k)
     meta = dict(NB=nb, PER_SPLIT=per_split, STAGES=stages, SPLIT=split, AS_E8M0=as_e8m0, PIPE=pipe, W=w, num_warps=w,

@@ -369,8 +369,9 @@ def _gluon_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
 #: kernel; N7168 K2048 7.9 vs 10.5 us. With fewer tiles (N2112, N4096: 33 / 64 programs) or more
 #: (N24576: 384) it was slower (docs/gemm.md, "fifteenth session"), so those keep the Triton kernel.
 DECODE_GLUON_M = (33, 64)
-#: the prefill kernel's launch options in that band
-DECODE_GLUON_CONFIG = dict(block_m=64, block_n=64, num_warps=4, stages=8, warp_specialize=False)
+#: the prefill kernel's launch options in that band (a programmatic dependent launch: M = 64
+#: N7168 K16384 36.67 vs 36.9 us, N7168 K2048 7.7 vs 8.0, same run; docs/gemm.md "Seventeenth session")
+DECODE_GLUON_CONFIG = dict(block_m=64, block_n=64, num_warps=4, stages=8, warp_specialize=False, pdl=True)
 
 
 def _decode_gluon_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
