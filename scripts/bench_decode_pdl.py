@@ -1,6 +1,7 @@
 """Same-run A/B of programmatic dependent launch (PDL) for fp8_gemm's M = 33..64 Gluon kernel
-(``DECODE_GLUON_CONFIG``): layer stack (``lowbit.bench.gemm.stack_us``) with and without
-``pdl=True``, against per-tensor and row-wise ``torch._scaled_mm`` and the byte floor.
+(``DECODE_GLUON_CONFIG``): layer stack (``lowbit.bench.gemm.stack_us``) without PDL, with it, and
+with the next launch triggered early, against per-tensor and row-wise ``torch._scaled_mm`` and the
+byte floor.
 
     python3 scripts/bench_decode_pdl.py [--ms 64] [--shapes 7168:16384,7168:2048] [--json F]
 """
@@ -43,13 +44,14 @@ def main() -> int:
             rec = {"M": m, "N": n, "K": k, "floor_us": round(gemm_bytes(m, n, k, False) / (bw * 1e3), 2)}
             a0, w0 = layers[0][0], layers[0][1]
             base = fp8_gemm_gluon(a0.data, a0.scale, w0.data, w0.scale, **cfg)
-            rec["pdl_bit_identical"] = bool(torch.equal(base, fp8_gemm_gluon(a0.data, a0.scale, w0.data, w0.scale,
-                                                                             pdl=True, **cfg)))
+            rec["pdl_bit_identical"] = all(
+                bool(torch.equal(base, fp8_gemm_gluon(a0.data, a0.scale, w0.data, w0.scale, pdl=True, trigger=tr, **cfg)))
+                for tr in (False, True))
             fns = {"tensor": [t for _, _, t, _ in layers], "rowwise": [r for *_, r in layers]}
-            for pdl in (False, True):
-                fns["gluon" + ("_pdl" if pdl else "")] = [
-                    lambda a=a, w=w, pdl=pdl: fp8_gemm_gluon(a.data, a.scale, w.data, w.scale, pdl=pdl, **cfg)
-                    for a, w, _, _ in layers]
+            for name, kw in (("gluon", {}), ("gluon_pdl", dict(pdl=True, trigger=False)),
+                             ("gluon_pdl_tr", dict(pdl=True, trigger=True))):
+                fns[name] = [lambda a=a, w=w, kw=kw: fp8_gemm_gluon(a.data, a.scale, w.data, w.scale, **kw, **cfg)
+                             for a, w, _, _ in layers]
             for _ in range(2):  # two rounds, interleaved: the spread is the noise
                 for name, fl in fns.items():
                     rec.setdefault(name + "_stack_us", []).append(round(stack_us(fl), 2))

@@ -88,6 +88,7 @@ def compile_gluon_sm90(stages: int, as_e8m0: bool, bs_e8m0: bool, n: int, block_
         constexprs["PRODUCER_REGS"] = producer_regs
     else:
         constexprs["PDL"] = pdl
+        constexprs["TRIGGER"] = pdl
     if args["c_desc"] is None:
         constexprs["c_desc"] = None
     for name in constexprs:

@@ -86,7 +86,7 @@ try:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from lowbit.ops._gluon_pdl import gdc_wait
+    from lowbit.ops._gluon_pdl import gdc_launch_dependents, gdc_wait
 
     _GLUON_IMPORT_ERROR = None
 except Exception as e:  # noqa: BLE001 - any failure means "no gluon path"
@@ -265,6 +265,7 @@ if _GLUON_IMPORT_ERROR is None:
         a_desc, as_ptr, b_desc, bs_ptr, c_ptr, c_desc, M, N, n_kb,
         AS_E8M0: gl.constexpr, BS_E8M0: gl.constexpr, TMA_STORE: gl.constexpr,
         GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr, num_warps: gl.constexpr, PDL: gl.constexpr = False,
+        TRIGGER: gl.constexpr = False,
     ):
         """a_desc: TMA descriptor of A [M, K] e4m3, box [BLOCK_M, 128]; b_desc: B [N, K], box
         [BLOCK_N, 128]; as_ptr: a_s [M, n_kb]; bs_ptr: b_s [ceil(N/128), n_kb] (fp32, or UE8M0
@@ -275,7 +276,7 @@ if _GLUON_IMPORT_ERROR is None:
         each). Its K blocks form one stream through the ring, so the loads of the next tile's
         first blocks are in flight during this tile's last blocks and its epilogue. PDL (a launch
         with ``launch_pdl=True``): nothing global is touched before ``griddepcontrol.wait``
-        (lowbit/ops/_gluon_pdl.py)."""
+        (lowbit/ops/_gluon_pdl.py); TRIGGER lets the next PDL kernel place its CTAs from then on."""
         BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
         BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -291,6 +292,8 @@ if _GLUON_IMPORT_ERROR is None:
         n_my = (n_tiles - pid + n_prog - 1) // n_prog
         if PDL:
             gdc_wait()
+            if TRIGGER:
+                gdc_launch_dependents()
 
         a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
         b_bufs = gl.allocate_shared_memory(b_desc.dtype, [NUM_STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
@@ -509,7 +512,8 @@ def _scale_arg(s: torch.Tensor):
 def fp8_gemm_gluon(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, *, block_m: int = 128,
                    block_n: int = 128, stages: int = 4, group_m: int = 16, num_warps: int = 8,
                    persistent: bool = True, warp_specialize: bool = False, producer_regs: int = 40,
-                   pdl: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
+                   pdl: bool = False, trigger: bool | None = None,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
     """``C = A @ B^T`` (bf16 ``[M, N]``) with the Gluon async-wgmma kernel (sm_90+).
 
     a: e4m3 ``[M, K]``, a_s: ``[M, K/128]``; b: e4m3 ``[N, K]``, b_s: ``[ceil(N/128), K/128]``.
@@ -522,7 +526,9 @@ def fp8_gemm_gluon(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     runs one program per tile). ``warp_specialize``: the variant with a 1-warp TMA producer
     partition (``producer_regs`` registers). ``pdl`` (single-partition kernel only): a
     programmatic dependent launch, its start overlapping the previous kernel's tail
-    (lowbit/ops/_gluon_pdl.py). ``out``: optional contiguous bf16 ``[M, N]`` to
+    (lowbit/ops/_gluon_pdl.py); ``trigger`` (with ``pdl``; default: when the grid has at most one
+    program an SM) lets the next PDL kernel place its CTAs as soon as every program has begun.
+    ``out``: optional contiguous bf16 ``[M, N]`` to
     write (tests pre-fill it with NaN to catch unwritten elements); returned."""
     if pdl and warp_specialize:
         raise ValueError("fp8_gemm_gluon: pdl=True is for the single-partition kernel (warp_specialize=False)")
@@ -551,6 +557,7 @@ def fp8_gemm_gluon(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         # The refill of the single-partition kernel reaches at most one tile ahead: stages <= n_kb.
         progs = min(tiles, _sm_count(a.device)) if persistent and stages <= n_kb else tiles
         if pdl:
-            meta.update(PDL=True, launch_pdl=True)
+            meta.update(PDL=True, TRIGGER=progs <= _sm_count(a.device) if trigger is None else trigger,
+                        launch_pdl=True)
         _fp8_gemm_gluon_kernel[(progs, )](*args, **meta)
     return c
