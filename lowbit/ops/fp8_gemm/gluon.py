@@ -528,8 +528,8 @@ def fp8_gemm_gluon(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     programmatic dependent launch, its start overlapping the previous kernel's tail
     (lowbit/ops/_gluon_pdl.py); ``trigger`` (with ``pdl``; default: when the grid has at most one
     program an SM) lets the next PDL kernel place its CTAs as soon as every program has begun.
-    ``out``: optional contiguous bf16 ``[M, N]`` to
-    write (tests pre-fill it with NaN to catch unwritten elements); returned."""
+    ``out``: optional contiguous bf16 ``[M, N]`` to write (tests pre-fill it with NaN to catch
+    unwritten elements); returned."""
     if pdl and warp_specialize:
         raise ValueError("fp8_gemm_gluon: pdl=True is for the single-partition kernel (warp_specialize=False)")
     m, k = a.shape
