@@ -512,7 +512,7 @@ def _scale_arg(s: torch.Tensor):
 def fp8_gemm_gluon(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, *, block_m: int = 128,
                    block_n: int = 128, stages: int = 4, group_m: int = 16, num_warps: int = 8,
                    persistent: bool = True, warp_specialize: bool = False, producer_regs: int = 40,
-                   pdl: bool = False, trigger: bool | None = None,
+                   pdl: bool = False, trigger: bool = False,
                    out: torch.Tensor | None = None) -> torch.Tensor:
     """``C = A @ B^T`` (bf16 ``[M, N]``) with the Gluon async-wgmma kernel (sm_90+).
 
@@ -526,8 +526,10 @@ def fp8_gemm_gluon(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     runs one program per tile). ``warp_specialize``: the variant with a 1-warp TMA producer
     partition (``producer_regs`` registers). ``pdl`` (single-partition kernel only): a
     programmatic dependent launch, its start overlapping the previous kernel's tail
-    (lowbit/ops/_gluon_pdl.py); ``trigger`` (with ``pdl``; default: when the grid has at most one
-    program an SM) lets the next PDL kernel place its CTAs as soon as every program has begun.
+    (lowbit/ops/_gluon_pdl.py); ``trigger`` (with ``pdl``; off by default) lets the next PDL kernel
+    place its CTAs as soon as every program has begun: on the H200 it was 1% faster at M = 64
+    N7168 K16384, 5% at N7168 K2048, but 9% slower at M = 40 N7168 K16384 (docs/gemm.md,
+    "Seventeenth session").
     ``out``: optional contiguous bf16 ``[M, N]`` to write (tests pre-fill it with NaN to catch
     unwritten elements); returned."""
     if pdl and warp_specialize:
@@ -557,7 +559,6 @@ def fp8_gemm_gluon(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         # The refill of the single-partition kernel reaches at most one tile ahead: stages <= n_kb.
         progs = min(tiles, _sm_count(a.device)) if persistent and stages <= n_kb else tiles
         if pdl:
-            meta.update(PDL=True, TRIGGER=progs <= _sm_count(a.device) if trigger is None else trigger,
-                        launch_pdl=True)
+            meta.update(PDL=True, TRIGGER=bool(trigger), launch_pdl=True)
         _fp8_gemm_gluon_kernel[(progs, )](*args, **meta)
     return c
