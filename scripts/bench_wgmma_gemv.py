@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,8 +46,6 @@ def main() -> int:
     for n, k in shapes:
         for m in [int(v) for v in args.ms.split(",")]:
             layers = decode_layers(m, n, k, True, args.layers)
-            import re
-
             auto = g.pick_wgmma_gemv_config(n, k, m)
             cfgs = []
             for spec in args.configs.split(","):

@@ -5,20 +5,11 @@
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 timeout 200 python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=150 -n 4 tests/ops/test_fp4_wgmma_gemv.py \
     tests/ops/test_fp4_gemm.py tests/ops/test_fp8_gemm.py tests/ops/test_fp8_wgmma_gemv.py tests/nn/test_linear.py 2>&1 | tail -3 | tee $OUT/pytest_gemm.log
-summ() {
-python3 -c "
-import json
-for r in json.load(open('$1')):
-    if 'M' not in r: print(r); continue
-    ks = sorted((k[:-9] for k in r if k.endswith('_stack_us') and k.startswith('wgmma')), key=lambda k: r[k + '_stack_us'])
-    print(r['M'], r['N'], r['K'], 'auto', r['auto'], 'row', r['rowwise_stack_us'], ' '.join(f'{k[6:]}={r[k + \"_stack_us\"]}' for k in ks), 'best x', r['best_vs_rowwise_stack'], 'err', max(v for k, v in r.items() if k.endswith('_err')))
-"
-}
 timeout 200 python3 scripts/bench_wgmma_gemv.py --ms 16 --configs p4s2w4,p4s2w4xf,p4s4w4xf,p4s2w8,p4s2w8xf \
     --json $OUT/xf16.json > $OUT/xf16.log 2>&1
-summ $OUT/xf16.json
+python3 scripts/wgmma_bench_summary.py $OUT/xf16.json
 timeout 150 python3 scripts/bench_wgmma_gemv.py --ms 1 --configs p4s2w4,p4s2w4xf,p4s4w4xf,p2s2w4,p2s2w4xf \
     --json $OUT/xf1.json > $OUT/xf1.log 2>&1
-summ $OUT/xf1.json
+python3 scripts/wgmma_bench_summary.py $OUT/xf1.json
 timeout 150 python3 scripts/bench_gemm_stack.py --layers 8 --ms 1,16,64 --json $OUT/gemm_stack.json > $OUT/gemm_stack.log 2>&1
 tail -25 $OUT/gemm_stack.log

@@ -4,21 +4,12 @@
 # same run, layer stack, five shapes, M = 16 and M = 1; then fp8_gemm's M = 33..64 Gluon kernel with and
 # without PDL (scripts/bench_decode_pdl.py).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-summ() {
-python3 -c "
-import json
-for r in json.load(open('$1')):
-    if 'M' not in r: print(r); continue
-    ks = sorted((k[:-9] for k in r if k.endswith('_stack_us') and k.startswith('wgmma')), key=lambda k: r[k + '_stack_us'])
-    print(r['M'], r['N'], r['K'], 'auto', r['auto'], 'row', r['rowwise_stack_us'], ' '.join(f'{k[6:]}={r[k + \"_stack_us\"]}' for k in ks), 'best x', r['best_vs_rowwise_stack'], 'err', max(v for k, v in r.items() if k.endswith('_err')))
-"
-}
 timeout 200 python3 scripts/bench_wgmma_gemv.py --ms 16 --configs p4s2w4,p4s2w4pdl,p4s2w4pdltr,p4s2w4xfpdl,p4s2w4xfpdltr,p4s2w8pdl,p4s2w8pdltr \
     --json $OUT/tr16.json > $OUT/tr16.log 2>&1
-summ $OUT/tr16.json
+python3 scripts/wgmma_bench_summary.py $OUT/tr16.json
 timeout 150 python3 scripts/bench_wgmma_gemv.py --ms 1 --configs p4s2w4,p4s2w4pdl,p4s2w4pdltr,p2s2w4pdl,p2s2w4pdltr \
     --json $OUT/tr1.json > $OUT/tr1.log 2>&1
-summ $OUT/tr1.json
+python3 scripts/wgmma_bench_summary.py $OUT/tr1.json
 timeout 120 python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider --timeout=100 -n 4 tests/ops/test_fp8_gemm.py -k gluon 2>&1 | tail -2 | tee $OUT/pytest_fp8_gluon.log
 timeout 150 python3 scripts/bench_decode_pdl.py --ms 40,64 --json $OUT/fp8_pdl.json > $OUT/fp8_pdl.log 2>&1
 cat $OUT/fp8_pdl.log | cut -c1-400

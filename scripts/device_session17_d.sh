@@ -14,10 +14,4 @@ for line in sys.stdin:
 "
 timeout 110 python3 scripts/bench_wgmma_gemv.py --ms 16 --configs p4s2w4,p4s2w4xfpdl,p4s2w4xfpdltr,p4s2w8xfpdltr \
     --json $OUT/flags16.json > $OUT/flags16.log 2>&1
-python3 -c "
-import json
-for r in json.load(open('$OUT/flags16.json')):
-    if 'M' not in r: print(r); continue
-    ks = sorted((k[:-9] for k in r if k.endswith('_stack_us') and k.startswith('wgmma')), key=lambda k: r[k + '_stack_us'])
-    print(r['M'], r['N'], r['K'], 'auto', r['auto'], 'row', r['rowwise_stack_us'], ' '.join(f'{k[6:]}={r[k + \"_stack_us\"]}' for k in ks), 'err', max(v for k, v in r.items() if k.endswith('_err')))
-"
+python3 scripts/wgmma_bench_summary.py $OUT/flags16.json

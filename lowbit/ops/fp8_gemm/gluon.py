@@ -559,6 +559,6 @@ def fp8_gemm_gluon(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         # The refill of the single-partition kernel reaches at most one tile ahead: stages <= n_kb.
         progs = min(tiles, _sm_count(a.device)) if persistent and stages <= n_kb else tiles
         if pdl:
-            meta.update(PDL=True, TRIGGER=bool(trigger), launch_pdl=True)
+            meta.update(PDL=True, TRIGGER=trigger, launch_pdl=True)
         _fp8_gemm_gluon_kernel[(progs, )](*args, **meta)
     return c
