@@ -6,7 +6,7 @@ it replaces and cuBLAS bf16, same run, on the H200.
 
 Per head shape (random N(0, 0.02) bf16 rows, g64, block 128), bits and M, by CUDA-graph replay
 (``lowbit.bench.timing.time_us``): ``DraftHead.argmax`` and ``topk(16)`` in fast mode and the
-coarse pass alone, on the int8-wgmma pass and on the previous dispatch (``WGMMA_M_RANGE``
+coarse pass alone, on the int8-wgmma pass (whole-row variant for INT2, and per group) and on the previous dispatch (``WGMMA_M_RANGE``
 emptied: the mma.sync pass up to M = 16, the band kernels beyond); cuBLAS bf16 ``F.linear`` +
 ``argmax`` / ``topk``; the byte floor (the coarse copy's codes + scales + zeros at the measured
 copy bandwidth). With ``--real``: on SmolLM2-135M's head and 8192 real hidden states, fast-mode
@@ -27,11 +27,19 @@ from head_bench import RecordLog, random_head  # noqa: E402
 
 
 def _paths():
-    """(name, WGMMA_M_RANGE) of the two dispatches compared: the int8-wgmma pass at every M, and
-    none (the mma.sync pass up to M = 16, the band kernels beyond)."""
-    from lowbit.ops.coarse_head.gluon_wgmma import WGMMA_BITS
+    """(name, WGMMA_M_RANGE, WGMMA_TABLE_BITS) of the dispatches compared: the int8-wgmma pass at
+    every M as its whole-row variant ("table", INT2 only) and per group ("wgmma"), and none
+    ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
+    from lowbit.ops.coarse_head.gluon_wgmma import TABLE_BITS, WGMMA_BITS
 
-    return (("wgmma", {b: (1, 64) for b in WGMMA_BITS}), ("previous", {}))
+    every = {b: (1, 64) for b in WGMMA_BITS}
+    return (("table", every, TABLE_BITS), ("wgmma", every, ()), ("previous", {}, ()))
+
+
+def _set_path(ch, rng: dict, table_bits: tuple) -> None:
+    ch.WGMMA_M_RANGE.clear()
+    ch.WGMMA_M_RANGE.update(rng)
+    ch.WGMMA_TABLE_BITS = table_bits
 
 
 def main() -> int:
@@ -41,7 +49,7 @@ def main() -> int:
     ap.add_argument("--bits", default="2,4")
     ap.add_argument("--shapes", default="124160x5120")
     ap.add_argument("--real", default=None)
-    ap.add_argument("--no-previous", action="store_true", help="time the wgmma path only")
+    ap.add_argument("--no-previous", action="store_true", help="time the wgmma paths only")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -55,9 +63,9 @@ def main() -> int:
     bw = copy_bandwidth_gbps()
     log({"copy_gbps": round(bw, 1)})
     paths = _paths()
-    default = dict(ch.WGMMA_M_RANGE)
+    default = (dict(ch.WGMMA_M_RANGE), ch.WGMMA_TABLE_BITS)
     if args.no_previous:
-        paths = paths[:1]
+        paths = paths[:2]
     ms = [int(v) for v in args.ms.split(",")]
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.split("x"))
@@ -73,9 +81,10 @@ def main() -> int:
             for bits, h in heads.items():
                 p = h._ensure_packed()
                 floor = p.nbytes / (bw * 1e3)
-                for name, rng in paths:
-                    ch.WGMMA_M_RANGE.clear()
-                    ch.WGMMA_M_RANGE.update(rng)
+                for name, rng, tb in paths:
+                    if name == "table" and bits not in tb:
+                        continue
+                    _set_path(ch, rng, tb)
                     try:
                         ids = h.argmax(x)
                         ta = time_us(lambda: h.argmax(x), graph=True)
@@ -89,8 +98,7 @@ def main() -> int:
                     except Exception as e:  # noqa: BLE001 - report and go on
                         log({"shape": shape, "M": m, "bits": bits, "impl": name,
                              "error": f"{type(e).__name__}: {str(e)[:400]}"})
-                ch.WGMMA_M_RANGE.clear()
-                ch.WGMMA_M_RANGE.update(default)
+                _set_path(ch, *default)
         del heads, w
         torch.cuda.empty_cache()
 
@@ -109,9 +117,10 @@ def main() -> int:
                 h = DraftHead(w, bits=bits, mode="fast", kcand=kc, rerank=r)
                 for m in (16, 64):
                     t_lin = time_us(lambda: F.linear(hidden[:m], w).argmax(-1), graph=True)
-                    for name, rng in paths:
-                        ch.WGMMA_M_RANGE.clear()
-                        ch.WGMMA_M_RANGE.update(rng)
+                    for name, rng, tb in paths:
+                        if name == "table" and bits not in tb:
+                            continue
+                        _set_path(ch, rng, tb)
                         agree = rec = 0
                         for s0 in range(0, hidden.shape[0] - m + 1, m):
                             xb = hidden[s0:s0 + m]
@@ -124,8 +133,7 @@ def main() -> int:
                              "argmax_agree": round(agree / npos, 5), "recall16": round(rec / (16 * npos), 5),
                              "argmax_us": round(ta, 1), "cublas_argmax_us": round(t_lin, 1),
                              "vs_cublas": round(t_lin / ta, 2)})
-                    ch.WGMMA_M_RANGE.clear()
-                    ch.WGMMA_M_RANGE.update(default)
+                    _set_path(ch, *default)
     log.save(args.json)
     return 0
 

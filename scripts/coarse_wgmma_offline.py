@@ -34,20 +34,24 @@ def k_loop(lines):
             best = (j, i)
     return [] if best is None else [o for _, o, _ in lines[best[0]:best[1] + 1]]
 
-CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg)
-    (2, 8, 128, 4, 8, False, False, 1, None),
-    (2, 8, 128, 3, 8, False, False, 2, None),
-    (2, 16, 128, 4, 8, False, False, 1, None),
-    (2, 16, 128, 3, 8, False, False, 2, None),
-    (2, 64, 128, 3, 8, False, False, 1, None),
-    (2, 64, 128, 2, 8, False, False, 2, None),
-    (2, 64, 128, 3, 8, False, False, 1, 128),
-    (4, 16, 128, 4, 8, False, False, 2, None),
-    (4, 64, 128, 3, 8, False, False, 1, 128),
+CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
+    (2, 8, 128, 4, 8, False, False, 1, None, False),
+    (2, 8, 128, 3, 8, False, False, 2, None, False),
+    (2, 16, 128, 4, 8, False, False, 1, None, False),
+    (2, 16, 128, 3, 8, False, False, 2, None, False),
+    (2, 64, 128, 3, 8, False, False, 1, None, False),
+    (2, 64, 128, 2, 8, False, False, 2, None, False),
+    (2, 64, 128, 3, 8, False, False, 1, 128, False),
+    (4, 16, 128, 4, 8, False, False, 2, None, False),
+    (4, 64, 128, 3, 8, False, False, 1, 128, False),
+    (2, 8, 128, 4, 8, False, False, 1, None, True),
+    (2, 16, 128, 4, 8, False, False, 1, None, True),
+    (2, 64, 128, 3, 8, False, False, 1, None, True),
+    (2, 64, 128, 3, 8, False, False, 1, 128, True),
 )
 
 
-def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, n=124160, k=5120):
+def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, n=124160, k=5120):
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -66,12 +70,12 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, n=124
                 sz_desc=TensorDescriptor.from_tensor(sz, [block, 4], sz_l),
                 x_desc=TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l),
                 xs_desc=TensorDescriptor.from_tensor(xs, [4, nb], xs_l),
-                sx_ptr=torch.empty(nb), ck_ptr=torch.empty(nb, nblk * kcand),
+                sx_ptr=torch.empty(nb), r_ptr=torch.empty(n), ck_ptr=torch.empty(nb, nblk * kcand),
                 ci_ptr=torch.empty(nb, nblk * kcand, dtype=torch.int64), lg_ptr=torch.empty(1),
                 M=nb, N=n, NBLK=nblk, NS=ns // ch)
     w = block // 16
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
-                      MAGIC=magic, CH=ch)
+                      MAGIC=magic, CH=ch, TABLE=table)
     return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w,
                               **({"maxnreg": maxnreg} if maxnreg else {}))
 
@@ -79,12 +83,16 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, n=124
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None)
+    ap.add_argument("--table-only", action="store_true", help="only the whole-row variant's configs")
     args = ap.parse_args()
     for cfg in CONFIGS:
+        if args.table_only and not cfg[9]:
+            continue
         kern = compile_sm90(*cfg)
         loop_report(kern, f"bits {cfg[0]} NB {cfg[1]} block {cfg[2]} stages {cfg[3]} kcand {cfg[4]} pipe {cfg[5]} "
-                    f"magic {cfg[6]} ch {cfg[7]} maxnreg {cfg[8]}", k_loop, top=18, dump_dir=args.dump,
-                    dump_name=f"b{cfg[0]}_nb{cfg[1]}_blk{cfg[2]}_p{int(cfg[5])}_m{int(cfg[6])}_c{cfg[7]}_r{cfg[8]}.sass")
+                    f"magic {cfg[6]} ch {cfg[7]} maxnreg {cfg[8]} table {cfg[9]}", k_loop, top=18,
+                    dump_dir=args.dump, dump_name=f"b{cfg[0]}_nb{cfg[1]}_blk{cfg[2]}_p{int(cfg[5])}_m{int(cfg[6])}"
+                                                  f"_c{cfg[7]}_r{cfg[8]}_t{int(cfg[9])}.sass")
     return 0
 
 

@@ -1,5 +1,6 @@
 """Sweep the int8-wgmma coarse pass's launch options on the H200 (same run, CUDA-graph replay):
-``pipe`` x ``magic`` x ``stages`` x ``block`` per M, on a 124160 x 5120 head (random rows, g64).
+``pipe`` x ``magic`` x ``stages`` x ``block`` x ``chunks`` x ``maxnreg`` x ``table`` (the whole-row
+variant, INT2) per M, on a 124160 x 5120 head (random rows, g64).
 
     python3 scripts/tune_coarse_wgmma.py [--json $OUT/tune.json] [--ms 1,4,16,64] [--bits 2,4]
 
@@ -31,13 +32,14 @@ def main() -> int:
     ap.add_argument("--pipe", default="1,0")
     ap.add_argument("--magic", default="1,0")
     ap.add_argument("--chunks", default="1")
-    ap.add_argument("--maxnreg", default="0")
+    ap.add_argument("--maxnreg", default="-1", help="-1: the module default (MAXNREG), 0: no cap")
+    ap.add_argument("--table", default="0", help="1: the whole-row variant (INT2 only)")
     args = ap.parse_args()
     import torch
 
     from lowbit.bench.timing import copy_bandwidth_gbps, time_us
     from lowbit.formats import INTx
-    from lowbit.ops.coarse_head.gluon_wgmma import coarse_wgmma, wgmma_sz
+    from lowbit.ops.coarse_head.gluon_wgmma import TABLE_BITS, coarse_wgmma, wgmma_sz, wgmma_table
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
     log = RecordLog()
@@ -46,7 +48,9 @@ def main() -> int:
     for bits in [int(v) for v in args.bits.split(",")]:
         f = INTx.quantize(w, bits=bits, group_size=64)
         ell = f.packed.shape[1]
-        sz = wgmma_sz(f.scale, f.zero, bits, 64, ell)
+        words = {0: (wgmma_sz(f.scale, f.zero, bits, 64, ell), None)}
+        if bits in TABLE_BITS:
+            words[1] = wgmma_table(f.scale, f.zero, bits, 64, ell)
         floor = f.nbytes / (bw * 1e3)
         for m in [int(v) for v in args.ms.split(",")]:
             x = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
@@ -54,19 +58,23 @@ def main() -> int:
             tp = time_us(lambda: x_int8_tiles(x, ell, 8 // bits, nb), graph=True)
             log({"bits": bits, "M": m, "x_prep_us": round(tp, 2), "floor_us": round(floor, 1)})
             ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
-            for block, st, pipe, magic, chunks, reg in itertools.product(
-                    ints(args.blocks), ints(args.stages), [bool(v) for v in ints(args.pipe)],
-                    [bool(v) for v in ints(args.magic)], ints(args.chunks), ints(args.maxnreg)):
-                kw = dict(n=N, bits=bits, block=block, kcand=8, write_logits=False, stages=st, pipe=pipe, magic=magic,
-                          chunks=chunks, maxnreg=reg or None)
+            for table, block, st, pipe, magic, chunks, reg in itertools.product(
+                    [t for t in ints(args.table) if t in words], ints(args.blocks), ints(args.stages),
+                    [bool(v) for v in ints(args.pipe)], [bool(v) for v in ints(args.magic)], ints(args.chunks),
+                    ints(args.maxnreg)):
+                if table and (pipe or magic):
+                    continue  # the whole-row variant has neither
+                sz, r = words[table]
+                kw = dict(n=N, bits=bits, block=block, kcand=8, write_logits=False, table_r=r, stages=st, pipe=pipe,
+                          magic=magic, chunks=chunks, maxnreg=reg if reg >= 0 else None)
+                rec = {"bits": bits, "M": m, "table": table, "block": block, "stages": st, "pipe": pipe,
+                       "magic": magic, "chunks": chunks, "maxnreg": reg}
                 try:
                     coarse_wgmma(x, f.packed, sz, **kw)
                     t = time_us(lambda: coarse_wgmma(x, f.packed, sz, **kw), graph=True)
-                    log({"bits": bits, "M": m, "block": block, "stages": st, "pipe": pipe, "magic": magic,
-                         "chunks": chunks, "maxnreg": reg, "us": round(t, 1), "x_floor": round(t / floor, 2)})
+                    log({**rec, "us": round(t, 1), "x_floor": round(t / floor, 2)})
                 except Exception as e:  # noqa: BLE001 - report and go on
-                    log({"bits": bits, "M": m, "block": block, "stages": st, "pipe": pipe, "magic": magic,
-                         "chunks": chunks, "maxnreg": reg, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+                    log({**rec, "error": f"{type(e).__name__}: {str(e)[:300]}"})
     log.save(args.json)
     return 0
 

@@ -4,7 +4,8 @@ and its x preparation (``x_int8.py``).
 CPU tiers: the int8 rounding of x and its stage tiling (interpreter kernel vs the torch
 definition, bit for bit), the (scale, zero) words, and a torch emulation of the kernel's
 arithmetic over exactly those tensors against the dequantized INTx rows -- so the layouts are
-checked in CI. GPU tier: the Gluon kernel itself (Gluon does not run under the interpreter;
+checked in CI. The whole-row variant: its byte arithmetic exhaustively, its words and row units,
+and its reference against rows with the rounded scales. GPU tier: the Gluon kernel itself (Gluon does not run under the interpreter;
 ``scripts/coarse_wgmma_offline.py`` compiles it for sm_90 without a GPU), the dispatch from
 ``DraftHead``, CUDA-graph replay and ``torch.compile``."""
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 import lowbit
 from lowbit.formats import INTx
 from lowbit.ops.coarse_head import reference as ref
-from lowbit.ops.coarse_head.gluon_wgmma import wgmma_sz
+from lowbit.ops.coarse_head.gluon_wgmma import table_coefficients, table_reference, wgmma_sz, wgmma_table
 from lowbit.ops.coarse_head.x_int8 import tile_reference, x_int8_reference, x_int8_tiles
 from tests._helpers import rel_err
 
@@ -135,6 +136,95 @@ def test_emulated_kernel_arithmetic_matches_the_dequantized_rows(bits, group, k,
     assert rel_err(_emulate(f, x), want) < 1e-12
 
 
+def _table_decode(word: np.ndarray, a: int, kbyte: int) -> np.ndarray:
+    """The whole-row kernel's decode of 4 codes a word, in uint32 arithmetic as the PTX does it:
+    ``(c A + K 0x01010101) ^ 0x80808080``, read back as 4 int8."""
+    t = (word.astype(np.uint64) * a + kbyte * 0x01010101) & 0xFFFFFFFF
+    return (t.astype(np.uint32) ^ np.uint32(0x80808080)).view(np.int8).reshape(-1, 4)
+
+
+def test_table_byte_arithmetic_is_the_int8_weight():
+    """Every word of four INT2 codes, every zero point and every A the table allows: the one-IMAD
+    decode gives the int8 ``A (c - z)`` in each byte (no carry crosses a byte)."""
+    c = np.array(np.meshgrid(*[np.arange(4)] * 4, indexing="ij")).reshape(4, -1).T  # [256, 4]
+    word = (c[:, 0] | c[:, 1] << 8 | c[:, 2] << 16 | c[:, 3] << 24).astype(np.uint32)
+    for z in range(4):
+        for a in range(127 // max(z, 3 - z) + 1):
+            got = _table_decode(word, a, 128 - z * a)
+            assert np.array_equal(got, (a * (c - z)).astype(np.int8)), (z, a)
+    # one past the cap would not fit: the table never produces it
+    assert (42 * (0 - 3)) >= -127 and (43 * 3) > 127
+
+
+@pytest.mark.parametrize("group", [64, 128, 256])
+def test_wgmma_table_words(group):
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(6, 1024, generator=g) * torch.logspace(-2, 0, 1024 // 64).repeat_interleave(64)
+    w[2] = 0.0  # an all-zero row
+    f = INTx.quantize(w, bits=2, group_size=group)
+    ell = f.packed.shape[1]
+    words, r = wgmma_table(f.scale, f.zero, 2, group, ell)
+    a, r2 = table_coefficients(f.scale, f.zero, 2)
+    assert torch.equal(r, r2) and r.dtype == torch.float32 and (r > 0).all()
+    z = f.zero.to(torch.int32)
+    assert ((a * torch.maximum(z, 3 - z)) <= 127).all() and (a >= 0).all()
+    words = words.view(6, ell // 64, 4)
+    for s in range(ell // 64):
+        for j in range(4):
+            gi = (j * ell + 64 * s) // group
+            assert torch.equal(words[:, s, j] & 0xFF, a[:, gi])
+            assert torch.equal((words[:, s, j] >> 8) & 0xFF, 128 - z[:, gi] * a[:, gi])
+            assert (words[:, s, j] >> 16 == 0).all()
+    # each row's largest group keeps its scale to within half a unit of A (A >= 42 there)
+    top = (f.scale.float() * torch.maximum(z, 3 - z)).argmax(dim=1)
+    s_top = f.scale.float().gather(1, top[:, None]).squeeze(1)
+    a_top = a.gather(1, top[:, None]).squeeze(1).float()
+    ok = torch.arange(6) != 2
+    assert ((a_top * r - s_top).abs() <= 0.5 * r * (1 + 1e-5))[ok].all()
+    with pytest.raises(ValueError, match="bits"):
+        wgmma_table(f.scale, f.zero, 4, group, ell)
+
+
+@pytest.mark.parametrize("k,m", [(640, 5), (1008, 17), (576, 1)])
+def test_table_reference_is_the_rounded_scales(k, m):
+    """The whole-row reference (decoded from the words) is exactly the INT2 rows with each group
+    scale replaced by ``A r``, times the int8-rounded x; and close to the exact scales."""
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(41, k, generator=g) * 0.05
+    w[:13, : k // 5] *= 8.0
+    f = INTx.quantize(w, bits=2, group_size=64)
+    words, r = wgmma_table(f.scale, f.zero, 2, 64, f.packed.shape[1])
+    a, _ = table_coefficients(f.scale, f.zero, 2)
+    x = _x(m, k, seed=5)
+    q, sx = x_int8_reference(x)
+    got = table_reference(f.packed, words, r, q, sx, 2)
+    codes = f.codes().double()
+    rows = ((codes.view(41, -1, 64) - f.zero.double()[..., None]) * (a.double() * r.double()[:, None])[..., None])
+    want = (q.double() * sx.double()[:, None]) @ rows.view(41, -1)[:, :k].T
+    assert rel_err(got, want) < 1e-6
+    exact = (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T
+    assert rel_err(got, exact) < 0.05
+
+
+def test_coarse_wgmma_table_validates():
+    """The whole-row variant refuses INT4 and row units of the wrong shape / dtype (before any launch)."""
+    from lowbit.ops.coarse_head import gluon_wgmma as g
+
+    if g._GLUON_IMPORT_ERROR is not None:
+        pytest.skip(f"triton.experimental.gluon is not available: {g._GLUON_IMPORT_ERROR}")
+    f4 = INTx.quantize(torch.randn(10, 256), bits=4, group_size=64)
+    words = wgmma_sz(f4.scale, f4.zero, 4, 64, f4.packed.shape[1])
+    with pytest.raises(ValueError, match="whole-row"):
+        g.coarse_wgmma(torch.randn(2, 256), f4.packed, words, n=10, bits=4, block=128, kcand=1, write_logits=False,
+                       table_r=torch.ones(10))
+    f2 = INTx.quantize(torch.randn(10, 256), bits=2, group_size=64)
+    words, r = wgmma_table(f2.scale, f2.zero, 2, 64, f2.packed.shape[1])
+    for bad in (r[:9], r.double()):
+        with pytest.raises(ValueError, match="row units"):
+            g.coarse_wgmma(torch.randn(2, 256), f2.packed, words, n=10, bits=2, block=128, kcand=1,
+                           write_logits=False, table_r=bad)
+
+
 # ---- GPU tier: the Gluon kernel -------------------------------------------------------------------
 
 def _kernel_or_skip():
@@ -178,6 +268,27 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, bits, group, n, k, m, bloc
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[0] == 2])
+def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m, block, kcand):
+    """The whole-row variant: logits against its reference from the same words (exact int64 sums),
+    candidates against the per-block top-kcand of its own logits; every output written."""
+    g = _kernel_or_skip()
+    w = torch.randn(n, k) * 0.05
+    w[: n // 3, : k // 5] *= 8.0  # groups of very different scales
+    f = INTx.quantize(w, bits=bits, group_size=group)
+    x = _x(m, k, seed=2, dtype=torch.bfloat16)
+    words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
+    out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
+                         write_logits=True, table_r=r.cuda())
+    ck, _, ci, _, _, lg = (t.cpu() for t in out)
+    q, sx = x_int8_reference(x)
+    assert not torch.isnan(lg).any()
+    assert rel_err(lg, table_reference(f.packed, words, r, q, sx, bits)) < 1e-6
+    cands = ref.block_candidates_reference(lg, None, block=block, kcand=kcand, write_logits=False)
+    assert torch.equal(ck, cands.cand_key) and torch.equal(ci, cands.cand_idx)
+
+
+@pytest.mark.cuda
 def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows():
     """Back-to-back calls with new x (nothing cached from the last one); an all-zero row of x gives
     zero logits and candidates ordered by token index."""
@@ -186,6 +297,7 @@ def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows():
     f = INTx.quantize(torch.randn(n, k) * 0.05, bits=2, group_size=64)
     words = wgmma_sz(f.scale, f.zero, 2, 64, f.packed.shape[1]).cuda()
     packed = f.packed.cuda()
+    twords, tr = wgmma_table(f.scale, f.zero, 2, 64, f.packed.shape[1])
     for seed in range(3):
         x = _x(6, k, seed=seed)
         x[4] = 0
@@ -193,18 +305,23 @@ def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows():
         q, sx = x_int8_reference(x)
         assert rel_err(lg, (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T) < 1e-6
         assert (lg[4] == 0).all()
+        lt = g.coarse_wgmma(x.cuda(), packed, twords.cuda(), n=n, bits=2, block=128, kcand=4, write_logits=True,
+                            table_r=tr.cuda())[5].cpu()
+        assert rel_err(lt, table_reference(f.packed, twords, tr, q, sx, 2)) < 1e-6
+        assert (lt[4] == 0).all()
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("bits", [2, 4])
-def test_cuda_draft_head_dispatches_and_stays_exact(bits, monkeypatch):
-    """A fast DraftHead on the int8-wgmma pass: every row with a clear winner gets it, with exact
-    values; the top-k values are the exact logits of the returned tokens; graph replay and
-    torch.compile give the same answers."""
+@pytest.mark.parametrize("bits,table", [(2, True), (2, False), (4, False)])
+def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, monkeypatch):
+    """A fast DraftHead on the int8-wgmma pass (INT2: the whole-row variant and the per-group one):
+    every row with a clear winner gets it, with exact values; the top-k values are the exact logits
+    of the returned tokens; graph replay and torch.compile give the same answers."""
     _kernel_or_skip()
     from lowbit.ops import coarse_head as ch
 
     monkeypatch.setitem(ch.WGMMA_M_RANGE, bits, (1, 64))
+    monkeypatch.setattr(ch, "WGMMA_TABLE_BITS", (2,) if table else ())
     from lowbit.ops.coarse_head import gluon_wgmma
 
     calls = []
@@ -212,6 +329,7 @@ def test_cuda_draft_head_dispatches_and_stays_exact(bits, monkeypatch):
 
     def spy(*a, **kw):
         calls.append(a[0].shape[0])
+        assert (kw.get("table_r") is not None) == table
         return real_fn(*a, **kw)
 
     monkeypatch.setattr(gluon_wgmma, "coarse_wgmma", spy)

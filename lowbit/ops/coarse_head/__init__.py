@@ -61,6 +61,7 @@ class CoarsePacking:
         self._coef = None
         self._mma = None
         self._wgmma = None
+        self._wgmma_table = None
         self.tensors = tuple(fmt._tensor_fields().values())
 
     @property
@@ -105,6 +106,17 @@ class CoarsePacking:
             f = self.fmt
             self._wgmma = wgmma_sz(f.scale, f.zero, self.bits, self.group_size, f.packed.shape[1])
         return self._wgmma
+
+    def wgmma_table(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """INT2 only: the words and fp32 row units of the int8-wgmma pass's whole-row variant
+        (``gluon_wgmma.wgmma_table``: group scales rounded to integer multiples of a row unit),
+        built on first use and kept (the bytes of :meth:`wgmma_words` plus 4 a row)."""
+        if self._wgmma_table is None:
+            from lowbit.ops.coarse_head.gluon_wgmma import wgmma_table
+
+            f = self.fmt
+            self._wgmma_table = wgmma_table(f.scale, f.zero, self.bits, self.group_size, f.packed.shape[1])
+        return self._wgmma_table
 
     def coef(self) -> torch.Tensor | None:
         """fp32 [N, NG]: the INTx group scales ``s`` (the bound's coefficients); None if native."""
@@ -212,7 +224,10 @@ def coarse_head(
     if (x.is_cuda if compiling else use_triton(x, *packing.tensors)):
         w, s, z, gs = _raw(packing)
         if _use_wgmma(packing, x, bound, block, compiling):
-            s = z = packing.wgmma_words()
+            if packing.bits in WGMMA_TABLE_BITS:
+                s, z = packing.wgmma_table()  # int32 words, fp32 row units: the whole-row variant
+            else:
+                s = z = packing.wgmma_words()
         elif _use_mma(packing, x.shape[0], bound, block, compiling):
             w, s = packing.mma_tiled()
             z = s
@@ -257,6 +272,14 @@ MMA_MAX_M_CERTIFIED = 8
 WGMMA_M_RANGE: dict = {2: (5, 64), 4: (5, 64)}
 
 
+#: INTx widths whose int8-wgmma pass is the whole-row variant (``gluon_wgmma.py``, ``TABLE``):
+#: group scales rounded to integer multiples of one unit per token row, one int32 wgmma chain
+#: over all of K, no per-group epilogue. Fast-mode accuracy on SmolLM2's head is that of the
+#: exact scales (``scripts/sim_table_coarse.py``: INT2 g64 k8 r64 argmax agreement 94.07% vs
+#: 94.03%, recall@16 of the set 67.2% vs 67.2%). Empty: the per-group pass everywhere.
+WGMMA_TABLE_BITS: tuple = (2,)
+
+
 def _use_wgmma(packing: CoarsePacking, x: torch.Tensor, bound: int, block: int, compiling: bool) -> bool:
     """Whether this call takes the int8-wgmma pass: fast mode, an INTx copy with g64-multiple groups
     and whole 64-byte stages, blocks of 64 / 128 tokens, M in ``WGMMA_M_RANGE[bits]``, an sm_90
@@ -268,7 +291,7 @@ def _use_wgmma(packing: CoarsePacking, x: torch.Tensor, bound: int, block: int, 
             and packing.fmt.packed.shape[1] % 64 == 0 and x.is_cuda):
         return False
     if compiling:  # the words exist only where an eager call (warmup) took this path
-        return packing._wgmma is not None
+        return (packing._wgmma_table if packing.bits in WGMMA_TABLE_BITS else packing._wgmma) is not None
     from lowbit.ops.coarse_head.gluon_wgmma import wgmma_available
 
     return wgmma_available(x.device)

@@ -24,6 +24,19 @@ into the fp32 accumulator. At the end: times ``sx``, then the block's ``KCAND`` 
 of x by successive max-and-mask (ties to the lower token index) through shared memory -- the same
 candidates contract as ``triton.py``'s ``_epilogue`` in fast mode.
 
+**Whole-row integer variant** (``TABLE``, INT2): the group scale is rounded to an integer multiple
+of one fp32 unit per token row, ``s_g ~= A_g r_n`` (:func:`wgmma_table`, ``|A_g (q - z_g)| <= 127``),
+so a code decodes straight to the int8 weight ``A_g (q - z_g)`` -- per 4 codes one IMAD
+``c A + (128 - z A)`` on the word (every byte stays in 1..254: no carries) and one XOR of the
+bias -- and the row's dot accumulates in int32 over all of K in one wgmma chain::
+
+    logit[m, n] = sx[m] r[n] sum_k A_g(k) (q[n, k] - z[n, g(k)]) xq[m, k]
+
+No per-group epilogue (the three ops per accumulator element and group above, which grow with M)
+and no x sums: the decode is the only per-code work. The rounding of the scales is a further
+approximation of fast mode's coarse logits (0.7% rms on SmolLM2's head; its fast-mode argmax
+agreement and recall are unchanged, ``scripts/sim_table_coarse.py``).
+
 Gluon does not run under ``TRITON_INTERPRET``: the kernel is tested on the GPU tier
 (tests/ops/test_coarse_wgmma.py); its x preparation and packing layouts have CPU tests.
 """
@@ -52,7 +65,8 @@ try:
 except Exception as e:  # noqa: BLE001 - any failure means "no Gluon path"
     _GLUON_IMPORT_ERROR = e
 
-__all__ = ["WGMMA_BITS", "WGMMA_MAX_M", "coarse_wgmma", "wgmma_available", "wgmma_sz"]
+__all__ = ["TABLE_BITS", "WGMMA_BITS", "WGMMA_MAX_M", "coarse_wgmma", "table_reference", "wgmma_available",
+           "wgmma_sz", "wgmma_table"]
 
 #: most rows of x one launch serves (the wgmma's N)
 WGMMA_MAX_M = 64
@@ -78,6 +92,65 @@ def wgmma_sz(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int
         g = (j * ell + _STAGE_BYTES * s_idx) // group_size  # [NS]
         words[:, :, j] = sbits[:, g] | zw[:, g]
     return words.view(n, ns * 4)
+
+
+#: INTx widths the whole-row integer variant serves: INT2's ``|q - z| <= 3`` leaves A up to 42
+#: (scales to within 1.2% of the row's largest); INT4's 15 would leave 8 (6%)
+TABLE_BITS = (2,)
+
+
+def table_coefficients(scale: torch.Tensor, zero: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A int32 [N, NG], r fp32 [N]) of the whole-row variant: ``r_n = max_g s_g e_g / 127`` with
+    ``e_g = max(z_g, qmax - z_g)`` (the largest ``|q - z_g|``), ``A_g = round(s_g / r_n)`` capped at
+    ``127 / e_g``, so every ``A_g (q - z_g)`` is an int8. An all-zero row (every ``s_g e_g = 0``)
+    gets ``r = 1``, ``A = 0``."""
+    qmax = (1 << bits) - 1
+    s = scale.float()
+    z = zero.float()
+    e = torch.maximum(z, qmax - z)
+    r = (s * e).amax(dim=1) / 127.0
+    r = torch.where(r > 0, r, torch.ones_like(r))
+    a = torch.minimum(torch.round(s / r[:, None]), torch.floor(127.0 / e.clamp_min(1.0))).clamp_min(0.0)
+    return a.to(torch.int32), r.contiguous()
+
+
+def wgmma_table(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int,
+                ell: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole-row variant's words and row units: (int32 [N, NS * 4], fp32 [N]). Word ``4 s + j``
+    of row n: ``A | (128 - z A) << 8`` of the group that plane j's stage s lies in (see
+    :func:`table_coefficients`); words j >= P are 0. Same bytes as :func:`wgmma_sz`."""
+    if bits not in TABLE_BITS:
+        raise ValueError(f"wgmma_table serves bits in {TABLE_BITS}, got {bits}")
+    a, r = table_coefficients(scale, zero, bits)
+    n = scale.shape[0]
+    p = 8 // bits
+    ns = ell // _STAGE_BYTES
+    s_idx = torch.arange(ns, device=scale.device)
+    words = torch.zeros(n, ns, 4, dtype=torch.int32, device=scale.device)
+    packed = a | ((128 - zero.to(torch.int32) * a) << 8)
+    for j in range(p):
+        g = (j * ell + _STAGE_BYTES * s_idx) // group_size  # [NS]
+        words[:, :, j] = packed[:, g]
+    return words.view(n, ns * 4), r
+
+
+def table_reference(packed: torch.Tensor, words: torch.Tensor, r: torch.Tensor, xq: torch.Tensor,
+                    sx: torch.Tensor, bits: int) -> torch.Tensor:
+    """fp32 [M, N]: the whole-row variant's logits from exactly its operands -- the int8 weights
+    ``A (q - z)`` decoded from the words, their int32 dot with ``xq`` int8 [M, K], times
+    ``r[n] sx[m]`` (int64 sums, exact; the kernel's int32 sums agree while K 127^2 < 2^31)."""
+    from lowbit.formats.intx import unpack_planes
+
+    n, ell = packed.shape
+    p = 8 // bits
+    k = xq.shape[1]
+    codes = unpack_planes(packed, bits).to(torch.int64)  # [N, P L]
+    w4 = words.view(n, ell // _STAGE_BYTES, 4)[:, :, :p].to(torch.int64)  # [N, NS, P]
+    a = (w4 & 0xFF).permute(0, 2, 1).repeat_interleave(_STAGE_BYTES, dim=2).reshape(n, p * ell)
+    kb = ((w4 >> 8) & 0xFF).permute(0, 2, 1).repeat_interleave(_STAGE_BYTES, dim=2).reshape(n, p * ell)
+    wq = codes * a + kb - 128  # = A (q - z)
+    dot = xq.to(torch.int64) @ wq[:, :k].t()
+    return dot.double().mul(sx.double()[:, None]).mul(r.double()[None, :]).float()
 
 
 if _GLUON_IMPORT_ERROR is None:
@@ -127,14 +200,16 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0,
-                     STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, CH: gl.constexpr, pred):
+                     STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, CH: gl.constexpr, pred,
+                     TABLE: gl.constexpr = False):
         """TMA of stage i (CH 64-byte chunks) into ring slot i % STAGES: codes [R, 64 CH]; per
-        chunk the words [R, 4], the x tiles of the P planes [2 NB, 32] each and the x sums [4, NB]."""
+        chunk the words [R, 4], the x tiles of the P planes [2 NB, 32] each and (not with TABLE,
+        which needs none) the x sums [4, NB]."""
         slot = i % STAGES
         bar = bars.index(slot)
         XB: gl.constexpr = x_desc.block_type.nbytes
-        nbytes: gl.constexpr = w_desc.block_type.nbytes + CH * (sz_desc.block_type.nbytes + P * XB
-                                                                + xs_desc.block_type.nbytes)
+        XSB: gl.constexpr = 0 if TABLE else xs_desc.block_type.nbytes
+        nbytes: gl.constexpr = w_desc.block_type.nbytes + CH * (sz_desc.block_type.nbytes + P * XB + XSB)
         mbarrier.expect(bar, nbytes, pred=pred)
         tma.async_copy_global_to_shared(w_desc, [row0, i * (64 * CH)], bar, w_bufs.index(slot), pred)
         for ch in gl.static_range(CH):
@@ -143,7 +218,8 @@ if _GLUON_IMPORT_ERROR is None:
             for j in gl.static_range(P):
                 tma.async_copy_global_to_shared(x_desc, [(c * P + j) * 2 * NB, 0], bar,
                                                 x_bufs.index((slot * CH + ch) * P + j), pred)
-            tma.async_copy_global_to_shared(xs_desc, [c * 4, 0], bar, xs_bufs.index(slot * CH + ch), pred)
+            if not TABLE:
+                tma.async_copy_global_to_shared(xs_desc, [c * 4, 0], bar, xs_bufs.index(slot * CH + ch), pred)
 
     @gluon.jit
     def _issue_plane(q0, q1, xt_bufs, slot, J: gl.constexpr, izero, a_l: gl.constexpr, P: gl.constexpr,
@@ -203,14 +279,62 @@ if _GLUON_IMPORT_ERROR is None:
                     acc = _retire_plane(acc, d, words[j], xs_rows.index(4 * u + j).load(col_l), row_l, MAGIC)
         return acc
 
+    @gluon.constexpr_function
+    def _table_asm(J):
+        """PTX of the whole-row decode of plane J (INT2): c = the plane's 4 codes of the word $1,
+        then ``(c A + K) ^ 0x80808080`` with A = $2 and K = $6 (the byte 128 - z A in all four
+        bytes): each byte ``(c - z) A + 128`` lies in 1..254, so the IMAD carries nothing across
+        bytes, and the XOR turns the biased byte into the int8 ``(c - z) A``."""
+        codes = "and.b32 c, $1, 0x03030303;" if J == 0 else f"shr.u32 c, $1, {2 * J}; and.b32 c, c, 0x03030303;"
+        return "{.reg .b32 c; " + codes + " mad.lo.u32 c, c, $2, $6; xor.b32 $0, c, 0x80808080;}"
+
+    # out, the packed codes, then A and K as int32 (4 registers each under pack = 4, all equal)
+    _TABLE_CONSTRAINTS = gl.constexpr("=r,r,r,r,r,r,r,r,r,r")
+
+    @gluon.jit
+    def _table_plane(q, aw, kw, J: gl.constexpr):
+        """Plane J's int8 weights ``A (q - z)`` of the packed bytes ``q`` (uint8 [R, 32]); ``aw`` /
+        ``kw`` int32 [R, 1]: the row's A and its K byte replicated."""
+        return gl.inline_asm_elementwise(_table_asm(J), _TABLE_CONSTRAINTS, [q, aw, kw], dtype=gl.int8,
+                                         is_pure=True, pack=4)
+
+    @gluon.jit
+    def _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB: gl.constexpr, W: gl.constexpr,
+                         P: gl.constexpr, CH: gl.constexpr):
+        """acc (int32) += the CH chunks x P planes of the stage in ``slot``, whole-row variant: one
+        wgmma chain, plane j + 1 decoded while plane j's two wgmmas run; all retired on return
+        (the caller refills the slot next)."""
+        mma: gl.constexpr = acc_layout(NB, W)
+        a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
+        c_l: gl.constexpr = _codes_layout(W)
+        r_l: gl.constexpr = gl.SliceLayout(1, c_l)
+        wb = w_bufs.index(slot)
+        for ch in gl.static_range(CH):
+            u = slot * CH + ch
+            q0 = wb.slice(64 * ch, 32, dim=1).load(c_l)
+            q1 = wb.slice(64 * ch + 32, 32, dim=1).load(c_l)
+            words = four(sz_bufs.index(u).load(row_words_layout(W)))
+            for j in gl.static_range(P):
+                wj = gl.convert_layout(words[j], r_l, assert_trivial=True)
+                aw = gl.expand_dims(wj & 0xFF, 1)
+                kw = gl.expand_dims(((wj >> 8) & 0xFF) * 0x01010101, 1)
+                a0 = gl.convert_layout(_table_plane(q0, aw, kw, j), a_l, assert_trivial=True)
+                a1 = gl.convert_layout(_table_plane(q1, aw, kw, j), a_l, assert_trivial=True)
+                acc = warpgroup_mma(a0, xt_bufs.index(2 * (u * P + j)).permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma(a1, xt_bufs.index(2 * (u * P + j) + 1).permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc,))
+        return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
-    def _coarse_wgmma_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NS,
-                             NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
+    def _coarse_wgmma_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
+                             NS, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                              KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
-                             PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, CH: gl.constexpr = 1):
+                             PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, CH: gl.constexpr = 1,
+                             TABLE: gl.constexpr = False):
         """Program b: tokens R b .. R b + R - 1 (R = 16 W) against the NB rows of x; writes the
         block's KCAND candidates of every row m < M (``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND])
-        and, if WRITE_LOGITS, its coarse logits into ``lg`` fp32 [M, N]."""
+        and, if WRITE_LOGITS, its coarse logits into ``lg`` fp32 [M, N]. TABLE: the whole-row
+        variant (``sz_desc`` holds :func:`wgmma_table`'s words, ``r_ptr`` its fp32 [N] units)."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
@@ -231,21 +355,29 @@ if _GLUON_IMPORT_ERROR is None:
 
         for i in gl.static_range(STAGES - 1):
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0, STAGES,
-                         P, NB, CH, i < NS)
-        acc = gl.zeros([R, NB], gl.float32, mma)
+                         P, NB, CH, i < NS, TABLE)
+        acc = gl.zeros([R, NB], gl.int32 if TABLE else gl.float32, mma)
         for i in range(0, NS):
             # slot (i - 1) % STAGES was read by stage i - 1: once every warp is past it, refill it
             gl.thread_barrier()
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i + STAGES - 1,
-                         row0, STAGES, P, NB, CH, i + STAGES - 1 < NS)
+                         row0, STAGES, P, NB, CH, i + STAGES - 1 < NS, TABLE)
             slot = i % STAGES
             mbarrier.wait(bars.index(slot), (i // STAGES) & 1)
-            acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB, W, P, BITS, CH, PIPE, MAGIC)
+            if TABLE:
+                acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, CH)
+            else:
+                acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB, W, P, BITS, CH, PIPE, MAGIC)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
         sx = gl.load(sx_ptr + gl.arange(0, NB, layout=col_l))
-        out = acc * gl.expand_dims(sx, 0)
+        if TABLE:
+            rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, mma))
+            r = gl.load(r_ptr + rows, mask=rows < N, other=0.0)
+            out = acc.to(gl.float32) * gl.expand_dims(r, 1) * gl.expand_dims(sx, 0)
+        else:
+            out = acc * gl.expand_dims(sx, 0)
         # candidates: the tile re-laid out with each row of x in one warp (tokens along its lanes
         # and registers), so the reductions along tokens stay inside the warp
         bl: gl.constexpr = gl.BlockedLayout([R // 32, 1], [32, 1], [1, W], [0, 1])
@@ -281,6 +413,8 @@ PIPE = False
 #: int32 -> fp32 by the magic-number add instead of I2F (see ``_retire_plane``). Off: one more
 #: instruction an element, 0-15% slower in the same sweep
 MAGIC = False
+#: longest padded K of the whole-row variant: its int32 sums of |A (q - z) xq| <= 127^2 stay exact
+TABLE_MAX_K = 131072
 #: ring slots per M band (NB): the x tiles grow with NB, so fewer slots keep two CTAs an SM
 _STAGES = {8: 4, 16: 4, 32: 4, 64: 3}
 #: 64-byte chunks per stage (1 or 2; a stage's fixed cost -- barrier, TMA issue, waits -- is
@@ -290,6 +424,9 @@ CHUNKS = 1
 #: CTAs an SM instead of one: INT2 M = 64 313 -> 254 us, INT4 356 -> 277 (124160 x 5120, block
 #: 128, session 15 call a); at NB = 32 the cap was 2-7% slower
 MAXNREG: dict = {64: 128}
+#: ``maxnreg`` per NB of the whole-row variant: none (111 registers at NB = 64 already fit two
+#: 8-warp CTAs an SM; the cap of ``MAXNREG`` spills there, offline sm_90 compile)
+MAXNREG_TABLE: dict = {}
 
 
 @functools.cache
@@ -302,14 +439,16 @@ def _layouts(rows: int, nb: int, ch: int = 1):
 
 
 def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: int, bits: int, block: int,
-                 kcand: int, write_logits: bool, stages: int | None = None, pipe: bool | None = None,
-                 magic: bool | None = None, chunks: int | None = None, maxnreg: int | None = None):
+                 kcand: int, write_logits: bool, table_r: torch.Tensor | None = None, stages: int | None = None,
+                 pipe: bool | None = None, magic: bool | None = None, chunks: int | None = None,
+                 maxnreg: int | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
-    :func:`wgmma_sz`. ``block`` tokens a program (64 or 128: 4 or 8 warps). Returns the six
+    :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
+    from :func:`wgmma_table`. ``block`` tokens a program (64 or 128: 4 or 8 warps). Returns the six
     ``CoarseOut`` tensors (certified ones empty; logits only if ``write_logits``). ``stages`` /
     ``pipe`` / ``magic`` / ``chunks`` / ``maxnreg`` override the defaults (``_STAGES``, ``PIPE``,
-    ``MAGIC``, ``CHUNKS``, ``MAXNREG``) for tuning."""
+    ``MAGIC``, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE``; ``maxnreg=0``: no cap) for tuning."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -323,6 +462,12 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                          f"plane lengths % 64 == 0; got bits={bits}, x {tuple(x.shape)}, block={block}, L={ell}")
     if k > p * ell or not packed.is_contiguous() or not sz.is_contiguous():
         raise ValueError(f"coarse_wgmma: K = {k} exceeds the {p} x {ell} packed codes or operands are not contiguous")
+    table = table_r is not None
+    if table and (bits not in TABLE_BITS or p * ell > TABLE_MAX_K or table_r.shape != (n,)
+                  or table_r.dtype != torch.float32):
+        raise ValueError(f"coarse_wgmma's whole-row variant serves bits in {TABLE_BITS}, padded K <= {TABLE_MAX_K} "
+                         f"and row units fp32 [{n}]; got bits={bits}, padded K {p * ell}, units "
+                         f"{tuple(table_r.shape)} {table_r.dtype}")
     if x.stride(1) != 1:
         x = x.contiguous()
     nb = max(8, triton.next_power_of_2(m))
@@ -343,11 +488,11 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     x_desc = TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)
     xs_desc = TensorDescriptor.from_tensor(xs, [4, nb], xs_l)
     st = stages if stages is not None else _STAGES[nb]
-    cap = maxnreg if maxnreg is not None else MAXNREG.get(nb)
+    cap = maxnreg if maxnreg is not None else (MAXNREG_TABLE if table else MAXNREG).get(nb)
     reg = {"maxnreg": cap} if cap else {}
-    _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, cand_key, cand_idx,
+    _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
-                                  CH=ch, num_warps=w, **reg)
+                                  CH=ch, TABLE=table, num_warps=w, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits

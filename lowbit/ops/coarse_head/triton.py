@@ -460,10 +460,11 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     m, k = x.shape
     if x.stride(1) != 1:
         x = x.contiguous()
-    if kind == KIND_INTX and w.dim() == 2 and s.dtype == torch.int32:  # CoarsePacking.wgmma_words: int8 wgmma
+    if kind == KIND_INTX and w.dim() == 2 and s.dtype == torch.int32:  # CoarsePacking.wgmma_words / _table: int8 wgmma
         from lowbit.ops.coarse_head.gluon_wgmma import coarse_wgmma
 
-        return coarse_wgmma(x, w, s, n=n, bits=bits, block=block, kcand=kcand, write_logits=write_logits)
+        return coarse_wgmma(x, w, s, n=n, bits=bits, block=block, kcand=kcand, write_logits=write_logits,
+                            table_r=z if z.dtype == torch.float32 else None)
     if kind == KIND_INTX and w.dim() == 5 and s.dtype == torch.int32:  # CoarsePacking.mma_tiled: tensor cores
         from lowbit.ops.coarse_head.triton_mma import coarse_mma
 
