@@ -48,6 +48,9 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
     (2, 16, 128, 4, 8, False, False, 1, None, True),
     (2, 64, 128, 3, 8, False, False, 1, None, True),
     (2, 64, 128, 3, 8, False, False, 1, 128, True),
+    (2, 8, 128, 4, 8, False, False, 1, None, "ws"),
+    (2, 16, 128, 4, 8, False, False, 1, None, "ws"),
+    (2, 64, 128, 3, 8, False, False, 1, None, "ws"),
 )
 
 
@@ -74,16 +77,21 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
                 ci_ptr=torch.empty(nb, nblk * kcand, dtype=torch.int64), lg_ptr=torch.empty(1),
                 M=nb, N=n, NBLK=nblk, NS=ns // ch)
     w = block // 16
+    reg = {"maxnreg": maxnreg} if maxnreg else {}
+    if table == "ws":  # the warp-specialized whole-row kernel
+        constexprs = dict(NB=nb, P=p, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w,
+                          PRODUCER_REGS=g.PRODUCER_REGS)
+        return compile_gluon_sm90(g._coarse_table_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS"},
+                                  num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
                       MAGIC=magic, CH=ch, TABLE=table)
-    return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w,
-                              **({"maxnreg": maxnreg} if maxnreg else {}))
+    return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w, **reg)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None)
-    ap.add_argument("--table-only", action="store_true", help="only the whole-row variant's configs")
+    ap.add_argument("--table-only", action="store_true", help="only the whole-row variant's configs (TABLE True or 'ws')")
     args = ap.parse_args()
     for cfg in CONFIGS:
         if args.table_only and not cfg[9]:
@@ -92,7 +100,7 @@ def main() -> int:
         loop_report(kern, f"bits {cfg[0]} NB {cfg[1]} block {cfg[2]} stages {cfg[3]} kcand {cfg[4]} pipe {cfg[5]} "
                     f"magic {cfg[6]} ch {cfg[7]} maxnreg {cfg[8]} table {cfg[9]}", k_loop, top=18,
                     dump_dir=args.dump, dump_name=f"b{cfg[0]}_nb{cfg[1]}_blk{cfg[2]}_p{int(cfg[5])}_m{int(cfg[6])}"
-                                                  f"_c{cfg[7]}_r{cfg[8]}_t{int(cfg[9])}.sass")
+                                                  f"_c{cfg[7]}_r{cfg[8]}_t{cfg[9]}.sass")
     return 0
 
 

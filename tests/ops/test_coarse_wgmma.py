@@ -268,10 +268,12 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, bits, group, n, k, m, bloc
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("ws", [True, False])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[0] == 2])
-def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m, block, kcand):
-    """The whole-row variant: logits against its reference from the same words (exact int64 sums),
-    candidates against the per-block top-kcand of its own logits; every output written."""
+def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m, block, kcand, ws):
+    """The whole-row variant (warp-specialized kernel and single-partition loop): logits against its
+    reference from the same words (exact int64 sums), candidates against the per-block top-kcand of
+    its own logits; every output written."""
     g = _kernel_or_skip()
     w = torch.randn(n, k) * 0.05
     w[: n // 3, : k // 5] *= 8.0  # groups of very different scales
@@ -279,7 +281,7 @@ def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m
     x = _x(m, k, seed=2, dtype=torch.bfloat16)
     words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, table_r=r.cuda())
+                         write_logits=True, table_r=r.cuda(), ws=ws)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     q, sx = x_int8_reference(x)
     assert not torch.isnan(lg).any()

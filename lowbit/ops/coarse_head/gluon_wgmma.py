@@ -378,8 +378,15 @@ if _GLUON_IMPORT_ERROR is None:
             out = acc.to(gl.float32) * gl.expand_dims(r, 1) * gl.expand_dims(sx, 0)
         else:
             out = acc * gl.expand_dims(sx, 0)
-        # candidates: the tile re-laid out with each row of x in one warp (tokens along its lanes
-        # and registers), so the reductions along tokens stay inside the warp
+        _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS)
+
+    @gluon.jit
+    def _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB: gl.constexpr, W: gl.constexpr,
+                         KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr):
+        """The block's KCAND best keys of every row m < M from its logits ``out`` fp32 [16 W, NB]
+        (and the logits themselves if WRITE_LOGITS): the tile re-laid out with each row of x in one
+        warp (tokens along its lanes and registers), so the reductions along tokens stay inside it."""
+        R: gl.constexpr = 16 * W
         bl: gl.constexpr = gl.BlockedLayout([R // 32, 1], [32, 1], [1, W], [0, 1])
         key = gl.convert_layout(out, bl)
         tok = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, bl))
@@ -400,6 +407,73 @@ if _GLUON_IMPORT_ERROR is None:
             gl.store(ci_ptr + o_c + c, gl.where(best == neg, 0, loc).to(gl.int64), mask=m_ok)
             key = gl.where(tok2 == gl.expand_dims(loc, 0), neg, key)
 
+    # ---------------------------------------------------- whole-row variant, warp-specialized
+    @gluon.jit
+    def _ws_table_consumer(w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
+                           NBLK, NS, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
+                           WRITE_LOGITS: gl.constexpr, W: gl.constexpr):
+        """Default partition (W warps): per stage, wait for its TMA, run the whole-row decode and
+        wgmma chain, hand the slot back (partition barrier, one arrive); then the epilogue."""
+        R: gl.constexpr = 16 * W
+        mma: gl.constexpr = acc_layout(NB, W)
+        pid = gl.program_id(0)
+        row0 = pid * R
+        acc = gl.zeros([R, NB], gl.int32, mma)
+        for i in range(0, NS):
+            slot = i % STAGES
+            mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
+            acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, 1)
+            gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
+            mbarrier.arrive(empty.index(slot))
+        sx = gl.load(sx_ptr + gl.arange(0, NB, layout=gl.SliceLayout(0, mma)))
+        rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, mma))
+        r = gl.load(r_ptr + rows, mask=rows < N, other=0.0)
+        out = acc.to(gl.float32) * gl.expand_dims(r, 1) * gl.expand_dims(sx, 0)
+        _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS)
+
+    @gluon.jit
+    def _ws_table_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NS,
+                           STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr):
+        """Worker partition (1 warp): the TMA of stage i into slot i % STAGES once the consumers
+        released it (free on the first lap: a wait on parity 1 of a fresh mbarrier returns at once)."""
+        row0 = gl.program_id(0) * R
+        for i in range(0, NS):
+            slot = i % STAGES
+            mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+            _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i, row0, STAGES,
+                         P, NB, 1, True, True)
+
+    @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
+    def _coarse_table_ws_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
+                                NS, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
+                                WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+        """The whole-row variant of ``_coarse_wgmma_kernel`` (same arguments, CH = 1) with its TMA
+        issued by a 1-warp producer partition (``ready`` / ``empty`` mbarrier pair per slot): the
+        consumer warps' stage loop carries no TMA issue and one partition barrier instead of a
+        CTA barrier per TMA (Gluon's single-partition loop has one after each issue)."""
+        R: gl.constexpr = 16 * W
+        xt_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
+        w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64], w_desc.layout)
+        sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, R, 4], sz_desc.layout)
+        x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * P, 2 * NB, 32], x_desc.layout)
+        xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * P * 2, NB, 32], xt_sl)
+        xs_bufs = gl.allocate_shared_memory(gl.int32, [1, 4, NB], xs_desc.layout)  # unused: no x sums
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=1)
+        fence_async_shared()
+        gl.warp_specialize([
+            (_ws_table_consumer, (w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
+                                  NBLK, NS, NB, P, STAGES, KCAND, WRITE_LOGITS, W)),
+            (_ws_table_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NS,
+                                  STAGES, P, NB, R)),
+        ], [1], [PRODUCER_REGS])
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(i))
+            mbarrier.invalidate(empty.index(i))
+
 
 def wgmma_available(device: torch.device) -> bool:
     """Gluon importable and ``device`` a CUDA sm_90 GPU."""
@@ -413,6 +487,11 @@ PIPE = False
 #: int32 -> fp32 by the magic-number add instead of I2F (see ``_retire_plane``). Off: one more
 #: instruction an element, 0-15% slower in the same sweep
 MAGIC = False
+#: the whole-row variant's TMA from a 1-warp producer partition (``_coarse_table_ws_kernel``)
+#: instead of the single-partition loop
+WS_TABLE = True
+#: registers of that producer warp
+PRODUCER_REGS = 40
 #: longest padded K of the whole-row variant: its int32 sums of |A (q - z) xq| <= 127^2 stay exact
 TABLE_MAX_K = 131072
 #: ring slots per M band (NB): the x tiles grow with NB, so fewer slots keep two CTAs an SM
@@ -427,6 +506,10 @@ MAXNREG: dict = {64: 128}
 #: ``maxnreg`` per NB of the whole-row variant: none (111 registers at NB = 64 already fit two
 #: 8-warp CTAs an SM; the cap of ``MAXNREG`` spills there, offline sm_90 compile)
 MAXNREG_TABLE: dict = {}
+#: ``maxnreg`` per NB of the warp-specialized whole-row kernel (offline sm_90 compile: uncapped
+#: it takes 168 registers, one CTA an SM; 64 spill nothing up to NB = 32 -- 3 / 3 / 2 CTAs an SM by
+#: registers and shared memory -- and 96 at NB = 64 spills 72 bytes for two CTAs an SM)
+MAXNREG_WS: dict = {8: 64, 16: 64, 32: 64, 64: 96}
 
 
 @functools.cache
@@ -441,14 +524,15 @@ def _layouts(rows: int, nb: int, ch: int = 1):
 def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: int, bits: int, block: int,
                  kcand: int, write_logits: bool, table_r: torch.Tensor | None = None, stages: int | None = None,
                  pipe: bool | None = None, magic: bool | None = None, chunks: int | None = None,
-                 maxnreg: int | None = None):
+                 maxnreg: int | None = None, ws: bool | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
     from :func:`wgmma_table`. ``block`` tokens a program (64 or 128: 4 or 8 warps). Returns the six
     ``CoarseOut`` tensors (certified ones empty; logits only if ``write_logits``). ``stages`` /
     ``pipe`` / ``magic`` / ``chunks`` / ``maxnreg`` override the defaults (``_STAGES``, ``PIPE``,
-    ``MAGIC``, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE``; ``maxnreg=0``: no cap) for tuning."""
+    ``MAGIC``, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE`` / ``MAXNREG_WS``; ``maxnreg=0``: no cap) for tuning; ``ws``
+    (default ``WS_TABLE``) the whole-row variant's warp-specialized kernel (one chunk a stage)."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -488,8 +572,17 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     x_desc = TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)
     xs_desc = TensorDescriptor.from_tensor(xs, [4, nb], xs_l)
     st = stages if stages is not None else _STAGES[nb]
-    cap = maxnreg if maxnreg is not None else (MAXNREG_TABLE if table else MAXNREG).get(nb)
+    use_ws = table and (WS_TABLE if ws is None else ws)
+    cap = maxnreg if maxnreg is not None else (MAXNREG_WS if use_ws else MAXNREG_TABLE if table else MAXNREG).get(nb)
     reg = {"maxnreg": cap} if cap else {}
+    if use_ws:
+        if ch != 1:
+            raise ValueError(f"coarse_wgmma: the warp-specialized whole-row kernel takes one chunk a stage, got {ch}")
+        _coarse_table_ws_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r, cand_key, cand_idx,
+                                         logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, STAGES=st,
+                                         KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
+                                         num_warps=w, **reg)
+        return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
     _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
