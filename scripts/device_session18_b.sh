@@ -6,7 +6,7 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 timeout 150 python3 -m pytest -m cuda -q -p no:cacheprovider --timeout=140 -n 4 tests/ops/test_coarse_wgmma.py \
     2>&1 | tail -4 | tee $OUT/pytest_cuda_wgmma.log
 timeout 220 python3 scripts/tune_coarse_wgmma.py --ms 1,8,16,32,64 --bits 2 --table 1,0 --ws 1,0 --stages 3,4 \
-    --blocks 128 --pipe 0 --magic 0 --chunks 1 --maxnreg -1,0 --json $OUT/tune_ws.json > $OUT/tune_ws.log 2>&1
+    --blocks 128 --pipe 0 --magic 0 --chunks 1 --maxnreg=-1,0 --json $OUT/tune_ws.json > $OUT/tune_ws.log 2>&1
 python3 -c "
 import json
 for l in open('$OUT/tune_ws.log'):
