@@ -487,9 +487,12 @@ PIPE = False
 #: int32 -> fp32 by the magic-number add instead of I2F (see ``_retire_plane``). Off: one more
 #: instruction an element, 0-15% slower in the same sweep
 MAGIC = False
-#: the whole-row variant's TMA from a 1-warp producer partition (``_coarse_table_ws_kernel``)
-#: instead of the single-partition loop
-WS_TABLE = True
+#: the whole-row variant at NB <= this runs the warp-specialized kernel (``_coarse_table_ws_kernel``:
+#: TMA from a 1-warp producer partition), above it the single-partition loop. H200, 124160 x 5120
+#: INT2 g64, coarse pass alone (docs/measurements/2026-12-03_session18_{a,c}_tune_*): M = 8 82-84
+#: vs 100 us, M = 16 93-95 vs 109, M = 32 117 vs 128; M = 64 186 (uncapped, one CTA an SM) - 213
+#: (capped) vs 178
+WS_TABLE_MAX_NB = 32
 #: registers of that producer warp
 PRODUCER_REGS = 40
 #: longest padded K of the whole-row variant: its int32 sums of |A (q - z) xq| <= 127^2 stay exact
@@ -509,7 +512,7 @@ MAXNREG_TABLE: dict = {}
 #: ``maxnreg`` per NB of the warp-specialized whole-row kernel (offline sm_90 compile: uncapped
 #: it takes 168 registers, one CTA an SM; 64 spill nothing up to NB = 32 -- 3 / 3 / 2 CTAs an SM by
 #: registers and shared memory -- and 96 at NB = 64 spills 72 bytes for two CTAs an SM)
-MAXNREG_WS: dict = {8: 64, 16: 64, 32: 64, 64: 96}
+MAXNREG_WS: dict = {8: 64, 16: 64, 32: 64, 64: 96}  # 64 and 80 timed alike at M = 8..32
 
 
 @functools.cache
@@ -532,7 +535,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     ``CoarseOut`` tensors (certified ones empty; logits only if ``write_logits``). ``stages`` /
     ``pipe`` / ``magic`` / ``chunks`` / ``maxnreg`` override the defaults (``_STAGES``, ``PIPE``,
     ``MAGIC``, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE`` / ``MAXNREG_WS``; ``maxnreg=0``: no cap) for tuning; ``ws``
-    (default ``WS_TABLE``) the whole-row variant's warp-specialized kernel (one chunk a stage)."""
+    (default: NB <= ``WS_TABLE_MAX_NB``) the whole-row variant's warp-specialized kernel (one chunk a
+    stage)."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -572,7 +576,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     x_desc = TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)
     xs_desc = TensorDescriptor.from_tensor(xs, [4, nb], xs_l)
     st = stages if stages is not None else _STAGES[nb]
-    use_ws = table and (WS_TABLE if ws is None else ws)
+    use_ws = table and (nb <= WS_TABLE_MAX_NB if ws is None else ws)
     cap = maxnreg if maxnreg is not None else (MAXNREG_WS if use_ws else MAXNREG_TABLE if table else MAXNREG).get(nb)
     reg = {"maxnreg": cap} if cap else {}
     if use_ws:
