@@ -270,8 +270,8 @@ MMA_MAX_M_CERTIFIED = 8
 #: (111.9 / 141.9 vs 107.5 / 133.9), where the mma.sync pass's 4-row tile still serves. M = 5..7
 #: run the mma pass's 8-row tile (the M = 8 cost), so the pass takes them. INT2 runs the whole-row
 #: variant (``WGMMA_TABLE_BITS``), faster than the mma.sync pass from M = 1 (eighteenth session,
-#: docs/measurements/2026-12-03_session18_c_head_fast_c.log: fast argmax 94.6 vs 97.3 us at M = 1,
-#: 95.6 vs 107.4 at M = 4), so it serves every M.
+#: docs/measurements/2026-12-03_session18_d_head_fast_d.log: fast argmax 94.2 vs 97.4 us at M = 1,
+#: 95.2 vs 107.3 at M = 4), so it serves every M.
 WGMMA_M_RANGE: dict = {2: (1, 64), 4: (5, 64)}
 
 
@@ -280,8 +280,8 @@ WGMMA_M_RANGE: dict = {2: (1, 64), 4: (5, 64)}
 #: over all of K, no per-group epilogue. Fast-mode accuracy on SmolLM2's head is that of the
 #: exact scales (H200, 8192 real hidden states, INT2 g64 k8 r64: argmax agreement 94.055% vs
 #: 94.019%, recall@16 67.17% vs 67.22%; ``scripts/sim_table_coarse.py`` on the CPU agrees). H200,
-#: 124160 x 5120, fast argmax: 94.6 / 106.9 / 131.0 / 198.1 us at M = 1 / 16 / 32 / 64 against
-#: 110.4 / 132.7 / 171.5 / 273.3 per group (docs/draft_head.md, "Eighteenth session"). Empty: the
+#: 124160 x 5120, fast argmax: 94.2 / 106.7 / 130.1 / 196.7 us at M = 1 / 16 / 32 / 64 against
+#: 110.6 / 132.2 / 170.6 / 273.3 per group (docs/draft_head.md, "Eighteenth session"). Empty: the
 #: per-group pass everywhere.
 WGMMA_TABLE_BITS: tuple = (2,)
 
