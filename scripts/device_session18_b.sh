@@ -7,19 +7,7 @@ timeout 150 python3 -m pytest -m cuda -q -p no:cacheprovider --timeout=140 -n 4 
     2>&1 | tail -4 | tee $OUT/pytest_cuda_wgmma.log
 timeout 220 python3 scripts/tune_coarse_wgmma.py --ms 1,8,16,32,64 --bits 2 --table 1,0 --ws 1,0 --stages 3,4 \
     --blocks 128 --pipe 0 --magic 0 --chunks 1 --maxnreg=-1,0 --json $OUT/tune_ws.json > $OUT/tune_ws.log 2>&1
-python3 -c "
-import json
-for l in open('$OUT/tune_ws.log'):
-    try: r = json.loads(l)
-    except Exception: continue
-    print({k: v for k, v in r.items() if k not in ('bits', 'pipe', 'magic', 'block', 'chunks')})
-"
+python3 scripts/jsonl_summary.py $OUT/tune_ws.log bits pipe magic block chunks
 timeout 150 python3 scripts/bench_coarse_wgmma.py --ms 1,4,8,16,32,64 --bits 2 --no-previous \
     --json $OUT/head_fast_ws.json > $OUT/head_fast_ws.log 2>&1
-python3 -c "
-import json
-for l in open('$OUT/head_fast_ws.log'):
-    try: r = json.loads(l)
-    except Exception: print(l, end=''); continue
-    print({k: v for k, v in r.items() if k not in ('shape', 'floor_us', 'agree_exact')})
-"
+python3 scripts/jsonl_summary.py $OUT/head_fast_ws.log shape floor_us agree_exact

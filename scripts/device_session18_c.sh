@@ -2,13 +2,7 @@
 # pass alone, same run), the full cuda tier of the tree, and the fast head end to end with the real
 # model's accuracy (INT2 on the whole-row kernels, INT4 per group).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-summary() { python3 -c "
-import json, sys
-for l in open(sys.argv[1]):
-    try: r = json.loads(l)
-    except Exception: print(l, end=''); continue
-    print({k: v for k, v in r.items() if k not in ('bits', 'pipe', 'magic', 'block', 'chunks', 'shape', 'floor_us')})
-" $1; }
+summary() { python3 scripts/jsonl_summary.py "$1" bits pipe magic block chunks shape floor_us; }
 timeout 150 python3 scripts/tune_coarse_wgmma.py --ms 8,16,32 --bits 2 --table 1 --ws 1 --stages 3,4,6 \
     --blocks 128 --pipe 0 --magic 0 --chunks 1 --maxnreg=-1,80 --json $OUT/tune_ws_small.json > $OUT/tune_ws_small.log 2>&1
 summary $OUT/tune_ws_small.log

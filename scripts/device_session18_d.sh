@@ -7,10 +7,4 @@ timeout 200 python3 -m pytest -m cuda -q -p no:cacheprovider --timeout=180 -n 6 
     tests/ops/test_coarse_head.py tests/nn/test_draft_head.py 2>&1 | tail -4 | tee $OUT/pytest_cuda_head.log
 timeout 200 python3 scripts/bench_coarse_wgmma.py --ms 1,4,8,16,32,64 --bits 2,4 --real .realhead/smollm2_head.pt.xz \
     --json $OUT/head_fast_d.json > $OUT/head_fast_d.log 2>&1
-python3 -c "
-import json
-for l in open('$OUT/head_fast_d.log'):
-    try: r = json.loads(l)
-    except Exception: print(l, end=''); continue
-    print({k: v for k, v in r.items() if k not in ('shape', 'floor_us', 'agree_exact')})
-"
+python3 scripts/jsonl_summary.py $OUT/head_fast_d.log shape floor_us agree_exact
