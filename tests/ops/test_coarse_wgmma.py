@@ -18,7 +18,7 @@ import lowbit
 from lowbit.formats import INTx
 from lowbit.ops.coarse_head import reference as ref
 from lowbit.ops.coarse_head.gluon_wgmma import table_coefficients, table_reference, wgmma_sz, wgmma_table
-from lowbit.ops.coarse_head.x_int8 import tile_reference, x_int8_reference, x_int8_tiles
+from lowbit.ops.coarse_head.x_int8 import prmt_k_order, prmt_source, tile_reference, x_int8_reference, x_int8_tiles
 from tests._helpers import rel_err
 
 
@@ -55,11 +55,13 @@ def test_x_int8_reference_is_the_ieee_fp32_definition():
     assert np.array_equal(sx.numpy(), amax / np.float32(127.0))
 
 
-@pytest.mark.parametrize("bits,k,m,dtype", [(2, 640, 3, torch.float32), (4, 576, 9, torch.bfloat16),
-                                            (2, 208, 8, torch.float16), (4, 1024, 1, torch.float32)])
-def test_x_int8_tiles_match_the_definition(backend, bits, k, m, dtype):
+@pytest.mark.parametrize("bits,k,m,dtype,perm", [(2, 640, 3, torch.float32, False), (4, 576, 9, torch.bfloat16, False),
+                                                 (2, 208, 8, torch.float16, False), (4, 1024, 1, torch.float32, False),
+                                                 (2, 640, 3, torch.bfloat16, True), (2, 208, 5, torch.float32, True)])
+def test_x_int8_tiles_match_the_definition(backend, bits, k, m, dtype, perm):
     """The kernel's codes, 64-sums and scales equal the torch definition bit for bit (interpreter
-    and GPU); rows past M and K positions past K are zero."""
+    and GPU), in plane order and in the byte-permute order; rows past M and K positions past K are
+    zero."""
     if not backend.is_triton:
         pytest.skip("a Triton kernel: the interpret / cuda tiers run it (the reference tier has nothing to compare)")
     p = 8 // bits
@@ -67,9 +69,9 @@ def test_x_int8_tiles_match_the_definition(backend, bits, k, m, dtype):
     nb = max(8, 1 << (m - 1).bit_length())
     x = _x(m, k, dtype=dtype).to(backend.device)
     with backend.active():
-        xq, xs, sx = x_int8_tiles(x, ell, p, nb)
+        xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=perm)
     q, s = x_int8_reference(x.cpu())
-    tq, ts = tile_reference(q, ell, p, nb)
+    tq, ts = tile_reference(q, ell, p, nb, perm=perm)
     assert torch.equal(xq.cpu(), tq)
     ns = ell // 64
     rows = torch.tensor([si * 4 + j for si in range(ns) for j in range(p)])
@@ -80,6 +82,23 @@ def test_x_int8_tiles_match_the_definition(backend, bits, k, m, dtype):
 def test_x_int8_tiles_validates():
     with pytest.raises(ValueError, match="M <= 8"):
         x_int8_tiles(torch.zeros(9, 64), 64, 1, 8)
+    with pytest.raises(ValueError, match="4 planes"):
+        x_int8_tiles(torch.zeros(2, 128), 64, 2, 8, perm=True)
+    with pytest.raises(ValueError, match="4 planes"):
+        tile_reference(torch.zeros(2, 128, dtype=torch.int8), 64, 2, 8, perm=True)
+
+
+def test_prmt_k_order_permutes_each_stage():
+    """The byte-permute order: a permutation of each stage's 256 K positions; register 0 starts with
+    byte 0's codes of planes 0 and 2, then byte 1's (the selector nibbles' order)."""
+    ell = 192
+    order = prmt_k_order(ell)
+    assert torch.equal(order.sort().values, torch.arange(4 * ell))
+    stage = lambda kk: (kk % ell) // 64  # noqa: E731 - K index -> its stage
+    dest = torch.arange(4 * ell)
+    assert torch.equal(stage(order), stage(dest))
+    assert [prmt_source(b, 0) for b in range(4)] == [(0, 0), (2, 0), (0, 1), (2, 1)]
+    assert [prmt_source(b, 3) for b in (32, 33, 34, 35, 52)] == [(1, 34), (3, 34), (1, 35), (3, 35), (1, 54)]
 
 
 @pytest.mark.parametrize("bits,group", [(2, 64), (4, 64), (2, 128), (4, 256)])
@@ -143,6 +162,78 @@ def _table_decode(word: np.ndarray, a: int, kbyte: int) -> np.ndarray:
     return (t.astype(np.uint32) ^ np.uint32(0x80808080)).view(np.int8).reshape(-1, 4)
 
 
+def _prmt(a: np.ndarray, b: np.ndarray, sel: np.ndarray) -> np.ndarray:
+    """PTX ``prmt.b32`` (default mode): byte i of the result is byte ``sel`` nibble i (bits 0..2) of
+    {b, a}, or that byte's sign replicated where the nibble's bit 3 is set."""
+    src = (a.astype(np.uint64) | (b.astype(np.uint64) << 32))
+    out = np.zeros(np.broadcast(a, b, sel).shape, dtype=np.uint64)
+    for i in range(4):
+        nib = (sel >> (4 * i)) & 0xF
+        byte = (src >> (8 * (nib & 7)).astype(np.uint64)) & 0xFF
+        byte = np.where(nib & 8, np.where(byte & 0x80, 0xFF, 0), byte)
+        out |= byte.astype(np.uint64) << np.uint64(8 * i)
+    return out.astype(np.uint32)
+
+
+def _prmt_decode(word, t0, t2, t1, t3):
+    """The byte-permute decode line by line as its PTX (``gluon_wgmma._PRMT_ASM``): 4 uint32 registers."""
+    s = (word & 0x33333333) | 0x40404040
+    r0, r1 = _prmt(t0, t2, s), _prmt(t0, t2, s >> 16)
+    s = ((word >> 2) & 0x33333333) | 0x40404040
+    return r0, r1, _prmt(t1, t3, s), _prmt(t1, t3, s >> 16)
+
+
+def test_prmt_decode_gives_each_code_its_table_byte():
+    """Random words and tables: every output byte is the table byte of the code that
+    ``x_int8.prmt_source`` says it holds (register v, K slot e of the word)."""
+    rng = np.random.default_rng(7)
+    word = rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32)
+    t = rng.integers(0, 2**32, (4, 4096), dtype=np.uint64).astype(np.uint32)
+    regs = _prmt_decode(word, t[0], t[2], t[1], t[3])
+    for v in range(4):
+        for e in range(4):
+            j, byte = prmt_source(e, v)
+            code = (word >> (8 * byte + 2 * j)) & 3
+            want = (t[j] >> (8 * code)) & 0xFF
+            assert np.array_equal((regs[v] >> (8 * e)) & 0xFF, want), (v, e)
+
+
+def _emulate_prmt_kernel(packed: torch.Tensor, words: torch.Tensor, tiles: torch.Tensor, nb: int) -> torch.Tensor:
+    """int64 [N, NB]: the whole-row kernel with the byte-permute decode, from its own operands --
+    per stage and half, the 8 packed words of a row decoded (the PTX mirror) into the A registers of
+    K slots 4 w + e, dotted with the permuted x tile of (stage, register, half)."""
+    n, ell = packed.shape
+    ns = ell // 64
+    pw = packed.numpy().view(np.uint32).reshape(n, ns, 2, 8)  # [N, NS, half, word]
+    tw = words.numpy().view(np.uint32).reshape(n, ns, 4)[:, :, None, None, :]
+    regs = _prmt_decode(pw, tw[..., 0], tw[..., 2], tw[..., 1], tw[..., 3])  # 4 x [N, NS, 2, 8]
+    a = np.stack([r.view(np.int8).reshape(n, ns, 2, 32) for r in regs], axis=2)  # [N, NS, v, half, slot]
+    xt = tiles.view(ns, 4, 2, nb, 32).numpy()  # [NS, v, half, NB, slot]
+    return torch.from_numpy(np.einsum("nsvhk,svhmk->nm", a.astype(np.int64), xt.astype(np.int64)))
+
+
+@pytest.mark.parametrize("group,k,m", [(64, 640, 5), (128, 1024, 9), (64, 208, 1)])
+def test_emulated_prmt_kernel_is_the_table_reference(group, k, m):
+    """The byte-permute decode over the permuted x tiles sums exactly what the whole-row reference
+    sums (and that reference is the same from either word format)."""
+    g = torch.Generator().manual_seed(11)
+    w = torch.randn(29, k, generator=g) * 0.05
+    w[:9, : k // 3] *= 8.0
+    f = INTx.quantize(w, bits=2, group_size=group)
+    ell = f.packed.shape[1]
+    words, r = wgmma_table(f.scale, f.zero, 2, group, ell, prmt=True)
+    x = _x(m, k, seed=12)
+    q, sx = x_int8_reference(x)
+    nb = max(8, 1 << (m - 1).bit_length())
+    tiles, _ = tile_reference(q, ell, 4, nb, perm=True)
+    dot = _emulate_prmt_kernel(f.packed, words, tiles, nb)[:, :m].T
+    got = (dot.double() * sx.double()[:, None] * r.double()[None, :]).float()
+    want = table_reference(f.packed, words, r, q, sx, 2, prmt=True)
+    assert torch.equal(got, want)
+    imad_words, _ = wgmma_table(f.scale, f.zero, 2, group, ell)
+    assert torch.equal(table_reference(f.packed, imad_words, r, q, sx, 2), want)
+
+
 def test_table_byte_arithmetic_is_the_int8_weight():
     """Every word of four INT2 codes, every zero point and every A the table allows: the one-IMAD
     decode gives the int8 ``A (c - z)`` in each byte (no carry crosses a byte)."""
@@ -181,6 +272,14 @@ def test_wgmma_table_words(group):
     a_top = a.gather(1, top[:, None]).squeeze(1).float()
     ok = torch.arange(6) != 2
     assert ((a_top * r - s_top).abs() <= 0.5 * r * (1 + 1e-5))[ok].all()
+    tables, _ = wgmma_table(f.scale, f.zero, 2, group, ell, prmt=True)
+    tables = tables.view(6, ell // 64, 4)
+    for c in range(4):  # byte c of a table: the int8 A (c - z)
+        for s in range(ell // 64):
+            for j in range(4):
+                gi = (j * ell + 64 * s) // group
+                byte = ((tables[:, s, j] >> (8 * c)) & 0xFF).to(torch.uint8).view(torch.int8).to(torch.int32)
+                assert torch.equal(byte, a[:, gi] * (c - z[:, gi]))
     with pytest.raises(ValueError, match="bits"):
         wgmma_table(f.scale, f.zero, 4, group, ell)
 
@@ -268,30 +367,33 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, bits, group, n, k, m, bloc
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws", [True, False])
+@pytest.mark.parametrize("ws,prmt,unroll", [(True, False, False), (False, False, False), (True, True, False),
+                                            (True, True, True), (False, True, False), (True, False, True)])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[0] == 2])
-def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m, block, kcand, ws):
-    """The whole-row variant (warp-specialized kernel and single-partition loop): logits against its
-    reference from the same words (exact int64 sums), candidates against the per-block top-kcand of
-    its own logits; every output written."""
+def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m, block, kcand, ws, prmt, unroll):
+    """The whole-row variant (warp-specialized kernel, ring-unrolled or not, and single-partition
+    loop; multiply and byte-permute decodes): logits against its reference from the same words
+    (exact int64 sums), candidates against the per-block top-kcand of its own logits; every output
+    written."""
     g = _kernel_or_skip()
     w = torch.randn(n, k) * 0.05
     w[: n // 3, : k // 5] *= 8.0  # groups of very different scales
     f = INTx.quantize(w, bits=bits, group_size=group)
     x = _x(m, k, seed=2, dtype=torch.bfloat16)
-    words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
+    words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1], prmt=prmt)
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, table_r=r.cuda(), ws=ws)
+                         write_logits=True, table_r=r.cuda(), ws=ws, prmt=prmt, unroll=unroll)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     q, sx = x_int8_reference(x)
     assert not torch.isnan(lg).any()
-    assert rel_err(lg, table_reference(f.packed, words, r, q, sx, bits)) < 1e-6
+    assert rel_err(lg, table_reference(f.packed, words, r, q, sx, bits, prmt=prmt)) < 1e-6
     cands = ref.block_candidates_reference(lg, None, block=block, kcand=kcand, write_logits=False)
     assert torch.equal(ck, cands.cand_key) and torch.equal(ci, cands.cand_idx)
 
 
 @pytest.mark.cuda
-def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows():
+@pytest.mark.parametrize("prmt", [False, True])
+def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows(prmt):
     """Back-to-back calls with new x (nothing cached from the last one); an all-zero row of x gives
     zero logits and candidates ordered by token index."""
     g = _kernel_or_skip()
@@ -299,7 +401,7 @@ def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows():
     f = INTx.quantize(torch.randn(n, k) * 0.05, bits=2, group_size=64)
     words = wgmma_sz(f.scale, f.zero, 2, 64, f.packed.shape[1]).cuda()
     packed = f.packed.cuda()
-    twords, tr = wgmma_table(f.scale, f.zero, 2, 64, f.packed.shape[1])
+    twords, tr = wgmma_table(f.scale, f.zero, 2, 64, f.packed.shape[1], prmt=prmt)
     for seed in range(3):
         x = _x(6, k, seed=seed)
         x[4] = 0
@@ -308,14 +410,14 @@ def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows():
         assert rel_err(lg, (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T) < 1e-6
         assert (lg[4] == 0).all()
         lt = g.coarse_wgmma(x.cuda(), packed, twords.cuda(), n=n, bits=2, block=128, kcand=4, write_logits=True,
-                            table_r=tr.cuda())[5].cpu()
-        assert rel_err(lt, table_reference(f.packed, twords, tr, q, sx, 2)) < 1e-6
+                            table_r=tr.cuda(), prmt=prmt)[5].cpu()
+        assert rel_err(lt, table_reference(f.packed, twords, tr, q, sx, 2, prmt=prmt)) < 1e-6
         assert (lt[4] == 0).all()
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("bits,table", [(2, True), (2, False), (4, False)])
-def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, monkeypatch):
+@pytest.mark.parametrize("bits,table,prmt", [(2, True, False), (2, True, True), (2, False, False), (4, False, False)])
+def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, prmt, monkeypatch):
     """A fast DraftHead on the int8-wgmma pass (INT2: the whole-row variant and the per-group one):
     every row with a clear winner gets it, with exact values; the top-k values are the exact logits
     of the returned tokens; graph replay and torch.compile give the same answers."""
@@ -326,6 +428,8 @@ def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, monkeypatch):
     monkeypatch.setattr(ch, "WGMMA_TABLE_BITS", (2,) if table else ())
     from lowbit.ops.coarse_head import gluon_wgmma
 
+    monkeypatch.setattr(gluon_wgmma, "PRMT_DECODE", prmt)
+    monkeypatch.setattr(gluon_wgmma, "UNROLL_WS", prmt)  # the unrolled loop with the byte-permute decode
     calls = []
     real_fn = gluon_wgmma.coarse_wgmma
 

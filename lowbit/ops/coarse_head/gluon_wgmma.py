@@ -115,10 +115,12 @@ def table_coefficients(scale: torch.Tensor, zero: torch.Tensor, bits: int) -> tu
 
 
 def wgmma_table(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int,
-                ell: int) -> tuple[torch.Tensor, torch.Tensor]:
+                ell: int, prmt: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The whole-row variant's words and row units: (int32 [N, NS * 4], fp32 [N]). Word ``4 s + j``
-    of row n: ``A | (128 - z A) << 8`` of the group that plane j's stage s lies in (see
-    :func:`table_coefficients`); words j >= P are 0. Same bytes as :func:`wgmma_sz`."""
+    of row n describes the group that plane j's stage s lies in (see :func:`table_coefficients`):
+    ``A | (128 - z A) << 8`` for the multiply decode, or with ``prmt`` the byte table of the
+    byte-permute decode, byte c (0..3) the int8 ``A (c - z)``; words j >= P are 0. Same bytes as
+    :func:`wgmma_sz`."""
     if bits not in TABLE_BITS:
         raise ValueError(f"wgmma_table serves bits in {TABLE_BITS}, got {bits}")
     a, r = table_coefficients(scale, zero, bits)
@@ -127,7 +129,13 @@ def wgmma_table(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: 
     ns = ell // _STAGE_BYTES
     s_idx = torch.arange(ns, device=scale.device)
     words = torch.zeros(n, ns, 4, dtype=torch.int32, device=scale.device)
-    packed = a | ((128 - zero.to(torch.int32) * a) << 8)
+    z = zero.to(torch.int32)
+    if prmt:
+        packed = torch.zeros_like(a)
+        for c in range(1 << bits):
+            packed |= ((a * (c - z)) & 0xFF) << (8 * c)
+    else:
+        packed = a | ((128 - z * a) << 8)
     for j in range(p):
         g = (j * ell + _STAGE_BYTES * s_idx) // group_size  # [NS]
         words[:, :, j] = packed[:, g]
@@ -135,10 +143,11 @@ def wgmma_table(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: 
 
 
 def table_reference(packed: torch.Tensor, words: torch.Tensor, r: torch.Tensor, xq: torch.Tensor,
-                    sx: torch.Tensor, bits: int) -> torch.Tensor:
+                    sx: torch.Tensor, bits: int, prmt: bool = False) -> torch.Tensor:
     """fp32 [M, N]: the whole-row variant's logits from exactly its operands -- the int8 weights
-    ``A (q - z)`` decoded from the words, their int32 dot with ``xq`` int8 [M, K], times
-    ``r[n] sx[m]`` (int64 sums, exact; the kernel's int32 sums agree while K 127^2 < 2^31)."""
+    ``A (q - z)`` decoded from the words (``prmt``: byte tables, see :func:`wgmma_table`), their
+    int32 dot with ``xq`` int8 [M, K], times ``r[n] sx[m]`` (int64 sums, exact; the kernel's int32
+    sums agree while K 127^2 < 2^31)."""
     from lowbit.formats.intx import unpack_planes
 
     n, ell = packed.shape
@@ -146,9 +155,11 @@ def table_reference(packed: torch.Tensor, words: torch.Tensor, r: torch.Tensor, 
     k = xq.shape[1]
     codes = unpack_planes(packed, bits).to(torch.int64)  # [N, P L]
     w4 = words.view(n, ell // _STAGE_BYTES, 4)[:, :, :p].to(torch.int64)  # [N, NS, P]
-    a = (w4 & 0xFF).permute(0, 2, 1).repeat_interleave(_STAGE_BYTES, dim=2).reshape(n, p * ell)
-    kb = ((w4 >> 8) & 0xFF).permute(0, 2, 1).repeat_interleave(_STAGE_BYTES, dim=2).reshape(n, p * ell)
-    wq = codes * a + kb - 128  # = A (q - z)
+    per_k = w4.permute(0, 2, 1).repeat_interleave(_STAGE_BYTES, dim=2).reshape(n, p * ell)  # word of each K
+    if prmt:
+        wq = ((per_k >> (8 * codes)) & 0xFF).to(torch.uint8).view(torch.int8).to(torch.int64)
+    else:
+        wq = codes * (per_k & 0xFF) + ((per_k >> 8) & 0xFF) - 128  # = A (q - z)
     dot = xq.to(torch.int64) @ wq[:, :k].t()
     return dot.double().mul(sx.double()[:, None]).mul(r.double()[None, :]).float()
 
@@ -298,12 +309,37 @@ if _GLUON_IMPORT_ERROR is None:
         return gl.inline_asm_elementwise(_table_asm(J), _TABLE_CONSTRAINTS, [q, aw, kw], dtype=gl.int8,
                                          is_pure=True, pack=4)
 
+    # The byte-permute decode (INT2): one packed word (16 codes: 4 bytes x 4 planes) -> 4 registers
+    # of int8 weights. Selector nibbles are the word's 2-bit fields: ``w & 0x33333333`` leaves in
+    # nibble 2i the plane-0 code of byte i and in nibble 2i + 1 its plane-2 code; OR-ing 0x4 into
+    # the odd nibbles points those at the second table (bytes 4..7 of prmt's pair). prmt reads the
+    # low 16 bits of its selector (bytes 0, 1 of the word), so a shift by 16 gives bytes 2, 3 and
+    # a shift by 2 first the planes 1 / 3. Outputs: $0 bytes 0, 1 x planes 0, 2 (tables $5, $9),
+    # $1 bytes 2, 3 x planes 0, 2, $2 bytes 0, 1 x planes 1, 3 (tables $13, $17), $3 bytes 2, 3 x
+    # planes 1, 3 -- the K order of ``x_int8.prmt_source``. 9 ops for 16 codes.
+    _PRMT_ASM = gl.constexpr(
+        "{.reg .b32 s, h; "
+        "lop3.b32 s, $4, 0x33333333, 0x40404040, 0xEA; "
+        "prmt.b32 $0, $5, $9, s; shr.u32 h, s, 16; prmt.b32 $1, $5, $9, h; "
+        "shr.u32 s, $4, 2; lop3.b32 s, s, 0x33333333, 0x40404040, 0xEA; "
+        "prmt.b32 $2, $13, $17, s; shr.u32 h, s, 16; prmt.b32 $3, $13, $17, h;}")
+    # 4 outputs, the packed codes, then the tables of planes 0, 2, 1, 3 (4 registers each under pack = 4)
+    _PRMT_CONSTRAINTS = gl.constexpr("=r,=r,=r,=r," + ",".join(["r"] * 17))
+
+    @gluon.jit
+    def _prmt_word(q, t0, t2, t1, t3):
+        """The 4 int8 weight tensors (each like ``q``, uint8 [R, 32]) of the packed bytes ``q``; ``t*``
+        int32 [R, 1]: the row's byte tables of planes 0..3 (:func:`wgmma_table` with ``prmt``)."""
+        return gl.inline_asm_elementwise(_PRMT_ASM, _PRMT_CONSTRAINTS, [q, t0, t2, t1, t3],
+                                         dtype=(gl.int8, gl.int8, gl.int8, gl.int8), is_pure=True, pack=4)
+
     @gluon.jit
     def _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB: gl.constexpr, W: gl.constexpr,
-                         P: gl.constexpr, CH: gl.constexpr):
+                         P: gl.constexpr, CH: gl.constexpr, PRMT: gl.constexpr = False):
         """acc (int32) += the CH chunks x P planes of the stage in ``slot``, whole-row variant: one
         wgmma chain, plane j + 1 decoded while plane j's two wgmmas run; all retired on return
-        (the caller refills the slot next)."""
+        (the caller refills the slot next). PRMT: the byte-permute decode (x tiles in its order),
+        each half's 4 registers of weights from one ``_prmt_word`` and issued as 4 wgmmas."""
         mma: gl.constexpr = acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         c_l: gl.constexpr = _codes_layout(W)
@@ -314,15 +350,26 @@ if _GLUON_IMPORT_ERROR is None:
             q0 = wb.slice(64 * ch, 32, dim=1).load(c_l)
             q1 = wb.slice(64 * ch + 32, 32, dim=1).load(c_l)
             words = four(sz_bufs.index(u).load(row_words_layout(W)))
-            for j in gl.static_range(P):
-                wj = gl.convert_layout(words[j], r_l, assert_trivial=True)
-                aw = gl.expand_dims(wj & 0xFF, 1)
-                kw = gl.expand_dims(((wj >> 8) & 0xFF) * 0x01010101, 1)
-                a0 = gl.convert_layout(_table_plane(q0, aw, kw, j), a_l, assert_trivial=True)
-                a1 = gl.convert_layout(_table_plane(q1, aw, kw, j), a_l, assert_trivial=True)
-                acc = warpgroup_mma(a0, xt_bufs.index(2 * (u * P + j)).permute((1, 0)), acc, is_async=True)
-                acc = warpgroup_mma(a1, xt_bufs.index(2 * (u * P + j) + 1).permute((1, 0)), acc, is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc,))
+            if PRMT:
+                t0 = gl.expand_dims(gl.convert_layout(words[0], r_l, assert_trivial=True), 1)
+                t1 = gl.expand_dims(gl.convert_layout(words[1], r_l, assert_trivial=True), 1)
+                t2 = gl.expand_dims(gl.convert_layout(words[2], r_l, assert_trivial=True), 1)
+                t3 = gl.expand_dims(gl.convert_layout(words[3], r_l, assert_trivial=True), 1)
+                for h in gl.static_range(2):
+                    v = _prmt_word(q0 if h == 0 else q1, t0, t2, t1, t3)
+                    for j in gl.static_range(4):
+                        a = gl.convert_layout(v[j], a_l, assert_trivial=True)
+                        acc = warpgroup_mma(a, xt_bufs.index(2 * (u * P + j) + h).permute((1, 0)), acc, is_async=True)
+            else:
+                for j in gl.static_range(P):
+                    wj = gl.convert_layout(words[j], r_l, assert_trivial=True)
+                    aw = gl.expand_dims(wj & 0xFF, 1)
+                    kw = gl.expand_dims(((wj >> 8) & 0xFF) * 0x01010101, 1)
+                    a0 = gl.convert_layout(_table_plane(q0, aw, kw, j), a_l, assert_trivial=True)
+                    a1 = gl.convert_layout(_table_plane(q1, aw, kw, j), a_l, assert_trivial=True)
+                    acc = warpgroup_mma(a0, xt_bufs.index(2 * (u * P + j)).permute((1, 0)), acc, is_async=True)
+                    acc = warpgroup_mma(a1, xt_bufs.index(2 * (u * P + j) + 1).permute((1, 0)), acc, is_async=True)
+                    acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc,))
         return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
@@ -330,11 +377,12 @@ if _GLUON_IMPORT_ERROR is None:
                              NS, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                              KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
                              PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, CH: gl.constexpr = 1,
-                             TABLE: gl.constexpr = False):
+                             TABLE: gl.constexpr = False, PRMT: gl.constexpr = False):
         """Program b: tokens R b .. R b + R - 1 (R = 16 W) against the NB rows of x; writes the
         block's KCAND candidates of every row m < M (``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND])
         and, if WRITE_LOGITS, its coarse logits into ``lg`` fp32 [M, N]. TABLE: the whole-row
-        variant (``sz_desc`` holds :func:`wgmma_table`'s words, ``r_ptr`` its fp32 [N] units)."""
+        variant (``sz_desc`` holds :func:`wgmma_table`'s words, ``r_ptr`` its fp32 [N] units); PRMT
+        its byte-permute decode (byte-table words, x tiles in ``x_int8.prmt_source`` order)."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
@@ -365,7 +413,7 @@ if _GLUON_IMPORT_ERROR is None:
             slot = i % STAGES
             mbarrier.wait(bars.index(slot), (i // STAGES) & 1)
             if TABLE:
-                acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, CH)
+                acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, CH, PRMT)
             else:
                 acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB, W, P, BITS, CH, PIPE, MAGIC)
         for i in gl.static_range(STAGES):
@@ -411,20 +459,33 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _ws_table_consumer(w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
                            NBLK, NS, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
-                           WRITE_LOGITS: gl.constexpr, W: gl.constexpr):
+                           WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRMT: gl.constexpr,
+                           UNROLL: gl.constexpr):
         """Default partition (W warps): per stage, wait for its TMA, run the whole-row decode and
-        wgmma chain, hand the slot back (partition barrier, one arrive); then the epilogue."""
+        wgmma chain, hand the slot back (partition barrier, one arrive); then the epilogue.
+        UNROLL: the loop unrolled by the ring, so every slot's shared-memory addresses (the wgmma
+        descriptors) are compile-time constants instead of arithmetic on ``i % STAGES``."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         pid = gl.program_id(0)
         row0 = pid * R
         acc = gl.zeros([R, NB], gl.int32, mma)
-        for i in range(0, NS):
-            slot = i % STAGES
-            mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
-            acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, 1)
-            gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
-            mbarrier.arrive(empty.index(slot))
+        if UNROLL:
+            for i0 in range(0, NS, STAGES):
+                phase = (i0 // STAGES) & 1
+                for slot in gl.static_range(STAGES):
+                    if i0 + slot < NS:
+                        mbarrier.wait(ready.index(slot), phase)
+                        acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, 1, PRMT)
+                        gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
+                        mbarrier.arrive(empty.index(slot))
+        else:
+            for i in range(0, NS):
+                slot = i % STAGES
+                mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
+                acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, 1, PRMT)
+                gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
+                mbarrier.arrive(empty.index(slot))
         sx = gl.load(sx_ptr + gl.arange(0, NB, layout=gl.SliceLayout(0, mma)))
         rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, mma))
         r = gl.load(r_ptr + rows, mask=rows < N, other=0.0)
@@ -446,7 +507,8 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
     def _coarse_table_ws_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
                                 NS, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
-                                WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+                                WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                                PRMT: gl.constexpr = False, UNROLL: gl.constexpr = False):
         """The whole-row variant of ``_coarse_wgmma_kernel`` (same arguments, CH = 1) with its TMA
         issued by a 1-warp producer partition (``ready`` / ``empty`` mbarrier pair per slot): the
         consumer warps' stage loop carries no TMA issue and one partition barrier instead of a
@@ -466,7 +528,7 @@ if _GLUON_IMPORT_ERROR is None:
         fence_async_shared()
         gl.warp_specialize([
             (_ws_table_consumer, (w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
-                                  NBLK, NS, NB, P, STAGES, KCAND, WRITE_LOGITS, W)),
+                                  NBLK, NS, NB, P, STAGES, KCAND, WRITE_LOGITS, W, PRMT, UNROLL)),
             (_ws_table_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NS,
                                   STAGES, P, NB, R)),
         ], [1], [PRODUCER_REGS])
@@ -495,6 +557,12 @@ MAGIC = False
 WS_TABLE_MAX_NB = 32
 #: registers of that producer warp
 PRODUCER_REGS = 40
+#: the whole-row variant's decode: the byte permute (``_prmt_word``, 9 ops for 16 codes, byte-table
+#: words) instead of the multiply (``_table_plane``, 15 ops); the words (:func:`wgmma_table`'s
+#: ``prmt``) and the x tiles' K order follow it
+PRMT_DECODE = False
+#: the warp-specialized kernel's stage loop unrolled by the ring (``_ws_table_consumer``'s UNROLL)
+UNROLL_WS = False
 #: longest padded K of the whole-row variant: its int32 sums of |A (q - z) xq| <= 127^2 stay exact
 TABLE_MAX_K = 131072
 #: ring slots per M band (NB): the x tiles grow with NB, so fewer slots keep two CTAs an SM
@@ -527,7 +595,8 @@ def _layouts(rows: int, nb: int, ch: int = 1):
 def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: int, bits: int, block: int,
                  kcand: int, write_logits: bool, table_r: torch.Tensor | None = None, stages: int | None = None,
                  pipe: bool | None = None, magic: bool | None = None, chunks: int | None = None,
-                 maxnreg: int | None = None, ws: bool | None = None):
+                 maxnreg: int | None = None, ws: bool | None = None, prmt: bool | None = None,
+                 unroll: bool | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
@@ -536,7 +605,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     ``pipe`` / ``magic`` / ``chunks`` / ``maxnreg`` override the defaults (``_STAGES``, ``PIPE``,
     ``MAGIC``, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE`` / ``MAXNREG_WS``; ``maxnreg=0``: no cap) for tuning; ``ws``
     (default: NB <= ``WS_TABLE_MAX_NB``) the whole-row variant's warp-specialized kernel (one chunk a
-    stage)."""
+    stage); ``prmt`` (default ``PRMT_DECODE``) its byte-permute decode -- the words must be
+    :func:`wgmma_table`'s of the same ``prmt``; ``unroll`` (default ``UNROLL_WS``) the
+    warp-specialized kernel's ring-unrolled loop."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -567,7 +638,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     ns = ell // _STAGE_BYTES // ch
     w = block // 16
     nblk = -(-n // block)
-    xq, xs, sx = x_int8_tiles(x, ell, p, nb)
+    prmt = table and (PRMT_DECODE if prmt is None else prmt)
+    xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=prmt)
     cand_key, cand_lb, cand_idx, block_lb, block_rest, logits = coarse_outputs(m, n, nblk, kcand, False,
                                                                                write_logits, x.device)
     w_l, sz_l, x_l, xs_l = _layouts(block, nb, ch)
@@ -585,11 +657,12 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
         _coarse_table_ws_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r, cand_key, cand_idx,
                                          logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, STAGES=st,
                                          KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
-                                         num_warps=w, **reg)
+                                         PRMT=prmt, UNROLL=UNROLL_WS if unroll is None else unroll, num_warps=w,
+                                         **reg)
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
     _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
-                                  CH=ch, TABLE=table, num_warps=w, **reg)
+                                  CH=ch, TABLE=table, PRMT=prmt, num_warps=w, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits

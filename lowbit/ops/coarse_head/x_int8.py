@@ -11,6 +11,10 @@ copy (plane length ``L``, 64 packed bytes a stage)::
 with zeros for rows m >= M (up to NB, the wgmma's N) and for K positions >= K (the INTx
 padding). ``xsum`` lets the kernel remove the zero point exactly in integers.
 
+With ``perm`` (INT2, the whole-row variant's byte-permute decode) the tile of (stage s, plane j)
+holds instead the K positions that decode emits for its j-th output register: the sources are
+:func:`prmt_k_order` (a permutation within each stage; ``xsum`` then sums the permuted tiles).
+
 Why int8 x: at M = 64 the head's product is 81 GFLOP for a 124160 x 5120 head -- more than
 bf16 tensor cores do in the 3x-cuBLAS time budget -- while int8 wgmma runs at twice the rate
 and multiplies the integer codes exactly. The price is an approximation of x (relative error
@@ -38,13 +42,44 @@ def x_int8_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, amax / 127.0
 
 
-def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int) -> tuple[torch.Tensor, torch.Tensor]:
+def prmt_source(b, v):
+    """Byte-permute decode (INT2, 4 planes): the K offset, within its stage, that output register
+    ``v`` (0..3) of the decode puts at position ``b`` (0..63: half ``b // 32``, wgmma K slot
+    ``b % 32``) -- ``j L + B`` for the code of plane ``j`` in packed byte ``B`` of the stage.
+
+    Why: the decode turns one packed word (bytes B0..B0+3 of a row, 16 codes) into 4 registers
+    with one ``prmt`` each, whose 4-bit selectors are nibbles of the word: register v holds, in
+    its bytes e = 0..3, the codes of byte ``B0 + 2 (v % 2) + e // 2`` and plane
+    ``v // 2 + 2 (e % 2)``. The lane's word of K slots ``b - e .. b - e + 3`` starts at packed byte
+    ``B0 = 32 (b // 32) + (b % 32) - e`` (the wgmma's 8-bit A fragment), and x is laid out to match.
+    Works on ints and on integer tensors; returns ``(j, B)``."""
+    e = b % 4
+    return v // 2 + 2 * (e % 2), b - e + 2 * (v % 2) + e // 2
+
+
+def prmt_k_order(ell: int) -> torch.Tensor:
+    """int64 [4 ell]: entry ``v ell + 64 s + b`` is the K index (``j ell + 64 s + B``, see
+    :func:`prmt_source`) whose x value the permuted tile of (stage s, register v) holds at ``b``."""
+    ns = ell // 64
+    v = torch.arange(4).view(4, 1, 1)
+    s = torch.arange(ns).view(1, ns, 1)
+    b = torch.arange(64).view(1, 1, 64)
+    j, byte = prmt_source(b, v)
+    return (j * ell + 64 * s + byte).reshape(-1)
+
+
+def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int,
+                   perm: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``xq`` int8 [M, K] -> (xq_tiles int8 [NS * P * 2 * NB, 32], xsum int32 [NS * 4, NB]) as in
-    the module docstring (NS = ell / 64)."""
+    the module docstring (NS = ell / 64; ``perm``: the byte-permute decode's order, P = 4)."""
+    if perm and planes != 4:
+        raise ValueError(f"the byte-permute order serves 4 planes (INT2), got {planes}")
     m, k = xq.shape
     ns = ell // 64
     full = torch.zeros(nb, planes * ell, dtype=torch.int8, device=xq.device)
     full[:m, :k] = xq
+    if perm:
+        full = full[:, prmt_k_order(ell).to(xq.device)]
     t = full.view(nb, planes, ns, 2, 32).permute(2, 1, 3, 0, 4).reshape(ns * planes * 2 * nb, 32)
     sums = full.view(nb, planes, ns, 64).to(torch.int32).sum(-1)  # [NB, P, NS]
     xsum = torch.zeros(ns, 4, nb, dtype=torch.int32, device=xq.device)
@@ -54,8 +89,10 @@ def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int) -> tuple[to
 
 @triton.jit(do_not_specialize=["M", "K"])
 def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constexpr, P: tl.constexpr,
-                   NB: tl.constexpr, BLK: tl.constexpr, TB: tl.constexpr, INTERPRET: tl.constexpr):
-    """Program m < NB: row m's scale, then its codes and 64-sums, TB (stage, plane) pairs a step."""
+                   NB: tl.constexpr, BLK: tl.constexpr, TB: tl.constexpr, INTERPRET: tl.constexpr,
+                   PERM: tl.constexpr = False):
+    """Program m < NB: row m's scale, then its codes and 64-sums, TB (stage, plane) pairs a step
+    (PERM: the tile of (s, j) gathers the K positions of ``prmt_source``)."""
     m = tl.program_id(0)
     row_ok = m < M
     o = tl.arange(0, BLK)
@@ -73,7 +110,12 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
         tt = t0 + t  # pair index = s * P + j
         s = tt // P
         j = tt % P
-        k = j[:, None] * L + 64 * s[:, None] + b[None, :]  # [TB, 64]
+        if PERM:
+            e = b[None, :] % 4
+            vv = j[:, None]
+            k = (vv // 2 + 2 * (e % 2)) * L + 64 * s[:, None] + b[None, :] - e + 2 * (vv % 2) + e // 2
+        else:
+            k = j[:, None] * L + 64 * s[:, None] + b[None, :]  # [TB, 64]
         ok = (tt[:, None] < NS * P) & (k < K) & row_ok
         xv = tl.load(x_ptr + m * stride_xm + k, mask=ok, other=0.0).to(tl.float32)
         if INTERPRET:
@@ -93,18 +135,21 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
         tl.store(xs_ptr + (s * 4 + j) * NB + m, tl.sum(qi, axis=1), mask=tt < NS * P)
 
 
-def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int):
+def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = False):
     """Launch the quantize-and-tile kernel: ``x`` [M, K] (bf16 / fp16 / fp32, unit stride along
     K, M <= nb) -> (xq_tiles int8 [NS * P * 2 * NB, 32], xsum int32 [NS * 4, NB], sx fp32 [NB]).
-    Rows of ``xsum`` for the unused planes j >= P are left unwritten (never read)."""
+    Rows of ``xsum`` for the unused planes j >= P are left unwritten (never read). ``perm``: the
+    byte-permute decode's K order (:func:`prmt_k_order`; 4 planes only)."""
     m, k = x.shape
     if m > nb or x.stride(1) != 1:
         raise ValueError(f"x_int8_tiles needs M <= {nb} rows with unit stride along K, got shape {tuple(x.shape)} "
                          f"stride {tuple(x.stride())}")
+    if perm and planes != 4:
+        raise ValueError(f"x_int8_tiles: the byte-permute order serves 4 planes (INT2), got {planes}")
     ns = ell // 64
     xq = torch.empty(ns * planes * 2 * nb, 32, dtype=torch.int8, device=x.device)
     xs = torch.empty(ns * 4, nb, dtype=torch.int32, device=x.device)
     sx = torch.empty(nb, dtype=torch.float32, device=x.device)
     _x_int8_kernel[(nb,)](x, xq, xs, sx, m, k, x.stride(0), L=ell, P=planes, NB=nb, BLK=1024, TB=16,
-                          INTERPRET=interpret_mode(), num_warps=4)
+                          INTERPRET=interpret_mode(), PERM=perm, num_warps=4)
     return xq, xs, sx
