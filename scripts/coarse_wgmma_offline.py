@@ -91,11 +91,11 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     reg = {"maxnreg": maxnreg} if maxnreg else {}
     if table == "ws":  # the warp-specialized whole-row kernel
         constexprs = dict(NB=nb, P=p, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w,
-                          PRODUCER_REGS=g.PRODUCER_REGS, PRMT=prmt, UNROLL=unroll)
+                          PRODUCER_REGS=g.PRODUCER_REGS, PRMT=prmt, UNROLL=unroll, TILED=False)
         return compile_gluon_sm90(g._coarse_table_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS"},
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
-                      MAGIC=magic, CH=ch, TABLE=table, PRMT=prmt)
+                      MAGIC=magic, CH=ch, TABLE=table, PRMT=prmt, TILED=False)
     return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w, **reg)
 
 

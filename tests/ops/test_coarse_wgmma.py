@@ -17,7 +17,8 @@ import torch
 import lowbit
 from lowbit.formats import INTx
 from lowbit.ops.coarse_head import reference as ref
-from lowbit.ops.coarse_head.gluon_wgmma import table_coefficients, table_reference, wgmma_sz, wgmma_table
+from lowbit.ops.coarse_head.gluon_wgmma import (table_coefficients, table_reference, tile_stages, wgmma_sz,
+                                                wgmma_table)
 from lowbit.ops.coarse_head.x_int8 import prmt_k_order, prmt_source, tile_reference, x_int8_reference, x_int8_tiles
 from tests._helpers import rel_err
 
@@ -234,6 +235,27 @@ def test_emulated_prmt_kernel_is_the_table_reference(group, k, m):
     assert torch.equal(table_reference(f.packed, imad_words, r, q, sx, 2), want)
 
 
+@pytest.mark.parametrize("n,block", [(300, 128), (128, 64), (1, 64)])
+def test_tile_stages_layout(n, block):
+    """Row (b NS + s) block + t of the tiled copies is token b block + t's stage s (codes: its 64
+    bytes, words: its 4); rows past N are zero."""
+    g = torch.Generator().manual_seed(13)
+    ell = 192
+    packed = torch.randint(0, 256, (n, ell), generator=g, dtype=torch.uint8)
+    words = torch.randint(-2**31, 2**31 - 1, (n, ell // 64 * 4), generator=g, dtype=torch.int32)
+    tp, tw = tile_stages(packed, words, block)
+    ns, nblk = ell // 64, -(-n // block)
+    assert tp.shape == (nblk * ns * block, 64) and tw.shape == (nblk * ns * block, 4)
+    for b in range(nblk):
+        for st in range(ns):
+            rows = slice((b * ns + st) * block, (b * ns + st + 1) * block)
+            tok = torch.arange(b * block, (b + 1) * block)
+            ok = tok < n
+            assert torch.equal(tp[rows][ok], packed[tok[ok], 64 * st:64 * st + 64])
+            assert torch.equal(tw[rows][ok], words[tok[ok], 4 * st:4 * st + 4])
+            assert (tp[rows][~ok] == 0).all() and (tw[rows][~ok] == 0).all()
+
+
 def test_table_byte_arithmetic_is_the_int8_weight():
     """Every word of four INT2 codes, every zero point and every A the table allows: the one-IMAD
     decode gives the int8 ``A (c - z)`` in each byte (no carry crosses a byte)."""
@@ -367,22 +389,27 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, bits, group, n, k, m, bloc
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws,prmt,unroll", [(True, False, False), (False, False, False), (True, True, False),
-                                            (True, True, True), (False, True, False), (True, False, True)])
+@pytest.mark.parametrize("ws,prmt,unroll,tiled", [(True, False, False, False), (False, False, False, False),
+                                                  (True, True, False, False), (True, True, True, False),
+                                                  (False, True, False, False), (True, False, True, False),
+                                                  (True, True, True, True), (False, True, False, True),
+                                                  (True, False, False, True)])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[0] == 2])
-def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m, block, kcand, ws, prmt, unroll):
+def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m, block, kcand, ws, prmt, unroll,
+                                              tiled):
     """The whole-row variant (warp-specialized kernel, ring-unrolled or not, and single-partition
-    loop; multiply and byte-permute decodes): logits against its reference from the same words
-    (exact int64 sums), candidates against the per-block top-kcand of its own logits; every output
-    written."""
+    loop; multiply and byte-permute decodes; row-major or stage-tiled codes): logits against its
+    reference from the same words (exact int64 sums), candidates against the per-block top-kcand of
+    its own logits; every output written."""
     g = _kernel_or_skip()
     w = torch.randn(n, k) * 0.05
     w[: n // 3, : k // 5] *= 8.0  # groups of very different scales
     f = INTx.quantize(w, bits=bits, group_size=group)
     x = _x(m, k, seed=2, dtype=torch.bfloat16)
     words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1], prmt=prmt)
-    out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, table_r=r.cuda(), ws=ws, prmt=prmt, unroll=unroll)
+    codes, kw = (tile_stages(f.packed, words, block) if tiled else (f.packed, words))
+    out = g.coarse_wgmma(x.cuda(), codes.cuda(), kw.cuda(), n=n, bits=bits, block=block, kcand=kcand,
+                         write_logits=True, table_r=r.cuda(), ws=ws, prmt=prmt, unroll=unroll, tiled=tiled)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     q, sx = x_int8_reference(x)
     assert not torch.isnan(lg).any()

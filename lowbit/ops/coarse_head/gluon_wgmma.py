@@ -142,6 +142,22 @@ def wgmma_table(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: 
     return words.view(n, ns * 4), r
 
 
+def tile_stages(packed: torch.Tensor, words: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The stage-tiled copy of the codes and words (``TILED``): ``packed`` uint8 [N, L] and
+    ``words`` int32 [N, NS * 4] -> uint8 [NBLK * NS * block, 64] and int32 [NBLK * NS * block, 4],
+    rows ``(b NS + s) block + t`` = token ``b block + t``'s stage s (zero rows past N). So every
+    stage of a row block is one contiguous run (8 KB of codes at block 128) instead of ``block``
+    64-byte pieces one row stride apart."""
+    n, ell = packed.shape
+    ns = ell // _STAGE_BYTES
+    nblk = -(-n // block)
+    pad = nblk * block - n
+    p = torch.nn.functional.pad(packed, (0, 0, 0, pad)).view(nblk, block, ns, _STAGE_BYTES)
+    w = torch.nn.functional.pad(words, (0, 0, 0, pad)).view(nblk, block, ns, 4)
+    return (p.permute(0, 2, 1, 3).reshape(nblk * ns * block, _STAGE_BYTES).contiguous(),
+            w.permute(0, 2, 1, 3).reshape(nblk * ns * block, 4).contiguous())
+
+
 def table_reference(packed: torch.Tensor, words: torch.Tensor, r: torch.Tensor, xq: torch.Tensor,
                     sx: torch.Tensor, bits: int, prmt: bool = False) -> torch.Tensor:
     """fp32 [M, N]: the whole-row variant's logits from exactly its operands -- the int8 weights
@@ -212,20 +228,29 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0,
                      STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, CH: gl.constexpr, pred,
-                     TABLE: gl.constexpr = False):
+                     TABLE: gl.constexpr = False, NS=0, TILED: gl.constexpr = False):
         """TMA of stage i (CH 64-byte chunks) into ring slot i % STAGES: codes [R, 64 CH]; per
         chunk the words [R, 4], the x tiles of the P planes [2 NB, 32] each and (not with TABLE,
-        which needs none) the x sums [4, NB]."""
+        which needs none) the x sums [4, NB]. TILED (CH = 1): codes and words in the stage-tiled
+        layout of :func:`tile_stages` (one contiguous box a stage; NS stages a row block)."""
         slot = i % STAGES
         bar = bars.index(slot)
         XB: gl.constexpr = x_desc.block_type.nbytes
         XSB: gl.constexpr = 0 if TABLE else xs_desc.block_type.nbytes
         nbytes: gl.constexpr = w_desc.block_type.nbytes + CH * (sz_desc.block_type.nbytes + P * XB + XSB)
         mbarrier.expect(bar, nbytes, pred=pred)
-        tma.async_copy_global_to_shared(w_desc, [row0, i * (64 * CH)], bar, w_bufs.index(slot), pred)
+        ROWS: gl.constexpr = w_desc.block_type.shape[0]
+        if TILED:
+            tma.async_copy_global_to_shared(w_desc, [row0 * NS + i * ROWS, 0], bar, w_bufs.index(slot), pred)
+        else:
+            tma.async_copy_global_to_shared(w_desc, [row0, i * (64 * CH)], bar, w_bufs.index(slot), pred)
         for ch in gl.static_range(CH):
             c = i * CH + ch  # global 64-byte chunk
-            tma.async_copy_global_to_shared(sz_desc, [row0, c * 4], bar, sz_bufs.index(slot * CH + ch), pred)
+            if TILED:
+                tma.async_copy_global_to_shared(sz_desc, [row0 * NS + c * ROWS, 0], bar, sz_bufs.index(slot * CH + ch),
+                                                pred)
+            else:
+                tma.async_copy_global_to_shared(sz_desc, [row0, c * 4], bar, sz_bufs.index(slot * CH + ch), pred)
             for j in gl.static_range(P):
                 tma.async_copy_global_to_shared(x_desc, [(c * P + j) * 2 * NB, 0], bar,
                                                 x_bufs.index((slot * CH + ch) * P + j), pred)
@@ -377,12 +402,13 @@ if _GLUON_IMPORT_ERROR is None:
                              NS, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                              KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
                              PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, CH: gl.constexpr = 1,
-                             TABLE: gl.constexpr = False, PRMT: gl.constexpr = False):
+                             TABLE: gl.constexpr = False, PRMT: gl.constexpr = False, TILED: gl.constexpr = False):
         """Program b: tokens R b .. R b + R - 1 (R = 16 W) against the NB rows of x; writes the
         block's KCAND candidates of every row m < M (``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND])
         and, if WRITE_LOGITS, its coarse logits into ``lg`` fp32 [M, N]. TABLE: the whole-row
         variant (``sz_desc`` holds :func:`wgmma_table`'s words, ``r_ptr`` its fp32 [N] units); PRMT
-        its byte-permute decode (byte-table words, x tiles in ``x_int8.prmt_source`` order)."""
+        its byte-permute decode (byte-table words, x tiles in ``x_int8.prmt_source`` order); TILED
+        codes and words in the layout of :func:`tile_stages`."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
@@ -403,13 +429,13 @@ if _GLUON_IMPORT_ERROR is None:
 
         for i in gl.static_range(STAGES - 1):
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0, STAGES,
-                         P, NB, CH, i < NS, TABLE)
+                         P, NB, CH, i < NS, TABLE, NS, TILED)
         acc = gl.zeros([R, NB], gl.int32 if TABLE else gl.float32, mma)
         for i in range(0, NS):
             # slot (i - 1) % STAGES was read by stage i - 1: once every warp is past it, refill it
             gl.thread_barrier()
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i + STAGES - 1,
-                         row0, STAGES, P, NB, CH, i + STAGES - 1 < NS, TABLE)
+                         row0, STAGES, P, NB, CH, i + STAGES - 1 < NS, TABLE, NS, TILED)
             slot = i % STAGES
             mbarrier.wait(bars.index(slot), (i // STAGES) & 1)
             if TABLE:
@@ -494,7 +520,8 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _ws_table_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NS,
-                           STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr):
+                           STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr,
+                           TILED: gl.constexpr):
         """Worker partition (1 warp): the TMA of stage i into slot i % STAGES once the consumers
         released it (free on the first lap: a wait on parity 1 of a fresh mbarrier returns at once)."""
         row0 = gl.program_id(0) * R
@@ -502,13 +529,14 @@ if _GLUON_IMPORT_ERROR is None:
             slot = i % STAGES
             mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i, row0, STAGES,
-                         P, NB, 1, True, True)
+                         P, NB, 1, True, True, NS, TILED)
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
     def _coarse_table_ws_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
                                 NS, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
                                 WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                                PRMT: gl.constexpr = False, UNROLL: gl.constexpr = False):
+                                PRMT: gl.constexpr = False, UNROLL: gl.constexpr = False,
+                                TILED: gl.constexpr = False):
         """The whole-row variant of ``_coarse_wgmma_kernel`` (same arguments, CH = 1) with its TMA
         issued by a 1-warp producer partition (``ready`` / ``empty`` mbarrier pair per slot): the
         consumer warps' stage loop carries no TMA issue and one partition barrier instead of a
@@ -530,7 +558,7 @@ if _GLUON_IMPORT_ERROR is None:
             (_ws_table_consumer, (w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
                                   NBLK, NS, NB, P, STAGES, KCAND, WRITE_LOGITS, W, PRMT, UNROLL)),
             (_ws_table_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NS,
-                                  STAGES, P, NB, R)),
+                                  STAGES, P, NB, R, TILED)),
         ], [1], [PRODUCER_REGS])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
@@ -596,7 +624,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                  kcand: int, write_logits: bool, table_r: torch.Tensor | None = None, stages: int | None = None,
                  pipe: bool | None = None, magic: bool | None = None, chunks: int | None = None,
                  maxnreg: int | None = None, ws: bool | None = None, prmt: bool | None = None,
-                 unroll: bool | None = None):
+                 unroll: bool | None = None, tiled: bool = False):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
@@ -607,7 +635,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     (default: NB <= ``WS_TABLE_MAX_NB``) the whole-row variant's warp-specialized kernel (one chunk a
     stage); ``prmt`` (default ``PRMT_DECODE``) its byte-permute decode -- the words must be
     :func:`wgmma_table`'s of the same ``prmt``; ``unroll`` (default ``UNROLL_WS``) the
-    warp-specialized kernel's ring-unrolled loop."""
+    warp-specialized kernel's ring-unrolled loop. ``tiled``: ``packed`` / ``sz`` are
+    :func:`tile_stages`'s copies for this ``block`` (one chunk a stage; ``L`` from their height)."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -615,6 +644,12 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
         raise RuntimeError(f"coarse_wgmma needs triton.experimental.gluon: {_GLUON_IMPORT_ERROR}")
     m, k = x.shape
     ell = packed.shape[1]
+    if tiled:
+        nblk_t = -(-n // block)
+        if packed.shape[1] != _STAGE_BYTES or packed.shape[0] % (nblk_t * block) or sz.shape != (packed.shape[0], 4):
+            raise ValueError(f"coarse_wgmma(tiled=True) takes tile_stages' copies for N = {n}, block {block}; got "
+                             f"codes {tuple(packed.shape)}, words {tuple(sz.shape)}")
+        ell = packed.shape[0] // (nblk_t * block) * _STAGE_BYTES
     p = 8 // bits
     if bits not in WGMMA_BITS or not 1 <= m <= WGMMA_MAX_M or block not in (64, 128) or ell % _STAGE_BYTES:
         raise ValueError(f"coarse_wgmma serves bits in {WGMMA_BITS}, 1 <= M <= {WGMMA_MAX_M}, block 64 / 128 and "
@@ -633,7 +668,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     ch = CHUNKS if chunks is None else chunks
     if ch not in (1, 2):
         raise ValueError(f"coarse_wgmma chunks must be 1 or 2, got {chunks}")
-    if (ell // _STAGE_BYTES) % ch:
+    if (ell // _STAGE_BYTES) % ch or tiled:
         ch = 1
     ns = ell // _STAGE_BYTES // ch
     w = block // 16
@@ -657,12 +692,12 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
         _coarse_table_ws_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r, cand_key, cand_idx,
                                          logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, STAGES=st,
                                          KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
-                                         PRMT=prmt, UNROLL=UNROLL_WS if unroll is None else unroll, num_warps=w,
-                                         **reg)
+                                         PRMT=prmt, UNROLL=UNROLL_WS if unroll is None else unroll, TILED=tiled,
+                                         num_warps=w, **reg)
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
     _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
-                                  CH=ch, TABLE=table, PRMT=prmt, num_warps=w, **reg)
+                                  CH=ch, TABLE=table, PRMT=prmt, TILED=tiled, num_warps=w, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
