@@ -61,11 +61,15 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE[
     (2, 32, 128, 4, 8, False, False, 1, 64, "ws", True, True),
     (2, 64, 128, 3, 8, False, False, 1, 96, "ws", True, True),
     (2, 64, 128, 2, 8, False, False, 1, 96, "ws", True, True),
+    (2, 8, 128, 4, 8, False, False, 1, 80, "ws", True, True, 2),
+    (2, 8, 128, 4, 8, False, False, 1, 80, "ws", True, True, 4),
+    (2, 8, 64, 4, 8, False, False, 1, 64, "ws", True, True),
+    (2, 8, 64, 4, 8, False, False, 1, 80, "ws", True, True, 2),
 )
 
 
 def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, prmt=False, unroll=False,
-                 n=124160, k=5120):
+                 nacc=0, n=124160, k=5120):
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -91,7 +95,8 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     reg = {"maxnreg": maxnreg} if maxnreg else {}
     if table == "ws":  # the warp-specialized whole-row kernel
         constexprs = dict(NB=nb, P=p, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w,
-                          PRODUCER_REGS=g.PRODUCER_REGS, PRMT=prmt, UNROLL=unroll, TILED=False)
+                          PRODUCER_REGS=g.PRODUCER_REGS, PRMT=prmt, UNROLL=unroll, TILED=False,
+                          NACC=nacc)
         return compile_gluon_sm90(g._coarse_table_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS"},
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
@@ -109,10 +114,10 @@ def main() -> int:
             continue
         kern = compile_sm90(*cfg)
         loop_report(kern, f"bits {cfg[0]} NB {cfg[1]} block {cfg[2]} stages {cfg[3]} kcand {cfg[4]} pipe {cfg[5]} "
-                    f"magic {cfg[6]} ch {cfg[7]} maxnreg {cfg[8]} table {cfg[9]} prmt {cfg[10:11] == (True,)} unroll {cfg[11:] == (True,)}",
+                    f"magic {cfg[6]} ch {cfg[7]} maxnreg {cfg[8]} table {cfg[9]} prmt {cfg[10:11] == (True,)} unroll {cfg[11:12] == (True,)} nacc {cfg[12:]}",
                     k_loop, top=18,
                     dump_dir=args.dump, dump_name=f"b{cfg[0]}_nb{cfg[1]}_blk{cfg[2]}_p{int(cfg[5])}_m{int(cfg[6])}"
-                                                  f"_c{cfg[7]}_r{cfg[8]}_t{cfg[9]}{'_prmt' * (cfg[10:11] == (True,))}{'_unroll' * (cfg[11:] == (True,))}.sass")
+                                                  f"_c{cfg[7]}_r{cfg[8]}_t{cfg[9]}{'_prmt' * (cfg[10:11] == (True,))}{'_unroll' * (cfg[11:12] == (True,))}{''.join(map(str, cfg[12:]))}.sass")
     return 0
 
 

@@ -38,6 +38,7 @@ def main() -> int:
     ap.add_argument("--ws", default="1", help="the whole-row variant warp-specialized (1) or not (0)")
     ap.add_argument("--unroll", default="0", help="the warp-specialized loop unrolled by the ring (1) or not (0)")
     ap.add_argument("--tiled", default="0", help="the whole-row variant on stage-tiled codes and words (1) or not (0)")
+    ap.add_argument("--nacc", default="0", help="accumulators of the unrolled byte-permute kernel (0: its plain loop)")
     args = ap.parse_args()
     import torch
 
@@ -63,13 +64,14 @@ def main() -> int:
             tp = time_us(lambda: x_int8_tiles(x, ell, 8 // bits, nb), graph=True)
             log({"bits": bits, "M": m, "x_prep_us": round(tp, 2), "floor_us": round(floor, 1)})
             ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
-            for table, ws, unroll, tiled, block, st, pipe, magic, chunks, reg in itertools.product(
+            for table, ws, unroll, tiled, nacc, block, st, pipe, magic, chunks, reg in itertools.product(
                     [t for t in ints(args.table) if t in words], ints(args.ws), ints(args.unroll), ints(args.tiled),
+                    ints(args.nacc),
                     ints(args.blocks), ints(args.stages), [bool(v) for v in ints(args.pipe)],
                     [bool(v) for v in ints(args.magic)], ints(args.chunks), ints(args.maxnreg)):
                 if table and (pipe or magic) or (ws and (not table or chunks != 1)):
                     continue  # the whole-row variant has neither; the warp-specialized one is whole-row, 1 chunk
-                if unroll and not ws or tiled and not table:
+                if unroll and not ws or tiled and not table or nacc and not (unroll and table == 2):
                     continue  # only the warp-specialized loop unrolls; only the whole-row variant tiles
                 if not table and ws != int(args.ws.split(",")[0]):
                     continue  # the per-group variant once
@@ -79,8 +81,8 @@ def main() -> int:
                     codes, sz = tile_stages(f.packed, sz, block)
                 kw = dict(n=N, bits=bits, block=block, kcand=8, write_logits=False, table_r=r, stages=st, pipe=pipe,
                           magic=magic, chunks=chunks, maxnreg=reg if reg >= 0 else None, ws=bool(ws),
-                          prmt=table == 2, unroll=bool(unroll), tiled=bool(tiled))
-                rec = {"bits": bits, "M": m, "table": table, "ws": ws if table else 0, "unroll": unroll, "tiled": tiled,
+                          prmt=table == 2, unroll=bool(unroll), tiled=bool(tiled), nacc=nacc)
+                rec = {"bits": bits, "M": m, "table": table, "ws": ws if table else 0, "unroll": unroll, "tiled": tiled, "nacc": nacc,
                        "block": block,
                        "stages": st, "pipe": pipe, "magic": magic, "chunks": chunks, "maxnreg": reg}
                 try:

@@ -389,16 +389,16 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, bits, group, n, k, m, bloc
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws,prmt,unroll,tiled", [(True, False, False, False), (False, False, False, False),
-                                                  (True, True, False, False), (True, True, True, False),
-                                                  (False, True, False, False), (True, False, True, False),
-                                                  (True, True, True, True), (False, True, False, True),
-                                                  (True, False, False, True)])
+@pytest.mark.parametrize("ws,prmt,unroll,tiled,nacc", [
+    (True, False, False, False, 0), (False, False, False, False, 0), (True, True, False, False, 0),
+    (True, True, True, False, 0), (False, True, False, False, 0), (True, False, True, False, 0),
+    (True, True, True, True, 0), (False, True, False, True, 0), (True, False, False, True, 0),
+    (True, True, True, False, 2), (True, True, True, False, 4), (True, True, True, True, 1)])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[0] == 2])
 def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m, block, kcand, ws, prmt, unroll,
-                                              tiled):
+                                              tiled, nacc):
     """The whole-row variant (warp-specialized kernel, ring-unrolled or not, and single-partition
-    loop; multiply and byte-permute decodes; row-major or stage-tiled codes): logits against its
+    loop; multiply and byte-permute decodes; row-major or stage-tiled codes; 1 to 4 accumulators): logits against its
     reference from the same words (exact int64 sums), candidates against the per-block top-kcand of
     its own logits; every output written."""
     g = _kernel_or_skip()
@@ -409,7 +409,7 @@ def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m
     words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1], prmt=prmt)
     codes, kw = (tile_stages(f.packed, words, block) if tiled else (f.packed, words))
     out = g.coarse_wgmma(x.cuda(), codes.cuda(), kw.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, table_r=r.cuda(), ws=ws, prmt=prmt, unroll=unroll, tiled=tiled)
+                         write_logits=True, table_r=r.cuda(), ws=ws, prmt=prmt, unroll=unroll, tiled=tiled, nacc=nacc)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     q, sx = x_int8_reference(x)
     assert not torch.isnan(lg).any()

@@ -483,20 +483,85 @@ if _GLUON_IMPORT_ERROR is None:
 
     # ---------------------------------------------------- whole-row variant, warp-specialized
     @gluon.jit
+    def _wait_accs(a0, a1, a2, a3, n: gl.constexpr, NACC: gl.constexpr):
+        """``warpgroup_mma_wait(n)`` over the NACC accumulators in use (the rest pass through)."""
+        if NACC == 1:
+            a0 = warpgroup_mma_wait(num_outstanding=n, deps=(a0,))
+        elif NACC == 2:
+            a0, a1 = warpgroup_mma_wait(num_outstanding=n, deps=(a0, a1))
+        else:
+            a0, a1, a2, a3 = warpgroup_mma_wait(num_outstanding=n, deps=(a0, a1, a2, a3))
+        return a0, a1, a2, a3
+
+    @gluon.jit
+    def _issue_stage_prmt(a0, a1, a2, a3, w_bufs, sz_bufs, xt_bufs, slot: gl.constexpr, NB: gl.constexpr,
+                          W: gl.constexpr, P: gl.constexpr, NACC: gl.constexpr):
+        """Start the 8 wgmmas of the stage in ``slot`` (byte-permute decode, one chunk), register j
+        of each half into accumulator ``j % NACC``: independent accumulators let the tensor core
+        overlap them instead of running one dependent chain. Nothing is waited for."""
+        mma: gl.constexpr = acc_layout(NB, W)
+        a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
+        c_l: gl.constexpr = _codes_layout(W)
+        r_l: gl.constexpr = gl.SliceLayout(1, c_l)
+        wb = w_bufs.index(slot)
+        words = four(sz_bufs.index(slot).load(row_words_layout(W)))
+        t0 = gl.expand_dims(gl.convert_layout(words[0], r_l, assert_trivial=True), 1)
+        t1 = gl.expand_dims(gl.convert_layout(words[1], r_l, assert_trivial=True), 1)
+        t2 = gl.expand_dims(gl.convert_layout(words[2], r_l, assert_trivial=True), 1)
+        t3 = gl.expand_dims(gl.convert_layout(words[3], r_l, assert_trivial=True), 1)
+        # every A register decoded before the first wgmma: ptxas serializes wgmmas whose inputs are
+        # defined by other instructions after the first of them is issued
+        v0 = _prmt_word(wb.slice(0, 32, dim=1).load(c_l), t0, t2, t1, t3)
+        v1 = _prmt_word(wb.slice(32, 32, dim=1).load(c_l), t0, t2, t1, t3)
+        for h in gl.static_range(2):
+            for j in gl.static_range(4):
+                a = gl.convert_layout((v0 if h == 0 else v1)[j], a_l, assert_trivial=True)
+                b = xt_bufs.index(2 * (slot * P + j) + h).permute((1, 0))
+                if j % NACC == 0:
+                    a0 = warpgroup_mma(a, b, a0, is_async=True)
+                elif j % NACC == 1:
+                    a1 = warpgroup_mma(a, b, a1, is_async=True)
+                elif j % NACC == 2:
+                    a2 = warpgroup_mma(a, b, a2, is_async=True)
+                else:
+                    a3 = warpgroup_mma(a, b, a3, is_async=True)
+        return a0, a1, a2, a3
+
+    @gluon.jit
     def _ws_table_consumer(w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
                            NBLK, NS, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
                            WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRMT: gl.constexpr,
-                           UNROLL: gl.constexpr):
+                           UNROLL: gl.constexpr, NACC: gl.constexpr):
         """Default partition (W warps): per stage, wait for its TMA, run the whole-row decode and
         wgmma chain, hand the slot back (partition barrier, one arrive); then the epilogue.
         UNROLL: the loop unrolled by the ring, so every slot's shared-memory addresses (the wgmma
-        descriptors) are compile-time constants instead of arithmetic on ``i % STAGES``."""
+        descriptors) are compile-time constants instead of arithmetic on ``i % STAGES``. NACC > 0
+        (with UNROLL and PRMT): ``_issue_stage_prmt`` into NACC accumulators. (Releasing a slot one
+        stage late, so its wgmmas run on while the next stage is decoded, is what ptxas forbids
+        for register A operands: it then serializes every wgmma, C7513.)"""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         pid = gl.program_id(0)
         row0 = pid * R
         acc = gl.zeros([R, NB], gl.int32, mma)
-        if UNROLL:
+        if NACC > 0:
+            a0 = acc
+            a1 = gl.zeros([R, NB], gl.int32, mma)
+            a2 = gl.zeros([R, NB], gl.int32, mma)
+            a3 = gl.zeros([R, NB], gl.int32, mma)
+            for i0 in range(0, NS, STAGES):
+                phase = (i0 // STAGES) & 1
+                for slot in gl.static_range(STAGES):
+                    if i0 + slot < NS:
+                        mbarrier.wait(ready.index(slot), phase)
+                        a0, a1, a2, a3 = _issue_stage_prmt(a0, a1, a2, a3, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P,
+                                                           NACC)
+                        a0, a1, a2, a3 = _wait_accs(a0, a1, a2, a3, 0, NACC)
+                        gl.thread_barrier()
+                        mbarrier.arrive(empty.index(slot))
+            a0, a1, a2, a3 = _wait_accs(a0, a1, a2, a3, 0, NACC)
+            acc = a0 + a1 + a2 + a3
+        elif UNROLL:
             for i0 in range(0, NS, STAGES):
                 phase = (i0 // STAGES) & 1
                 for slot in gl.static_range(STAGES):
@@ -536,7 +601,7 @@ if _GLUON_IMPORT_ERROR is None:
                                 NS, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
                                 WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                                 PRMT: gl.constexpr = False, UNROLL: gl.constexpr = False,
-                                TILED: gl.constexpr = False):
+                                TILED: gl.constexpr = False, NACC: gl.constexpr = 0):
         """The whole-row variant of ``_coarse_wgmma_kernel`` (same arguments, CH = 1) with its TMA
         issued by a 1-warp producer partition (``ready`` / ``empty`` mbarrier pair per slot): the
         consumer warps' stage loop carries no TMA issue and one partition barrier instead of a
@@ -556,7 +621,7 @@ if _GLUON_IMPORT_ERROR is None:
         fence_async_shared()
         gl.warp_specialize([
             (_ws_table_consumer, (w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
-                                  NBLK, NS, NB, P, STAGES, KCAND, WRITE_LOGITS, W, PRMT, UNROLL)),
+                                  NBLK, NS, NB, P, STAGES, KCAND, WRITE_LOGITS, W, PRMT, UNROLL, NACC)),
             (_ws_table_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NS,
                                   STAGES, P, NB, R, TILED)),
         ], [1], [PRODUCER_REGS])
@@ -591,6 +656,9 @@ PRODUCER_REGS = 40
 PRMT_DECODE = False
 #: the warp-specialized kernel's stage loop unrolled by the ring (``_ws_table_consumer``'s UNROLL)
 UNROLL_WS = False
+#: the warp-specialized byte-permute kernel's independent accumulators (0: the plain loop;
+#: ``_ws_table_consumer``'s NACC)
+NACC_WS = 0
 #: longest padded K of the whole-row variant: its int32 sums of |A (q - z) xq| <= 127^2 stay exact
 TABLE_MAX_K = 131072
 #: ring slots per M band (NB): the x tiles grow with NB, so fewer slots keep two CTAs an SM
@@ -624,7 +692,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                  kcand: int, write_logits: bool, table_r: torch.Tensor | None = None, stages: int | None = None,
                  pipe: bool | None = None, magic: bool | None = None, chunks: int | None = None,
                  maxnreg: int | None = None, ws: bool | None = None, prmt: bool | None = None,
-                 unroll: bool | None = None, tiled: bool = False):
+                 unroll: bool | None = None, tiled: bool = False, nacc: int | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
@@ -636,7 +704,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     stage); ``prmt`` (default ``PRMT_DECODE``) its byte-permute decode -- the words must be
     :func:`wgmma_table`'s of the same ``prmt``; ``unroll`` (default ``UNROLL_WS``) the
     warp-specialized kernel's ring-unrolled loop. ``tiled``: ``packed`` / ``sz`` are
-    :func:`tile_stages`'s copies for this ``block`` (one chunk a stage; ``L`` from their height)."""
+    :func:`tile_stages`'s copies for this ``block`` (one chunk a stage; ``L`` from their height).
+    ``nacc`` (0, 1, 2, 4; default ``NACC_WS``): the warp-specialized byte-permute kernel's
+    independent accumulators (> 0 needs ``prmt`` and the unrolled loop)."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -686,13 +756,18 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     use_ws = table and (nb <= WS_TABLE_MAX_NB if ws is None else ws)
     cap = maxnreg if maxnreg is not None else (MAXNREG_WS if use_ws else MAXNREG_TABLE if table else MAXNREG).get(nb)
     reg = {"maxnreg": cap} if cap else {}
+    unroll = UNROLL_WS if unroll is None else unroll
+    nacc = NACC_WS if nacc is None else nacc
+    if nacc not in (0, 1, 2, 4) or nacc and not (prmt and unroll):
+        raise ValueError(f"coarse_wgmma: nacc in (0, 1, 2, 4), > 0 only with prmt and unroll; got nacc={nacc}, "
+                         f"prmt={prmt}, unroll={unroll}")
     if use_ws:
         if ch != 1:
             raise ValueError(f"coarse_wgmma: the warp-specialized whole-row kernel takes one chunk a stage, got {ch}")
         _coarse_table_ws_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r, cand_key, cand_idx,
                                          logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, STAGES=st,
                                          KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
-                                         PRMT=prmt, UNROLL=UNROLL_WS if unroll is None else unroll, TILED=tiled,
+                                         PRMT=prmt, UNROLL=unroll, TILED=tiled, NACC=nacc,
                                          num_warps=w, **reg)
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
     _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
