@@ -27,26 +27,19 @@ from head_bench import RecordLog, random_head  # noqa: E402
 
 
 def _paths():
-    """(name, WGMMA_M_RANGE, WGMMA_TABLE_BITS, gluon_wgmma flags) of the dispatches compared: the
-    int8-wgmma pass at every M as its whole-row variant with the byte-permute decode and the
-    ring-unrolled loop ("prmt", INT2 only) or the multiply decode ("table"), per group ("wgmma"),
-    and none ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
+    """(name, WGMMA_M_RANGE, WGMMA_TABLE_BITS) of the dispatches compared: the int8-wgmma pass at
+    every M as its whole-row variant ("table", INT2 only) and per group ("wgmma"), and none
+    ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import TABLE_BITS, WGMMA_BITS
 
     every = {b: (1, 64) for b in WGMMA_BITS}
-    return (("prmt", every, TABLE_BITS, {"PRMT_DECODE": True, "UNROLL_WS": True}),
-            ("table", every, TABLE_BITS, {"PRMT_DECODE": False, "UNROLL_WS": False}),
-            ("wgmma", every, (), {}), ("previous", {}, (), {}))
+    return (("table", every, TABLE_BITS), ("wgmma", every, ()), ("previous", {}, ()))
 
 
-def _set_path(ch, rng: dict, table_bits: tuple, flags: dict) -> None:
-    from lowbit.ops.coarse_head import gluon_wgmma
-
+def _set_path(ch, rng: dict, table_bits: tuple) -> None:
     ch.WGMMA_M_RANGE.clear()
     ch.WGMMA_M_RANGE.update(rng)
     ch.WGMMA_TABLE_BITS = table_bits
-    for key, value in flags.items():
-        setattr(gluon_wgmma, key, value)
 
 
 def main() -> int:
@@ -65,18 +58,14 @@ def main() -> int:
     from lowbit import DraftHead
     from lowbit.bench.timing import copy_bandwidth_gbps, time_us
     from lowbit.ops.coarse_head import BOUND_NONE, coarse_head
-    from lowbit.ops.coarse_head.gluon_wgmma import TABLE_BITS
 
     log = RecordLog()
     bw = copy_bandwidth_gbps()
     log({"copy_gbps": round(bw, 1)})
     paths = _paths()
-    from lowbit.ops.coarse_head import gluon_wgmma
-
-    default = (dict(ch.WGMMA_M_RANGE), ch.WGMMA_TABLE_BITS,
-               {"PRMT_DECODE": gluon_wgmma.PRMT_DECODE, "UNROLL_WS": gluon_wgmma.UNROLL_WS})
+    default = (dict(ch.WGMMA_M_RANGE), ch.WGMMA_TABLE_BITS)
     if args.no_previous:
-        paths = paths[:3]
+        paths = paths[:2]
     ms = [int(v) for v in args.ms.split(",")]
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.split("x"))
@@ -92,10 +81,10 @@ def main() -> int:
             for bits, h in heads.items():
                 p = h._ensure_packed()
                 floor = p.nbytes / (bw * 1e3)
-                for name, rng, tb, flags in paths:
-                    if tb == TABLE_BITS and bits not in tb:
+                for name, rng, tb in paths:
+                    if name == "table" and bits not in tb:
                         continue
-                    _set_path(ch, rng, tb, flags)
+                    _set_path(ch, rng, tb)
                     try:
                         ids = h.argmax(x)
                         ta = time_us(lambda: h.argmax(x), graph=True)
@@ -128,10 +117,10 @@ def main() -> int:
                 h = DraftHead(w, bits=bits, mode="fast", kcand=kc, rerank=r)
                 for m in (16, 64):
                     t_lin = time_us(lambda: F.linear(hidden[:m], w).argmax(-1), graph=True)
-                    for name, rng, tb, flags in paths:
-                        if tb == TABLE_BITS and bits not in tb:
+                    for name, rng, tb in paths:
+                        if name == "table" and bits not in tb:
                             continue
-                        _set_path(ch, rng, tb, flags)
+                        _set_path(ch, rng, tb)
                         agree = rec = 0
                         for s0 in range(0, hidden.shape[0] - m + 1, m):
                             xb = hidden[s0:s0 + m]

@@ -1,6 +1,6 @@
 """Compile the int8-wgmma coarse pass (``lowbit/ops/coarse_head/gluon_wgmma.py``) for sm_90 without
-a GPU and report per config: registers / spills / shared memory and the SASS opcode counts of
-the stage loop.
+a GPU and report per config: registers / spills / shared memory, the SASS opcode counts of
+the stage loop and ptxas's performance notes (a serialized wgmma chain shows as C7513).
 
 Run from the repository root: ``python scripts/coarse_wgmma_offline.py [--dump DIR]``.
 """
@@ -15,7 +15,7 @@ os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import compile_gluon_sm90, loop_report  # noqa: E402
+from sm90_offline import compile_gluon_sm90, loop_report, ptxas_notes  # noqa: E402
 
 
 def k_loop(lines):
@@ -34,7 +34,7 @@ def k_loop(lines):
             best = (j, i)
     return [] if best is None else [o for _, o, _ in lines[best[0]:best[1] + 1]]
 
-CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE[, PRMT])
+CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
     (2, 8, 128, 4, 8, False, False, 1, None, False),
     (2, 8, 128, 3, 8, False, False, 2, None, False),
     (2, 16, 128, 4, 8, False, False, 1, None, False),
@@ -48,28 +48,15 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE[
     (2, 16, 128, 4, 8, False, False, 1, None, True),
     (2, 64, 128, 3, 8, False, False, 1, None, True),
     (2, 64, 128, 3, 8, False, False, 1, 128, True),
-    (2, 8, 128, 4, 8, False, False, 1, None, "ws"),
-    (2, 16, 128, 4, 8, False, False, 1, None, "ws"),
+    (2, 8, 128, 4, 8, False, False, 1, None, "ws"),  # the warp-specialized loop is unrolled by the ring:
+    (2, 16, 128, 4, 8, False, False, 1, None, "ws"),  # its "loop" counts STAGES stages
     (2, 64, 128, 3, 8, False, False, 1, None, "ws"),
-    (2, 8, 128, 4, 8, False, False, 1, 64, "ws"),
-    (2, 8, 128, 4, 8, False, False, 1, 64, "ws", True),
-    (2, 16, 128, 4, 8, False, False, 1, 64, "ws", True),
-    (2, 32, 128, 4, 8, False, False, 1, 64, "ws", True),
-    (2, 64, 128, 3, 8, False, False, 1, None, True, True),
-    (2, 8, 128, 4, 8, False, False, 1, 64, "ws", True, True),
-    (2, 16, 128, 4, 8, False, False, 1, 64, "ws", True, True),
-    (2, 32, 128, 4, 8, False, False, 1, 64, "ws", True, True),
-    (2, 64, 128, 3, 8, False, False, 1, 96, "ws", True, True),
-    (2, 64, 128, 2, 8, False, False, 1, 96, "ws", True, True),
-    (2, 8, 128, 4, 8, False, False, 1, 80, "ws", True, True, 2),
-    (2, 8, 128, 4, 8, False, False, 1, 80, "ws", True, True, 4),
-    (2, 8, 64, 4, 8, False, False, 1, 64, "ws", True, True),
-    (2, 8, 64, 4, 8, False, False, 1, 80, "ws", True, True, 2),
+    (2, 8, 128, 4, 8, False, False, 1, 64, "ws"),  # the shipped caps (MAXNREG_WS)
+    (2, 64, 128, 3, 8, False, False, 1, 96, "ws"),
 )
 
 
-def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, prmt=False, unroll=False,
-                 nacc=0, n=124160, k=5120):
+def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, n=124160, k=5120):
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -95,12 +82,11 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     reg = {"maxnreg": maxnreg} if maxnreg else {}
     if table == "ws":  # the warp-specialized whole-row kernel
         constexprs = dict(NB=nb, P=p, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w,
-                          PRODUCER_REGS=g.PRODUCER_REGS, PRMT=prmt, UNROLL=unroll, TILED=False,
-                          NACC=nacc)
+                          PRODUCER_REGS=g.PRODUCER_REGS)
         return compile_gluon_sm90(g._coarse_table_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS"},
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
-                      MAGIC=magic, CH=ch, TABLE=table, PRMT=prmt, TILED=False)
+                      MAGIC=magic, CH=ch, TABLE=table)
     return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w, **reg)
 
 
@@ -114,10 +100,11 @@ def main() -> int:
             continue
         kern = compile_sm90(*cfg)
         loop_report(kern, f"bits {cfg[0]} NB {cfg[1]} block {cfg[2]} stages {cfg[3]} kcand {cfg[4]} pipe {cfg[5]} "
-                    f"magic {cfg[6]} ch {cfg[7]} maxnreg {cfg[8]} table {cfg[9]} prmt {cfg[10:11] == (True,)} unroll {cfg[11:12] == (True,)} nacc {cfg[12:]}",
-                    k_loop, top=18,
+                    f"magic {cfg[6]} ch {cfg[7]} maxnreg {cfg[8]} table {cfg[9]}", k_loop, top=18,
                     dump_dir=args.dump, dump_name=f"b{cfg[0]}_nb{cfg[1]}_blk{cfg[2]}_p{int(cfg[5])}_m{int(cfg[6])}"
-                                                  f"_c{cfg[7]}_r{cfg[8]}_t{cfg[9]}{'_prmt' * (cfg[10:11] == (True,))}{'_unroll' * (cfg[11:12] == (True,))}{''.join(map(str, cfg[12:]))}.sass")
+                                                  f"_c{cfg[7]}_r{cfg[8]}_t{cfg[9]}.sass")
+        for note in ptxas_notes(kern):  # a serialized wgmma chain (C7513) costs more than any loop trim
+            print(f"    ptxas: {note}")
     return 0
 
 

@@ -5,7 +5,7 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 for m in 1 16; do
   name=ncu_prmt_m$m
   timeout 150 ncu -k "regex:_coarse_table_ws" --launch-skip 2 --launch-count 1 --set full --import-source no -f \
-      -o "$OUT/$name" python3 scripts/profile_coarse_wgmma.py 2 $m prmt > "$OUT/${name}_run.log" 2>&1
+      -o "$OUT/$name" python3 scripts/profile_coarse_wgmma.py 2 $m table > "$OUT/${name}_run.log" 2>&1
   ncu -i "$OUT/$name.ncu-rep" --page details --print-details all > "$OUT/${name}_details.txt" 2>&1
   ncu -i "$OUT/$name.ncu-rep" --page source --csv --print-source sass > "$OUT/${name}_sass.csv" 2>&1
   rm -f "$OUT/$name.ncu-rep"

@@ -2,9 +2,8 @@
 
     python3 scripts/profile_coarse_wgmma.py BITS M [VARIANT]
 
-VARIANT: ``group`` (default: the per-group pass), ``table`` (the whole-row variant, multiply
-decode) or ``prmt`` (the whole-row variant, byte-permute decode, ring-unrolled loop); the whole-row
-ones take the module's kernel choice for the M band (warp-specialized up to NB = 32)."""
+VARIANT: ``group`` (default: the per-group pass) or ``table`` (the whole-row variant, with the
+module's kernel choice for the M band: warp-specialized up to NB = 32)."""
 import sys
 
 import torch
@@ -23,9 +22,8 @@ kw = dict(n=124160, bits=bits, block=128, kcand=8, write_logits=False)
 if variant == "group":
     sz = wgmma_sz(f.scale, f.zero, bits, 64, ell)
 else:
-    prmt = variant == "prmt"
-    sz, r = wgmma_table(f.scale, f.zero, bits, 64, ell, prmt=prmt)
-    kw.update(table_r=r, prmt=prmt, unroll=prmt)
+    sz, r = wgmma_table(f.scale, f.zero, bits, 64, ell)
+    kw.update(table_r=r)
 x = torch.randn(m, 5120, device="cuda", dtype=torch.bfloat16)
 for _ in range(4):
     coarse_wgmma(x, f.packed, sz, **kw)

@@ -68,6 +68,23 @@ def cuobjdump(kernel, *args: str) -> str:
         return subprocess.run([tool, *args, f.name], capture_output=True, text=True).stdout
 
 
+def ptxas_notes(kernel) -> list[str]:
+    """ptxas's performance notes on the kernel's PTX (``ptxas -v``, e.g. C7513: wgmma serialized
+    because a register input is defined after the first wgmma of a pipeline stage)."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    if not os.path.exists(tool):
+        return []
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(kernel.asm["ptx"])
+        out = subprocess.run([tool, "-arch=sm_90a", "-v", src, "-o", os.path.join(d, "k.cubin")],
+                             capture_output=True, text=True).stderr
+    return [line.split(":", 1)[1].strip() for line in out.splitlines() if "Performance" in line]
+
+
 def resource_usage(kernel) -> str:
     """"REG:n STACK:n SHARED:n LOCAL:n" from ``cuobjdump -res-usage`` (spills show as STACK / LOCAL)."""
     return " ".join(re.findall(r"(?:REG|STACK|SHARED|LOCAL):\d+", cuobjdump(kernel, "-res-usage")))

@@ -1,7 +1,6 @@
 """Sweep the int8-wgmma coarse pass's launch options on the H200 (same run, CUDA-graph replay):
 ``pipe`` x ``magic`` x ``stages`` x ``block`` x ``chunks`` x ``maxnreg`` x ``table`` (the whole-row
-variant, INT2: 1 its multiply decode, 2 its byte-permute decode) x ``ws`` x ``unroll`` x ``tiled``
-per M, on a 124160 x 5120 head (random rows, g64).
+variant, INT2) per M, on a 124160 x 5120 head (random rows, g64).
 
     python3 scripts/tune_coarse_wgmma.py [--json $OUT/tune.json] [--ms 1,4,16,64] [--bits 2,4]
 
@@ -34,17 +33,14 @@ def main() -> int:
     ap.add_argument("--magic", default="1,0")
     ap.add_argument("--chunks", default="1")
     ap.add_argument("--maxnreg", default="-1", help="-1: the module default (MAXNREG), 0: no cap")
-    ap.add_argument("--table", default="0", help="1: the whole-row variant (INT2 only), 2: it with the byte-permute decode")
+    ap.add_argument("--table", default="0", help="1: the whole-row variant (INT2 only)")
     ap.add_argument("--ws", default="1", help="the whole-row variant warp-specialized (1) or not (0)")
-    ap.add_argument("--unroll", default="0", help="the warp-specialized loop unrolled by the ring (1) or not (0)")
-    ap.add_argument("--tiled", default="0", help="the whole-row variant on stage-tiled codes and words (1) or not (0)")
-    ap.add_argument("--nacc", default="0", help="accumulators of the unrolled byte-permute kernel (0: its plain loop)")
     args = ap.parse_args()
     import torch
 
     from lowbit.bench.timing import copy_bandwidth_gbps, time_us
     from lowbit.formats import INTx
-    from lowbit.ops.coarse_head.gluon_wgmma import TABLE_BITS, coarse_wgmma, tile_stages, wgmma_sz, wgmma_table
+    from lowbit.ops.coarse_head.gluon_wgmma import TABLE_BITS, coarse_wgmma, wgmma_sz, wgmma_table
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
     log = RecordLog()
@@ -56,7 +52,6 @@ def main() -> int:
         words = {0: (wgmma_sz(f.scale, f.zero, bits, 64, ell), None)}
         if bits in TABLE_BITS:
             words[1] = wgmma_table(f.scale, f.zero, bits, 64, ell)
-            words[2] = wgmma_table(f.scale, f.zero, bits, 64, ell, prmt=True)
         floor = f.nbytes / (bw * 1e3)
         for m in [int(v) for v in args.ms.split(",")]:
             x = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
@@ -64,30 +59,22 @@ def main() -> int:
             tp = time_us(lambda: x_int8_tiles(x, ell, 8 // bits, nb), graph=True)
             log({"bits": bits, "M": m, "x_prep_us": round(tp, 2), "floor_us": round(floor, 1)})
             ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
-            for table, ws, unroll, tiled, nacc, block, st, pipe, magic, chunks, reg in itertools.product(
-                    [t for t in ints(args.table) if t in words], ints(args.ws), ints(args.unroll), ints(args.tiled),
-                    ints(args.nacc),
-                    ints(args.blocks), ints(args.stages), [bool(v) for v in ints(args.pipe)],
-                    [bool(v) for v in ints(args.magic)], ints(args.chunks), ints(args.maxnreg)):
+            for table, ws, block, st, pipe, magic, chunks, reg in itertools.product(
+                    [t for t in ints(args.table) if t in words], ints(args.ws), ints(args.blocks), ints(args.stages),
+                    [bool(v) for v in ints(args.pipe)], [bool(v) for v in ints(args.magic)], ints(args.chunks),
+                    ints(args.maxnreg)):
                 if table and (pipe or magic) or (ws and (not table or chunks != 1)):
                     continue  # the whole-row variant has neither; the warp-specialized one is whole-row, 1 chunk
-                if unroll and not ws or tiled and not table or nacc and not (unroll and table == 2):
-                    continue  # only the warp-specialized loop unrolls; only the whole-row variant tiles
                 if not table and ws != int(args.ws.split(",")[0]):
                     continue  # the per-group variant once
                 sz, r = words[table]
-                codes = f.packed
-                if tiled:
-                    codes, sz = tile_stages(f.packed, sz, block)
                 kw = dict(n=N, bits=bits, block=block, kcand=8, write_logits=False, table_r=r, stages=st, pipe=pipe,
-                          magic=magic, chunks=chunks, maxnreg=reg if reg >= 0 else None, ws=bool(ws),
-                          prmt=table == 2, unroll=bool(unroll), tiled=bool(tiled), nacc=nacc)
-                rec = {"bits": bits, "M": m, "table": table, "ws": ws if table else 0, "unroll": unroll, "tiled": tiled, "nacc": nacc,
-                       "block": block,
-                       "stages": st, "pipe": pipe, "magic": magic, "chunks": chunks, "maxnreg": reg}
+                          magic=magic, chunks=chunks, maxnreg=reg if reg >= 0 else None, ws=bool(ws))
+                rec = {"bits": bits, "M": m, "table": table, "ws": ws if table else 0, "block": block, "stages": st, "pipe": pipe,
+                       "magic": magic, "chunks": chunks, "maxnreg": reg}
                 try:
-                    coarse_wgmma(x, codes, sz, **kw)
-                    t = time_us(lambda: coarse_wgmma(x, codes, sz, **kw), graph=True)
+                    coarse_wgmma(x, f.packed, sz, **kw)
+                    t = time_us(lambda: coarse_wgmma(x, f.packed, sz, **kw), graph=True)
                     log({**rec, "us": round(t, 1), "x_floor": round(t / floor, 2)})
                 except Exception as e:  # noqa: BLE001 - report and go on
                     log({**rec, "error": f"{type(e).__name__}: {str(e)[:300]}"})

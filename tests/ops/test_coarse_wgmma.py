@@ -4,7 +4,8 @@ and its x preparation (``x_int8.py``).
 CPU tiers: the int8 rounding of x and its stage tiling (interpreter kernel vs the torch
 definition, bit for bit), the (scale, zero) words, and a torch emulation of the kernel's
 arithmetic over exactly those tensors against the dequantized INTx rows -- so the layouts are
-checked in CI. The whole-row variant: its byte arithmetic exhaustively, its words and row units,
+checked in CI. The whole-row variant: its byte-permute decode (a bit-level mirror of the PTX on
+random words, and the kernel's sums emulated over the permuted x tiles), its words and row units,
 and its reference against rows with the rounded scales. GPU tier: the Gluon kernel itself (Gluon does not run under the interpreter;
 ``scripts/coarse_wgmma_offline.py`` compiles it for sm_90 without a GPU), the dispatch from
 ``DraftHead``, CUDA-graph replay and ``torch.compile``."""
@@ -17,8 +18,7 @@ import torch
 import lowbit
 from lowbit.formats import INTx
 from lowbit.ops.coarse_head import reference as ref
-from lowbit.ops.coarse_head.gluon_wgmma import (table_coefficients, table_reference, tile_stages, wgmma_sz,
-                                                wgmma_table)
+from lowbit.ops.coarse_head.gluon_wgmma import table_coefficients, table_reference, wgmma_sz, wgmma_table
 from lowbit.ops.coarse_head.x_int8 import prmt_k_order, prmt_source, tile_reference, x_int8_reference, x_int8_tiles
 from tests._helpers import rel_err
 
@@ -156,13 +156,6 @@ def test_emulated_kernel_arithmetic_matches_the_dequantized_rows(bits, group, k,
     assert rel_err(_emulate(f, x), want) < 1e-12
 
 
-def _table_decode(word: np.ndarray, a: int, kbyte: int) -> np.ndarray:
-    """The whole-row kernel's decode of 4 codes a word, in uint32 arithmetic as the PTX does it:
-    ``(c A + K 0x01010101) ^ 0x80808080``, read back as 4 int8."""
-    t = (word.astype(np.uint64) * a + kbyte * 0x01010101) & 0xFFFFFFFF
-    return (t.astype(np.uint32) ^ np.uint32(0x80808080)).view(np.int8).reshape(-1, 4)
-
-
 def _prmt(a: np.ndarray, b: np.ndarray, sel: np.ndarray) -> np.ndarray:
     """PTX ``prmt.b32`` (default mode): byte i of the result is byte ``sel`` nibble i (bits 0..2) of
     {b, a}, or that byte's sign replicated where the nibble's bit 3 is set."""
@@ -216,57 +209,20 @@ def _emulate_prmt_kernel(packed: torch.Tensor, words: torch.Tensor, tiles: torch
 @pytest.mark.parametrize("group,k,m", [(64, 640, 5), (128, 1024, 9), (64, 208, 1)])
 def test_emulated_prmt_kernel_is_the_table_reference(group, k, m):
     """The byte-permute decode over the permuted x tiles sums exactly what the whole-row reference
-    sums (and that reference is the same from either word format)."""
+    sums in plain K order."""
     g = torch.Generator().manual_seed(11)
     w = torch.randn(29, k, generator=g) * 0.05
     w[:9, : k // 3] *= 8.0
     f = INTx.quantize(w, bits=2, group_size=group)
     ell = f.packed.shape[1]
-    words, r = wgmma_table(f.scale, f.zero, 2, group, ell, prmt=True)
+    words, r = wgmma_table(f.scale, f.zero, 2, group, ell)
     x = _x(m, k, seed=12)
     q, sx = x_int8_reference(x)
     nb = max(8, 1 << (m - 1).bit_length())
     tiles, _ = tile_reference(q, ell, 4, nb, perm=True)
     dot = _emulate_prmt_kernel(f.packed, words, tiles, nb)[:, :m].T
     got = (dot.double() * sx.double()[:, None] * r.double()[None, :]).float()
-    want = table_reference(f.packed, words, r, q, sx, 2, prmt=True)
-    assert torch.equal(got, want)
-    imad_words, _ = wgmma_table(f.scale, f.zero, 2, group, ell)
-    assert torch.equal(table_reference(f.packed, imad_words, r, q, sx, 2), want)
-
-
-@pytest.mark.parametrize("n,block", [(300, 128), (128, 64), (1, 64)])
-def test_tile_stages_layout(n, block):
-    """Row (b NS + s) block + t of the tiled copies is token b block + t's stage s (codes: its 64
-    bytes, words: its 4); rows past N are zero."""
-    g = torch.Generator().manual_seed(13)
-    ell = 192
-    packed = torch.randint(0, 256, (n, ell), generator=g, dtype=torch.uint8)
-    words = torch.randint(-2**31, 2**31 - 1, (n, ell // 64 * 4), generator=g, dtype=torch.int32)
-    tp, tw = tile_stages(packed, words, block)
-    ns, nblk = ell // 64, -(-n // block)
-    assert tp.shape == (nblk * ns * block, 64) and tw.shape == (nblk * ns * block, 4)
-    for b in range(nblk):
-        for st in range(ns):
-            rows = slice((b * ns + st) * block, (b * ns + st + 1) * block)
-            tok = torch.arange(b * block, (b + 1) * block)
-            ok = tok < n
-            assert torch.equal(tp[rows][ok], packed[tok[ok], 64 * st:64 * st + 64])
-            assert torch.equal(tw[rows][ok], words[tok[ok], 4 * st:4 * st + 4])
-            assert (tp[rows][~ok] == 0).all() and (tw[rows][~ok] == 0).all()
-
-
-def test_table_byte_arithmetic_is_the_int8_weight():
-    """Every word of four INT2 codes, every zero point and every A the table allows: the one-IMAD
-    decode gives the int8 ``A (c - z)`` in each byte (no carry crosses a byte)."""
-    c = np.array(np.meshgrid(*[np.arange(4)] * 4, indexing="ij")).reshape(4, -1).T  # [256, 4]
-    word = (c[:, 0] | c[:, 1] << 8 | c[:, 2] << 16 | c[:, 3] << 24).astype(np.uint32)
-    for z in range(4):
-        for a in range(127 // max(z, 3 - z) + 1):
-            got = _table_decode(word, a, 128 - z * a)
-            assert np.array_equal(got, (a * (c - z)).astype(np.int8)), (z, a)
-    # one past the cap would not fit: the table never produces it
-    assert (42 * (0 - 3)) >= -127 and (43 * 3) > 127
+    assert torch.equal(got, table_reference(f.packed, words, r, q, sx, 2))
 
 
 @pytest.mark.parametrize("group", [64, 128, 256])
@@ -282,26 +238,18 @@ def test_wgmma_table_words(group):
     z = f.zero.to(torch.int32)
     assert ((a * torch.maximum(z, 3 - z)) <= 127).all() and (a >= 0).all()
     words = words.view(6, ell // 64, 4)
-    for s in range(ell // 64):
-        for j in range(4):
-            gi = (j * ell + 64 * s) // group
-            assert torch.equal(words[:, s, j] & 0xFF, a[:, gi])
-            assert torch.equal((words[:, s, j] >> 8) & 0xFF, 128 - z[:, gi] * a[:, gi])
-            assert (words[:, s, j] >> 16 == 0).all()
+    for c in range(4):  # byte c of a word: the int8 weight A (c - z) of its group
+        for s in range(ell // 64):
+            for j in range(4):
+                gi = (j * ell + 64 * s) // group
+                byte = ((words[:, s, j] >> (8 * c)) & 0xFF).to(torch.uint8).view(torch.int8).to(torch.int32)
+                assert torch.equal(byte, a[:, gi] * (c - z[:, gi]))
     # each row's largest group keeps its scale to within half a unit of A (A >= 42 there)
     top = (f.scale.float() * torch.maximum(z, 3 - z)).argmax(dim=1)
     s_top = f.scale.float().gather(1, top[:, None]).squeeze(1)
     a_top = a.gather(1, top[:, None]).squeeze(1).float()
     ok = torch.arange(6) != 2
     assert ((a_top * r - s_top).abs() <= 0.5 * r * (1 + 1e-5))[ok].all()
-    tables, _ = wgmma_table(f.scale, f.zero, 2, group, ell, prmt=True)
-    tables = tables.view(6, ell // 64, 4)
-    for c in range(4):  # byte c of a table: the int8 A (c - z)
-        for s in range(ell // 64):
-            for j in range(4):
-                gi = (j * ell + 64 * s) // group
-                byte = ((tables[:, s, j] >> (8 * c)) & 0xFF).to(torch.uint8).view(torch.int8).to(torch.int32)
-                assert torch.equal(byte, a[:, gi] * (c - z[:, gi]))
     with pytest.raises(ValueError, match="bits"):
         wgmma_table(f.scale, f.zero, 4, group, ell)
 
@@ -389,38 +337,30 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, bits, group, n, k, m, bloc
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws,prmt,unroll,tiled,nacc", [
-    (True, False, False, False, 0), (False, False, False, False, 0), (True, True, False, False, 0),
-    (True, True, True, False, 0), (False, True, False, False, 0), (True, False, True, False, 0),
-    (True, True, True, True, 0), (False, True, False, True, 0), (True, False, False, True, 0),
-    (True, True, True, False, 2), (True, True, True, False, 4), (True, True, True, True, 1)])
+@pytest.mark.parametrize("ws", [True, False])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[0] == 2])
-def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m, block, kcand, ws, prmt, unroll,
-                                              tiled, nacc):
-    """The whole-row variant (warp-specialized kernel, ring-unrolled or not, and single-partition
-    loop; multiply and byte-permute decodes; row-major or stage-tiled codes; 1 to 4 accumulators): logits against its
-    reference from the same words (exact int64 sums), candidates against the per-block top-kcand of
-    its own logits; every output written."""
+def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m, block, kcand, ws):
+    """The whole-row variant (warp-specialized kernel and single-partition loop): logits against
+    its reference from the same words (exact int64 sums), candidates against the per-block
+    top-kcand of its own logits; every output written."""
     g = _kernel_or_skip()
     w = torch.randn(n, k) * 0.05
     w[: n // 3, : k // 5] *= 8.0  # groups of very different scales
     f = INTx.quantize(w, bits=bits, group_size=group)
     x = _x(m, k, seed=2, dtype=torch.bfloat16)
-    words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1], prmt=prmt)
-    codes, kw = (tile_stages(f.packed, words, block) if tiled else (f.packed, words))
-    out = g.coarse_wgmma(x.cuda(), codes.cuda(), kw.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, table_r=r.cuda(), ws=ws, prmt=prmt, unroll=unroll, tiled=tiled, nacc=nacc)
+    words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
+    out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
+                         write_logits=True, table_r=r.cuda(), ws=ws)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     q, sx = x_int8_reference(x)
     assert not torch.isnan(lg).any()
-    assert rel_err(lg, table_reference(f.packed, words, r, q, sx, bits, prmt=prmt)) < 1e-6
+    assert rel_err(lg, table_reference(f.packed, words, r, q, sx, bits)) < 1e-6
     cands = ref.block_candidates_reference(lg, None, block=block, kcand=kcand, write_logits=False)
     assert torch.equal(ck, cands.cand_key) and torch.equal(ci, cands.cand_idx)
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("prmt", [False, True])
-def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows(prmt):
+def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows():
     """Back-to-back calls with new x (nothing cached from the last one); an all-zero row of x gives
     zero logits and candidates ordered by token index."""
     g = _kernel_or_skip()
@@ -428,7 +368,7 @@ def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows(prmt):
     f = INTx.quantize(torch.randn(n, k) * 0.05, bits=2, group_size=64)
     words = wgmma_sz(f.scale, f.zero, 2, 64, f.packed.shape[1]).cuda()
     packed = f.packed.cuda()
-    twords, tr = wgmma_table(f.scale, f.zero, 2, 64, f.packed.shape[1], prmt=prmt)
+    twords, tr = wgmma_table(f.scale, f.zero, 2, 64, f.packed.shape[1])
     for seed in range(3):
         x = _x(6, k, seed=seed)
         x[4] = 0
@@ -437,14 +377,14 @@ def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows(prmt):
         assert rel_err(lg, (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T) < 1e-6
         assert (lg[4] == 0).all()
         lt = g.coarse_wgmma(x.cuda(), packed, twords.cuda(), n=n, bits=2, block=128, kcand=4, write_logits=True,
-                            table_r=tr.cuda(), prmt=prmt)[5].cpu()
-        assert rel_err(lt, table_reference(f.packed, twords, tr, q, sx, 2, prmt=prmt)) < 1e-6
+                            table_r=tr.cuda())[5].cpu()
+        assert rel_err(lt, table_reference(f.packed, twords, tr, q, sx, 2)) < 1e-6
         assert (lt[4] == 0).all()
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("bits,table,prmt", [(2, True, False), (2, True, True), (2, False, False), (4, False, False)])
-def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, prmt, monkeypatch):
+@pytest.mark.parametrize("bits,table", [(2, True), (2, False), (4, False)])
+def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, monkeypatch):
     """A fast DraftHead on the int8-wgmma pass (INT2: the whole-row variant and the per-group one):
     every row with a clear winner gets it, with exact values; the top-k values are the exact logits
     of the returned tokens; graph replay and torch.compile give the same answers."""
@@ -455,8 +395,6 @@ def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, prmt, monkeypat
     monkeypatch.setattr(ch, "WGMMA_TABLE_BITS", (2,) if table else ())
     from lowbit.ops.coarse_head import gluon_wgmma
 
-    monkeypatch.setattr(gluon_wgmma, "PRMT_DECODE", prmt)
-    monkeypatch.setattr(gluon_wgmma, "UNROLL_WS", prmt)  # the unrolled loop with the byte-permute decode
     calls = []
     real_fn = gluon_wgmma.coarse_wgmma
 

@@ -62,7 +62,6 @@ class CoarsePacking:
         self._mma = None
         self._wgmma = None
         self._wgmma_table = None
-        self._wgmma_table_prmt = None
         self.tensors = tuple(fmt._tensor_fields().values())
 
     @property
@@ -111,16 +110,12 @@ class CoarsePacking:
     def wgmma_table(self) -> tuple[torch.Tensor, torch.Tensor]:
         """INT2 only: the words and fp32 row units of the int8-wgmma pass's whole-row variant
         (``gluon_wgmma.wgmma_table``: group scales rounded to integer multiples of a row unit),
-        built on first use and kept (the bytes of :meth:`wgmma_words` plus 4 a row). The words follow
-        the kernel's decode (``gluon_wgmma.PRMT_DECODE``, read at the call: rebuilt if it changed)."""
-        from lowbit.ops.coarse_head import gluon_wgmma
+        built on first use and kept (the bytes of :meth:`wgmma_words` plus 4 a row)."""
+        if self._wgmma_table is None:
+            from lowbit.ops.coarse_head.gluon_wgmma import wgmma_table
 
-        prmt = gluon_wgmma.PRMT_DECODE
-        if self._wgmma_table is None or self._wgmma_table_prmt != prmt:
             f = self.fmt
-            self._wgmma_table = gluon_wgmma.wgmma_table(f.scale, f.zero, self.bits, self.group_size,
-                                                        f.packed.shape[1], prmt=prmt)
-            self._wgmma_table_prmt = prmt
+            self._wgmma_table = wgmma_table(f.scale, f.zero, self.bits, self.group_size, f.packed.shape[1])
         return self._wgmma_table
 
     def coef(self) -> torch.Tensor | None:

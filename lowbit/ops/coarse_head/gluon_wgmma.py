@@ -26,9 +26,10 @@ candidates contract as ``triton.py``'s ``_epilogue`` in fast mode.
 
 **Whole-row integer variant** (``TABLE``, INT2): the group scale is rounded to an integer multiple
 of one fp32 unit per token row, ``s_g ~= A_g r_n`` (:func:`wgmma_table`, ``|A_g (q - z_g)| <= 127``),
-so a code decodes straight to the int8 weight ``A_g (q - z_g)`` -- per 4 codes one IMAD
-``c A + (128 - z A)`` on the word (every byte stays in 1..254: no carries) and one XOR of the
-bias -- and the row's dot accumulates in int32 over all of K in one wgmma chain::
+so a code decodes straight to the int8 weight ``A_g (q - z_g)``: the group's 4 possible weights are
+the bytes of one word, and ``prmt`` picks 4 of them by 4 codes at once (``_prmt_word``: 9 ops for a
+packed word of 16 codes, the x tiles in the matching K order of ``x_int8.prmt_source``). The row's
+dot accumulates in int32 over all of K in one wgmma chain::
 
     logit[m, n] = sx[m] r[n] sum_k A_g(k) (q[n, k] - z[n, g(k)]) xq[m, k]
 
@@ -115,12 +116,11 @@ def table_coefficients(scale: torch.Tensor, zero: torch.Tensor, bits: int) -> tu
 
 
 def wgmma_table(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int,
-                ell: int, prmt: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                ell: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The whole-row variant's words and row units: (int32 [N, NS * 4], fp32 [N]). Word ``4 s + j``
-    of row n describes the group that plane j's stage s lies in (see :func:`table_coefficients`):
-    ``A | (128 - z A) << 8`` for the multiply decode, or with ``prmt`` the byte table of the
-    byte-permute decode, byte c (0..3) the int8 ``A (c - z)``; words j >= P are 0. Same bytes as
-    :func:`wgmma_sz`."""
+    of row n is the byte table of the group that plane j's stage s lies in (see
+    :func:`table_coefficients`): byte c (0..3) is the int8 weight ``A (c - z)`` of code c; words
+    j >= P are 0. Same bytes as :func:`wgmma_sz`."""
     if bits not in TABLE_BITS:
         raise ValueError(f"wgmma_table serves bits in {TABLE_BITS}, got {bits}")
     a, r = table_coefficients(scale, zero, bits)
@@ -130,40 +130,21 @@ def wgmma_table(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: 
     s_idx = torch.arange(ns, device=scale.device)
     words = torch.zeros(n, ns, 4, dtype=torch.int32, device=scale.device)
     z = zero.to(torch.int32)
-    if prmt:
-        packed = torch.zeros_like(a)
-        for c in range(1 << bits):
-            packed |= ((a * (c - z)) & 0xFF) << (8 * c)
-    else:
-        packed = a | ((128 - z * a) << 8)
+    packed = torch.zeros_like(a)
+    for c in range(1 << bits):
+        packed |= ((a * (c - z)) & 0xFF) << (8 * c)
     for j in range(p):
         g = (j * ell + _STAGE_BYTES * s_idx) // group_size  # [NS]
         words[:, :, j] = packed[:, g]
     return words.view(n, ns * 4), r
 
 
-def tile_stages(packed: torch.Tensor, words: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The stage-tiled copy of the codes and words (``TILED``): ``packed`` uint8 [N, L] and
-    ``words`` int32 [N, NS * 4] -> uint8 [NBLK * NS * block, 64] and int32 [NBLK * NS * block, 4],
-    rows ``(b NS + s) block + t`` = token ``b block + t``'s stage s (zero rows past N). So every
-    stage of a row block is one contiguous run (8 KB of codes at block 128) instead of ``block``
-    64-byte pieces one row stride apart."""
-    n, ell = packed.shape
-    ns = ell // _STAGE_BYTES
-    nblk = -(-n // block)
-    pad = nblk * block - n
-    p = torch.nn.functional.pad(packed, (0, 0, 0, pad)).view(nblk, block, ns, _STAGE_BYTES)
-    w = torch.nn.functional.pad(words, (0, 0, 0, pad)).view(nblk, block, ns, 4)
-    return (p.permute(0, 2, 1, 3).reshape(nblk * ns * block, _STAGE_BYTES).contiguous(),
-            w.permute(0, 2, 1, 3).reshape(nblk * ns * block, 4).contiguous())
-
-
 def table_reference(packed: torch.Tensor, words: torch.Tensor, r: torch.Tensor, xq: torch.Tensor,
-                    sx: torch.Tensor, bits: int, prmt: bool = False) -> torch.Tensor:
+                    sx: torch.Tensor, bits: int) -> torch.Tensor:
     """fp32 [M, N]: the whole-row variant's logits from exactly its operands -- the int8 weights
-    ``A (q - z)`` decoded from the words (``prmt``: byte tables, see :func:`wgmma_table`), their
-    int32 dot with ``xq`` int8 [M, K], times ``r[n] sx[m]`` (int64 sums, exact; the kernel's int32
-    sums agree while K 127^2 < 2^31)."""
+    ``A (q - z)`` looked up in the words' byte tables (:func:`wgmma_table`), their int32 dot with
+    ``xq`` int8 [M, K], times ``r[n] sx[m]`` (int64 sums, exact; the kernel's int32 sums agree
+    while K 127^2 < 2^31)."""
     from lowbit.formats.intx import unpack_planes
 
     n, ell = packed.shape
@@ -172,10 +153,7 @@ def table_reference(packed: torch.Tensor, words: torch.Tensor, r: torch.Tensor, 
     codes = unpack_planes(packed, bits).to(torch.int64)  # [N, P L]
     w4 = words.view(n, ell // _STAGE_BYTES, 4)[:, :, :p].to(torch.int64)  # [N, NS, P]
     per_k = w4.permute(0, 2, 1).repeat_interleave(_STAGE_BYTES, dim=2).reshape(n, p * ell)  # word of each K
-    if prmt:
-        wq = ((per_k >> (8 * codes)) & 0xFF).to(torch.uint8).view(torch.int8).to(torch.int64)
-    else:
-        wq = codes * (per_k & 0xFF) + ((per_k >> 8) & 0xFF) - 128  # = A (q - z)
+    wq = ((per_k >> (8 * codes)) & 0xFF).to(torch.uint8).view(torch.int8).to(torch.int64)  # = A (q - z)
     dot = xq.to(torch.int64) @ wq[:, :k].t()
     return dot.double().mul(sx.double()[:, None]).mul(r.double()[None, :]).float()
 
@@ -228,29 +206,20 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0,
                      STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, CH: gl.constexpr, pred,
-                     TABLE: gl.constexpr = False, NS=0, TILED: gl.constexpr = False):
+                     TABLE: gl.constexpr = False):
         """TMA of stage i (CH 64-byte chunks) into ring slot i % STAGES: codes [R, 64 CH]; per
         chunk the words [R, 4], the x tiles of the P planes [2 NB, 32] each and (not with TABLE,
-        which needs none) the x sums [4, NB]. TILED (CH = 1): codes and words in the stage-tiled
-        layout of :func:`tile_stages` (one contiguous box a stage; NS stages a row block)."""
+        which needs none) the x sums [4, NB]."""
         slot = i % STAGES
         bar = bars.index(slot)
         XB: gl.constexpr = x_desc.block_type.nbytes
         XSB: gl.constexpr = 0 if TABLE else xs_desc.block_type.nbytes
         nbytes: gl.constexpr = w_desc.block_type.nbytes + CH * (sz_desc.block_type.nbytes + P * XB + XSB)
         mbarrier.expect(bar, nbytes, pred=pred)
-        ROWS: gl.constexpr = w_desc.block_type.shape[0]
-        if TILED:
-            tma.async_copy_global_to_shared(w_desc, [row0 * NS + i * ROWS, 0], bar, w_bufs.index(slot), pred)
-        else:
-            tma.async_copy_global_to_shared(w_desc, [row0, i * (64 * CH)], bar, w_bufs.index(slot), pred)
+        tma.async_copy_global_to_shared(w_desc, [row0, i * (64 * CH)], bar, w_bufs.index(slot), pred)
         for ch in gl.static_range(CH):
             c = i * CH + ch  # global 64-byte chunk
-            if TILED:
-                tma.async_copy_global_to_shared(sz_desc, [row0 * NS + c * ROWS, 0], bar, sz_bufs.index(slot * CH + ch),
-                                                pred)
-            else:
-                tma.async_copy_global_to_shared(sz_desc, [row0, c * 4], bar, sz_bufs.index(slot * CH + ch), pred)
+            tma.async_copy_global_to_shared(sz_desc, [row0, c * 4], bar, sz_bufs.index(slot * CH + ch), pred)
             for j in gl.static_range(P):
                 tma.async_copy_global_to_shared(x_desc, [(c * P + j) * 2 * NB, 0], bar,
                                                 x_bufs.index((slot * CH + ch) * P + j), pred)
@@ -315,28 +284,9 @@ if _GLUON_IMPORT_ERROR is None:
                     acc = _retire_plane(acc, d, words[j], xs_rows.index(4 * u + j).load(col_l), row_l, MAGIC)
         return acc
 
-    @gluon.constexpr_function
-    def _table_asm(J):
-        """PTX of the whole-row decode of plane J (INT2): c = the plane's 4 codes of the word $1,
-        then ``(c A + K) ^ 0x80808080`` with A = $2 and K = $6 (the byte 128 - z A in all four
-        bytes): each byte ``(c - z) A + 128`` lies in 1..254, so the IMAD carries nothing across
-        bytes, and the XOR turns the biased byte into the int8 ``(c - z) A``."""
-        codes = "and.b32 c, $1, 0x03030303;" if J == 0 else f"shr.u32 c, $1, {2 * J}; and.b32 c, c, 0x03030303;"
-        return "{.reg .b32 c; " + codes + " mad.lo.u32 c, c, $2, $6; xor.b32 $0, c, 0x80808080;}"
-
-    # out, the packed codes, then A and K as int32 (4 registers each under pack = 4, all equal)
-    _TABLE_CONSTRAINTS = gl.constexpr("=r,r,r,r,r,r,r,r,r,r")
-
-    @gluon.jit
-    def _table_plane(q, aw, kw, J: gl.constexpr):
-        """Plane J's int8 weights ``A (q - z)`` of the packed bytes ``q`` (uint8 [R, 32]); ``aw`` /
-        ``kw`` int32 [R, 1]: the row's A and its K byte replicated."""
-        return gl.inline_asm_elementwise(_table_asm(J), _TABLE_CONSTRAINTS, [q, aw, kw], dtype=gl.int8,
-                                         is_pure=True, pack=4)
-
     # The byte-permute decode (INT2): one packed word (16 codes: 4 bytes x 4 planes) -> 4 registers
     # of int8 weights. Selector nibbles are the word's 2-bit fields: ``w & 0x33333333`` leaves in
-    # nibble 2i the plane-0 code of byte i and in nibble 2i + 1 its plane-2 code; OR-ing 0x4 into
+    # nibble 2i the plane-0 code of byte i and in nibble 2i + 1 its plane-2 code; OR-ing 0x4 into (one lop3)
     # the odd nibbles points those at the second table (bytes 4..7 of prmt's pair). prmt reads the
     # low 16 bits of its selector (bytes 0, 1 of the word), so a shift by 16 gives bytes 2, 3 and
     # a shift by 2 first the planes 1 / 3. Outputs: $0 bytes 0, 1 x planes 0, 2 (tables $5, $9),
@@ -354,17 +304,18 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _prmt_word(q, t0, t2, t1, t3):
         """The 4 int8 weight tensors (each like ``q``, uint8 [R, 32]) of the packed bytes ``q``; ``t*``
-        int32 [R, 1]: the row's byte tables of planes 0..3 (:func:`wgmma_table` with ``prmt``)."""
+        int32 [R, 1]: the row's byte tables of planes 0..3 (:func:`wgmma_table`)."""
         return gl.inline_asm_elementwise(_PRMT_ASM, _PRMT_CONSTRAINTS, [q, t0, t2, t1, t3],
                                          dtype=(gl.int8, gl.int8, gl.int8, gl.int8), is_pure=True, pack=4)
 
     @gluon.jit
     def _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB: gl.constexpr, W: gl.constexpr,
-                         P: gl.constexpr, CH: gl.constexpr, PRMT: gl.constexpr = False):
-        """acc (int32) += the CH chunks x P planes of the stage in ``slot``, whole-row variant: one
-        wgmma chain, plane j + 1 decoded while plane j's two wgmmas run; all retired on return
-        (the caller refills the slot next). PRMT: the byte-permute decode (x tiles in its order),
-        each half's 4 registers of weights from one ``_prmt_word`` and issued as 4 wgmmas."""
+                         P: gl.constexpr, CH: gl.constexpr):
+        """acc (int32) += the CH chunks of the stage in ``slot``, whole-row variant: per chunk both
+        32-byte halves decoded (``_prmt_word``: 4 registers of weights each) before the first of its
+        8 wgmmas is issued -- ptxas serializes wgmmas whose register inputs are defined after the
+        first one starts (C7513) -- then one wgmma chain; all retired on return (the caller
+        refills the slot next)."""
         mma: gl.constexpr = acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         c_l: gl.constexpr = _codes_layout(W)
@@ -372,29 +323,17 @@ if _GLUON_IMPORT_ERROR is None:
         wb = w_bufs.index(slot)
         for ch in gl.static_range(CH):
             u = slot * CH + ch
-            q0 = wb.slice(64 * ch, 32, dim=1).load(c_l)
-            q1 = wb.slice(64 * ch + 32, 32, dim=1).load(c_l)
             words = four(sz_bufs.index(u).load(row_words_layout(W)))
-            if PRMT:
-                t0 = gl.expand_dims(gl.convert_layout(words[0], r_l, assert_trivial=True), 1)
-                t1 = gl.expand_dims(gl.convert_layout(words[1], r_l, assert_trivial=True), 1)
-                t2 = gl.expand_dims(gl.convert_layout(words[2], r_l, assert_trivial=True), 1)
-                t3 = gl.expand_dims(gl.convert_layout(words[3], r_l, assert_trivial=True), 1)
-                for h in gl.static_range(2):
-                    v = _prmt_word(q0 if h == 0 else q1, t0, t2, t1, t3)
-                    for j in gl.static_range(4):
-                        a = gl.convert_layout(v[j], a_l, assert_trivial=True)
-                        acc = warpgroup_mma(a, xt_bufs.index(2 * (u * P + j) + h).permute((1, 0)), acc, is_async=True)
-            else:
-                for j in gl.static_range(P):
-                    wj = gl.convert_layout(words[j], r_l, assert_trivial=True)
-                    aw = gl.expand_dims(wj & 0xFF, 1)
-                    kw = gl.expand_dims(((wj >> 8) & 0xFF) * 0x01010101, 1)
-                    a0 = gl.convert_layout(_table_plane(q0, aw, kw, j), a_l, assert_trivial=True)
-                    a1 = gl.convert_layout(_table_plane(q1, aw, kw, j), a_l, assert_trivial=True)
-                    acc = warpgroup_mma(a0, xt_bufs.index(2 * (u * P + j)).permute((1, 0)), acc, is_async=True)
-                    acc = warpgroup_mma(a1, xt_bufs.index(2 * (u * P + j) + 1).permute((1, 0)), acc, is_async=True)
-                    acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc,))
+            t0 = gl.expand_dims(gl.convert_layout(words[0], r_l, assert_trivial=True), 1)
+            t1 = gl.expand_dims(gl.convert_layout(words[1], r_l, assert_trivial=True), 1)
+            t2 = gl.expand_dims(gl.convert_layout(words[2], r_l, assert_trivial=True), 1)
+            t3 = gl.expand_dims(gl.convert_layout(words[3], r_l, assert_trivial=True), 1)
+            v0 = _prmt_word(wb.slice(64 * ch, 32, dim=1).load(c_l), t0, t2, t1, t3)
+            v1 = _prmt_word(wb.slice(64 * ch + 32, 32, dim=1).load(c_l), t0, t2, t1, t3)
+            for h in gl.static_range(2):
+                for j in gl.static_range(4):
+                    a = gl.convert_layout((v0 if h == 0 else v1)[j], a_l, assert_trivial=True)
+                    acc = warpgroup_mma(a, xt_bufs.index(2 * (u * P + j) + h).permute((1, 0)), acc, is_async=True)
         return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
@@ -402,13 +341,12 @@ if _GLUON_IMPORT_ERROR is None:
                              NS, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                              KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
                              PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, CH: gl.constexpr = 1,
-                             TABLE: gl.constexpr = False, PRMT: gl.constexpr = False, TILED: gl.constexpr = False):
+                             TABLE: gl.constexpr = False):
         """Program b: tokens R b .. R b + R - 1 (R = 16 W) against the NB rows of x; writes the
         block's KCAND candidates of every row m < M (``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND])
         and, if WRITE_LOGITS, its coarse logits into ``lg`` fp32 [M, N]. TABLE: the whole-row
-        variant (``sz_desc`` holds :func:`wgmma_table`'s words, ``r_ptr`` its fp32 [N] units); PRMT
-        its byte-permute decode (byte-table words, x tiles in ``x_int8.prmt_source`` order); TILED
-        codes and words in the layout of :func:`tile_stages`."""
+        variant (``sz_desc`` holds :func:`wgmma_table`'s words, ``r_ptr`` its fp32 [N] units; x tiles
+        in ``x_int8.prmt_source`` order)."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
@@ -429,17 +367,17 @@ if _GLUON_IMPORT_ERROR is None:
 
         for i in gl.static_range(STAGES - 1):
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0, STAGES,
-                         P, NB, CH, i < NS, TABLE, NS, TILED)
+                         P, NB, CH, i < NS, TABLE)
         acc = gl.zeros([R, NB], gl.int32 if TABLE else gl.float32, mma)
         for i in range(0, NS):
             # slot (i - 1) % STAGES was read by stage i - 1: once every warp is past it, refill it
             gl.thread_barrier()
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i + STAGES - 1,
-                         row0, STAGES, P, NB, CH, i + STAGES - 1 < NS, TABLE, NS, TILED)
+                         row0, STAGES, P, NB, CH, i + STAGES - 1 < NS, TABLE)
             slot = i % STAGES
             mbarrier.wait(bars.index(slot), (i // STAGES) & 1)
             if TABLE:
-                acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, CH, PRMT)
+                acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, CH)
             else:
                 acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB, W, P, BITS, CH, PIPE, MAGIC)
         for i in gl.static_range(STAGES):
@@ -483,100 +421,30 @@ if _GLUON_IMPORT_ERROR is None:
 
     # ---------------------------------------------------- whole-row variant, warp-specialized
     @gluon.jit
-    def _wait_accs(a0, a1, a2, a3, n: gl.constexpr, NACC: gl.constexpr):
-        """``warpgroup_mma_wait(n)`` over the NACC accumulators in use (the rest pass through)."""
-        if NACC == 1:
-            a0 = warpgroup_mma_wait(num_outstanding=n, deps=(a0,))
-        elif NACC == 2:
-            a0, a1 = warpgroup_mma_wait(num_outstanding=n, deps=(a0, a1))
-        else:
-            a0, a1, a2, a3 = warpgroup_mma_wait(num_outstanding=n, deps=(a0, a1, a2, a3))
-        return a0, a1, a2, a3
-
-    @gluon.jit
-    def _issue_stage_prmt(a0, a1, a2, a3, w_bufs, sz_bufs, xt_bufs, slot: gl.constexpr, NB: gl.constexpr,
-                          W: gl.constexpr, P: gl.constexpr, NACC: gl.constexpr):
-        """Start the 8 wgmmas of the stage in ``slot`` (byte-permute decode, one chunk), register j
-        of each half into accumulator ``j % NACC``: independent accumulators let the tensor core
-        overlap them instead of running one dependent chain. Nothing is waited for."""
-        mma: gl.constexpr = acc_layout(NB, W)
-        a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
-        c_l: gl.constexpr = _codes_layout(W)
-        r_l: gl.constexpr = gl.SliceLayout(1, c_l)
-        wb = w_bufs.index(slot)
-        words = four(sz_bufs.index(slot).load(row_words_layout(W)))
-        t0 = gl.expand_dims(gl.convert_layout(words[0], r_l, assert_trivial=True), 1)
-        t1 = gl.expand_dims(gl.convert_layout(words[1], r_l, assert_trivial=True), 1)
-        t2 = gl.expand_dims(gl.convert_layout(words[2], r_l, assert_trivial=True), 1)
-        t3 = gl.expand_dims(gl.convert_layout(words[3], r_l, assert_trivial=True), 1)
-        # every A register decoded before the first wgmma: ptxas serializes wgmmas whose inputs are
-        # defined by other instructions after the first of them is issued
-        v0 = _prmt_word(wb.slice(0, 32, dim=1).load(c_l), t0, t2, t1, t3)
-        v1 = _prmt_word(wb.slice(32, 32, dim=1).load(c_l), t0, t2, t1, t3)
-        for h in gl.static_range(2):
-            for j in gl.static_range(4):
-                a = gl.convert_layout((v0 if h == 0 else v1)[j], a_l, assert_trivial=True)
-                b = xt_bufs.index(2 * (slot * P + j) + h).permute((1, 0))
-                if j % NACC == 0:
-                    a0 = warpgroup_mma(a, b, a0, is_async=True)
-                elif j % NACC == 1:
-                    a1 = warpgroup_mma(a, b, a1, is_async=True)
-                elif j % NACC == 2:
-                    a2 = warpgroup_mma(a, b, a2, is_async=True)
-                else:
-                    a3 = warpgroup_mma(a, b, a3, is_async=True)
-        return a0, a1, a2, a3
-
-    @gluon.jit
     def _ws_table_consumer(w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
                            NBLK, NS, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
-                           WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRMT: gl.constexpr,
-                           UNROLL: gl.constexpr, NACC: gl.constexpr):
+                           WRITE_LOGITS: gl.constexpr, W: gl.constexpr):
         """Default partition (W warps): per stage, wait for its TMA, run the whole-row decode and
-        wgmma chain, hand the slot back (partition barrier, one arrive); then the epilogue.
-        UNROLL: the loop unrolled by the ring, so every slot's shared-memory addresses (the wgmma
-        descriptors) are compile-time constants instead of arithmetic on ``i % STAGES``. NACC > 0
-        (with UNROLL and PRMT): ``_issue_stage_prmt`` into NACC accumulators. (Releasing a slot one
-        stage late, so its wgmmas run on while the next stage is decoded, is what ptxas forbids
-        for register A operands: it then serializes every wgmma, C7513.)"""
+        wgmma chain, hand the slot back (partition barrier, one arrive); then the epilogue. The
+        loop is unrolled by the ring, so every slot's shared-memory addresses (the wgmma
+        descriptors) are compile-time constants instead of arithmetic on ``i % STAGES``.
+
+        Not done, and why: releasing a slot one stage late (its wgmmas running on while the next
+        stage is decoded) is what ptxas forbids for register A operands -- it then serializes
+        every wgmma (C7513); 2 or 4 independent accumulators measured within 1% (session 19)."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         pid = gl.program_id(0)
         row0 = pid * R
         acc = gl.zeros([R, NB], gl.int32, mma)
-        if NACC > 0:
-            a0 = acc
-            a1 = gl.zeros([R, NB], gl.int32, mma)
-            a2 = gl.zeros([R, NB], gl.int32, mma)
-            a3 = gl.zeros([R, NB], gl.int32, mma)
-            for i0 in range(0, NS, STAGES):
-                phase = (i0 // STAGES) & 1
-                for slot in gl.static_range(STAGES):
-                    if i0 + slot < NS:
-                        mbarrier.wait(ready.index(slot), phase)
-                        a0, a1, a2, a3 = _issue_stage_prmt(a0, a1, a2, a3, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P,
-                                                           NACC)
-                        a0, a1, a2, a3 = _wait_accs(a0, a1, a2, a3, 0, NACC)
-                        gl.thread_barrier()
-                        mbarrier.arrive(empty.index(slot))
-            a0, a1, a2, a3 = _wait_accs(a0, a1, a2, a3, 0, NACC)
-            acc = a0 + a1 + a2 + a3
-        elif UNROLL:
-            for i0 in range(0, NS, STAGES):
-                phase = (i0 // STAGES) & 1
-                for slot in gl.static_range(STAGES):
-                    if i0 + slot < NS:
-                        mbarrier.wait(ready.index(slot), phase)
-                        acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, 1, PRMT)
-                        gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
-                        mbarrier.arrive(empty.index(slot))
-        else:
-            for i in range(0, NS):
-                slot = i % STAGES
-                mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
-                acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, 1, PRMT)
-                gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
-                mbarrier.arrive(empty.index(slot))
+        for i0 in range(0, NS, STAGES):
+            phase = (i0 // STAGES) & 1
+            for slot in gl.static_range(STAGES):
+                if i0 + slot < NS:
+                    mbarrier.wait(ready.index(slot), phase)
+                    acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, 1)
+                    gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
+                    mbarrier.arrive(empty.index(slot))
         sx = gl.load(sx_ptr + gl.arange(0, NB, layout=gl.SliceLayout(0, mma)))
         rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, mma))
         r = gl.load(r_ptr + rows, mask=rows < N, other=0.0)
@@ -585,8 +453,7 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _ws_table_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NS,
-                           STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr,
-                           TILED: gl.constexpr):
+                           STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr):
         """Worker partition (1 warp): the TMA of stage i into slot i % STAGES once the consumers
         released it (free on the first lap: a wait on parity 1 of a fresh mbarrier returns at once)."""
         row0 = gl.program_id(0) * R
@@ -594,14 +461,12 @@ if _GLUON_IMPORT_ERROR is None:
             slot = i % STAGES
             mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i, row0, STAGES,
-                         P, NB, 1, True, True, NS, TILED)
+                         P, NB, 1, True, True)
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
     def _coarse_table_ws_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
                                 NS, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
-                                WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                                PRMT: gl.constexpr = False, UNROLL: gl.constexpr = False,
-                                TILED: gl.constexpr = False, NACC: gl.constexpr = 0):
+                                WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr):
         """The whole-row variant of ``_coarse_wgmma_kernel`` (same arguments, CH = 1) with its TMA
         issued by a 1-warp producer partition (``ready`` / ``empty`` mbarrier pair per slot): the
         consumer warps' stage loop carries no TMA issue and one partition barrier instead of a
@@ -621,9 +486,9 @@ if _GLUON_IMPORT_ERROR is None:
         fence_async_shared()
         gl.warp_specialize([
             (_ws_table_consumer, (w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
-                                  NBLK, NS, NB, P, STAGES, KCAND, WRITE_LOGITS, W, PRMT, UNROLL, NACC)),
+                                  NBLK, NS, NB, P, STAGES, KCAND, WRITE_LOGITS, W)),
             (_ws_table_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NS,
-                                  STAGES, P, NB, R, TILED)),
+                                  STAGES, P, NB, R)),
         ], [1], [PRODUCER_REGS])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
@@ -648,17 +513,9 @@ MAGIC = False
 #: vs 100 us, M = 16 93-95 vs 109, M = 32 117 vs 128; M = 64 186 (uncapped, one CTA an SM) - 213
 #: (capped) vs 178
 WS_TABLE_MAX_NB = 32
-#: registers of that producer warp
+#: registers of that producer warp (Gluon pads its partition to a warpgroup: a CTA of 8 consumer
+#: warps is 384 threads, two CTAs an SM at 64-85 registers)
 PRODUCER_REGS = 40
-#: the whole-row variant's decode: the byte permute (``_prmt_word``, 9 ops for 16 codes, byte-table
-#: words) instead of the multiply (``_table_plane``, 15 ops); the words (:func:`wgmma_table`'s
-#: ``prmt``) and the x tiles' K order follow it
-PRMT_DECODE = False
-#: the warp-specialized kernel's stage loop unrolled by the ring (``_ws_table_consumer``'s UNROLL)
-UNROLL_WS = False
-#: the warp-specialized byte-permute kernel's independent accumulators (0: the plain loop;
-#: ``_ws_table_consumer``'s NACC)
-NACC_WS = 0
 #: longest padded K of the whole-row variant: its int32 sums of |A (q - z) xq| <= 127^2 stay exact
 TABLE_MAX_K = 131072
 #: ring slots per M band (NB): the x tiles grow with NB, so fewer slots keep two CTAs an SM
@@ -674,8 +531,8 @@ MAXNREG: dict = {64: 128}
 #: 8-warp CTAs an SM; the cap of ``MAXNREG`` spills there, offline sm_90 compile)
 MAXNREG_TABLE: dict = {}
 #: ``maxnreg`` per NB of the warp-specialized whole-row kernel (offline sm_90 compile: uncapped
-#: it takes 168 registers, one CTA an SM; 64 spill nothing up to NB = 32 -- 3 / 3 / 2 CTAs an SM by
-#: registers and shared memory -- and 96 at NB = 64 spills 72 bytes for two CTAs an SM)
+#: it takes 168 registers, one CTA an SM; 64 spill nothing up to NB = 32 -- two CTAs of 384
+#: threads an SM, ncu session 19 -- and 96 at NB = 64 spills 72 bytes for two CTAs an SM)
 MAXNREG_WS: dict = {8: 64, 16: 64, 32: 64, 64: 96}  # 64 and 80 timed alike at M = 8..32
 
 
@@ -691,8 +548,7 @@ def _layouts(rows: int, nb: int, ch: int = 1):
 def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: int, bits: int, block: int,
                  kcand: int, write_logits: bool, table_r: torch.Tensor | None = None, stages: int | None = None,
                  pipe: bool | None = None, magic: bool | None = None, chunks: int | None = None,
-                 maxnreg: int | None = None, ws: bool | None = None, prmt: bool | None = None,
-                 unroll: bool | None = None, tiled: bool = False, nacc: int | None = None):
+                 maxnreg: int | None = None, ws: bool | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
@@ -701,12 +557,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     ``pipe`` / ``magic`` / ``chunks`` / ``maxnreg`` override the defaults (``_STAGES``, ``PIPE``,
     ``MAGIC``, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE`` / ``MAXNREG_WS``; ``maxnreg=0``: no cap) for tuning; ``ws``
     (default: NB <= ``WS_TABLE_MAX_NB``) the whole-row variant's warp-specialized kernel (one chunk a
-    stage); ``prmt`` (default ``PRMT_DECODE``) its byte-permute decode -- the words must be
-    :func:`wgmma_table`'s of the same ``prmt``; ``unroll`` (default ``UNROLL_WS``) the
-    warp-specialized kernel's ring-unrolled loop. ``tiled``: ``packed`` / ``sz`` are
-    :func:`tile_stages`'s copies for this ``block`` (one chunk a stage; ``L`` from their height).
-    ``nacc`` (0, 1, 2, 4; default ``NACC_WS``): the warp-specialized byte-permute kernel's
-    independent accumulators (> 0 needs ``prmt`` and the unrolled loop)."""
+    stage)."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -714,12 +565,6 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
         raise RuntimeError(f"coarse_wgmma needs triton.experimental.gluon: {_GLUON_IMPORT_ERROR}")
     m, k = x.shape
     ell = packed.shape[1]
-    if tiled:
-        nblk_t = -(-n // block)
-        if packed.shape[1] != _STAGE_BYTES or packed.shape[0] % (nblk_t * block) or sz.shape != (packed.shape[0], 4):
-            raise ValueError(f"coarse_wgmma(tiled=True) takes tile_stages' copies for N = {n}, block {block}; got "
-                             f"codes {tuple(packed.shape)}, words {tuple(sz.shape)}")
-        ell = packed.shape[0] // (nblk_t * block) * _STAGE_BYTES
     p = 8 // bits
     if bits not in WGMMA_BITS or not 1 <= m <= WGMMA_MAX_M or block not in (64, 128) or ell % _STAGE_BYTES:
         raise ValueError(f"coarse_wgmma serves bits in {WGMMA_BITS}, 1 <= M <= {WGMMA_MAX_M}, block 64 / 128 and "
@@ -738,13 +583,12 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     ch = CHUNKS if chunks is None else chunks
     if ch not in (1, 2):
         raise ValueError(f"coarse_wgmma chunks must be 1 or 2, got {chunks}")
-    if (ell // _STAGE_BYTES) % ch or tiled:
+    if (ell // _STAGE_BYTES) % ch:
         ch = 1
     ns = ell // _STAGE_BYTES // ch
     w = block // 16
     nblk = -(-n // block)
-    prmt = table and (PRMT_DECODE if prmt is None else prmt)
-    xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=prmt)
+    xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=table)  # the whole-row decode's K order
     cand_key, cand_lb, cand_idx, block_lb, block_rest, logits = coarse_outputs(m, n, nblk, kcand, False,
                                                                                write_logits, x.device)
     w_l, sz_l, x_l, xs_l = _layouts(block, nb, ch)
@@ -756,23 +600,17 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     use_ws = table and (nb <= WS_TABLE_MAX_NB if ws is None else ws)
     cap = maxnreg if maxnreg is not None else (MAXNREG_WS if use_ws else MAXNREG_TABLE if table else MAXNREG).get(nb)
     reg = {"maxnreg": cap} if cap else {}
-    unroll = UNROLL_WS if unroll is None else unroll
-    nacc = NACC_WS if nacc is None else nacc
-    if nacc not in (0, 1, 2, 4) or nacc and not (prmt and unroll):
-        raise ValueError(f"coarse_wgmma: nacc in (0, 1, 2, 4), > 0 only with prmt and unroll; got nacc={nacc}, "
-                         f"prmt={prmt}, unroll={unroll}")
     if use_ws:
         if ch != 1:
             raise ValueError(f"coarse_wgmma: the warp-specialized whole-row kernel takes one chunk a stage, got {ch}")
         _coarse_table_ws_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r, cand_key, cand_idx,
                                          logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, STAGES=st,
                                          KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
-                                         PRMT=prmt, UNROLL=unroll, TILED=tiled, NACC=nacc,
                                          num_warps=w, **reg)
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
     _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
-                                  CH=ch, TABLE=table, PRMT=prmt, TILED=tiled, num_warps=w, **reg)
+                                  CH=ch, TABLE=table, num_warps=w, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
