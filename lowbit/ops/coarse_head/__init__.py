@@ -281,8 +281,9 @@ WGMMA_M_RANGE: dict = {2: (1, 64), 4: (5, 64)}
 #: exact scales (H200, 8192 real hidden states, INT2 g64 k8 r64: argmax agreement 94.055% vs
 #: 94.019%, recall@16 67.17% vs 67.22%; ``scripts/sim_table_coarse.py`` on the CPU agrees). H200,
 #: 124160 x 5120, fast argmax: 94.2 / 106.7 / 130.1 / 196.7 us at M = 1 / 16 / 32 / 64 against
-#: 110.6 / 132.2 / 170.6 / 273.3 per group (docs/draft_head.md, "Eighteenth session"). Empty: the
-#: per-group pass everywhere.
+#: 110.6 / 132.2 / 170.6 / 273.3 per group (docs/draft_head.md, "Eighteenth session"); with the
+#: byte-permute decode 91.3 / 103.5 / 129.8 / 191.0 ("Nineteenth session"). Empty: the per-group
+#: pass everywhere.
 WGMMA_TABLE_BITS: tuple = (2,)
 
 
