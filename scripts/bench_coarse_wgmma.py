@@ -27,19 +27,24 @@ from head_bench import RecordLog, random_head  # noqa: E402
 
 
 def _paths():
-    """(name, WGMMA_M_RANGE, WGMMA_TABLE_BITS) of the dispatches compared: the int8-wgmma pass at
-    every M as its whole-row variant ("table", INT2 only) and per group ("wgmma"), and none
-    ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
+    """(name, WGMMA_M_RANGE, WGMMA_TABLE_BITS, PERSIST_WS) of the dispatches compared: the
+    int8-wgmma pass at every M as its whole-row variant ("table", INT2 only; "persist": its
+    warp-specialized kernel persistent) and per group ("wgmma"), and none ("previous": the
+    mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import TABLE_BITS, WGMMA_BITS
 
     every = {b: (1, 64) for b in WGMMA_BITS}
-    return (("table", every, TABLE_BITS), ("wgmma", every, ()), ("previous", {}, ()))
+    return (("persist", every, TABLE_BITS, True), ("table", every, TABLE_BITS, False), ("wgmma", every, (), False),
+            ("previous", {}, (), False))
 
 
-def _set_path(ch, rng: dict, table_bits: tuple) -> None:
+def _set_path(ch, rng: dict, table_bits: tuple, persist: bool) -> None:
+    from lowbit.ops.coarse_head import gluon_wgmma
+
     ch.WGMMA_M_RANGE.clear()
     ch.WGMMA_M_RANGE.update(rng)
     ch.WGMMA_TABLE_BITS = table_bits
+    gluon_wgmma.PERSIST_WS = persist
 
 
 def main() -> int:
@@ -63,9 +68,11 @@ def main() -> int:
     bw = copy_bandwidth_gbps()
     log({"copy_gbps": round(bw, 1)})
     paths = _paths()
-    default = (dict(ch.WGMMA_M_RANGE), ch.WGMMA_TABLE_BITS)
+    from lowbit.ops.coarse_head import gluon_wgmma
+
+    default = (dict(ch.WGMMA_M_RANGE), ch.WGMMA_TABLE_BITS, gluon_wgmma.PERSIST_WS)
     if args.no_previous:
-        paths = paths[:2]
+        paths = paths[:3]
     ms = [int(v) for v in args.ms.split(",")]
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.split("x"))
@@ -81,10 +88,10 @@ def main() -> int:
             for bits, h in heads.items():
                 p = h._ensure_packed()
                 floor = p.nbytes / (bw * 1e3)
-                for name, rng, tb in paths:
-                    if name == "table" and bits not in tb:
+                for name, rng, tb, persist in paths:
+                    if tb and bits not in tb:
                         continue
-                    _set_path(ch, rng, tb)
+                    _set_path(ch, rng, tb, persist)
                     try:
                         ids = h.argmax(x)
                         ta = time_us(lambda: h.argmax(x), graph=True)
@@ -117,10 +124,10 @@ def main() -> int:
                 h = DraftHead(w, bits=bits, mode="fast", kcand=kc, rerank=r)
                 for m in (16, 64):
                     t_lin = time_us(lambda: F.linear(hidden[:m], w).argmax(-1), graph=True)
-                    for name, rng, tb in paths:
-                        if name == "table" and bits not in tb:
+                    for name, rng, tb, persist in paths:
+                        if tb and bits not in tb:
                             continue
-                        _set_path(ch, rng, tb)
+                        _set_path(ch, rng, tb, persist)
                         agree = rec = 0
                         for s0 in range(0, hidden.shape[0] - m + 1, m):
                             xb = hidden[s0:s0 + m]

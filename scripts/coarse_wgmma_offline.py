@@ -77,13 +77,13 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
                 xs_desc=TensorDescriptor.from_tensor(xs, [4, nb], xs_l),
                 sx_ptr=torch.empty(nb), r_ptr=torch.empty(n), ck_ptr=torch.empty(nb, nblk * kcand),
                 ci_ptr=torch.empty(nb, nblk * kcand, dtype=torch.int64), lg_ptr=torch.empty(1),
-                M=nb, N=n, NBLK=nblk, NS=ns // ch)
+                M=nb, N=n, NBLK=nblk, NS=ns // ch, **({"GRID": nblk} if table == "ws" else {}))
     w = block // 16
     reg = {"maxnreg": maxnreg} if maxnreg else {}
     if table == "ws":  # the warp-specialized whole-row kernel
         constexprs = dict(NB=nb, P=p, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w,
                           PRODUCER_REGS=g.PRODUCER_REGS)
-        return compile_gluon_sm90(g._coarse_table_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS"},
+        return compile_gluon_sm90(g._coarse_table_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS", "GRID"},
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
                       MAGIC=magic, CH=ch, TABLE=table)

@@ -1,6 +1,6 @@
 """Sweep the int8-wgmma coarse pass's launch options on the H200 (same run, CUDA-graph replay):
 ``pipe`` x ``magic`` x ``stages`` x ``block`` x ``chunks`` x ``maxnreg`` x ``table`` (the whole-row
-variant, INT2) per M, on a 124160 x 5120 head (random rows, g64).
+variant, INT2) x ``ws`` x ``persist`` per M, on a 124160 x 5120 head (random rows, g64).
 
     python3 scripts/tune_coarse_wgmma.py [--json $OUT/tune.json] [--ms 1,4,16,64] [--bits 2,4]
 
@@ -35,6 +35,7 @@ def main() -> int:
     ap.add_argument("--maxnreg", default="-1", help="-1: the module default (MAXNREG), 0: no cap")
     ap.add_argument("--table", default="0", help="1: the whole-row variant (INT2 only)")
     ap.add_argument("--ws", default="1", help="the whole-row variant warp-specialized (1) or not (0)")
+    ap.add_argument("--persist", default="0", help="the warp-specialized kernel persistent (1) or not (0)")
     args = ap.parse_args()
     import torch
 
@@ -59,18 +60,23 @@ def main() -> int:
             tp = time_us(lambda: x_int8_tiles(x, ell, 8 // bits, nb), graph=True)
             log({"bits": bits, "M": m, "x_prep_us": round(tp, 2), "floor_us": round(floor, 1)})
             ints = lambda s: [int(v) for v in s.split(",")]  # noqa: E731
-            for table, ws, block, st, pipe, magic, chunks, reg in itertools.product(
-                    [t for t in ints(args.table) if t in words], ints(args.ws), ints(args.blocks), ints(args.stages),
+            for table, ws, persist, block, st, pipe, magic, chunks, reg in itertools.product(
+                    [t for t in ints(args.table) if t in words], ints(args.ws), ints(args.persist), ints(args.blocks),
+                    ints(args.stages),
                     [bool(v) for v in ints(args.pipe)], [bool(v) for v in ints(args.magic)], ints(args.chunks),
                     ints(args.maxnreg)):
                 if table and (pipe or magic) or (ws and (not table or chunks != 1)):
                     continue  # the whole-row variant has neither; the warp-specialized one is whole-row, 1 chunk
+                if persist and not ws:
+                    continue  # only the warp-specialized kernel persists
                 if not table and ws != int(args.ws.split(",")[0]):
                     continue  # the per-group variant once
                 sz, r = words[table]
                 kw = dict(n=N, bits=bits, block=block, kcand=8, write_logits=False, table_r=r, stages=st, pipe=pipe,
-                          magic=magic, chunks=chunks, maxnreg=reg if reg >= 0 else None, ws=bool(ws))
-                rec = {"bits": bits, "M": m, "table": table, "ws": ws if table else 0, "block": block, "stages": st, "pipe": pipe,
+                          magic=magic, chunks=chunks, maxnreg=reg if reg >= 0 else None, ws=bool(ws),
+                          persist=bool(persist))
+                rec = {"bits": bits, "M": m, "table": table, "ws": ws if table else 0, "persist": persist, "block": block,
+                       "stages": st, "pipe": pipe,
                        "magic": magic, "chunks": chunks, "maxnreg": reg}
                 try:
                     coarse_wgmma(x, f.packed, sz, **kw)

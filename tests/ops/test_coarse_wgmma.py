@@ -337,20 +337,23 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, bits, group, n, k, m, bloc
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws", [True, False])
+@pytest.mark.parametrize("ws,persist", [(True, False), (False, False), (True, True)])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[0] == 2])
-def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m, block, kcand, ws):
-    """The whole-row variant (warp-specialized kernel and single-partition loop): logits against
-    its reference from the same words (exact int64 sums), candidates against the per-block
-    top-kcand of its own logits; every output written."""
+def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, ws,
+                                              persist):
+    """The whole-row variant (warp-specialized kernel, also persistent -- here on 2 "SMs", so each
+    program loops over many row blocks where the ring divides the stages -- and the
+    single-partition loop): logits against its reference from the same words (exact int64 sums),
+    candidates against the per-block top-kcand of its own logits; every output written."""
     g = _kernel_or_skip()
+    monkeypatch.setattr(g, "_sm_count", lambda device: 2)
     w = torch.randn(n, k) * 0.05
     w[: n // 3, : k // 5] *= 8.0  # groups of very different scales
     f = INTx.quantize(w, bits=bits, group_size=group)
     x = _x(m, k, seed=2, dtype=torch.bfloat16)
     words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, table_r=r.cuda(), ws=ws)
+                         write_logits=True, table_r=r.cuda(), ws=ws, persist=persist)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     q, sx = x_int8_reference(x)
     assert not torch.isnan(lg).any()
@@ -383,8 +386,9 @@ def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("bits,table", [(2, True), (2, False), (4, False)])
-def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, monkeypatch):
+@pytest.mark.parametrize("bits,table,persist,m", [(2, True, False, 40), (2, True, True, 24), (2, False, False, 40),
+                                                  (4, False, False, 40)])
+def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, persist, m, monkeypatch):
     """A fast DraftHead on the int8-wgmma pass (INT2: the whole-row variant and the per-group one):
     every row with a clear winner gets it, with exact values; the top-k values are the exact logits
     of the returned tokens; graph replay and torch.compile give the same answers."""
@@ -395,6 +399,8 @@ def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, monkeypatch):
     monkeypatch.setattr(ch, "WGMMA_TABLE_BITS", (2,) if table else ())
     from lowbit.ops.coarse_head import gluon_wgmma
 
+    monkeypatch.setattr(gluon_wgmma, "PERSIST_WS", persist)
+    monkeypatch.setattr(gluon_wgmma, "_sm_count", lambda device: 3)  # several row blocks a program
     calls = []
     real_fn = gluon_wgmma.coarse_wgmma
 
@@ -404,7 +410,7 @@ def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, monkeypatch):
         return real_fn(*a, **kw)
 
     monkeypatch.setattr(gluon_wgmma, "coarse_wgmma", spy)
-    n, k, m = 5000, 1024, 40
+    n, k = 5000, 1024  # M = 24: the warp-specialized kernel (NB = 32); 40: the single-partition loop
     w = (torch.randn(n, k) * 0.02).to(torch.bfloat16).cuda()
     winners = torch.randint(0, n, (m,))
     x = torch.randn(m, k).to(torch.bfloat16).cuda()

@@ -422,55 +422,63 @@ if _GLUON_IMPORT_ERROR is None:
     # ---------------------------------------------------- whole-row variant, warp-specialized
     @gluon.jit
     def _ws_table_consumer(w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
-                           NBLK, NS, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
-                           WRITE_LOGITS: gl.constexpr, W: gl.constexpr):
-        """Default partition (W warps): per stage, wait for its TMA, run the whole-row decode and
-        wgmma chain, hand the slot back (partition barrier, one arrive); then the epilogue. The
-        loop is unrolled by the ring, so every slot's shared-memory addresses (the wgmma
-        descriptors) are compile-time constants instead of arithmetic on ``i % STAGES``.
+                           NBLK, NS, GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr,
+                           KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr):
+        """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage, wait
+        for its TMA, run the whole-row decode and wgmma chain, hand the slot back (partition
+        barrier, one arrive); then the block's epilogue. The stage loop is unrolled by the ring, so
+        every slot's shared-memory addresses (the wgmma descriptors) are compile-time constants
+        instead of arithmetic on ``i % STAGES``; a block starts on slot 0, so GRID < NBLK needs
+        ``NS % STAGES == 0`` (the launcher's rule).
 
         Not done, and why: releasing a slot one stage late (its wgmmas running on while the next
         stage is decoded) is what ptxas forbids for register A operands -- it then serializes
         every wgmma (C7513); 2 or 4 independent accumulators measured within 1% (session 19)."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
-        pid = gl.program_id(0)
-        row0 = pid * R
-        acc = gl.zeros([R, NB], gl.int32, mma)
-        for i0 in range(0, NS, STAGES):
-            phase = (i0 // STAGES) & 1
-            for slot in gl.static_range(STAGES):
-                if i0 + slot < NS:
-                    mbarrier.wait(ready.index(slot), phase)
-                    acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, 1)
-                    gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
-                    mbarrier.arrive(empty.index(slot))
         sx = gl.load(sx_ptr + gl.arange(0, NB, layout=gl.SliceLayout(0, mma)))
-        rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, mma))
-        r = gl.load(r_ptr + rows, mask=rows < N, other=0.0)
-        out = acc.to(gl.float32) * gl.expand_dims(r, 1) * gl.expand_dims(sx, 0)
-        _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS)
+        lap0 = 0  # ring laps before this block
+        for blk in range(gl.program_id(0), NBLK, GRID):
+            row0 = blk * R
+            acc = gl.zeros([R, NB], gl.int32, mma)
+            for i0 in range(0, NS, STAGES):
+                phase = (lap0 + i0 // STAGES) & 1
+                for slot in gl.static_range(STAGES):
+                    if i0 + slot < NS:
+                        mbarrier.wait(ready.index(slot), phase)
+                        acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, 1)
+                        gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
+                        mbarrier.arrive(empty.index(slot))
+            lap0 += NS // STAGES
+            rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, mma))
+            r = gl.load(r_ptr + rows, mask=rows < N, other=0.0)
+            out = acc.to(gl.float32) * gl.expand_dims(r, 1) * gl.expand_dims(sx, 0)
+            _emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS)
 
     @gluon.jit
-    def _ws_table_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NS,
-                           STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr):
-        """Worker partition (1 warp): the TMA of stage i into slot i % STAGES once the consumers
-        released it (free on the first lap: a wait on parity 1 of a fresh mbarrier returns at once)."""
-        row0 = gl.program_id(0) * R
-        for i in range(0, NS):
-            slot = i % STAGES
-            mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
-            _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i, row0, STAGES,
-                         P, NB, 1, True, True)
+    def _ws_table_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
+                           NS, GRID, STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr):
+        """Worker partition (1 warp): for each of the program's row blocks, the TMA of stage i into
+        slot i % STAGES once the consumers released it (free on the first lap: a wait on parity 1
+        of a fresh mbarrier returns at once). It runs on into the next block while the consumers
+        finish this one's epilogue."""
+        c = 0  # stages issued so far (with NS % STAGES == 0 when a program has several blocks)
+        for blk in range(gl.program_id(0), NBLK, GRID):
+            for i in range(0, NS):
+                mbarrier.wait(empty.index(i % STAGES), ((c // STAGES) & 1) ^ 1)
+                _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i, blk * R,
+                             STAGES, P, NB, 1, True, True)
+                c += 1
 
-    @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
+    @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS", "GRID"])
     def _coarse_table_ws_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
-                                NS, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
+                                NS, GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
                                 WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr):
-        """The whole-row variant of ``_coarse_wgmma_kernel`` (same arguments, CH = 1) with its TMA
-        issued by a 1-warp producer partition (``ready`` / ``empty`` mbarrier pair per slot): the
-        consumer warps' stage loop carries no TMA issue and one partition barrier instead of a
-        CTA barrier per TMA (Gluon's single-partition loop has one after each issue)."""
+        """The whole-row variant of ``_coarse_wgmma_kernel`` (same arguments, CH = 1, plus GRID: the
+        programs launched, each taking row blocks ``pid, pid + GRID, ...``) with its TMA issued by a
+        1-warp producer partition (``ready`` / ``empty`` mbarrier pair per slot): the consumer
+        warps' stage loop carries no TMA issue and one partition barrier instead of a CTA barrier
+        per TMA (Gluon's single-partition loop has one after each issue)."""
         R: gl.constexpr = 16 * W
         xt_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
         w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64], w_desc.layout)
@@ -486,9 +494,9 @@ if _GLUON_IMPORT_ERROR is None:
         fence_async_shared()
         gl.warp_specialize([
             (_ws_table_consumer, (w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
-                                  NBLK, NS, NB, P, STAGES, KCAND, WRITE_LOGITS, W)),
-            (_ws_table_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NS,
-                                  STAGES, P, NB, R)),
+                                  NBLK, NS, GRID, NB, P, STAGES, KCAND, WRITE_LOGITS, W)),
+            (_ws_table_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
+                                  NS, GRID, STAGES, P, NB, R)),
         ], [1], [PRODUCER_REGS])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
@@ -516,6 +524,11 @@ WS_TABLE_MAX_NB = 32
 #: registers of that producer warp (Gluon pads its partition to a warpgroup: a CTA of 8 consumer
 #: warps is 384 threads, two CTAs an SM at 64-85 registers)
 PRODUCER_REGS = 40
+#: the warp-specialized kernel persistent: ``PERSIST_CTAS_PER_SM`` programs an SM (its residency:
+#: 384-thread CTAs at 64 registers) each looping over row blocks, the producer running on into the
+#: next block during the consumers' epilogue
+PERSIST_WS = False
+PERSIST_CTAS_PER_SM = 2
 #: longest padded K of the whole-row variant: its int32 sums of |A (q - z) xq| <= 127^2 stay exact
 TABLE_MAX_K = 131072
 #: ring slots per M band (NB): the x tiles grow with NB, so fewer slots keep two CTAs an SM
@@ -537,6 +550,11 @@ MAXNREG_WS: dict = {8: 64, 16: 64, 32: 64, 64: 96}  # 64 and 80 timed alike at M
 
 
 @functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@functools.cache
 def _layouts(rows: int, nb: int, ch: int = 1):
     """Shared layouts of the TMA boxes, built once per (CTA height, NB, chunks a stage)."""
     return (gl.NVMMASharedLayout.get_default_for([rows, 64 * ch], gl.uint8),
@@ -548,7 +566,7 @@ def _layouts(rows: int, nb: int, ch: int = 1):
 def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: int, bits: int, block: int,
                  kcand: int, write_logits: bool, table_r: torch.Tensor | None = None, stages: int | None = None,
                  pipe: bool | None = None, magic: bool | None = None, chunks: int | None = None,
-                 maxnreg: int | None = None, ws: bool | None = None):
+                 maxnreg: int | None = None, ws: bool | None = None, persist: bool | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
@@ -557,7 +575,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     ``pipe`` / ``magic`` / ``chunks`` / ``maxnreg`` override the defaults (``_STAGES``, ``PIPE``,
     ``MAGIC``, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE`` / ``MAXNREG_WS``; ``maxnreg=0``: no cap) for tuning; ``ws``
     (default: NB <= ``WS_TABLE_MAX_NB``) the whole-row variant's warp-specialized kernel (one chunk a
-    stage)."""
+    stage); ``persist`` (default ``PERSIST_WS``) launches it with ``PERSIST_CTAS_PER_SM`` programs
+    an SM looping over the row blocks (where the ring divides the stages)."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -603,8 +622,12 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     if use_ws:
         if ch != 1:
             raise ValueError(f"coarse_wgmma: the warp-specialized whole-row kernel takes one chunk a stage, got {ch}")
-        _coarse_table_ws_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r, cand_key, cand_idx,
-                                         logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, STAGES=st,
+        grid = nblk
+        if (PERSIST_WS if persist is None else persist) and ns % st == 0:
+            grid = min(nblk, PERSIST_CTAS_PER_SM * _sm_count(x.device))
+        _coarse_table_ws_kernel[(grid,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r, cand_key, cand_idx,
+                                         logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p,
+                                         STAGES=st,
                                          KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
                                          num_warps=w, **reg)
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
