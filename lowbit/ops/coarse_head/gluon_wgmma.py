@@ -286,10 +286,10 @@ if _GLUON_IMPORT_ERROR is None:
 
     # The byte-permute decode (INT2): one packed word (16 codes: 4 bytes x 4 planes) -> 4 registers
     # of int8 weights. Selector nibbles are the word's 2-bit fields: ``w & 0x33333333`` leaves in
-    # nibble 2i the plane-0 code of byte i and in nibble 2i + 1 its plane-2 code; OR-ing 0x4 into (one lop3)
-    # the odd nibbles points those at the second table (bytes 4..7 of prmt's pair). prmt reads the
-    # low 16 bits of its selector (bytes 0, 1 of the word), so a shift by 16 gives bytes 2, 3 and
-    # a shift by 2 first the planes 1 / 3. Outputs: $0 bytes 0, 1 x planes 0, 2 (tables $5, $9),
+    # nibble 2i the plane-0 code of byte i and in nibble 2i + 1 its plane-2 code; OR-ing 0x4 into
+    # the odd nibbles (the same lop3) points those at the second table (bytes 4..7 of prmt's pair).
+    # prmt reads the low 16 bits of its selector (bytes 0, 1 of the word), so a shift by 16 gives
+    # bytes 2, 3 and a shift by 2 first the planes 1 / 3. Outputs: $0 bytes 0, 1 x planes 0, 2 (tables $5, $9),
     # $1 bytes 2, 3 x planes 0, 2, $2 bytes 0, 1 x planes 1, 3 (tables $13, $17), $3 bytes 2, 3 x
     # planes 1, 3 -- the K order of ``x_int8.prmt_source``. 9 ops for 16 codes.
     _PRMT_ASM = gl.constexpr(
