@@ -526,7 +526,9 @@ WS_TABLE_MAX_NB = 32
 PRODUCER_REGS = 40
 #: the warp-specialized kernel persistent: ``PERSIST_CTAS_PER_SM`` programs an SM (its residency:
 #: 384-thread CTAs at 64 registers) each looping over row blocks, the producer running on into the
-#: next block during the consumers' epilogue
+#: next block during the consumers' epilogue. Off: slower in the same run (H200, 124160 x 5120
+#: INT2, coarse pass alone: M = 1 81.5 vs 79.2 us, M = 8 84.3 vs 80.2, M = 16 96.3 vs 92.4;
+#: docs/measurements/2026-12-03_session19_e_tune_persist.log)
 PERSIST_WS = False
 PERSIST_CTAS_PER_SM = 2
 #: longest padded K of the whole-row variant: its int32 sums of |A (q - z) xq| <= 127^2 stay exact
