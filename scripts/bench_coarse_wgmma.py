@@ -6,7 +6,8 @@ it replaces and cuBLAS bf16, same run, on the H200.
 
 Per head shape (random N(0, 0.02) bf16 rows, g64, block 128), bits and M, by CUDA-graph replay
 (``lowbit.bench.timing.time_us``): ``DraftHead.argmax`` and ``topk(16)`` in fast mode and the
-coarse pass alone, on the int8-wgmma pass (whole-row variant for INT2, and per group) and on the previous dispatch (``WGMMA_M_RANGE``
+coarse pass alone, on the int8-wgmma pass (whole-row variant for INT2, also with its persistent
+launch, and per group) and on the previous dispatch (``WGMMA_M_RANGE``
 emptied: the mma.sync pass up to M = 16, the band kernels beyond); cuBLAS bf16 ``F.linear`` +
 ``argmax`` / ``topk``; the byte floor (the coarse copy's codes + scales + zeros at the measured
 copy bandwidth). With ``--real``: on SmolLM2-135M's head and 8192 real hidden states, fast-mode

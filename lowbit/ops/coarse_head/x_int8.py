@@ -43,9 +43,9 @@ def x_int8_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def prmt_source(b, v):
-    """Byte-permute decode (INT2, 4 planes): the K offset, within its stage, that output register
-    ``v`` (0..3) of the decode puts at position ``b`` (0..63: half ``b // 32``, wgmma K slot
-    ``b % 32``) -- ``j L + B`` for the code of plane ``j`` in packed byte ``B`` of the stage.
+    """Byte-permute decode (INT2, 4 planes): which code output register ``v`` (0..3) of the decode
+    puts at position ``b`` (0..63: half ``b // 32``, wgmma K slot ``b % 32``) of a stage s -- the
+    code of plane ``j`` in packed byte ``B`` of the stage, i.e. K index ``j L + 64 s + B``.
 
     Why: the decode turns one packed word (bytes B0..B0+3 of a row, 16 codes) into 4 registers
     with one ``prmt`` each, whose 4-bit selectors are nibbles of the word: register v holds, in
