@@ -346,7 +346,7 @@ def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, monkeypatch, bits, g
     single-partition loop): logits against its reference from the same words (exact int64 sums),
     candidates against the per-block top-kcand of its own logits; every output written."""
     g = _kernel_or_skip()
-    monkeypatch.setattr(g, "_sm_count", lambda device: 2)
+    monkeypatch.setattr(g, "sm_count", lambda device, interpret: 2)
     w = torch.randn(n, k) * 0.05
     w[: n // 3, : k // 5] *= 8.0  # groups of very different scales
     f = INTx.quantize(w, bits=bits, group_size=group)
@@ -400,7 +400,7 @@ def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, persist, m, mon
     from lowbit.ops.coarse_head import gluon_wgmma
 
     monkeypatch.setattr(gluon_wgmma, "PERSIST_WS", persist)
-    monkeypatch.setattr(gluon_wgmma, "_sm_count", lambda device: 3)  # several row blocks a program
+    monkeypatch.setattr(gluon_wgmma, "sm_count", lambda device, interpret: 3)  # several row blocks a program
     calls = []
     real_fn = gluon_wgmma.coarse_wgmma
 

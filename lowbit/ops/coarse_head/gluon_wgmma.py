@@ -48,6 +48,8 @@ import functools
 import torch
 import triton
 
+from lowbit._backend import sm_count
+
 try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
@@ -552,11 +554,6 @@ MAXNREG_WS: dict = {8: 64, 16: 64, 32: 64, 64: 96}  # 64 and 80 timed alike at M
 
 
 @functools.cache
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-@functools.cache
 def _layouts(rows: int, nb: int, ch: int = 1):
     """Shared layouts of the TMA boxes, built once per (CTA height, NB, chunks a stage)."""
     return (gl.NVMMASharedLayout.get_default_for([rows, 64 * ch], gl.uint8),
@@ -626,7 +623,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
             raise ValueError(f"coarse_wgmma: the warp-specialized whole-row kernel takes one chunk a stage, got {ch}")
         grid = nblk
         if (PERSIST_WS if persist is None else persist) and ns % st == 0:
-            grid = min(nblk, PERSIST_CTAS_PER_SM * _sm_count(x.device))
+            grid = min(nblk, PERSIST_CTAS_PER_SM * sm_count(x.device, interpret=2))
         _coarse_table_ws_kernel[(grid,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r, cand_key, cand_idx,
                                          logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p,
                                          STAGES=st,
