@@ -4,11 +4,12 @@ CUDA-core kernel on the benchmark's shapes (V = 131072, K in {256, 1024, 4096}, 
 (``gathered_bias``, CUDA-graph replay over rotating inputs; floor = max(one launch, bytes / copy
 bandwidth)). Each config's logits are checked against the CUDA-core kernel's first.
 
-    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked]
+    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked] [--lean-ab]
 
 Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
 default MMA config, the best MMA config, and each against the floor. ``--picked``: only the
-table's config.
+table's config. ``--lean-ab``: every config also as the pre-``LEAN`` kernel (``triton_mma.LEAN =
+False``), named ``<config>:old``.
 """
 from __future__ import annotations
 
@@ -30,8 +31,17 @@ def arg(name, default):
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
 
-def name(cfg) -> str:
-    return "x".join(str(v) for v in cfg)
+def name(cfg, old: bool = False) -> str:
+    return "x".join(str(v) for v in cfg) + (":old" if old else "")
+
+
+def launch_as(old: bool, *args) -> None:
+    """``triton_mma.launch(*args)`` with ``LEAN`` off (old) or on."""
+    triton_mma.LEAN = not old
+    try:
+        triton_mma.launch(*args)
+    finally:
+        triton_mma.LEAN = True
 
 
 def auto_configs(k: int) -> list[tuple[int, ...]]:
@@ -51,6 +61,7 @@ def main():
     rep = int(arg("--rep", "40"))
     given = arg("--configs", "")
     only_picked = "--picked" in sys.argv
+    lean_ab = "--lean-ab" in sys.argv
     fixed = [tuple(int(v) for v in c.split("x")) for c in given.split(",")] if given else None
     shapes = QUICK if "--quick" in sys.argv else FULL
     dev = "cuda"
@@ -70,13 +81,13 @@ def main():
             nbytes = b * t * (k // 2 + k // 16) + b * k * 2 + b * t * (4 + 8) + b * t * 2
             floor = max(launch_us, nbytes / (bw * 1e3))
 
-            def run(cfg, it):
+            def run(cfg, it, old=False):
                 x, values, idx = next(it)
                 if cfg is None:
                     cuda_core.gathered_bias(x, 2, data, scale, gsc, values, idx, logits, 1.0, k, 4, 16,
                                             config=cuda_core.dot_config(b, t))
                 else:
-                    triton_mma.launch(x, data, scale, gsc, idx, k, logits, values, 1.0, True, cfg)
+                    launch_as(old, x, data, scale, gsc, idx, k, logits, values, 1.0, True, cfg)
 
             # correctness first: every config's dots equal the CUDA-core kernel's (within fp32
             # accumulation order; dots, not logits, so duplicate indices cannot pick different writers)
@@ -85,16 +96,16 @@ def main():
             cuda_core._launch_dot(x, 2, data, scale, gsc, idx, k, 4, 16, ref, None, 1.0, False, cuda_core.dot_config(b, t))
             res = {"K": k, "B": b, "T": t, "floor_us": floor, "bytes": nbytes, "mma": {}}
             dflt = triton_mma.pick_config(b, t, k)
-            for cfg in configs or [dflt]:
+            for cfg, old in [(c, o) for c in configs or [dflt] for o in ((False, True) if lean_ab else (False,))]:
                 got = torch.full_like(ref, float("nan"))
-                triton_mma.launch(x, data, scale, gsc, idx, k, got, None, 1.0, False, cfg)
+                launch_as(old, x, data, scale, gsc, idx, k, got, None, 1.0, False, cfg)
                 err = ((got - ref).abs() / (ref.abs().amax() + 1e-6)).max().item()
                 if not err < 1e-4:
-                    print(f"  MISMATCH K{k} B{b} T{t} cfg {cfg}: err / max|dot| {err}", flush=True)
-                    res["mma"][name(cfg)] = None
+                    print(f"  MISMATCH K{k} B{b} T{t} cfg {name(cfg, old)}: err / max|dot| {err}", flush=True)
+                    res["mma"][name(cfg, old)] = None
                     continue
-                res["mma"][name(cfg)] = time_us(lambda c=cfg, it=itertools.cycle(inputs): run(c, it),
-                                                            graph=True, rep=rep)
+                res["mma"][name(cfg, old)] = time_us(lambda c=cfg, o=old, it=itertools.cycle(inputs): run(c, it, o),
+                                                     graph=True, rep=rep)
             res["cuda_core_us"] = time_us(lambda it=itertools.cycle(inputs): run(None, it), graph=True, rep=rep)
             res["default"] = name(dflt)
             if res["mma"].get(res["default"]) is None:
@@ -106,7 +117,8 @@ def main():
             print(f"K{k:5d} B{b:4d} T{t:3d}  floor {floor:6.2f}  cuda-core {res['cuda_core_us']:7.2f} "
                   f"({res['cuda_core_us'] / floor:4.2f}x)  mma {res['default']} {res['mma'][res['default']]:7.2f} "
                   f"({res['mma'][res['default']] / floor:4.2f}x)  best {best} {timed[best]:7.2f} "
-                  f"({timed[best] / floor:4.2f}x)", flush=True)
+                  f"({timed[best] / floor:4.2f}x)"
+                  + (f"  old {res['mma'].get(name(dflt, True)) or float('nan'):7.2f}" if lean_ab else ""), flush=True)
             rows.append(res)
         del w, data, scale
         torch.cuda.empty_cache()

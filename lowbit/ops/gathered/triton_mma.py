@@ -151,46 +151,102 @@ def _scale_pair(byte):
     return f | ((f >> 16) & 0xFFFF)
 
 
+# Both E4M3 scale bytes of an int16 (in an int32) -> bf16x2 ``s * 2^119`` (same value in both
+# halves) for each: one hardware convert of the pair to f16x2, then each half to fp32, times
+# 2^119 (0f7B000000, exact) and back to bf16x2 (exact: 4 significant bits). NaN codes give NaN.
+_SCALE_PAIR_PTX = tl.constexpr("""
+{
+.reg .b16 s, lo, hi;
+.reg .b32 h;
+.reg .f32 a, b;
+cvt.u16.u32 s, $2;
+cvt.rn.f16x2.e4m3x2 h, s;
+mov.b32 {lo, hi}, h;
+cvt.f32.f16 a, lo;
+cvt.f32.f16 b, hi;
+mul.f32 a, a, 0f7B000000;
+mul.f32 b, b, 0f7B000000;
+cvt.rn.bf16x2.f32 $0, a, a;
+cvt.rn.bf16x2.f32 $1, b, b;
+}
+""")
+
+
+@triton.jit
+def _scale_pairs(sv, INTERPRET: tl.constexpr):
+    """A segment's two E4M3 scale bytes (the int16 ``sv``: group 2 seg low, 2 seg + 1 high) ->
+    (bf16x2 of group 2 seg, of group 2 seg + 1), as :func:`_scale_pair` gives them; on the GPU by
+    one pair convert (:data:`_SCALE_PAIR_PTX`: 9 SASS instructions for both, where two
+    :func:`_scale_pair` calls take about 16)."""
+    v = sv.to(tl.int32)
+    if INTERPRET:
+        lo = _scale_pair(v & 0xFF)
+        hi = _scale_pair((v >> 8) & 0xFF)
+    else:
+        lo, hi = tl.inline_asm_elementwise(_SCALE_PAIR_PTX, "=r,=r,r", [v], dtype=(tl.int32, tl.int32),
+                                           is_pure=True, pack=1)
+    return lo, hi
+
+
 @triton.jit
 def _load_rows(p_w, p_s, row, seg, m, s_wn, s_sn, NT: tl.constexpr):
     """One row's segment ``seg`` (int32 words, 4 of them) and its two scale bytes (an int16)."""
     o_4 = tl.arange(0, 4)[None, :]
-    w0, w1, w2, w3 = _split4(tl.load(p_w + (row * s_wn + seg * 4)[:, None] + o_4, mask=m[:, None], other=0), NT)
-    # int16: the scale bytes of groups 2 seg, 2 seg + 1. Kept raw: decoding here would make the
-    # warp wait for this load now, not when the chunk is used (no work may touch a prefetched value)
-    sv = tl.load(p_s + row * s_sn + seg, mask=m, other=0)
+    if m is None:  # every address valid (see ``UNMASKED`` in the kernel): no zero-fill moves, no predicates
+        w0, w1, w2, w3 = _split4(tl.load(p_w + (row * s_wn + seg * 4)[:, None] + o_4), NT)
+        sv = tl.load(p_s + row * s_sn + seg)
+    else:
+        w0, w1, w2, w3 = _split4(tl.load(p_w + (row * s_wn + seg * 4)[:, None] + o_4, mask=m[:, None], other=0), NT)
+        # int16: the scale bytes of groups 2 seg, 2 seg + 1. Kept raw: decoding here would make the
+        # warp wait for this load now, not when the chunk is used (no work may touch a prefetched value)
+        sv = tl.load(p_s + row * s_sn + seg, mask=m, other=0)
     return (w0, w1, w2, w3), sv
 
 
 @triton.jit
 def _load_weights(p_w, p_s, rows, m_rows, c, t, s_wn, s_sn, NSEG: tl.constexpr, HALF: tl.constexpr,
-                  SPLIT: tl.constexpr, RT: tl.constexpr, NT: tl.constexpr):
+                  SPLIT: tl.constexpr, RT: tl.constexpr, NT: tl.constexpr, UNMASKED: tl.constexpr):
     """The weight loads of chunk c (per lane): the 2 RT rows' segment ``4 c + t`` and scales
-    (SPLIT: the row-(g + 8) halves take segment ``HALF + 4 c + t`` of the same rows)."""
+    (SPLIT: the row-(g + 8) halves take segment ``HALF + 4 c + t`` of the same rows). UNMASKED:
+    c is a valid chunk of each half and an invalid index reads row 0 (its dot is never written)."""
     seg = 4 * c + t
     wq = ()
     for h in tl.static_range(2 * RT):
-        if SPLIT:
-            if h % 2 == 0:
-                sh = seg
-                m_s = (seg < HALF) & (seg < NSEG)
-            else:
-                sh = seg + HALF
-                m_s = sh < NSEG
+        if SPLIT and h % 2 == 1:  # the second K half of a SPLIT tile
+            sh = seg + HALF
+            m = (sh < NSEG) & m_rows[h]
+        elif SPLIT:
+            sh = seg
+            m = (seg < HALF) & (seg < NSEG) & m_rows[h]
         else:
             sh = seg
-            m_s = seg < NSEG
-        wq = wq + (_load_rows(p_w, p_s, rows[h], sh, m_s & m_rows[h], s_wn, s_sn, NT),)
+            m = (seg < NSEG) & m_rows[h]
+        if UNMASKED:
+            wq = wq + (_load_rows(p_w, p_s, rows[h], sh, None, s_wn, s_sn, NT),)
+        else:
+            wq = wq + (_load_rows(p_w, p_s, rows[h], sh, m, s_wn, s_sn, NT),)
     return wq
 
 
 @triton.jit
 def _load_x(p_x, i_b, c, g, t, s_xb, NSEG: tl.constexpr, HALF: tl.constexpr, SPLIT: tl.constexpr,
-            NT: tl.constexpr):
+            NT: tl.constexpr, UNMASKED: tl.constexpr):
     """x's 16 words of segment ``4 c + t`` in the lanes with g = 0 (B column 0), zeros elsewhere;
     SPLIT: also segment ``HALF + 4 c + t`` in the lanes with g = 1 (column 1, which the rows
-    g + 8, the second halves, are read against)."""
+    g + 8, the second halves, are read against). UNMASKED (c a valid chunk of each half): the
+    other lanes load the same words instead of zeros; they only fill B columns whose results are
+    never read, and a load without a mask needs no zero-fill moves or predicates."""
     seg = 4 * c + t
+    if UNMASKED:
+        if SPLIT:
+            sx = seg + HALF * (g % 2)
+        else:
+            sx = seg
+        base = (i_b * s_xb + sx * 16)[:, None] + tl.arange(0, 4)[None, :]
+        xs = ()
+        for j in tl.static_range(4):
+            xs = xs + (_split4(tl.load(p_x + base + 4 * j), NT),)
+        return xs
     if SPLIT:
         sx = seg + HALF * (g == 1)
         m = ((g == 0) & (seg < HALF) & (seg < NSEG)) | ((g == 1) & (sx < NSEG))
@@ -215,8 +271,14 @@ def _shift_in(ring, v):
 
 
 @triton.jit
-def _compute_chunk(acc, wq, xs, RT: tl.constexpr, NT: tl.constexpr, INTERPRET: tl.constexpr):
-    """acc[rt] = two (c0, c1, c2, c3) chains += the 8 MMAs of one loaded chunk, per row tile."""
+def _compute_chunk(acc, wq, xs, RT: tl.constexpr, NT: tl.constexpr, INTERPRET: tl.constexpr,
+                   PAIR_SCALES: tl.constexpr):
+    """acc[rt] = two (c0, c1, c2, c3) chains += the 8 MMAs of one loaded chunk, per row tile.
+    PAIR_SCALES: a row's two scale bytes converted together (:func:`_scale_pairs`)."""
+    if PAIR_SCALES:
+        scs = ()
+        for h in tl.static_range(2 * RT):
+            scs = scs + (_scale_pairs(wq[h][1], INTERPRET),)
     for j in tl.static_range(4):
         x0, x1, x2, x3 = xs[j]  # x elements (8j, 8j+1), (8j+2, 8j+3), ... of the segment
         b0 = _prmt(x0, x2, 0x5410, INTERPRET)  # elements 8j, 8j + 4
@@ -228,8 +290,12 @@ def _compute_chunk(acc, wq, xs, RT: tl.constexpr, NT: tl.constexpr, INTERPRET: t
             wg, sg = wq[2 * rt]
             w8, s8 = wq[2 * rt + 1]
             # words 0, 1: group 2 seg (low scale byte); words 2, 3: group 2 seg + 1 (high byte)
-            sc_g = _scale_pair((sg.to(tl.int32) >> (8 * (j // 2))) & 0xFF)
-            sc_8 = _scale_pair((s8.to(tl.int32) >> (8 * (j // 2))) & 0xFF)
+            if PAIR_SCALES:
+                sc_g = scs[2 * rt][j // 2]
+                sc_8 = scs[2 * rt + 1][j // 2]
+            else:
+                sc_g = _scale_pair((sg.to(tl.int32) >> (8 * (j // 2))) & 0xFF)
+                sc_8 = _scale_pair((s8.to(tl.int32) >> (8 * (j // 2))) & 0xFF)
             # two accumulator chains per row tile (registers 0, 1 / 2, 3 of each word): half the
             # MMA latency chain, which sets the time of the small launch-bound shapes
             ca, cb = acc[rt]
@@ -247,7 +313,7 @@ def _gathered_mma_kernel(
     p_x, p_w, p_s, p_gs, p_idx, p_val, p_out, T, V, alpha,
     s_xb, s_wn, s_sn, s_ib, s_it, s_vb, s_vt, s_ob, s_ot,
     K: tl.constexpr, BIAS: tl.constexpr, RT: tl.constexpr, W: tl.constexpr, D: tl.constexpr,
-    SPLIT: tl.constexpr, INTERPRET: tl.constexpr,
+    SPLIT: tl.constexpr, LEAN: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Program (b, tile): batch row b, indices ``R RT tile .. + R RT`` of T (R = 16, or 8 with
     SPLIT). ``p_x``: int32 view of bf16 x [B, K] (s_xb in words); ``p_w``: int32 view of the
@@ -256,7 +322,9 @@ def _gathered_mma_kernel(
     (``p_out``) at the indices; else store the dots (NaN for an index outside [0, V)) to out[b, t].
     D: weight chunks in flight per warp. SPLIT: a row tile holds 8 indices, each twice: rows g
     read the first half of K against B column 0, rows g + 8 the second half against column 1, so
-    a tile of T = 8 decodes no empty rows and a row's chunks take half as long."""
+    a tile of T = 8 decodes no empty rows and a row's chunks take half as long. LEAN: the scale
+    pair convert, and where every chunk a warp computes is a whole valid one (``UNMASKED``)
+    loads without masks (a prefetch past the last chunk re-reads the last one)."""
     NT: tl.constexpr = 32 * W
     NSEG: tl.constexpr = K // 32  # 16-byte segments a row
     NCH: tl.constexpr = (NSEG + 3) // 4  # 128-element chunks a row
@@ -267,6 +335,9 @@ def _gathered_mma_kernel(
         R: tl.constexpr = 16
         NCH_RUN: tl.constexpr = NCH
     HALF: tl.constexpr = 4 * ((NCH + 1) // 2)  # SPLIT: the first segment of the second half
+    # no partial chunk, SPLIT halves of equal length, every warp the same number of chunks
+    UNMASKED: tl.constexpr = LEAN and NSEG % 4 == 0 and (not SPLIT or NCH % 2 == 0) and NCH_RUN % W == 0
+    LAST: tl.constexpr = NCH_RUN - 1
     i_b = tl.program_id(0).to(tl.int64)
     i_t = tl.program_id(1)
     o_e = tl.arange(0, NT)
@@ -309,13 +380,20 @@ def _gathered_mma_kernel(
     # the H200 and 22-69% slower at K = 4096: docs/measurements/2026-12-02_session12_a_gathered_pipe.json)
     ring = ()
     for d in tl.static_range(D):
-        ring = ring + (_load_weights(p_w, p_s, rows, m_rows, warp + d * W, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT,
-                                     NT),)
-    xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, NT)
+        c = warp + d * W
+        if UNMASKED:
+            c = tl.minimum(c, LAST)
+        ring = ring + (_load_weights(p_w, p_s, rows, m_rows, c, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT, UNMASKED),)
+    xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, NT, UNMASKED)
     for it in range(0, tl.cdiv(NCH_RUN, W)):
-        nw = _load_weights(p_w, p_s, rows, m_rows, (it + D) * W + warp, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT)
-        nx = _load_x(p_x, i_b, (it + 1) * W + warp, g, t, s_xb, NSEG, HALF, SPLIT, NT)
-        acc = _compute_chunk(acc, ring[0], xs, RT, NT, INTERPRET)
+        cw = (it + D) * W + warp
+        cx = (it + 1) * W + warp
+        if UNMASKED:
+            cw = tl.minimum(cw, LAST)
+            cx = tl.minimum(cx, LAST)
+        nw = _load_weights(p_w, p_s, rows, m_rows, cw, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT, UNMASKED)
+        nx = _load_x(p_x, i_b, cx, g, t, s_xb, NSEG, HALF, SPLIT, NT, UNMASKED)
+        acc = _compute_chunk(acc, ring[0], xs, RT, NT, INTERPRET, LEAN)
         ring = _shift_in(ring, nw)
         xs = nx
     # the warps' sums -> one lane set. Lanes t = 0 hold column 0 in c0 (row g) / c2 (row g + 8)
@@ -363,6 +441,10 @@ def pick_config(b: int, t: int, k: int) -> tuple[int, int, int, int]:
     return rt, w, 1, 1
 
 
+#: The kernel's ``LEAN`` variant (the scale pair convert; unmasked loads where the chunks divide
+#: evenly); False runs the sixth session's kernel, for same-run comparisons.
+LEAN = True
+
 #: Whether the public ops dispatch to this kernel under the interpreter (tests turn it on; the
 #: lane-by-lane MMA emulation is slow, so the other interpreter tests keep the CUDA-core kernel).
 INTERPRET_DISPATCH = False
@@ -409,5 +491,6 @@ def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, con
         x32, w32, s16, global_scale, index, p_val, out, t, data.shape[0], float(alpha),
         x32.stride(0), w32.stride(0), s16.stride(0), index.stride(0), index.stride(1), s_vb, s_vt,
         out.stride(0), out.stride(1),
-        K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), INTERPRET=interpret_mode(), num_warps=w, num_stages=1,
+        K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), LEAN=LEAN, INTERPRET=interpret_mode(), num_warps=w,
+        num_stages=1,
     )

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Session 20, call a (#8): the LEAN gathered kernel (scale pair convert, unmasked loads) -- its
+# cuda tests, then all 36 shapes: the picked config with LEAN on and off in the same run, then the
+# auto-config sweep with LEAN on. Results under $OUT.
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
+timeout 240 python3 -m pytest tests/ops/test_gathered.py tests/ops/test_gathered_mma.py tests/nn/test_markov.py \
+  -m cuda -q -p no:cacheprovider -n 4 > "$OUT/pytest_gathered.log" 2>&1; tail -3 "$OUT/pytest_gathered.log"
+mkdir -p "$OUT/ab" "$OUT/auto"
+OUT="$OUT/ab" timeout 200 python3 scripts/bench_gathered_mma.py --picked --lean-ab > "$OUT/ab.log" 2>&1; cat "$OUT/ab.log"
+OUT="$OUT/auto" timeout 240 python3 scripts/bench_gathered_mma.py > "$OUT/auto.log" 2>&1; cat "$OUT/auto.log"
