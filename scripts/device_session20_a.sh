@@ -10,3 +10,5 @@ timeout 240 python3 -m pytest tests/ops/test_gathered.py tests/ops/test_gathered
 mkdir -p "$OUT/ab" "$OUT/auto"
 OUT="$OUT/ab" timeout 200 python3 scripts/bench_gathered_mma.py --picked --lean-ab > "$OUT/ab.log" 2>&1; cat "$OUT/ab.log"
 OUT="$OUT/auto" timeout 240 python3 scripts/bench_gathered_mma.py > "$OUT/auto.log" 2>&1; cat "$OUT/auto.log"
+mkdir -p "$OUT/deep"
+OUT="$OUT/deep" timeout 200 python3 scripts/bench_gathered_mma.py --configs 1x8x2x0,1x4x1x0,1x4x2x0,2x4x1x0,2x2x2x1 > "$OUT/deep.log" 2>&1; cat "$OUT/deep.log"
