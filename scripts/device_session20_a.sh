@@ -12,3 +12,4 @@ OUT="$OUT/ab" timeout 200 python3 scripts/bench_gathered_mma.py --picked --lean-
 OUT="$OUT/auto" timeout 240 python3 scripts/bench_gathered_mma.py > "$OUT/auto.log" 2>&1; cat "$OUT/auto.log"
 mkdir -p "$OUT/deep"
 OUT="$OUT/deep" timeout 200 python3 scripts/bench_gathered_mma.py --configs 1x8x2x0,1x4x1x0,1x4x2x0,2x4x1x0,2x2x2x1 > "$OUT/deep.log" 2>&1; cat "$OUT/deep.log"
+timeout 120 python3 scripts/probe_gather_bandwidth.py > "$OUT/probe_bw.log" 2>&1; cat "$OUT/probe_bw.log"
