@@ -4,12 +4,13 @@ CUDA-core kernel on the benchmark's shapes (V = 131072, K in {256, 1024, 4096}, 
 (``gathered_bias``, CUDA-graph replay over rotating inputs; floor = max(one launch, bytes / copy
 bandwidth)). Each config's logits are checked against the CUDA-core kernel's first.
 
-    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked] [--lean-ab]
+    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked] [--variants old,contig]
 
 Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
 default MMA config, the best MMA config, and each against the floor. ``--picked``: only the
-table's config. ``--lean-ab``: every config also as the pre-``LEAN`` kernel (``triton_mma.LEAN =
-False``), named ``<config>:old``.
+table's config. ``--variants``: every config also as the pre-``LEAN`` kernel (``old``:
+``triton_mma.LEAN = False``) and / or with the ``contig`` chunk order (``triton_mma.CONTIG``), named
+``<config>:<variant>``.
 """
 from __future__ import annotations
 
@@ -31,17 +32,21 @@ def arg(name, default):
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
 
-def name(cfg, old: bool = False) -> str:
-    return "x".join(str(v) for v in cfg) + (":old" if old else "")
+def name(cfg, variant: str = "") -> str:
+    return "x".join(str(v) for v in cfg) + (f":{variant}" if variant else "")
 
 
-def launch_as(old: bool, *args) -> None:
-    """``triton_mma.launch(*args)`` with ``LEAN`` off (old) or on."""
-    triton_mma.LEAN = not old
+def launch_as(variant: str, *args) -> None:
+    """``triton_mma.launch(*args)`` as the kernel ``variant`` ("": the module's defaults)."""
+    saved = triton_mma.LEAN, triton_mma.CONTIG
+    if variant == "old":
+        triton_mma.LEAN = False
+    elif variant == "contig":
+        triton_mma.CONTIG = True
     try:
         triton_mma.launch(*args)
     finally:
-        triton_mma.LEAN = True
+        triton_mma.LEAN, triton_mma.CONTIG = saved
 
 
 def auto_configs(k: int) -> list[tuple[int, ...]]:
@@ -61,7 +66,7 @@ def main():
     rep = int(arg("--rep", "40"))
     given = arg("--configs", "")
     only_picked = "--picked" in sys.argv
-    lean_ab = "--lean-ab" in sys.argv
+    variants = tuple(v for v in arg("--variants", "").split(",") if v)
     fixed = [tuple(int(v) for v in c.split("x")) for c in given.split(",")] if given else None
     shapes = QUICK if "--quick" in sys.argv else FULL
     dev = "cuda"
@@ -81,13 +86,13 @@ def main():
             nbytes = b * t * (k // 2 + k // 16) + b * k * 2 + b * t * (4 + 8) + b * t * 2
             floor = max(launch_us, nbytes / (bw * 1e3))
 
-            def run(cfg, it, old=False):
+            def run(cfg, it, variant=""):
                 x, values, idx = next(it)
                 if cfg is None:
                     cuda_core.gathered_bias(x, 2, data, scale, gsc, values, idx, logits, 1.0, k, 4, 16,
                                             config=cuda_core.dot_config(b, t))
                 else:
-                    launch_as(old, x, data, scale, gsc, idx, k, logits, values, 1.0, True, cfg)
+                    launch_as(variant, x, data, scale, gsc, idx, k, logits, values, 1.0, True, cfg)
 
             # correctness first: every config's dots equal the CUDA-core kernel's (within fp32
             # accumulation order; dots, not logits, so duplicate indices cannot pick different writers)
@@ -96,15 +101,15 @@ def main():
             cuda_core._launch_dot(x, 2, data, scale, gsc, idx, k, 4, 16, ref, None, 1.0, False, cuda_core.dot_config(b, t))
             res = {"K": k, "B": b, "T": t, "floor_us": floor, "bytes": nbytes, "mma": {}}
             dflt = triton_mma.pick_config(b, t, k)
-            for cfg, old in [(c, o) for c in configs or [dflt] for o in ((False, True) if lean_ab else (False,))]:
+            for cfg, var in [(c, o) for c in configs or [dflt] for o in ("",) + variants]:
                 got = torch.full_like(ref, float("nan"))
-                launch_as(old, x, data, scale, gsc, idx, k, got, None, 1.0, False, cfg)
+                launch_as(var, x, data, scale, gsc, idx, k, got, None, 1.0, False, cfg)
                 err = ((got - ref).abs() / (ref.abs().amax() + 1e-6)).max().item()
                 if not err < 1e-4:
-                    print(f"  MISMATCH K{k} B{b} T{t} cfg {name(cfg, old)}: err / max|dot| {err}", flush=True)
-                    res["mma"][name(cfg, old)] = None
+                    print(f"  MISMATCH K{k} B{b} T{t} cfg {name(cfg, var)}: err / max|dot| {err}", flush=True)
+                    res["mma"][name(cfg, var)] = None
                     continue
-                res["mma"][name(cfg, old)] = time_us(lambda c=cfg, o=old, it=itertools.cycle(inputs): run(c, it, o),
+                res["mma"][name(cfg, var)] = time_us(lambda c=cfg, o=var, it=itertools.cycle(inputs): run(c, it, o),
                                                      graph=True, rep=rep)
             res["cuda_core_us"] = time_us(lambda it=itertools.cycle(inputs): run(None, it), graph=True, rep=rep)
             res["default"] = name(dflt)
@@ -118,7 +123,7 @@ def main():
                   f"({res['cuda_core_us'] / floor:4.2f}x)  mma {res['default']} {res['mma'][res['default']]:7.2f} "
                   f"({res['mma'][res['default']] / floor:4.2f}x)  best {best} {timed[best]:7.2f} "
                   f"({timed[best] / floor:4.2f}x)"
-                  + (f"  old {res['mma'].get(name(dflt, True)) or float('nan'):7.2f}" if lean_ab else ""), flush=True)
+                  + "".join(f"  {v} {res['mma'].get(name(dflt, v)) or float('nan'):7.2f}" for v in variants), flush=True)
             rows.append(res)
         del w, data, scale
         torch.cuda.empty_cache()

@@ -8,8 +8,8 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt
 timeout 240 python3 -m pytest tests/ops/test_gathered.py tests/ops/test_gathered_mma.py tests/nn/test_markov.py \
   -m cuda -q -p no:cacheprovider -n 4 > "$OUT/pytest_gathered.log" 2>&1; tail -3 "$OUT/pytest_gathered.log"
 mkdir -p "$OUT/ab" "$OUT/auto"
-OUT="$OUT/ab" timeout 200 python3 scripts/bench_gathered_mma.py --picked --lean-ab > "$OUT/ab.log" 2>&1; cat "$OUT/ab.log"
+OUT="$OUT/ab" timeout 200 python3 scripts/bench_gathered_mma.py --picked --variants old,contig > "$OUT/ab.log" 2>&1; cat "$OUT/ab.log"
 OUT="$OUT/auto" timeout 240 python3 scripts/bench_gathered_mma.py > "$OUT/auto.log" 2>&1; cat "$OUT/auto.log"
 mkdir -p "$OUT/deep"
-OUT="$OUT/deep" timeout 200 python3 scripts/bench_gathered_mma.py --configs 1x8x2x0,1x4x1x0,1x4x2x0,2x4x1x0,2x2x2x1 > "$OUT/deep.log" 2>&1; cat "$OUT/deep.log"
+OUT="$OUT/deep" timeout 200 python3 scripts/bench_gathered_mma.py --configs 1x8x2x0,1x8x4x0,1x4x2x0,2x4x1x0,2x2x2x1 --variants contig > "$OUT/deep.log" 2>&1; cat "$OUT/deep.log"
 timeout 120 python3 scripts/probe_gather_bandwidth.py > "$OUT/probe_bw.log" 2>&1; cat "$OUT/probe_bw.log"

@@ -52,6 +52,21 @@ CASES = [(37, 64, 2, 5, (1, 1, 1)), (50, 256, 3, 20, (2, 2, 2)), (40, 160, 1, 17
 
 @pytest.mark.parametrize("v,k,b,t,cfg", CASES)
 def test_mma_dot_vs_fp64(mma_backend, v, k, b, t, cfg):
+    _check_dot(mma_backend, v, k, b, t, cfg)
+
+
+# the variants: the pre-LEAN kernel (masked loads, one scale byte at a time) and the CONTIG chunk
+# order (a warp's chunks contiguous along the row; rings deeper than a warp's chunks included)
+@pytest.mark.parametrize("lean,contig", [(False, False), (True, True)])
+@pytest.mark.parametrize("v,k,b,t,cfg", [(50, 512, 3, 20, (1, 2, 2, 1)), (30, 1024, 2, 16, (1, 2, 3)),
+                                         (64, 1024, 1, 8, (2, 2, 1, 1))])
+def test_mma_variants_vs_fp64(mma_backend, v, k, b, t, cfg, lean, contig, monkeypatch):
+    monkeypatch.setattr(triton_mma, "LEAN", lean)
+    monkeypatch.setattr(triton_mma, "CONTIG", contig)
+    _check_dot(mma_backend, v, k, b, t, cfg)
+
+
+def _check_dot(mma_backend, v, k, b, t, cfg):
     w = NVFP4.quantize(torch.randn(v, k) * torch.logspace(-2, 2, k))  # group scales far apart along a row
     x = torch.randn(b, k).to(torch.bfloat16)
     idx = torch.randint(0, v, (b, t))

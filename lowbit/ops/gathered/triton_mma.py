@@ -313,7 +313,7 @@ def _gathered_mma_kernel(
     p_x, p_w, p_s, p_gs, p_idx, p_val, p_out, T, V, alpha,
     s_xb, s_wn, s_sn, s_ib, s_it, s_vb, s_vt, s_ob, s_ot,
     K: tl.constexpr, BIAS: tl.constexpr, RT: tl.constexpr, W: tl.constexpr, D: tl.constexpr,
-    SPLIT: tl.constexpr, LEAN: tl.constexpr, INTERPRET: tl.constexpr,
+    SPLIT: tl.constexpr, LEAN: tl.constexpr, CONTIG: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Program (b, tile): batch row b, indices ``R RT tile .. + R RT`` of T (R = 16, or 8 with
     SPLIT). ``p_x``: int32 view of bf16 x [B, K] (s_xb in words); ``p_w``: int32 view of the
@@ -324,7 +324,9 @@ def _gathered_mma_kernel(
     read the first half of K against B column 0, rows g + 8 the second half against column 1, so
     a tile of T = 8 decodes no empty rows and a row's chunks take half as long. LEAN: the scale
     pair convert, and where every chunk a warp computes is a whole valid one (``UNMASKED``)
-    loads without masks (a prefetch past the last chunk re-reads the last one)."""
+    loads without masks (a prefetch past the last chunk re-reads the last one). CONTIG (with
+    UNMASKED): warp w takes the contiguous chunks ``w CPW .. + CPW`` of each half, not every W-th
+    one, so one warp reads a row's ``64 CPW`` bytes back to back."""
     NT: tl.constexpr = 32 * W
     NSEG: tl.constexpr = K // 32  # 16-byte segments a row
     NCH: tl.constexpr = (NSEG + 3) // 4  # 128-element chunks a row
@@ -338,6 +340,8 @@ def _gathered_mma_kernel(
     # no partial chunk, SPLIT halves of equal length, every warp the same number of chunks
     UNMASKED: tl.constexpr = LEAN and NSEG % 4 == 0 and (not SPLIT or NCH % 2 == 0) and NCH_RUN % W == 0
     LAST: tl.constexpr = NCH_RUN - 1
+    CPW: tl.constexpr = NCH_RUN // W  # chunks a warp (UNMASKED)
+    BY_WARP: tl.constexpr = CONTIG and UNMASKED
     i_b = tl.program_id(0).to(tl.int64)
     i_t = tl.program_id(1)
     o_e = tl.arange(0, NT)
@@ -380,15 +384,24 @@ def _gathered_mma_kernel(
     # the H200 and 22-69% slower at K = 4096: docs/measurements/2026-12-02_session12_a_gathered_pipe.json)
     ring = ()
     for d in tl.static_range(D):
-        c = warp + d * W
-        if UNMASKED:
-            c = tl.minimum(c, LAST)
+        if BY_WARP:
+            c = warp * CPW + (d if d < CPW else CPW - 1)
+        elif UNMASKED:
+            c = tl.minimum(warp + d * W, LAST)
+        else:
+            c = warp + d * W
         ring = ring + (_load_weights(p_w, p_s, rows, m_rows, c, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT, UNMASKED),)
-    xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, NT, UNMASKED)
+    if BY_WARP:
+        xs = _load_x(p_x, i_b, warp * CPW, g, t, s_xb, NSEG, HALF, SPLIT, NT, UNMASKED)
+    else:
+        xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, NT, UNMASKED)
     for it in range(0, tl.cdiv(NCH_RUN, W)):
         cw = (it + D) * W + warp
         cx = (it + 1) * W + warp
-        if UNMASKED:
+        if BY_WARP:
+            cw = warp * CPW + tl.minimum(it + D, CPW - 1)
+            cx = warp * CPW + tl.minimum(it + 1, CPW - 1)
+        elif UNMASKED:
             cw = tl.minimum(cw, LAST)
             cx = tl.minimum(cx, LAST)
         nw = _load_weights(p_w, p_s, rows, m_rows, cw, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT, UNMASKED)
@@ -445,6 +458,9 @@ def pick_config(b: int, t: int, k: int) -> tuple[int, int, int, int]:
 #: evenly); False runs the sixth session's kernel, for same-run comparisons.
 LEAN = True
 
+#: The kernel's ``CONTIG`` chunk order (a warp's chunks contiguous along the row) where it applies.
+CONTIG = False
+
 #: Whether the public ops dispatch to this kernel under the interpreter (tests turn it on; the
 #: lane-by-lane MMA emulation is slow, so the other interpreter tests keep the CUDA-core kernel).
 INTERPRET_DISPATCH = False
@@ -491,6 +507,7 @@ def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, con
         x32, w32, s16, global_scale, index, p_val, out, t, data.shape[0], float(alpha),
         x32.stride(0), w32.stride(0), s16.stride(0), index.stride(0), index.stride(1), s_vb, s_vt,
         out.stride(0), out.stride(1),
-        K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), LEAN=LEAN, INTERPRET=interpret_mode(), num_warps=w,
+        K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), LEAN=LEAN, CONTIG=CONTIG, INTERPRET=interpret_mode(),
+        num_warps=w,
         num_stages=1,
     )
