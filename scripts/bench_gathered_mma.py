@@ -4,7 +4,7 @@ CUDA-core kernel on the benchmark's shapes (V = 131072, K in {256, 1024, 4096}, 
 (``gathered_bias``, CUDA-graph replay over rotating inputs; floor = max(one launch, bytes / copy
 bandwidth)). Each config's logits are checked against the CUDA-core kernel's first.
 
-    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked] [--variants old,contig]
+    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked] [--variants old,contig] [--min-bt N]
 
 Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
 default MMA config, the best MMA config, and each against the floor. ``--picked``: only the
@@ -69,6 +69,8 @@ def main():
     variants = tuple(v for v in arg("--variants", "").split(",") if v)
     fixed = [tuple(int(v) for v in c.split("x")) for c in given.split(",")] if given else None
     shapes = QUICK if "--quick" in sys.argv else FULL
+    min_bt = int(arg("--min-bt", "0"))  # only the shapes with B * T >= this
+    shapes = [s for s in shapes if s[1] * s[2] >= min_bt]
     dev = "cuda"
     bw = copy_bandwidth_gbps()
     one = torch.zeros(1, device=dev)

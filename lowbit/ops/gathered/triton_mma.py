@@ -192,7 +192,7 @@ def _scale_pairs(sv, INTERPRET: tl.constexpr):
 def _load_rows(p_w, p_s, row, seg, m, s_wn, s_sn, NT: tl.constexpr):
     """One row's segment ``seg`` (int32 words, 4 of them) and its two scale bytes (an int16)."""
     o_4 = tl.arange(0, 4)[None, :]
-    if m is None:  # every address valid (see ``UNMASKED`` in the kernel): no zero-fill moves, no predicates
+    if m is None:  # every address valid: no zero-fill moves, no predicates
         w0, w1, w2, w3 = _split4(tl.load(p_w + (row * s_wn + seg * 4)[:, None] + o_4), NT)
         sv = tl.load(p_s + row * s_sn + seg)
     else:
@@ -208,7 +208,8 @@ def _load_weights(p_w, p_s, rows, m_rows, c, t, s_wn, s_sn, NSEG: tl.constexpr, 
                   SPLIT: tl.constexpr, RT: tl.constexpr, NT: tl.constexpr, UNMASKED: tl.constexpr):
     """The weight loads of chunk c (per lane): the 2 RT rows' segment ``4 c + t`` and scales
     (SPLIT: the row-(g + 8) halves take segment ``HALF + 4 c + t`` of the same rows). UNMASKED:
-    c is a valid chunk of each half and an invalid index reads row 0 (its dot is never written)."""
+    chunks are whole and valid in both halves, an invalid index reads row 0 (its dot is never
+    written), and c is a chunk the warp computes: no masks."""
     seg = 4 * c + t
     wq = ()
     for h in tl.static_range(2 * RT):
@@ -233,7 +234,7 @@ def _load_x(p_x, i_b, c, g, t, s_xb, NSEG: tl.constexpr, HALF: tl.constexpr, SPL
             NT: tl.constexpr, UNMASKED: tl.constexpr):
     """x's 16 words of segment ``4 c + t`` in the lanes with g = 0 (B column 0), zeros elsewhere;
     SPLIT: also segment ``HALF + 4 c + t`` in the lanes with g = 1 (column 1, which the rows
-    g + 8, the second halves, are read against). UNMASKED (c a valid chunk of each half): the
+    g + 8, the second halves, are read against). UNMASKED (c a whole chunk of both halves): the
     other lanes load the same words instead of zeros; they only fill B columns whose results are
     never read, and a load without a mask needs no zero-fill moves or predicates."""
     seg = 4 * c + t
@@ -259,6 +260,16 @@ def _load_x(p_x, i_b, c, g, t, s_xb, NSEG: tl.constexpr, HALF: tl.constexpr, SPL
     for j in tl.static_range(4):
         xs = xs + (_split4(tl.load(p_x + base + 4 * j, mask=m[:, None], other=0), NT),)
     return xs
+
+
+@triton.jit
+def _chunk(warp, i, W: tl.constexpr, CPW: tl.constexpr, BY_WARP: tl.constexpr):
+    """The chunk (of its K half) a warp computes in its i-th step: every W-th chunk from ``warp``,
+    or (BY_WARP) the chunks ``warp CPW ..`` in order."""
+    if BY_WARP:
+        return warp * CPW + i
+    else:
+        return warp + i * W
 
 
 @triton.jit
@@ -324,7 +335,7 @@ def _gathered_mma_kernel(
     read the first half of K against B column 0, rows g + 8 the second half against column 1, so
     a tile of T = 8 decodes no empty rows and a row's chunks take half as long. LEAN: the scale
     pair convert, and where every chunk a warp computes is a whole valid one (``UNMASKED``)
-    loads without masks (a prefetch past the last chunk re-reads the last one). CONTIG (with
+    loads without masks and no prefetch past a warp's last chunk. CONTIG (with
     UNMASKED): warp w takes the contiguous chunks ``w CPW .. + CPW`` of each half, not every W-th
     one, so one warp reads a row's ``64 CPW`` bytes back to back."""
     NT: tl.constexpr = 32 * W
@@ -339,7 +350,6 @@ def _gathered_mma_kernel(
     HALF: tl.constexpr = 4 * ((NCH + 1) // 2)  # SPLIT: the first segment of the second half
     # no partial chunk, SPLIT halves of equal length, every warp the same number of chunks
     UNMASKED: tl.constexpr = LEAN and NSEG % 4 == 0 and (not SPLIT or NCH % 2 == 0) and NCH_RUN % W == 0
-    LAST: tl.constexpr = NCH_RUN - 1
     CPW: tl.constexpr = NCH_RUN // W  # chunks a warp (UNMASKED)
     BY_WARP: tl.constexpr = CONTIG and UNMASKED
     i_b = tl.program_id(0).to(tl.int64)
@@ -382,33 +392,43 @@ def _gathered_mma_kernel(
     # weights D chunks ahead, x one chunk ahead (L1 / L2 hits)
     # (Triton's software pipeliner on this loop, cp.async into shared memory, measured no faster on
     # the H200 and 22-69% slower at K = 4096: docs/measurements/2026-12-02_session12_a_gathered_pipe.json)
-    ring = ()
-    for d in tl.static_range(D):
-        if BY_WARP:
-            c = warp * CPW + (d if d < CPW else CPW - 1)
-        elif UNMASKED:
-            c = tl.minimum(warp + d * W, LAST)
-        else:
-            c = warp + d * W
-        ring = ring + (_load_weights(p_w, p_s, rows, m_rows, c, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT, UNMASKED),)
-    if BY_WARP:
-        xs = _load_x(p_x, i_b, warp * CPW, g, t, s_xb, NSEG, HALF, SPLIT, NT, UNMASKED)
+    if UNMASKED:
+        # every load is of a chunk the warp computes: the last DD steps are peeled (no prefetch
+        # past the end, which would cost a load a warp still waits for at exit)
+        N_IT: tl.constexpr = NCH_RUN // W
+        DD: tl.constexpr = D if D < N_IT else N_IT
+        ring = ()
+        for d in tl.static_range(DD):
+            ring = ring + (_load_weights(p_w, p_s, rows, m_rows, _chunk(warp, d, W, CPW, BY_WARP), t, s_wn, s_sn,
+                                         NSEG, HALF, SPLIT, RT, NT, True),)
+        xs = _load_x(p_x, i_b, _chunk(warp, 0, W, CPW, BY_WARP), g, t, s_xb, NSEG, HALF, SPLIT, NT, True)
+        for it in range(0, N_IT - DD):
+            nw = _load_weights(p_w, p_s, rows, m_rows, _chunk(warp, it + DD, W, CPW, BY_WARP), t, s_wn, s_sn, NSEG,
+                               HALF, SPLIT, RT, NT, True)
+            nx = _load_x(p_x, i_b, _chunk(warp, it + 1, W, CPW, BY_WARP), g, t, s_xb, NSEG, HALF, SPLIT, NT, True)
+            acc = _compute_chunk(acc, ring[0], xs, RT, NT, INTERPRET, LEAN)
+            ring = _shift_in(ring, nw)
+            xs = nx
+        for j in tl.static_range(DD):
+            if j + 1 < DD:
+                nx = _load_x(p_x, i_b, _chunk(warp, N_IT - DD + j + 1, W, CPW, BY_WARP), g, t, s_xb, NSEG, HALF,
+                             SPLIT, NT, True)
+            acc = _compute_chunk(acc, ring[j], xs, RT, NT, INTERPRET, LEAN)
+            if j + 1 < DD:
+                xs = nx
     else:
-        xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, NT, UNMASKED)
-    for it in range(0, tl.cdiv(NCH_RUN, W)):
-        cw = (it + D) * W + warp
-        cx = (it + 1) * W + warp
-        if BY_WARP:
-            cw = warp * CPW + tl.minimum(it + D, CPW - 1)
-            cx = warp * CPW + tl.minimum(it + 1, CPW - 1)
-        elif UNMASKED:
-            cw = tl.minimum(cw, LAST)
-            cx = tl.minimum(cx, LAST)
-        nw = _load_weights(p_w, p_s, rows, m_rows, cw, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT, UNMASKED)
-        nx = _load_x(p_x, i_b, cx, g, t, s_xb, NSEG, HALF, SPLIT, NT, UNMASKED)
-        acc = _compute_chunk(acc, ring[0], xs, RT, NT, INTERPRET, LEAN)
-        ring = _shift_in(ring, nw)
-        xs = nx
+        ring = ()
+        for d in tl.static_range(D):
+            ring = ring + (_load_weights(p_w, p_s, rows, m_rows, warp + d * W, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT,
+                                         NT, False),)
+        xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, NT, False)
+        for it in range(0, tl.cdiv(NCH_RUN, W)):
+            nw = _load_weights(p_w, p_s, rows, m_rows, (it + D) * W + warp, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT,
+                               False)
+            nx = _load_x(p_x, i_b, (it + 1) * W + warp, g, t, s_xb, NSEG, HALF, SPLIT, NT, False)
+            acc = _compute_chunk(acc, ring[0], xs, RT, NT, INTERPRET, LEAN)
+            ring = _shift_in(ring, nw)
+            xs = nx
     # the warps' sums -> one lane set. Lanes t = 0 hold column 0 in c0 (row g) / c2 (row g + 8)
     # and column 1 in c1 / c3; SPLIT: a row's dot is c0 (first half) + c3 (second half)
     gs = tl.load(p_gs) * _UNDO_SCALE
