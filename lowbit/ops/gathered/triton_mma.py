@@ -234,19 +234,22 @@ def _load_x(p_x, i_b, c, g, t, s_xb, NSEG: tl.constexpr, HALF: tl.constexpr, SPL
             NT: tl.constexpr, UNMASKED: tl.constexpr):
     """x's 16 words of segment ``4 c + t`` in the lanes with g = 0 (B column 0), zeros elsewhere;
     SPLIT: also segment ``HALF + 4 c + t`` in the lanes with g = 1 (column 1, which the rows
-    g + 8, the second halves, are read against). UNMASKED (c a whole chunk of both halves): the
-    other lanes load the same words instead of zeros; they only fill B columns whose results are
-    never read, and a load without a mask needs no zero-fill moves or predicates."""
+    g + 8, the second halves, are read against). UNMASKED: c is a whole chunk of both halves (no
+    segment bounds in the mask)."""
     seg = 4 * c + t
     if UNMASKED:
+        # only the lanes of B columns 0 (/ 1) load: a 16-byte load of all 32 lanes takes four L1
+        # wavefronts, of 8 lanes one (every lane loading cost 3-14%, call b of the twentieth session)
         if SPLIT:
-            sx = seg + HALF * (g % 2)
+            sx = seg + HALF * (g == 1)
+            m = g < 2
         else:
             sx = seg
+            m = g == 0
         base = (i_b * s_xb + sx * 16)[:, None] + tl.arange(0, 4)[None, :]
         xs = ()
         for j in tl.static_range(4):
-            xs = xs + (_split4(tl.load(p_x + base + 4 * j), NT),)
+            xs = xs + (_split4(tl.load(p_x + base + 4 * j, mask=m[:, None], other=0), NT),)
         return xs
     if SPLIT:
         sx = seg + HALF * (g == 1)
