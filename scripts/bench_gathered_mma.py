@@ -4,13 +4,13 @@ CUDA-core kernel on the benchmark's shapes (V = 131072, K in {256, 1024, 4096}, 
 (``gathered_bias``, CUDA-graph replay over rotating inputs; floor = max(one launch, bytes / copy
 bandwidth)). Each config's logits are checked against the CUDA-core kernel's first.
 
-    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked] [--variants old,contig] [--min-bt N]
+    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked] [--variants old] [--min-bt N]
 
 Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
 default MMA config, the best MMA config, and each against the floor. ``--picked``: only the
-table's config. ``--variants``: every config also as the pre-``LEAN`` kernel (``old``:
-``triton_mma.LEAN = False``) and / or with the ``contig`` chunk order (``triton_mma.CONTIG``), named
-``<config>:<variant>``.
+table's config. ``--variants old``: every config also as the pre-``LEAN`` kernel
+(``triton_mma.LEAN = False``), named ``<config>:old``. ``--min-bt N``: only the shapes with
+B * T >= N.
 """
 from __future__ import annotations
 
@@ -37,16 +37,16 @@ def name(cfg, variant: str = "") -> str:
 
 
 def launch_as(variant: str, *args) -> None:
-    """``triton_mma.launch(*args)`` as the kernel ``variant`` ("": the module's defaults)."""
-    saved = triton_mma.LEAN, triton_mma.CONTIG
-    if variant == "old":
-        triton_mma.LEAN = False
-    elif variant == "contig":
-        triton_mma.CONTIG = True
+    """``triton_mma.launch(*args)`` as the kernel ``variant`` ("": the shipped dispatch, "old":
+    the pre-``LEAN`` kernel everywhere)."""
+    if variant not in ("", "old"):
+        raise ValueError(f"unknown variant {variant!r} (known: old)")
+    saved = triton_mma.LEAN
+    triton_mma.LEAN = variant != "old"
     try:
         triton_mma.launch(*args)
     finally:
-        triton_mma.LEAN, triton_mma.CONTIG = saved
+        triton_mma.LEAN = saved
 
 
 def auto_configs(k: int) -> list[tuple[int, ...]]:
@@ -69,7 +69,7 @@ def main():
     variants = tuple(v for v in arg("--variants", "").split(",") if v)
     fixed = [tuple(int(v) for v in c.split("x")) for c in given.split(",")] if given else None
     shapes = QUICK if "--quick" in sys.argv else FULL
-    min_bt = int(arg("--min-bt", "0"))  # only the shapes with B * T >= this
+    min_bt = int(arg("--min-bt", "0"))
     shapes = [s for s in shapes if s[1] * s[2] >= min_bt]
     dev = "cuda"
     bw = copy_bandwidth_gbps()

@@ -55,14 +55,15 @@ def test_mma_dot_vs_fp64(mma_backend, v, k, b, t, cfg):
     _check_dot(mma_backend, v, k, b, t, cfg)
 
 
-# the variants: the pre-LEAN kernel (masked loads, one scale byte at a time) and the CONTIG chunk
-# order (a warp's chunks contiguous along the row; rings deeper than a warp's chunks included)
-@pytest.mark.parametrize("lean,contig", [(False, False), (True, True)])
-@pytest.mark.parametrize("v,k,b,t,cfg", [(50, 512, 3, 20, (1, 2, 2, 1)), (30, 1024, 2, 16, (1, 2, 3)),
-                                         (64, 1024, 1, 8, (2, 2, 1, 1))])
-def test_mma_variants_vs_fp64(mma_backend, v, k, b, t, cfg, lean, contig, monkeypatch):
+# LEAN (``use_lean``: SPLIT, K >= 1024) and the old kernel on the same cases: whole chunks with
+# one step a warp, a loop plus a peeled tail of three (K = 2048, W = 2, D = 3), and a partial chunk
+# (K = 1056: the LEAN scale convert with the masked loads)
+@pytest.mark.parametrize("lean", [False, True])
+@pytest.mark.parametrize("v,k,b,t,cfg", [(64, 1024, 1, 8, (2, 2, 1, 1)), (40, 1024, 2, 13, (1, 4, 2, 1)),
+                                         (30, 2048, 1, 9, (1, 2, 3, 1)), (20, 1056, 1, 8, (1, 2, 1, 1))])
+def test_mma_variants_vs_fp64(mma_backend, v, k, b, t, cfg, lean, monkeypatch):
     monkeypatch.setattr(triton_mma, "LEAN", lean)
-    monkeypatch.setattr(triton_mma, "CONTIG", contig)
+    assert triton_mma.use_lean(k, cfg[3]) == lean
     _check_dot(mma_backend, v, k, b, t, cfg)
 
 

@@ -266,16 +266,6 @@ def _load_x(p_x, i_b, c, g, t, s_xb, NSEG: tl.constexpr, HALF: tl.constexpr, SPL
 
 
 @triton.jit
-def _chunk(warp, i, W: tl.constexpr, CPW: tl.constexpr, BY_WARP: tl.constexpr):
-    """The chunk (of its K half) a warp computes in its i-th step: every W-th chunk from ``warp``,
-    or (BY_WARP) the chunks ``warp CPW ..`` in order."""
-    if BY_WARP:
-        return warp * CPW + i
-    else:
-        return warp + i * W
-
-
-@triton.jit
 def _shift_in(ring, v):
     """(ring[1], ..., ring[-1], v): the prefetch ring after its oldest entry was used."""
     res = ()
@@ -327,7 +317,7 @@ def _gathered_mma_kernel(
     p_x, p_w, p_s, p_gs, p_idx, p_val, p_out, T, V, alpha,
     s_xb, s_wn, s_sn, s_ib, s_it, s_vb, s_vt, s_ob, s_ot,
     K: tl.constexpr, BIAS: tl.constexpr, RT: tl.constexpr, W: tl.constexpr, D: tl.constexpr,
-    SPLIT: tl.constexpr, LEAN: tl.constexpr, CONTIG: tl.constexpr, INTERPRET: tl.constexpr,
+    SPLIT: tl.constexpr, LEAN: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Program (b, tile): batch row b, indices ``R RT tile .. + R RT`` of T (R = 16, or 8 with
     SPLIT). ``p_x``: int32 view of bf16 x [B, K] (s_xb in words); ``p_w``: int32 view of the
@@ -338,9 +328,7 @@ def _gathered_mma_kernel(
     read the first half of K against B column 0, rows g + 8 the second half against column 1, so
     a tile of T = 8 decodes no empty rows and a row's chunks take half as long. LEAN: the scale
     pair convert, and where every chunk a warp computes is a whole valid one (``UNMASKED``)
-    loads without masks and no prefetch past a warp's last chunk. CONTIG (with
-    UNMASKED): warp w takes the contiguous chunks ``w CPW .. + CPW`` of each half, not every W-th
-    one, so one warp reads a row's ``64 CPW`` bytes back to back."""
+    loads without masks and no prefetch past a warp's last chunk."""
     NT: tl.constexpr = 32 * W
     NSEG: tl.constexpr = K // 32  # 16-byte segments a row
     NCH: tl.constexpr = (NSEG + 3) // 4  # 128-element chunks a row
@@ -353,8 +341,6 @@ def _gathered_mma_kernel(
     HALF: tl.constexpr = 4 * ((NCH + 1) // 2)  # SPLIT: the first segment of the second half
     # no partial chunk, SPLIT halves of equal length, every warp the same number of chunks
     UNMASKED: tl.constexpr = LEAN and NSEG % 4 == 0 and (not SPLIT or NCH % 2 == 0) and NCH_RUN % W == 0
-    CPW: tl.constexpr = NCH_RUN // W  # chunks a warp (UNMASKED)
-    BY_WARP: tl.constexpr = CONTIG and UNMASKED
     i_b = tl.program_id(0).to(tl.int64)
     i_t = tl.program_id(1)
     o_e = tl.arange(0, NT)
@@ -402,19 +388,19 @@ def _gathered_mma_kernel(
         DD: tl.constexpr = D if D < N_IT else N_IT
         ring = ()
         for d in tl.static_range(DD):
-            ring = ring + (_load_weights(p_w, p_s, rows, m_rows, _chunk(warp, d, W, CPW, BY_WARP), t, s_wn, s_sn,
+            ring = ring + (_load_weights(p_w, p_s, rows, m_rows, warp + d * W, t, s_wn, s_sn,
                                          NSEG, HALF, SPLIT, RT, NT, True),)
-        xs = _load_x(p_x, i_b, _chunk(warp, 0, W, CPW, BY_WARP), g, t, s_xb, NSEG, HALF, SPLIT, NT, True)
+        xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, NT, True)
         for it in range(0, N_IT - DD):
-            nw = _load_weights(p_w, p_s, rows, m_rows, _chunk(warp, it + DD, W, CPW, BY_WARP), t, s_wn, s_sn, NSEG,
+            nw = _load_weights(p_w, p_s, rows, m_rows, warp + (it + DD) * W, t, s_wn, s_sn, NSEG,
                                HALF, SPLIT, RT, NT, True)
-            nx = _load_x(p_x, i_b, _chunk(warp, it + 1, W, CPW, BY_WARP), g, t, s_xb, NSEG, HALF, SPLIT, NT, True)
+            nx = _load_x(p_x, i_b, warp + (it + 1) * W, g, t, s_xb, NSEG, HALF, SPLIT, NT, True)
             acc = _compute_chunk(acc, ring[0], xs, RT, NT, INTERPRET, LEAN)
             ring = _shift_in(ring, nw)
             xs = nx
         for j in tl.static_range(DD):
             if j + 1 < DD:
-                nx = _load_x(p_x, i_b, _chunk(warp, N_IT - DD + j + 1, W, CPW, BY_WARP), g, t, s_xb, NSEG, HALF,
+                nx = _load_x(p_x, i_b, warp + (N_IT - DD + j + 1) * W, g, t, s_xb, NSEG, HALF,
                              SPLIT, NT, True)
             acc = _compute_chunk(acc, ring[j], xs, RT, NT, INTERPRET, LEAN)
             if j + 1 < DD:
@@ -478,11 +464,20 @@ def pick_config(b: int, t: int, k: int) -> tuple[int, int, int, int]:
 
 
 #: The kernel's ``LEAN`` variant (the scale pair convert; unmasked loads where the chunks divide
-#: evenly); False runs the sixth session's kernel, for same-run comparisons.
+#: evenly) where :func:`use_lean` takes it; False runs the sixth session's kernel everywhere, for
+#: same-run comparisons (``scripts/bench_gathered_mma.py --variants old``).
 LEAN = True
 
-#: The kernel's ``CONTIG`` chunk order (a warp's chunks contiguous along the row) where it applies.
-CONTIG = False
+
+def use_lean(k: int, split: int) -> bool:
+    """Whether a launch runs the ``LEAN`` kernel: SPLIT tiles with at least 4 chunks a K half
+    (K >= 1024). Measured against the old kernel on all 36 benchmark shapes (twentieth session,
+    call c, docs/measurements/2026-12-03_session20_c_ab.log): 5-11% faster at K = 4096 SPLIT,
+    equal to 6% faster at K = 1024; 0-3% slower at K = 256 (one chunk a warp); 9-11% slower on
+    the non-SPLIT K4096 B256 configs, where its peeled tail takes 91 registers against 64 (two
+    8-warp programs an SM instead of four)."""
+    nch_run = -(-(-(-k // 128)) // 2)  # 128-element chunks a K half
+    return LEAN and bool(split) and nch_run >= 4
 
 #: Whether the public ops dispatch to this kernel under the interpreter (tests turn it on; the
 #: lane-by-lane MMA emulation is slow, so the other interpreter tests keep the CUDA-core kernel).
@@ -530,7 +525,7 @@ def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, con
         x32, w32, s16, global_scale, index, p_val, out, t, data.shape[0], float(alpha),
         x32.stride(0), w32.stride(0), s16.stride(0), index.stride(0), index.stride(1), s_vb, s_vt,
         out.stride(0), out.stride(1),
-        K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), LEAN=LEAN, CONTIG=CONTIG, INTERPRET=interpret_mode(),
+        K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), LEAN=use_lean(k, split), INTERPRET=interpret_mode(),
         num_warps=w,
         num_stages=1,
     )
