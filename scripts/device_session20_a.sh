@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran on the commit that still had the CONTIG option; the contig variant was removed after this call.)
 # Session 20, call a (#8): the LEAN gathered kernel (scale pair convert, unmasked loads) -- its
 # cuda tests, then all 36 shapes: the picked config with LEAN on and off in the same run, then the
 # auto-config sweep with LEAN on. Results under $OUT.
