@@ -215,17 +215,17 @@ def _load_weights(p_w, p_s, rows, m_rows, c, t, s_wn, s_sn, NSEG: tl.constexpr, 
     for h in tl.static_range(2 * RT):
         if SPLIT and h % 2 == 1:  # the second K half of a SPLIT tile
             sh = seg + HALF
-            m = (sh < NSEG) & m_rows[h]
+            m_s = sh < NSEG
         elif SPLIT:
             sh = seg
-            m = (seg < HALF) & (seg < NSEG) & m_rows[h]
+            m_s = (seg < HALF) & (seg < NSEG)
         else:
             sh = seg
-            m = (seg < NSEG) & m_rows[h]
+            m_s = seg < NSEG
         if UNMASKED:
             wq = wq + (_load_rows(p_w, p_s, rows[h], sh, None, s_wn, s_sn, NT),)
         else:
-            wq = wq + (_load_rows(p_w, p_s, rows[h], sh, m, s_wn, s_sn, NT),)
+            wq = wq + (_load_rows(p_w, p_s, rows[h], sh, m_s & m_rows[h], s_wn, s_sn, NT),)
     return wq
 
 
@@ -234,29 +234,22 @@ def _load_x(p_x, i_b, c, g, t, s_xb, NSEG: tl.constexpr, HALF: tl.constexpr, SPL
             NT: tl.constexpr, UNMASKED: tl.constexpr):
     """x's 16 words of segment ``4 c + t`` in the lanes with g = 0 (B column 0), zeros elsewhere;
     SPLIT: also segment ``HALF + 4 c + t`` in the lanes with g = 1 (column 1, which the rows
-    g + 8, the second halves, are read against). UNMASKED: c is a whole chunk of both halves (no
-    segment bounds in the mask)."""
+    g + 8, the second halves, are read against). UNMASKED: c is a whole chunk of both halves, so
+    the mask only picks the lanes. (Loading x in every lane instead, to drop the zero fill, cost
+    3-14%: a 16-byte load of 32 lanes takes four L1 wavefronts, of 8 lanes one.)"""
     seg = 4 * c + t
-    if UNMASKED:
-        # only the lanes of B columns 0 (/ 1) load: a 16-byte load of all 32 lanes takes four L1
-        # wavefronts, of 8 lanes one (every lane loading cost 3-14%, call b of the twentieth session)
-        if SPLIT:
-            sx = seg + HALF * (g == 1)
-            m = g < 2
-        else:
-            sx = seg
-            m = g == 0
-        base = (i_b * s_xb + sx * 16)[:, None] + tl.arange(0, 4)[None, :]
-        xs = ()
-        for j in tl.static_range(4):
-            xs = xs + (_split4(tl.load(p_x + base + 4 * j, mask=m[:, None], other=0), NT),)
-        return xs
     if SPLIT:
         sx = seg + HALF * (g == 1)
-        m = ((g == 0) & (seg < HALF) & (seg < NSEG)) | ((g == 1) & (sx < NSEG))
+        if UNMASKED:
+            m = g < 2
+        else:
+            m = ((g == 0) & (seg < HALF) & (seg < NSEG)) | ((g == 1) & (sx < NSEG))
     else:
         sx = seg
-        m = (g == 0) & (seg < NSEG)
+        if UNMASKED:
+            m = g == 0
+        else:
+            m = (g == 0) & (seg < NSEG)
     o_4 = tl.arange(0, 4)[None, :]
     base = (i_b * s_xb + sx * 16)[:, None] + o_4
     xs = ()
@@ -388,12 +381,12 @@ def _gathered_mma_kernel(
         DD: tl.constexpr = D if D < N_IT else N_IT
         ring = ()
         for d in tl.static_range(DD):
-            ring = ring + (_load_weights(p_w, p_s, rows, m_rows, warp + d * W, t, s_wn, s_sn,
-                                         NSEG, HALF, SPLIT, RT, NT, True),)
+            ring = ring + (_load_weights(p_w, p_s, rows, m_rows, warp + d * W, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT,
+                                         NT, True),)
         xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, NT, True)
         for it in range(0, N_IT - DD):
-            nw = _load_weights(p_w, p_s, rows, m_rows, warp + (it + DD) * W, t, s_wn, s_sn, NSEG,
-                               HALF, SPLIT, RT, NT, True)
+            nw = _load_weights(p_w, p_s, rows, m_rows, warp + (it + DD) * W, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT,
+                               True)
             nx = _load_x(p_x, i_b, warp + (it + 1) * W, g, t, s_xb, NSEG, HALF, SPLIT, NT, True)
             acc = _compute_chunk(acc, ring[0], xs, RT, NT, INTERPRET, LEAN)
             ring = _shift_in(ring, nw)
@@ -476,8 +469,9 @@ def use_lean(k: int, split: int) -> bool:
     equal to 6% faster at K = 1024; 0-3% slower at K = 256 (one chunk a warp); 9-11% slower on
     the non-SPLIT K4096 B256 configs, where its peeled tail takes 91 registers against 64 (two
     8-warp programs an SM instead of four)."""
-    nch_run = -(-(-(-k // 128)) // 2)  # 128-element chunks a K half
-    return LEAN and bool(split) and nch_run >= 4
+    chunks = -(-k // 128)  # 128-element chunks a row
+    return LEAN and bool(split) and -(-chunks // 2) >= 4
+
 
 #: Whether the public ops dispatch to this kernel under the interpreter (tests turn it on; the
 #: lane-by-lane MMA emulation is slow, so the other interpreter tests keep the CUDA-core kernel).
@@ -526,6 +520,5 @@ def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, con
         x32.stride(0), w32.stride(0), s16.stride(0), index.stride(0), index.stride(1), s_vb, s_vt,
         out.stride(0), out.stride(1),
         K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), LEAN=use_lean(k, split), INTERPRET=interpret_mode(),
-        num_warps=w,
-        num_stages=1,
+        num_warps=w, num_stages=1,
     )
