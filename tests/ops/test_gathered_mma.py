@@ -75,11 +75,12 @@ def _check_dot(mma_backend, v, k, b, t, cfg):
     torch.testing.assert_close(out.double(), _ref(x, w, idx), rtol=1e-5, atol=1e-5)
 
 
-def test_mma_bad_index_is_nan(mma_backend):
-    w = NVFP4.quantize(torch.randn(20, 64))
-    x = torch.randn(1, 64).to(torch.bfloat16)
+@pytest.mark.parametrize("k,cfg", [(64, (1, 1, 2)), (1024, (1, 4, 1, 1))])  # the second: LEAN, row 0 read
+def test_mma_bad_index_is_nan(mma_backend, k, cfg):
+    w = NVFP4.quantize(torch.randn(20, k))
+    x = torch.randn(1, k).to(torch.bfloat16)
     idx = torch.tensor([[3, -1, 20, 7]])
-    out = _launch_dot(mma_backend, x, w, idx, (1, 1, 2))
+    out = _launch_dot(mma_backend, x, w, idx, cfg)
     assert torch.isnan(out[0, 1:3]).all()
     torch.testing.assert_close(out[0, [0, 3]].double(), _ref(x, w, idx)[0, [0, 3]], rtol=1e-5, atol=1e-5)
 
@@ -100,16 +101,16 @@ def test_mma_every_code_and_scale(mma_backend):
     torch.testing.assert_close(out[0, :-1].double(), ref[0, :-1], rtol=1e-6, atol=0)
 
 
-@pytest.mark.parametrize("ldt", [torch.bfloat16, torch.float32])
-def test_mma_public_bias(mma_backend, ldt, monkeypatch):
+@pytest.mark.parametrize("ldt,k", [(torch.bfloat16, 128), (torch.float32, 128), (torch.bfloat16, 1024)])
+def test_mma_public_bias(mma_backend, ldt, k, monkeypatch):
     """The public gathered_bias takes the kernel (bf16 x, aligned rows), scatters values + alpha
     * dot, leaves every other logit bit-identical and its inputs unchanged; duplicate indices
-    write the same number."""
+    write the same number. K = 1024: the picked config runs the LEAN kernel."""
     calls = []
     real = triton_mma.launch
     monkeypatch.setattr(triton_mma, "launch", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     dev = mma_backend.device
-    v, k, b, t = 70, 128, 3, 19
+    v, b, t = 70, 3, 19
     w = NVFP4.quantize(torch.randn(v, k)).to(dev)
     x = torch.randn(b, k, dtype=torch.bfloat16, device=dev)
     idx = torch.stack([torch.randperm(v)[:t] for _ in range(b)])
