@@ -35,12 +35,7 @@ def _gather_read(p_w, p_idx, p_out, n_tiles, s_wn, PW: tl.constexpr, PIECES: tl.
     o_r = tile * ROWS + tl.arange(0, ROWS)
     rows = tl.load(p_idx + o_r).to(tl.int64)
     words = tl.load(p_w + rows[:, None] * s_wn + piece * PW + tl.arange(0, PW)[None, :])
-    tl.store(p_out + pid, tl.reduce(tl.reshape(words, [ROWS * PW]), 0, _xor))
-
-
-@triton.jit
-def _xor(a, b):
-    return a ^ b
+    tl.store(p_out + pid, tl.xor_sum(tl.reshape(words, [ROWS * PW]), 0))
 
 
 def main():

@@ -190,16 +190,15 @@ def _scale_pairs(sv, INTERPRET: tl.constexpr):
 
 @triton.jit
 def _load_rows(p_w, p_s, row, seg, m, s_wn, s_sn, NT: tl.constexpr):
-    """One row's segment ``seg`` (int32 words, 4 of them) and its two scale bytes (an int16)."""
+    """One row's segment ``seg`` (int32 words, 4 of them) and its two scale bytes (an int16);
+    ``m``: the lanes that load (others read zeros), or None for all of them."""
     o_4 = tl.arange(0, 4)[None, :]
-    if m is None:  # every address valid: no zero-fill moves, no predicates
-        w0, w1, w2, w3 = _split4(tl.load(p_w + (row * s_wn + seg * 4)[:, None] + o_4), NT)
-        sv = tl.load(p_s + row * s_sn + seg)
-    else:
-        w0, w1, w2, w3 = _split4(tl.load(p_w + (row * s_wn + seg * 4)[:, None] + o_4, mask=m[:, None], other=0), NT)
-        # int16: the scale bytes of groups 2 seg, 2 seg + 1. Kept raw: decoding here would make the
-        # warp wait for this load now, not when the chunk is used (no work may touch a prefetched value)
-        sv = tl.load(p_s + row * s_sn + seg, mask=m, other=0)
+    # m None: every address valid, so no zero-fill moves and no predicates
+    w0, w1, w2, w3 = _split4(tl.load(p_w + (row * s_wn + seg * 4)[:, None] + o_4,
+                                     mask=None if m is None else m[:, None], other=None if m is None else 0), NT)
+    # int16: the scale bytes of groups 2 seg, 2 seg + 1. Kept raw: decoding here would make the
+    # warp wait for this load now, not when the chunk is used (no work may touch a prefetched value)
+    sv = tl.load(p_s + row * s_sn + seg, mask=m, other=None if m is None else 0)
     return (w0, w1, w2, w3), sv
 
 
