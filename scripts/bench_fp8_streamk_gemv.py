@@ -4,8 +4,9 @@ the benchmark's five (N, K), timed as a layer stack (``lowbit.bench.gemm.stack_u
 
     python3 scripts/bench_fp8_streamk_gemv.py [--ms 1,16,64] [--configs p2s6w4,...] [--json F]
 
-Config spec ``pPsSwW``: P CTAs an SM, a ring of S units, W warps (16 W weight rows a unit); ``auto``
-is the module's rule. Each output is checked against ``fp8_gemm`` (relative error) before timing.
+Config spec ``pPsSwW[gG][mM]``: P CTAs an SM, a ring of S units, W warps (16 W weight rows a unit),
+G CTAs instead of P an SM, reduction mode M (``gluon_streamk_gemv.MODE``; 2 is a timing probe with
+wrong sums, not checked); ``auto`` is the module's rule. Each output is checked against ``fp8_gemm`` (relative error) before timing.
 The byte floor is ``gemm_bytes`` / measured copy bandwidth.
 """
 from __future__ import annotations
@@ -52,19 +53,24 @@ def main() -> int:
             a0, wq0 = layers[0][0], layers[0][1]
             ref = tr.fp8_gemm(a0.data, a0.scale, wq0.data, wq0.scale).float()
             for spec in filter(None, args.configs.split(",")):
-                cfg = None if spec == "auto" else tuple(int(v) for v in re.fullmatch(r"p(\d+)s(\d+)w(\d+)", spec).groups())
+                kw = {}
+                if spec != "auto":
+                    p_, s_, w_, g_, m_ = re.fullmatch(r"p(\d+)s(\d+)w(\d+)(?:g(\d+))?(?:m(\d+))?", spec).groups()
+                    kw = dict(config=(int(p_), int(s_), int(w_)), grid=int(g_) if g_ else None,
+                              mode=int(m_) if m_ else None)
                 name = "sk_" + spec
                 try:
-                    got = sk.fp8_streamk_gemv(a0.data, a0.scale, wq0.data, wq0.scale, config=cfg).float()
+                    got = sk.fp8_streamk_gemv(a0.data, a0.scale, wq0.data, wq0.scale, **kw).float()
                 except Exception as e:  # noqa: BLE001 - e.g. too much shared memory: report, go on
                     rec[name + "_error"] = str(e)[:160]
                     continue
-                rec[name + "_err"] = float(((got - ref).norm() / ref.norm()).item())
-                fns[name] = [lambda a=a, wq=wq, cfg=cfg: sk.fp8_streamk_gemv(a.data, a.scale, wq.data, wq.scale,
-                                                                             config=cfg) for a, wq, _, _ in layers]
+                if kw.get("mode") != 2:
+                    rec[name + "_err"] = float(((got - ref).norm() / ref.norm()).item())
+                fns[name] = [lambda a=a, wq=wq, kw=kw: sk.fp8_streamk_gemv(a.data, a.scale, wq.data, wq.scale, **kw)
+                             for a, wq, _, _ in layers]
             for name, fl in fns.items():
                 rec[name + "_us"] = round(stack_us(fl), 2)
-            sks = [nm for nm in fns if nm.startswith("sk_")]
+            sks = [nm for nm in fns if nm.startswith("sk_") and not nm.endswith("m2")]
             if sks:
                 best = min(sks, key=lambda nm: rec[nm + "_us"])
                 rec["best"] = best

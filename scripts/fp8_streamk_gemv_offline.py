@@ -18,15 +18,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from gluon_fp8_offline import ptxas_notes  # noqa: E402
 from sm90_offline import compile_gluon_sm90, loop_report, qgmma_loop  # noqa: E402
 
-CONFIGS = (  # (M, N, K, CTAs an SM, STAGES, W, a_s e8m0, b_s e8m0)
-    (1, 2112, 7168, 2, 6, 4, False, False),
-    (16, 24576, 1536, 2, 6, 4, True, True),
-    (64, 7168, 16384, 1, 8, 4, False, False),
-    (64, 4096, 7168, 1, 4, 8, False, False),
+CONFIGS = (  # (M, N, K, CTAs an SM, STAGES, W, a_s e8m0, b_s e8m0, MODE)
+    (1, 2112, 7168, 2, 6, 4, False, False, 0),
+    (1, 2112, 7168, 2, 6, 4, False, False, 1),
+    (16, 24576, 1536, 2, 6, 4, True, True, 0),
+    (16, 24576, 1536, 2, 4, 4, False, False, 1),
+    (16, 24576, 1536, 2, 4, 4, False, False, 2),
+    (64, 7168, 16384, 1, 8, 4, False, False, 0),
+    (64, 7168, 16384, 1, 8, 4, False, False, 1),
+    (64, 4096, 7168, 1, 4, 8, False, False, 0),
 )
 
 
-def compile_sm90(m, n, k, per_sm, stages, w, as_e8m0, bs_e8m0, sms=132):
+def compile_sm90(m, n, k, per_sm, stages, w, as_e8m0, bs_e8m0, mode, sms=132):
     import torch
     import triton
     from triton.experimental.gluon import language as gl
@@ -50,7 +54,7 @@ def compile_sm90(m, n, k, per_sm, stages, w, as_e8m0, bs_e8m0, sms=132):
                 x_desc=TensorDescriptor.from_tensor(a, [nb, 128], x_l), as_ptr=a_s, bs_ptr=b_s, c_ptr=c, ws_ptr=ws,
                 cnt_ptr=cnt, M=m, N=n, KB=kb, TILES=plan["tiles"])
     constexprs = dict(NB=nb, PER=triton.next_power_of_2(plan["per"]), STAGES=min(stages, plan["per"]),
-                      MAXC=plan["maxc"], AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w)
+                      MAXC=triton.next_power_of_2(plan["maxc"]), AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w, MODE=mode)
     return compile_gluon_sm90(g._fp8_streamk_gemv_kernel, args, constexprs, {"M", "KB", "TILES"}, num_warps=w), plan
 
 
@@ -60,10 +64,11 @@ def main() -> int:
     args = ap.parse_args()
     for cfg in CONFIGS:
         kern, plan = compile_sm90(*cfg)
-        loop_report(kern, f"M{cfg[0]} N{cfg[1]} K{cfg[2]} {cfg[3]}/SM stages {cfg[4]} W {cfg[5]} plan {plan}",
+        loop_report(kern, f"M{cfg[0]} N{cfg[1]} K{cfg[2]} {cfg[3]}/SM stages {cfg[4]} W {cfg[5]} mode {cfg[8]} "
+                    f"plan {plan}",
                     qgmma_loop, extra="; ptxas: "
                     + (", ".join(ptxas_notes(kern)) or "no wgmma notes").replace("{", "{{").replace("}", "}}"),
-                    dump_dir=args.dump, dump_name=f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_w{cfg[5]}.sass")
+                    dump_dir=args.dump, dump_name=f"m{cfg[0]}_n{cfg[1]}_k{cfg[2]}_w{cfg[5]}_mode{cfg[8]}.sass")
     return 0
 
 

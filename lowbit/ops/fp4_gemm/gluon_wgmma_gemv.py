@@ -49,6 +49,7 @@ import torch
 import triton
 
 from lowbit.ops._arrival_counters import arrival_counters, counters_ready  # noqa: F401 - re-exported for the dispatch
+from lowbit.ops._gluon_resident import resident_ctas
 
 try:
     from triton.experimental import gluon
@@ -505,7 +506,7 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     if pdl:
         meta["launch_pdl"] = True
     if split > 1 and spin:
-        if tiles * split > _resident_ctas(a.device, args, meta):
+        if tiles * split > resident_ctas(_fp4_wgmma_gemv_kernel, a.device, args, {**meta, "SPIN": True}, w):
             raise ValueError(f"fp4_wgmma_gemv spin=True needs every CTA resident: {tiles} x {split} CTAs do not fit")
         meta["SPIN"] = True
     _fp4_wgmma_gemv_kernel[(tiles, split)](*args, **meta)
@@ -518,23 +519,3 @@ def _box_layouts(rows: int):
     16 B], unswizzled): built once per CTA height, not per call."""
     return (gl.NVMMASharedLayout.get_default_for([rows, 128], gl.uint8),
             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2))
-
-
-_RESIDENT: dict = {}
-
-
-def _resident_ctas(device: torch.device, args: tuple, meta: dict) -> int:
-    """How many CTAs of this compiled variant the GPU holds at once (registers, shared memory and
-    warps per SM from the compiled kernel; cached per variant)."""
-    key = (device.index, tuple(sorted(meta.items())), args[-1])
-    if key not in _RESIDENT:
-        kern = _fp4_wgmma_gemv_kernel.warmup(*args, grid=(1, 1), **meta, SPIN=True)
-        kern._init_handles()  # loads the module: n_regs is known from here
-        props = torch.cuda.get_device_properties(device)
-        threads = 32 * meta["W"]
-        regs = -(-max(kern.n_regs, 1) // 8) * 8  # allocation granularity
-        by_regs = props.regs_per_multiprocessor // (regs * threads)
-        by_smem = props.shared_memory_per_multiprocessor // (kern.metadata.shared + 1024)  # + the per-CTA reserve
-        by_warps = props.max_threads_per_multi_processor // threads
-        _RESIDENT[key] = props.multi_processor_count * max(0, min(by_regs, by_smem, by_warps, 32))
-    return _RESIDENT[key]

@@ -37,6 +37,7 @@ import triton
 
 from lowbit._backend import sm_count
 from lowbit.ops._arrival_counters import arrival_counters, counters_ready  # noqa: F401 - re-exported for the dispatch
+from lowbit.ops._gluon_resident import resident_ctas
 
 try:
     from triton.experimental import gluon
@@ -121,18 +122,49 @@ if _GLUON_IMPORT_ERROR is None:
         return (((u + 1).to(gl.int64) * G - 1) // U).to(gl.int32)
 
     @gluon.jit
-    def _flush_tile(acc, tile, full, pid, t_a, c_ptr, ws_ptr, cnt_ptr, M, N, KB, U, G, R: gl.constexpr,
-                    NB: gl.constexpr, MAXC: gl.constexpr, mma: gl.constexpr):
-        """Store the CTA's fp32 sum over (part of) row tile ``tile`` as ``c[m, n]`` bf16: straight
-        when the CTA had all its units (``full``), else through the workspace ``ws`` fp32 [G, 2, NB,
-        R] (slot 0: the CTA's first tile ``t_a``, slot 1: its last) and the tile's arrival counter;
-        the last sharer adds every sharer's partial in CTA order and resets the counter."""
+    def _flush_tile(acc, tile, lo, full, pid, t_a, c_ptr, ws_ptr, cnt_ptr, M, N, KB, U, G, R: gl.constexpr,
+                    NB: gl.constexpr, MAXC: gl.constexpr, MODE: gl.constexpr, mma: gl.constexpr):
+        """Store the CTA's fp32 sum over (part of) row tile ``tile`` (its units from ``lo`` on) as
+        ``c[m, n]`` bf16: straight when the CTA had all the tile's units (``full``), else through
+        the workspace ``ws`` fp32 [G, 2, NB, R] and the tile's int32 counter. Either way the sharers'
+        partials are added in CTA order (deterministic, and the same sums in both modes).
+
+        * MODE 0 (arrive): each sharer stores its partial (slot 0: the CTA's first tile ``t_a``,
+          slot 1: its last) and increments the counter (``acq_rel``, waiting for the old value);
+          the last to arrive adds all partials and resets the counter.
+        * MODE 1 (spin): the sharer holding the tile's first unit reduces; the others store their
+          partial in slot 0 (for them it is always ``t_a``) and publish it with a release increment
+          they do not wait for. The reducer polls the counter (acquire) until all have arrived,
+          then adds their partials to its own, still in registers. Waiting is safe only when every
+          CTA of the grid is resident at once (the launcher checks) -- and it waits only on
+          higher CTAs, which stream their piece of the tile first.
+        * MODE 2: a probe of the reduction's cost only -- every piece is stored as if it were the
+          whole tile (wrong sums)."""
         rl = gl.expand_dims(gl.arange(0, R, layout=gl.SliceLayout(1, mma)), 1)  # row within the tile
         cols = gl.expand_dims(gl.arange(0, NB, layout=gl.SliceLayout(0, mma)), 0)  # activation row m
         rows = tile * R + rl
         ok = (rows < N) & (cols < M)
-        if full:
+        if MODE == 2:
             gl.store(c_ptr + cols * N + rows, acc.to(gl.bfloat16), mask=ok)
+        elif full:
+            gl.store(c_ptr + cols * N + rows, acc.to(gl.bfloat16), mask=ok)
+        elif MODE == 1:
+            c_last = _owner(tile * KB + KB - 1, U, G)
+            if lo == tile * KB:  # the head: this CTA reduces
+                seen = gl.atomic_add(cnt_ptr + tile, 0, sem="acquire", scope="gpu")
+                while seen < c_last - pid:
+                    seen = gl.atomic_add(cnt_ptr + tile, 0, sem="acquire", scope="gpu")
+                tot = acc
+                for j in gl.static_range(1, MAXC):
+                    c = pid + j
+                    tot = tot + gl.load(ws_ptr + (c * 2 * NB + cols) * R + rl, mask=ok & (c <= c_last), other=0.0,
+                                        cache_modifier=".cg")
+                gl.store(c_ptr + cols * N + rows, tot.to(gl.bfloat16), mask=ok)
+                gl.store(cnt_ptr + tile, 0)
+            else:
+                gl.store(ws_ptr + (pid * 2 * NB + cols) * R + rl, acc)
+                gl.thread_barrier()  # every thread's partial stored before the one release below
+                gl.atomic_add(cnt_ptr + tile, 1, sem="release", scope="gpu")  # result unused: not waited for
         else:
             slot = (tile != t_a).to(gl.int32)
             gl.store(ws_ptr + ((pid * 2 + slot) * NB + cols) * R + rl, acc)
@@ -153,14 +185,16 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit(do_not_specialize=["M", "KB", "TILES"])
     def _fp8_streamk_gemv_kernel(w_desc, x_desc, as_ptr, bs_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, KB, TILES,
                                  NB: gl.constexpr, PER: gl.constexpr, STAGES: gl.constexpr, MAXC: gl.constexpr,
-                                 AS_E8M0: gl.constexpr, BS_E8M0: gl.constexpr, W: gl.constexpr):
+                                 AS_E8M0: gl.constexpr, BS_E8M0: gl.constexpr, W: gl.constexpr,
+                                 MODE: gl.constexpr):
         """CTA ``pid`` of G: units [pid U / G, (pid + 1) U / G) of U = TILES KB, unit u = (row tile
         u // KB: weight rows R tile .. + R - 1, K block u % KB). ``w_desc``: TMA descriptor of the
         weight e4m3 [N, K], box [R, 128]; ``x_desc``: of the activations e4m3 [M, K], box [NB, 128];
         ``as_ptr``: [M, KB] fp32 (or UE8M0 bytes); ``bs_ptr``: [ceil(N / 128), KB] fp32 (or UE8M0
         bytes); ``c_ptr``: bf16 [M, N]; ``ws_ptr``: fp32 [G, 2, NB, R]; ``cnt_ptr``: int32 [TILES]
         arrival counters (zero between launches). PER: the most units a CTA has, rounded up to a
-        power of two (the staged scales' rows); MAXC: the most CTAs sharing one tile."""
+        power of two (the staged scales' rows); MAXC: the most CTAs sharing one tile; MODE: how
+        shared tiles are reduced (``_flush_tile``; the head-first order is MODE 0's)."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
@@ -173,8 +207,13 @@ if _GLUON_IMPORT_ERROR is None:
         n_my = end - start
         t_a = start // KB  # first and last tile the CTA touches
         t_b = (end - 1) // KB
-        # the head of the last tile goes first when it is a shared piece of a tile other than t_a
-        has_head = ((t_b != t_a) & (end - t_b * KB != KB)).to(gl.int32)
+        # MODE 0: the head of the last tile goes first when it is a shared piece of a tile other
+        # than t_a (its reduction then overlaps the rest of the stream); MODE 1 keeps the natural
+        # order, so a reducer's partners have published long before it needs them
+        if MODE == 0:
+            has_head = ((t_b != t_a) & (end - t_b * KB != KB)).to(gl.int32)
+        else:
+            has_head = t_a * 0
         head0 = t_b * KB
         head_len = has_head * (end - head0)
 
@@ -215,7 +254,7 @@ if _GLUON_IMPORT_ERROR is None:
                 acc = acc + d * gl.expand_dims(sc_rows.index(i).load(col_l), 0)
                 i += 1
             full = (lo == tile * KB) & (hi == tile * KB + KB)
-            _flush_tile(acc, tile, full, pid, t_a, c_ptr, ws_ptr, cnt_ptr, M, N, KB, U, G, R, NB, MAXC, mma)
+            _flush_tile(acc, tile, lo, full, pid, t_a, c_ptr, ws_ptr, cnt_ptr, M, N, KB, U, G, R, NB, MAXC, MODE, mma)
         for s in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(s))
 
@@ -237,6 +276,9 @@ def streamk_plan(n: int, k: int, w: int, grid: int) -> dict:
 STREAMK_CONFIG = {8: (2, 6, 4), 16: (2, 6, 4), 32: (2, 4, 4), 64: (1, 8, 4)}
 
 
+#: how shared tiles are reduced by default (``_flush_tile``): 0 the last CTA to arrive, 1 the tile's
+#: first CTA polling its partners' counter (the whole grid resident)
+MODE = 0
 #: shared memory a CTA may use (ring + staged scales; sm_90 allows 227 KB, the compiler adds a little)
 SMEM_LIMIT = 200 * 1024
 
@@ -272,13 +314,16 @@ def _box_layouts(rows: int, nb: int):
 
 def fp8_streamk_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
                      config: tuple[int, int, int] | None = None, out: torch.Tensor | None = None,
-                     pdl: bool = True, grid: int | None = None) -> torch.Tensor:
+                     pdl: bool = True, grid: int | None = None, mode: int | None = None) -> torch.Tensor:
     """a e4m3 [M, K] (1 <= M <= 64, K % 128 == 0, contiguous), a_s [M, K/128]; b e4m3 [N, K]
     (contiguous), b_s [ceil(N/128), K/128]; scales fp32 or float8_e8m0fnu. Returns bf16 [M, N]
     (``out`` if given).
     ``config`` = (CTAs an SM, STAGES, W) overrides :func:`pick_fp8_streamk_config` (W: 4 or 8
     warps, 16 W weight rows a unit). ``pdl``: launch as a programmatic dependent launch; ``grid``
-    overrides the CTA count (CTAs an SM x SMs; tests use it to make many CTAs share a tile).
+    overrides the CTA count (CTAs an SM x SMs; tests use it to make many CTAs share a tile);
+    ``mode`` how shared tiles are reduced (``MODE``; 0: the last to arrive, 1: the tile's first
+    CTA, polling -- a ValueError unless the whole grid is resident at once; 2: a timing probe with
+    wrong sums).
     Launches share a per-device counter buffer: do not run two of them concurrently on different
     streams."""
     if _GLUON_IMPORT_ERROR is not None:
@@ -299,6 +344,9 @@ def fp8_streamk_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: t
     if per_sm < 1 or stages < 1 or w not in (4, 8):
         raise ValueError(f"fp8_streamk_gemv config (CTAs an SM, STAGES, W) needs positive counts and W in (4, 8), "
                          f"got {config}")
+    mode = MODE if mode is None else mode
+    if mode not in (0, 1, 2):
+        raise ValueError(f"fp8_streamk_gemv mode must be 0, 1 or 2, got {mode}")
     if out is not None and (out.shape != (m, n) or out.dtype != torch.bfloat16 or not out.is_contiguous()
                             or out.device != a.device):
         raise ValueError(f"fp8_streamk_gemv out must be a contiguous bf16 [{m}, {n}] tensor on {a.device}, got "
@@ -321,12 +369,15 @@ def fp8_streamk_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: t
     # MAXC rounded up to a power of two: fewer compiled variants (extra sharers are masked off)
     meta = dict(NB=nb, PER=triton.next_power_of_2(plan["per"]), STAGES=min(stages, plan["per"]),
                 MAXC=triton.next_power_of_2(plan["maxc"]),
-                AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w, num_warps=w)
+                AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w, MODE=mode, num_warps=w)
     if pdl:
         meta["launch_pdl"] = True
-    _fp8_streamk_gemv_kernel[(plan["grid"],)](
-        w_desc, x_desc, a_s.view(torch.uint8) if as_e8m0 else a_s, b_s.view(torch.uint8) if bs_e8m0 else b_s, c,
-        ws, cnt, m, n, kb, plan["tiles"], **meta)
+    args = (w_desc, x_desc, a_s.view(torch.uint8) if as_e8m0 else a_s, b_s.view(torch.uint8) if bs_e8m0 else b_s, c,
+            ws, cnt, m, n, kb, plan["tiles"])
+    if mode == 1 and plan["grid"] > resident_ctas(_fp8_streamk_gemv_kernel, a.device, args, meta, w):
+        raise ValueError(f"fp8_streamk_gemv mode 1 needs every CTA resident: {plan['grid']} CTAs of config "
+                         f"{(per_sm, stages, w)} do not fit")
+    _fp8_streamk_gemv_kernel[(plan["grid"],)](*args, **meta)
     return c
 
 
