@@ -8,8 +8,9 @@ bandwidth)). Each config's logits are checked against the CUDA-core kernel's fir
 
 Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
 default MMA config, the best MMA config, and each against the floor. ``--picked``: only the
-table's config. ``--variants old``: every config also as the pre-``LEAN`` kernel
-(``triton_mma.LEAN = False``), named ``<config>:old``. ``--min-bt N``: only the shapes with
+table's config. ``--variants old,nopdl,pdl,trigger``: every config also as that kernel variant
+(``VARIANTS``: the pre-``LEAN`` kernel, a plain launch, PDL without / with the early trigger),
+named ``<config>:<variant>``. ``--min-bt N``: only the shapes with
 B * T >= N.
 """
 from __future__ import annotations
@@ -36,17 +37,25 @@ def name(cfg, variant: str = "") -> str:
     return "x".join(str(v) for v in cfg) + (f":{variant}" if variant else "")
 
 
+#: kernel variants: module flags of ``triton_mma`` set for the launch
+VARIANTS = {"": {}, "old": {"LEAN": False}, "nopdl": {"PDL": False}, "pdl": {"PDL": True, "TRIGGER": False},
+            "trigger": {"PDL": True, "TRIGGER": True}}
+
+
 def launch_as(variant: str, *args) -> None:
     """``triton_mma.launch(*args)`` as the kernel ``variant`` ("": the shipped dispatch, "old":
-    the pre-``LEAN`` kernel everywhere)."""
-    if variant not in ("", "old"):
-        raise ValueError(f"unknown variant {variant!r} (known: old)")
-    saved = triton_mma.LEAN
-    triton_mma.LEAN = variant != "old"
+    the pre-``LEAN`` kernel everywhere, "nopdl": a plain launch, "pdl": a programmatic dependent
+    launch without the early trigger, "trigger": with it)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r} (known: {', '.join(v for v in VARIANTS if v)})")
+    saved = {f: getattr(triton_mma, f) for f in VARIANTS[variant]}
+    for f, v in VARIANTS[variant].items():
+        setattr(triton_mma, f, v)
     try:
         triton_mma.launch(*args)
     finally:
-        triton_mma.LEAN = saved
+        for f, v in saved.items():
+            setattr(triton_mma, f, v)
 
 
 def auto_configs(k: int) -> list[tuple[int, ...]]:

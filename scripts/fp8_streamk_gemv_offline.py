@@ -27,6 +27,9 @@ CONFIGS = (  # (M, N, K, CTAs an SM, STAGES, W, a_s e8m0, b_s e8m0, MODE)
     (64, 7168, 16384, 1, 8, 4, False, False, 0),
     (64, 7168, 16384, 1, 8, 4, False, False, 1),
     (64, 4096, 7168, 1, 4, 8, False, False, 0),
+    (64, 7168, 16384, 1, 4, 16, False, False, 1),
+    (64, 7168, 16384, 1, 4, 16, False, False, 2),
+    (64, 7168, 16384, 1, 6, 8, False, False, 1),
 )
 
 

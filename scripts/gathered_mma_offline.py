@@ -29,6 +29,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", default="256:1x1x1x1,1024:1x4x1x1,1024:2x2x1x1,4096:1x8x1x1,4096:1x8x1x0")
     ap.add_argument("--dump", default=None, help="write each SASS listing here")
+    ap.add_argument("--pdl", action="store_true", help="the programmatic-dependent-launch variant (wait + trigger)")
     args = ap.parse_args()
     from lowbit.ops.gathered import triton_mma as tm
 
@@ -44,7 +45,7 @@ def main() -> int:
         rt, w, d, split = (int(v) for v in cfg.split("x"))
         for lean in (False, True):
             consts = dict(s_it=1, s_vt=1, s_ot=1, K=int(k), BIAS=True, RT=rt, W=w, D=d, SPLIT=bool(split), LEAN=lean,
-                          INTERPRET=False)
+                          INTERPRET=False, PDL=args.pdl, TRIGGER=args.pdl)
             s = dict(sig, **{c: "constexpr" for c in consts})
             kern = compile_sm90(fn, s, consts, divisible=divisible, num_warps=w, num_stages=1)
             sass = cuobjdump(kern, "-sass")

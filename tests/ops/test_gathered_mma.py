@@ -163,3 +163,52 @@ def test_pick_config_is_launchable():
             triton_mma.launch(None, None, None, None, torch.zeros(1, 1, dtype=torch.long), 64, None, None, 1.0, False,
                               bad)
     triton_mma.launch(None, None, None, None, empty, 64, None, None, 1.0, False, (1, 1))  # empty index: no launch
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("k,cfg", [(256, (1, 1, 1, 1)), (1024, (2, 2, 1, 1)), (4096, (1, 8, 1, 0))])
+def test_cuda_mma_pdl_variants_in_a_graph(k, cfg, monkeypatch):
+    """A plain launch, a programmatic dependent launch (PDL) and PDL with the early trigger give
+    the same bits; under PDL the kernel waits for the kernel right before it: in a CUDA graph
+    where each gathered_bias follows the kernels that write its x, indices, values and logits,
+    replays with new data are right."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("programmatic dependent launch: sm_90 and the GPU tier")
+    v, b, t = 4000, 4, 24
+    w = NVFP4.quantize(torch.randn(v, k)).to("cuda")
+    xs = [torch.randn(b, k, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+    # distinct indices in a row: duplicates with different values would race for one logit
+    idxs = [torch.stack([torch.randperm(v)[:t] for _ in range(b)]).cuda() for _ in range(2)]
+    vals = [torch.randn(b, t, device="cuda") for _ in range(2)]
+    start = [torch.randn(b, v, device="cuda").to(torch.bfloat16) for _ in range(2)]
+
+    def run(flags, src):
+        for f, val in flags.items():
+            monkeypatch.setattr(triton_mma, f, val)
+        logits = start[src].clone()
+        triton_mma.launch(xs[src], w.packed, w.scale.view(torch.uint8), w.global_scale, idxs[src], k, logits,
+                          vals[src], 0.5, True, cfg)
+        return logits
+
+    plain = run({"PDL": False, "TRIGGER": False}, 0)
+    assert torch.equal(plain, run({"PDL": True, "TRIGGER": False}, 0))
+    assert torch.equal(plain, run({"PDL": True, "TRIGGER": True}, 0))
+    x, idx, val, logits = xs[0].clone(), idxs[0].clone(), vals[0].clone(), start[0].clone()
+    monkeypatch.setattr(triton_mma, "PDL", True)
+    monkeypatch.setattr(triton_mma, "TRIGGER", True)
+    graph = torch.cuda.CUDAGraph()
+    src = [t.clone() for t in (xs[0], idxs[0], vals[0], start[0])]  # graph inputs, overwritten before replay
+    with torch.cuda.graph(graph):
+        for dst, s in zip((x, idx, val, logits), src):
+            dst.copy_(s)  # the kernels right before the gathered launch write every one of its inputs
+        triton_mma.launch(x, w.packed, w.scale.view(torch.uint8), w.global_scale, idx, k, logits, val, 0.5, True, cfg)
+        triton_mma.launch(x, w.packed, w.scale.view(torch.uint8), w.global_scale, idx, k, logits, val, 0.5, True, cfg)
+    for s, new in zip(src, (xs[1], idxs[1], vals[1], start[1])):
+        s.copy_(new)
+    graph.replay()
+    torch.cuda.synchronize()
+    want = run({"PDL": False, "TRIGGER": False}, 1)
+    want2 = want.clone()  # the second launch scatters onto the first's result
+    triton_mma.launch(xs[1], w.packed, w.scale.view(torch.uint8), w.global_scale, idxs[1], k, want2, vals[1], 0.5,
+                      True, cfg)
+    assert torch.equal(logits, want2)

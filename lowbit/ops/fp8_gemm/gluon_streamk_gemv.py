@@ -318,7 +318,7 @@ def fp8_streamk_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: t
     """a e4m3 [M, K] (1 <= M <= 64, K % 128 == 0, contiguous), a_s [M, K/128]; b e4m3 [N, K]
     (contiguous), b_s [ceil(N/128), K/128]; scales fp32 or float8_e8m0fnu. Returns bf16 [M, N]
     (``out`` if given).
-    ``config`` = (CTAs an SM, STAGES, W) overrides :func:`pick_fp8_streamk_config` (W: 4 or 8
+    ``config`` = (CTAs an SM, STAGES, W) overrides :func:`pick_fp8_streamk_config` (W: 4, 8 or 16
     warps, 16 W weight rows a unit). ``pdl``: launch as a programmatic dependent launch; ``grid``
     overrides the CTA count (CTAs an SM x SMs; tests use it to make many CTAs share a tile);
     ``mode`` how shared tiles are reduced (``MODE``; 0: the last to arrive, 1: the tile's first
@@ -341,8 +341,8 @@ def fp8_streamk_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: t
     if bad:
         raise ValueError(f"fp8_streamk_gemv needs contiguous operands, got non-contiguous {', '.join(bad)}")
     per_sm, stages, w = tuple(config) if config is not None else pick_fp8_streamk_config(m)
-    if per_sm < 1 or stages < 1 or w not in (4, 8):
-        raise ValueError(f"fp8_streamk_gemv config (CTAs an SM, STAGES, W) needs positive counts and W in (4, 8), "
+    if per_sm < 1 or stages < 1 or w not in (4, 8, 16):
+        raise ValueError(f"fp8_streamk_gemv config (CTAs an SM, STAGES, W) needs positive counts and W in (4, 8, 16), "
                          f"got {config}")
     mode = MODE if mode is None else mode
     if mode not in (0, 1, 2):

@@ -48,6 +48,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from lowbit._backend import capability_at_least, interpret_mode
 from lowbit.ops._lanes import i32, mma16816_values, zeros_tuple
@@ -309,7 +310,8 @@ def _gathered_mma_kernel(
     p_x, p_w, p_s, p_gs, p_idx, p_val, p_out, T, V, alpha,
     s_xb, s_wn, s_sn, s_ib, s_it, s_vb, s_vt, s_ob, s_ot,
     K: tl.constexpr, BIAS: tl.constexpr, RT: tl.constexpr, W: tl.constexpr, D: tl.constexpr,
-    SPLIT: tl.constexpr, LEAN: tl.constexpr, INTERPRET: tl.constexpr,
+    SPLIT: tl.constexpr, LEAN: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
+    TRIGGER: tl.constexpr = False,
 ):
     """Program (b, tile): batch row b, indices ``R RT tile .. + R RT`` of T (R = 16, or 8 with
     SPLIT). ``p_x``: int32 view of bf16 x [B, K] (s_xb in words); ``p_w``: int32 view of the
@@ -320,7 +322,14 @@ def _gathered_mma_kernel(
     read the first half of K against B column 0, rows g + 8 the second half against column 1, so
     a tile of T = 8 decodes no empty rows and a row's chunks take half as long. LEAN: the scale
     pair convert, and where every chunk a warp computes is a whole valid one (``UNMASKED``)
-    loads without masks and no prefetch past a warp's last chunk."""
+    loads without masks and no prefetch past a warp's last chunk. PDL (a launch with
+    ``launch_pdl=True``): nothing global is touched before ``griddepcontrol.wait`` (the previous
+    kernel may have written x, the indices, the values or the logits); TRIGGER: then let the next
+    PDL launch of the stream place its CTAs while this grid runs."""
+    if PDL:
+        gdc_wait()
+    if TRIGGER:
+        gdc_launch_dependents()
     NT: tl.constexpr = 32 * W
     NSEG: tl.constexpr = K // 32  # 16-byte segments a row
     NCH: tl.constexpr = (NSEG + 3) // 4  # 128-element chunks a row
@@ -494,6 +503,14 @@ def usable(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, k: int) -> 
     return capability_at_least(x.device, (9, 0))
 
 
+#: Launch as a programmatic dependent launch (sm_90): the CTAs are placed while the previous kernel
+#: of the stream drains, and wait for it (``griddepcontrol.wait``) before their first load; with
+#: ``TRIGGER`` they also let the next PDL launch start early. Measured in
+#: ``scripts/bench_gathered_mma.py --variants nopdl,trigger`` (docs/gathered.md, "Twenty-first session").
+PDL = True
+TRIGGER = False
+
+
 def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, config=None) -> None:
     """Run the kernel (operands as :func:`usable` accepts them). ``out``: fp32 [B, T] dots, or
     (``bias``) the logits that receive ``values + alpha * dot`` at the indices."""
@@ -514,10 +531,11 @@ def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, con
     p_val = values if bias else out
     s_vb, s_vt = (values.stride(0), values.stride(1)) if bias else (0, 0)
     grid = (b, triton.cdiv(t, (8 if split else 16) * rt))
+    pdl = PDL and not interpret_mode()
     _gathered_mma_kernel[grid](
         x32, w32, s16, global_scale, index, p_val, out, t, data.shape[0], float(alpha),
         x32.stride(0), w32.stride(0), s16.stride(0), index.stride(0), index.stride(1), s_vb, s_vt,
         out.stride(0), out.stride(1),
         K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), LEAN=use_lean(k, split), INTERPRET=interpret_mode(),
-        num_warps=w, num_stages=1,
+        PDL=pdl, TRIGGER=pdl and TRIGGER, num_warps=w, num_stages=1, **({"launch_pdl": True} if pdl else {}),
     )
