@@ -4,14 +4,14 @@ CUDA-core kernel on the benchmark's shapes (V = 131072, K in {256, 1024, 4096}, 
 (``gathered_bias``, CUDA-graph replay over rotating inputs; floor = max(one launch, bytes / copy
 bandwidth)). Each config's logits are checked against the CUDA-core kernel's first.
 
-    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked] [--variants old] [--min-bt N]
+    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked] [--variants old] [--min-bt N] [--ks 4096,...]
 
 Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
 default MMA config, the best MMA config, and each against the floor. ``--picked``: only the
 table's config. ``--variants old,nopdl,pdl,trigger``: every config also as that kernel variant
 (``VARIANTS``: the pre-``LEAN`` kernel, a plain launch, PDL without / with the early trigger),
 named ``<config>:<variant>``. ``--min-bt N``: only the shapes with
-B * T >= N.
+B * T >= N; ``--ks``: only these K.
 """
 from __future__ import annotations
 
@@ -80,6 +80,9 @@ def main():
     shapes = QUICK if "--quick" in sys.argv else FULL
     min_bt = int(arg("--min-bt", "0"))
     shapes = [s for s in shapes if s[1] * s[2] >= min_bt]
+    ks = arg("--ks", "")
+    if ks:
+        shapes = [s for s in shapes if s[0] in {int(v) for v in ks.split(",")}]
     dev = "cuda"
     bw = copy_bandwidth_gbps()
     one = torch.zeros(1, device=dev)

@@ -212,3 +212,15 @@ def test_cuda_mma_pdl_variants_in_a_graph(k, cfg, monkeypatch):
     triton_mma.launch(xs[1], w.packed, w.scale.view(torch.uint8), w.global_scale, idxs[1], k, want2, vals[1], 0.5,
                       True, cfg)
     assert torch.equal(logits, want2)
+
+
+def test_trigger_rule(monkeypatch):
+    """The early trigger: at K >= 2048 or under 2 MB of gathered rows (the measured rule);
+    ``TRIGGER`` True / False overrides it."""
+    assert triton_mma.use_trigger(1, 8, 256) and triton_mma.use_trigger(256, 32, 256)
+    assert not triton_mma.use_trigger(256, 64, 256) and not triton_mma.use_trigger(64, 64, 1024)
+    assert triton_mma.use_trigger(256, 8, 1024) and triton_mma.use_trigger(256, 64, 4096)
+    monkeypatch.setattr(triton_mma, "TRIGGER", False)
+    assert not triton_mma.use_trigger(1, 8, 256)
+    monkeypatch.setattr(triton_mma, "TRIGGER", True)
+    assert triton_mma.use_trigger(256, 64, 256)

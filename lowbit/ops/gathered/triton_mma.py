@@ -504,11 +504,28 @@ def usable(x: torch.Tensor, data: torch.Tensor, scale: torch.Tensor, k: int) -> 
 
 
 #: Launch as a programmatic dependent launch (sm_90): the CTAs are placed while the previous kernel
-#: of the stream drains, and wait for it (``griddepcontrol.wait``) before their first load; with
-#: ``TRIGGER`` they also let the next PDL launch start early. Measured in
-#: ``scripts/bench_gathered_mma.py --variants nopdl,trigger`` (docs/gathered.md, "Twenty-first session").
+#: of the stream drains, and wait for it (``griddepcontrol.wait``) before their first load. H200,
+#: CUDA-graph replay of back-to-back calls, all 36 benchmark shapes (``scripts/bench_gathered_mma.py
+#: --variants nopdl,trigger``, docs/gathered.md "Twenty-first session"): 0.1-0.25 us faster on every
+#: shape (K256 B1 T8 1.60 -> 1.35 us), whatever kernel comes before.
 PDL = True
-TRIGGER = False
+#: The early trigger (``griddepcontrol.launch_dependents`` right after the wait: the next PDL launch
+#: may place its CTAs while this grid runs), where :func:`use_trigger` takes it; None: that rule,
+#: False / True: never / always (same-run comparisons). Its gain needs the next kernel to be a PDL
+#: launch too.
+TRIGGER = None
+
+
+def use_trigger(b: int, t: int, k: int) -> bool:
+    """Whether a launch triggers its dependents early: at K >= 2048, or when the gathered rows
+    hold under 2 MB. Same-run A/B on the 36 benchmark shapes (twenty-first session, call d): the
+    trigger was a further 5-15% faster on 32 of them (K256 B1 T8 1.35 -> 1.25 us, K4096 B1 T8
+    2.35 -> 2.19), and 3-10% slower on the four with K <= 1024 and >= 2.36 MB of rows (K1024
+    B64 T64, B256 T32 / T64; K256 B256 T64): there the next grid's CTAs, placed early, take room
+    from this one's remaining programs. K = 2048 was not measured (K4096's side of the rule)."""
+    if TRIGGER is not None:
+        return bool(TRIGGER)
+    return k >= 2048 or b * t * (k // 2 + k // 16) < 2 * 2**20
 
 
 def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, config=None) -> None:
@@ -537,5 +554,5 @@ def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, con
         x32.stride(0), w32.stride(0), s16.stride(0), index.stride(0), index.stride(1), s_vb, s_vt,
         out.stride(0), out.stride(1),
         K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), LEAN=use_lean(k, split), INTERPRET=interpret_mode(),
-        PDL=pdl, TRIGGER=pdl and TRIGGER, num_warps=w, num_stages=1, **({"launch_pdl": True} if pdl else {}),
+        PDL=pdl, TRIGGER=pdl and use_trigger(b, t, k), num_warps=w, num_stages=1, **({"launch_pdl": True} if pdl else {}),
     )
