@@ -446,21 +446,18 @@ def pick_config(b: int, t: int, k: int) -> tuple[int, int, int, int]:
     docs/measurements/2026-12-01_session6_gathered_sweep4_split.json):
 
     * SPLIT (8 indices a tile, the K halves on the MMA's two row halves) won 34 of 36 shapes, by
-      10-30% (K4096 B1 T8: 2.79 against 3.96 us); it loses only at K >= 4096 with B*T >= 8192
-      (K4096 B256 T64: 20.3 against 21.1 us), where the grid is large enough already.
+      10-30% (K4096 B1 T8: 2.79 against 3.96 us); it lost only at K >= 4096 with B*T >= 8192.
+      Since the programmatic dependent launch (twenty-first session, call e,
+      docs/measurements/2026-12-03_session21_e_k4096.log) it wins there too: K4096 B256 T64 18.71
+      against 19.88 us, B256 T32 10.75 against 11.09, so SPLIT everywhere.
     * W: one or two chunks a warp and a half (K256: 1 warp, K1024: 4, K4096: 8); D = 1 (deeper
-      rings measured within 2%).
-    * RT = 2 at B*T >= 16384 below K = 4096, with half the warps (K1024 B256 T64: 7.13 against
-      7.35 us for RT = 1)."""
+      rings measured within 2%; again within 1% with PDL, call e).
+    * RT = 2 at B*T >= 16384 below K = 4096 (K256 B256 T64: 2.66 against 2.87 us for RT = 1),
+      with the warps of RT = 1 (K1024 B256 T64: 6.18 us against 6.52 with half of them, call e)."""
     nch = -(-k // 128)
-    bt = b * t
-    if nch >= 32 and bt >= 8192:
-        return 1, 8, 1, 0
     half = -(-nch // 2)
     w = 1 << min(3, max(0, half.bit_length() - 1))  # the largest power of two <= half, at most 8
-    rt = 1
-    if bt >= 16384 and nch < 32:
-        rt, w = 2, max(1, w // 2)
+    rt = 2 if b * t >= 16384 and nch < 32 else 1
     return rt, w, 1, 1
 
 
