@@ -473,7 +473,8 @@ def use_lean(k: int, split: int) -> bool:
     call c, docs/measurements/2026-12-03_session20_c_ab.log): 5-11% faster at K = 4096 SPLIT,
     equal to 6% faster at K = 1024; 0-3% slower at K = 256 (one chunk a warp); 9-11% slower on
     the non-SPLIT K4096 B256 configs, where its peeled tail takes 91 registers against 64 (two
-    8-warp programs an SM instead of four)."""
+    8-warp programs an SM instead of four) -- configs :func:`pick_config` no longer picks since
+    the twenty-first session (SPLIT everywhere)."""
     chunks = -(-k // 128)  # 128-element chunks a row
     return LEAN and bool(split) and -(-chunks // 2) >= 4
 
