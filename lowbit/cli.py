@@ -354,6 +354,8 @@ def _cmd_eval_head(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from lowbit.bench import report, runner
 
+    if args.replot:
+        return _replot_bench(args, _console())
     try:
         specs = runner.select_ops(args.op)
     except ValueError as e:
@@ -389,6 +391,34 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         console.print(f"[red]benchmark {name} failed:[/] {err}")
     console.print(f"wrote {os.path.join(args.out, 'bench.json')}" + (f" and {os.path.join(args.out, 'bench.png')}" if derived else ""))
     return 1 if outcome.failures else 0
+
+
+def _replot_bench(args: argparse.Namespace, console) -> int:
+    """``lowbit bench --replot FILE``: the table and the PNG of a saved ``bench.json`` (the rows of
+    the ``--op`` ops, or all), no GPU needed and no registry lookup (an older file may hold ops
+    since renamed)."""
+    from lowbit.bench import report
+
+    try:
+        with open(args.replot) as fh:
+            body = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise UserError(f"--replot {args.replot}: cannot read a bench.json ({e})") from None
+    rows = body.get("results") if isinstance(body, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and {"op", "case", "impl", "us"} <= r.keys()
+                                             for r in rows):
+        raise UserError(f"--replot {args.replot}: not a bench.json written by lowbit bench (no list of results)")
+    if args.op:
+        rows = [r for r in rows if r["op"] in args.op]
+    if not rows:
+        raise UserError(f"--replot {args.replot}: no results" + (f" for {', '.join(args.op)}" if args.op else ""))
+    device = (body.get("meta") or {}).get("device", "unknown device")
+    report.print_table(rows, console, title=f"lowbit bench on {device} (from {os.path.basename(args.replot)})")
+    os.makedirs(args.out, exist_ok=True)
+    png = os.path.join(args.out, "bench.png")
+    report.plot(rows, png, title=f"lowbit bench on {device}")
+    console.print(f"wrote {png}")
+    return 0
 
 
 # -------------------------------------------------------------------------------------- convert
@@ -524,6 +554,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a few representative shapes per op")
     p.add_argument("--out", default="lowbit-bench", metavar="DIR", help="output directory (default ./lowbit-bench)")
     p.add_argument("--list", action="store_true", help="list the registered ops and exit (no GPU needed)")
+    p.add_argument("--replot", metavar="FILE", help="print the table and draw the PNG of a saved bench.json into --out "
+                   "(no GPU needed; --op selects its ops)")
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("convert", help="quantize a safetensors checkpoint's linear weights",

@@ -129,7 +129,9 @@ def write_json(derived: Sequence[dict], ctx: BenchContext, path: str, meta: dict
 def plot(derived: Sequence[dict], path: str, title: str = "lowbit bench") -> None:
     """One row of panels per op. Left: time per case (µs, log scale), one bar per impl, the
     byte/FLOP floor as a red dotted line. Right: the lowbit rows' speedup over each baseline of the
-    same case (> 1: lowbit is faster)."""
+    same case (> 1: lowbit is faster), one group of bars per case and one colour per baseline, on a
+    log axis when the speedups span more than 20x. The figure grows with the number of cases, so
+    a 36-case op stays legible."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -138,8 +140,10 @@ def plot(derived: Sequence[dict], path: str, title: str = "lowbit bench") -> Non
     ops = list(dict.fromkeys(d["op"] for d in derived))
     if not ops:
         raise ValueError("no benchmark rows to plot")
-    fig, axes = plt.subplots(len(ops), 2, figsize=(15, 3.8 * len(ops)), squeeze=False,
-                             gridspec_kw={"width_ratios": [3, 2]})
+    most = max(len({d["case"] for d in derived if d["op"] == op}) for op in ops)
+    row_h = [max(3.8, 1.6 + 0.24 * len({d["case"] for d in derived if d["op"] == op})) for op in ops]
+    fig, axes = plt.subplots(len(ops), 2, figsize=(max(15.0, 6.0 + 0.32 * most), sum(row_h)), squeeze=False,
+                             gridspec_kw={"width_ratios": [3, 2], "height_ratios": row_h})
     for (ax, ax_sp), op in zip(axes, ops):
         rows = [d for d in derived if d["op"] == op]
         cases = list(dict.fromkeys(d["case"] for d in rows))
@@ -164,30 +168,49 @@ def plot(derived: Sequence[dict], path: str, title: str = "lowbit bench") -> Non
         if lows:
             ax.set_ylim(bottom=min(lows) / 3)  # bars keep visible length on the log axis
         ax.set_xticks(range(len(cases)))
-        ax.set_xticklabels(cases, rotation=20, ha="right", fontsize=8)
+        ax.set_xticklabels(cases, rotation=45 if len(cases) > 12 else 20, ha="right", fontsize=8)
+        ax.set_xlim(-0.6, len(cases) - 0.4)
         ax.set_ylabel("µs (log)")
         ax.set_title(f"{op}: time (red dotted: floor)")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7, ncol=min(len(impls), 4))
-        labels, vals = [], []
-        for d in rows:
-            for base, ratio in (d.get("speedup") or {}).items():
-                if ratio is not None:
-                    labels.append(f"{d['case']}\n{d['impl']} vs {base}")
-                    vals.append(ratio)
-        if vals:
-            ax_sp.barh(range(len(vals)), vals, color=["tab:green" if v >= 1 else "tab:red" for v in vals])
-            ax_sp.axvline(1.0, color="black", lw=1)
-            ax_sp.set_yticks(range(len(vals)))
-            ax_sp.set_yticklabels(labels, fontsize=6)
-            ax_sp.invert_yaxis()
-            for y, v in enumerate(vals):
-                ax_sp.annotate(f"{v:.2f}x", (v, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
-        else:
-            ax_sp.text(0.5, 0.5, "no lowbit row with a baseline", ha="center", va="center", transform=ax_sp.transAxes)
-        ax_sp.set_title("speedup of lowbit (> 1: faster)")
-        ax_sp.grid(axis="x", alpha=0.3)
+        _plot_speedups(ax_sp, rows, cases)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plot_speedups(ax, rows: Sequence[dict], cases: Sequence[str]) -> None:
+    """Grouped horizontal bars: for each case (top to bottom) one bar per (lowbit impl, baseline)
+    pair, coloured by the pair (legend); annotated with the ratio."""
+    pairs: dict = {}
+    for d in rows:
+        for base, ratio in (d.get("speedup") or {}).items():
+            if ratio is not None:
+                pairs.setdefault(f"{d['impl']} vs {base}", {})[d["case"]] = ratio
+    if not pairs:
+        ax.text(0.5, 0.5, "no lowbit row with a baseline", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title("speedup of lowbit (> 1: faster)")
+        return
+    vals = [v for by_case in pairs.values() for v in by_case.values()]
+    height = 0.8 / len(pairs)
+    colours = ("tab:purple", "tab:olive", "tab:cyan", "tab:brown", "tab:pink", "tab:gray")  # not the time panel's
+    for j, (name, by_case) in enumerate(pairs.items()):
+        ys = [i + (j - (len(pairs) - 1) / 2) * height for i, c in enumerate(cases) if c in by_case]
+        xs = [by_case[c] for c in cases if c in by_case]
+        ax.barh(ys, xs, height, label=name, color=colours[j % len(colours)],
+                edgecolor=["red" if v < 1 else "none" for v in xs])
+        if len(cases) * len(pairs) <= 96:
+            for y, v in zip(ys, xs):
+                ax.annotate(f"{v:.0f}x" if v >= 100 else f"{v:.3g}x", (v, y), xytext=(2, 0),
+                            textcoords="offset points", va="center", fontsize=6)
+    ax.axvline(1.0, color="black", lw=1)
+    if max(vals) / max(min(vals), 1e-9) > 20:
+        ax.set_xscale("log")
+    ax.set_yticks(range(len(cases)))
+    ax.set_yticklabels(cases, fontsize=7)
+    ax.set_ylim(len(cases) - 0.5, -0.5)  # first case on top
+    ax.legend(fontsize=7, loc="best")
+    ax.set_title("speedup of lowbit (> 1: faster; red edge: slower)")
+    ax.grid(axis="x", alpha=0.3)

@@ -101,6 +101,27 @@ def test_bench_list_works_without_gpu(capsys):
     assert all(n in out for n in names)
 
 
+def test_bench_replot_a_saved_json(tmp_path, capsys):
+    """``--replot``: the table and the PNG of a saved bench.json, no GPU; ``--op`` picks its ops;
+    a file that is not a bench.json is a usage error naming it."""
+    saved = tmp_path / "bench.json"
+    report.write_json(report.derive(_rows(), CTX), CTX, str(saved), {"device": "fake GPU"})
+    assert main(["bench", "--replot", str(saved), "--op", "lm_head", "--out", str(tmp_path / "re")]) == 0
+    out = capsys.readouterr().out
+    assert "lowbit bench on fake GPU" in out and "lowbit int4" in out and "4096^3" not in out
+    assert (tmp_path / "re" / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"results": [{"op": "gemm"}]}))
+    assert main(["bench", "--replot", str(saved), "--out", str(tmp_path / "all")]) == 0
+    assert "4096^3" in capsys.readouterr().out and (tmp_path / "all" / "bench.png").exists()
+    assert main(["bench", "--replot", str(bad), "--out", str(tmp_path / "x")]) == 2
+    assert "not a bench.json" in capsys.readouterr().err
+    assert main(["bench", "--replot", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read a bench.json" in capsys.readouterr().err
+    assert main(["bench", "--replot", str(saved), "--op", "nothing_saved", "--out", str(tmp_path / "y")]) == 2
+    assert "no results for nothing_saved" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown on a machine without a GPU")
 def test_bench_without_gpu_says_so(capsys, tmp_path):
     rc = main(["bench", "--quick", "--out", str(tmp_path / "b")])
