@@ -2,6 +2,7 @@
 # Session 21, call b (#9): the stream-K FP8 decode GEMV -- its cuda tests, then a same-run sweep of its
 # configs against the shipped fp8_gemm dispatch and _scaled_mm on the five benchmark shapes at
 # M = 1, 16, 64 (layer-stack timer). Results under $OUT.
+# (The stream-K GEMV, its tests and sweep script were removed after these calls; they run at commit 07010ad.)
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
 timeout 120 python3 -m pytest tests/ops/test_fp8_streamk_gemv.py -m cuda -q -p no:cacheprovider --tb=line > "$OUT/pytest_streamk.log" 2>&1
