@@ -9,7 +9,8 @@ bandwidth)). Each config's logits are checked against the CUDA-core kernel's fir
 Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
 default MMA config, the best MMA config, and each against the floor. ``--picked``: only the
 table's config. ``--variants old,nopdl,pdl,trigger``: every config also as that kernel variant
-(``VARIANTS``: the pre-``LEAN`` kernel, a plain launch, PDL without / with the early trigger),
+(``VARIANTS``: the pre-``LEAN`` kernel, a plain launch, PDL without / with the early trigger,
+ptxas -O1),
 named ``<config>:<variant>``. ``--min-bt N``: only the shapes with
 B * T >= N; ``--ks``: only these K.
 """
@@ -39,13 +40,13 @@ def name(cfg, variant: str = "") -> str:
 
 #: kernel variants: module flags of ``triton_mma`` set for the launch
 VARIANTS = {"": {}, "old": {"LEAN": False}, "nopdl": {"PDL": False}, "pdl": {"PDL": True, "TRIGGER": False},
-            "trigger": {"PDL": True, "TRIGGER": True}}
+            "trigger": {"PDL": True, "TRIGGER": True}, "o1": {"PTXAS_OPTIONS": "-O1"}}
 
 
 def launch_as(variant: str, *args) -> None:
     """``triton_mma.launch(*args)`` as the kernel ``variant`` ("": the shipped dispatch, "old":
     the pre-``LEAN`` kernel everywhere, "nopdl": a plain launch, "pdl": a programmatic dependent
-    launch without the early trigger, "trigger": with it)."""
+    launch without the early trigger, "trigger": with it, "o1": compiled with ptxas -O1)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r} (known: {', '.join(v for v in VARIANTS if v)})")
     saved = {f: getattr(triton_mma, f) for f in VARIANTS[variant]}

@@ -1,11 +1,11 @@
 """Compile the NVFP4 gathered tensor-core kernel (``lowbit/ops/gathered/triton_mma.py``) for sm_90
 without a GPU and report, per config and kernel variant (``LEAN`` off / on): registers, spills,
-the SASS instruction count, and the chunk loop's length and mix (none when the loop is fully
-unrolled or peeled). Strides are specialised as the benchmark's launches specialise them
+the SASS instruction count, the order of its global loads (L) and MMAs (M), and the chunk loop's
+length and mix (none when the loop is fully unrolled or peeled). Strides are specialised as the benchmark's launches specialise them
 (contiguous rows, 16-divisible row strides), which decides whether the row loads are 16 bytes
 wide.
 
-    python scripts/gathered_mma_offline.py [--configs 4096:1x8x1x1,4096:1x8x1x0,...] [--dump DIR]
+    python scripts/gathered_mma_offline.py [--configs 4096:1x8x1x1,4096:1x8x1x0,...] [--dump DIR] [--pdl] [--ptxas=-O1]
 
 A config is ``K:RTxWxDxSPLIT``.
 """
@@ -30,6 +30,7 @@ def main() -> int:
     ap.add_argument("--configs", default="256:1x1x1x1,1024:1x4x1x1,1024:2x2x1x1,4096:1x8x1x1,4096:1x8x1x0")
     ap.add_argument("--dump", default=None, help="write each SASS listing here")
     ap.add_argument("--pdl", action="store_true", help="the programmatic-dependent-launch variant (wait + trigger)")
+    ap.add_argument("--ptxas", default=None, help="extra ptxas options (e.g. -O1: loads stay ahead of the MMAs)")
     args = ap.parse_args()
     from lowbit.ops.gathered import triton_mma as tm
 
@@ -47,12 +48,15 @@ def main() -> int:
             consts = dict(s_it=1, s_vt=1, s_ot=1, K=int(k), BIAS=True, RT=rt, W=w, D=d, SPLIT=bool(split), LEAN=lean,
                           INTERPRET=False, PDL=args.pdl, TRIGGER=args.pdl)
             s = dict(sig, **{c: "constexpr" for c in consts})
-            kern = compile_sm90(fn, s, consts, divisible=divisible, num_warps=w, num_stages=1)
+            kern = compile_sm90(fn, s, consts, divisible=divisible, num_warps=w, num_stages=1,
+                                **({"ptx_options": args.ptxas} if args.ptxas else {}))
             sass = cuobjdump(kern, "-sass")
             lines = sass_lines(sass)
             body = loop_body(lines)
             per = collections.Counter(kind(o) for _, o, _ in body)
-            print(f"K{k} {cfg} LEAN={int(lean)}: {resource_usage(kern)}; {len(lines)} instr; chunk loop {len(body)}"
+            order = "".join("L" if op.startswith("LDG") else "M" if op.startswith("HMMA") else "" for _, op, _ in lines)
+            print(f"K{k} {cfg} LEAN={int(lean)}: {resource_usage(kern)}; {len(lines)} instr; loads / MMAs in order {order};"
+                  f" chunk loop {len(body)}"
                   + (": " + ", ".join(f"{n} {c}" for n, c in sorted(per.items())) if body else " (unrolled)"))
             if args.dump:
                 os.makedirs(args.dump, exist_ok=True)

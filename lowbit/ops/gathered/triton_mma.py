@@ -514,6 +514,16 @@ PDL = True
 TRIGGER = None
 
 
+#: Extra ptxas options for this kernel (None: Triton's default, ``-O3``). Found offline in the
+#: twenty-first session (``scripts/gathered_mma_offline.py --ptxas -O1``): at -O3 ptxas moves the
+#: weight loads of a warp's second chunk below the first chunk's MMAs (K4096 RT1 W8 SPLIT: SASS
+#: order ``LLLLLLLLMMMLMM...``), so a warp makes two dependent DRAM round trips even with D = 2
+#: (whose SASS is identical to D = 1); at -O1 every load is issued before the first MMA (70
+#: registers against 56, the same 600 instructions). Not yet timed on the H200: ``"-O1"`` is the
+#: candidate (``scripts/bench_gathered_mma.py --variants o1``).
+PTXAS_OPTIONS = None
+
+
 def use_trigger(b: int, t: int, k: int) -> bool:
     """Whether a launch triggers its dependents early: at K >= 2048, or when the gathered rows
     hold under 2 MB. Same-run A/B on the 36 benchmark shapes (twenty-first session, call d): the
@@ -553,4 +563,5 @@ def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, con
         out.stride(0), out.stride(1),
         K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), LEAN=use_lean(k, split), INTERPRET=interpret_mode(),
         PDL=pdl, TRIGGER=pdl and use_trigger(b, t, k), num_warps=w, num_stages=1, **({"launch_pdl": True} if pdl else {}),
+        **({"ptx_options": PTXAS_OPTIONS} if PTXAS_OPTIONS and not interpret_mode() else {}),
     )
