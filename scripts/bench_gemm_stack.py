@@ -5,9 +5,12 @@ next to the single-call ``cold_us`` numbers of the same run. It separates each k
 from the fixed cost of one timed graph replay (~4.6 µs), which the single-call numbers include.
 
     python3 scripts/bench_gemm_stack.py [--layers 8] [--ms 1,16] [--ops fp4,fp8] [--json $OUT/gemm_stack.json]
+                                        [--variants default,o1]
 
 Per (op, N, K, M): µs per call for lowbit and the baselines in both timers, the byte floor (bytes
-/ measured copy bandwidth) and lowbit's speedup over row-wise ``_scaled_mm``.
+/ measured copy bandwidth) and lowbit's speedup over row-wise ``_scaled_mm``. ``--variants``: lowbit
+timed once per variant in the same run (``default``; ``o1``: ``mma_gemv`` compiled with ptxas -O1,
+``triton_mma.PTXAS_OPTIONS``), as ``lowbit_<variant>_*`` next to the default's ``lowbit_*``.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ def main() -> int:
     ap.add_argument("--ms", default="1,16")
     ap.add_argument("--ops", default="fp4,fp8")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--variants", default="default", help="default,o1")
     args = ap.parse_args()
     import torch
 
@@ -34,6 +38,13 @@ def main() -> int:
     from lowbit.bench.timing import copy_bandwidth_gbps
     from lowbit.ops.fp4_gemm import fp4_gemm
     from lowbit.ops.fp8_gemm import fp8_gemm
+    from lowbit.ops.fp8_gemm import triton_mma
+
+    variant_flags = {"default": None, "o1": "-O1"}
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in variant_flags]
+    if unknown:
+        ap.error(f"unknown variants {unknown} (known: {', '.join(variant_flags)})")
 
     bw = copy_bandwidth_gbps()
     rows = [{"copy_gbps": round(bw, 1), "layers": args.layers}]
@@ -54,6 +65,14 @@ def main() -> int:
                 for name, fns in (("lowbit", ours), ("rowwise", rowwise), ("tensor", tensor)):
                     rec[name + "_stack_us"] = round(stack_us(fns), 2)
                     rec[name + "_single_us"] = round(cold_us(fns[0], graph=True), 2)
+                for v in variants:
+                    if v == "default":
+                        continue
+                    triton_mma.PTXAS_OPTIONS = variant_flags[v]
+                    try:
+                        rec[f"lowbit_{v}_stack_us"] = round(stack_us(ours), 2)
+                    finally:
+                        triton_mma.PTXAS_OPTIONS = None
                 for t in ("stack", "single"):
                     rec[f"vs_rowwise_{t}"] = round(rec[f"rowwise_{t}_us"] / rec[f"lowbit_{t}_us"], 2)
                     rec[f"x_floor_{t}"] = round(rec[f"lowbit_{t}_us"] / rec["floor_us"], 2)

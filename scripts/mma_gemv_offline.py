@@ -3,10 +3,11 @@ count its SASS: registers, spills, and per K-loop iteration the instructions by 
 conversions ``F2FP``, the integer ALU ops, the MMAs), the numbers that decide an issue- or
 pipe-bound GEMV.
 
-    python scripts/mma_gemv_offline.py [--k 16384] [--configs fp4:2x8x1,fp4:1x4x2,...]
+    python scripts/mma_gemv_offline.py [--k 16384] [--configs fp4:2x8x1,fp4:1x4x2,...] [--ptxas=-O1]
 
 A config is ``op:RTxWxNCT[:decode]`` (row tiles per program, warps, 8-column tiles, the FP4
-decode: ``f16`` or ``e4m3``).
+decode: ``f16`` or ``e4m3``). Also printed: the order of the global loads (L) and MMAs (M) in the
+loop (or, unrolled, the whole kernel): ptxas at -O3 sinks loads between MMAs.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--k", type=int, default=16384)
     ap.add_argument("--configs", default="fp4:2x8x1:e4m3,fp4:2x8x1:f16,fp4:1x4x1:e4m3,fp4:1x4x1:f16,fp4:2x4x2:e4m3,fp4:2x4x2:f16,fp4:1x2x2:e4m3,fp4:1x2x2:f16,fp8:1x8x1")
+    ap.add_argument("--ptxas", default=None, help="extra ptxas options (e.g. -O1)")
     args = ap.parse_args()
     from lowbit.ops.fp8_gemm import triton_mma as tm
 
@@ -58,7 +60,8 @@ def main() -> int:
                "W": "constexpr", "INTERPRET": "constexpr", "F16": "constexpr"}
         consts = {"K": args.k, "FP4": fp4, "SCALE": tm.FP4_RESULT_SCALE[dec] if fp4 else 1.0, "AS_E8M0": False,
                   "BS_E8M0": False, "RT": rt, "NCT": nct, "W": w, "INTERPRET": False, "F16": dec == "f16"}
-        kern = compile_sm90(tm._mma_gemv_kernel, sig, consts, divisible=(0, 1, 2, 3, 4), num_warps=w, num_stages=1)
+        kern = compile_sm90(tm._mma_gemv_kernel, sig, consts, divisible=(0, 1, 2, 3, 4), num_warps=w, num_stages=1,
+                            **({"ptx_options": args.ptxas} if args.ptxas else {}))
         lines = sass_lines(cuobjdump(kern, "-sass"))
         body = loop_body(lines)
         per = collections.Counter(kind(o) for _, o, _ in body)
@@ -66,6 +69,8 @@ def main() -> int:
         print(f"{op}{':' + dec if fp4 else ''} RT{rt} W{w} NCT{nct} K{args.k}: {resource_usage(kern)}; loop {len(body)} instr "
               f"({len(body) / rt:.0f} per 16x128 tile): " + ", ".join(f"{k} {v}" for k, v in sorted(per.items())))
         print("   top: " + ", ".join(f"{o} {c}" for o, c in ops.most_common(14)))
+        order = "".join("L" if o.startswith("LDG") else "M" if o.startswith("HMMA") else "" for _, o, _ in (body or lines))
+        print(f"   loads / MMAs in order{'' if body else ' (unrolled)'}: {order}")
     return 0
 
 

@@ -556,6 +556,14 @@ def pick_mma_config(n: int, k: int, m: int = 1, fp4: bool = True) -> tuple[int, 
     return rt, w
 
 
+#: Extra ptxas options for :func:`mma_gemv` (None: Triton's default, ``-O3``). Found offline in the
+#: twenty-first session (``scripts/mma_gemv_offline.py --ptxas=-O1``): at -O3 ptxas interleaves the
+#: weight loads with the MMAs of an unrolled K range (fp8 RT1 W8 K1536: SASS order
+#: ``LLLMLMLLMMMMMLLL...``); at -O1 every load is issued before the first MMA (70 registers against
+#: 44). Not yet timed on the H200: ``scripts/bench_gemm_stack.py --variants default,o1``.
+PTXAS_OPTIONS = None
+
+
 def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, fp4: bool,
              config: tuple[int, ...] | None = None, out: torch.Tensor | None = None,
              decode: str | None = None) -> torch.Tensor:
@@ -589,7 +597,8 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     grid = (triton.cdiv(n, 16 * rt),)
     _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=FP4_RESULT_SCALE[decode] if fp4 else 1.0,
                            AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt, NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(),
-                           F16=decode == "f16", num_warps=w, num_stages=1)
+                           F16=decode == "f16", num_warps=w, num_stages=1,
+                           **({"ptx_options": PTXAS_OPTIONS} if PTXAS_OPTIONS and not interpret_mode() else {}))
     return c
 
 
