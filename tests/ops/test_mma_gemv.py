@@ -194,3 +194,29 @@ def test_mma_gemv_fp4_scale_bytes_0_and_255(backend):
     assert torch.equal(torch.isnan(ref), nan_rows.expand(3, 40))
     keep = ~nan_rows
     assert rel_err(c.cpu()[:, keep], a.dequantize(torch.float64) @ b.dequantize(torch.float64)[keep].T) < TOL
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fp4", [False, True])
+def test_cuda_mma_gemv_ptxas_o1(fp4, monkeypatch):
+    """``PTXAS_OPTIONS = "-O1"`` (the candidate that issues every load before the first MMA):
+    right against fp64 and within one bf16 ulp of the default build (ptxas may fuse the epilogue's
+    multiply-adds differently)."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("ptxas options only apply to a GPU build (sm_90 here)")
+    from lowbit.ops.fp8_gemm import triton_mma
+
+    m, n, k = 5, 520, 1536
+    if fp4:
+        a, b = _fp4_operands(m, n, k)
+        data, scale = b.packed, b.scale
+    else:
+        a = FP8.quantize(torch.randn(m, k), "group", 128)
+        b = FP8.quantize(torch.randn(n, k) * 0.05, "block", 128)
+        data, scale = b.data, b.scale
+    args = [t.cuda() for t in (a.data, a.scale, data, scale)]
+    plain = mma_gemv(*args, fp4=fp4, config=(1, 8))
+    monkeypatch.setattr(triton_mma, "PTXAS_OPTIONS", "-O1")
+    o1 = mma_gemv(*args, fp4=fp4, config=(1, 8))
+    assert rel_err(o1, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+    torch.testing.assert_close(o1.float(), plain.float(), rtol=2**-7, atol=0)
