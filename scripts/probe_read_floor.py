@@ -11,9 +11,13 @@ Kernels (each program XOR-reduces what it read and writes one int32, so no load 
 * ``once``: one ``BLOCK``-word load a program, as many programs as it takes (the classic shape);
 * ``loop``: ``progs`` programs, each a contiguous share read ``BLOCK`` words at a time through
   Triton's pipeliner (``num_stages`` loads in flight, cp.async into shared memory);
-* ``torch.sum`` over the int32 view (PyTorch's reduction kernel).
+* ``torch.sum`` over the int32 view (PyTorch's reduction kernel);
+* ``--pdl``: also every ``once`` variant as a programmatic dependent launch that waits for the
+  previous kernel and lets the next one launch early (``_pdl``): in a layer stack the launch gap
+  between kernels then overlaps the previous kernel (the GEMVs of ``fp8_gemm`` / ``fp4_gemm``
+  and the gathered kernel launch this way).
 
-    python3 scripts/probe_read_floor.py [--layers 8] [--json $OUT/read_floor.json]
+    python3 scripts/probe_read_floor.py [--layers 8] [--pdl] [--json $OUT/read_floor.json]
 
 Per shape: the floor, each variant's µs a layer, and the best read / floor. Needs CUDA.
 """
@@ -27,6 +31,7 @@ import sys
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -34,7 +39,10 @@ if ROOT not in sys.path:
 
 
 @triton.jit
-def _read_once_kernel(src, out, n_words, BLOCK: tl.constexpr):
+def _read_once_kernel(src, out, n_words, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:  # nothing global before the wait; then the next PDL launch may start
+        gdc_wait()
+        gdc_launch_dependents()
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(src + offs, mask=offs < n_words, other=0)
     tl.store(out + tl.program_id(0), tl.xor_sum(x, axis=0))
@@ -50,9 +58,10 @@ def _read_loop_kernel(src, out, n_words, words_per_prog, BLOCK: tl.constexpr, ST
     tl.store(out + tl.program_id(0), tl.xor_sum(acc, axis=0))
 
 
-def _once(buf, out, block, warps):
+def _once(buf, out, block, warps, pdl=False):
     n = buf.numel()
-    return lambda: _read_once_kernel[(triton.cdiv(n, block),)](buf, out, n, BLOCK=block, num_warps=warps)
+    kw = {"PDL": True, "launch_pdl": True} if pdl else {}
+    return lambda: _read_once_kernel[(triton.cdiv(n, block),)](buf, out, n, BLOCK=block, num_warps=warps, **kw)
 
 
 def _loop(buf, out, block, warps, progs, stages):
@@ -66,6 +75,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--pdl", action="store_true", help="also the 'once' kernels as programmatic dependent launches")
     args = ap.parse_args()
 
     from lowbit._backend import sm_count
@@ -86,6 +96,8 @@ def main() -> int:
         for block in (1024, 2048, 4096, 8192):
             for warps in (4, 8):
                 variants[f"once_b{block}_w{warps}"] = [_once(b, o, block, warps) for b, o in zip(bufs, outs)]
+                if args.pdl:
+                    variants[f"once_b{block}_w{warps}_pdl"] = [_once(b, o, block, warps, True) for b, o in zip(bufs, outs)]
         for block in (1024, 2048):
             for progs_per_sm in (1, 2, 4):
                 for stages in (3, 6):
