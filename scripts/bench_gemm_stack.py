@@ -10,7 +10,9 @@ from the fixed cost of one timed graph replay (~4.6 µs), which the single-call 
 Per (op, N, K, M): µs per call for lowbit and the baselines in both timers, the byte floor (bytes
 / measured copy bandwidth) and lowbit's speedup over row-wise ``_scaled_mm``. ``--variants``: lowbit
 timed once per variant in the same run (``default``; ``o1``: ``mma_gemv`` compiled with ptxas -O1,
-``triton_mma.PTXAS_OPTIONS``), as ``lowbit_<variant>_*`` next to the default's ``lowbit_*``.
+``triton_mma.PTXAS_OPTIONS``; ``pdl``: ``mma_gemv`` as a programmatic dependent launch with the
+early trigger, ``triton_mma.PDL``; ``o1pdl``: both), as ``lowbit_<variant>_stack_us`` next to the
+default's ``lowbit_stack_us``. The variants touch ``mma_gemv`` only (fp8_gemm at M <= 8).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def main() -> int:
     ap.add_argument("--ms", default="1,16")
     ap.add_argument("--ops", default="fp4,fp8")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--variants", default="default", help="default,o1")
+    ap.add_argument("--variants", default="default", help="default,o1,pdl,o1pdl")
     args = ap.parse_args()
     import torch
 
@@ -40,7 +42,8 @@ def main() -> int:
     from lowbit.ops.fp8_gemm import fp8_gemm
     from lowbit.ops.fp8_gemm import triton_mma
 
-    variant_flags = {"default": None, "o1": "-O1"}
+    variant_flags = {"default": {}, "o1": {"PTXAS_OPTIONS": "-O1"}, "pdl": {"PDL": True},
+                     "o1pdl": {"PTXAS_OPTIONS": "-O1", "PDL": True}}
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in variant_flags]
     if unknown:
@@ -68,11 +71,14 @@ def main() -> int:
                 for v in variants:
                     if v == "default":
                         continue
-                    triton_mma.PTXAS_OPTIONS = variant_flags[v]
+                    saved = {f: getattr(triton_mma, f) for f in variant_flags[v]}
+                    for f, val in variant_flags[v].items():
+                        setattr(triton_mma, f, val)
                     try:
                         rec[f"lowbit_{v}_stack_us"] = round(stack_us(ours), 2)
                     finally:
-                        triton_mma.PTXAS_OPTIONS = None
+                        for f, val in saved.items():
+                            setattr(triton_mma, f, val)
                 for t in ("stack", "single"):
                     rec[f"vs_rowwise_{t}"] = round(rec[f"rowwise_{t}_us"] / rec[f"lowbit_{t}_us"], 2)
                     rec[f"x_floor_{t}"] = round(rec[f"lowbit_{t}_us"] / rec["floor_us"], 2)

@@ -3,7 +3,7 @@ count its SASS: registers, spills, and per K-loop iteration the instructions by 
 conversions ``F2FP``, the integer ALU ops, the MMAs), the numbers that decide an issue- or
 pipe-bound GEMV.
 
-    python scripts/mma_gemv_offline.py [--k 16384] [--configs fp4:2x8x1,fp4:1x4x2,...] [--ptxas=-O1]
+    python scripts/mma_gemv_offline.py [--k 16384] [--configs fp4:2x8x1,fp4:1x4x2,...] [--ptxas=-O1] [--pdl]
 
 A config is ``op:RTxWxNCT[:decode]`` (row tiles per program, warps, 8-column tiles, the FP4
 decode: ``f16`` or ``e4m3``). Also printed: the order of the global loads (L) and MMAs (M) in the
@@ -46,6 +46,7 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=16384)
     ap.add_argument("--configs", default="fp4:2x8x1:e4m3,fp4:2x8x1:f16,fp4:1x4x1:e4m3,fp4:1x4x1:f16,fp4:2x4x2:e4m3,fp4:2x4x2:f16,fp4:1x2x2:e4m3,fp4:1x2x2:f16,fp8:1x8x1")
     ap.add_argument("--ptxas", default=None, help="extra ptxas options (e.g. -O1)")
+    ap.add_argument("--pdl", action="store_true", help="the programmatic-dependent-launch variant (wait + trigger)")
     args = ap.parse_args()
     from lowbit.ops.fp8_gemm import triton_mma as tm
 
@@ -57,9 +58,11 @@ def main() -> int:
         sig = {"a_ptr": "*i32", "as_ptr": "*fp32", "b_ptr": "*i32", "bs_ptr": "*i32" if fp4 else "*fp32",
                "c_ptr": "*bf16", "M": "i32", "N": "i32", "K": "constexpr", "FP4": "constexpr", "SCALE": "constexpr",
                "AS_E8M0": "constexpr", "BS_E8M0": "constexpr", "RT": "constexpr", "NCT": "constexpr",
-               "W": "constexpr", "INTERPRET": "constexpr", "F16": "constexpr"}
+               "W": "constexpr", "INTERPRET": "constexpr", "F16": "constexpr", "PDL": "constexpr",
+               "TRIGGER": "constexpr"}
         consts = {"K": args.k, "FP4": fp4, "SCALE": tm.FP4_RESULT_SCALE[dec] if fp4 else 1.0, "AS_E8M0": False,
-                  "BS_E8M0": False, "RT": rt, "NCT": nct, "W": w, "INTERPRET": False, "F16": dec == "f16"}
+                  "BS_E8M0": False, "RT": rt, "NCT": nct, "W": w, "INTERPRET": False, "F16": dec == "f16",
+                  "PDL": args.pdl, "TRIGGER": args.pdl}
         kern = compile_sm90(tm._mma_gemv_kernel, sig, consts, divisible=(0, 1, 2, 3, 4), num_warps=w, num_stages=1,
                             **({"ptx_options": args.ptxas} if args.ptxas else {}))
         lines = sass_lines(cuobjdump(kern, "-sass"))

@@ -198,9 +198,10 @@ def test_mma_gemv_fp4_scale_bytes_0_and_255(backend):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("fp4", [False, True])
-def test_cuda_mma_gemv_ptxas_o1(fp4, monkeypatch):
-    """``PTXAS_OPTIONS = "-O1"`` (the candidate that issues every load before the first MMA):
-    right against fp64 and within one bf16 ulp of the default build (ptxas may fuse the epilogue's
+def test_cuda_mma_gemv_ptxas_o1_and_pdl(fp4, monkeypatch):
+    """The prepared switches: ``PDL`` (a programmatic dependent launch with the early trigger)
+    gives the same bits; ``PTXAS_OPTIONS = "-O1"`` (every load before the first MMA) is right
+    against fp64 and within one bf16 ulp of the default build (ptxas may fuse the epilogue's
     multiply-adds differently)."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("ptxas options only apply to a GPU build (sm_90 here)")
@@ -216,6 +217,8 @@ def test_cuda_mma_gemv_ptxas_o1(fp4, monkeypatch):
         data, scale = b.data, b.scale
     args = [t.cuda() for t in (a.data, a.scale, data, scale)]
     plain = mma_gemv(*args, fp4=fp4, config=(1, 8))
+    monkeypatch.setattr(triton_mma, "PDL", True)  # a programmatic dependent launch: the same bits
+    assert torch.equal(mma_gemv(*args, fp4=fp4, config=(1, 8)), plain)
     monkeypatch.setattr(triton_mma, "PTXAS_OPTIONS", "-O1")
     o1 = mma_gemv(*args, fp4=fp4, config=(1, 8))
     assert rel_err(o1, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL

@@ -54,6 +54,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from lowbit._backend import capability_at_least, interpret_mode
 from lowbit.ops._lanes import split2 as _split2
@@ -491,6 +492,7 @@ def _mma_gemv_kernel(
     a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, K: tl.constexpr,
     FP4: tl.constexpr, SCALE: tl.constexpr, AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, RT: tl.constexpr,
     NCT: tl.constexpr, W: tl.constexpr, INTERPRET: tl.constexpr, F16: tl.constexpr = True,
+    PDL: tl.constexpr = False, TRIGGER: tl.constexpr = False,
 ):
     """Program: 16 RT weight rows (RT MMA row tiles) x the M <= 8 NCT activation rows (NCT column
     tiles; each weight tile is loaded and decoded once for all of them), the K blocks split over
@@ -502,7 +504,12 @@ def _mma_gemv_kernel(
 
     The loads of block i + W are issued before the MMAs of block i (a register double buffer):
     one block's loads per warp in flight is too little to cover the memory latency (measured:
-    FP4 at M = 1 ran at 1.5 TB/s without it)."""
+    FP4 at M = 1 ran at 1.5 TB/s without it). PDL (a launch with ``launch_pdl=True``): nothing
+    global is touched before ``griddepcontrol.wait``; TRIGGER: then the next PDL launch may start."""
+    if PDL:
+        gdc_wait()
+    if TRIGGER:
+        gdc_launch_dependents()
     NT: tl.constexpr = 32 * W
     i_p = tl.program_id(0).to(tl.int64)
     o_e = tl.arange(0, NT)
@@ -556,6 +563,23 @@ def pick_mma_config(n: int, k: int, m: int = 1, fp4: bool = True) -> tuple[int, 
     return rt, w
 
 
+def _launch_options() -> dict:
+    """:func:`mma_gemv`'s extra launch options from ``PDL`` / ``TRIGGER`` / ``PTXAS_OPTIONS`` (none
+    under the interpreter)."""
+    if interpret_mode():
+        return {}
+    opts = {"PDL": True, "TRIGGER": TRIGGER, "launch_pdl": True} if PDL else {}
+    if PTXAS_OPTIONS:
+        opts["ptx_options"] = PTXAS_OPTIONS
+    return opts
+
+
+#: Launch :func:`mma_gemv` as a programmatic dependent launch (wait for the previous kernel before
+#: the first load) and, with ``TRIGGER``, let the next PDL launch start early -- what gave the
+#: gathered kernel 0.1-0.35 us a call back to back (docs/gathered.md, "Twenty-first session").
+#: Off: not yet timed for this kernel (``scripts/bench_gemm_stack.py --variants default,pdl``).
+PDL = False
+TRIGGER = True
 #: Extra ptxas options for :func:`mma_gemv` (None: Triton's default, ``-O3``). Found offline in the
 #: twenty-first session (``scripts/mma_gemv_offline.py --ptxas=-O1``): at -O3 ptxas interleaves the
 #: weight loads with the MMAs of an unrolled K range (fp8 RT1 W8 K1536: SASS order
@@ -597,8 +621,7 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     grid = (triton.cdiv(n, 16 * rt),)
     _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=FP4_RESULT_SCALE[decode] if fp4 else 1.0,
                            AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt, NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(),
-                           F16=decode == "f16", num_warps=w, num_stages=1,
-                           **({"ptx_options": PTXAS_OPTIONS} if PTXAS_OPTIONS and not interpret_mode() else {}))
+                           F16=decode == "f16", num_warps=w, num_stages=1, **_launch_options())
     return c
 
 
