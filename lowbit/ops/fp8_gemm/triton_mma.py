@@ -563,12 +563,13 @@ def pick_mma_config(n: int, k: int, m: int = 1, fp4: bool = True) -> tuple[int, 
     return rt, w
 
 
-def _launch_options() -> dict:
+def _launch_options(device: torch.device) -> dict:
     """:func:`mma_gemv`'s extra launch options from ``PDL`` / ``TRIGGER`` / ``PTXAS_OPTIONS`` (none
-    under the interpreter)."""
+    under the interpreter; PDL only on sm_90 and later, where ``griddepcontrol`` exists)."""
     if interpret_mode():
         return {}
-    opts = {"PDL": True, "TRIGGER": TRIGGER, "launch_pdl": True} if PDL else {}
+    pdl = PDL and capability_at_least(device, (9, 0))
+    opts = {"PDL": True, "TRIGGER": TRIGGER, "launch_pdl": True} if pdl else {}
     if PTXAS_OPTIONS:
         opts["ptx_options"] = PTXAS_OPTIONS
     return opts
@@ -621,7 +622,7 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     grid = (triton.cdiv(n, 16 * rt),)
     _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=FP4_RESULT_SCALE[decode] if fp4 else 1.0,
                            AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt, NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(),
-                           F16=decode == "f16", num_warps=w, num_stages=1, **_launch_options())
+                           F16=decode == "f16", num_warps=w, num_stages=1, **_launch_options(a.device))
     return c
 
 
