@@ -582,10 +582,12 @@ def _launch_options(device: torch.device) -> dict:
 PDL = False
 TRIGGER = True
 #: Extra ptxas options for :func:`mma_gemv` (None: Triton's default, ``-O3``). Found offline in the
-#: twenty-first session (``scripts/mma_gemv_offline.py --ptxas=-O1``): at -O3 ptxas interleaves the
-#: weight loads with the MMAs of an unrolled K range (fp8 RT1 W8 K1536: SASS order
-#: ``LLLMLMLLMMMMMLLL...``); at -O1 every load is issued before the first MMA (70 registers against
-#: 44). Not yet timed on the H200: ``scripts/bench_gemm_stack.py --variants default,o1``.
+#: twenty-first session (``scripts/mma_gemv_offline.py --ptxas=-O1``): the kernel issues block i +
+#: W's loads before block i's MMAs, but at -O3 ptxas puts them after (the shipped M = 1 configs, e.g.
+#: fp8 RT1 W2 K1536 for N24576: loop body ``MMMMMMMM LLLLLLLLL``, so the MMAs never overlap a
+#: load), and in an unrolled K range it interleaves them (RT1 W8 K1536: ``LLLMLMLLMMMMM...``); at
+#: -O1 the loads come first (``LLLLLLLLL MMMMMMMM``; 84 registers against 62). Not yet timed on
+#: the H200: ``scripts/bench_gemm_stack.py --variants default,o1``.
 PTXAS_OPTIONS = None
 
 
