@@ -8,7 +8,7 @@ bandwidth)). Each config's logits are checked against the CUDA-core kernel's fir
 
 Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
 default MMA config, the best MMA config, and each against the floor. ``--picked``: only the
-table's config. ``--variants old,nopdl,pdl,trigger``: every config also as that kernel variant
+table's config. ``--variants old,nopdl,pdl,trigger,o1``: every config also as that kernel variant
 (``VARIANTS``: the pre-``LEAN`` kernel, a plain launch, PDL without / with the early trigger,
 ptxas -O1),
 named ``<config>:<variant>``. ``--min-bt N``: only the shapes with
@@ -23,6 +23,7 @@ import sys
 
 import torch
 
+from lowbit.bench.flags import module_flags
 from lowbit.bench.gathered import FULL, QUICK, V
 from lowbit.bench.timing import copy_bandwidth_gbps, time_us
 from lowbit.formats import NVFP4
@@ -49,14 +50,8 @@ def launch_as(variant: str, *args) -> None:
     launch without the early trigger, "trigger": with it, "o1": compiled with ptxas -O1)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r} (known: {', '.join(v for v in VARIANTS if v)})")
-    saved = {f: getattr(triton_mma, f) for f in VARIANTS[variant]}
-    for f, v in VARIANTS[variant].items():
-        setattr(triton_mma, f, v)
-    try:
+    with module_flags(triton_mma, VARIANTS[variant]):
         triton_mma.launch(*args)
-    finally:
-        for f, v in saved.items():
-            setattr(triton_mma, f, v)
 
 
 def auto_configs(k: int) -> list[tuple[int, ...]]:

@@ -36,6 +36,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
+    from lowbit.bench.flags import module_flags
     from lowbit.bench.gemm import NK, cold_us, decode_layers, gemm_bytes, stack_us
     from lowbit.bench.timing import copy_bandwidth_gbps
     from lowbit.ops.fp4_gemm import fp4_gemm
@@ -71,14 +72,8 @@ def main() -> int:
                 for v in variants:
                     if v == "default":
                         continue
-                    saved = {f: getattr(triton_mma, f) for f in variant_flags[v]}
-                    for f, val in variant_flags[v].items():
-                        setattr(triton_mma, f, val)
-                    try:
+                    with module_flags(triton_mma, variant_flags[v]):
                         rec[f"lowbit_{v}_stack_us"] = round(stack_us(ours), 2)
-                    finally:
-                        for f, val in saved.items():
-                            setattr(triton_mma, f, val)
                 for t in ("stack", "single"):
                     rec[f"vs_rowwise_{t}"] = round(rec[f"rowwise_{t}_us"] / rec[f"lowbit_{t}_us"], 2)
                     rec[f"x_floor_{t}"] = round(rec[f"lowbit_{t}_us"] / rec["floor_us"], 2)

@@ -22,7 +22,7 @@ if ROOT not in sys.path:
 os.environ.pop("TRITON_INTERPRET", None)
 
 from scripts.mma_gemv_offline import kind  # noqa: E402
-from scripts.sm90_offline import compile_sm90, cuobjdump, loop_body, resource_usage, sass_lines  # noqa: E402
+from scripts.sm90_offline import compile_sm90, cuobjdump, load_mma_order, loop_body, resource_usage, sass_lines  # noqa: E402
 
 
 def main() -> int:
@@ -54,8 +54,8 @@ def main() -> int:
             lines = sass_lines(sass)
             body = loop_body(lines)
             per = collections.Counter(kind(o) for _, o, _ in body)
-            order = "".join("L" if op.startswith("LDG") else "M" if op.startswith("HMMA") else "" for _, op, _ in lines)
-            print(f"K{k} {cfg} LEAN={int(lean)}: {resource_usage(kern)}; {len(lines)} instr; loads / MMAs in order {order};"
+            print(f"K{k} {cfg} LEAN={int(lean)}: {resource_usage(kern)}; {len(lines)} instr; loads / MMAs in order "
+                  f"{load_mma_order(lines)};"
                   f" chunk loop {len(body)}"
                   + (": " + ", ".join(f"{n} {c}" for n, c in sorted(per.items())) if body else " (unrolled)"))
             if args.dump:

@@ -21,7 +21,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.pop("TRITON_INTERPRET", None)
 
-from scripts.sm90_offline import compile_sm90, cuobjdump, loop_body, resource_usage, sass_lines  # noqa: E402
+from scripts.sm90_offline import compile_sm90, cuobjdump, load_mma_order, loop_body, resource_usage, sass_lines  # noqa: E402
 
 #: opcode prefixes grouped by the SM sub-partition pipe they occupy (sm_90)
 KINDS = {
@@ -72,8 +72,7 @@ def main() -> int:
         print(f"{op}{':' + dec if fp4 else ''} RT{rt} W{w} NCT{nct} K{args.k}: {resource_usage(kern)}; loop {len(body)} instr "
               f"({len(body) / rt:.0f} per 16x128 tile): " + ", ".join(f"{k} {v}" for k, v in sorted(per.items())))
         print("   top: " + ", ".join(f"{o} {c}" for o, c in ops.most_common(14)))
-        order = "".join("L" if o.startswith("LDG") else "M" if o.startswith("HMMA") else "" for _, o, _ in (body or lines))
-        print(f"   loads / MMAs in order{'' if body else ' (unrolled)'}: {order}")
+        print(f"   loads / MMAs in order{'' if body else ' (unrolled)'}: {load_mma_order(body or lines)}")
     return 0
 
 

@@ -103,6 +103,12 @@ def sass_lines(sass: str) -> list[tuple[int, str, str]]:
     return out
 
 
+def load_mma_order(lines: list[tuple[int, str, str]]) -> str:
+    """The order of the global loads (``L``) and MMAs (``M``) among ``lines`` (``sass_lines``): shows
+    whether ptxas kept a prefetch's loads ahead of the MMAs."""
+    return "".join("L" if op.startswith("LDG") else "M" if op.startswith("HMMA") else "" for _, op, _ in lines)
+
+
 def loop_body(lines: list[tuple[int, str, str]], needs: str = "HMMA") -> list[tuple[int, str, str]]:
     """The instructions (``sass_lines`` rows) of the longest backward-branch region that holds an
     opcode starting with ``needs``: a kernel's main loop."""

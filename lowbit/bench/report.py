@@ -140,9 +140,9 @@ def plot(derived: Sequence[dict], path: str, title: str = "lowbit bench") -> Non
     ops = list(dict.fromkeys(d["op"] for d in derived))
     if not ops:
         raise ValueError("no benchmark rows to plot")
-    most = max(len({d["case"] for d in derived if d["op"] == op}) for op in ops)
-    row_h = [max(3.8, 1.6 + 0.24 * len({d["case"] for d in derived if d["op"] == op})) for op in ops]
-    fig, axes = plt.subplots(len(ops), 2, figsize=(max(15.0, 6.0 + 0.32 * most), sum(row_h)), squeeze=False,
+    n_cases = [len({d["case"] for d in derived if d["op"] == op}) for op in ops]
+    row_h = [max(3.8, 1.6 + 0.24 * n) for n in n_cases]
+    fig, axes = plt.subplots(len(ops), 2, figsize=(max(15.0, 6.0 + 0.32 * max(n_cases)), sum(row_h)), squeeze=False,
                              gridspec_kw={"width_ratios": [3, 2], "height_ratios": row_h})
     for (ax, ax_sp), op in zip(axes, ops):
         rows = [d for d in derived if d["op"] == op]

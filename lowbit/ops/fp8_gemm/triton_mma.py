@@ -61,6 +61,7 @@ from lowbit.ops._lanes import split2 as _split2
 from lowbit.ops._lanes import split4 as _split4
 from lowbit.ops._lanes import pack_halves as _pack_halves
 from lowbit.ops._lanes import i32, mma16816_f16x2, tuple_replace, zeros_tuple
+from lowbit.ops._triton_pdl import launch_options
 from lowbit.ops.act_quant.triton import _load_scale
 
 #: rows of x one launch serves (NCT = ceil(M / 8) <= 8 column tiles of 8)
@@ -563,18 +564,6 @@ def pick_mma_config(n: int, k: int, m: int = 1, fp4: bool = True) -> tuple[int, 
     return rt, w
 
 
-def _launch_options(device: torch.device) -> dict:
-    """:func:`mma_gemv`'s extra launch options from ``PDL`` / ``TRIGGER`` / ``PTXAS_OPTIONS`` (none
-    under the interpreter; PDL only on sm_90 and later, where ``griddepcontrol`` exists)."""
-    if interpret_mode():
-        return {}
-    pdl = PDL and capability_at_least(device, (9, 0))
-    opts = {"PDL": True, "TRIGGER": TRIGGER, "launch_pdl": True} if pdl else {}
-    if PTXAS_OPTIONS:
-        opts["ptx_options"] = PTXAS_OPTIONS
-    return opts
-
-
 #: Launch :func:`mma_gemv` as a programmatic dependent launch (wait for the previous kernel before
 #: the first load) and, with ``TRIGGER``, let the next PDL launch start early -- what gave the
 #: gathered kernel 0.1-0.35 us a call back to back (docs/gathered.md, "Twenty-first session").
@@ -624,7 +613,8 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     grid = (triton.cdiv(n, 16 * rt),)
     _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=FP4_RESULT_SCALE[decode] if fp4 else 1.0,
                            AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt, NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(),
-                           F16=decode == "f16", num_warps=w, num_stages=1, **_launch_options(a.device))
+                           F16=decode == "f16", num_warps=w, num_stages=1,
+                           **launch_options(a.device, PDL, TRIGGER, PTXAS_OPTIONS))
     return c
 
 

@@ -53,6 +53,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from lowbit._backend import capability_at_least, interpret_mode
 from lowbit.ops._lanes import i32, mma16816_values, zeros_tuple
 from lowbit.ops._lanes import split4 as _split4
+from lowbit.ops._triton_pdl import launch_options
 from lowbit.ops.gathered.decode import _cast, _fp8_data
 
 
@@ -556,12 +557,10 @@ def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, con
     p_val = values if bias else out
     s_vb, s_vt = (values.stride(0), values.stride(1)) if bias else (0, 0)
     grid = (b, triton.cdiv(t, (8 if split else 16) * rt))
-    pdl = PDL and not interpret_mode()
     _gathered_mma_kernel[grid](
         x32, w32, s16, global_scale, index, p_val, out, t, data.shape[0], float(alpha),
         x32.stride(0), w32.stride(0), s16.stride(0), index.stride(0), index.stride(1), s_vb, s_vt,
         out.stride(0), out.stride(1),
         K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), LEAN=use_lean(k, split), INTERPRET=interpret_mode(),
-        PDL=pdl, TRIGGER=pdl and use_trigger(b, t, k), num_warps=w, num_stages=1, **({"launch_pdl": True} if pdl else {}),
-        **({"ptx_options": PTXAS_OPTIONS} if PTXAS_OPTIONS and not interpret_mode() else {}),
+        num_warps=w, num_stages=1, **launch_options(x.device, PDL, PDL and use_trigger(b, t, k), PTXAS_OPTIONS),
     )
