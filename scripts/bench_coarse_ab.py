@@ -43,6 +43,7 @@ SETS = {
         "p1 nocap": dict(PREFETCH=1, CAP="none"),
         "p1 int4cap80": dict(PREFETCH=1, CAP={(4, 1): 80}),
         "table": dict(),
+        "table o1": dict(PTXAS="-O1"),
     },
     "wide_m": {
         "band": dict(MMA_MAX_M=16, MAX_M=16),
@@ -71,11 +72,13 @@ def main() -> int:
 
     variants = SETS[args.set]
     names = args.variants.split(",") if args.variants else list(variants)
-    shipped = dict(PREFETCH=tm.PREFETCH, CAP=tm._register_cap, MMA_MAX_M=ch.MMA_MAX_M, MAX_M=tm.MAX_M)
+    shipped = dict(PREFETCH=tm.PREFETCH, CAP=tm._register_cap, MMA_MAX_M=ch.MMA_MAX_M, MAX_M=tm.MAX_M,
+                   PTXAS=tm.PTXAS_OPTIONS)
 
     def use(switches: dict) -> None:
         s = {**shipped, **switches}
         tm.PREFETCH, ch.MMA_MAX_M, tm.MAX_M = s["PREFETCH"], s["MMA_MAX_M"], s["MAX_M"]
+        tm.PTXAS_OPTIONS = s["PTXAS"]
         cap = s["CAP"]
         if cap == "none":
             tm._register_cap = lambda bits, nct: {}

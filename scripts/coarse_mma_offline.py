@@ -2,7 +2,7 @@
 without a GPU and report what decides its speed: registers / spills (and so programs per SM and
 waves over a 124160-token head), and the SASS instructions of the K-step loop per code.
 
-    python scripts/coarse_mma_offline.py [--bits 2,4,8] [--nct 1,2] [--prefetch 0,1] [--bound 0,1] [--maxnreg N]
+    python scripts/coarse_mma_offline.py [--bits 2,4,8] [--nct 1,2] [--prefetch 0,1] [--bound 0,1] [--maxnreg N] [--ptxas=-O1]
 
 Per (bits, column tiles, prefetch): ``REG / STACK / LOCAL`` of the cubin (with the launcher's
 ``maxnreg`` cap unless ``--maxnreg`` overrides it: 0 = none), programs of 4 warps per SM that the
@@ -27,7 +27,7 @@ N, K, G, BLOCK = 124160, 5120, 64, 128
 SMS = 132
 
 
-def compile_one(bits: int, nct: int, prefetch: int, maxnreg: int | None, bound: int = 0):
+def compile_one(bits: int, nct: int, prefetch: int, maxnreg: int | None, bound: int = 0, ptxas: str | None = None):
     from lowbit.ops.coarse_head import triton_mma as tm
 
     p = 8 // bits
@@ -44,7 +44,9 @@ def compile_one(bits: int, nct: int, prefetch: int, maxnreg: int | None, bound: 
     sig = {a: sig[a] for a in tm._coarse_mma_kernel.arg_names}
     shipped = ({"maxnreg": tm._CERTIFIED_CAP[(bits, nct)]} if bound and (bits, nct) in tm._CERTIFIED_CAP
                else tm._register_cap(bits, nct))
-    opts = shipped if maxnreg is None else ({"maxnreg": maxnreg} if maxnreg else {})
+    opts = dict(shipped if maxnreg is None else ({"maxnreg": maxnreg} if maxnreg else {}))
+    if ptxas:
+        opts["ptx_options"] = ptxas
     return compile_sm90(tm._coarse_mma_kernel, sig, const, divisible=range(12), num_warps=BLOCK // 32, num_stages=1,
                         **opts), opts
 
@@ -55,6 +57,7 @@ def main() -> int:
     ap.add_argument("--nct", default="1,2")
     ap.add_argument("--prefetch", default="0,1", help="K-loop schedules (triton_mma.PREFETCH): 0 and / or 1")
     ap.add_argument("--maxnreg", type=int, default=None)
+    ap.add_argument("--ptxas", default=None, help="extra ptxas options (triton_mma.PTXAS_OPTIONS), e.g. --ptxas=-O1")
     ap.add_argument("--bound", default="0", help="0 = fast mode, 1 = the certified deterministic bound; e.g. 0,1")
     args = ap.parse_args()
     if not set(map(int, args.prefetch.split(","))) <= {0, 1}:
@@ -63,7 +66,7 @@ def main() -> int:
         for nct in map(int, args.nct.split(",")):
             for pf, bound in ((pf, b) for pf in map(int, args.prefetch.split(",")) for b in map(int, args.bound.split(","))):
                 try:
-                    k, opts = compile_one(bits, nct, pf, args.maxnreg, bound)
+                    k, opts = compile_one(bits, nct, pf, args.maxnreg, bound, args.ptxas)
                 except Exception as e:  # noqa: BLE001
                     print(f"INT{bits} NCT{nct} prefetch {pf} bound {bound}: FAILED {root_cause(e)}")
                     continue

@@ -47,6 +47,7 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
+from lowbit.ops._triton_pdl import launch_options
 from lowbit.ops._lanes import half_pair as _half_pair
 from lowbit.ops._lanes import mma16816_f16x2, tuple_replace, zeros_tuple
 from lowbit.ops._lanes import split4 as _split4
@@ -79,6 +80,13 @@ PREFETCH = None
 #: copies, but 168 registers for INT2: slower everywhere), B-fragment loads masked to the lanes
 #: whose column is a row of x (no change), ``.cg`` code loads (no change).
 _PREFETCH_TABLE = {(2, 1): 1, (8, 1): 1}
+#: extra ptxas options of the coarse pass (None: Triton's -O3). sm_90 offline compile
+#: (``scripts/coarse_mma_offline.py --nct 1 --prefetch 0,1 --ptxas=-O1``): under the INT4 one-tile
+#: cap of 64 registers -O1 halves the prefetch schedule's spill stack (104 -> 56 bytes) but adds 24
+#: bytes and 14 loop instructions to the shipped prefetch-0 one; INT2 / INT8 take 19-24 more
+#: registers (fewer programs an SM). Off until timed (``scripts/bench_coarse_ab.py --set schedule
+#: --variants "table,table o1"``)
+PTXAS_OPTIONS = None
 
 
 def _schedule(bits: int, nct: int) -> int:
@@ -557,8 +565,9 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
             L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
             MP=triton.next_power_of_2(mc), KCAND=kcand, NCT=nct, PREFETCH=_schedule(bits, nct), BOUND=cert,
             INTERPRET=interpret_mode(), num_warps=block // 32,
-            num_stages=1, **({"maxnreg": _CERTIFIED_CAP[(bits, nct)]} if cert and (bits, nct) in _CERTIFIED_CAP
-                             else _register_cap(bits, nct)),
+            num_stages=1, **launch_options(dev, False, False, PTXAS_OPTIONS),
+            **({"maxnreg": _CERTIFIED_CAP[(bits, nct)]} if cert and (bits, nct) in _CERTIFIED_CAP
+               else _register_cap(bits, nct)),
         )
     if not write_logits:  # a fresh empty tensor, not a view (custom ops may not return views)
         logits = torch.empty(0, n, dtype=torch.float32, device=dev)
