@@ -9,10 +9,12 @@ from the fixed cost of one timed graph replay (~4.6 µs), which the single-call 
 
 Per (op, N, K, M): µs per call for lowbit and the baselines in both timers, the byte floor (bytes
 / measured copy bandwidth) and lowbit's speedup over row-wise ``_scaled_mm``. ``--variants``: lowbit
-timed once per variant in the same run (``default``; ``o1``: ``mma_gemv`` compiled with ptxas -O1,
-``triton_mma.PTXAS_OPTIONS``; ``pdl``: ``mma_gemv`` as a programmatic dependent launch with the
-early trigger, ``triton_mma.PDL``; ``o1pdl``: both), as ``lowbit_<variant>_stack_us`` next to the
-default's ``lowbit_stack_us``. The variants touch ``mma_gemv`` only (fp8_gemm at M <= 8).
+timed once per variant in the same run (``default``: the shipped short-launch rule of
+``triton_mma.SHORT_LAUNCH_BYTES``; the others force it everywhere: ``plain``: neither; ``o1``:
+``mma_gemv`` compiled with ptxas -O1, ``triton_mma.PTXAS_OPTIONS``; ``pdl``: ``mma_gemv`` as a
+programmatic dependent launch with the early trigger, ``triton_mma.PDL``; ``o1pdl``: both), as
+``lowbit_<variant>_stack_us`` next to the default's ``lowbit_stack_us``. The variants touch
+``mma_gemv`` only (fp8_gemm at M <= 8, fp4_gemm at M <= 16).
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def main() -> int:
     ap.add_argument("--ms", default="1,16")
     ap.add_argument("--ops", default="fp4,fp8")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--variants", default="default", help="default,o1,pdl,o1pdl")
+    ap.add_argument("--variants", default="default", help="default,plain,o1,pdl,o1pdl")
     args = ap.parse_args()
     import torch
 
@@ -43,7 +45,8 @@ def main() -> int:
     from lowbit.ops.fp8_gemm import fp8_gemm
     from lowbit.ops.fp8_gemm import triton_mma
 
-    variant_flags = {"default": {}, "o1": {"PTXAS_OPTIONS": "-O1"}, "pdl": {"PDL": True},
+    variant_flags = {"default": {}, "plain": {"PTXAS_OPTIONS": "", "PDL": False},
+                     "o1": {"PTXAS_OPTIONS": "-O1", "PDL": False}, "pdl": {"PTXAS_OPTIONS": "", "PDL": True},
                      "o1pdl": {"PTXAS_OPTIONS": "-O1", "PDL": True}}
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in variant_flags]

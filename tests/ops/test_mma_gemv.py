@@ -199,10 +199,10 @@ def test_mma_gemv_fp4_scale_bytes_0_and_255(backend):
 @pytest.mark.cuda
 @pytest.mark.parametrize("fp4", [False, True])
 def test_cuda_mma_gemv_ptxas_o1_and_pdl(fp4, monkeypatch):
-    """The prepared switches: ``PDL`` (a programmatic dependent launch with the early trigger)
-    gives the same bits; ``PTXAS_OPTIONS = "-O1"`` (every load before the first MMA) is right
-    against fp64 and within one bf16 ulp of the default build (ptxas may fuse the epilogue's
-    multiply-adds differently)."""
+    """The launch switches: ``PDL`` (a programmatic dependent launch with the early trigger) gives
+    the same bits; ``PTXAS_OPTIONS = "-O1"`` (every load before the first MMA) is right against
+    fp64 and within one bf16 ulp of the -O3 build (ptxas may fuse the epilogue's multiply-adds
+    differently); the shipped rule (this weight is a short launch: both) gives the -O1 bits."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("ptxas options only apply to a GPU build (sm_90 here)")
     from lowbit.ops.fp8_gemm import triton_mma
@@ -216,10 +216,36 @@ def test_cuda_mma_gemv_ptxas_o1_and_pdl(fp4, monkeypatch):
         b = FP8.quantize(torch.randn(n, k) * 0.05, "block", 128)
         data, scale = b.data, b.scale
     args = [t.cuda() for t in (a.data, a.scale, data, scale)]
+    assert triton_mma.launch_flags(n, k, fp4) == (True, "-O1")
+    shipped = mma_gemv(*args, fp4=fp4, config=(1, 8))
+    monkeypatch.setattr(triton_mma, "PDL", False)
+    monkeypatch.setattr(triton_mma, "PTXAS_OPTIONS", "")  # forces Triton's -O3 build
     plain = mma_gemv(*args, fp4=fp4, config=(1, 8))
     monkeypatch.setattr(triton_mma, "PDL", True)  # a programmatic dependent launch: the same bits
     assert torch.equal(mma_gemv(*args, fp4=fp4, config=(1, 8)), plain)
     monkeypatch.setattr(triton_mma, "PTXAS_OPTIONS", "-O1")
     o1 = mma_gemv(*args, fp4=fp4, config=(1, 8))
+    assert torch.equal(shipped, o1)
     assert rel_err(o1, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
     torch.testing.assert_close(o1.float(), plain.float(), rtol=2**-7, atol=0)
+
+
+def test_mma_gemv_launch_flags_rule(monkeypatch):
+    """Short launches (weight bytes <= SHORT_LAUNCH_BYTES) get PDL and -O1, long ones neither;
+    a set switch wins over the rule ("" forces the default ptxas build)."""
+    from lowbit.ops.fp8_gemm import triton_mma
+
+    monkeypatch.setattr(triton_mma, "PDL", None)
+    monkeypatch.setattr(triton_mma, "PTXAS_OPTIONS", None)
+    assert triton_mma.weight_bytes(7168, 2048, False) == 7168 * 2048 + 4 * 56 * 16
+    assert triton_mma.weight_bytes(7168, 2048, True) == 7168 * 1024 + 7168 * 64
+    for n, k, fp4, short in ((2112, 7168, False, True), (4096, 7168, False, True), (7168, 2048, False, True),
+                             (24576, 1536, False, False), (7168, 16384, False, False), (7168, 16384, True, False),
+                             (24576, 1536, True, True)):
+        assert triton_mma.launch_flags(n, k, fp4) == ((True, "-O1") if short else (False, None)), (n, k, fp4)
+    monkeypatch.setattr(triton_mma, "PDL", False)
+    monkeypatch.setattr(triton_mma, "PTXAS_OPTIONS", "")
+    assert triton_mma.launch_flags(2112, 7168, False) == (False, None)
+    monkeypatch.setattr(triton_mma, "PDL", True)
+    monkeypatch.setattr(triton_mma, "PTXAS_OPTIONS", "-O1")
+    assert triton_mma.launch_flags(7168, 16384, False) == (True, "-O1")

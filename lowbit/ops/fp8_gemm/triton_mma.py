@@ -564,20 +564,42 @@ def pick_mma_config(n: int, k: int, m: int = 1, fp4: bool = True) -> tuple[int, 
     return rt, w
 
 
-#: Launch :func:`mma_gemv` as a programmatic dependent launch (wait for the previous kernel before
-#: the first load) and, with ``TRIGGER``, let the next PDL launch start early -- what gave the
-#: gathered kernel 0.1-0.35 us a call back to back (docs/gathered.md, "Twenty-first session").
-#: Off: not yet timed for this kernel (``scripts/bench_gemm_stack.py --variants default,pdl``).
-PDL = False
+#: Weight bytes (codes and scales) up to which a :func:`mma_gemv` launch counts as short: its
+#: launch, first DRAM round trip and tail are a large share of it (the small decode shapes take
+#: 7-11 us). Short launches run as a programmatic dependent launch with the early trigger (the
+#: kernel waits for the previous one before its first load and lets the next PDL launch start
+#: early) and are compiled with ptxas -O1 (ptxas -O3 sinks the next K block's loads below this
+#: block's MMAs; at -O1 every load is issued first, 84 registers against 62: found offline with
+#: ``scripts/mma_gemv_offline.py --ptxas=-O1``). H200, fp8 layer stack at M = 1 / 8, same run
+#: (``scripts/bench_gemm_stack.py --variants default,o1,pdl,o1pdl``, twenty-second session, call a,
+#: docs/measurements/2026-12-03_session22_a_gemm_stack.log): both together N2112 K7168 8.78 ->
+#: 7.96 / 9.33 -> 8.15 us, N4096 K7168 11.12 -> 10.35 / 11.24 -> 10.40, N7168 K2048 7.17 -> 6.56 /
+#: 7.20 -> 6.61 (each alone gives about half); on the long launches both lose (N24576 K1536 11.85
+#: -> 13.42, N7168 K16384 30.64 -> 33.78: the extra registers cost occupancy over several waves).
+SHORT_LAUNCH_BYTES = 32 << 20
+#: None: PDL on short launches (see ``SHORT_LAUNCH_BYTES``); True / False: on / off everywhere.
+PDL: bool | None = None
 TRIGGER = True
-#: Extra ptxas options for :func:`mma_gemv` (None: Triton's default, ``-O3``). Found offline in the
-#: twenty-first session (``scripts/mma_gemv_offline.py --ptxas=-O1``): the kernel issues block i +
-#: W's loads before block i's MMAs, but at -O3 ptxas puts them after (the shipped M = 1 configs, e.g.
-#: fp8 RT1 W2 K1536 for N24576: loop body ``MMMMMMMM LLLLLLLLL``, so the MMAs never overlap a
-#: load), and in an unrolled K range it interleaves them (RT1 W8 K1536: ``LLLMLMLLMMMMM...``); at
-#: -O1 the loads come first (``LLLLLLLLL MMMMMMMM``; 84 registers against 62). Not yet timed on
-#: the H200: ``scripts/bench_gemm_stack.py --variants default,o1``.
-PTXAS_OPTIONS = None
+#: Extra ptxas options. None: "-O1" on short launches, Triton's default (-O3) otherwise; a string
+#: is used everywhere ("" forces the default).
+PTXAS_OPTIONS: str | None = None
+
+
+def weight_bytes(n: int, k: int, fp4: bool) -> int:
+    """Bytes of one [N, K] weight as :func:`mma_gemv` reads it: FP4 codes (K/2 a row) with one UE8M0
+    byte a 32-group, or E4M3 codes with one fp32 scale a 128 x 128 tile."""
+    if fp4:
+        return n * k // 2 + n * (k // 32)
+    return n * k + 4 * (-(-n // 128)) * (k // 128)
+
+
+def launch_flags(n: int, k: int, fp4: bool) -> tuple[bool, str | None]:
+    """(PDL, ptxas options) of a launch over an [N, K] weight: the module switches where they are
+    set, else the short-launch rule of ``SHORT_LAUNCH_BYTES``."""
+    short = weight_bytes(n, k, fp4) <= SHORT_LAUNCH_BYTES
+    pdl = short if PDL is None else PDL
+    ptxas = ("-O1" if short else None) if PTXAS_OPTIONS is None else (PTXAS_OPTIONS or None)
+    return pdl, ptxas
 
 
 def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, fp4: bool,
@@ -611,10 +633,11 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
         bs = b_s.view(torch.uint8) if bs_e8m0 else b_s
     asv = a_s.view(torch.uint8) if as_e8m0 else a_s
     grid = (triton.cdiv(n, 16 * rt),)
+    pdl, ptxas = launch_flags(n, k, fp4)
     _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=FP4_RESULT_SCALE[decode] if fp4 else 1.0,
                            AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt, NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(),
                            F16=decode == "f16", num_warps=w, num_stages=1,
-                           **launch_options(a.device, PDL, TRIGGER, PTXAS_OPTIONS))
+                           **launch_options(a.device, pdl, TRIGGER, ptxas))
     return c
 
 
