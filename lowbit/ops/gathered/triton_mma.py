@@ -520,8 +520,11 @@ TRIGGER = None
 #: weight loads of a warp's second chunk below the first chunk's MMAs (K4096 RT1 W8 SPLIT: SASS
 #: order ``LLLLLLLLMMMLMM...``), so a warp makes two dependent DRAM round trips even with D = 2
 #: (whose SASS is identical to D = 1); at -O1 every load is issued before the first MMA (70
-#: registers against 56, the same 600 instructions). Not yet timed on the H200: ``"-O1"`` is the
-#: candidate (``scripts/bench_gathered_mma.py --variants o1``).
+#: registers against 56, the same 600 instructions). Off: timed on the H200 in the twenty-second
+#: session (``scripts/bench_gathered_mma.py --picked --variants o1``, all 36 shapes against the
+#: shipped PDL + trigger dispatch): slower on 26 (K256 B1 T8 1.24 -> 1.40 us, K4096 B256 T8 4.53
+#: -> 5.18), 0.01-0.10 us faster on eight K1024 shapes (none crosses the 2x line), equal on two;
+#: docs/measurements/2026-12-03_session22_a_ab.log.
 PTXAS_OPTIONS = None
 
 
