@@ -84,8 +84,9 @@ _PREFETCH_TABLE = {(2, 1): 1, (8, 1): 1}
 #: (``scripts/coarse_mma_offline.py --nct 1 --prefetch 0,1 --ptxas=-O1``): under the INT4 one-tile
 #: cap of 64 registers -O1 halves the prefetch schedule's spill stack (104 -> 56 bytes) but adds 24
 #: bytes and 14 loop instructions to the shipped prefetch-0 one; INT2 / INT8 take 19-24 more
-#: registers (fewer programs an SM). Off until timed (``scripts/bench_coarse_ab.py --set schedule
-#: --variants "table,table o1"``)
+#: registers (fewer programs an SM). Off: H200, INT4 fast argmax 122.3 -> 124.6 us at M = 1, 133.8
+#: -> 136.8 at M = 4 (``scripts/bench_coarse_ab.py --set schedule --variants "table,table o1"``,
+#: docs/measurements/2026-12-03_session22_b_coarse_o1.log)
 PTXAS_OPTIONS = None
 
 
