@@ -2,14 +2,14 @@
 within 1.3x of the byte floor at decode M), on the H200, in one run.
 
     python3 scripts/sweep_mma_gemv_stack.py [--shapes 24576x1536,4096x7168] [--ms 1,8]
-        [--configs 1x2,1x4,1x8,2x2,2x4,2x8] [--variants plain,pdl,pdl_notrig,o1,o1pdl] [--json FILE]
+        [--configs 1x2,1x4,1x8,2x4,2x8,1x16] [--variants plain,plain_d2,pdl_notrig,o1pdl,o1pdl_d2] [--json FILE]
 
 FP8 weights (``mma_gemv`` serves fp8_gemm at M <= 8). Per (N, K, M): the byte floor, the shipped
 dispatch (``fp8_gemm``: picked config, short-launch rule) and every config x variant timed with
 ``lowbit.bench.gemm.stack_us`` (8 distinct weights back to back in one CUDA graph after an L2
 flush, µs per call). Variants force ``triton_mma``'s switches: ``plain`` (no PDL, Triton's -O3),
 ``pdl`` (programmatic dependent launch + early trigger), ``pdl_notrig`` (PDL, trigger at exit),
-``o1`` (ptxas -O1), ``o1pdl`` (both). Prints the best per shape and its ratio to the floor.
+``o1`` (ptxas -O1), ``o1pdl`` (both); ``_d2``: two K blocks in flight ahead (``triton_mma.DEPTH``). Prints the best per shape and its ratio to the floor.
 """
 from __future__ import annotations
 
@@ -23,20 +23,23 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 VARIANTS = {
-    "plain": {"PDL": False, "PTXAS_OPTIONS": ""},
-    "pdl": {"PDL": True, "TRIGGER": True, "PTXAS_OPTIONS": ""},
-    "pdl_notrig": {"PDL": True, "TRIGGER": False, "PTXAS_OPTIONS": ""},
-    "o1": {"PDL": False, "PTXAS_OPTIONS": "-O1"},
-    "o1pdl": {"PDL": True, "TRIGGER": True, "PTXAS_OPTIONS": "-O1"},
+    "plain": {"PDL": False, "PTXAS_OPTIONS": "", "DEPTH": 1},
+    "plain_d2": {"PDL": False, "PTXAS_OPTIONS": "", "DEPTH": 2},
+    "pdl": {"PDL": True, "TRIGGER": True, "PTXAS_OPTIONS": "", "DEPTH": 1},
+    "pdl_notrig": {"PDL": True, "TRIGGER": False, "PTXAS_OPTIONS": "", "DEPTH": 1},
+    "o1": {"PDL": False, "PTXAS_OPTIONS": "-O1", "DEPTH": 1},
+    "o1pdl": {"PDL": True, "TRIGGER": True, "PTXAS_OPTIONS": "-O1", "DEPTH": 1},
+    "o1pdl_d2": {"PDL": True, "TRIGGER": True, "PTXAS_OPTIONS": "-O1", "DEPTH": 2},
 }
+DEFAULT_VARIANTS = "plain,plain_d2,pdl_notrig,o1pdl,o1pdl_d2"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default="24576x1536,4096x7168")
     ap.add_argument("--ms", default="1,8")
-    ap.add_argument("--configs", default="1x2,1x4,1x8,2x2,2x4,2x8")
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--configs", default="1x2,1x4,1x8,2x4,2x8,1x16")
+    ap.add_argument("--variants", default=DEFAULT_VARIANTS)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()

@@ -249,3 +249,29 @@ def test_mma_gemv_launch_flags_rule(monkeypatch):
     monkeypatch.setattr(triton_mma, "PDL", True)
     monkeypatch.setattr(triton_mma, "PTXAS_OPTIONS", "-O1")
     assert triton_mma.launch_flags(7168, 16384, False) == (True, "-O1")
+
+
+@pytest.mark.parametrize("fp4", [False, True])
+@pytest.mark.parametrize("m,n,k,cfg", [(3, 40, 384, (1, 2))])
+def test_mma_gemv_depth2_same_bits(backend, monkeypatch, fp4, m, n, k, cfg):
+    """``DEPTH = 2`` (two K blocks in flight ahead) runs the same MMAs in the same order: the
+    same bits as the double buffer, also where K's blocks do not split evenly over the warps."""
+    if not backend.is_triton:
+        pytest.skip(NEEDS_TRITON)
+    from lowbit.ops.fp8_gemm import triton_mma
+
+    if fp4:
+        a, b = _fp4_operands(m, n, k)
+        data, scale = b.packed, b.scale
+    else:
+        a = FP8.quantize(torch.randn(m, k), "group", 128)
+        b = FP8.quantize(torch.randn(n, k) * 0.05, "block", 128)
+        data, scale = b.data, b.scale
+    one = _run(backend, a, data, scale, fp4, cfg)
+    monkeypatch.setattr(triton_mma, "DEPTH", 2)
+    two = _run(backend, a, data, scale, fp4, cfg)
+    assert torch.equal(one, two)
+    assert rel_err(two, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+    monkeypatch.setattr(triton_mma, "DEPTH", 3)
+    with pytest.raises(ValueError, match="DEPTH"):
+        _run(backend, a, data, scale, fp4, cfg)
