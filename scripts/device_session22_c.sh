@@ -5,7 +5,7 @@
 # short shapes at M = 1 (a bare read there is 1.42x already). Results under $OUT.
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
-timeout 300 python3 scripts/sweep_mma_gemv_stack.py --shapes 24576x1536,4096x7168 --ms 1,8 \
+timeout 330 python3 scripts/sweep_mma_gemv_stack.py --shapes 24576x1536,4096x7168 --ms 1,8 \
   --json "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1; cat "$OUT/sweep.log"
-timeout 200 python3 scripts/sweep_mma_gemv_stack.py --shapes 2112x7168,7168x2048 --ms 1 \
+timeout 180 python3 scripts/sweep_mma_gemv_stack.py --shapes 2112x7168,7168x2048 --ms 1 \
   --json "$OUT/sweep_short.json" > "$OUT/sweep_short.log" 2>&1; cat "$OUT/sweep_short.log"
