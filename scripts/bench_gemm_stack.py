@@ -14,7 +14,9 @@ timed once per variant in the same run (``default``: the shipped short-launch ru
 ``mma_gemv`` compiled with ptxas -O1, ``triton_mma.PTXAS_OPTIONS``; ``pdl``: ``mma_gemv`` as a
 programmatic dependent launch with the early trigger, ``triton_mma.PDL``; ``o1pdl``: both), as
 ``lowbit_<variant>_stack_us`` next to the default's ``lowbit_stack_us``. The variants touch
-``mma_gemv`` only (fp8_gemm at M <= 8, fp4_gemm at M <= 16).
+``mma_gemv`` only (fp8_gemm at M <= 8, fp4_gemm at M <= 16). ``mma64`` (fp8 only) sends fp8_gemm's
+M = 9..64 to ``mma_gemv`` too (``fp8_gemm.triton``'s ``WGMMA_GEMV_M`` / ``MMA_GEMV_MAX_M_FP8`` /
+``DECODE_GLUON_M``).
 """
 from __future__ import annotations
 
@@ -44,14 +46,18 @@ def main() -> int:
     from lowbit.ops.fp4_gemm import fp4_gemm
     from lowbit.ops.fp8_gemm import fp8_gemm
     from lowbit.ops.fp8_gemm import triton_mma
+    from lowbit.ops.fp8_gemm import triton as fp8_tr
 
     variant_flags = {"default": {}, "plain": {"PTXAS_OPTIONS": "", "PDL": False},
                      "o1": {"PTXAS_OPTIONS": "-O1", "PDL": False}, "pdl": {"PTXAS_OPTIONS": "", "PDL": True},
                      "o1pdl": {"PTXAS_OPTIONS": "-O1", "PDL": True}}
+    # fp8_gemm's decode dispatch: M = 9..64 on mma_gemv (its short-launch rule included) instead
+    # of the wgmma GEMV (M 9..16) and the Gluon decode kernel (M 33..64)
+    dispatch_flags = {"mma64": {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)}}
     variants = [v for v in args.variants.split(",") if v]
-    unknown = [v for v in variants if v not in variant_flags]
+    unknown = [v for v in variants if v not in variant_flags and v not in dispatch_flags]
     if unknown:
-        ap.error(f"unknown variants {unknown} (known: {', '.join(variant_flags)})")
+        ap.error(f"unknown variants {unknown} (known: {', '.join([*variant_flags, *dispatch_flags])})")
 
     bw = copy_bandwidth_gbps()
     rows = [{"copy_gbps": round(bw, 1), "layers": args.layers}]
@@ -74,6 +80,12 @@ def main() -> int:
                     rec[name + "_single_us"] = round(cold_us(fns[0], graph=True), 2)
                 for v in variants:
                     if v == "default":
+                        continue
+                    if v in dispatch_flags:  # fp8_gemm's decode dispatch (fp4 ignores it)
+                        if fp4:
+                            continue
+                        with module_flags(fp8_tr, dispatch_flags[v]):
+                            rec[f"lowbit_{v}_stack_us"] = round(stack_us(ours), 2)
                         continue
                     with module_flags(triton_mma, variant_flags[v]):
                         rec[f"lowbit_{v}_stack_us"] = round(stack_us(ours), 2)
