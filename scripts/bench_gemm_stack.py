@@ -16,7 +16,8 @@ programmatic dependent launch with the early trigger, ``triton_mma.PDL``; ``o1pd
 ``lowbit_<variant>_stack_us`` next to the default's ``lowbit_stack_us``. The variants touch
 ``mma_gemv`` only (fp8_gemm at M <= 8, fp4_gemm at M <= 16). ``mma64`` (fp8 only) sends fp8_gemm's
 M = 9..64 to ``mma_gemv`` too (``fp8_gemm.triton``'s ``WGMMA_GEMV_M`` / ``MMA_GEMV_MAX_M_FP8`` /
-``DECODE_GLUON_M``).
+``DECODE_GLUON_M``); ``dg17`` sends M = 17..64 to the Gluon decode kernel (``DECODE_GLUON_M``) where its
+64-row tile count qualifies.
 """
 from __future__ import annotations
 
@@ -53,7 +54,9 @@ def main() -> int:
                      "o1pdl": {"PTXAS_OPTIONS": "-O1", "PDL": True}}
     # fp8_gemm's decode dispatch: M = 9..64 on mma_gemv (its short-launch rule included) instead
     # of the wgmma GEMV (M 9..16) and the Gluon decode kernel (M 33..64)
-    dispatch_flags = {"mma64": {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)}}
+    # (mma64), or M = 17..64 on the Gluon decode kernel where its tile count qualifies (dg17)
+    dispatch_flags = {"mma64": {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)},
+                      "dg17": {"DECODE_GLUON_M": (17, 64)}}
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in variant_flags and v not in dispatch_flags]
     if unknown:
