@@ -232,21 +232,30 @@ def test_gluon_never_on_cpu_or_interpreter():
     assert not tr._gluon_ok(a, torch.zeros(128, 128, dtype=torch.float8_e4m3fn))
 
 
+def test_decode_gluon_band_rule():
+    """M = 33..64 always; M = 17..32 only for a short weight (<= SHORT_LAUNCH_BYTES); M <= 16 never."""
+    from lowbit.ops.fp8_gemm import triton as tr
+
+    assert tr.decode_gluon_band(64, 7168, 16384) and tr.decode_gluon_band(33, 7168, 16384)
+    assert tr.decode_gluon_band(17, 7168, 2048) and tr.decode_gluon_band(32, 7168, 2048)
+    assert not tr.decode_gluon_band(32, 7168, 16384) and not tr.decode_gluon_band(17, 7168, 16384)
+    assert not tr.decode_gluon_band(16, 7168, 2048) and not tr.decode_gluon_band(65, 7168, 2048)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("m,n,k", [(33, 7057, 1024), (64, 7168, 2048), (47, 6600, 128), (64, 7000, 16384),
-                                   (40, 2112, 1024)])
+                                   (40, 2112, 1024), (17, 7168, 2048), (32, 7057, 1024)])
 def test_cuda_decode_gluon_band(monkeypatch, m, n, k):
-    """M in DECODE_GLUON_M with 3/4 SMs..SMs row tiles of 64 runs the prefill Gluon kernel with 64 x 64
-    tiles (N edges, K of one block: no persistence; N = 2112 keeps the Triton kernel), NaN-poisoned
-    output fully written; the same call with GLUON off (the Triton kernel) agrees; it captures in
-    a CUDA graph."""
+    """M in the decode band (``decode_gluon_band``) with 3/4 SMs..SMs row tiles of 64 runs the
+    prefill Gluon kernel with 64 x 64 tiles (N edges, K of one block: no persistence; N = 2112
+    keeps the Triton kernel), NaN-poisoned output fully written; the same call with GLUON off (the
+    Triton kernel) agrees; it captures in a CUDA graph."""
     _gluon_or_skip()
     from lowbit.ops.fp8_gemm import gluon
     from lowbit.ops.fp8_gemm import triton as tr
 
-    lo, hi = tr.DECODE_GLUON_M
-    if not lo <= m <= hi:
-        pytest.skip(f"M = {m} is outside DECODE_GLUON_M = {tr.DECODE_GLUON_M}")
+    if not tr.decode_gluon_band(m, n, k):
+        pytest.skip(f"M = {m} with a {n} x {k} weight is outside the decode band (DECODE_GLUON_M / _SHORT_M)")
     a, b = _operands(m, n, k)
     args = [t.cuda() for t in (a.data, a.scale, b.data, b.scale)]
     calls = []

@@ -18,7 +18,8 @@ tiny kernel sums them in a fixed order (deterministic; no atomics, no zero-fill)
 
 :func:`fp8_gemm` dispatch on sm_90 (measured in docs/gemm.md): M <= 8 the ``mma.sync`` GEMV
 (``triton_mma.py``); M in ``WGMMA_GEMV_M`` the TMA-fed wgmma GEMV (``gluon_wgmma_gemv.py``); M in
-``DECODE_GLUON_M`` with about one 64-row weight tile an SM, and M >= ``GLUON_MIN_M``, the Gluon
+``DECODE_GLUON_M`` (or ``DECODE_GLUON_SHORT_M`` for a weight of at most
+``triton_mma.SHORT_LAUNCH_BYTES``) with about one 64-row weight tile an SM, and M >= ``GLUON_MIN_M``, the Gluon
 kernel of ``gluon.py``; everything else (and every other GPU, and the interpreter) the kernels
 above.
 """
@@ -369,13 +370,29 @@ def _gluon_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
 #: kernel; N7168 K2048 7.9 vs 10.5 us. With fewer tiles (N2112, N4096: 33 / 64 programs) or more
 #: (N24576: 384) it was slower (docs/gemm.md, "fifteenth session"), so those keep the Triton kernel.
 DECODE_GLUON_M = (33, 64)
+#: ... and at these M too where the weight is a short launch (``triton_mma.SHORT_LAUNCH_BYTES``):
+#: no other decode kernel serves M = 17..32. H200, layer stack, same run (twenty-second session,
+#: ``scripts/bench_gemm_stack.py --variants default,dg17``): N7168 K2048 M = 17 / 24 / 32 8.50 /
+#: 8.40 / 8.28 us against 9.94 / 10.23 / 10.52 on the Triton kernel (whose M = 32 was slower than
+#: row-wise ``_scaled_mm``); on the long N7168 K16384 it lost (M = 17 47.2 against 33.7 us).
+DECODE_GLUON_SHORT_M = (17, 32)
 #: the prefill kernel's launch options in that band (a programmatic dependent launch: M = 64
 #: N7168 K16384 36.67 vs 36.9 us, N7168 K2048 7.7 vs 8.0, same run; docs/gemm.md "Seventeenth session")
 DECODE_GLUON_CONFIG = dict(block_m=64, block_n=64, num_warps=4, stages=8, warp_specialize=False, pdl=True)
 
 
+def decode_gluon_band(m: int, n: int, k: int) -> bool:
+    """Whether M rows against an FP8 [N, K] weight are in the Gluon decode kernel's M band:
+    ``DECODE_GLUON_M``, or ``DECODE_GLUON_SHORT_M`` for a weight of at most
+    ``triton_mma.SHORT_LAUNCH_BYTES`` (the tile-count condition is checked separately)."""
+    if DECODE_GLUON_M[0] <= m <= DECODE_GLUON_M[1]:
+        return True
+    return (DECODE_GLUON_SHORT_M[0] <= m <= DECODE_GLUON_SHORT_M[1]
+            and _mma.weight_bytes(n, k, False) <= _mma.SHORT_LAUNCH_BYTES)
+
+
 def _decode_gluon_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if not (DECODE_GLUON_M[0] <= a.shape[0] <= DECODE_GLUON_M[1] and _gluon_eligible(a, b)):
+    if not (decode_gluon_band(a.shape[0], b.shape[0], b.shape[1]) and _gluon_eligible(a, b)):
         return False
     sms = _props(a.device)[0]
     return 3 * sms // 4 <= triton.cdiv(b.shape[0], DECODE_GLUON_CONFIG["block_n"]) <= sms
