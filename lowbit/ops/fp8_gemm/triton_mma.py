@@ -596,8 +596,10 @@ TRIGGER = True
 #: is used everywhere ("" forces the default).
 PTXAS_OPTIONS: str | None = None
 #: K blocks a warp has in flight ahead of the one it multiplies: 1 (a register double buffer) or
-#: 2 (a triple buffer: block i + 2 W's loads issued before block i's MMAs). Not yet timed on the
-#: H200 (``scripts/sweep_mma_gemv_stack.py`` variants ``plain_d2`` / ``o1pdl_d2``).
+#: 2 (a triple buffer: block i + 2 W's loads issued before block i's MMAs). 1: on the H200 two
+#: were slower or equal on every shape and config (fp8 layer stack, twenty-second session call c,
+#: ``scripts/sweep_mma_gemv_stack.py``, docs/measurements/2026-12-03_session22_c_sweep.log); the
+#: buffer rotation costs ~45 register moves a block (62 -> 103 registers at RT1 W8).
 DEPTH = 1
 
 
