@@ -17,7 +17,8 @@ programmatic dependent launch with the early trigger, ``triton_mma.PDL``; ``o1pd
 ``mma_gemv`` only (fp8_gemm at M <= 8, fp4_gemm at M <= 16). ``mma64`` (fp8 only) sends fp8_gemm's
 M = 9..64 to ``mma_gemv`` too (``fp8_gemm.triton``'s ``WGMMA_GEMV_M`` / ``MMA_GEMV_MAX_M_FP8`` /
 ``DECODE_GLUON_M``); ``dg17`` sends M = 17..64 to the Gluon decode kernel (``DECODE_GLUON_M``) where its
-64-row tile count qualifies.
+64-row tile count qualifies; ``fp4mma64`` (fp4 only) sends fp4_gemm's M = 17..64 to ``mma_gemv``
+(``MMA_GEMV_MAX_M_FP4``).
 """
 from __future__ import annotations
 
@@ -54,9 +55,11 @@ def main() -> int:
                      "o1pdl": {"PTXAS_OPTIONS": "-O1", "PDL": True}}
     # fp8_gemm's decode dispatch: M = 9..64 on mma_gemv (its short-launch rule included) instead
     # of the wgmma GEMV (M 9..16) and the Gluon decode kernel (M 33..64)
-    # (mma64), or M = 17..64 on the Gluon decode kernel where its tile count qualifies (dg17)
-    dispatch_flags = {"mma64": {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)},
-                      "dg17": {"DECODE_GLUON_M": (17, 64)}}
+    # (mma64), or M = 17..64 on the Gluon decode kernel where its tile count qualifies (dg17); fp4_gemm's
+    # M = 17..64 on mma_gemv instead of the Triton aligned-step kernel (fp4mma64). name -> (op, flags)
+    dispatch_flags = {"mma64": ("fp8", {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)}),
+                      "dg17": ("fp8", {"DECODE_GLUON_M": (17, 64)}),
+                      "fp4mma64": ("fp4", {"MMA_GEMV_MAX_M_FP4": 64})}
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in variant_flags and v not in dispatch_flags]
     if unknown:
@@ -84,10 +87,10 @@ def main() -> int:
                 for v in variants:
                     if v == "default":
                         continue
-                    if v in dispatch_flags:  # fp8_gemm's decode dispatch (fp4 ignores it)
-                        if fp4:
+                    if v in dispatch_flags:  # the decode dispatch of one op (the other ignores it)
+                        if dispatch_flags[v][0] != op:
                             continue
-                        with module_flags(fp8_tr, dispatch_flags[v]):
+                        with module_flags(fp8_tr, dispatch_flags[v][1]):
                             rec[f"lowbit_{v}_stack_us"] = round(stack_us(ours), 2)
                         continue
                     with module_flags(triton_mma, variant_flags[v]):

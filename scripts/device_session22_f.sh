@@ -7,3 +7,7 @@ timeout 150 python3 -m pytest tests/ops/test_fp8_gemm.py tests/ops/test_mma_gemv
   -p no:cacheprovider -n 4 --tb=short > "$OUT/pytest.log" 2>&1; tail -3 "$OUT/pytest.log"
 timeout 150 python3 scripts/bench_gemm_stack.py --ops fp8 --ms 17,32 --variants default,dg17 \
   --json "$OUT/gemm_stack_final.json" > "$OUT/gemm_stack_final.log" 2>&1; cat "$OUT/gemm_stack_final.log"
+# fp4_gemm at M = 32 / 64 (the Triton aligned-step kernel, 0.42-0.62x row-wise _scaled_mm at M = 64
+# in the sixteenth session) against mma_gemv there (--variants fp4mma64)
+timeout 150 python3 scripts/bench_gemm_stack.py --ops fp4 --ms 32,64 --variants default,fp4mma64 \
+  --json "$OUT/gemm_stack_fp4mma64.json" > "$OUT/gemm_stack_fp4mma64.log" 2>&1; cat "$OUT/gemm_stack_fp4mma64.log"
