@@ -187,6 +187,54 @@ def test_cuda_shapes(m, n, k):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("m,e8m0", [(17, False), (32, True), (25, False)])
+def test_cuda_wgmma_gemv_row_chunks(monkeypatch, m, e8m0):
+    """M = 17..WGMMA_GEMV_CHUNK_MAX_M on sm_90: the wgmma GEMV once per 16 rows (two launches),
+    every output row written (NaN-poisoned chunks), right against fp64 and equal row for row to
+    the GEMV run on each chunk alone; captured in a CUDA graph it replays with new activations."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Gluon wgmma GEMV runs on sm_90 only")
+    from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as gw
+    from lowbit.ops.fp4_gemm import triton as tr
+
+    n, k = 520, 1536
+    fmt = "ue8m0" if e8m0 else None  # power-of-two activation scales, passed as e8m0
+    _, b = _operands(1, n, k)
+    a = FP8.quantize(torch.randn(m, k), "group", 128, scale_fmt=fmt)
+    a_s = a.scale.to(torch.float8_e8m0fnu) if e8m0 else a.scale
+    args = [t.cuda() for t in (a.data, a_s, b.packed, b.scale)]
+    launches = []
+    real = gw.fp4_wgmma_gemv
+
+    def poisoned_launch(x, xs, w, ws, out=None, **kw):
+        launches.append(x.shape[0])
+        out.fill_(float("nan"))
+        return real(x, xs, w, ws, out=out, **kw)
+
+    monkeypatch.setattr(gw, "fp4_wgmma_gemv", poisoned_launch)
+    c = fp4_gemm(*args)
+    assert launches == [16, m - 16]
+    assert not torch.isnan(c).any() and rel_err(c, _fp64_ref(a, b)) < TOL
+    for r0 in (0, 16):
+        assert torch.equal(c[r0:r0 + 16], real(args[0][r0:r0 + 16], args[1][r0:r0 + 16], args[2], args[3]))
+    monkeypatch.setattr(tr, "WGMMA_GEMV_CHUNK_MAX_M", 16)  # off: the Triton kernel, same values to bf16
+    launches.clear()
+    assert rel_err(fp4_gemm(*args), _fp64_ref(a, b)) < TOL and not launches
+    monkeypatch.setattr(tr, "WGMMA_GEMV_CHUNK_MAX_M", 32)
+    static = [t.clone() for t in args]
+    fp4_gemm(*static)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fp4_gemm(*static)
+    a2 = FP8.quantize(torch.randn(m, k), "group", 128, scale_fmt=fmt)
+    static[0].copy_(a2.data.cuda())
+    static[1].copy_((a2.scale.to(torch.float8_e8m0fnu) if e8m0 else a2.scale).cuda())
+    graph.replay()
+    assert rel_err(out, _fp64_ref(a2, b)) < TOL
+
+
+@pytest.mark.cuda
 def test_cuda_compile_opcheck_graph():
     a, b = _operands(16, 256, 512)
     args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
