@@ -18,8 +18,8 @@ programmatic dependent launch with the early trigger, ``triton_mma.PDL``; ``o1pd
 M = 9..64 to ``mma_gemv`` too (``fp8_gemm.triton``'s ``WGMMA_GEMV_M`` / ``MMA_GEMV_MAX_M_FP8`` /
 ``DECODE_GLUON_M``); ``dg17`` sends M = 17..64 to the Gluon decode kernel (``DECODE_GLUON_M``) where its
 64-row tile count qualifies; ``fp4mma64`` (fp4 only) sends fp4_gemm's M = 17..64 to ``mma_gemv``
-(``MMA_GEMV_MAX_M_FP4``); ``nochunk`` (fp4 only) turns off the wgmma GEMV over 16-row chunks at
-M = 17..32 (``fp4_gemm.triton.WGMMA_GEMV_CHUNK_MAX_M``).
+(``MMA_GEMV_MAX_M_FP4``); ``nochunk`` / ``chunk32`` (fp4 only) turn off / on the wgmma GEMV over 16-row
+chunks at M = 17..32 (``fp4_gemm.triton.WGMMA_GEMV_CHUNK_MAX_M``).
 """
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ def main() -> int:
     dispatch_flags = {"mma64": ("fp8", {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)}),
                       "dg17": ("fp8", {"DECODE_GLUON_M": (17, 64)}),
                       "fp4mma64": ("fp4", {"MMA_GEMV_MAX_M_FP4": 64}),
-                      "nochunk": ("fp4", {"WGMMA_GEMV_CHUNK_MAX_M": 16})}
+                      "nochunk": ("fp4", {"WGMMA_GEMV_CHUNK_MAX_M": 16}),
+                      "chunk32": ("fp4", {"WGMMA_GEMV_CHUNK_MAX_M": 32})}
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in variant_flags and v not in dispatch_flags]
     if unknown:
@@ -93,7 +94,7 @@ def main() -> int:
                     if v in dispatch_flags:  # the decode dispatch of one op (the other ignores it)
                         if dispatch_flags[v][0] != op:
                             continue
-                        with module_flags(fp4_tr if v == "nochunk" else fp8_tr, dispatch_flags[v][1]):
+                        with module_flags(fp4_tr if v in ("nochunk", "chunk32") else fp8_tr, dispatch_flags[v][1]):
                             rec[f"lowbit_{v}_stack_us"] = round(stack_us(ours), 2)
                         continue
                     with module_flags(triton_mma, variant_flags[v]):

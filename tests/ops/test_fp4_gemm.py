@@ -189,7 +189,7 @@ def test_cuda_shapes(m, n, k):
 @pytest.mark.cuda
 @pytest.mark.parametrize("m,e8m0", [(17, False), (32, True), (25, False)])
 def test_cuda_wgmma_gemv_row_chunks(monkeypatch, m, e8m0):
-    """M = 17..WGMMA_GEMV_CHUNK_MAX_M on sm_90: the wgmma GEMV once per 16 rows (two launches),
+    """M = 17..WGMMA_GEMV_CHUNK_MAX_M (set to 32 here) on sm_90: the wgmma GEMV once per 16 rows (two launches),
     every output row written (NaN-poisoned chunks), right against fp64 and equal row for row to
     the GEMV run on each chunk alone; captured in a CUDA graph it replays with new activations."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
@@ -197,6 +197,7 @@ def test_cuda_wgmma_gemv_row_chunks(monkeypatch, m, e8m0):
     from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as gw
     from lowbit.ops.fp4_gemm import triton as tr
 
+    monkeypatch.setattr(tr, "WGMMA_GEMV_CHUNK_MAX_M", 32)
     n, k = 520, 1536
     fmt = "ue8m0" if e8m0 else None  # power-of-two activation scales, passed as e8m0
     _, b = _operands(1, n, k)

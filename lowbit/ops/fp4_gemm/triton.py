@@ -396,8 +396,12 @@ def shift_tables() -> torch.Tensor:
 WGMMA_GEMV = True
 #: M = 17..WGMMA_GEMV_CHUNK_MAX_M on sm_90 runs that GEMV once per 16 rows (each launch reads the
 #: weight again) instead of the Triton aligned-step kernel, which at M = 32 is 0.63-0.77x row-wise
-#: ``_scaled_mm`` (H200 layer stack, twenty-second session, docs/gemm.md). 16: off.
-WGMMA_GEMV_CHUNK_MAX_M = 32
+#: ``_scaled_mm`` (H200 layer stack, twenty-second session, docs/gemm.md). 16: off -- not yet
+#: timed or run on the H200. The candidate is 32: twice the GEMV's M = 16 time (13-66 us on the
+#: five benchmark shapes, call b) is under the Triton kernel's M = 32 time (17-90 us, call f) on
+#: four of them and equal on N2112 K7168; ``scripts/device_session22_g.sh`` times it and runs its
+#: cuda test.
+WGMMA_GEMV_CHUNK_MAX_M = 16
 
 
 def _wgmma_gemv_chunks(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> torch.Tensor:
