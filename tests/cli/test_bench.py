@@ -137,3 +137,20 @@ def test_bench_quick_on_gpu(tmp_path):
     assert main(["bench", "--quick", "--op", names[0], "--out", str(tmp_path)]) == 0
     body = json.loads((tmp_path / "bench.json").read_text())
     assert body["results"] and (tmp_path / "bench.png").exists()
+
+
+@pytest.mark.cuda
+def test_gemm_bench_has_layer_stack_cases():
+    """The registered fp8_gemm bench (quick) times every decode case a second time as a layer
+    stack, lowbit and the _scaled_mm baselines alike, under its own case name."""
+    import torch
+
+    from lowbit.bench.registry import BenchContext, discover
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU: this tier runs on the H200 (pytest -m cuda)")
+    rows = discover()["fp8_gemm"].fn(BenchContext(copy_gbps=4000.0, bf16_tflops=700.0, quick=True))
+    stack = {(r.case, r.impl): r.us for r in rows if r.case.endswith(" stack")}
+    assert {c for c, _ in stack} == {"M1 N7168 K2048 stack", "M16 N7168 K2048 stack", "M1 N2112 K7168 stack"}
+    for case in {c for c, _ in stack}:
+        assert stack[(case, "lowbit")] > 0 and stack[(case, "scaled_mm fp8 rowwise")] > 0
