@@ -18,8 +18,9 @@ programmatic dependent launch with the early trigger, ``triton_mma.PDL``; ``o1pd
 M = 9..64 to ``mma_gemv`` too (``fp8_gemm.triton``'s ``WGMMA_GEMV_M`` / ``MMA_GEMV_MAX_M_FP8`` /
 ``DECODE_GLUON_M``); ``dg17`` sends M = 17..64 to the Gluon decode kernel (``DECODE_GLUON_M``) where its
 64-row tile count qualifies; ``fp4mma64`` (fp4 only) sends fp4_gemm's M = 17..64 to ``mma_gemv``
-(``MMA_GEMV_MAX_M_FP4``); ``nochunk`` / ``chunk32`` (fp4 only) turn off / on the wgmma GEMV over 16-row
-chunks at M = 17..32 (``fp4_gemm.triton.WGMMA_GEMV_CHUNK_MAX_M``).
+(``MMA_GEMV_MAX_M_FP4``); ``wide32`` / ``chunk32`` (fp4 only) send M = 17..32 to the wgmma GEMV in one
+launch with N = 32 (``fp4_gemm.triton.WGMMA_GEMV_WIDE``) / over 16-row chunks
+(``WGMMA_GEMV_CHUNK_MAX_M``).
 """
 from __future__ import annotations
 
@@ -55,15 +56,18 @@ def main() -> int:
     variant_flags = {"default": {}, "plain": {"PTXAS_OPTIONS": "", "PDL": False},
                      "o1": {"PTXAS_OPTIONS": "-O1", "PDL": False}, "pdl": {"PTXAS_OPTIONS": "", "PDL": True},
                      "o1pdl": {"PTXAS_OPTIONS": "-O1", "PDL": True}}
-    # fp8_gemm's decode dispatch: M = 9..64 on mma_gemv (its short-launch rule included) instead
-    # of the wgmma GEMV (M 9..16) and the Gluon decode kernel (M 33..64)
-    # (mma64), or M = 17..64 on the Gluon decode kernel where its tile count qualifies (dg17); fp4_gemm's
-    # M = 17..64 on mma_gemv instead of the Triton aligned-step kernel (fp4mma64). name -> (op, flags)
-    dispatch_flags = {"mma64": ("fp8", {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)}),
-                      "dg17": ("fp8", {"DECODE_GLUON_M": (17, 64)}),
-                      "fp4mma64": ("fp4", {"MMA_GEMV_MAX_M_FP4": 64}),
-                      "nochunk": ("fp4", {"WGMMA_GEMV_CHUNK_MAX_M": 16}),
-                      "chunk32": ("fp4", {"WGMMA_GEMV_CHUNK_MAX_M": 32})}
+    # decode dispatch variants, name -> (op, module, switches): fp8_gemm's M = 9..64 on mma_gemv (its
+    # short-launch rule included) instead of the wgmma GEMV (M 9..16) and the Gluon decode kernel
+    # (M 33..64) (mma64); fp8_gemm's M = 17..64 on the Gluon decode kernel wherever its tile count
+    # qualifies (dg17); fp4_gemm's M = 17..64 on mma_gemv (fp4mma64), its M = 17..32 on the wgmma
+    # GEMV with N = 32 (wide32) or over 16-row chunks (chunk32)
+    dispatch_flags = {
+        "mma64": ("fp8", fp8_tr, {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)}),
+        "dg17": ("fp8", fp8_tr, {"DECODE_GLUON_M": (17, 64)}),
+        "fp4mma64": ("fp4", fp8_tr, {"MMA_GEMV_MAX_M_FP4": 64}),
+        "wide32": ("fp4", fp4_tr, {"WGMMA_GEMV_WIDE": True}),
+        "chunk32": ("fp4", fp4_tr, {"WGMMA_GEMV_CHUNK_MAX_M": 32}),
+    }
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in variant_flags and v not in dispatch_flags]
     if unknown:
@@ -94,7 +98,8 @@ def main() -> int:
                     if v in dispatch_flags:  # the decode dispatch of one op (the other ignores it)
                         if dispatch_flags[v][0] != op:
                             continue
-                        with module_flags(fp4_tr if v in ("nochunk", "chunk32") else fp8_tr, dispatch_flags[v][1]):
+                        _, module, switches = dispatch_flags[v]
+                        with module_flags(module, switches):
                             rec[f"lowbit_{v}_stack_us"] = round(stack_us(ours), 2)
                         continue
                     with module_flags(triton_mma, variant_flags[v]):

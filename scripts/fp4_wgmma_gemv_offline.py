@@ -33,6 +33,13 @@ CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, PIPE, a_s e8m0[, LDSM_AHEAD (default 
     (16, 4096, 7168, 3, 7, 4, True, True),
     (16, 7168, 16384, 3, 16, 4, False, False),
 )
+#: the wgmma's N = 32 (M = 17..32), prepared in the twenty-second session: ``--wide``
+WIDE_CONFIGS = (
+    (32, 7168, 2048, 2, 1, 4, False, False, True, True),
+    (32, 24576, 1536, 2, 1, 4, False, False, True, True),
+    (32, 7168, 16384, 2, 8, 4, False, False, True, True),
+    (32, 4096, 7168, 2, 4, 8, False, False, True, True),
+)
 
 
 def compile_sm90(m, n, k, stages, split, w, pipe, e8m0, ldsm=True, x_first=False, pdl=False):
@@ -48,7 +55,7 @@ def compile_sm90(m, n, k, stages, split, w, pipe, e8m0, ldsm=True, x_first=False
     b = torch.empty((n, k // 2), dtype=torch.uint8)
     b_s = torch.empty((n, k // 32), dtype=torch.uint8)
     c = torch.empty((m, n), dtype=torch.bfloat16)
-    ws = torch.empty((split, 16, n), dtype=torch.float32)
+    ws = torch.empty((split, g.wgmma_n(m), n), dtype=torch.float32)
     cnt = torch.empty(1024, dtype=torch.int32)
     w_l = gl.NVMMASharedLayout.get_default_for([16 * w, 128], gl.uint8)
     s_l = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
@@ -57,7 +64,7 @@ def compile_sm90(m, n, k, stages, split, w, pipe, e8m0, ldsm=True, x_first=False
                 cnt_ptr=cnt, M=m, N=n, n_stages=k // 512)
     n_st = k // 512
     per = triton.next_power_of_2(-(-n_st // split))
-    constexprs = dict(K=k, NB=8 if m <= 8 else 16, PER_SPLIT=per, STAGES=stages, SPLIT=-(-n_st // per), AS_E8M0=e8m0,
+    constexprs = dict(K=k, NB=g.wgmma_n(m), PER_SPLIT=per, STAGES=stages, SPLIT=-(-n_st // per), AS_E8M0=e8m0,
                       PIPE=pipe, W=w, SPIN=split > 1, LDSM_AHEAD=ldsm, X_FIRST=x_first, PDL=pdl, TRIGGER=False)
     return compile_gluon_sm90(g._fp4_wgmma_gemv_kernel, args, constexprs, {"M", "n_stages"}, num_warps=w)
 
@@ -66,8 +73,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None)
     ap.add_argument("--pdl", action="store_true", help="compile every config as a programmatic dependent launch")
+    ap.add_argument("--wide", action="store_true", help="the M = 32 (wgmma N = 32) configs instead")
     args = ap.parse_args()
-    for cfg in CONFIGS:
+    for cfg in WIDE_CONFIGS if args.wide else CONFIGS:
         kern = compile_sm90(*cfg, **({"pdl": True} if args.pdl else {}))
         ldsm = cfg[8] if len(cfg) > 8 else True
         xf = len(cfg) > 9 and cfg[9]

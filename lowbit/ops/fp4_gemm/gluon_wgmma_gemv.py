@@ -71,10 +71,15 @@ try:
 except Exception as e:  # noqa: BLE001 - any failure means "no Gluon path"
     _GLUON_IMPORT_ERROR = e
 
-__all__ = ["WGMMA_GEMV_MAX_M", "fp4_wgmma_gemv", "fp4_wgmma_gemv_ok", "pick_wgmma_gemv_config"]
+__all__ = ["WGMMA_GEMV_MAX_M", "fp4_wgmma_gemv", "fp4_wgmma_gemv_ok", "pick_wgmma_gemv_config", "wgmma_n"]
 
-#: most activation rows one launch serves (the wgmma's N: 8 up to M = 8, else 16)
-WGMMA_GEMV_MAX_M = 16
+#: most activation rows one launch serves (the wgmma's N, :func:`wgmma_n`: 8 up to M = 8, 16 up
+#: to 16, 32 up to 32). M = 17..32 (N = 32) compiles for sm_90 at 157-168 registers and 100 KB of
+#: shared memory (offline, twenty-second session: ``scripts/fp4_wgmma_gemv_offline.py --wide``),
+#: against 117 / 67 KB at N = 16: two CTAs an SM; it is not yet run or timed on the H200, so
+#: fp4_gemm sends it M <= 16 only unless ``fp4_gemm.triton.WGMMA_GEMV_WIDE``. N = 64 would hold
+#: 64 staged activation words a stage per thread in registers (253-255 registers, spills).
+WGMMA_GEMV_MAX_M = 32
 _STAGE_K = 512  # K per pipeline stage: four 128-wide blocks (two [64, 128 B] weight boxes, one [64, 16 B] scale box)
 #: launch as a programmatic dependent launch by default: the CTAs are placed while the previous
 #: kernel of the stream drains. H200, layer stack, same run: never slower, 1-4% faster on the
@@ -415,9 +420,14 @@ def pick_wgmma_gemv_config(n: int, k: int, m: int = 1) -> tuple[int, int, int]:
     return 2, split, 8 if wide else 4
 
 
+def wgmma_n(m: int) -> int:
+    """The wgmma's N (the activation rows a launch computes, padded): 8, 16 or 32."""
+    return 8 if m <= 8 else 16 if m <= 16 else 32
+
+
 def fp4_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bool:
     """Whether :func:`fp4_wgmma_gemv` can run these operands: Gluon importable, CUDA sm_90,
-    1 <= M <= 16, K a multiple of 512 (the scale rows' TMA pitch), contiguous 16-byte aligned
+    1 <= M <= WGMMA_GEMV_MAX_M, K a multiple of 512 (the scale rows' TMA pitch), contiguous 16-byte aligned
     storage."""
     if _GLUON_IMPORT_ERROR is not None or not a.is_cuda:
         return False
@@ -433,7 +443,7 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
                    pipe: bool = False, spin: bool = False, ldsm_ahead: bool = True,
                    x_first: bool | None = None, pdl: bool | None = None,
                    trigger: bool | None = None) -> torch.Tensor:
-    """a e4m3 [M, K] (1 <= M <= 16, K % 512 == 0, contiguous), a_s [M, K/128] fp32 or
+    """a e4m3 [M, K] (1 <= M <= WGMMA_GEMV_MAX_M, K % 512 == 0, contiguous), a_s [M, K/128] fp32 or
     float8_e8m0fnu (contiguous); b packed E2M1 uint8 [N, K/2] with UE8M0 uint8 b_s [N, K/32],
     contiguous. Returns bf16 [M, N] (``out`` if given). ``config`` = (STAGES, SPLIT[, W])
     overrides :func:`pick_wgmma_gemv_config` (W: 4 or 8 warps, 16 W weight rows a CTA);
@@ -474,7 +484,7 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     n_st = k // _STAGE_K
     per_split = triton.next_power_of_2(-(-n_st // split))  # shared-memory shapes must be powers of two
     split = -(-n_st // per_split)  # no empty splits
-    nb = 8 if m <= 8 else 16
+    nb = wgmma_n(m)
     rows = 16 * w
     if out is not None and (out.shape != (m, n) or out.dtype != torch.bfloat16 or not out.is_contiguous()
                             or out.device != a.device):
