@@ -18,9 +18,9 @@ programmatic dependent launch with the early trigger, ``triton_mma.PDL``; ``o1pd
 M = 9..64 to ``mma_gemv`` too (``fp8_gemm.triton``'s ``WGMMA_GEMV_M`` / ``MMA_GEMV_MAX_M_FP8`` /
 ``DECODE_GLUON_M``); ``dg17`` sends M = 17..64 to the Gluon decode kernel (``DECODE_GLUON_M``) where its
 64-row tile count qualifies; ``fp4mma64`` (fp4 only) sends fp4_gemm's M = 17..64 to ``mma_gemv``
-(``MMA_GEMV_MAX_M_FP4``); ``wide32`` / ``chunk32`` (fp4 only) send M = 17..32 to the wgmma GEMV in one
-launch with N = 32 (``fp4_gemm.triton.WGMMA_GEMV_WIDE``) / over 16-row chunks
-(``WGMMA_GEMV_CHUNK_MAX_M``).
+(``MMA_GEMV_MAX_M_FP4``); ``chunk64`` / ``wide64`` (fp4 only) send M = 17..64 to the wgmma GEMV over
+16-row chunks / 32-row chunks with the wgmma's N = 32 (``fp4_gemm.triton.WGMMA_GEMV_CHUNK_MAX_M``,
+``WGMMA_GEMV_WIDE``).
 """
 from __future__ import annotations
 
@@ -59,14 +59,14 @@ def main() -> int:
     # decode dispatch variants, name -> (op, module, switches): fp8_gemm's M = 9..64 on mma_gemv (its
     # short-launch rule included) instead of the wgmma GEMV (M 9..16) and the Gluon decode kernel
     # (M 33..64) (mma64); fp8_gemm's M = 17..64 on the Gluon decode kernel wherever its tile count
-    # qualifies (dg17); fp4_gemm's M = 17..64 on mma_gemv (fp4mma64), its M = 17..32 on the wgmma
-    # GEMV with N = 32 (wide32) or over 16-row chunks (chunk32)
+    # qualifies (dg17); fp4_gemm's M = 17..64 on mma_gemv (fp4mma64) or on the wgmma GEMV over
+    # 16-row chunks (chunk64) / 32-row chunks with the wgmma's N = 32 (wide64)
     dispatch_flags = {
         "mma64": ("fp8", fp8_tr, {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)}),
         "dg17": ("fp8", fp8_tr, {"DECODE_GLUON_M": (17, 64)}),
         "fp4mma64": ("fp4", fp8_tr, {"MMA_GEMV_MAX_M_FP4": 64}),
-        "wide32": ("fp4", fp4_tr, {"WGMMA_GEMV_WIDE": True}),
-        "chunk32": ("fp4", fp4_tr, {"WGMMA_GEMV_CHUNK_MAX_M": 32}),
+        "chunk64": ("fp4", fp4_tr, {"WGMMA_GEMV_CHUNK_MAX_M": 64}),
+        "wide64": ("fp4", fp4_tr, {"WGMMA_GEMV_CHUNK_MAX_M": 64, "WGMMA_GEMV_WIDE": True}),
     }
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in variant_flags and v not in dispatch_flags]

@@ -187,17 +187,21 @@ def test_cuda_shapes(m, n, k):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("m,e8m0", [(17, False), (32, True), (25, False)])
-def test_cuda_wgmma_gemv_row_chunks(monkeypatch, m, e8m0):
-    """M = 17..WGMMA_GEMV_CHUNK_MAX_M (set to 32 here) on sm_90: the wgmma GEMV once per 16 rows (two launches),
-    every output row written (NaN-poisoned chunks), right against fp64 and equal row for row to
-    the GEMV run on each chunk alone; captured in a CUDA graph it replays with new activations."""
+@pytest.mark.parametrize("m,e8m0,wide", [(17, False, False), (32, True, False), (25, False, True), (64, False, True),
+                                         (40, True, False)])
+def test_cuda_wgmma_gemv_row_chunks(monkeypatch, m, e8m0, wide):
+    """M = 17..WGMMA_GEMV_CHUNK_MAX_M (set to 64 here) on sm_90: the wgmma GEMV once per 16 rows
+    (or 32 with WGMMA_GEMV_WIDE, the wgmma's N = 32), every output row written (NaN-poisoned
+    chunks), right against fp64 and equal row for row to the GEMV run on each chunk alone; off,
+    the Triton kernel; captured in a CUDA graph it replays with new activations."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon wgmma GEMV runs on sm_90 only")
     from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as gw
     from lowbit.ops.fp4_gemm import triton as tr
 
-    monkeypatch.setattr(tr, "WGMMA_GEMV_CHUNK_MAX_M", 32)
+    monkeypatch.setattr(tr, "WGMMA_GEMV_CHUNK_MAX_M", 64)
+    monkeypatch.setattr(tr, "WGMMA_GEMV_WIDE", wide)
+    step = 32 if wide else 16
     n, k = 520, 1536
     fmt = "ue8m0" if e8m0 else None  # power-of-two activation scales, passed as e8m0
     _, b = _operands(1, n, k)
@@ -214,14 +218,14 @@ def test_cuda_wgmma_gemv_row_chunks(monkeypatch, m, e8m0):
 
     monkeypatch.setattr(gw, "fp4_wgmma_gemv", poisoned_launch)
     c = fp4_gemm(*args)
-    assert launches == [16, m - 16]
+    assert launches == [min(step, m - r0) for r0 in range(0, m, step)]
     assert not torch.isnan(c).any() and rel_err(c, _fp64_ref(a, b)) < TOL
-    for r0 in (0, 16):
-        assert torch.equal(c[r0:r0 + 16], real(args[0][r0:r0 + 16], args[1][r0:r0 + 16], args[2], args[3]))
+    for r0 in range(0, m, step):
+        assert torch.equal(c[r0:r0 + step], real(args[0][r0:r0 + step], args[1][r0:r0 + step], args[2], args[3]))
     monkeypatch.setattr(tr, "WGMMA_GEMV_CHUNK_MAX_M", 16)  # off: the Triton kernel, same values to bf16
     launches.clear()
     assert rel_err(fp4_gemm(*args), _fp64_ref(a, b)) < TOL and not launches
-    monkeypatch.setattr(tr, "WGMMA_GEMV_CHUNK_MAX_M", 32)
+    monkeypatch.setattr(tr, "WGMMA_GEMV_CHUNK_MAX_M", 64)
     static = [t.clone() for t in args]
     fp4_gemm(*static)
     torch.cuda.synchronize()

@@ -394,24 +394,24 @@ def shift_tables() -> torch.Tensor:
 #: H200 layer-stack timings: 1.05-1.5x faster than ``mma_gemv`` on the benchmark's ten decode cases
 #: (docs/gemm.md, "thirteenth session").
 WGMMA_GEMV = True
-#: fp4_gemm at M = 17..32 on sm_90 is served by the Triton aligned-step kernel, at 0.63-0.77x
-#: row-wise ``_scaled_mm`` at M = 32 (H200 layer stack, twenty-second session call f, docs/gemm.md).
-#: Two prepared replacements, both off and not yet run on the H200 (``scripts/device_session22_g.sh``):
-#: ``WGMMA_GEMV_WIDE``: the wgmma GEMV in one launch with the wgmma's N = 32 (the weight read once);
-#: ``WGMMA_GEMV_CHUNK_MAX_M`` = 32: the GEMV once per 16 rows (N = 16, timed shape; each launch
-#: reads the weight again). Estimate for the chunks from this session's numbers: twice the M = 16
-#: time (13-66 us on the five benchmark shapes) is under the Triton kernel's M = 32 time (17-90 us)
-#: on four shapes and equal on N2112 K7168. 16: off.
-WGMMA_GEMV_WIDE = False
+#: fp4_gemm at M = 17..64 on sm_90 is served by the Triton aligned-step kernel, at 0.63-0.77x
+#: row-wise ``_scaled_mm`` at M = 32 and 0.42-0.61x at M = 64 (H200 layer stack, twenty-second
+#: session call f, docs/gemm.md). Prepared replacement, off and not yet run on the H200
+#: (``scripts/device_session22_g.sh``): M = 17..WGMMA_GEMV_CHUNK_MAX_M runs the wgmma GEMV over row
+#: chunks (each launch reads the weight again) of 16 rows (the wgmma's N = 16, the timed kernel) or,
+#: with ``WGMMA_GEMV_WIDE``, 32 rows (N = 32: M <= 32 in one launch). Estimate for 16-row chunks
+#: at M = 32 from this session's numbers: twice the M = 16 time (13-66 us on the five benchmark
+#: shapes) against the Triton kernel's 17-90 us. 16: off.
 WGMMA_GEMV_CHUNK_MAX_M = 16
-_CHUNK_ROWS = 16
+WGMMA_GEMV_WIDE = False
 
 
-def _wgmma_gemv_chunks(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> torch.Tensor:
-    """The wgmma GEMV over row chunks of ``_CHUNK_ROWS``: each chunk of a / a_s is a contiguous
-    row range (16-byte aligned: a row is K % 512 == 0 bytes, 16 scale rows a multiple of 16
-    bytes), written straight into its rows of one [M, N] output."""
-    m, step = a.shape[0], _CHUNK_ROWS
+def _wgmma_gemv_chunks(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
+                       step: int) -> torch.Tensor:
+    """The wgmma GEMV over row chunks of ``step`` (16 or 32) rows: each chunk of a / a_s is a
+    contiguous row range (16-byte aligned: a row is K % 512 == 0 bytes, 16 scale rows a multiple
+    of 16 bytes), written straight into its rows of one [M, N] output."""
+    m = a.shape[0]
     c = torch.empty(m, b.shape[0], dtype=torch.bfloat16, device=a.device)
     for r0 in range(0, m, step):
         _wgmma.fp4_wgmma_gemv(a[r0:r0 + step], a_s[r0:r0 + step], b, b_s, out=c[r0:r0 + step])
@@ -434,14 +434,11 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
             return _wgmma.fp4_wgmma_gemv(a, a_s, b, b_s)
         if _mma.mma_gemv_ok(a, b, b_s):
             return _mma.mma_gemv(a, a_s, b, b_s, fp4=True)
+    step = 32 if WGMMA_GEMV_WIDE else 16
     if (config is None and split_k is None and aligned is None and asm and far and WGMMA_GEMV
-            and fp8_triton.MMA_GEMV_MAX_M_FP4 < a.shape[0] and a_s.is_contiguous()):
-        if (WGMMA_GEMV_WIDE and a.shape[0] <= _wgmma.WGMMA_GEMV_MAX_M and _wgmma.fp4_wgmma_gemv_ok(a, b, b_s)
-                and _wgmma.counters_ready(a.device)):
-            return _wgmma.fp4_wgmma_gemv(a, a_s, b, b_s)
-        if (a.shape[0] <= WGMMA_GEMV_CHUNK_MAX_M and _wgmma.fp4_wgmma_gemv_ok(a[:_CHUNK_ROWS], b, b_s)
-                and _wgmma.counters_ready(a.device)):
-            return _wgmma_gemv_chunks(a, a_s, b, b_s)
+            and fp8_triton.MMA_GEMV_MAX_M_FP4 < a.shape[0] <= WGMMA_GEMV_CHUNK_MAX_M and a_s.is_contiguous()
+            and _wgmma.fp4_wgmma_gemv_ok(a[:step], b, b_s) and _wgmma.counters_ready(a.device)):
+        return _wgmma_gemv_chunks(a, a_s, b, b_s, step)
     band_cfg, band_aligned = pick_fp4_config(a.shape[0])
     cfg = GemmConfig(*config) if config is not None else band_cfg
     if aligned is None:
