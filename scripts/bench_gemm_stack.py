@@ -20,7 +20,8 @@ M = 9..64 to ``mma_gemv`` too (``fp8_gemm.triton``'s ``WGMMA_GEMV_M`` / ``MMA_GE
 64-row tile count qualifies; ``fp4mma64`` (fp4 only) sends fp4_gemm's M = 17..64 to ``mma_gemv``
 (``MMA_GEMV_MAX_M_FP4``); ``chunk64`` / ``wide64`` (fp4 only) send M = 17..64 to the wgmma GEMV over
 16-row chunks / 32-row chunks with the wgmma's N = 32 (``fp4_gemm.triton.WGMMA_GEMV_CHUNK_MAX_M``,
-``WGMMA_GEMV_WIDE``).
+``WGMMA_GEMV_WIDE``); ``wgpdl`` (fp8 only) launches fp8_gemm's wgmma GEMV (M = 9..16) as a
+programmatic dependent launch (``fp8_gemm.gluon_wgmma_gemv.PDL``).
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ def main() -> int:
     from lowbit.ops.fp8_gemm import triton_mma
     from lowbit.ops.fp8_gemm import triton as fp8_tr
     from lowbit.ops.fp4_gemm import triton as fp4_tr
+    from lowbit.ops.fp8_gemm import gluon_wgmma_gemv as fp8_wg
 
     variant_flags = {"default": {}, "plain": {"PTXAS_OPTIONS": "", "PDL": False},
                      "o1": {"PTXAS_OPTIONS": "-O1", "PDL": False}, "pdl": {"PTXAS_OPTIONS": "", "PDL": True},
@@ -60,13 +62,15 @@ def main() -> int:
     # short-launch rule included) instead of the wgmma GEMV (M 9..16) and the Gluon decode kernel
     # (M 33..64) (mma64); fp8_gemm's M = 17..64 on the Gluon decode kernel wherever its tile count
     # qualifies (dg17); fp4_gemm's M = 17..64 on mma_gemv (fp4mma64) or on the wgmma GEMV over
-    # 16-row chunks (chunk64) / 32-row chunks with the wgmma's N = 32 (wide64)
+    # 16-row chunks (chunk64) / 32-row chunks with the wgmma's N = 32 (wide64); fp8_gemm's wgmma GEMV
+    # (M = 9..16) as a programmatic dependent launch (wgpdl)
     dispatch_flags = {
         "mma64": ("fp8", fp8_tr, {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)}),
         "dg17": ("fp8", fp8_tr, {"DECODE_GLUON_M": (17, 64)}),
         "fp4mma64": ("fp4", fp8_tr, {"MMA_GEMV_MAX_M_FP4": 64}),
         "chunk64": ("fp4", fp4_tr, {"WGMMA_GEMV_CHUNK_MAX_M": 64}),
         "wide64": ("fp4", fp4_tr, {"WGMMA_GEMV_CHUNK_MAX_M": 64, "WGMMA_GEMV_WIDE": True}),
+        "wgpdl": ("fp8", fp8_wg, {"PDL": True}),
     }
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in variant_flags and v not in dispatch_flags]

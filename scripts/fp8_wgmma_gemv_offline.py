@@ -28,7 +28,7 @@ CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, a_s e8m0, b_s e8m0, PIPE)
 )
 
 
-def compile_sm90(m, n, k, stages, split, w, as_e8m0, bs_e8m0, pipe):
+def compile_sm90(m, n, k, stages, split, w, as_e8m0, bs_e8m0, pipe, pdl=False):
     import torch
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -51,16 +51,17 @@ def compile_sm90(m, n, k, stages, split, w, as_e8m0, bs_e8m0, pipe):
                 x_desc=TensorDescriptor.from_tensor(a, [nb, 128], x_l), as_ptr=a_s, bs_ptr=b_s, c_ptr=c, ws_ptr=ws,
                 cnt_ptr=cnt, M=m, N=n, KB=kb)
     constexprs = dict(NB=nb, PER_SPLIT=per, PER_ALLOC=1 << (per - 1).bit_length(), STAGES=min(stages, per),
-                      SPLIT=-(-kb // per), AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w, PIPE=pipe)
+                      SPLIT=-(-kb // per), AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w, PIPE=pipe, PDL=pdl, TRIGGER=pdl)
     return compile_gluon_sm90(g._fp8_wgmma_gemv_kernel, args, constexprs, {"M", "KB"}, num_warps=w)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None)
+    ap.add_argument("--pdl", action="store_true", help="compile every config as a programmatic dependent launch")
     args = ap.parse_args()
     for cfg in CONFIGS:
-        kern = compile_sm90(*cfg)
+        kern = compile_sm90(*cfg, pdl=args.pdl)
         loop_report(kern, f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]} W {cfg[5]} pipe {cfg[8]}",
                     qgmma_loop, extra="; ptxas: "
                     + (", ".join(ptxas_notes(kern)) or "no wgmma notes").replace("{", "{{").replace("}", "}}"),

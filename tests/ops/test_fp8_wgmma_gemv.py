@@ -129,6 +129,49 @@ def test_cuda_fp8_wgmma_gemv_graph_replay():
     assert rel_err(out, _want(a2, b2)) < TOL
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("cfg", [(2, 1), (4, 2)])
+@pytest.mark.parametrize("trigger", [False, True])
+def test_cuda_fp8_wgmma_gemv_pdl_sees_the_previous_kernels_writes(cfg, trigger):
+    """Programmatic dependent launches inside a CUDA graph: the weights, activations and scales
+    are written by a kernel just before each pair of GEMVs (the second's split counters are reset
+    by the first), the inputs change between replays, and every output is the product of the
+    data written right before it -- and bit-identical to a plain launch."""
+    g = _kernel_or_skip()
+    m, n, k = 16, 384, 2048
+    a, b = _operands(m, n, k)
+    src = [t.cuda() for t in (a.data.view(torch.uint8), a.scale, b.data.view(torch.uint8), b.scale)]
+    buf = [torch.empty_like(t) for t in src]
+    outs = [torch.empty(m, n, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+
+    def gemv(o, pdl):
+        return g.fp8_wgmma_gemv(buf[0].view(torch.float8_e4m3fn), buf[1], buf[2].view(torch.float8_e4m3fn), buf[3],
+                                config=cfg, out=o, pdl=pdl, trigger=trigger)
+
+    def step():
+        for d, s_ in zip(buf, src):  # a kernel, not a memcpy
+            torch.bitwise_xor(s_.view(torch.uint8), 0, out=d.view(torch.uint8))
+        for o in outs:
+            gemv(o, True)
+
+    step()  # compile outside the capture
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0], gemv(torch.empty_like(outs[0]), False))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for seed in (5, 6):
+        a2, b2 = _operands(m, n, k, seed=seed)
+        for d, s_ in zip(src, (a2.data.view(torch.uint8), a2.scale, b2.data.view(torch.uint8), b2.scale)):
+            d.copy_(s_)
+        for o in outs:
+            o.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for o in outs:
+            assert rel_err(o, _want(a2, b2)) < TOL
+
+
 def test_fp8_wgmma_gemv_checks():
     """Shapes it does not serve are ValueErrors before any launch; the eligibility test says no
     to CPU tensors."""

@@ -53,6 +53,7 @@ try:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    from lowbit.ops._gluon_pdl import gdc_launch_dependents, gdc_wait
     from lowbit.ops._gluon_wgmma import acc_layout, split_k_epilogue
     from lowbit.ops.fp8_gemm.gluon import _e8m0_decode
 
@@ -176,7 +177,8 @@ if _GLUON_IMPORT_ERROR is None:
     def _fp8_wgmma_gemv_kernel(w_desc, x_desc, as_ptr, bs_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, KB,
                                NB: gl.constexpr, PER_SPLIT: gl.constexpr, PER_ALLOC: gl.constexpr,
                                STAGES: gl.constexpr, SPLIT: gl.constexpr, AS_E8M0: gl.constexpr,
-                               BS_E8M0: gl.constexpr, W: gl.constexpr, PIPE: gl.constexpr):
+                               BS_E8M0: gl.constexpr, W: gl.constexpr, PIPE: gl.constexpr,
+                               PDL: gl.constexpr = False, TRIGGER: gl.constexpr = False):
         """Program (row tile, split): weight rows R p .. R p + R - 1 (R = 16 W), K blocks [split *
         PER_SPLIT, min(+ PER_SPLIT, KB)). ``w_desc``: TMA descriptor of the weight e4m3 [N, K], box
         [R, 128]; ``x_desc``: of the activations e4m3 [M, K], box [NB, 128]; ``as_ptr``: [M, KB]
@@ -184,7 +186,9 @@ if _GLUON_IMPORT_ERROR is None:
         bf16 [M, N]; ``ws_ptr``: fp32 [SPLIT, NB, N] partials and ``cnt_ptr``: int32 [N / R]
         arrival counters (zero between launches; SPLIT > 1 only). PER_ALLOC: PER_SPLIT rounded up to
         a power of two (shared-memory shapes must be). PIPE: block j + 1's wgmma in flight during
-        block j's FFMAs (``_pipelined_sum``), else each block's wgmma is waited for."""
+        block j's FFMAs (``_pipelined_sum``), else each block's wgmma is waited for. PDL (a launch
+        with ``launch_pdl=True``): nothing global is read or written before ``griddepcontrol.wait``
+        (lowbit/ops/_gluon_pdl.py); TRIGGER then lets the next PDL kernel place its CTAs."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         row_l: gl.constexpr = gl.SliceLayout(1, mma)
@@ -205,6 +209,10 @@ if _GLUON_IMPORT_ERROR is None:
         for i in gl.static_range(STAGES):
             mbarrier.init(bars.index(i), count=1)
         fence_async_shared()  # barrier inits visible to the TMA unit before the first copy
+        if PDL:
+            gdc_wait()
+            if TRIGGER:
+                gdc_launch_dependents()
 
         for j in gl.static_range(STAGES):
             _issue_block(w_desc, x_desc, w_bufs, x_bufs, bars, j, kb0, row0, STAGES, j < n_my)
@@ -231,6 +239,11 @@ if _GLUON_IMPORT_ERROR is None:
 PIPE = False
 #: ``maxnreg`` per (NB, W) (none: the compiler's choice)
 MAXNREG: dict = {}
+#: launch as a programmatic dependent launch (the CTAs placed while the previous kernel drains),
+#: with the early trigger where the grid has at most one CTA an SM (the FP4 GEMV's rule). Off:
+#: prepared in the twenty-second session, not yet timed (the FP4 GEMV gained 1-4% from it;
+#: ``scripts/bench_gemm_stack.py --variants default,wgpdl`` at M = 16)
+PDL = False
 
 
 def _nb(m: int) -> int:
@@ -273,14 +286,17 @@ def _box_layouts(rows: int, nb: int):
 
 def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
                    config: tuple[int, ...] | None = None, out: torch.Tensor | None = None, pipe: bool | None = None,
-                   maxnreg: int | None = None, nb: int | None = None) -> torch.Tensor:
+                   maxnreg: int | None = None, nb: int | None = None, pdl: bool | None = None,
+                   trigger: bool | None = None) -> torch.Tensor:
     """a e4m3 [M, K] (1 <= M <= 64, K % 128 == 0, contiguous), a_s [M, K/128]; b e4m3 [N, K]
     (contiguous), b_s [ceil(N/128), K/128]; scales fp32 or float8_e8m0fnu. Returns bf16 [M, N]
     (``out`` if given).
     ``config`` = (STAGES, SPLIT[, W]) overrides :func:`pick_fp8_wgmma_gemv_config` (W: 4 or 8
     warps, 16 W weight rows a CTA); ``pipe`` / ``maxnreg`` override ``PIPE`` / ``MAXNREG`` and ``nb``
     the activation box's rows (8, 16, 32 or 64, >= M; rows past M arrive as TMA zero fill) -- for
-    tuning and probes.
+    tuning and probes. ``pdl`` (default :data:`PDL`): a programmatic dependent launch; ``trigger``
+    (default: with ``pdl`` when the grid has at most one CTA an SM) lets the next PDL kernel start
+    early. Both change the schedule only: the results are bit-identical.
     Launches with SPLIT > 1 share a per-device counter buffer:
     do not run two of them concurrently on different streams."""
     if _GLUON_IMPORT_ERROR is not None:
@@ -330,8 +346,15 @@ def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     cap = MAXNREG.get((nb, w)) if maxnreg is None else maxnreg
     # the pipelined schedule issues block j + 1 before block j's slot is refilled: it needs two slots
     ring = min(max(stages, 2) if pipe else stages, per)
+    pdl = PDL if pdl is None else pdl
+    if trigger is None:
+        trigger = tiles * split <= sm_count(a.device, interpret=132)
+    launch = {"maxnreg": cap} if cap else {}
+    if pdl:
+        launch["launch_pdl"] = True
     _fp8_wgmma_gemv_kernel[(tiles, split)](
         w_desc, x_desc, a_s.view(torch.uint8) if as_e8m0 else a_s, b_s.view(torch.uint8) if bs_e8m0 else b_s, c,
         ws, cnt, m, n, kb, NB=nb, PER_SPLIT=per, PER_ALLOC=triton.next_power_of_2(per), STAGES=ring,
-        SPLIT=split, AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w, PIPE=pipe, num_warps=w, **({"maxnreg": cap} if cap else {}))
+        SPLIT=split, AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w, PIPE=pipe, PDL=pdl, TRIGGER=pdl and trigger,
+        num_warps=w, **launch)
     return c
