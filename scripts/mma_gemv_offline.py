@@ -46,7 +46,6 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=16384)
     ap.add_argument("--configs", default="fp4:2x8x1:e4m3,fp4:2x8x1:f16,fp4:1x4x1:e4m3,fp4:1x4x1:f16,fp4:2x4x2:e4m3,fp4:2x4x2:f16,fp4:1x2x2:e4m3,fp4:1x2x2:f16,fp8:1x8x1")
     ap.add_argument("--ptxas", default=None, help="extra ptxas options (e.g. -O1)")
-    ap.add_argument("--depth", type=int, default=1, help="K blocks in flight ahead (triton_mma.DEPTH: 1 or 2)")
     ap.add_argument("--pdl", action="store_true", help="the programmatic-dependent-launch variant (wait + trigger)")
     args = ap.parse_args()
     from lowbit.ops.fp8_gemm import triton_mma as tm
@@ -60,10 +59,10 @@ def main() -> int:
                "c_ptr": "*bf16", "M": "i32", "N": "i32", "K": "constexpr", "FP4": "constexpr", "SCALE": "constexpr",
                "AS_E8M0": "constexpr", "BS_E8M0": "constexpr", "RT": "constexpr", "NCT": "constexpr",
                "W": "constexpr", "INTERPRET": "constexpr", "F16": "constexpr", "PDL": "constexpr",
-               "TRIGGER": "constexpr", "D": "constexpr"}
+               "TRIGGER": "constexpr"}
         consts = {"K": args.k, "FP4": fp4, "SCALE": tm.FP4_RESULT_SCALE[dec] if fp4 else 1.0, "AS_E8M0": False,
                   "BS_E8M0": False, "RT": rt, "NCT": nct, "W": w, "INTERPRET": False, "F16": dec == "f16",
-                  "PDL": args.pdl, "TRIGGER": args.pdl, "D": args.depth}
+                  "PDL": args.pdl, "TRIGGER": args.pdl}
         kern = compile_sm90(tm._mma_gemv_kernel, sig, consts, divisible=(0, 1, 2, 3, 4), num_warps=w, num_stages=1,
                             **({"ptx_options": args.ptxas} if args.ptxas else {}))
         lines = sass_lines(cuobjdump(kern, "-sass"))

@@ -2,36 +2,38 @@
 within 1.3x of the byte floor at decode M), on the H200, in one run.
 
     python3 scripts/sweep_mma_gemv_stack.py [--shapes 24576x1536,4096x7168] [--ms 1,8]
-        [--configs 1x2,1x4,1x8,2x4,2x8,1x16] [--variants plain,plain_d2,pdl_notrig,o1pdl,o1pdl_d2] [--json FILE]
+        [--configs 1x2,1x4,1x8,2x4,2x8,1x16] [--variants plain,pdl_notrig,o1pdl] [--json FILE]
 
 FP8 weights (``mma_gemv`` serves fp8_gemm at M <= 8). Per (N, K, M): the byte floor, the shipped
 dispatch (``fp8_gemm``: picked config, short-launch rule) and every config x variant timed with
 ``lowbit.bench.gemm.stack_us`` (8 distinct weights back to back in one CUDA graph after an L2
 flush, µs per call). Variants force ``triton_mma``'s switches: ``plain`` (no PDL, Triton's -O3),
 ``pdl`` (programmatic dependent launch + early trigger), ``pdl_notrig`` (PDL, trigger at exit),
-``o1`` (ptxas -O1), ``o1pdl`` (both); ``_d2``: two K blocks in flight ahead (``triton_mma.DEPTH``). Prints the best per shape and its ratio to the floor.
+``o1`` (ptxas -O1), ``o1pdl`` (both). The twenty-second session's run also had ``plain_d2`` /
+``o1pdl_d2`` (two K blocks in flight ahead, a kernel switch measured slower and removed; commit
+82b86bc). Prints the best per shape and its ratio to the floor.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from head_bench import RecordLog  # noqa: E402
 
 VARIANTS = {
-    "plain": {"PDL": False, "PTXAS_OPTIONS": "", "DEPTH": 1},
-    "plain_d2": {"PDL": False, "PTXAS_OPTIONS": "", "DEPTH": 2},
-    "pdl": {"PDL": True, "TRIGGER": True, "PTXAS_OPTIONS": "", "DEPTH": 1},
-    "pdl_notrig": {"PDL": True, "TRIGGER": False, "PTXAS_OPTIONS": "", "DEPTH": 1},
-    "o1": {"PDL": False, "PTXAS_OPTIONS": "-O1", "DEPTH": 1},
-    "o1pdl": {"PDL": True, "TRIGGER": True, "PTXAS_OPTIONS": "-O1", "DEPTH": 1},
-    "o1pdl_d2": {"PDL": True, "TRIGGER": True, "PTXAS_OPTIONS": "-O1", "DEPTH": 2},
+    "plain": {"PDL": False, "PTXAS_OPTIONS": ""},
+    "pdl": {"PDL": True, "TRIGGER": True, "PTXAS_OPTIONS": ""},
+    "pdl_notrig": {"PDL": True, "TRIGGER": False, "PTXAS_OPTIONS": ""},
+    "o1": {"PDL": False, "PTXAS_OPTIONS": "-O1"},
+    "o1pdl": {"PDL": True, "TRIGGER": True, "PTXAS_OPTIONS": "-O1"},
 }
-DEFAULT_VARIANTS = "plain,plain_d2,pdl_notrig,o1pdl,o1pdl_d2"
+DEFAULT_VARIANTS = "plain,pdl_notrig,o1pdl"
 
 
 def main() -> int:
@@ -55,8 +57,8 @@ def main() -> int:
     from lowbit.ops.fp8_gemm.triton_mma import mma_gemv, pick_mma_config
 
     bw = copy_bandwidth_gbps()
-    rows = [{"copy_gbps": round(bw, 1), "layers": args.layers}]
-    print(json.dumps(rows[0]), flush=True)
+    log = RecordLog()
+    log({"copy_gbps": round(bw, 1), "layers": args.layers})
     for shape in args.shapes.split(","):
         n, k = map(int, shape.split("x"))
         for m in map(int, args.ms.split(",")):
@@ -82,13 +84,10 @@ def main() -> int:
                         best = (f"{cfg}_{v}", us)
             rec.update(best=best[0], best_us=round(best[1], 2), best_x_floor=round(best[1] / floor, 3),
                        target_us=round(1.3 * floor, 2))
-            rows.append(rec)
-            print(json.dumps(rec), flush=True)
+            log(rec)
             del layers
             torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    log.save(args.json)
     return 0
 
 

@@ -24,6 +24,16 @@ def _fp4_operands(m, n, k, scale_fmt=None):
     return a, MXFP4.quantize(w)
 
 
+def _either_operands(fp4, m, n, k):
+    """(a, b, b's codes, b's scales): MXFP4 weights (:func:`_fp4_operands`) or FP8 128 x 128 ones."""
+    if fp4:
+        a, b = _fp4_operands(m, n, k)
+        return a, b, b.packed, b.scale
+    a = FP8.quantize(torch.randn(m, k), "group", 128)
+    b = FP8.quantize(torch.randn(n, k) * 0.05, "block", 128)
+    return a, b, b.data, b.scale
+
+
 def _run(backend, a, b_data, b_scale, fp4, cfg, e8m0=False, nan_ok=False):
     """``e8m0``: pass the (power-of-two) activation and FP8 weight scales as float8_e8m0fnu;
     ``nan_ok``: the caller checks NaN positions itself (otherwise a NaN is an unwritten output)."""
@@ -208,13 +218,7 @@ def test_cuda_mma_gemv_ptxas_o1_and_pdl(fp4, monkeypatch):
     from lowbit.ops.fp8_gemm import triton_mma
 
     m, n, k = 5, 520, 1536
-    if fp4:
-        a, b = _fp4_operands(m, n, k)
-        data, scale = b.packed, b.scale
-    else:
-        a = FP8.quantize(torch.randn(m, k), "group", 128)
-        b = FP8.quantize(torch.randn(n, k) * 0.05, "block", 128)
-        data, scale = b.data, b.scale
+    a, b, data, scale = _either_operands(fp4, m, n, k)
     args = [t.cuda() for t in (a.data, a.scale, data, scale)]
     assert triton_mma.launch_flags(n, k, fp4) == (True, "-O1")
     shipped = mma_gemv(*args, fp4=fp4, config=(1, 8))
@@ -250,28 +254,3 @@ def test_mma_gemv_launch_flags_rule(monkeypatch):
     monkeypatch.setattr(triton_mma, "PTXAS_OPTIONS", "-O1")
     assert triton_mma.launch_flags(7168, 16384, False) == (True, "-O1")
 
-
-@pytest.mark.parametrize("fp4", [False, True])
-@pytest.mark.parametrize("m,n,k,cfg", [(3, 40, 384, (1, 2))])
-def test_mma_gemv_depth2_same_bits(backend, monkeypatch, fp4, m, n, k, cfg):
-    """``DEPTH = 2`` (two K blocks in flight ahead) runs the same MMAs in the same order: the
-    same bits as the double buffer, also where K's blocks do not split evenly over the warps."""
-    if not backend.is_triton:
-        pytest.skip(NEEDS_TRITON)
-    from lowbit.ops.fp8_gemm import triton_mma
-
-    if fp4:
-        a, b = _fp4_operands(m, n, k)
-        data, scale = b.packed, b.scale
-    else:
-        a = FP8.quantize(torch.randn(m, k), "group", 128)
-        b = FP8.quantize(torch.randn(n, k) * 0.05, "block", 128)
-        data, scale = b.data, b.scale
-    one = _run(backend, a, data, scale, fp4, cfg)
-    monkeypatch.setattr(triton_mma, "DEPTH", 2)
-    two = _run(backend, a, data, scale, fp4, cfg)
-    assert torch.equal(one, two)
-    assert rel_err(two, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
-    monkeypatch.setattr(triton_mma, "DEPTH", 3)
-    with pytest.raises(ValueError, match="DEPTH"):
-        _run(backend, a, data, scale, fp4, cfg)

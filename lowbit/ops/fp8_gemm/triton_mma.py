@@ -493,7 +493,7 @@ def _mma_gemv_kernel(
     a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, M, N, K: tl.constexpr,
     FP4: tl.constexpr, SCALE: tl.constexpr, AS_E8M0: tl.constexpr, BS_E8M0: tl.constexpr, RT: tl.constexpr,
     NCT: tl.constexpr, W: tl.constexpr, INTERPRET: tl.constexpr, F16: tl.constexpr = True,
-    PDL: tl.constexpr = False, TRIGGER: tl.constexpr = False, D: tl.constexpr = 1,
+    PDL: tl.constexpr = False, TRIGGER: tl.constexpr = False,
 ):
     """Program: 16 RT weight rows (RT MMA row tiles) x the M <= 8 NCT activation rows (NCT column
     tiles; each weight tile is loaded and decoded once for all of them), the K blocks split over
@@ -505,8 +505,8 @@ def _mma_gemv_kernel(
 
     The loads of block i + W are issued before the MMAs of block i (a register double buffer):
     one block's loads per warp in flight is too little to cover the memory latency (measured:
-    FP4 at M = 1 ran at 1.5 TB/s without it); with D = 2 those of block i + 2 W (two buffers
-    ahead). PDL (a launch with ``launch_pdl=True``): nothing
+    FP4 at M = 1 ran at 1.5 TB/s without it). Two blocks ahead (a triple buffer) measured slower or
+    equal on every shape and config (twenty-second session; the variant is in commit 82b86bc). PDL (a launch with ``launch_pdl=True``): nothing
     global is touched before ``griddepcontrol.wait``; TRIGGER: then the next PDL launch may start."""
     if PDL:
         gdc_wait()
@@ -532,23 +532,12 @@ def _mma_gemv_kernel(
     nan_rows = zeros_tuple(zi, 2 * RT)  # per (row tile rt, row half h) at 2 rt + h: a 255 scale byte seen
     blk = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, warp, r_base, g, t, M, N, KB, KW, AW, FP4, AS_E8M0, BS_E8M0, RT,
                       NCT, NT)
-    if D == 2:
-        blk2 = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, W + warp, r_base, g, t, M, N, KB, KW, AW, FP4, AS_E8M0,
-                           BS_E8M0, RT, NCT, NT)
-        for it in range(0, tl.cdiv(KB, W)):
-            nxt = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + 2) * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
-                              AS_E8M0, BS_E8M0, RT, NCT, NT)
-            acc = _compute_block(acc, blk, z, FP4, F16, RT, NCT, NT, INTERPRET)
-            nan_rows = _nan_flags(nan_rows, blk, FP4, RT)
-            blk = blk2
-            blk2 = nxt
-    else:
-        for it in range(0, tl.cdiv(KB, W)):
-            nxt = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + 1) * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
-                              AS_E8M0, BS_E8M0, RT, NCT, NT)
-            acc = _compute_block(acc, blk, z, FP4, F16, RT, NCT, NT, INTERPRET)
-            nan_rows = _nan_flags(nan_rows, blk, FP4, RT)
-            blk = nxt
+    for it in range(0, tl.cdiv(KB, W)):
+        nxt = _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, (it + 1) * W + warp, r_base, g, t, M, N, KB, KW, AW, FP4,
+                          AS_E8M0, BS_E8M0, RT, NCT, NT)
+        acc = _compute_block(acc, blk, z, FP4, F16, RT, NCT, NT, INTERPRET)
+        nan_rows = _nan_flags(nan_rows, blk, FP4, RT)
+        blk = nxt
     # the warps' partial sums -> one lane set: rows / columns from the lane index alone
     o_l = tl.arange(0, 32)
     row = i_p * (16 * RT) + o_l // 4
@@ -595,12 +584,6 @@ TRIGGER = True
 #: Extra ptxas options. None: "-O1" on short launches, Triton's default (-O3) otherwise; a string
 #: is used everywhere ("" forces the default).
 PTXAS_OPTIONS: str | None = None
-#: K blocks a warp has in flight ahead of the one it multiplies: 1 (a register double buffer) or
-#: 2 (a triple buffer: block i + 2 W's loads issued before block i's MMAs). 1: on the H200 two
-#: were slower or equal on every shape and config (fp8 layer stack, twenty-second session call c,
-#: ``scripts/sweep_mma_gemv_stack.py``, docs/measurements/2026-12-03_session22_c_sweep.log); the
-#: buffer rotation costs ~45 register moves a block (62 -> 103 registers at RT1 W8).
-DEPTH = 1
 
 
 def weight_bytes(n: int, k: int, fp4: bool) -> int:
@@ -640,8 +623,6 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
         raise ValueError(f"mma_gemv decode must be one of {sorted(FP4_RESULT_SCALE)}, got {decode!r}")
     if rt not in (1, 2) or w < 1 or w & (w - 1):
         raise ValueError(f"mma_gemv config (RT, W) needs RT in (1, 2) and W a power of two, got {config}")
-    if DEPTH not in (1, 2):
-        raise ValueError(f"triton_mma.DEPTH must be 1 or 2, got {DEPTH!r}")
     c = torch.empty(m, n, dtype=torch.bfloat16, device=a.device) if out is None else out
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
     bs_e8m0 = b_s.dtype == torch.float8_e8m0fnu
@@ -656,7 +637,7 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     pdl, ptxas = launch_flags(n, k, fp4)
     _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=FP4_RESULT_SCALE[decode] if fp4 else 1.0,
                            AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt, NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(),
-                           F16=decode == "f16", D=DEPTH, num_warps=w, num_stages=1,
+                           F16=decode == "f16", num_warps=w, num_stages=1,
                            **launch_options(a.device, pdl, TRIGGER, ptxas))
     return c
 
