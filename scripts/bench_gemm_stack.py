@@ -21,11 +21,13 @@ M = 9..64 to ``mma_gemv`` too (``fp8_gemm.triton``'s ``WGMMA_GEMV_M`` / ``MMA_GE
 (``MMA_GEMV_MAX_M_FP4``); ``chunk64`` / ``wide64`` (fp4 only) send M = 17..64 to the wgmma GEMV over
 16-row chunks / 32-row chunks with the wgmma's N = 32 (``fp4_gemm.triton.WGMMA_GEMV_CHUNK_MAX_M``,
 ``WGMMA_GEMV_WIDE``); ``wgpdl`` (fp8 only) launches fp8_gemm's wgmma GEMV (M = 9..16) as a
-programmatic dependent launch (``fp8_gemm.gluon_wgmma_gemv.PDL``).
+programmatic dependent launch (``fp8_gemm.gluon_wgmma_gemv.PDL``); ``wg64pdl`` also sends M = 17..64
+to it (``WGMMA_GEMV_M``).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -58,19 +60,22 @@ def main() -> int:
     variant_flags = {"default": {}, "plain": {"PTXAS_OPTIONS": "", "PDL": False},
                      "o1": {"PTXAS_OPTIONS": "-O1", "PDL": False}, "pdl": {"PTXAS_OPTIONS": "", "PDL": True},
                      "o1pdl": {"PTXAS_OPTIONS": "-O1", "PDL": True}}
-    # decode dispatch variants, name -> (op, module, switches): fp8_gemm's M = 9..64 on mma_gemv (its
+    # decode dispatch variants: fp8_gemm's M = 9..64 on mma_gemv (its
     # short-launch rule included) instead of the wgmma GEMV (M 9..16) and the Gluon decode kernel
     # (M 33..64) (mma64); fp8_gemm's M = 17..64 on the Gluon decode kernel wherever its tile count
     # qualifies (dg17); fp4_gemm's M = 17..64 on mma_gemv (fp4mma64) or on the wgmma GEMV over
     # 16-row chunks (chunk64) / 32-row chunks with the wgmma's N = 32 (wide64); fp8_gemm's wgmma GEMV
-    # (M = 9..16) as a programmatic dependent launch (wgpdl)
+    # (M = 9..16) as a programmatic dependent launch (wgpdl), and serving M = 9..64 that way (wg64pdl).
+    # name -> (op, [(module, switches), ...])
     dispatch_flags = {
-        "mma64": ("fp8", fp8_tr, {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)}),
-        "dg17": ("fp8", fp8_tr, {"DECODE_GLUON_M": (17, 64)}),
-        "fp4mma64": ("fp4", fp8_tr, {"MMA_GEMV_MAX_M_FP4": 64}),
-        "chunk64": ("fp4", fp4_tr, {"WGMMA_GEMV_CHUNK_MAX_M": 64}),
-        "wide64": ("fp4", fp4_tr, {"WGMMA_GEMV_CHUNK_MAX_M": 64, "WGMMA_GEMV_WIDE": True}),
-        "wgpdl": ("fp8", fp8_wg, {"PDL": True}),
+        "mma64": ("fp8", [(fp8_tr, {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)})]),
+        "dg17": ("fp8", [(fp8_tr, {"DECODE_GLUON_M": (17, 64)})]),
+        "fp4mma64": ("fp4", [(fp8_tr, {"MMA_GEMV_MAX_M_FP4": 64})]),
+        "chunk64": ("fp4", [(fp4_tr, {"WGMMA_GEMV_CHUNK_MAX_M": 64})]),
+        "wide64": ("fp4", [(fp4_tr, {"WGMMA_GEMV_CHUNK_MAX_M": 64, "WGMMA_GEMV_WIDE": True})]),
+        "wgpdl": ("fp8", [(fp8_wg, {"PDL": True})]),
+        "wg64pdl": ("fp8", [(fp8_tr, {"WGMMA_GEMV_M": (9, 64), "DECODE_GLUON_M": (1, 0), "DECODE_GLUON_SHORT_M": (1, 0)}),
+                            (fp8_wg, {"PDL": True})]),
     }
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in variant_flags and v not in dispatch_flags]
@@ -102,8 +107,9 @@ def main() -> int:
                     if v in dispatch_flags:  # the decode dispatch of one op (the other ignores it)
                         if dispatch_flags[v][0] != op:
                             continue
-                        _, module, switches = dispatch_flags[v]
-                        with module_flags(module, switches):
+                        with contextlib.ExitStack() as stack:
+                            for module, switches in dispatch_flags[v][1]:
+                                stack.enter_context(module_flags(module, switches))
                             rec[f"lowbit_{v}_stack_us"] = round(stack_us(ours), 2)
                         continue
                     with module_flags(triton_mma, variant_flags[v]):
