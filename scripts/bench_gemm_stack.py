@@ -22,7 +22,9 @@ M = 9..64 to ``mma_gemv`` too (``fp8_gemm.triton``'s ``WGMMA_GEMV_M`` / ``MMA_GE
 16-row chunks / 32-row chunks with the wgmma's N = 32 (``fp4_gemm.triton.WGMMA_GEMV_CHUNK_MAX_M``,
 ``WGMMA_GEMV_WIDE``); ``wgpdl`` (fp8 only) launches fp8_gemm's wgmma GEMV (M = 9..16) as a
 programmatic dependent launch (``fp8_gemm.gluon_wgmma_gemv.PDL``); ``wg64pdl`` also sends M = 17..64
-to it (``WGMMA_GEMV_M``).
+to it (``WGMMA_GEMV_M``); ``aqpdl`` launches act_quant as a PDL launch (``act_quant.triton.PDL``),
+which matters with ``--chain``: each lowbit layer then quantizes its bf16 activations first
+(act_quant -> GEMM, what a decode ``Linear`` runs; the ``_scaled_mm`` baselines stay without).
 """
 from __future__ import annotations
 
@@ -56,6 +58,8 @@ def main() -> int:
     from lowbit.ops.fp8_gemm import triton as fp8_tr
     from lowbit.ops.fp4_gemm import triton as fp4_tr
     from lowbit.ops.fp8_gemm import gluon_wgmma_gemv as fp8_wg
+    from lowbit.ops.act_quant import act_quant
+    from lowbit.ops.act_quant import triton as aq_tr
 
     variant_flags = {"default": {}, "plain": {"PTXAS_OPTIONS": "", "PDL": False},
                      "o1": {"PTXAS_OPTIONS": "-O1", "PDL": False}, "pdl": {"PTXAS_OPTIONS": "", "PDL": True},
@@ -65,8 +69,9 @@ def main() -> int:
     # (M 33..64) (mma64); fp8_gemm's M = 17..64 on the Gluon decode kernel wherever its tile count
     # qualifies (dg17); fp4_gemm's M = 17..64 on mma_gemv (fp4mma64) or on the wgmma GEMV over
     # 16-row chunks (chunk64) / 32-row chunks with the wgmma's N = 32 (wide64); fp8_gemm's wgmma GEMV
-    # (M = 9..16) as a programmatic dependent launch (wgpdl), and serving M = 9..64 that way (wg64pdl).
-    # name -> (op, [(module, switches), ...])
+    # (M = 9..16) as a programmatic dependent launch (wgpdl), and serving M = 9..64 that way (wg64pdl);
+    # act_quant as a PDL launch (aqpdl, both ops; meant for --chain). name -> (op or None, [(module,
+    # switches), ...])
     dispatch_flags = {
         "mma64": ("fp8", [(fp8_tr, {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)})]),
         "dg17": ("fp8", [(fp8_tr, {"DECODE_GLUON_M": (17, 64)})]),
@@ -76,6 +81,7 @@ def main() -> int:
         "wgpdl": ("fp8", [(fp8_wg, {"PDL": True})]),
         "wg64pdl": ("fp8", [(fp8_tr, {"WGMMA_GEMV_M": (9, 64), "DECODE_GLUON_M": (1, 0), "DECODE_GLUON_SHORT_M": (1, 0)}),
                             (fp8_wg, {"PDL": True})]),
+        "aqpdl": (None, [(aq_tr, {"PDL": True})]),
     }
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in variant_flags and v not in dispatch_flags]
@@ -90,7 +96,12 @@ def main() -> int:
         for n, k in NK:
             for m in [int(v) for v in args.ms.split(",")]:
                 layers = decode_layers(m, n, k, fp4, args.layers)
-                if fp4:
+                if args.chain:  # act_quant of the layer's bf16 activations, then the GEMM
+                    xs = [a.dequantize(torch.bfloat16) for a, *_ in layers]
+                    gemm = fp4_gemm if fp4 else fp8_gemm
+                    ours = [lambda x=x, wq=wq: gemm(*act_quant(x), wq.packed if fp4 else wq.data, wq.scale)
+                            for x, (_, wq, _, _) in zip(xs, layers)]
+                elif fp4:
                     ours = [lambda a=a, wq=wq: fp4_gemm(a.data, a.scale, wq.packed, wq.scale) for a, wq, _, _ in layers]
                 else:
                     ours = [lambda a=a, wq=wq: fp8_gemm(a.data, a.scale, wq.data, wq.scale) for a, wq, _, _ in layers]
@@ -105,7 +116,7 @@ def main() -> int:
                     if v == "default":
                         continue
                     if v in dispatch_flags:  # the decode dispatch of one op (the other ignores it)
-                        if dispatch_flags[v][0] != op:
+                        if dispatch_flags[v][0] not in (None, op):
                             continue
                         with contextlib.ExitStack() as stack:
                             for module, switches in dispatch_flags[v][1]:

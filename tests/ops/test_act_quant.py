@@ -348,6 +348,43 @@ def test_cuda_compile_opcheck_graph():
 
 
 @pytest.mark.cuda
+def test_cuda_act_quant_pdl_sees_the_previous_kernels_writes(monkeypatch):
+    """act_quant as a programmatic dependent launch (``triton.PDL``) inside a CUDA graph, right
+    after a kernel that writes its input and followed by an fp8_gemm: bit-exact with the reference
+    on every replay's new data, and the GEMM sees act_quant's output."""
+    from lowbit.ops.act_quant import triton as aq
+    from lowbit.ops.fp8_gemm import fp8_gemm
+
+    monkeypatch.setattr(aq, "PDL", True)
+    src = torch.randn(8, 2048, device="cuda", dtype=torch.bfloat16)
+    buf = torch.empty_like(src)
+    w = FP8.quantize(torch.randn(256, 2048) * 0.05, "block", 128)
+    wd, ws = w.data.cuda(), w.scale.cuda()
+
+    def step():
+        torch.mul(src, 1.0, out=buf)  # a kernel writes act_quant's input
+        y, s = act_quant(buf)
+        return y, s, fp8_gemm(y, s, wd, ws)
+
+    step()  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gy, gs, gc = step()
+    for scale in (3.0, 0.25):
+        new = torch.randn_like(src) * scale
+        src.copy_(new)
+        graph.replay()
+        torch.cuda.synchronize()
+        ry, rs = act_quant_ref(new.cpu())
+        assert torch.equal(_bits(gy.cpu()), _bits(ry)) and torch.equal(gs.cpu(), rs)
+        a = FP8(ry, rs, "group", 128)
+        want = a.dequantize(torch.float64) @ w.dequantize(torch.float64).T
+        err = (gc.cpu().double() - want).norm() / want.norm()
+        assert err < 2.0**-8
+
+
+@pytest.mark.cuda
 def test_cuda_large_bit_exact():
     x = torch.randn(1024, 7168, device="cuda", dtype=torch.bfloat16) * 4
     y, s = act_quant(x, scale_fmt="ue8m0")

@@ -15,8 +15,10 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from lowbit._backend import interpret_mode, sm_count
+from lowbit.ops._triton_pdl import launch_options
 
 # constexpr: a @triton.jit function may only read module globals that are tl.constexpr
 _E4M3_MAX = tl.constexpr(448.0)
@@ -190,11 +192,18 @@ def _act_quant_kernel(
     x_ptr, y_ptr, s_ptr, n_groups, n_blocks,
     BS: tl.constexpr, BLOCK_G: tl.constexpr, UE8M0: tl.constexpr, S_E8M0: tl.constexpr, INPLACE: tl.constexpr,
     PERSISTENT: tl.constexpr, STAGES: tl.constexpr, EVICT: tl.constexpr, FAST: tl.constexpr, INTERPRET: tl.constexpr,
+    PDL: tl.constexpr = False, TRIGGER: tl.constexpr = False,
 ):
     """One block of BLOCK_G groups per program, or (PERSISTENT) a grid-stride loop over the
     n_blocks blocks, software-pipelined over STAGES (cp.async prefetch of x; 1: none). EVICT: 1
     loads x evict_first, 2 also stores y evict_first. FAST: the division-free arithmetic of
-    :func:`_div_exact` and a NaN-propagating amax (same bits)."""
+    :func:`_div_exact` and a NaN-propagating amax (same bits). PDL (a launch with
+    ``launch_pdl=True``): nothing global is touched before ``griddepcontrol.wait`` (the previous
+    kernel may have written x); TRIGGER then lets the next PDL launch (the GEMM) start early."""
+    if PDL:
+        gdc_wait()
+        if TRIGGER:
+            gdc_launch_dependents()
     if PERSISTENT:
         i_blk = tl.program_id(0)
         step = tl.num_programs(0)
@@ -408,6 +417,12 @@ def _weight_dequant_kernel(
 # the best worst case of both formats (docs/measurements/2026-11-29_tune_act_quant.log).
 # Fields: (elems, warps, persistent, evict, fast).
 ACT_QUANT_CONFIG = (2048, 2, 0, 0, True)
+#: launch :func:`act_quant` as a programmatic dependent launch with the early trigger, so that in a
+#: decode step's ``Linear`` (act_quant -> fp8_gemm / fp4_gemm) the GEMM, itself a PDL launch at
+#: decode sizes, is placed while act_quant runs and act_quant while the previous kernel drains.
+#: Off: prepared in the twenty-second session, not yet timed (``scripts/bench_gemm_stack.py
+#: --chain --variants default,aqpdl``).
+PDL = False
 # fp4_act_quant: (elems, warps) or an Fp4ActQuantConfig (elems, warps, fast, evict; a pair leaves
 # fast / evict at 0 = the original kernel). Same run, [8192, 7168] bf16, fast=0: (4096, 4) 133.6 us
 # was the best of (2048, 4) 186, (4096, 8) 179, (8192, 8) 142, (16384, 16) 155. scripts/
@@ -452,7 +467,7 @@ def _launch_act_quant(x, y, s, n_groups, block_size, ue8m0, e8m0_scale, inplace,
     _act_quant_kernel[(grid,)](
         x, y, s, n_groups, n_blocks, BS=block_size, BLOCK_G=bg, UE8M0=ue8m0, S_E8M0=e8m0_scale, INPLACE=inplace,
         PERSISTENT=cfg.persistent > 0, STAGES=cfg.stages, EVICT=cfg.evict, FAST=bool(cfg.fast),
-        INTERPRET=interpret_mode(), num_warps=cfg.warps,
+        INTERPRET=interpret_mode(), num_warps=cfg.warps, **launch_options(x.device, PDL, True, None),
     )
 
 
