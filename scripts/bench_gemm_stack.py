@@ -38,6 +38,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+#: launch variants of ``mma_gemv`` (switches of ``lowbit.ops.fp8_gemm.triton_mma``, forced
+#: everywhere instead of the short-launch rule); ``scripts/sweep_mma_gemv_stack.py`` uses them too
+MMA_GEMV_LAUNCH = {"plain": {"PTXAS_OPTIONS": "", "PDL": False}, "o1": {"PTXAS_OPTIONS": "-O1", "PDL": False},
+                   "pdl": {"PTXAS_OPTIONS": "", "PDL": True}, "o1pdl": {"PTXAS_OPTIONS": "-O1", "PDL": True}}
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -61,18 +66,15 @@ def main() -> int:
     from lowbit.ops.act_quant import act_quant
     from lowbit.ops.act_quant import triton as aq_tr
 
-    variant_flags = {"default": {}, "plain": {"PTXAS_OPTIONS": "", "PDL": False},
-                     "o1": {"PTXAS_OPTIONS": "-O1", "PDL": False}, "pdl": {"PTXAS_OPTIONS": "", "PDL": True},
-                     "o1pdl": {"PTXAS_OPTIONS": "-O1", "PDL": True}}
-    # decode dispatch variants: fp8_gemm's M = 9..64 on mma_gemv (its
-    # short-launch rule included) instead of the wgmma GEMV (M 9..16) and the Gluon decode kernel
+    # decode dispatch variants: fp8_gemm's M = 9..64 on mma_gemv (its short-launch rule included) instead of the wgmma GEMV (M 9..16) and the Gluon decode kernel
     # (M 33..64) (mma64); fp8_gemm's M = 17..64 on the Gluon decode kernel wherever its tile count
     # qualifies (dg17); fp4_gemm's M = 17..64 on mma_gemv (fp4mma64) or on the wgmma GEMV over
     # 16-row chunks (chunk64) / 32-row chunks with the wgmma's N = 32 (wide64); fp8_gemm's wgmma GEMV
     # (M = 9..16) as a programmatic dependent launch (wgpdl), and serving M = 9..64 that way (wg64pdl);
-    # act_quant as a PDL launch (aqpdl, both ops; meant for --chain). name -> (op or None, [(module,
-    # switches), ...])
-    dispatch_flags = {
+    # act_quant as a PDL launch (aqpdl, both ops; meant for --chain); and MMA_GEMV_LAUNCH's (both ops).
+    # name -> (op or None, [(module, switches), ...])
+    variant_flags = {
+        **{name: (None, [(triton_mma, switches)]) for name, switches in MMA_GEMV_LAUNCH.items()},
         "mma64": ("fp8", [(fp8_tr, {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)})]),
         "dg17": ("fp8", [(fp8_tr, {"DECODE_GLUON_M": (17, 64)})]),
         "fp4mma64": ("fp4", [(fp8_tr, {"MMA_GEMV_MAX_M_FP4": 64})]),
@@ -84,9 +86,9 @@ def main() -> int:
         "aqpdl": (None, [(aq_tr, {"PDL": True})]),
     }
     variants = [v for v in args.variants.split(",") if v]
-    unknown = [v for v in variants if v not in variant_flags and v not in dispatch_flags]
+    unknown = [v for v in variants if v != "default" and v not in variant_flags]
     if unknown:
-        ap.error(f"unknown variants {unknown} (known: {', '.join([*variant_flags, *dispatch_flags])})")
+        ap.error(f"unknown variants {unknown} (known: default, {', '.join(variant_flags)})")
 
     bw = copy_bandwidth_gbps()
     rows = [{"copy_gbps": round(bw, 1), "layers": args.layers}]
@@ -96,15 +98,13 @@ def main() -> int:
         for n, k in NK:
             for m in [int(v) for v in args.ms.split(",")]:
                 layers = decode_layers(m, n, k, fp4, args.layers)
+                gemm = fp4_gemm if fp4 else fp8_gemm
                 if args.chain:  # act_quant of the layer's bf16 activations, then the GEMM
-                    xs = [a.dequantize(torch.bfloat16) for a, *_ in layers]
-                    gemm = fp4_gemm if fp4 else fp8_gemm
-                    ours = [lambda x=x, wq=wq: gemm(*act_quant(x), wq.packed if fp4 else wq.data, wq.scale)
-                            for x, (_, wq, _, _) in zip(xs, layers)]
-                elif fp4:
-                    ours = [lambda a=a, wq=wq: fp4_gemm(a.data, a.scale, wq.packed, wq.scale) for a, wq, _, _ in layers]
+                    ours = [lambda x=a.dequantize(torch.bfloat16), w=wq.packed if fp4 else wq.data, s=wq.scale, g=gemm:
+                            g(*act_quant(x), w, s) for a, wq, _, _ in layers]
                 else:
-                    ours = [lambda a=a, wq=wq: fp8_gemm(a.data, a.scale, wq.data, wq.scale) for a, wq, _, _ in layers]
+                    ours = [lambda a=a, w=wq.packed if fp4 else wq.data, s=wq.scale, g=gemm: g(a.data, a.scale, w, s)
+                            for a, wq, _, _ in layers]
                 tensor = [t for _, _, t, _ in layers]
                 rowwise = [r for *_, r in layers]
                 nbytes = gemm_bytes(m, n, k, fp4)
@@ -113,17 +113,11 @@ def main() -> int:
                     rec[name + "_stack_us"] = round(stack_us(fns), 2)
                     rec[name + "_single_us"] = round(cold_us(fns[0], graph=True), 2)
                 for v in variants:
-                    if v == "default":
+                    if v == "default" or variant_flags[v][0] not in (None, op):  # another op's dispatch
                         continue
-                    if v in dispatch_flags:  # the decode dispatch of one op (the other ignores it)
-                        if dispatch_flags[v][0] not in (None, op):
-                            continue
-                        with contextlib.ExitStack() as stack:
-                            for module, switches in dispatch_flags[v][1]:
-                                stack.enter_context(module_flags(module, switches))
-                            rec[f"lowbit_{v}_stack_us"] = round(stack_us(ours), 2)
-                        continue
-                    with module_flags(triton_mma, variant_flags[v]):
+                    with contextlib.ExitStack() as stack:
+                        for module, switches in variant_flags[v][1]:
+                            stack.enter_context(module_flags(module, switches))
                         rec[f"lowbit_{v}_stack_us"] = round(stack_us(ours), 2)
                 for t in ("stack", "single"):
                     rec[f"vs_rowwise_{t}"] = round(rec[f"rowwise_{t}_us"] / rec[f"lowbit_{t}_us"], 2)

@@ -26,13 +26,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from head_bench import RecordLog  # noqa: E402
 
-VARIANTS = {
-    "plain": {"PDL": False, "PTXAS_OPTIONS": ""},
-    "pdl": {"PDL": True, "TRIGGER": True, "PTXAS_OPTIONS": ""},
-    "pdl_notrig": {"PDL": True, "TRIGGER": False, "PTXAS_OPTIONS": ""},
-    "o1": {"PDL": False, "PTXAS_OPTIONS": "-O1"},
-    "o1pdl": {"PDL": True, "TRIGGER": True, "PTXAS_OPTIONS": "-O1"},
-}
+from bench_gemm_stack import MMA_GEMV_LAUNCH  # noqa: E402
+
+# the launch variants (``pdl`` keeps the module's TRIGGER = True), plus PDL with the trigger at exit
+VARIANTS = {**MMA_GEMV_LAUNCH, "pdl_notrig": {"PDL": True, "TRIGGER": False, "PTXAS_OPTIONS": ""}}
 DEFAULT_VARIANTS = "plain,pdl_notrig,o1pdl"
 
 

@@ -313,7 +313,8 @@ def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     bad = [name for name, t in (("a", a), ("a_s", a_s), ("b", b), ("b_s", b_s)) if not t.is_contiguous()]
     if bad:
         raise ValueError(f"fp8_wgmma_gemv needs contiguous operands, got non-contiguous {', '.join(bad)}")
-    cfg = tuple(config) if config is not None else pick_fp8_wgmma_gemv_config(n, k, m, sm_count(a.device, interpret=132))
+    sms = sm_count(a.device, interpret=132)
+    cfg = tuple(config) if config is not None else pick_fp8_wgmma_gemv_config(n, k, m, sms)
     stages, split, w = (cfg + (4,))[:3]
     if stages < 1 or split < 1 or w not in (4, 8):
         raise ValueError(f"fp8_wgmma_gemv config (STAGES, SPLIT[, W]) needs STAGES >= 1, SPLIT >= 1 and W in "
@@ -348,7 +349,7 @@ def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     ring = min(max(stages, 2) if pipe else stages, per)
     pdl = PDL if pdl is None else pdl
     if trigger is None:
-        trigger = tiles * split <= sm_count(a.device, interpret=132)
+        trigger = tiles * split <= sms
     launch = {"maxnreg": cap} if cap else {}
     if pdl:
         launch["launch_pdl"] = True
