@@ -20,10 +20,11 @@ M = 9..64 to ``mma_gemv`` too (``fp8_gemm.triton``'s ``WGMMA_GEMV_M`` / ``MMA_GE
 64-row tile count qualifies; ``fp4mma64`` (fp4 only) sends fp4_gemm's M = 17..64 to ``mma_gemv``
 (``MMA_GEMV_MAX_M_FP4``); ``chunk64`` / ``wide64`` (fp4 only) send M = 17..64 to the wgmma GEMV over
 16-row chunks / 32-row chunks with the wgmma's N = 32 (``fp4_gemm.triton.WGMMA_GEMV_CHUNK_MAX_M``,
-``WGMMA_GEMV_WIDE``); ``wgpdl`` (fp8 only) launches fp8_gemm's wgmma GEMV (M = 9..16) as a
+``WGMMA_GEMV_WIDE``; wide64 is the default since the twenty-third session), ``tri64`` to the Triton
+aligned-step kernel (the default before); ``wgpdl`` (fp8 only) launches fp8_gemm's wgmma GEMV (M = 9..16) as a
 programmatic dependent launch (``fp8_gemm.gluon_wgmma_gemv.PDL``); ``wg64pdl`` also sends M = 17..64
-to it (``WGMMA_GEMV_M``); ``aqpdl`` launches act_quant as a PDL launch (``act_quant.triton.PDL``),
-which matters with ``--chain``: each lowbit layer then quantizes its bf16 activations first
+to it (``WGMMA_GEMV_M``); ``aqpdl`` / ``aqoff`` launch act_quant as a PDL launch everywhere / nowhere
+(``act_quant.triton.PDL``; the default is its rule, PDL up to ``PDL_MAX_ROWS`` = 8 rows), which matters with ``--chain``: each lowbit layer then quantizes its bf16 activations first
 (act_quant -> GEMM, what a decode ``Linear`` runs; the ``_scaled_mm`` baselines stay without).
 """
 from __future__ import annotations
@@ -50,7 +51,9 @@ def main() -> int:
     ap.add_argument("--ms", default="1,16")
     ap.add_argument("--ops", default="fp4,fp8")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--variants", default="default", help="default,plain,o1,pdl,o1pdl")
+    ap.add_argument("--variants", default="default", help="default and the names of the variant table below")
+    ap.add_argument("--chain", action="store_true",
+                    help="time act_quant of the bf16 activations followed by the GEMM (a decode Linear's chain)")
     args = ap.parse_args()
     import torch
 
@@ -69,21 +72,25 @@ def main() -> int:
     # decode dispatch variants: fp8_gemm's M = 9..64 on mma_gemv (its short-launch rule included) instead of the wgmma GEMV (M 9..16) and the Gluon decode kernel
     # (M 33..64) (mma64); fp8_gemm's M = 17..64 on the Gluon decode kernel wherever its tile count
     # qualifies (dg17); fp4_gemm's M = 17..64 on mma_gemv (fp4mma64) or on the wgmma GEMV over
-    # 16-row chunks (chunk64) / 32-row chunks with the wgmma's N = 32 (wide64); fp8_gemm's wgmma GEMV
+    # 16-row chunks (chunk64) / 32-row chunks with the wgmma's N = 32 (wide64, the default) or on the
+    # Triton aligned-step kernel (tri64); fp8_gemm's wgmma GEMV
     # (M = 9..16) as a programmatic dependent launch (wgpdl), and serving M = 9..64 that way (wg64pdl);
-    # act_quant as a PDL launch (aqpdl, both ops; meant for --chain); and MMA_GEMV_LAUNCH's (both ops).
+    # act_quant as a PDL launch everywhere (aqpdl) or nowhere (aqoff; both ops, meant for --chain);
+    # and MMA_GEMV_LAUNCH's (both ops).
     # name -> (op or None, [(module, switches), ...])
     variant_flags = {
         **{name: (None, [(triton_mma, switches)]) for name, switches in MMA_GEMV_LAUNCH.items()},
         "mma64": ("fp8", [(fp8_tr, {"WGMMA_GEMV_M": (1, 0), "MMA_GEMV_MAX_M_FP8": 64, "DECODE_GLUON_M": (1, 0)})]),
         "dg17": ("fp8", [(fp8_tr, {"DECODE_GLUON_M": (17, 64)})]),
         "fp4mma64": ("fp4", [(fp8_tr, {"MMA_GEMV_MAX_M_FP4": 64})]),
-        "chunk64": ("fp4", [(fp4_tr, {"WGMMA_GEMV_CHUNK_MAX_M": 64})]),
+        "chunk64": ("fp4", [(fp4_tr, {"WGMMA_GEMV_CHUNK_MAX_M": 64, "WGMMA_GEMV_WIDE": False})]),
         "wide64": ("fp4", [(fp4_tr, {"WGMMA_GEMV_CHUNK_MAX_M": 64, "WGMMA_GEMV_WIDE": True})]),
+        "tri64": ("fp4", [(fp4_tr, {"WGMMA_GEMV_CHUNK_MAX_M": 16})]),
         "wgpdl": ("fp8", [(fp8_wg, {"PDL": True})]),
         "wg64pdl": ("fp8", [(fp8_tr, {"WGMMA_GEMV_M": (9, 64), "DECODE_GLUON_M": (1, 0), "DECODE_GLUON_SHORT_M": (1, 0)}),
                             (fp8_wg, {"PDL": True})]),
         "aqpdl": (None, [(aq_tr, {"PDL": True})]),
+        "aqoff": (None, [(aq_tr, {"PDL": False})]),
     }
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v != "default" and v not in variant_flags]

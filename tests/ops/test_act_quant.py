@@ -528,3 +528,18 @@ def test_e2m1_bit_encode_matches_thresholds():
     big = ((bits + 0x1FFFFF + ((bits >> 22) & 1)) >> 22) - 252
     got = torch.where(a < 2.0, small.long(), big.clamp(max=7))
     assert torch.equal(got, e2m1_encode(a).long())
+
+
+def test_act_quant_pdl_rule(monkeypatch):
+    """act_quant runs as a PDL launch at decode sizes only (x with at most PDL_MAX_ROWS rows,
+    whatever its leading shape) unless the ``PDL`` switch forces it either way."""
+    from lowbit.ops.act_quant import triton as aq
+
+    monkeypatch.setattr(aq, "PDL", None)
+    assert aq.pdl_launch(torch.empty(1, 7168)) and aq.pdl_launch(torch.empty(2, 4, 128))
+    assert not aq.pdl_launch(torch.empty(aq.PDL_MAX_ROWS + 1, 128))
+    assert not aq.pdl_launch(torch.empty(3, 3, 256))
+    monkeypatch.setattr(aq, "PDL", False)
+    assert not aq.pdl_launch(torch.empty(1, 128))
+    monkeypatch.setattr(aq, "PDL", True)
+    assert aq.pdl_launch(torch.empty(64, 128))

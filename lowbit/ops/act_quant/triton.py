@@ -420,9 +420,13 @@ ACT_QUANT_CONFIG = (2048, 2, 0, 0, True)
 #: launch :func:`act_quant` as a programmatic dependent launch with the early trigger, so that in a
 #: decode step's ``Linear`` (act_quant -> fp8_gemm / fp4_gemm) the GEMM, itself a PDL launch at
 #: decode sizes, is placed while act_quant runs and act_quant while the previous kernel drains.
-#: Off: prepared in the twenty-second session, not yet timed (``scripts/bench_gemm_stack.py
-#: --chain --variants default,aqpdl``).
-PDL = False
+#: None: PDL when x has at most ``PDL_MAX_ROWS`` rows; True / False: on / off everywhere.
+#: H200 (twenty-third session, call b, ``scripts/bench_gemm_stack.py --chain``, act_quant -> GEMM in
+#: a stack of 8 layers): at M = 1 PDL saves 0.9-1.4 us a layer on 8 of the 10 fp8 / fp4 cases (within
+#: 0.2 us on the others); at M = 16 it is 0.1-0.3 us slower on fp8 and -1.4..+4.0 us on fp4 (the
+#: wgmma GEMVs' own launches differ), so the rule stops at 8 rows (mma_gemv's M band).
+PDL: bool | None = None
+PDL_MAX_ROWS = 8
 # fp4_act_quant: (elems, warps) or an Fp4ActQuantConfig (elems, warps, fast, evict; a pair leaves
 # fast / evict at 0 = the original kernel). Same run, [8192, 7168] bf16, fast=0: (4096, 4) 133.6 us
 # was the best of (2048, 4) 186, (4096, 8) 179, (8192, 8) 142, (16384, 16) 155. scripts/
@@ -459,6 +463,14 @@ def act_quant_config(config=None) -> ActQuantConfig:
     return ActQuantConfig(*(config or ACT_QUANT_CONFIG))
 
 
+def pdl_launch(x: torch.Tensor) -> bool:
+    """Whether act_quant of x runs as a PDL launch: ``PDL`` where set, else x has at most
+    ``PDL_MAX_ROWS`` rows (x.numel() / x.shape[-1])."""
+    if PDL is not None:
+        return bool(PDL)
+    return x.numel() <= PDL_MAX_ROWS * x.shape[-1]
+
+
 def _launch_act_quant(x, y, s, n_groups, block_size, ue8m0, e8m0_scale, inplace, config):
     cfg = act_quant_config(config)
     bg = max(1, cfg.elems // block_size)
@@ -467,7 +479,7 @@ def _launch_act_quant(x, y, s, n_groups, block_size, ue8m0, e8m0_scale, inplace,
     _act_quant_kernel[(grid,)](
         x, y, s, n_groups, n_blocks, BS=block_size, BLOCK_G=bg, UE8M0=ue8m0, S_E8M0=e8m0_scale, INPLACE=inplace,
         PERSISTENT=cfg.persistent > 0, STAGES=cfg.stages, EVICT=cfg.evict, FAST=bool(cfg.fast),
-        INTERPRET=interpret_mode(), num_warps=cfg.warps, **launch_options(x.device, PDL, True, None),
+        INTERPRET=interpret_mode(), num_warps=cfg.warps, **launch_options(x.device, pdl_launch(x), True, None),
     )
 
 

@@ -394,16 +394,16 @@ def shift_tables() -> torch.Tensor:
 #: H200 layer-stack timings: 1.05-1.5x faster than ``mma_gemv`` on the benchmark's ten decode cases
 #: (docs/gemm.md, "thirteenth session").
 WGMMA_GEMV = True
-#: fp4_gemm at M = 17..64 on sm_90 is served by the Triton aligned-step kernel, at 0.63-0.77x
-#: row-wise ``_scaled_mm`` at M = 32 and 0.42-0.61x at M = 64 (H200 layer stack, twenty-second
-#: session call f, docs/gemm.md). Prepared replacement, off and not yet run on the H200
-#: (``scripts/device_session22_g.sh``): M = 17..WGMMA_GEMV_CHUNK_MAX_M runs the wgmma GEMV over row
-#: chunks (each launch reads the weight again) of 16 rows (the wgmma's N = 16, the timed kernel) or,
-#: with ``WGMMA_GEMV_WIDE``, 32 rows (N = 32: M <= 32 in one launch). Estimate for 16-row chunks
-#: at M = 32 from this session's numbers: twice the M = 16 time (13-66 us on the five benchmark
-#: shapes) against the Triton kernel's 17-90 us. 16: off.
-WGMMA_GEMV_CHUNK_MAX_M = 16
-WGMMA_GEMV_WIDE = False
+#: fp4_gemm at M = 17..WGMMA_GEMV_CHUNK_MAX_M on sm_90 runs the wgmma GEMV over row chunks (each
+#: launch reads the weight again) of 32 rows (``WGMMA_GEMV_WIDE``: the wgmma's N = 32, so M <= 32 is
+#: one launch) or, with it off, of 16 rows (N = 16). H200 layer stack (twenty-third session, call b,
+#: docs/gemm.md): 32-row chunks take 0.57-0.66x the time of the Triton aligned-step kernel that served
+#: M = 17..64 before at M = 17 / 32 (N7168 K16384 M = 32: 53.6 against 90.8 us), 0.72-1.08x at
+#: M = 48 and 0.86-1.18x at M = 64 (0.90x summed over the five shapes; slower only on N2112 K7168 and,
+#: at M = 64, N24576 K1536); 16-row chunks are slower than 32-row ones everywhere but one case.
+#: 16 turns the chunked path off (M = 17..64 back on the Triton kernel).
+WGMMA_GEMV_CHUNK_MAX_M = 64
+WGMMA_GEMV_WIDE = True
 
 
 def _wgmma_gemv_chunks(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
