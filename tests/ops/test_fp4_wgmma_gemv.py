@@ -252,8 +252,9 @@ def test_wgmma_gemv_checks():
 
 @pytest.mark.cuda
 def test_cuda_fp4_gemm_dispatches_decode_sizes_to_wgmma_gemv(monkeypatch):
-    """fp4_gemm takes the wgmma GEMV at M <= 16 when K % 512 == 0 (not at M = 17, K = 384, or
-    with WGMMA_GEMV off: the mma.sync GEMV / wgmma GEMM then); every route agrees with fp64."""
+    """fp4_gemm takes the wgmma GEMV at M <= 16 when K % 512 == 0, and at M = 17..64 over 32-row
+    chunks (one launch at M = 17); not at M = 65, K = 384, or with WGMMA_GEMV off (the Triton
+    kernel / mma.sync GEMV then); every route agrees with fp64."""
     g = _kernel_or_skip()
     from lowbit.ops.fp4_gemm import fp4_gemm
     from lowbit.ops.fp4_gemm import triton as tr
@@ -261,16 +262,16 @@ def test_cuda_fp4_gemm_dispatches_decode_sizes_to_wgmma_gemv(monkeypatch):
     calls = []
     real = g.fp4_wgmma_gemv
     monkeypatch.setattr(g, "fp4_wgmma_gemv", lambda *x, **kw: calls.append(x[0].shape) or real(*x, **kw))
-    for m, k in ((16, 2048), (1, 1024), (17, 2048), (8, 384)):
+    for m, k in ((16, 2048), (1, 1024), (17, 2048), (65, 2048), (8, 384)):
         a, b = _operands(m, 96, k)
         c = fp4_gemm(a.data.cuda(), a.scale.cuda(), b.packed.cuda(), b.scale.cuda())
         assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
-    assert calls == [(16, 2048), (1, 1024)]
+    assert calls == [(16, 2048), (1, 1024), (17, 2048)]
     monkeypatch.setattr(tr, "WGMMA_GEMV", False)
     a, b = _operands(4, 96, 1024)
     c = fp4_gemm(a.data.cuda(), a.scale.cuda(), b.packed.cuda(), b.scale.cuda())
     assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
-    assert len(calls) == 2
+    assert len(calls) == 3
 
 
 @pytest.mark.cuda
