@@ -30,14 +30,14 @@ def run(ctx: BenchContext) -> list[Result]:
 
     import torch
 
+    from lowbit.bench.timing import launch_us as measure_launch_us
     from lowbit.bench.timing import time_us
     from lowbit.formats import NVFP4
     from lowbit.ops import gathered_bias
 
     dev = ctx.device
     shapes = QUICK if ctx.quick else FULL
-    one = torch.zeros(1, device=dev)
-    launch_us = time_us(lambda: one.add_(1.0), graph=True)
+    launch_us = measure_launch_us(dev)
     results: list[Result] = []
     for k in sorted({s[0] for s in shapes}):
         w = NVFP4.quantize(torch.randn(V, k, device=dev) * 0.02)

@@ -26,6 +26,13 @@ def time_us(fn: Callable[[], object], *, graph: bool = False, rep: int = 100) ->
     return ms * 1e3
 
 
+def launch_us(device="cuda") -> float:
+    """The launch floor: one tiny kernel (an in-place add on one element) under CUDA-graph replay,
+    the same timer as the decode benchmarks. No kernel of a decode step takes less."""
+    one = torch.zeros(1, device=device)
+    return time_us(lambda: one.add_(1.0), graph=True)
+
+
 def rotating(make: Callable[[], tuple], bytes_per_copy: int, min_total: int = 4 * L2_BYTES, max_copies: int = 16):
     """Build enough copies of the inputs ``make()`` returns to exceed ``min_total`` bytes;
     return an infinite iterator over them (use ``next(it)`` inside the timed function)."""

@@ -53,6 +53,26 @@ def test_own_floor_and_failed_rows():
     assert cells[0][7] == "2.00x torch._scaled_mm"
 
 
+def test_sparse_attn_decode_floor():
+    """The sparse-attention decode floor is the largest of one launch, the bytes and the FLOPs, and
+    its ceiling is the % of copy bandwidth a kernel exactly at that floor would show."""
+    from lowbit.bench.sparse_attn import decode_floor
+
+    # b1 h64 top2048 d512: ~2.2 MB (0.55 us at 4000 GB/s) and 268 MFLOP (0.38 us): one launch decides
+    nbytes, flops = 2048 * (512 * 2 + 4) + 2 * 64 * 512 * 2, 4 * 64 * 2048 * 512
+    f = decode_floor(CTX, nbytes, flops, launch=1.1)
+    assert f["floor_us"] == pytest.approx(1.1) and f["launch_us"] == 1.1
+    assert f["ceiling % copy bw"] == pytest.approx(100 * nbytes / 1.1e3 / 4000, abs=0.05)
+    assert f["ceiling % copy bw"] < 60
+    # b32 h128 top2048: the FLOPs (4 h topk d a query at 700 TFLOP/s) outlast the bytes
+    nbytes, flops = 32 * (2048 * (512 * 2 + 4) + 2 * 128 * 512 * 2), 4 * 32 * 128 * 2048 * 512
+    f = decode_floor(CTX, nbytes, flops, launch=1.1)
+    assert f["floor_us"] == pytest.approx(flops / 700e6, rel=1e-3)
+    assert f["ceiling % copy bw"] == pytest.approx(100 * nbytes / (flops / 700e6) / 1e3 / 4000, abs=0.1)
+    # a byte-bound case reaches 100 %
+    assert decode_floor(CTX, 4_000_000_000, 1, launch=1.1)["ceiling % copy bw"] == 100.0
+
+
 def test_json_is_strict_with_failed_rows(tmp_path):
     d = report.derive([Result("g", "c", "torch", us=float("nan"), extra={"error": "x"})], CTX)
     report.write_json(d, CTX, str(tmp_path / "b.json"))
