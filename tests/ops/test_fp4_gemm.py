@@ -275,3 +275,106 @@ def test_fp4_gemm_without_scale_prefetch(backend, aligned):
         off = tr.fp4_gemm(*args, config=GemmConfig(16, 64, 4, 4, True, prefetch=False), aligned=aligned, split_k=2)
     assert torch.equal(on, off)
     assert rel_err(on, _fp64_ref(a, b)) < TOL
+
+
+def _expand_operands(n, k, seed=0):
+    """Packed E2M1 with every code, UE8M0 scales that put groups 0..14 binades below their 128 x 128
+    block's largest byte (the exact range), one block whose bytes are all below 7 (its fp32 block
+    scale 2^(E - 133) is subnormal) and rows past the last full row block."""
+    g = torch.Generator().manual_seed(seed)
+    packed = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8)
+    scale = (140 - torch.randint(0, 15, (n, k // 32), generator=g)).to(torch.uint8)
+    scale[:, 0] = 140
+    scale[: min(n, 128), 4:8] = torch.randint(0, 7, (min(n, 128), 4), generator=g).to(torch.uint8)
+    return packed, scale
+
+
+@pytest.mark.parametrize("n,k", [(128, 256), (200, 512)])
+def test_fp4_weight_to_fp8_bit_exact(backend, n, k):
+    """The FP8 re-encoding of an FP4 weight: the same bits as the reference, its dequantized values
+    exactly the FP4 weight's, and no flag while every group is within 14 binades of its block."""
+    if not backend.is_triton:
+        pytest.skip("the re-encoding is a Triton kernel (its reference is the definition tested here)")
+    from lowbit.ops.fp4_gemm.expand import fp4_weight_to_fp8
+    from lowbit.ops.fp4_gemm.reference import fp4_weight_dequant_ref, fp4_weight_to_fp8_ref
+
+    packed, scale = _expand_operands(n, k)
+    q, qs, bad = fp4_weight_to_fp8(packed.to(backend.device), scale.to(backend.device))
+    rq, rqs, rbad = fp4_weight_to_fp8_ref(packed, scale)
+    assert not rbad and int(bad.item()) == 0
+    assert torch.equal(q.cpu().view(torch.uint8), rq.view(torch.uint8)) and torch.equal(qs.cpu(), rqs)
+    full = rq.double() * rqs.double().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)
+    assert torch.equal(full, fp4_weight_dequant_ref(packed, scale).double())
+
+
+@pytest.mark.parametrize("case", ["far", "nan"])
+def test_fp4_weight_to_fp8_flags(backend, case):
+    """A nonzero group 15 binades below its block's largest scale, or a 255 (NaN) scale byte, sets
+    the flag (the re-encoding is then not the weight); a far group of zeros does not."""
+    if not backend.is_triton:
+        pytest.skip("the re-encoding is a Triton kernel")
+    from lowbit.ops.fp4_gemm.expand import fp4_weight_to_fp8
+    from lowbit.ops.fp4_gemm.reference import fp4_weight_to_fp8_ref
+
+    packed, scale = _expand_operands(130, 256)
+    packed[129, :16] = 0
+    scale[129, 0] = 140 - 20  # far, but all zeros: harmless
+    q, _, bad = fp4_weight_to_fp8(packed.to(backend.device), scale.to(backend.device))
+    assert int(bad.item()) == 0 and not fp4_weight_to_fp8_ref(packed, scale)[2]
+    if case == "far":
+        packed[7, 20] = 0x11
+        scale[7, 1] = 140 - 15
+    else:
+        scale[129, 5] = 255
+    _, _, bad = fp4_weight_to_fp8(packed.to(backend.device), scale.to(backend.device))
+    assert int(bad.item()) == 1 and fp4_weight_to_fp8_ref(packed, scale)[2]
+
+
+@pytest.mark.parametrize("spread", [False, True])
+def test_fp4_gemm_via_fp8(backend, monkeypatch, spread):
+    """fp4_gemm at M >= EXPAND_MIN_M re-encodes the weight as FP8 and runs the FP8 GEMM; a weight
+    whose re-encoding is not exact (groups 9-12 binades down are fine, the spread operands' d up to
+    12; a far group of 20 is not) falls back to the fused kernel. Both agree with fp64."""
+    if not backend.is_triton:
+        pytest.skip("the dispatch switch is on the Triton path")
+    from lowbit.ops.fp4_gemm import triton as tr
+    from lowbit.ops.fp8_gemm import triton as fp8_tr
+
+    monkeypatch.setattr(tr, "EXPAND_MIN_M", 4)
+    calls = []
+    real = fp8_tr.fp8_gemm
+    monkeypatch.setattr(fp8_tr, "fp8_gemm", lambda *x, **kw: calls.append(x[2].shape) or real(*x, **kw))
+    a, b = _spread_operands(5, 96, 256)
+    if spread:
+        b.scale[3, 5] = 140 - 20  # a far nonzero group: the fused kernel serves this weight
+    dev = backend.device
+    with backend.active():
+        c = fp4_gemm(a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev))
+        c3 = fp4_gemm(a.data[:3].to(dev), a.scale[:3].to(dev), b.packed.to(dev), b.scale.to(dev))
+    assert rel_err(c, _fp64_ref(a, b)) < TOL
+    assert rel_err(c3, _fp64_ref(a, b)[:3]) < TOL
+    assert calls == ([] if spread else [(96, 256)])  # M = 3 is below the switch
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("m,n,k", [(256, 2112, 7168), (1024, 300, 1024)])
+def test_cuda_fp4_gemm_via_fp8_and_in_a_graph(monkeypatch, m, n, k):
+    """The re-encode + FP8 GEMM path on the GPU against fp64 and the fused kernel; inside CUDA-graph
+    capture (no host reads allowed) the dispatch keeps the fused kernel, and replays are right."""
+    from lowbit.ops.fp4_gemm import triton as tr
+
+    monkeypatch.setattr(tr, "EXPAND_MIN_M", 128)
+    a, b = _operands(m, n, k)
+    args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
+    c = fp4_gemm(*args)
+    ref = _fp64_ref(a, b)
+    assert rel_err(c, ref) < TOL
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g = fp4_gemm(*args)
+    new = FP8.quantize(torch.randn(m, k), "group", 128)
+    args[0].copy_(new.data.cuda())
+    args[1].copy_(new.scale.cuda())
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(g, new.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL

@@ -29,6 +29,7 @@ from lowbit._backend import interpret_mode
 from lowbit.ops.act_quant.triton import _e8m0_decode
 from lowbit.ops.fp8_gemm import triton as fp8_triton
 from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as _wgmma
+from lowbit.ops.fp4_gemm.expand import fp4_weight_to_fp8
 from lowbit.ops.fp8_gemm import triton_mma as _mma
 from lowbit.ops.fp8_gemm.triton import GemmConfig, _load_scale, launch_gemm, split_range, store_tile, tile_coords
 
@@ -418,6 +419,31 @@ def _wgmma_gemv_chunks(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s:
     return c
 
 
+#: from this many activation rows on, fp4_gemm re-encodes the weight as block-scaled FP8 (one
+#: launch, ``expand.py``) and runs the FP8 GEMM (``fp8_gemm``'s dispatch), falling back to the fused
+#: kernel when the re-encoding is not exact (one host read of its flag) and inside CUDA-graph
+#: capture (no host reads there). None: never. Prepared in the twenty-third session, not yet
+#: timed on the H200: the fused kernel is 0.18-0.20x FP8 ``_scaled_mm`` at M = 512 / 4096.
+EXPAND_MIN_M: int | None = None
+
+
+def _expand_ok(a: torch.Tensor) -> bool:
+    """Whether fp4_gemm takes the re-encode + FP8 GEMM path for these activations."""
+    if EXPAND_MIN_M is None or a.shape[0] < EXPAND_MIN_M:
+        return False
+    if a.is_cuda:
+        return torch.cuda.get_device_capability(a.device) >= (8, 9) and not torch.cuda.is_current_stream_capturing()
+    return True  # CPU tensors sent down the Triton path: the interpreter
+
+
+def _fp4_via_fp8(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> torch.Tensor | None:
+    """The re-encode + FP8 GEMM path, or None when the re-encoding is not exact for this weight."""
+    q, qs, bad = fp4_weight_to_fp8(b, b_s)
+    if int(bad.item()):  # the one host synchronization of this path
+        return None
+    return fp8_triton.fp8_gemm(a, a_s, q, qs)
+
+
 def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None,
              config=None, asm: bool = True, aligned: bool | None = None, far: bool = True) -> torch.Tensor:
     """a e4m3 [M, K], a_s [M, K/128]; b uint8 [N, K/2], b_s uint8 UE8M0 [N, K/32] -> bf16 [M, N].
@@ -434,6 +460,10 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
             return _wgmma.fp4_wgmma_gemv(a, a_s, b, b_s)
         if _mma.mma_gemv_ok(a, b, b_s):
             return _mma.mma_gemv(a, a_s, b, b_s, fp4=True)
+    if config is None and split_k is None and aligned is None and asm and far and _expand_ok(a):
+        c = _fp4_via_fp8(a, a_s, b, b_s)
+        if c is not None:
+            return c
     step = 32 if WGMMA_GEMV_WIDE else 16
     if (config is None and split_k is None and aligned is None and asm and far and WGMMA_GEMV
             and fp8_triton.MMA_GEMV_MAX_M_FP4 < a.shape[0] <= WGMMA_GEMV_CHUNK_MAX_M and a_s.is_contiguous()
