@@ -369,6 +369,9 @@ def test_cuda_fp4_gemm_via_fp8_and_in_a_graph(monkeypatch, m, n, k):
     c = fp4_gemm(*args)
     ref = _fp64_ref(a, b)
     assert rel_err(c, ref) < TOL
+    monkeypatch.setattr(tr, "EXPAND_MIN_M", None)
+    assert rel_err(fp4_gemm(*args), ref) < TOL  # the fused kernel, compiled outside the capture
+    monkeypatch.setattr(tr, "EXPAND_MIN_M", 128)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         g = fp4_gemm(*args)
