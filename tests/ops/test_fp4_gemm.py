@@ -340,11 +340,11 @@ def test_fp4_gemm_via_fp8(backend, monkeypatch, spread):
     from lowbit.ops.fp4_gemm import triton as tr
     from lowbit.ops.fp8_gemm import triton as fp8_tr
 
-    monkeypatch.setattr(tr, "EXPAND_MIN_M", 4)
+    monkeypatch.setattr(tr, "EXPAND_MIN_M", 128)  # above the decode paths' M bands
     calls = []
     real = fp8_tr.fp8_gemm
     monkeypatch.setattr(fp8_tr, "fp8_gemm", lambda *x, **kw: calls.append(x[2].shape) or real(*x, **kw))
-    a, b = _spread_operands(5, 96, 256)
+    a, b = _spread_operands(130, 96, 256)
     if spread:
         b.scale[3, 5] = 140 - 20  # a far nonzero group: the fused kernel serves this weight
     dev = backend.device
@@ -354,6 +354,7 @@ def test_fp4_gemm_via_fp8(backend, monkeypatch, spread):
     assert rel_err(c, _fp64_ref(a, b)) < TOL
     assert rel_err(c3, _fp64_ref(a, b)[:3]) < TOL
     assert calls == ([] if spread else [(96, 256)])  # M = 3 is below the switch
+    assert not torch.isnan(c).any()
 
 
 @pytest.mark.cuda

@@ -421,10 +421,10 @@ def _wgmma_gemv_chunks(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s:
 
 #: from this many activation rows on, fp4_gemm re-encodes the weight as block-scaled FP8 (one
 #: launch, ``expand.py``) and runs the FP8 GEMM (``fp8_gemm``'s dispatch), falling back to the fused
-#: kernel when the re-encoding is not exact (one host read of its flag) and inside CUDA-graph
-#: capture (no host reads there). None: never. Prepared in the twenty-third session, not yet
-#: timed on the H200: the fused kernel is 0.18-0.20x FP8 ``_scaled_mm`` at M = 512 / 4096.
-EXPAND_MIN_M: int | None = None
+#: kernel when the re-encoding is not exact (the flag read on the host, see :func:`_fp4_via_fp8`)
+#: and inside CUDA-graph capture (no host reads there). None: never. The fused kernel is
+#: 0.18-0.20x FP8 ``_scaled_mm`` at M = 512 / 4096 (H200, twenty-third session, call d).
+EXPAND_MIN_M: int | None = 512
 
 
 def _expand_ok(a: torch.Tensor) -> bool:
@@ -436,12 +436,35 @@ def _expand_ok(a: torch.Tensor) -> bool:
     return True  # CPU tensors sent down the Triton path: the interpreter
 
 
+_PINNED_FLAGS: dict[torch.device, torch.Tensor] = {}
+
+
+def _host_flag(bad: torch.Tensor) -> torch.Tensor:
+    """Start copying the device flag ``bad`` into a pinned host int32 (one buffer per device, reused:
+    each call reads it before returning) without waiting for it."""
+    buf = _PINNED_FLAGS.get(bad.device)
+    if buf is None:
+        buf = _PINNED_FLAGS[bad.device] = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+    buf.copy_(bad, non_blocking=True)
+    return buf
+
+
 def _fp4_via_fp8(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> torch.Tensor | None:
-    """The re-encode + FP8 GEMM path, or None when the re-encoding is not exact for this weight."""
+    """The re-encode + FP8 GEMM path, or None when the re-encoding is not exact for this weight.
+
+    On the GPU the flag travels to pinned host memory behind the re-encoding and the FP8 GEMM is
+    queued before the host waits for the flag's copy, so the GPU never idles on the host read (a
+    plain ``.item()`` before launching the GEMM left the GPU idle for the GEMM's host-side launch,
+    100-200 us on the H200). A rejected weight wastes that GEMM; real checkpoints do not have one."""
     q, qs, bad = fp4_weight_to_fp8(b, b_s)
-    if int(bad.item()):  # the one host synchronization of this path
-        return None
-    return fp8_triton.fp8_gemm(a, a_s, q, qs)
+    if not a.is_cuda:
+        return None if int(bad.item()) else fp8_triton.fp8_gemm(a, a_s, q, qs)
+    flag = _host_flag(bad)
+    copied = torch.cuda.Event()
+    copied.record()
+    c = fp8_triton.fp8_gemm(a, a_s, q, qs)
+    copied.synchronize()
+    return None if int(flag[0]) else c
 
 
 def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None,
