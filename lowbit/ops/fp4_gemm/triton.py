@@ -422,9 +422,13 @@ def _wgmma_gemv_chunks(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s:
 #: from this many activation rows on, fp4_gemm re-encodes the weight as block-scaled FP8 (one
 #: launch, ``expand.py``) and runs the FP8 GEMM (``fp8_gemm``'s dispatch), falling back to the fused
 #: kernel when the re-encoding is not exact (the flag read on the host, see :func:`_fp4_via_fp8`)
-#: and inside CUDA-graph capture (no host reads there). None: never. The fused kernel is
-#: 0.18-0.20x FP8 ``_scaled_mm`` at M = 512 / 4096 (H200, twenty-third session, call d).
-EXPAND_MIN_M: int | None = 512
+#: and inside CUDA-graph capture (no host reads there). None: never. H200, same run, cold L2
+#: (twenty-third session, call f, ``scripts/bench_fp4_expand.py``), this path against the fused
+#: kernel on the five benchmark shapes: M = 4096 2.87-3.60x faster (0.62-0.74x row-wise FP8
+#: ``_scaled_mm``, against 0.18-0.23x before), M = 1024 1.42-2.21x, M = 512 0.87-1.42x, M = 256
+#: 0.42-0.85x. The re-encoding itself runs at 0.6-0.8 of copy bandwidth (36-305 us); a faster
+#: one would move this line towards 512.
+EXPAND_MIN_M: int | None = 1024
 
 
 def _expand_ok(a: torch.Tensor) -> bool:
