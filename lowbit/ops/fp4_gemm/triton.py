@@ -426,8 +426,8 @@ def _wgmma_gemv_chunks(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s:
 #: (twenty-third session, call f, ``scripts/bench_fp4_expand.py``), this path against the fused
 #: kernel on the five benchmark shapes: M = 4096 2.87-3.60x faster (0.62-0.74x row-wise FP8
 #: ``_scaled_mm``, against 0.18-0.23x before), M = 1024 1.42-2.21x, M = 512 0.87-1.42x, M = 256
-#: 0.42-0.85x. The re-encoding itself runs at 0.6-0.8 of copy bandwidth (36-305 us); a faster
-#: one would move this line towards 512.
+#: 0.42-0.85x (that run used a slower re-encoding kernel than the shipped one, docs/gemm.md). The
+#: re-encoding runs at 0.18-0.27 of copy bandwidth; one near it would move this line to 512.
 EXPAND_MIN_M: int | None = 1024
 
 
