@@ -21,6 +21,8 @@ decode, where the op is bandwidth-bound on half the bytes of FP8.
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 import triton
 import triton.language as tl
@@ -440,15 +442,19 @@ def _expand_ok(a: torch.Tensor) -> bool:
     return True  # CPU tensors sent down the Triton path: the interpreter
 
 
-_PINNED_FLAGS: dict[torch.device, torch.Tensor] = {}
+_PINNED_FLAGS = threading.local()
 
 
 def _host_flag(bad: torch.Tensor) -> torch.Tensor:
-    """Start copying the device flag ``bad`` into a pinned host int32 (one buffer per device, reused:
-    each call reads it before returning) without waiting for it."""
-    buf = _PINNED_FLAGS.get(bad.device)
+    """Start copying the device flag ``bad`` into a pinned host int32 without waiting for it. One
+    buffer per thread and device, reused: each call reads it before returning (pinned allocations
+    are too slow to make per call)."""
+    bufs = getattr(_PINNED_FLAGS, "bufs", None)
+    if bufs is None:
+        bufs = _PINNED_FLAGS.bufs = {}
+    buf = bufs.get(bad.device)
     if buf is None:
-        buf = _PINNED_FLAGS[bad.device] = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+        buf = bufs[bad.device] = torch.zeros(1, dtype=torch.int32, pin_memory=True)
     buf.copy_(bad, non_blocking=True)
     return buf
 
