@@ -3,9 +3,10 @@
 ``torch._scaled_mm`` FP8 row-wise on the same shape and ``fp8_gemm`` on FP8 weights of the shape.
 Cold-L2 timer (``lowbit.bench.gemm.cold_us``, no graph: the path reads its flag on the host).
 
-    python3 scripts/bench_fp4_expand.py [--ms 64,128,256,512,1024,4096] [--json $OUT/fp4_expand.json]
+    python3 scripts/bench_fp4_expand.py [--ms 64,128,256,512,1024,4096] [--swar on|off] [--json $OUT/fp4_expand.json]
 
-Per (M, N, K): µs of fused / expand path / the re-encoding alone / fp8_gemm / row-wise _scaled_mm,
+Per (M, N, K): µs of fused / expand path / the re-encoding alone (``reencode_us``; and with the
+word-parallel path off, ``reencode_percode_us``: ``expand.SWAR``) / fp8_gemm / row-wise _scaled_mm,
 and the relative difference between the two paths' outputs (both are exact up to fp32 order).
 """
 from __future__ import annotations
@@ -24,6 +25,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ms", default="64,128,256,512,1024,4096")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--swar", choices=("on", "off", "default"), default="default",
+                    help="the re-encoding's word-parallel path (expand.SWAR) for the whole run")
     args = ap.parse_args()
     import torch
 
@@ -31,10 +34,13 @@ def main() -> int:
     from lowbit.bench.gemm import NK, _gemm_operands, cold_us, scaled_mm_calls
     from lowbit.formats import FP8
     from lowbit.ops.fp4_gemm import fp4_gemm
+    from lowbit.ops.fp4_gemm import expand
     from lowbit.ops.fp4_gemm import triton as fp4_tr
     from lowbit.ops.fp4_gemm.expand import fp4_weight_to_fp8
     from lowbit.ops.fp8_gemm import fp8_gemm
 
+    if args.swar != "default":
+        expand.SWAR = args.swar == "on"
     rows = []
     for n, k in NK:
         for m in [int(v) for v in args.ms.split(",")]:
@@ -46,16 +52,18 @@ def main() -> int:
                 fused = cold_us(call)
             with module_flags(fp4_tr, {"EXPAND_MIN_M": 1}):
                 exp_out = call()
-                expand = cold_us(call)
+                expand_us = cold_us(call)
             _, rowwise = scaled_mm_calls(a.data, w8.data)
             diff = ((exp_out.float() - fused_out.float()).norm() / fused_out.float().norm()).item()
-            rec = {"M": m, "N": n, "K": k, "fused_us": round(fused, 2), "expand_us": round(expand, 2),
+            rec = {"M": m, "N": n, "K": k, "fused_us": round(fused, 2), "expand_us": round(expand_us, 2),
                    "reencode_us": round(cold_us(lambda: fp4_weight_to_fp8(wq.packed, wq.scale)), 2),
                    "fp8_gemm_us": round(cold_us(lambda: fp8_gemm(a.data, a.scale, w8.data, w8.scale)), 2),
                    "rowwise_us": round(cold_us(rowwise), 2), "rel_diff": float(f"{diff:.2e}"),
                    "flag": int(fp4_weight_to_fp8(wq.packed, wq.scale)[2].item())}
-            rec["speedup"] = round(fused / expand, 2)
-            rec["expand_vs_rowwise"] = round(rec["rowwise_us"] / expand, 2)
+            with module_flags(expand, {"SWAR": False}):
+                rec["reencode_percode_us"] = round(cold_us(lambda: fp4_weight_to_fp8(wq.packed, wq.scale)), 2)
+            rec["speedup"] = round(fused / expand_us, 2)
+            rec["expand_vs_rowwise"] = round(rec["rowwise_us"] / expand_us, 2)
             rows.append(rec)
             print(json.dumps(rec), flush=True)
             del a, w, wq, w8

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Session 23, call g: the re-encode dispatch tests after the test fix (the FP8 GEMM is queued
-# before the flag is read, so the test now spies on the path's result instead of the GEMM call).
+# Prepared in session 23 after its last device call (not run): the fp4 cuda tests after the session's
+# last changes (the dispatch test's new spy; the re-encoding kernel restructured, its word-parallel
+# path added behind expand.SWAR, off), then the prefill A/B: the fused kernel against the re-encode +
+# FP8 GEMM path, the re-encoding timed with the word-parallel path on (reencode_us, run with SWAR on
+# below) and off (reencode_percode_us). If the word-parallel path is faster, turn expand.SWAR on and
+# re-pick fp4_gemm.triton.EXPAND_MIN_M from expand_us vs fused_us. Results under $OUT.
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
-timeout 90 python3 -m pytest tests/ops/test_fp4_gemm.py -m cuda -q -p no:cacheprovider -n 4 --tb=short \
+timeout 100 python3 -m pytest tests/ops/test_fp4_gemm.py -m cuda -q -p no:cacheprovider -n 4 --tb=short \
   > "$OUT/pytest_fp4.log" 2>&1; tail -4 "$OUT/pytest_fp4.log"
+timeout 200 python3 scripts/bench_fp4_expand.py --swar on --ms 256,512,1024,4096 --json "$OUT/fp4_expand.json" \
+  > "$OUT/fp4_expand.log" 2>&1; cat "$OUT/fp4_expand.log"

@@ -388,3 +388,34 @@ def test_cuda_fp4_gemm_via_fp8_and_in_a_graph(monkeypatch, m, n, k):
     graph.replay()
     torch.cuda.synchronize()
     assert rel_err(g, new.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+
+
+@pytest.mark.parametrize("spread", [11, 12])
+def test_fp4_weight_to_fp8_word_parallel_path(backend, monkeypatch, spread):
+    """Tiles whose groups lie within SWAR_MAX_SHIFT = 11 binades of their block's largest scale are
+    re-encoded four codes at a time (``expand._swar_words``), others code by code: with every code
+    and every shift up to ``spread`` (11: the word-parallel path, 12: the per-code one), both settings
+    of the switch give the reference's bits, partial row blocks and negative zeros included."""
+    if not backend.is_triton:
+        pytest.skip("the re-encoding is a Triton kernel")
+    from lowbit.ops.fp4_gemm import expand
+    from lowbit.ops.fp4_gemm.reference import fp4_weight_to_fp8_ref
+
+    assert expand.SWAR_MAX_SHIFT == 11
+    g = torch.Generator().manual_seed(3)
+    n, k = 150, 256
+    packed = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8)
+    packed[0, :8] = torch.arange(0, 256, 34, dtype=torch.uint8)[:8]  # nibbles 0..15 both halves
+    packed[1, :8] = torch.tensor([0x80, 0x08, 0x88, 0x18, 0x81, 0x91, 0x19, 0xF7], dtype=torch.uint8)
+    scale = (130 - torch.randint(0, spread + 1, (n, k // 32), generator=g)).to(torch.uint8)
+    scale[:, 0] = 130
+    scale[2, 1] = 130 - spread
+    rq, rqs, rbad = fp4_weight_to_fp8_ref(packed, scale)
+    assert not rbad
+    dev = backend.device
+    for swar in (True, False):
+        monkeypatch.setattr(expand, "SWAR", swar)
+        q, qs, bad = expand.fp4_weight_to_fp8(packed.to(dev), scale.to(dev))
+        assert torch.equal(q.cpu().view(torch.uint8), rq.view(torch.uint8)), f"SWAR={swar}"
+        assert torch.equal(qs.cpu(), rqs) and int(bad.item()) == 0
+    assert (rq.view(torch.uint8) == 0x80).any()  # negative zeros kept
