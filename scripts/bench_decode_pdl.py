@@ -16,6 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from scripts.bench_rows import emit_row, save_rows  # noqa: E402
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -57,13 +59,10 @@ def main() -> int:
                     rec.setdefault(name + "_stack_us", []).append(round(stack_us(fl), 2))
             for name in fns:
                 rec[name + "_x_floor"] = round(min(rec[name + "_stack_us"]) / rec["floor_us"], 3)
-            rows.append(rec)
-            print(json.dumps(rec), flush=True)
+            emit_row(rows, rec)
             del layers, fns
             torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    save_rows(args.json, rows)
     return 0
 
 

@@ -12,13 +12,14 @@ and the relative difference between the two paths' outputs (both are exact up to
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from scripts.bench_rows import emit_row, save_rows  # noqa: E402
 
 
 def main() -> int:
@@ -64,13 +65,10 @@ def main() -> int:
                 rec["reencode_percode_us"] = round(cold_us(lambda: fp4_weight_to_fp8(wq.packed, wq.scale)), 2)
             rec["speedup"] = round(fused / expand_us, 2)
             rec["expand_vs_rowwise"] = round(rec["rowwise_us"] / expand_us, 2)
-            rows.append(rec)
-            print(json.dumps(rec), flush=True)
+            emit_row(rows, rec)
             del a, w, wq, w8
             torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    save_rows(args.json, rows)
     return 0
 
 

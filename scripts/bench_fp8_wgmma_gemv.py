@@ -22,6 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from scripts.bench_rows import emit_row, save_rows  # noqa: E402
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -103,13 +105,10 @@ def main() -> int:
             rec["best_vs_floor_stack"] = round(rec[best + "_stack_us"] / rec["floor_us"], 3)
             rec["auto_vs_floor_stack"] = round(rec["gemv_auto_stack_us"] / rec["floor_us"], 3)
             rec["shipped_vs_floor_stack"] = round(rec["shipped_stack_us"] / rec["floor_us"], 3)
-            rows.append(rec)
-            print(json.dumps(rec), flush=True)
+            emit_row(rows, rec)
             del layers, fns
             torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    save_rows(args.json, rows)
     return 0
 
 

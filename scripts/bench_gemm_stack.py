@@ -39,6 +39,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from scripts.bench_rows import emit_row, save_rows  # noqa: E402
+
 #: launch variants of ``mma_gemv`` (switches of ``lowbit.ops.fp8_gemm.triton_mma``, forced
 #: everywhere instead of the short-launch rule); ``scripts/sweep_mma_gemv_stack.py`` uses them too
 MMA_GEMV_LAUNCH = {"plain": {"PTXAS_OPTIONS": "", "PDL": False}, "o1": {"PTXAS_OPTIONS": "-O1", "PDL": False},
@@ -129,13 +131,10 @@ def main() -> int:
                 for t in ("stack", "single"):
                     rec[f"vs_rowwise_{t}"] = round(rec[f"rowwise_{t}_us"] / rec[f"lowbit_{t}_us"], 2)
                     rec[f"x_floor_{t}"] = round(rec[f"lowbit_{t}_us"] / rec["floor_us"], 2)
-                rows.append(rec)
-                print(json.dumps(rec), flush=True)
+                emit_row(rows, rec)
                 del layers, ours, rowwise, tensor
                 torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    save_rows(args.json, rows)
     return 0
 
 

@@ -12,13 +12,14 @@ measured copy bandwidth), and the largest relative difference of mma_gemv to the
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from scripts.bench_rows import emit_row, save_rows  # noqa: E402
 
 
 def main() -> int:
@@ -42,8 +43,7 @@ def main() -> int:
     rows = []
 
     def log(rec):
-        rows.append(rec)
-        print(json.dumps(rec), flush=True)
+        emit_row(rows, rec)
 
     log({"copy_gbps": round(bw, 1)})
     configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",") if c]
@@ -95,9 +95,7 @@ def main() -> int:
                 rec["picked_x_floor"] = round(rec[pkey] / rec["floor_us"], 2)
                 rec["best_vs_rowwise"] = round(rec.get("scaled_mm_fp8_rowwise_us", float("nan")) / best[1], 2)
                 log(rec)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    save_rows(args.json, rows)
     return 0
 
 

@@ -9,13 +9,14 @@ form and checks that every form selects the same tokens in the same order.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from scripts.bench_rows import save_rows  # noqa: E402
 
 
 def main() -> int:
@@ -49,9 +50,7 @@ def main() -> int:
         print(f"M {m:3d} same argmax from every form: {same}", flush=True)
         rows.append(dict(m=m, same=same))
     sel_mod.SELECT = "bitonic"
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    save_rows(args.json, rows)
     return 0
 
 

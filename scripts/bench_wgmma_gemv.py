@@ -19,6 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from scripts.bench_rows import emit_row, save_rows  # noqa: E402
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -79,13 +81,10 @@ def main() -> int:
             rec["best"] = best
             rec["best_vs_rowwise_stack"] = round(rec["rowwise_stack_us"] / rec[best + "_stack_us"], 2)
             rec["mma_vs_rowwise_stack"] = round(rec["rowwise_stack_us"] / rec["mma_gemv_stack_us"], 2)
-            rows.append(rec)
-            print(json.dumps(rec), flush=True)
+            emit_row(rows, rec)
             del layers, fns
             torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    save_rows(args.json, rows)
     return 0
 
 

@@ -37,6 +37,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from scripts.bench_rows import save_rows  # noqa: E402
+
 
 @triton.jit
 def _read_once_kernel(src, out, n_words, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
@@ -118,9 +120,7 @@ def main() -> int:
         print(json.dumps({k_: v for k_, v in rec.items() if k_ != "times"}), flush=True)
         del bufs, outs, variants
         torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    save_rows(args.json, rows)
     return 0
 
 
