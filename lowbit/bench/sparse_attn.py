@@ -53,8 +53,9 @@ def _extra(ctx: BenchContext, us: float, nbytes: int, flops: int) -> dict:
 def decode_floor(ctx: BenchContext, nbytes: int, flops: int, launch: float) -> dict:
     """The floor of a decode case: max(one launch, bytes / copy bandwidth, FLOPs / bf16 peak), all
     measured in this run, and the % of copy bandwidth a kernel exactly at that floor would show --
-    the ceiling of the "% copy bw" column (below 60 % the issue's decode bar cannot be met by any
-    kernel: at b = 1 one launch alone outlasts the bytes, at h = 128 the tensor cores do)."""
+    the ceiling of the "% copy bw" column (where it is below 60 %, the decode target of 60 % of copy
+    bandwidth cannot be met by any kernel: at b = 1 one launch alone outlasts the bytes, at h = 128
+    top-2048 the tensor cores' time at peak does)."""
     floor = max(launch, nbytes / (ctx.copy_gbps * 1e3), flops / (ctx.bf16_tflops * 1e6))
     return {"floor_us": round(floor, 3), "launch_us": round(launch, 3),
             "ceiling % copy bw": round(100 * nbytes / (floor * 1e3) / ctx.copy_gbps, 1)}
