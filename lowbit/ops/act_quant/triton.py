@@ -421,10 +421,11 @@ ACT_QUANT_CONFIG = (2048, 2, 0, 0, True)
 #: decode step's ``Linear`` (act_quant -> fp8_gemm / fp4_gemm) the GEMM, itself a PDL launch at
 #: decode sizes, is placed while act_quant runs and act_quant while the previous kernel drains.
 #: None: PDL when x has at most ``PDL_MAX_ROWS`` rows; True / False: on / off everywhere.
-#: H200 (twenty-third session, call b, ``scripts/bench_gemm_stack.py --chain``, act_quant -> GEMM in
-#: a stack of 8 layers): at M = 1 PDL saves 0.9-1.4 us a layer on 8 of the 10 fp8 / fp4 cases (within
-#: 0.2 us on the others); at M = 16 it is 0.1-0.3 us slower on fp8 and -1.4..+4.0 us on fp4 (the
-#: wgmma GEMVs' own launches differ), so the rule stops at 8 rows (mma_gemv's M band).
+#: H200 (twenty-third session, calls b / c, ``scripts/bench_gemm_stack.py --chain``, act_quant ->
+#: GEMM in a stack of 8 layers): at M = 1 / 4 PDL saves 0.8-1.4 us a layer on 15 of the 20 fp8 /
+#: fp4 cases and costs at most 0.25 us on the others; at M = 16 it is 0.1-0.3 us slower on fp8 and
+#: -1.4..+4.0 us on fp4 (the wgmma GEMVs' own launches differ), so the rule stops at 8 rows
+#: (mma_gemv's M band).
 PDL: bool | None = None
 PDL_MAX_ROWS = 8
 # fp4_act_quant: (elems, warps) or an Fp4ActQuantConfig (elems, warps, fast, evict; a pair leaves
