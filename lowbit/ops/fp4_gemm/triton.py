@@ -400,7 +400,7 @@ WGMMA_GEMV = True
 #: fp4_gemm at M = 17..WGMMA_GEMV_CHUNK_MAX_M on sm_90 runs the wgmma GEMV over row chunks (each
 #: launch reads the weight again) of 32 rows (``WGMMA_GEMV_WIDE``: the wgmma's N = 32, so M <= 32 is
 #: one launch) or, with it off, of 16 rows (N = 16). H200 layer stack (twenty-third session, call b,
-#: docs/gemm.md): 32-row chunks take 0.57-0.66x the time of the Triton aligned-step kernel that served
+#: docs/gemm.md): 32-row chunks take 0.52-0.71x the time of the Triton aligned-step kernel that served
 #: M = 17..64 before at M = 17 / 32 (N7168 K16384 M = 32: 53.6 against 90.8 us), 0.72-1.08x at
 #: M = 48 and 0.75-1.18x at M = 64 (0.82x / 0.90x summed over the five shapes; slower only on N2112 K7168 and,
 #: at M = 64, N24576 K1536); 16-row chunks are slower than 32-row ones on 18 of the 20 cases.
