@@ -8,6 +8,7 @@ import lowbit
 from lowbit.formats import FP8, e2m1_unpack, ue8m0_decode
 from lowbit.ops.act_quant import act_quant, fp4_act_quant, weight_dequant
 from lowbit.ops.act_quant.reference import act_quant_ref, fp4_act_quant_ref, weight_dequant_ref
+from tests._helpers import capture
 
 # the Triton tiers only (the launch-config tests call the kernel module directly)
 TRITON_TIERS = [pytest.param("interpret", marks=pytest.mark.interpret), pytest.param("cuda", marks=pytest.mark.cuda)]
@@ -367,10 +368,7 @@ def test_cuda_act_quant_pdl_sees_the_previous_kernels_writes(monkeypatch):
         return y, s, fp8_gemm(y, s, wd, ws)
 
     step()  # compile outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        gy, gs, gc = step()
+    graph, (gy, gs, gc) = capture(step)
     for scale in (3.0, 0.25):
         new = torch.randn_like(src) * scale
         src.copy_(new)

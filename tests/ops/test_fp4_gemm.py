@@ -9,7 +9,7 @@ import triton.language as tl
 from lowbit.formats import FP8, MXFP4
 from lowbit.ops.fp4_gemm import fp4_gemm
 from lowbit.ops.fp4_gemm.triton import shift_table_words
-from tests._helpers import rel_err
+from tests._helpers import capture, rel_err
 from tests.ops.test_fp8_gemm import opcheck_no_mutation
 
 TOL = 2.0**-8  # bf16 output rounding dominates (see test_fp8_gemm)
@@ -228,10 +228,7 @@ def test_cuda_wgmma_gemv_row_chunks(monkeypatch, m, e8m0, wide):
     monkeypatch.setattr(tr, "WGMMA_GEMV_CHUNK_MAX_M", 64)
     static = [t.clone() for t in args]
     fp4_gemm(*static)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fp4_gemm(*static)
+    graph, out = capture(lambda: fp4_gemm(*static))
     a2 = FP8.quantize(torch.randn(m, k), "group", 128, scale_fmt=fmt)
     static[0].copy_(a2.data.cuda())
     static[1].copy_((a2.scale.to(torch.float8_e8m0fnu) if e8m0 else a2.scale).cuda())
@@ -379,9 +376,7 @@ def test_cuda_fp4_gemm_via_fp8_and_in_a_graph(monkeypatch, m, n, k):
     monkeypatch.setattr(tr, "EXPAND_MIN_M", None)
     assert rel_err(fp4_gemm(*args), ref) < TOL  # the fused kernel, compiled outside the capture
     monkeypatch.setattr(tr, "EXPAND_MIN_M", 128)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        g = fp4_gemm(*args)
+    graph, g = capture(lambda: fp4_gemm(*args))
     new = FP8.quantize(torch.randn(m, k), "group", 128)
     args[0].copy_(new.data.cuda())
     args[1].copy_(new.scale.cuda())

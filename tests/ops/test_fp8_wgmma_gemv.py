@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lowbit.formats import FP8
-from tests._helpers import poisoned, rel_err
+from tests._helpers import capture, poisoned, rel_err
 
 TOL = 2.0**-8  # bf16 output rounding dominates (products exact, fp32 sums)
 
@@ -157,9 +157,7 @@ def test_cuda_fp8_wgmma_gemv_pdl_sees_the_previous_kernels_writes(cfg, trigger):
     step()  # compile outside the capture
     torch.cuda.synchronize()
     assert torch.equal(outs[0], gemv(torch.empty_like(outs[0]), False))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph, _ = capture(step)
     for seed in (5, 6):
         a2, b2 = _operands(m, n, k, seed=seed)
         for d, s_ in zip(src, (a2.data.view(torch.uint8), a2.scale, b2.data.view(torch.uint8), b2.scale)):

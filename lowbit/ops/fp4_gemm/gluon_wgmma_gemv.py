@@ -76,9 +76,9 @@ __all__ = ["WGMMA_GEMV_MAX_M", "fp4_wgmma_gemv", "fp4_wgmma_gemv_ok", "pick_wgmm
 #: most activation rows one launch serves (the wgmma's N, :func:`wgmma_n`: 8 up to M = 8, 16 up
 #: to 16, 32 up to 32). M = 17..32 (N = 32) compiles for sm_90 at 157-168 registers and 100 KB of
 #: shared memory (offline, twenty-second session: ``scripts/fp4_wgmma_gemv_offline.py --wide``),
-#: against 117 / 67 KB at N = 16: two CTAs an SM; it is not yet run or timed on the H200, so
-#: fp4_gemm sends it M <= 16 only unless ``fp4_gemm.triton.WGMMA_GEMV_WIDE``. N = 64 would hold
-#: 64 staged activation words a stage per thread in registers (253-255 registers, spills).
+#: against 117 / 67 KB at N = 16; fp4_gemm runs it over 32-row chunks at M = 17..64 since the
+#: twenty-third session (``fp4_gemm.triton.WGMMA_GEMV_WIDE``). N = 64 would hold 64 staged
+#: activation words a stage per thread in registers (253-255 registers, spills).
 WGMMA_GEMV_MAX_M = 32
 _STAGE_K = 512  # K per pipeline stage: four 128-wide blocks (two [64, 128 B] weight boxes, one [64, 16 B] scale box)
 #: launch as a programmatic dependent launch by default: the CTAs are placed while the previous

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lowbit._backend import interpret_mode
+from lowbit._backend import capability_at_least, interpret_mode
 from lowbit.ops.act_quant.triton import _e8m0_decode
 from lowbit.ops.fp8_gemm import triton as fp8_triton
 from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as _wgmma
@@ -437,8 +437,8 @@ def _expand_ok(a: torch.Tensor) -> bool:
     """Whether fp4_gemm takes the re-encode + FP8 GEMM path for these activations."""
     if EXPAND_MIN_M is None or a.shape[0] < EXPAND_MIN_M:
         return False
-    if a.is_cuda:
-        return torch.cuda.get_device_capability(a.device) >= (8, 9) and not torch.cuda.is_current_stream_capturing()
+    if a.is_cuda:  # FP8 tensor cores from sm_89; no host read inside a capture
+        return capability_at_least(a.device, (8, 9)) and not torch.cuda.is_current_stream_capturing()
     return True  # CPU tensors sent down the Triton path: the interpreter
 
 
@@ -487,20 +487,22 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     ``aligned`` picks the step (None: the band's choice in ``_CONFIGS``; False: four 32-wide dots,
     swap-AB only); ``far=False`` drops the exact handling of groups
     more than 8 binades below their row's largest scale (tuning only: wrong for such weights)."""
-    if (config is None and split_k is None and aligned is None and asm and far
-            and a.shape[0] <= fp8_triton.MMA_GEMV_MAX_M_FP4):
+    m = a.shape[0]
+    # the shipped dispatch by M band; any tuning argument selects the Triton kernel below
+    dispatch = config is None and split_k is None and aligned is None and asm and far
+    if dispatch and m <= fp8_triton.MMA_GEMV_MAX_M_FP4:
         if WGMMA_GEMV and _wgmma.fp4_wgmma_gemv_ok(a, b, b_s) and _wgmma.counters_ready(a.device):
             return _wgmma.fp4_wgmma_gemv(a, a_s, b, b_s)
         if _mma.mma_gemv_ok(a, b, b_s):
             return _mma.mma_gemv(a, a_s, b, b_s, fp4=True)
-    if config is None and split_k is None and aligned is None and asm and far and _expand_ok(a):
+    if dispatch and _expand_ok(a):
         c = _fp4_via_fp8(a, a_s, b, b_s)
         if c is not None:
             return c
     step = 32 if WGMMA_GEMV_WIDE else 16
-    if (config is None and split_k is None and aligned is None and asm and far and WGMMA_GEMV
-            and fp8_triton.MMA_GEMV_MAX_M_FP4 < a.shape[0] <= WGMMA_GEMV_CHUNK_MAX_M and a_s.is_contiguous()
-            and _wgmma.fp4_wgmma_gemv_ok(a[:step], b, b_s) and _wgmma.counters_ready(a.device)):
+    if (dispatch and WGMMA_GEMV and fp8_triton.MMA_GEMV_MAX_M_FP4 < m <= WGMMA_GEMV_CHUNK_MAX_M
+            and a_s.is_contiguous() and _wgmma.fp4_wgmma_gemv_ok(a[:step], b, b_s)
+            and _wgmma.counters_ready(a.device)):
         return _wgmma_gemv_chunks(a, a_s, b, b_s, step)
     band_cfg, band_aligned = pick_fp4_config(a.shape[0])
     cfg = GemmConfig(*config) if config is not None else band_cfg
