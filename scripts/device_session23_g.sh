@@ -8,7 +8,7 @@
 # (an M = 512 anomaly to check). Results under $OUT.
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
-timeout 100 python3 -m pytest tests/ops/test_fp4_gemm.py -m cuda -q -p no:cacheprovider -n 4 --tb=short \
+timeout 150 python3 -m pytest tests/ops/test_fp4_gemm.py tests/ops/test_act_quant.py tests/ops/test_fp8_wgmma_gemv.py -m cuda -q -p no:cacheprovider -n 4 --tb=short \
   > "$OUT/pytest_fp4.log" 2>&1; tail -4 "$OUT/pytest_fp4.log"
 timeout 200 python3 scripts/bench_fp4_expand.py --swar on --ms 256,512,1024,4096 --json "$OUT/fp4_expand.json" \
   > "$OUT/fp4_expand.log" 2>&1; cat "$OUT/fp4_expand.log"
