@@ -4,12 +4,11 @@ CUDA-core kernel on the benchmark's shapes (V = 131072, K in {256, 1024, 4096}, 
 (``gathered_bias``, CUDA-graph replay over rotating inputs; floor = max(one launch, bytes / copy
 bandwidth)). Each config's logits are checked against the CUDA-core kernel's first.
 
-    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT [x KS]; default: auto_configs) [--split-k] [--quick] [--picked] [--variants old] [--min-bt N] [--ks 4096,...]
+    OUT=results python3 scripts/bench_gathered_mma.py [--rep MS] [--configs 1x2x1x0,...] (RT x W x D x SPLIT; default: auto_configs) [--quick] [--picked] [--variants old] [--min-bt N] [--ks 4096,...]
 
 Writes ``$OUT/gathered_mma_sweep.json`` and prints one line per shape: the CUDA-core kernel, the
 default MMA config, the best MMA config, and each against the floor. ``--picked``: only the
-table's config. ``--split-k``: the split-K candidates (``split_k_configs``) instead of
-``auto_configs``. ``--variants old,nopdl,pdl,trigger,o1``: every config also as that kernel variant
+table's config. ``--variants old,nopdl,pdl,trigger,o1``: every config also as that kernel variant
 (``VARIANTS``: the pre-``LEAN`` kernel, a plain launch, PDL without / with the early trigger,
 ptxas -O1),
 named ``<config>:<variant>``. ``--min-bt N``: only the shapes with
@@ -67,18 +66,6 @@ def auto_configs(k: int) -> list[tuple[int, ...]]:
     return [(1, 8, 1, 1), (1, 16, 1, 1), (2, 8, 1, 1), (1, 8, 1, 0)]
 
 
-def split_k_configs(k: int) -> list[tuple[int, ...]]:
-    """(RT, W, D, SPLIT, KS) candidates with the row tile's K split over KS programs: one or two
-    chunks a warp, 2-8 parts (``--split-k``)."""
-    half = -(-(-(-k // 128)) // 2)  # chunks a K half
-    out = []
-    for ks in (2, 4, 8):
-        for w in (1, 2, 4, 8):
-            if w * ks <= half and half % (w * ks) == 0 and half // (w * ks) <= 2:
-                out.append((1, w, 1, 1, ks))
-    return out
-
-
 def main():
     out_dir = os.environ.get("OUT", ".")
     rep = int(arg("--rep", "40"))
@@ -101,7 +88,7 @@ def main():
     for k in sorted({s[0] for s in shapes}):
         w = NVFP4.quantize(torch.randn(V, k, device=dev) * 0.02)
         data, scale, gsc = w.packed, w.scale.view(torch.uint8), w.global_scale
-        configs = [] if only_picked else (fixed or (split_k_configs(k) if "--split-k" in sys.argv else auto_configs(k)))
+        configs = [] if only_picked else (fixed or auto_configs(k))
         for _, b, t in [s for s in shapes if s[0] == k]:
             inputs = [(torch.randn(b, k, device=dev, dtype=torch.bfloat16), torch.randn(b, t, device=dev),
                        torch.randint(0, V, (b, t), device=dev)) for _ in range(8)]

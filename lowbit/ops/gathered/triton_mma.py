@@ -308,11 +308,11 @@ def _compute_chunk(acc, wq, xs, RT: tl.constexpr, NT: tl.constexpr, INTERPRET: t
 
 @triton.jit(do_not_specialize=["T", "V"])
 def _gathered_mma_kernel(
-    p_x, p_w, p_s, p_gs, p_idx, p_val, p_out, p_part, p_cnt, T, V, alpha,
-    s_xb, s_wn, s_sn, s_ib, s_it, s_vb, s_vt, s_ob, s_ot, s_pp,
+    p_x, p_w, p_s, p_gs, p_idx, p_val, p_out, T, V, alpha,
+    s_xb, s_wn, s_sn, s_ib, s_it, s_vb, s_vt, s_ob, s_ot,
     K: tl.constexpr, BIAS: tl.constexpr, RT: tl.constexpr, W: tl.constexpr, D: tl.constexpr,
     SPLIT: tl.constexpr, LEAN: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr = False,
-    TRIGGER: tl.constexpr = False, KS: tl.constexpr = 1,
+    TRIGGER: tl.constexpr = False,
 ):
     """Program (b, tile): batch row b, indices ``R RT tile .. + R RT`` of T (R = 16, or 8 with
     SPLIT). ``p_x``: int32 view of bf16 x [B, K] (s_xb in words); ``p_w``: int32 view of the
@@ -326,13 +326,7 @@ def _gathered_mma_kernel(
     loads without masks and no prefetch past a warp's last chunk. PDL (a launch with
     ``launch_pdl=True``): nothing global is touched before ``griddepcontrol.wait`` (the previous
     kernel may have written x, the indices, the values or the logits); TRIGGER: then let the next
-    PDL launch of the stream place its CTAs while this grid runs. KS > 1: the row tile's K chunks
-    are split over KS programs (program ``(b, tile, part)``; its warps take chunks ``part W + warp +
-    i W KS``), so a small grid spreads its rows over KS times more SMs. Each part stores its
-    partial dots to ``p_part[part, b T + t]`` (fp32, row stride ``s_pp``), then counts itself in
-    ``p_cnt[b, tile]`` (int32, zero before the launch); the part that arrives last adds the KS
-    partials in part order (so the result does not depend on the arrival order), writes the
-    output and sets the count back to zero for the next launch."""
+    PDL launch of the stream place its CTAs while this grid runs."""
     if PDL:
         gdc_wait()
     if TRIGGER:
@@ -348,13 +342,11 @@ def _gathered_mma_kernel(
         NCH_RUN: tl.constexpr = NCH
     HALF: tl.constexpr = 4 * ((NCH + 1) // 2)  # SPLIT: the first segment of the second half
     # no partial chunk, SPLIT halves of equal length, every warp the same number of chunks
-    WS: tl.constexpr = W * KS  # warps over one row tile's K, all parts together
-    UNMASKED: tl.constexpr = LEAN and NSEG % 4 == 0 and (not SPLIT or NCH % 2 == 0) and NCH_RUN % WS == 0
+    UNMASKED: tl.constexpr = LEAN and NSEG % 4 == 0 and (not SPLIT or NCH % 2 == 0) and NCH_RUN % W == 0
     i_b = tl.program_id(0).to(tl.int64)
     i_t = tl.program_id(1)
     o_e = tl.arange(0, NT)
-    # the warp's place among the WS warps of its row tile (part-major: a part's warps are adjacent)
-    warp = tl.program_id(2) * W + o_e // 32
+    warp = o_e // 32
     lane = o_e % 32
     g = lane // 4
     t = lane % 4
@@ -394,23 +386,23 @@ def _gathered_mma_kernel(
     if UNMASKED:
         # every load is of a chunk the warp computes: the last DD steps are peeled (no prefetch
         # past the end, which would cost a load a warp still waits for at exit)
-        N_IT: tl.constexpr = NCH_RUN // WS
+        N_IT: tl.constexpr = NCH_RUN // W
         DD: tl.constexpr = D if D < N_IT else N_IT
         ring = ()
         for d in tl.static_range(DD):
-            ring = ring + (_load_weights(p_w, p_s, rows, m_rows, warp + d * WS, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT,
+            ring = ring + (_load_weights(p_w, p_s, rows, m_rows, warp + d * W, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT,
                                          NT, True),)
         xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, NT, True)
         for it in range(0, N_IT - DD):
-            nw = _load_weights(p_w, p_s, rows, m_rows, warp + (it + DD) * WS, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT,
+            nw = _load_weights(p_w, p_s, rows, m_rows, warp + (it + DD) * W, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT,
                                True)
-            nx = _load_x(p_x, i_b, warp + (it + 1) * WS, g, t, s_xb, NSEG, HALF, SPLIT, NT, True)
+            nx = _load_x(p_x, i_b, warp + (it + 1) * W, g, t, s_xb, NSEG, HALF, SPLIT, NT, True)
             acc = _compute_chunk(acc, ring[0], xs, RT, NT, INTERPRET, LEAN)
             ring = _shift_in(ring, nw)
             xs = nx
         for j in tl.static_range(DD):
             if j + 1 < DD:
-                nx = _load_x(p_x, i_b, warp + (N_IT - DD + j + 1) * WS, g, t, s_xb, NSEG, HALF,
+                nx = _load_x(p_x, i_b, warp + (N_IT - DD + j + 1) * W, g, t, s_xb, NSEG, HALF,
                              SPLIT, NT, True)
             acc = _compute_chunk(acc, ring[j], xs, RT, NT, INTERPRET, LEAN)
             if j + 1 < DD:
@@ -418,20 +410,19 @@ def _gathered_mma_kernel(
     else:
         ring = ()
         for d in tl.static_range(D):
-            ring = ring + (_load_weights(p_w, p_s, rows, m_rows, warp + d * WS, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT,
+            ring = ring + (_load_weights(p_w, p_s, rows, m_rows, warp + d * W, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT,
                                          NT, False),)
         xs = _load_x(p_x, i_b, warp, g, t, s_xb, NSEG, HALF, SPLIT, NT, False)
-        for it in range(0, tl.cdiv(NCH_RUN, WS)):
-            nw = _load_weights(p_w, p_s, rows, m_rows, (it + D) * WS + warp, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT,
+        for it in range(0, tl.cdiv(NCH_RUN, W)):
+            nw = _load_weights(p_w, p_s, rows, m_rows, (it + D) * W + warp, t, s_wn, s_sn, NSEG, HALF, SPLIT, RT, NT,
                                False)
-            nx = _load_x(p_x, i_b, (it + 1) * WS + warp, g, t, s_xb, NSEG, HALF, SPLIT, NT, False)
+            nx = _load_x(p_x, i_b, (it + 1) * W + warp, g, t, s_xb, NSEG, HALF, SPLIT, NT, False)
             acc = _compute_chunk(acc, ring[0], xs, RT, NT, INTERPRET, LEAN)
             ring = _shift_in(ring, nw)
             xs = nx
     # the warps' sums -> one lane set. Lanes t = 0 hold column 0 in c0 (row g) / c2 (row g + 8)
     # and column 1 in c1 / c3; SPLIT: a row's dot is c0 (first half) + c3 (second half)
     gs = tl.load(p_gs) * _UNDO_SCALE
-    dots = ()
     for h in tl.static_range(NOUT):
         if SPLIT:
             ca, cb = acc[h]
@@ -439,50 +430,18 @@ def _gathered_mma_kernel(
         else:
             ca, cb = acc[h // 2]
             c = ca[2 * (h % 2)] + cb[2 * (h % 2)]
-        dots = dots + (tl.sum(tl.reshape(c, [W, 32]), axis=0) * gs,)
-    if KS == 1:
-        _store_dots(dots, p_out, p_val, e_idx, e_ok, e_val, e_tr, i_b, T, alpha, s_ob, s_ot, o_l, BIAS, NOUT,
-                    INTERPRET)
-    else:
-        for h in tl.static_range(NOUT):
-            tr = e_tr[h]
-            tl.store(p_part + tl.program_id(2) * s_pp + i_b * T + tr, dots[h], mask=(tr < T) & (o_l % 4 == 0))
-        # every warp's partials are issued before the count's release (one thread makes the atomic)
-        tl.debug_barrier()
-        p_c = p_cnt + i_b * tl.num_programs(1) + i_t
-        if tl.atomic_add(p_c, 1, sem="acq_rel", scope="gpu") == KS - 1:  # the last part: all others are in
-            tot = ()
-            for h in tl.static_range(NOUT):
-                tr = e_tr[h]
-                m_p = (tr < T) & (o_l % 4 == 0)
-                s_h = tl.load(p_part + i_b * T + tr, mask=m_p, other=0.0, cache_modifier=".cg")
-                for part in tl.static_range(1, KS):
-                    s_h += tl.load(p_part + part * s_pp + i_b * T + tr, mask=m_p, other=0.0, cache_modifier=".cg")
-                tot = tot + (s_h,)
-            _store_dots(tot, p_out, p_val, e_idx, e_ok, e_val, e_tr, i_b, T, alpha, s_ob, s_ot, o_l, BIAS, NOUT,
-                        INTERPRET)
-            tl.store(p_c, 0)
-
-
-@triton.jit
-def _store_dots(dots, p_out, p_val, e_idx, e_ok, e_val, e_tr, i_b, T, alpha, s_ob, s_ot, o_l, BIAS: tl.constexpr,
-                NOUT: tl.constexpr, INTERPRET: tl.constexpr):
-    """The epilogue of 8-row output group h = 0 .. NOUT - 1 (``dots[h]``, lanes t = 0 valid):
-    BIAS: ``values + alpha * dot`` scattered into the logits at the indices; else the dots (NaN
-    for an index outside [0, V)) stored to out[b, t]."""
-    for h in tl.static_range(NOUT):
+        dot = tl.sum(tl.reshape(c, [W, 32]), axis=0) * gs
         ok = e_ok[h]
         if BIAS:
-            res = e_val[h] + alpha * dots[h]
+            res = e_val[h] + alpha * dot
             tl.store(p_out + i_b * s_ob + e_idx[h] * s_ot, _cast(res, p_out.dtype.element_ty, INTERPRET), mask=ok)
         else:
             tr = e_tr[h]
-            tl.store(p_out + i_b * s_ob + tr * s_ot, tl.where(ok, dots[h], float("nan")), mask=(tr < T) & (o_l % 4 == 0))
+            tl.store(p_out + i_b * s_ob + tr * s_ot, tl.where(ok, dot, float("nan")), mask=(tr < T) & (o_l % 4 == 0))
 
 
-def pick_config(b: int, t: int, k: int) -> tuple[int, int, int, int, int]:
-    """(RT row tiles a program, W warps splitting K, D weight chunks in flight a warp, SPLIT, KS
-    programs splitting K), from
+def pick_config(b: int, t: int, k: int) -> tuple[int, int, int, int]:
+    """(RT row tiles a program, W warps splitting K, D weight chunks in flight a warp, SPLIT), from
     the same-run sweep of ``scripts/bench_gathered_mma.py`` on the H200 (V = 131072, K in {256,
     1024, 4096}, B in {1, 16, 64, 256}, T in {8, 32, 64};
     docs/measurements/2026-12-01_session6_gathered_sweep4_split.json):
@@ -500,7 +459,7 @@ def pick_config(b: int, t: int, k: int) -> tuple[int, int, int, int, int]:
     half = -(-nch // 2)
     w = 1 << min(3, max(0, half.bit_length() - 1))  # the largest power of two <= half, at most 8
     rt = 2 if b * t >= 16384 and nch < 32 else 1
-    return rt, w, 1, 1, 1
+    return rt, w, 1, 1
 
 
 #: The kernel's ``LEAN`` variant (the scale pair convert; unmasked loads where the chunks divide
@@ -581,61 +540,30 @@ def use_trigger(b: int, t: int, k: int) -> bool:
     return k >= 2048 or b * t * (k // 2 + k // 16) < 2 * 2**20
 
 
-#: Per (device, stream) int32 counters of the split-K launches (KS > 1), zero between launches:
-#: the last part of a row tile sets its count back. Never freed (a captured CUDA graph keeps their
-#: addresses); a larger one is made when a launch needs more tiles than the stream's has.
-_COUNTERS: dict = {}
-_COUNTERS_KEEP: list = []
-
-
-def tile_counters(device: torch.device, n: int) -> torch.Tensor:
-    """At least ``n`` zeroed int32 counters for split-K launches on ``device``'s current stream
-    (streams get their own, so launches that may run at the same time never share one)."""
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (str(device), stream)
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 4096, 2 * (0 if buf is None else buf.numel())), dtype=torch.int32, device=device)
-        _COUNTERS[key] = buf
-        _COUNTERS_KEEP.append(buf)
-    return buf
-
-
 def launch(x, data, scale, global_scale, index, k, out, values, alpha, bias, config=None) -> None:
     """Run the kernel (operands as :func:`usable` accepts them). ``out``: fp32 [B, T] dots, or
-    (``bias``) the logits that receive ``values + alpha * dot`` at the indices. ``config``: (RT, W,
-    D, SPLIT, KS), shorter ones padded with (1, 1, 1, 0, 1); None: :func:`pick_config`."""
+    (``bias``) the logits that receive ``values + alpha * dot`` at the indices."""
     b, t = index.shape
     if b == 0 or t == 0:
         return
-    if config is not None and len(config) > 5:
-        raise ValueError(f"gathered MMA config is (RT, W, D, SPLIT, KS) (shorter: padded with (1, 1, 1, 0, 1)), "
+    if config is not None and len(config) > 4:
+        raise ValueError(f"gathered MMA config is (RT, W, D, SPLIT) (shorter: padded with (1, 1, 1, 0)), "
                          f"got {len(config)} elements: {tuple(config)}")
-    cfg = tuple(config) + (1, 1, 1, 0, 1)[len(config):] if config is not None else pick_config(b, t, k)
-    rt, w, d, split, ks = cfg
-    if rt not in (1, 2) or w < 1 or w & (w - 1) or d < 1 or split not in (0, 1) or ks < 1:
-        raise ValueError(f"gathered MMA config (RT, W, D, SPLIT, KS) needs RT in (1, 2), W a power of two, D >= 1, "
-                         f"SPLIT in (0, 1) and KS >= 1, got {cfg}")
+    cfg = tuple(config) + (1, 1, 1, 0)[len(config):] if config is not None else pick_config(b, t, k)
+    rt, w, d, split = cfg
+    if rt not in (1, 2) or w < 1 or w & (w - 1) or d < 1 or split not in (0, 1):
+        raise ValueError(f"gathered MMA config (RT, W, D, SPLIT) needs RT in (1, 2), W a power of two, D >= 1 "
+                         f"and SPLIT in (0, 1), got {cfg}")
     x32 = x.view(torch.int32)
     w32 = data.view(torch.int32)
     s16 = scale.view(torch.int16)
     p_val = values if bias else out
     s_vb, s_vt = (values.stride(0), values.stride(1)) if bias else (0, 0)
-    tiles = triton.cdiv(t, (8 if split else 16) * rt)
-    if ks > 1:  # fp32 partial dots of each part, and the row tiles' arrival counts
-        part = torch.empty(ks, b * t, device=x.device, dtype=torch.float32)
-        cnt = tile_counters(x.device, b * tiles)
-    else:
-        part = cnt = out
-    grid = (b, tiles, ks)
+    grid = (b, triton.cdiv(t, (8 if split else 16) * rt))
     _gathered_mma_kernel[grid](
-        x32, w32, s16, global_scale, index, p_val, out, part, cnt, t, data.shape[0], float(alpha),
+        x32, w32, s16, global_scale, index, p_val, out, t, data.shape[0], float(alpha),
         x32.stride(0), w32.stride(0), s16.stride(0), index.stride(0), index.stride(1), s_vb, s_vt,
-        out.stride(0), out.stride(1), b * t,
+        out.stride(0), out.stride(1),
         K=k, BIAS=bias, RT=rt, W=w, D=d, SPLIT=bool(split), LEAN=use_lean(k, split), INTERPRET=interpret_mode(),
-        KS=ks, num_warps=w, num_stages=1,
-        **launch_options(x.device, PDL, PDL and use_trigger(b, t, k), PTXAS_OPTIONS),
+        num_warps=w, num_stages=1, **launch_options(x.device, PDL, PDL and use_trigger(b, t, k), PTXAS_OPTIONS),
     )
