@@ -15,9 +15,11 @@ Geometries (``TT`` indices of one batch row a program, the row split in ``S`` pa
 replay of back-to-back calls rotating over 8 copies of x / values / indices, one NVFP4 table of
 V = 131072 rows.
 
-    python3 scripts/probe_gathered_floor.py [--quick] [--json $OUT/gathered_floor.json]
+    python3 scripts/probe_gathered_floor.py [--quick] [--contig] [--cases 'K4096 B64 T32,...'] [--json F]
 
-Per shape: floor, the shipped ``gathered_bias``, the best bare read, and both over the floor.
+Per shape: floor, the shipped ``gathered_bias``, the best bare read, and both over the floor;
+``--contig``: also the same reads over consecutive rows (the byte count without the gather), so
+the cost of one launch and a few MB at this size shows apart from the cost of scattered rows.
 Needs CUDA.
 """
 from __future__ import annotations
@@ -124,6 +126,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="the registered bench's quick shapes only")
     ap.add_argument("--no-pdl", action="store_true", help="plain launches instead of PDL + trigger")
+    ap.add_argument("--contig", action="store_true",
+                    help="also each geometry on consecutive rows (the same bytes, no gather): read_contig_us")
+    ap.add_argument("--cases", default="", help="only these cases, e.g. 'K4096 B64 T32,K1024 B256 T32'")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
@@ -138,6 +143,9 @@ def main() -> int:
     rows: list = []
     emit_row(rows, {"copy_gbps": round(bw, 1), "launch_us": round(launch, 2), "pdl": not args.no_pdl})
     shapes = QUICK if args.quick else FULL
+    if args.cases:
+        wanted = {c.strip() for c in args.cases.split(",")}
+        shapes = [s for s in shapes if f"K{s[0]} B{s[1]} T{s[2]}" in wanted]
     for k in sorted({s[0] for s in shapes}):
         w = NVFP4.quantize(torch.randn(V, k, device="cuda") * 0.02)
         for _, b, t in [s for s in shapes if s[0] == k]:
@@ -158,8 +166,20 @@ def main() -> int:
                     continue
                 fn = _launcher(w, inputs, logits, tt, s, warps, not args.no_pdl)
                 times[f"read_tt{tt}_s{s}_w{warps}"] = round(time_us(fn, graph=True), 2)
+            if args.contig:  # consecutive rows from a random start: a gather without the scatter in DRAM
+                contig = [(x, values, (torch.randint(0, V - b * t, (1,), device="cuda")
+                                       + torch.arange(b * t, device="cuda")).view(b, t)) for x, values, _ in inputs]
+                for tt, s, warps in GEOMETRIES:
+                    if tt > 2 * t or (k // 8) % s:
+                        continue
+                    fn = _launcher(w, contig, logits, tt, s, warps, not args.no_pdl)
+                    times[f"contig_tt{tt}_s{s}_w{warps}"] = round(time_us(fn, graph=True), 2)
             reads = {n: us for n, us in times.items() if n.startswith("read")}
             best = min(reads, key=reads.get)
+            if args.contig:
+                cont = {n: us for n, us in times.items() if n.startswith("contig")}
+                times["best_contig"] = min(cont, key=cont.get)
+                times["contig_x_floor"] = round(cont[times["best_contig"]] / floor, 3)
             emit_row(rows, {"case": f"K{k} B{b} T{t}", "bytes": nbytes, "floor_us": round(floor, 2),
                             "gathered_bias_us": times["gathered_bias"], "best_read": best, "best_read_us": reads[best],
                             "read_x_floor": round(reads[best] / floor, 3),
