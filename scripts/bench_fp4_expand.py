@@ -51,7 +51,7 @@ def main() -> int:
             with module_flags(fp4_tr, {"EXPAND_MIN_M": None}):
                 fused_out = call()
                 fused = cold_us(call)
-            with module_flags(fp4_tr, {"EXPAND_MIN_M": 1}):
+            with module_flags(fp4_tr, {"EXPAND_MIN_M": 1, "EXPAND_MIN_MNK": 0}):
                 exp_out = call()
                 expand_us = cold_us(call)
             _, rowwise = scaled_mm_calls(a.data, w8.data)

@@ -329,7 +329,7 @@ def test_fp4_weight_to_fp8_flags(backend, case):
 
 @pytest.mark.parametrize("spread", [False, True])
 def test_fp4_gemm_via_fp8(backend, monkeypatch, spread):
-    """fp4_gemm at M >= EXPAND_MIN_M re-encodes the weight as FP8 and runs the FP8 GEMM; a weight
+    """fp4_gemm at M >= EXPAND_MIN_M (and M N K >= EXPAND_MIN_MNK) re-encodes the weight as FP8 and runs the FP8 GEMM; a weight
     whose re-encoding is not exact (groups 9-12 binades down are fine, the spread operands' d up to
     12; a far group of 20 is not) falls back to the fused kernel. Both agree with fp64."""
     if not backend.is_triton:
@@ -337,6 +337,7 @@ def test_fp4_gemm_via_fp8(backend, monkeypatch, spread):
     from lowbit.ops.fp4_gemm import triton as tr
 
     monkeypatch.setattr(tr, "EXPAND_MIN_M", 128)  # above the decode paths' M bands
+    monkeypatch.setattr(tr, "EXPAND_MIN_MNK", 0)
     taken = []
     real = tr._fp4_via_fp8
 
@@ -368,6 +369,7 @@ def test_cuda_fp4_gemm_via_fp8_and_in_a_graph(monkeypatch, m, n, k):
     from lowbit.ops.fp4_gemm import triton as tr
 
     monkeypatch.setattr(tr, "EXPAND_MIN_M", 128)
+    monkeypatch.setattr(tr, "EXPAND_MIN_MNK", 0)
     a, b = _operands(m, n, k)
     args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
     c = fp4_gemm(*args)
@@ -414,3 +416,16 @@ def test_fp4_weight_to_fp8_word_parallel_path(backend, monkeypatch, spread):
         assert torch.equal(q.cpu().view(torch.uint8), rq.view(torch.uint8)), f"SWAR={swar}"
         assert torch.equal(qs.cpu(), rqs) and int(bad.item()) == 0
     assert (rq.view(torch.uint8) == 0x80).any()  # negative zeros kept
+
+
+def test_expand_rule():
+    """The re-encode path's size rule (measured, see ``EXPAND_MIN_M``): M >= 512 and M N K >= 2^34;
+    CPU tensors (the interpreter path) follow the same rule."""
+    from lowbit.ops.fp4_gemm import triton as tr
+
+    def ok(m, n, k):
+        return tr._expand_ok(torch.empty(m, k, dtype=torch.float8_e4m3fn), n)
+
+    assert ok(4096, 7168, 2048) and ok(1024, 4096, 7168) and ok(512, 24576, 1536) and ok(512, 7168, 16384)
+    assert not ok(1024, 7168, 2048) and not ok(1024, 2112, 7168) and not ok(512, 4096, 7168)
+    assert not ok(256, 7168, 16384)  # below EXPAND_MIN_M whatever the size

@@ -67,9 +67,10 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     Math: per 32-wide K block ``acc += dot(a, e2m1(b)) * a_s[m, k // 128] * 2^(b_s[n, k // 32] - 127)``
     in fp32; bf16 at the end. Returns a new bf16 ``[..., N]``; nothing is mutated.
 
-    On the GPU from ``triton.EXPAND_MIN_M`` (1024) rows on, outside CUDA-graph capture, the weight
-    is re-encoded per call into a temporary E4M3 ``[N, K]`` copy (``expand.py``) for the FP8 GEMM,
-    and the call waits on the host until that re-encoding is done (its exactness flag decides
+    On the GPU from ``triton.EXPAND_MIN_M`` (512) rows on where ``M * N * K >=
+    triton.EXPAND_MIN_MNK`` (2^34), outside CUDA-graph capture, the weight is re-encoded per call
+    into a temporary E4M3 ``[N, K]`` copy (``expand.py``) for the FP8 GEMM, and the call waits on
+    the host until that re-encoding is done (its exactness flag decides
     which result is returned).
     """
     validate(a, a_s, b, b_s)

@@ -30,11 +30,12 @@ __all__ = ["fp4_weight_to_fp8"]
 SWAR_MAX_SHIFT = 11
 #: True: tiles whose groups all lie within SWAR_MAX_SHIFT binades of their block's largest scale
 #: (all of a real checkpoint's) take the word-parallel path, :func:`_swar_words`; False: the per-code
-#: path everywhere. Prepared in the twenty-third session after its last device call, so off until
-#: timed (``scripts/device_session23_g.sh``; ``bench_fp4_expand.py`` times both): bit-exact in the
-#: interpreter tests, and its sm_90 build (``scripts/fp4_expand_offline.py``) executes 624
-#: instructions a thread for a tile against 1696 for the per-code path (8 warps, no spills), which
-#: bounds the per-code kernel's time (27 instructions a byte).
+#: path everywhere. Off: timed in the twenty-fourth session (call c, ``bench_fp4_expand.py --swar on``,
+#: docs/measurements/2026-12-03_session24_c_fp4_expand.log) it is 1.31-1.49x *slower* than the
+#: per-code path on all five benchmark weights (N7168 K16384 246 against 165-188 us, N2112 K7168 40
+#: against 30), although its sm_90 build (``scripts/fp4_expand_offline.py``) executes 624
+#: instructions a thread for a tile against 1696 (8 warps, no spills): the instruction count does
+#: not bound the per-code kernel. Bit-exact in the interpreter tests, kept for the record.
 SWAR = False
 
 

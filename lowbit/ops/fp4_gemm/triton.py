@@ -421,21 +421,28 @@ def _wgmma_gemv_chunks(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s:
     return c
 
 
-#: from this many activation rows on, fp4_gemm re-encodes the weight as block-scaled FP8 (one
-#: launch, ``expand.py``) and runs the FP8 GEMM (``fp8_gemm``'s dispatch), falling back to the fused
-#: kernel when the re-encoding is not exact (the flag read on the host, see :func:`_fp4_via_fp8`)
-#: and inside CUDA-graph capture (no host reads there). None: never. H200, same run, cold L2
-#: (twenty-third session, call f, ``scripts/bench_fp4_expand.py``), this path against the fused
-#: kernel on the five benchmark shapes: M = 4096 2.87-3.60x faster (0.62-0.74x row-wise FP8
-#: ``_scaled_mm``, against 0.18-0.23x before), M = 1024 1.42-2.21x, M = 512 0.87-1.42x, M = 256
-#: 0.42-0.85x (that run used a slower re-encoding kernel than the shipped one, docs/gemm.md). The
-#: re-encoding runs at 0.18-0.27 of copy bandwidth; one near it would move this line to 512.
-EXPAND_MIN_M: int | None = 1024
+#: from this many activation rows on, and where M * N * K reaches :data:`EXPAND_MIN_MNK`, fp4_gemm
+#: re-encodes the weight as block-scaled FP8 (one launch, ``expand.py``) and runs the FP8 GEMM
+#: (``fp8_gemm``'s dispatch), falling back to the fused kernel when the re-encoding is not exact
+#: (the flag read on the host, see :func:`_fp4_via_fp8`) and inside CUDA-graph capture (no host
+#: reads there). None: never. H200, same run, cold L2 (twenty-fourth session, call c,
+#: ``scripts/bench_fp4_expand.py``, docs/measurements/2026-12-03_session24_c_fp4_expand.log), this
+#: path against the fused kernel on the five benchmark shapes: M = 4096 1.93-3.54x faster; M = 1024
+#: 1.87-2.03x where M N K >= 2^34, 0.54x / 0.82x on N7168 K2048 / N2112 K7168 (15.0 / 15.5 G);
+#: M = 512 1.18x / 1.51x on N24576 K1536 / N7168 K16384 (19.3 / 60 G), 0.30-0.86x or 1.18x below
+#: 2^34; M = 256 0.36-0.91x. The call waits on the host for the flag, so the host's launch time of
+#: the re-encoding and the GEMM (tens of us, varying from run to run: the same shape measured 82 us
+#: in session 23's call f and 242 us here at M = 1024 N7168 K2048) is paid in every call; the size
+#: rule keeps the path to GEMMs long enough to cover it.
+EXPAND_MIN_M: int | None = 512
+#: the least M * N * K for the re-encode path (with :data:`EXPAND_MIN_M`); see there
+EXPAND_MIN_MNK: int = 2**34
 
 
-def _expand_ok(a: torch.Tensor) -> bool:
-    """Whether fp4_gemm takes the re-encode + FP8 GEMM path for these activations."""
-    if EXPAND_MIN_M is None or a.shape[0] < EXPAND_MIN_M:
+def _expand_ok(a: torch.Tensor, n: int) -> bool:
+    """Whether fp4_gemm takes the re-encode + FP8 GEMM path for these activations and N weight rows."""
+    m, k = a.shape
+    if EXPAND_MIN_M is None or m < EXPAND_MIN_M or m * n * k < EXPAND_MIN_MNK:
         return False
     if a.is_cuda:  # FP8 tensor cores from sm_89; no host read inside a capture
         return capability_at_least(a.device, (8, 9)) and not torch.cuda.is_current_stream_capturing()
@@ -495,7 +502,7 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
             return _wgmma.fp4_wgmma_gemv(a, a_s, b, b_s)
         if _mma.mma_gemv_ok(a, b, b_s):
             return _mma.mma_gemv(a, a_s, b, b_s, fp4=True)
-    if dispatch and _expand_ok(a):
+    if dispatch and _expand_ok(a, b.shape[0]):
         c = _fp4_via_fp8(a, a_s, b, b_s)
         if c is not None:
             return c
