@@ -430,7 +430,9 @@ def _wgmma_gemv_chunks(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s:
 #: path against the fused kernel on the five benchmark shapes: M = 4096 1.93-3.54x faster; M = 1024
 #: 1.87-2.03x where M N K >= 2^34, 0.54x / 0.82x on N7168 K2048 / N2112 K7168 (15.0 / 15.5 G);
 #: M = 512 1.18x / 1.51x on N24576 K1536 / N7168 K16384 (19.3 / 60 G), 0.30-0.86x or 1.18x below
-#: 2^34; M = 256 0.36-0.91x. The call waits on the host for the flag, so the host's launch time of
+#: 2^34; M = 256 0.36-0.91x. (That run re-encoded with the word-parallel path, 10-85 us slower than
+#: the shipped per-code one; with the difference taken off, the rule still takes no shape where the
+#: path is slower, and leaves out M = 256 N7168 K16384 at about 1.2x.) The call waits on the host for the flag, so the host's launch time of
 #: the re-encoding and the GEMM (tens of us, varying from run to run: the same shape measured 82 us
 #: in session 23's call f and 242 us here at M = 1024 N7168 K2048) is paid in every call; the size
 #: rule keeps the path to GEMMs long enough to cover it.
