@@ -9,7 +9,7 @@ import triton.language as tl
 from lowbit.formats import FP8, MXFP4
 from lowbit.ops.fp4_gemm import fp4_gemm
 from lowbit.ops.fp4_gemm.triton import shift_table_words
-from tests._helpers import capture, rel_err
+from tests._helpers import capture, poisoned, rel_err
 from tests.ops.test_fp8_gemm import opcheck_no_mutation
 
 TOL = 2.0**-8  # bf16 output rounding dominates (see test_fp8_gemm)
@@ -329,9 +329,11 @@ def test_fp4_weight_to_fp8_flags(backend, case):
 
 @pytest.mark.parametrize("spread", [False, True])
 def test_fp4_gemm_via_fp8(backend, monkeypatch, spread):
-    """fp4_gemm at M >= EXPAND_MIN_M (and M N K >= EXPAND_MIN_MNK) re-encodes the weight as FP8 and runs the FP8 GEMM; a weight
-    whose re-encoding is not exact (groups 9-12 binades down are fine, the spread operands' d up to
-    12; a far group of 20 is not) falls back to the fused kernel. Both agree with fp64."""
+    """fp4_gemm at M >= EXPAND_MIN_M (and M N K >= EXPAND_MIN_MNK) re-encodes the weight as FP8 and
+    runs the FP8 GEMM; a weight whose re-encoding is not exact (groups 9-12 binades down are fine,
+    the spread operands' d up to 12; a far group of 20 is not) gets the fused kernel's result from
+    the guarded launch that follows, decided on the device. Both agree with fp64; the guarded
+    launch writes nothing for an exact weight (its output poisoned with NaN stays NaN)."""
     if not backend.is_triton:
         pytest.skip("the dispatch switch is on the Triton path")
     from lowbit.ops.fp4_gemm import triton as tr
@@ -340,45 +342,59 @@ def test_fp4_gemm_via_fp8(backend, monkeypatch, spread):
     monkeypatch.setattr(tr, "EXPAND_MIN_MNK", 0)
     taken = []
     real = tr._fp4_via_fp8
-
-    def spy(*args):
-        out = real(*args)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(tr, "_fp4_via_fp8", spy)
+    monkeypatch.setattr(tr, "_fp4_via_fp8", lambda *args: taken.append(1) or real(*args))
     a, b = _spread_operands(130, 96, 256)
     if spread:
-        b.scale[3, 5] = 140 - 20  # a far nonzero group: the fused kernel serves this weight
+        b.scale[3, 5] = 140 - 20  # a far nonzero group: the guarded fused launch serves this weight
     dev = backend.device
+    args = [t.to(dev) for t in (a.data, a.scale, b.packed, b.scale)]
     with backend.active():
-        c = fp4_gemm(a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev))
-        c3 = fp4_gemm(a.data[:3].to(dev), a.scale[:3].to(dev), b.packed.to(dev), b.scale.to(dev))
+        c = fp4_gemm(*args)
+        c3 = fp4_gemm(args[0][:3], args[1][:3], args[2], args[3])
+        # the guarded launch alone, on a poisoned output: it writes every element or none
+        _, _, bad = tr.fp4_weight_to_fp8(args[2], args[3])
+        out = poisoned((130, 96), torch.bfloat16, dev)
+        cfg, aligned = tr.pick_fp4_config(130)
+        tr.launch_gemm(tr._fp4_gemm_kernel, args[0], args[1], args[2], args[3], 96, 2,
+                       {"ASM": False, "ALIGNED": aligned, "FAR": True, "GUARD": True, "guard_ptr": bad}, 1, cfg, out=out)
     assert rel_err(c, _fp64_ref(a, b)) < TOL
     assert rel_err(c3, _fp64_ref(a, b)[:3]) < TOL
-    # M = 3 is below the switch; a far group makes the path give its FP8 result up
-    assert taken == [not spread]
+    assert taken == [1]  # M = 3 is below the switch
     assert not torch.isnan(c).any()
+    if spread:
+        assert int(bad.item()) == 1 and rel_err(out, _fp64_ref(a, b)) < TOL
+    else:
+        assert int(bad.item()) == 0 and torch.isnan(out.float()).all()
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("m,n,k", [(256, 2112, 7168), (1024, 300, 1024)])
-def test_cuda_fp4_gemm_via_fp8_and_in_a_graph(monkeypatch, m, n, k):
-    """The re-encode + FP8 GEMM path on the GPU against fp64 and the fused kernel; inside CUDA-graph
-    capture (no host reads allowed) the dispatch keeps the fused kernel, and replays are right."""
+@pytest.mark.parametrize("spread", [False, True])
+def test_cuda_fp4_gemm_via_fp8_and_in_a_graph(monkeypatch, m, n, k, spread):
+    """The re-encode + FP8 GEMM path on the GPU against fp64 and the fused kernel, for an exact
+    weight and for one the guarded fused launch has to serve (a far group); it needs no host read,
+    so CUDA-graph capture takes it too, and replays with new activations are right."""
     from lowbit.ops.fp4_gemm import triton as tr
 
     monkeypatch.setattr(tr, "EXPAND_MIN_M", 128)
     monkeypatch.setattr(tr, "EXPAND_MIN_MNK", 0)
+    taken = []
+    real = tr._fp4_via_fp8
+    monkeypatch.setattr(tr, "_fp4_via_fp8", lambda *args: taken.append(1) or real(*args))
     a, b = _operands(m, n, k)
+    if spread:
+        b.scale[3, 1] = max(int(b.scale[3].max()) - 20, 1)  # 20 binades below: not exact in E4M3
     args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
+    _, _, bad = tr.fp4_weight_to_fp8(args[2], args[3])
+    assert int(bad.item()) == int(spread)
     c = fp4_gemm(*args)
     ref = _fp64_ref(a, b)
-    assert rel_err(c, ref) < TOL
+    assert rel_err(c, ref) < TOL and taken == [1]
     monkeypatch.setattr(tr, "EXPAND_MIN_M", None)
-    assert rel_err(fp4_gemm(*args), ref) < TOL  # the fused kernel, compiled outside the capture
+    assert rel_err(fp4_gemm(*args), ref) < TOL  # the fused kernel alone
     monkeypatch.setattr(tr, "EXPAND_MIN_M", 128)
     graph, g = capture(lambda: fp4_gemm(*args))
+    assert taken == [1, 1]  # the eager call (the warm-up) and the capture both took the path
     new = FP8.quantize(torch.randn(m, k), "group", 128)
     args[0].copy_(new.data.cuda())
     args[1].copy_(new.scale.cuda())

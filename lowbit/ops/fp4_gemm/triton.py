@@ -21,7 +21,6 @@ decode, where the op is bandwidth-bound on half the bytes of FP8.
 """
 from __future__ import annotations
 
-import threading
 
 import torch
 import triton
@@ -301,7 +300,14 @@ def _fp4_gemm_kernel(
     AS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, INTERPRET: tl.constexpr,
     ASM: tl.constexpr, ALIGNED: tl.constexpr, FAR: tl.constexpr, PREFETCH: tl.constexpr = True,
+    guard_ptr=None, GUARD: tl.constexpr = False,
 ):
+    """GUARD: every program first reads the int32 ``guard_ptr[0]`` and returns at once when it is 0
+    (the re-encode path's exactness flag, :func:`_fp4_via_fp8`: the kernel then only fills in a
+    result the FP8 GEMM could not give exactly, decided on the device)."""
+    if GUARD:
+        if tl.load(guard_ptr) == 0:
+            return
     i_m, i_n = tile_coords(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     i_split, kb0, kb1 = split_range(n_kb, kb_per_split)
     o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -422,20 +428,10 @@ def _wgmma_gemv_chunks(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s:
 
 
 #: from this many activation rows on, and where M * N * K reaches :data:`EXPAND_MIN_MNK`, fp4_gemm
-#: re-encodes the weight as block-scaled FP8 (one launch, ``expand.py``) and runs the FP8 GEMM
-#: (``fp8_gemm``'s dispatch), falling back to the fused kernel when the re-encoding is not exact
-#: (the flag read on the host, see :func:`_fp4_via_fp8`) and inside CUDA-graph capture (no host
-#: reads there). None: never. H200, same run, cold L2 (twenty-fourth session, call c,
-#: ``scripts/bench_fp4_expand.py``, docs/measurements/2026-12-03_session24_c_fp4_expand.log), this
-#: path against the fused kernel on the five benchmark shapes: M = 4096 1.93-3.54x faster; M = 1024
-#: 1.87-2.03x where M N K >= 2^34, 0.54x / 0.82x on N7168 K2048 / N2112 K7168 (15.0 / 15.5 G);
-#: M = 512 1.18x / 1.51x on N24576 K1536 / N7168 K16384 (19.3 / 60 G), 0.30-0.86x or 1.18x below
-#: 2^34; M = 256 0.36-0.91x. (That run re-encoded with the word-parallel path, 10-85 us slower than
-#: the shipped per-code one; with the difference taken off, the rule still takes no shape where the
-#: path is slower, and leaves out M = 256 N7168 K16384 at about 1.2x.) The call waits on the host for the flag, so the host's launch time of
-#: the re-encoding and the GEMM (tens of us, varying from run to run: the same shape measured 82 us
-#: in session 23's call f and 242 us here at M = 1024 N7168 K2048) is paid in every call; the size
-#: rule keeps the path to GEMMs long enough to cover it.
+#: re-encodes the weight as block-scaled FP8 (one launch, ``expand.py``), runs the FP8 GEMM
+#: (``fp8_gemm``'s dispatch) and then the fused kernel as a guarded launch that only computes where
+#: the re-encoding was not exact (:func:`_fp4_via_fp8`; no host read, so CUDA-graph capture takes
+#: this path too). None: never. Measured on the H200 (docs/gemm.md, "Twenty-fourth session").
 EXPAND_MIN_M: int | None = 512
 #: the least M * N * K for the re-encode path (with :data:`EXPAND_MIN_M`); see there
 EXPAND_MIN_MNK: int = 2**34
@@ -446,44 +442,25 @@ def _expand_ok(a: torch.Tensor, n: int) -> bool:
     m, k = a.shape
     if EXPAND_MIN_M is None or m < EXPAND_MIN_M or m * n * k < EXPAND_MIN_MNK:
         return False
-    if a.is_cuda:  # FP8 tensor cores from sm_89; no host read inside a capture
-        return capability_at_least(a.device, (8, 9)) and not torch.cuda.is_current_stream_capturing()
+    if a.is_cuda:  # FP8 tensor cores from sm_89
+        return capability_at_least(a.device, (8, 9))
     return True  # CPU tensors sent down the Triton path: the interpreter
 
 
-_PINNED_FLAGS = threading.local()
-
-
-def _host_flag(bad: torch.Tensor) -> torch.Tensor:
-    """Start copying the device flag ``bad`` into a pinned host int32 without waiting for it. One
-    buffer per thread and device, reused: each call reads it before returning (pinned allocations
-    are too slow to make per call)."""
-    bufs = getattr(_PINNED_FLAGS, "bufs", None)
-    if bufs is None:
-        bufs = _PINNED_FLAGS.bufs = {}
-    buf = bufs.get(bad.device)
-    if buf is None:
-        buf = bufs[bad.device] = torch.zeros(1, dtype=torch.int32, pin_memory=True)
-    buf.copy_(bad, non_blocking=True)
-    return buf
-
-
-def _fp4_via_fp8(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> torch.Tensor | None:
-    """The re-encode + FP8 GEMM path, or None when the re-encoding is not exact for this weight.
-
-    On the GPU the flag travels to pinned host memory behind the re-encoding and the FP8 GEMM is
-    queued before the host waits for the flag's copy, so the GPU never idles on the host read (a
-    plain ``.item()`` before launching the GEMM left the GPU idle for the GEMM's host-side launch,
-    100-200 us on the H200). A rejected weight wastes that GEMM; real checkpoints do not have one."""
+def _fp4_via_fp8(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> torch.Tensor:
+    """The re-encode + FP8 GEMM path: C from the FP8 GEMM on the re-encoded weight, then the fused
+    kernel as a guarded launch over the same C, whose programs return at once unless the
+    re-encoding flagged the weight as not exact (a nonzero group more than 14 binades below its
+    block's largest scale, or a NaN scale), in which case it overwrites C with the exact result.
+    All on the device: no host synchronization (the twenty-third session's version read the flag on
+    the host, so every call paid the host's launch time of its kernels), and capturable in a CUDA
+    graph. The guarded launch costs one grid of programs that read one int32 each."""
     q, qs, bad = fp4_weight_to_fp8(b, b_s)
-    if not a.is_cuda:
-        return None if int(bad.item()) else fp8_triton.fp8_gemm(a, a_s, q, qs)
-    flag = _host_flag(bad)
-    copied = torch.cuda.Event()
-    copied.record()
     c = fp8_triton.fp8_gemm(a, a_s, q, qs)
-    copied.synchronize()
-    return None if int(flag[0]) else c
+    cfg, aligned = pick_fp4_config(a.shape[0])
+    extra = {"ASM": not interpret_mode(), "ALIGNED": aligned, "FAR": True, "GUARD": True, "guard_ptr": bad}
+    launch_gemm(_fp4_gemm_kernel, a, a_s, b, b_s, b.shape[0], a.shape[1] // 128, extra, 1, cfg, out=c)
+    return c
 
 
 def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None,
@@ -505,9 +482,7 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
         if _mma.mma_gemv_ok(a, b, b_s):
             return _mma.mma_gemv(a, a_s, b, b_s, fp4=True)
     if dispatch and _expand_ok(a, b.shape[0]):
-        c = _fp4_via_fp8(a, a_s, b, b_s)
-        if c is not None:
-            return c
+        return _fp4_via_fp8(a, a_s, b, b_s)
     step = 32 if WGMMA_GEMV_WIDE else 16
     if (dispatch and WGMMA_GEMV and fp8_triton.MMA_GEMV_MAX_M_FP4 < m <= WGMMA_GEMV_CHUNK_MAX_M
             and a_s.is_contiguous() and _wgmma.fp4_wgmma_gemv_ok(a[:step], b, b_s)

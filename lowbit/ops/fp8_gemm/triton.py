@@ -301,10 +301,11 @@ def _tma_ok(cfg: GemmConfig, a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def launch_gemm(kernel, a, a_s, b, b_s, n: int, k_blocks: int, extra: dict, split_k: int | None = None,
-                config=None, tma_kernel=None):
+                config=None, tma_kernel=None, out: torch.Tensor | None = None):
     """Shared launcher of the FP8 / FP4 GEMM kernels: config pick, split-K workspace, reduce.
 
-    ``config``: a :class:`GemmConfig` (or a tuple of its fields); ``split_k=None`` picks one."""
+    ``config``: a :class:`GemmConfig` (or a tuple of its fields); ``split_k=None`` picks one.
+    ``out``: a contiguous bf16 [M, N] to write instead of a new one (``split_k`` must be 1)."""
     m = a.shape[0]
     cfg = GemmConfig(*config) if config is not None else pick_config(m)
     tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
@@ -312,7 +313,9 @@ def launch_gemm(kernel, a, a_s, b, b_s, n: int, k_blocks: int, extra: dict, spli
         split_k = pick_split_k(tiles, k_blocks, sm_count(a.device, interpret=4), waves=cfg.waves)
     kb_per_split = triton.cdiv(k_blocks, split_k)
     split_k = triton.cdiv(k_blocks, kb_per_split)  # no empty splits
-    c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
+    if out is not None and split_k != 1:
+        raise ValueError(f"launch_gemm writes a given out only without split-K, got split_k={split_k}")
+    c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
     if m == 0 or n == 0:
         return c
     out = c if split_k == 1 else torch.empty((split_k, m, n), dtype=torch.float32, device=a.device)
