@@ -1,9 +1,12 @@
 """fp4_gemm at prefill sizes: the fused FP4 kernel against the re-encode + FP8 GEMM path
 (``lowbit/ops/fp4_gemm/expand.py``, switch ``fp4_gemm.triton.EXPAND_MIN_M``), same run, with
 ``torch._scaled_mm`` FP8 row-wise on the same shape and ``fp8_gemm`` on FP8 weights of the shape.
-Cold-L2 timer (``lowbit.bench.gemm.cold_us``, no graph: the path reads its flag on the host).
+Cold-L2 timer (``lowbit.bench.gemm.cold_us``: one call, its host launch time included where it
+outlasts the flush before it); ``--stack L``: also both paths as a layer stack of L weights in one
+CUDA graph (``stack_us``: GPU time, the host out of the picture; the path needs no host read since
+the twenty-fourth session, so it captures), ``fused_stack_us`` / ``expand_stack_us``.
 
-    python3 scripts/bench_fp4_expand.py [--ms 64,128,256,512,1024,4096] [--swar on|off] [--json $OUT/fp4_expand.json]
+    python3 scripts/bench_fp4_expand.py [--ms 64,128,256,512,1024,4096] [--swar on|off] [--stack 4] [--json F]
 
 Per (M, N, K): µs of fused / expand path / the re-encoding alone (``reencode_us``; and with the
 word-parallel path off, ``reencode_percode_us``: ``expand.SWAR``) / fp8_gemm / row-wise _scaled_mm,
@@ -28,11 +31,12 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--swar", choices=("on", "off", "default"), default="default",
                     help="the re-encoding's word-parallel path (expand.SWAR) for the whole run")
+    ap.add_argument("--stack", type=int, default=0, help="also time both paths as a stack of this many layers")
     args = ap.parse_args()
     import torch
 
     from lowbit.bench.flags import module_flags
-    from lowbit.bench.gemm import NK, _gemm_operands, cold_us, scaled_mm_calls
+    from lowbit.bench.gemm import NK, _gemm_operands, cold_us, scaled_mm_calls, stack_us
     from lowbit.formats import FP8
     from lowbit.ops.fp4_gemm import fp4_gemm
     from lowbit.ops.fp4_gemm import expand
@@ -65,6 +69,15 @@ def main() -> int:
                 rec["reencode_percode_us"] = round(cold_us(lambda: fp4_weight_to_fp8(wq.packed, wq.scale)), 2)
             rec["speedup"] = round(fused / expand_us, 2)
             rec["expand_vs_rowwise"] = round(rec["rowwise_us"] / expand_us, 2)
+            if args.stack:  # L distinct weights (the first is wq), one graph
+                ws = [wq] + [_gemm_operands(1, n, k, fp4=True)[2] for _ in range(args.stack - 1)]
+                fns = [lambda q=q: fp4_gemm(a.data, a.scale, q.packed, q.scale) for q in ws]
+                with module_flags(fp4_tr, {"EXPAND_MIN_M": None}):
+                    rec["fused_stack_us"] = round(stack_us(fns), 2)
+                with module_flags(fp4_tr, {"EXPAND_MIN_M": 1, "EXPAND_MIN_MNK": 0}):
+                    rec["expand_stack_us"] = round(stack_us(fns), 2)
+                rec["stack_speedup"] = round(rec["fused_stack_us"] / rec["expand_stack_us"], 2)
+                del ws, fns
             emit_row(rows, rec)
             del a, w, wq, w8
             torch.cuda.empty_cache()
