@@ -431,10 +431,16 @@ def _wgmma_gemv_chunks(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s:
 #: re-encodes the weight as block-scaled FP8 (one launch, ``expand.py``), runs the FP8 GEMM
 #: (``fp8_gemm``'s dispatch) and then the fused kernel as a guarded launch that only computes where
 #: the re-encoding was not exact (:func:`_fp4_via_fp8`; no host read, so CUDA-graph capture takes
-#: this path too). None: never. Measured on the H200 (docs/gemm.md, "Twenty-fourth session").
+#: this path too). None: never. H200, same run (twenty-fourth session, call f,
+#: ``scripts/bench_fp4_expand.py --stack 4``, docs/measurements/2026-12-03_session24_f_*), GPU time
+#: of a 4-layer stack in one graph, this path against the fused kernel on the five benchmark
+#: weights: M = 512 1.66-2.00x, M = 1024 1.75-2.53x, M = 4096 3.19-3.87x faster; M = 256
+#: 0.86-1.23x. One cold call (host launch time included where it outlasts the L2 flush before it:
+#: three launches here against one) varies more, 0.79-2.49x at M = 512 / 1024, so the path is
+#: also kept from the smallest GEMMs (M N K < 2^33: N2112 K7168 and N7168 K2048 at M = 512).
 EXPAND_MIN_M: int | None = 512
 #: the least M * N * K for the re-encode path (with :data:`EXPAND_MIN_M`); see there
-EXPAND_MIN_MNK: int = 2**34
+EXPAND_MIN_MNK: int = 2**33
 
 
 def _expand_ok(a: torch.Tensor, n: int) -> bool:
