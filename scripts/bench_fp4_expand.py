@@ -55,7 +55,7 @@ def main() -> int:
             with module_flags(fp4_tr, {"EXPAND_MIN_M": None}):
                 fused_out = call()
                 fused = cold_us(call)
-            with module_flags(fp4_tr, {"EXPAND_MIN_M": 1, "EXPAND_MIN_MNK": 0}):
+            with module_flags(fp4_tr, {"EXPAND_MIN_M": 1, "EXPAND_MIN_MNK": 0, "EXPAND_MIN_MNK_GRAPH": 0}):
                 exp_out = call()
                 expand_us = cold_us(call)
             _, rowwise = scaled_mm_calls(a.data, w8.data)
@@ -74,7 +74,7 @@ def main() -> int:
                 fns = [lambda q=q: fp4_gemm(a.data, a.scale, q.packed, q.scale) for q in ws]
                 with module_flags(fp4_tr, {"EXPAND_MIN_M": None}):
                     rec["fused_stack_us"] = round(stack_us(fns), 2)
-                with module_flags(fp4_tr, {"EXPAND_MIN_M": 1, "EXPAND_MIN_MNK": 0}):
+                with module_flags(fp4_tr, {"EXPAND_MIN_M": 1, "EXPAND_MIN_MNK": 0, "EXPAND_MIN_MNK_GRAPH": 0}):
                     rec["expand_stack_us"] = round(stack_us(fns), 2)
                 rec["stack_speedup"] = round(rec["fused_stack_us"] / rec["expand_stack_us"], 2)
                 del ws, fns

@@ -53,7 +53,7 @@ def main() -> int:
                "fp8_gemm_host_us": host_us(lambda: fp8_tr.fp8_gemm(a.data, a.scale, q, qs)),
                "guarded_host_us": host_us(lambda: tr.launch_gemm(tr._fp4_gemm_kernel, a.data, a.scale, wq.packed,
                                                                  wq.scale, n, k // 128, extra, 1, cfg, out=c))}
-        with module_flags(tr, {"EXPAND_MIN_M": 1, "EXPAND_MIN_MNK": 0}):
+        with module_flags(tr, {"EXPAND_MIN_M": 1, "EXPAND_MIN_MNK": 0, "EXPAND_MIN_MNK_GRAPH": 0}):
             call()
             rec["path_host_us"] = host_us(call)
             rec["path_cold_us"] = round(cold_us(call), 1)

@@ -340,6 +340,7 @@ def test_fp4_gemm_via_fp8(backend, monkeypatch, spread):
 
     monkeypatch.setattr(tr, "EXPAND_MIN_M", 128)  # above the decode paths' M bands
     monkeypatch.setattr(tr, "EXPAND_MIN_MNK", 0)
+    monkeypatch.setattr(tr, "EXPAND_MIN_MNK_GRAPH", 0)
     taken = []
     real = tr._fp4_via_fp8
     monkeypatch.setattr(tr, "_fp4_via_fp8", lambda *args: taken.append(1) or real(*args))
@@ -378,6 +379,7 @@ def test_cuda_fp4_gemm_via_fp8_and_in_a_graph(monkeypatch, m, n, k, spread):
 
     monkeypatch.setattr(tr, "EXPAND_MIN_M", 128)
     monkeypatch.setattr(tr, "EXPAND_MIN_MNK", 0)
+    monkeypatch.setattr(tr, "EXPAND_MIN_MNK_GRAPH", 0)
     taken = []
     real = tr._fp4_via_fp8
     monkeypatch.setattr(tr, "_fp4_via_fp8", lambda *args: taken.append(1) or real(*args))
@@ -435,13 +437,27 @@ def test_fp4_weight_to_fp8_word_parallel_path(backend, monkeypatch, spread):
 
 
 def test_expand_rule():
-    """The re-encode path's size rule (measured, see ``EXPAND_MIN_M``): M >= 512 and M N K >= 2^33;
-    CPU tensors (the interpreter path) follow the same rule."""
+    """The re-encode path's size rule (measured, see ``EXPAND_MIN_M``): M >= 512 and M N K >= 2^35 in
+    eager calls (2^33 inside capture: the cuda test below); CPU tensors (the interpreter path)
+    follow the eager rule."""
     from lowbit.ops.fp4_gemm import triton as tr
 
     def ok(m, n, k):
         return tr._expand_ok(torch.empty(m, k, dtype=torch.float8_e4m3fn), n)
 
-    assert ok(4096, 7168, 2048) and ok(1024, 7168, 2048) and ok(512, 4096, 7168) and ok(512, 24576, 1536)
-    assert not ok(512, 2112, 7168) and not ok(512, 7168, 2048)  # under 2^33
+    assert ok(4096, 7168, 2048) and ok(1024, 24576, 1536) and ok(512, 7168, 16384)
+    assert not ok(1024, 4096, 7168) and not ok(1024, 7168, 2048) and not ok(512, 24576, 1536)  # under 2^35
     assert not ok(256, 7168, 16384)  # below EXPAND_MIN_M whatever the size
+
+
+@pytest.mark.cuda
+def test_cuda_expand_rule_under_capture(monkeypatch):
+    """Inside CUDA-graph capture (faked: the rule only asks the stream) the bar is M N K >= 2^33."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU: this tier runs on the H200 (pytest -m cuda)")
+    from lowbit.ops.fp4_gemm import triton as tr
+
+    a = torch.empty(512, 7168, dtype=torch.float8_e4m3fn, device="cuda")
+    assert not tr._expand_ok(a, 4096)  # eager: under 2^35
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert tr._expand_ok(a, 4096) and not tr._expand_ok(a, 2112)

@@ -427,30 +427,38 @@ def _wgmma_gemv_chunks(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s:
     return c
 
 
-#: from this many activation rows on, and where M * N * K reaches :data:`EXPAND_MIN_MNK`, fp4_gemm
-#: re-encodes the weight as block-scaled FP8 (one launch, ``expand.py``), runs the FP8 GEMM
-#: (``fp8_gemm``'s dispatch) and then the fused kernel as a guarded launch that only computes where
-#: the re-encoding was not exact (:func:`_fp4_via_fp8`; no host read, so CUDA-graph capture takes
-#: this path too). None: never. H200, same run (twenty-fourth session, call f,
-#: ``scripts/bench_fp4_expand.py --stack 4``, docs/measurements/2026-12-03_session24_f_*), GPU time
-#: of a 4-layer stack in one graph, this path against the fused kernel on the five benchmark
-#: weights: M = 512 1.66-2.00x, M = 1024 1.75-2.53x, M = 4096 3.19-3.87x faster; M = 256
-#: 0.86-1.23x. One cold call (host launch time included where it outlasts the L2 flush before it:
-#: three launches here against one) varies more, 0.79-2.49x at M = 512 / 1024, so the path is
-#: also kept from the smallest GEMMs (M N K < 2^33: N2112 K7168 and N7168 K2048 at M = 512).
+#: from this many activation rows on, and where M * N * K reaches :data:`EXPAND_MIN_MNK` (eager) or
+#: :data:`EXPAND_MIN_MNK_GRAPH` (inside CUDA-graph capture), fp4_gemm re-encodes the weight as
+#: block-scaled FP8 (one launch, ``expand.py``), runs the FP8 GEMM (``fp8_gemm``'s dispatch) and
+#: then the fused kernel as a guarded launch that only computes where the re-encoding was not exact
+#: (:func:`_fp4_via_fp8`; no host read, so graphs capture it). None: never. Measured on the H200,
+#: twenty-fourth session (docs/gemm.md "Twenty-fourth session", docs/measurements/2026-12-03_session24_*):
+#:
+#: * GPU time, a 4-layer stack in one graph (call f, ``scripts/bench_fp4_expand.py --stack 4``), this
+#:   path against the fused kernel on the five benchmark weights: M = 512 1.66-2.00x, M = 1024
+#:   1.75-2.53x, M = 4096 3.19-3.87x faster; M = 256 0.86-1.23x.
+#: * Host time of one call (call h, ``scripts/probe_fp4_path_host.py``): 250-335 us for the path's
+#:   three launches and allocations (fp8_gemm's dispatch alone 83-124 us) against 100-110 us for the
+#:   fused kernel. Eager code is bound by the larger of the two, so eagerly the path pays only
+#:   where the fused kernel runs for well over 300 us: M N K >= 2^35 (at about 250 TFLOP/s).
+#:   Replaying a graph costs no host time, hence the lower bar under capture.
 EXPAND_MIN_M: int | None = 512
-#: the least M * N * K for the re-encode path (with :data:`EXPAND_MIN_M`); see there
-EXPAND_MIN_MNK: int = 2**33
+#: the least M * N * K for the re-encode path in eager calls (with :data:`EXPAND_MIN_M`); see there
+EXPAND_MIN_MNK: int = 2**35
+#: the same inside CUDA-graph capture (GPU time alone decides)
+EXPAND_MIN_MNK_GRAPH: int = 2**33
 
 
 def _expand_ok(a: torch.Tensor, n: int) -> bool:
     """Whether fp4_gemm takes the re-encode + FP8 GEMM path for these activations and N weight rows."""
     m, k = a.shape
-    if EXPAND_MIN_M is None or m < EXPAND_MIN_M or m * n * k < EXPAND_MIN_MNK:
+    if EXPAND_MIN_M is None or m < EXPAND_MIN_M:
         return False
     if a.is_cuda:  # FP8 tensor cores from sm_89
-        return capability_at_least(a.device, (8, 9))
-    return True  # CPU tensors sent down the Triton path: the interpreter
+        graph = torch.cuda.is_current_stream_capturing()
+        least = EXPAND_MIN_MNK_GRAPH if graph else EXPAND_MIN_MNK
+        return m * n * k >= least and capability_at_least(a.device, (8, 9))
+    return m * n * k >= EXPAND_MIN_MNK  # CPU tensors sent down the Triton path: the interpreter
 
 
 def _fp4_via_fp8(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> torch.Tensor:
