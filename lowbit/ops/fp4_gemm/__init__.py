@@ -68,10 +68,10 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     in fp32; bf16 at the end. Returns a new bf16 ``[..., N]``; nothing is mutated.
 
     On the GPU from ``triton.EXPAND_MIN_M`` (512) rows on where ``M * N * K >=
-    triton.EXPAND_MIN_MNK`` (2^35; 2^33 inside CUDA-graph capture), the weight is re-encoded per call into a temporary E4M3
-    ``[N, K]`` copy (``expand.py``) for the FP8 GEMM; the fused kernel follows as a launch that
-    computes only where that re-encoding was not exact (decided on the device: no host wait, CUDA
-    graphs capture it).
+    triton.EXPAND_MIN_MNK`` (2^35; 2^33 inside CUDA-graph capture), the weight is re-encoded per
+    call into a temporary E4M3 ``[N, K]`` copy (``expand.py``) for the FP8 GEMM; the fused kernel
+    follows as a launch that computes only where that re-encoding was not exact (decided on the
+    device: no host wait, CUDA graphs capture it).
     """
     validate(a, a_s, b, b_s)
     if _FP4X2 is not None and b.dtype == _FP4X2:

@@ -11,7 +11,8 @@ Exactness (``reference.fp4_weight_to_fp8_ref`` is the definition): a block's sca
 ``2^(E - 133)`` with E its largest scale byte, and a group with byte e stores
 ``e2m1 * 2^(6 - (E - e))``; every such value is an E4M3 value while ``E - e <= 14``
 (``FAR_SHIFT``). A group further below (with a nonzero code) or a 255 (NaN) scale byte sets the
-``bad`` flag, and the caller uses the fused kernel instead. Real checkpoints' scales within a 128 x
+``bad`` flag, and the fused kernel's result replaces the FP8 GEMM's (``triton._fp4_via_fp8``: a
+guarded launch that reads the flag on the device). Real checkpoints' scales within a 128 x
 128 block span a few binades, so the flag is a guard, not the common case.
 """
 from __future__ import annotations
