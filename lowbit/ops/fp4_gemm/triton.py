@@ -21,7 +21,6 @@ decode, where the op is bandwidth-bound on half the bytes of FP8.
 """
 from __future__ import annotations
 
-
 import torch
 import triton
 import triton.language as tl
