@@ -24,6 +24,10 @@ if ROOT not in sys.path:
 
 from scripts.bench_rows import emit_row, save_rows  # noqa: E402
 
+#: ``fp4_gemm.triton`` switches that send every call down the re-encode path, and none of them
+PATH_ON = {"EXPAND_MIN_M": 1, "EXPAND_MIN_MNK": 0, "EXPAND_MIN_MNK_GRAPH": 0}
+PATH_OFF = {"EXPAND_MIN_M": None}
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -52,10 +56,10 @@ def main() -> int:
             a, w, wq = _gemm_operands(m, n, k, fp4=True)
             w8 = FP8.quantize(w, "block", 128)
             call = lambda: fp4_gemm(a.data, a.scale, wq.packed, wq.scale)  # noqa: E731
-            with module_flags(fp4_tr, {"EXPAND_MIN_M": None}):
+            with module_flags(fp4_tr, PATH_OFF):
                 fused_out = call()
                 fused = cold_us(call)
-            with module_flags(fp4_tr, {"EXPAND_MIN_M": 1, "EXPAND_MIN_MNK": 0, "EXPAND_MIN_MNK_GRAPH": 0}):
+            with module_flags(fp4_tr, PATH_ON):
                 exp_out = call()
                 expand_us = cold_us(call)
             _, rowwise = scaled_mm_calls(a.data, w8.data)
@@ -72,9 +76,9 @@ def main() -> int:
             if args.stack:  # L distinct weights (the first is wq), one graph
                 ws = [wq] + [_gemm_operands(1, n, k, fp4=True)[2] for _ in range(args.stack - 1)]
                 fns = [lambda q=q: fp4_gemm(a.data, a.scale, q.packed, q.scale) for q in ws]
-                with module_flags(fp4_tr, {"EXPAND_MIN_M": None}):
+                with module_flags(fp4_tr, PATH_OFF):
                     rec["fused_stack_us"] = round(stack_us(fns), 2)
-                with module_flags(fp4_tr, {"EXPAND_MIN_M": 1, "EXPAND_MIN_MNK": 0, "EXPAND_MIN_MNK_GRAPH": 0}):
+                with module_flags(fp4_tr, PATH_ON):
                     rec["expand_stack_us"] = round(stack_us(fns), 2)
                 rec["stack_speedup"] = round(rec["fused_stack_us"] / rec["expand_stack_us"], 2)
                 del ws, fns

@@ -39,6 +39,7 @@ def main() -> int:
     from lowbit.ops.fp4_gemm import fp4_gemm
     from lowbit.ops.fp4_gemm import triton as tr
     from lowbit.ops.fp8_gemm import triton as fp8_tr
+    from scripts.bench_fp4_expand import PATH_OFF, PATH_ON
 
     for spec in args.shapes.split(","):
         m, n, k = (int(v) for v in spec.split("x"))
@@ -53,11 +54,11 @@ def main() -> int:
                "fp8_gemm_host_us": host_us(lambda: fp8_tr.fp8_gemm(a.data, a.scale, q, qs)),
                "guarded_host_us": host_us(lambda: tr.launch_gemm(tr._fp4_gemm_kernel, a.data, a.scale, wq.packed,
                                                                  wq.scale, n, k // 128, extra, 1, cfg, out=c))}
-        with module_flags(tr, {"EXPAND_MIN_M": 1, "EXPAND_MIN_MNK": 0, "EXPAND_MIN_MNK_GRAPH": 0}):
+        with module_flags(tr, PATH_ON):
             call()
             rec["path_host_us"] = host_us(call)
             rec["path_cold_us"] = round(cold_us(call), 1)
-        with module_flags(tr, {"EXPAND_MIN_M": None}):
+        with module_flags(tr, PATH_OFF):
             call()
             rec["fused_host_us"] = host_us(call)
             rec["fused_cold_us"] = round(cold_us(call), 1)

@@ -318,7 +318,7 @@ def launch_gemm(kernel, a, a_s, b, b_s, n: int, k_blocks: int, extra: dict, spli
     c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
     if m == 0 or n == 0:
         return c
-    out = c if split_k == 1 else torch.empty((split_k, m, n), dtype=torch.float32, device=a.device)
+    dst = c if split_k == 1 else torch.empty((split_k, m, n), dtype=torch.float32, device=a.device)
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
     a_s = a_s.view(torch.uint8) if as_e8m0 else a_s
     meta = dict(AS_E8M0=as_e8m0, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, GROUP_M=cfg.group_m,
@@ -328,13 +328,13 @@ def launch_gemm(kernel, a, a_s, b, b_s, n: int, k_blocks: int, extra: dict, spli
 
         a_desc = TensorDescriptor.from_tensor(a, [cfg.block_m, 128])
         b_desc = TensorDescriptor.from_tensor(b, [cfg.block_n, 128])
-        tma_kernel[(tiles, split_k)](a_desc, a_s, b_desc, b_s, out, m, n, a.shape[1], k_blocks, kb_per_split, **meta)
+        tma_kernel[(tiles, split_k)](a_desc, a_s, b_desc, b_s, dst, m, n, a.shape[1], k_blocks, kb_per_split, **meta)
     else:
-        kernel[(tiles, split_k)](a, a_s, b, b_s, out, m, n, a.shape[1], k_blocks, kb_per_split,
+        kernel[(tiles, split_k)](a, a_s, b, b_s, dst, m, n, a.shape[1], k_blocks, kb_per_split,
                                  SWAP_AB=cfg.swap_ab, INTERPRET=interpret_mode(), **meta)
     if split_k > 1:
         block = 1024
-        _split_k_reduce_kernel[(triton.cdiv(m * n, block),)](out, c, m * n, SPLIT_K=split_k, BLOCK=block, num_warps=4)
+        _split_k_reduce_kernel[(triton.cdiv(m * n, block),)](dst, c, m * n, SPLIT_K=split_k, BLOCK=block, num_warps=4)
     return c
 
 
