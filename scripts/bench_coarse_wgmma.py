@@ -28,24 +28,27 @@ from head_bench import RecordLog, random_head  # noqa: E402
 
 
 def _paths():
-    """(name, WGMMA_M_RANGE, WGMMA_TABLE_BITS, PERSIST_WS) of the dispatches compared: the
-    int8-wgmma pass at every M as its whole-row variant ("table", INT2 only; "persist": its
-    warp-specialized kernel persistent) and per group ("wgmma"), and none ("previous": the
-    mma.sync pass up to M = 16, the band kernels beyond)."""
+    """(name, WGMMA_M_RANGE, WGMMA_TABLE_BITS, PERSIST_WS, X_WIDE) of the dispatches compared:
+    the int8-wgmma pass at every M as its whole-row variant ("table", INT2 only; "persist": its
+    warp-specialized kernel persistent; "table x narrow": that kernel fed x in per-plane tiles of
+    32-byte rows, as before the twenty-fifth session) and per group ("wgmma"), and none
+    ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import TABLE_BITS, WGMMA_BITS
 
     every = {b: (1, 64) for b in WGMMA_BITS}
-    return (("persist", every, TABLE_BITS, True), ("table", every, TABLE_BITS, False), ("wgmma", every, (), False),
-            ("previous", {}, (), False))
+    return (("persist", every, TABLE_BITS, True, True), ("table", every, TABLE_BITS, False, True),
+            ("table x narrow", every, TABLE_BITS, False, False), ("wgmma", every, (), False, True),
+            ("previous", {}, (), False, True))
 
 
-def _set_path(ch, rng: dict, table_bits: tuple, persist: bool) -> None:
+def _set_path(ch, rng: dict, table_bits: tuple, persist: bool, wide: bool) -> None:
     from lowbit.ops.coarse_head import gluon_wgmma
 
     ch.WGMMA_M_RANGE.clear()
     ch.WGMMA_M_RANGE.update(rng)
     ch.WGMMA_TABLE_BITS = table_bits
     gluon_wgmma.PERSIST_WS = persist
+    gluon_wgmma.X_WIDE = wide
 
 
 def main() -> int:
@@ -56,6 +59,7 @@ def main() -> int:
     ap.add_argument("--shapes", default="124160x5120")
     ap.add_argument("--real", default=None)
     ap.add_argument("--no-previous", action="store_true", help="time the wgmma paths only")
+    ap.add_argument("--paths", default=None, help="comma-separated path names to time (default: all)")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -71,9 +75,11 @@ def main() -> int:
     paths = _paths()
     from lowbit.ops.coarse_head import gluon_wgmma
 
-    default = (dict(ch.WGMMA_M_RANGE), ch.WGMMA_TABLE_BITS, gluon_wgmma.PERSIST_WS)
+    default = (dict(ch.WGMMA_M_RANGE), ch.WGMMA_TABLE_BITS, gluon_wgmma.PERSIST_WS, gluon_wgmma.X_WIDE)
     if args.no_previous:
-        paths = paths[:3]
+        paths = paths[:4]
+    if args.paths:
+        paths = tuple(p for p in paths if p[0] in args.paths.split(","))
     ms = [int(v) for v in args.ms.split(",")]
     for shape in args.shapes.split(","):
         n, k = (int(v) for v in shape.split("x"))
@@ -89,10 +95,10 @@ def main() -> int:
             for bits, h in heads.items():
                 p = h._ensure_packed()
                 floor = p.nbytes / (bw * 1e3)
-                for name, rng, tb, persist in paths:
+                for name, rng, tb, persist, wide in paths:
                     if tb and bits not in tb:
                         continue
-                    _set_path(ch, rng, tb, persist)
+                    _set_path(ch, rng, tb, persist, wide)
                     try:
                         ids = h.argmax(x)
                         ta = time_us(lambda: h.argmax(x), graph=True)
@@ -125,10 +131,10 @@ def main() -> int:
                 h = DraftHead(w, bits=bits, mode="fast", kcand=kc, rerank=r)
                 for m in (16, 64):
                     t_lin = time_us(lambda: F.linear(hidden[:m], w).argmax(-1), graph=True)
-                    for name, rng, tb, persist in paths:
+                    for name, rng, tb, persist, wide in paths:
                         if tb and bits not in tb:
                             continue
-                        _set_path(ch, rng, tb, persist)
+                        _set_path(ch, rng, tb, persist, wide)
                         agree = rec = 0
                         for s0 in range(0, hidden.shape[0] - m + 1, m):
                             xb = hidden[s0:s0 + m]

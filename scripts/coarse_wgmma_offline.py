@@ -53,6 +53,9 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
     (2, 64, 128, 3, 8, False, False, 1, None, "ws"),
     (2, 8, 128, 4, 8, False, False, 1, 64, "ws"),  # the shipped caps (MAXNREG_WS)
     (2, 64, 128, 3, 8, False, False, 1, 96, "ws"),
+    (2, 8, 128, 4, 8, False, False, 1, 64, "wsx"),  # x as side-by-side tiles (X_WIDE)
+    (2, 16, 128, 4, 8, False, False, 1, 64, "wsx"),
+    (2, 32, 128, 4, 8, False, False, 1, 64, "wsx"),
 )
 
 
@@ -67,22 +70,24 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     ns = ell // 64
     packed = torch.empty((n, ell), dtype=torch.uint8)
     sz = torch.empty((n, ns * 4), dtype=torch.int32)
-    xq = torch.empty((ns * p * 2 * nb, 32), dtype=torch.int8)
+    wide = table == "wsx"
+    xq = torch.empty((ns * 2 * nb, 32 * p) if wide else (ns * p * 2 * nb, 32), dtype=torch.int8)
     xs = torch.empty((ns * 4, nb), dtype=torch.int32)
     w_l, sz_l, x_l, xs_l = g._layouts(block, nb, ch)
     nblk = -(-n // block)
     args = dict(w_desc=TensorDescriptor.from_tensor(packed, [block, 64 * ch], w_l),
                 sz_desc=TensorDescriptor.from_tensor(sz, [block, 4], sz_l),
-                x_desc=TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l),
+                x_desc=(TensorDescriptor.from_tensor(xq, [nb, 32 * p], g._wide_layout(p)) if wide
+                        else TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)),
                 xs_desc=TensorDescriptor.from_tensor(xs, [4, nb], xs_l),
                 sx_ptr=torch.empty(nb), r_ptr=torch.empty(n), ck_ptr=torch.empty(nb, nblk * kcand),
                 ci_ptr=torch.empty(nb, nblk * kcand, dtype=torch.int64), lg_ptr=torch.empty(1),
-                M=nb, N=n, NBLK=nblk, NS=ns // ch, **({"GRID": nblk} if table == "ws" else {}))
+                M=nb, N=n, NBLK=nblk, NS=ns // ch, **({"GRID": nblk} if table in ("ws", "wsx") else {}))
     w = block // 16
     reg = {"maxnreg": maxnreg} if maxnreg else {}
-    if table == "ws":  # the warp-specialized whole-row kernel
+    if table in ("ws", "wsx"):  # the warp-specialized whole-row kernel
         constexprs = dict(NB=nb, P=p, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w,
-                          PRODUCER_REGS=g.PRODUCER_REGS)
+                          PRODUCER_REGS=g.PRODUCER_REGS, XW=wide)
         return compile_gluon_sm90(g._coarse_table_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS", "GRID"},
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,

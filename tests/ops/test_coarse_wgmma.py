@@ -19,6 +19,7 @@ import lowbit
 from lowbit.formats import INTx
 from lowbit.ops.coarse_head import reference as ref
 from lowbit.ops.coarse_head.gluon_wgmma import table_coefficients, table_reference, wgmma_sz, wgmma_table
+from lowbit.ops.coarse_head import x_int8
 from lowbit.ops.coarse_head.x_int8 import prmt_k_order, prmt_source, tile_reference, x_int8_reference, x_int8_tiles
 from tests._helpers import rel_err
 
@@ -56,28 +57,50 @@ def test_x_int8_reference_is_the_ieee_fp32_definition():
     assert np.array_equal(sx.numpy(), amax / np.float32(127.0))
 
 
-@pytest.mark.parametrize("bits,k,m,dtype,perm", [(2, 640, 3, torch.float32, False), (4, 576, 9, torch.bfloat16, False),
-                                                 (2, 208, 8, torch.float16, False), (4, 1024, 1, torch.float32, False),
-                                                 (2, 640, 3, torch.bfloat16, True), (2, 208, 5, torch.float32, True)])
-def test_x_int8_tiles_match_the_definition(backend, bits, k, m, dtype, perm):
+@pytest.mark.parametrize("bits,k,m,dtype,perm,wide,pairs", [
+    (2, 640, 3, torch.float32, False, False, 16), (4, 576, 9, torch.bfloat16, False, False, 16),
+    (2, 208, 8, torch.float16, False, False, 16), (4, 1024, 1, torch.float32, False, False, 16),
+    (2, 640, 3, torch.bfloat16, True, False, 16), (2, 208, 5, torch.float32, True, False, 16),
+    (2, 640, 3, torch.bfloat16, True, True, 16), (2, 1008, 9, torch.float32, True, True, 2),
+    (4, 576, 2, torch.float16, False, True, 4), (2, 640, 1, torch.bfloat16, False, False, 4)])
+def test_x_int8_tiles_match_the_definition(backend, monkeypatch, bits, k, m, dtype, perm, wide, pairs):
     """The kernel's codes, 64-sums and scales equal the torch definition bit for bit (interpreter
-    and GPU), in plane order and in the byte-permute order; rows past M and K positions past K are
-    zero."""
+    and GPU), in plane order and in the byte-permute order, in the per-plane and the side-by-side
+    (``wide``) tile layouts, with one or several programs a row (``pairs``: the (stage, plane) pairs
+    a program step takes); rows past M and K positions past K are zero."""
     if not backend.is_triton:
         pytest.skip("a Triton kernel: the interpret / cuda tiers run it (the reference tier has nothing to compare)")
+    monkeypatch.setattr(x_int8, "X_TILE_PAIRS", pairs)
     p = 8 // bits
     ell = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=64).packed.shape[1]
     nb = max(8, 1 << (m - 1).bit_length())
     x = _x(m, k, dtype=dtype).to(backend.device)
     with backend.active():
-        xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=perm)
+        xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=perm, wide=wide)
     q, s = x_int8_reference(x.cpu())
-    tq, ts = tile_reference(q, ell, p, nb, perm=perm)
+    tq, ts = tile_reference(q, ell, p, nb, perm=perm, wide=wide)
     assert torch.equal(xq.cpu(), tq)
     ns = ell // 64
     rows = torch.tensor([si * 4 + j for si in range(ns) for j in range(p)])
     assert torch.equal(xs.cpu()[rows], ts[rows])
     assert torch.equal(sx.cpu()[:m], s) and (sx.cpu()[m:] == 0).all()
+
+
+@pytest.mark.parametrize("planes,perm", [(4, True), (4, False), (2, False)])
+def test_wide_tiles_are_the_tiles_side_by_side(planes, perm):
+    """xq_wide[(s 2 + c) NB + m, 32 j + b] = xq_tiles[((s P + j) 2 + c) NB + m, b] (the module
+    docstring's definition), element by element."""
+    g = torch.Generator().manual_seed(5)
+    ell, nb = 192, 8
+    q = torch.randint(-127, 128, (3, planes * ell - 7), generator=g).to(torch.int8)
+    t, xs = tile_reference(q, ell, planes, nb, perm=perm)
+    tw, xs_w = tile_reference(q, ell, planes, nb, perm=perm, wide=True)
+    assert tw.shape == (ell // 64 * 2 * nb, 32 * planes) and torch.equal(xs, xs_w)
+    for s_ in range(ell // 64):
+        for c in range(2):
+            for j in range(planes):
+                for m in (0, 2, 5):
+                    assert torch.equal(tw[(s_ * 2 + c) * nb + m, 32 * j:32 * j + 32], t[((s_ * planes + j) * 2 + c) * nb + m])
 
 
 def test_x_int8_tiles_validates():
@@ -337,14 +360,16 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, bits, group, n, k, m, bloc
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws,persist", [(True, False), (False, False), (True, True)])
+@pytest.mark.parametrize("ws,persist,wide", [(True, False, True), (True, False, False), (False, False, False),
+                                             (True, True, True), (True, True, False)])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[0] == 2])
 def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, ws,
-                                              persist):
-    """The whole-row variant (warp-specialized kernel, also persistent -- here on 2 "SMs", so each
-    program loops over many row blocks where the ring divides the stages -- and the
-    single-partition loop): logits against its reference from the same words (exact int64 sums),
-    candidates against the per-block top-kcand of its own logits; every output written."""
+                                              persist, wide):
+    """The whole-row variant (warp-specialized kernel with x in side-by-side tiles or per plane,
+    also persistent -- here on 2 "SMs", so each program loops over many row blocks where the ring
+    divides the stages -- and the single-partition loop): logits against its reference from the
+    same words (exact int64 sums), candidates against the per-block top-kcand of its own logits;
+    every output written."""
     g = _kernel_or_skip()
     monkeypatch.setattr(g, "sm_count", lambda device, interpret: 2)
     w = torch.randn(n, k) * 0.05
@@ -353,7 +378,7 @@ def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, monkeypatch, bits, g
     x = _x(m, k, seed=2, dtype=torch.bfloat16)
     words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, table_r=r.cuda(), ws=ws, persist=persist)
+                         write_logits=True, table_r=r.cuda(), ws=ws, persist=persist, wide=wide)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     q, sx = x_int8_reference(x)
     assert not torch.isnan(lg).any()

@@ -208,23 +208,29 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0,
                      STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, CH: gl.constexpr, pred,
-                     TABLE: gl.constexpr = False):
+                     TABLE: gl.constexpr = False, XW: gl.constexpr = False):
         """TMA of stage i (CH 64-byte chunks) into ring slot i % STAGES: codes [R, 64 CH]; per
-        chunk the words [R, 4], the x tiles of the P planes [2 NB, 32] each and (not with TABLE,
-        which needs none) the x sums [4, NB]."""
+        chunk the words [R, 4], the x tiles of the P planes [2 NB, 32] each -- XW: the two halves'
+        side-by-side tiles [NB, 32 P] (``x_int8`` ``wide``) -- and (not with TABLE, which needs
+        none) the x sums [4, NB]."""
         slot = i % STAGES
         bar = bars.index(slot)
         XB: gl.constexpr = x_desc.block_type.nbytes
+        XN: gl.constexpr = 2 if XW else P  # x boxes a chunk
         XSB: gl.constexpr = 0 if TABLE else xs_desc.block_type.nbytes
-        nbytes: gl.constexpr = w_desc.block_type.nbytes + CH * (sz_desc.block_type.nbytes + P * XB + XSB)
+        nbytes: gl.constexpr = w_desc.block_type.nbytes + CH * (sz_desc.block_type.nbytes + XN * XB + XSB)
         mbarrier.expect(bar, nbytes, pred=pred)
         tma.async_copy_global_to_shared(w_desc, [row0, i * (64 * CH)], bar, w_bufs.index(slot), pred)
         for ch in gl.static_range(CH):
             c = i * CH + ch  # global 64-byte chunk
             tma.async_copy_global_to_shared(sz_desc, [row0, c * 4], bar, sz_bufs.index(slot * CH + ch), pred)
-            for j in gl.static_range(P):
-                tma.async_copy_global_to_shared(x_desc, [(c * P + j) * 2 * NB, 0], bar,
-                                                x_bufs.index((slot * CH + ch) * P + j), pred)
+            for j in gl.static_range(XN):
+                if XW:
+                    tma.async_copy_global_to_shared(x_desc, [(c * 2 + j) * NB, 0], bar,
+                                                    x_bufs.index((slot * CH + ch) * 2 + j), pred)
+                else:
+                    tma.async_copy_global_to_shared(x_desc, [(c * P + j) * 2 * NB, 0], bar,
+                                                    x_bufs.index((slot * CH + ch) * P + j), pred)
             if not TABLE:
                 tma.async_copy_global_to_shared(xs_desc, [c * 4, 0], bar, xs_bufs.index(slot * CH + ch), pred)
 
@@ -312,12 +318,13 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB: gl.constexpr, W: gl.constexpr,
-                         P: gl.constexpr, CH: gl.constexpr):
+                         P: gl.constexpr, CH: gl.constexpr, XW: gl.constexpr = False):
         """acc (int32) += the CH chunks of the stage in ``slot``, whole-row variant: per chunk both
         32-byte halves decoded (``_prmt_word``: 4 registers of weights each) before the first of its
         8 wgmmas is issued -- ptxas serializes wgmmas whose register inputs are defined after the
         first one starts (C7513) -- then one wgmma chain; all retired on return (the caller
-        refills the slot next)."""
+        refills the slot next). XW: ``xt_bufs`` holds the side-by-side x tiles [2 slots CH, NB,
+        32 P] and the B operand of (register j, half h) is the 32-byte column slice j of tile h."""
         mma: gl.constexpr = acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         c_l: gl.constexpr = _codes_layout(W)
@@ -335,7 +342,11 @@ if _GLUON_IMPORT_ERROR is None:
             for h in gl.static_range(2):
                 for j in gl.static_range(4):
                     a = gl.convert_layout((v0 if h == 0 else v1)[j], a_l, assert_trivial=True)
-                    acc = warpgroup_mma(a, xt_bufs.index(2 * (u * P + j) + h).permute((1, 0)), acc, is_async=True)
+                    if XW:
+                        b = xt_bufs.index(2 * u + h).slice(32 * j, 32, dim=1)
+                    else:
+                        b = xt_bufs.index(2 * (u * P + j) + h)
+                    acc = warpgroup_mma(a, b.permute((1, 0)), acc, is_async=True)
         return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
@@ -425,7 +436,7 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _ws_table_consumer(w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
                            NBLK, NS, GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr,
-                           KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr):
+                           KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr, XW: gl.constexpr = False):
         """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage, wait
         for its TMA, run the whole-row decode and wgmma chain, hand the slot back (partition
         barrier, one arrive); then the block's epilogue. The stage loop is unrolled by the ring, so
@@ -448,7 +459,7 @@ if _GLUON_IMPORT_ERROR is None:
                 for slot in gl.static_range(STAGES):
                     if i0 + slot < NS:
                         mbarrier.wait(ready.index(slot), phase)
-                        acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, 1)
+                        acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, 1, XW)
                         gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
                         mbarrier.arrive(empty.index(slot))
             lap0 += NS // STAGES
@@ -459,7 +470,8 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _ws_table_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
-                           NS, GRID, STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr):
+                           NS, GRID, STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr,
+                           XW: gl.constexpr = False):
         """Worker partition (1 warp): for each of the program's row blocks, the TMA of stage i into
         slot i % STAGES once the consumers released it (free on the first lap: a wait on parity 1
         of a fresh mbarrier returns at once). It runs on into the next block while the consumers
@@ -469,13 +481,14 @@ if _GLUON_IMPORT_ERROR is None:
             for i in range(0, NS):
                 mbarrier.wait(empty.index(i % STAGES), ((c // STAGES) & 1) ^ 1)
                 _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i, blk * R,
-                             STAGES, P, NB, 1, True, True)
+                             STAGES, P, NB, 1, True, True, XW)
                 c += 1
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS", "GRID"])
     def _coarse_table_ws_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
                                 NS, GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
-                                WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+                                WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                                XW: gl.constexpr = False):
         """The whole-row variant of ``_coarse_wgmma_kernel`` (same arguments, CH = 1, plus GRID: the
         programs launched, each taking row blocks ``pid, pid + GRID, ...``) with its TMA issued by a
         1-warp producer partition (``ready`` / ``empty`` mbarrier pair per slot): the consumer
@@ -485,8 +498,12 @@ if _GLUON_IMPORT_ERROR is None:
         xt_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
         w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64], w_desc.layout)
         sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, R, 4], sz_desc.layout)
-        x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * P, 2 * NB, 32], x_desc.layout)
-        xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * P * 2, NB, 32], xt_sl)
+        if XW:  # the side-by-side tiles: their TMA box is the wgmmas' B tile, 32 P-byte rows
+            x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * 2, NB, 32 * P], x_desc.layout)
+            xt_bufs = x_bufs
+        else:
+            x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * P, 2 * NB, 32], x_desc.layout)
+            xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * P * 2, NB, 32], xt_sl)
         xs_bufs = gl.allocate_shared_memory(gl.int32, [1, 4, NB], xs_desc.layout)  # unused: no x sums
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -496,9 +513,9 @@ if _GLUON_IMPORT_ERROR is None:
         fence_async_shared()
         gl.warp_specialize([
             (_ws_table_consumer, (w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
-                                  NBLK, NS, GRID, NB, P, STAGES, KCAND, WRITE_LOGITS, W)),
+                                  NBLK, NS, GRID, NB, P, STAGES, KCAND, WRITE_LOGITS, W, XW)),
             (_ws_table_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
-                                  NS, GRID, STAGES, P, NB, R)),
+                                  NS, GRID, STAGES, P, NB, R, XW)),
         ], [1], [PRODUCER_REGS])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
@@ -553,6 +570,19 @@ MAXNREG_TABLE: dict = {}
 MAXNREG_WS: dict = {8: 64, 16: 64, 32: 64, 64: 96}  # 64 and 80 timed alike at M = 8..32
 
 
+#: the warp-specialized whole-row kernel takes x as side-by-side tiles (``x_int8`` ``wide``): a
+#: stage's x in two TMA boxes of NB rows x 128 bytes instead of four of 2 NB rows x 32 bytes. A
+#: read-only ring of the pass's operands (H200, session 25, ``scripts/probe_coarse_stream.py``):
+#: codes + words 49 us, + x in 32-byte rows 64 us at M = 1 (74 at M = 16)
+X_WIDE = True
+
+
+@functools.cache
+def _wide_layout(p: int):
+    """Shared layout of a side-by-side x box [NB, 32 P] (int8, rows of 32 P bytes swizzled)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=32 * p, element_bitwidth=8, rank=2)
+
+
 @functools.cache
 def _layouts(rows: int, nb: int, ch: int = 1):
     """Shared layouts of the TMA boxes, built once per (CTA height, NB, chunks a stage)."""
@@ -565,7 +595,8 @@ def _layouts(rows: int, nb: int, ch: int = 1):
 def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: int, bits: int, block: int,
                  kcand: int, write_logits: bool, table_r: torch.Tensor | None = None, stages: int | None = None,
                  pipe: bool | None = None, magic: bool | None = None, chunks: int | None = None,
-                 maxnreg: int | None = None, ws: bool | None = None, persist: bool | None = None):
+                 maxnreg: int | None = None, ws: bool | None = None, persist: bool | None = None,
+                 wide: bool | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
@@ -575,7 +606,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     ``MAGIC``, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE`` / ``MAXNREG_WS``; ``maxnreg=0``: no cap) for tuning; ``ws``
     (default: NB <= ``WS_TABLE_MAX_NB``) the whole-row variant's warp-specialized kernel (one chunk a
     stage); ``persist`` (default ``PERSIST_WS``) launches it with ``PERSIST_CTAS_PER_SM`` programs
-    an SM looping over the row blocks (where the ring divides the stages)."""
+    an SM looping over the row blocks (where the ring divides the stages); ``wide`` (default
+    ``X_WIDE``) feeds that kernel x in the side-by-side tile layout (two TMA boxes a stage)."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -606,16 +638,21 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     ns = ell // _STAGE_BYTES // ch
     w = block // 16
     nblk = -(-n // block)
-    xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=table)  # the whole-row decode's K order
+    use_ws = table and (nb <= WS_TABLE_MAX_NB if ws is None else ws)
+    x_wide = use_ws and (X_WIDE if wide is None else wide)
+    # the whole-row decode's K order; side by side for the warp-specialized kernel (X_WIDE)
+    xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=table, wide=x_wide)
     cand_key, cand_lb, cand_idx, block_lb, block_rest, logits = coarse_outputs(m, n, nblk, kcand, False,
                                                                                write_logits, x.device)
     w_l, sz_l, x_l, xs_l = _layouts(block, nb, ch)
     w_desc = TensorDescriptor.from_tensor(packed, [block, 64 * ch], w_l)
     sz_desc = TensorDescriptor.from_tensor(sz, [block, 4], sz_l)
-    x_desc = TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)
+    if x_wide:
+        x_desc = TensorDescriptor.from_tensor(xq, [nb, 32 * p], _wide_layout(p))
+    else:
+        x_desc = TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)
     xs_desc = TensorDescriptor.from_tensor(xs, [4, nb], xs_l)
     st = stages if stages is not None else _STAGES[nb]
-    use_ws = table and (nb <= WS_TABLE_MAX_NB if ws is None else ws)
     cap = maxnreg if maxnreg is not None else (MAXNREG_WS if use_ws else MAXNREG_TABLE if table else MAXNREG).get(nb)
     reg = {"maxnreg": cap} if cap else {}
     if use_ws:
@@ -628,7 +665,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                          logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p,
                                          STAGES=st,
                                          KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
-                                         num_warps=w, **reg)
+                                         XW=x_wide, num_warps=w, **reg)
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
     _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,

@@ -11,6 +11,17 @@ copy (plane length ``L``, 64 packed bytes a stage)::
 with zeros for rows m >= M (up to NB, the wgmma's N) and for K positions >= K (the INTx
 padding). ``xsum`` lets the kernel remove the zero point exactly in integers.
 
+With ``wide`` the same tiles are stored side by side, the P planes of a (stage, half) in one row
+of ``32 P`` bytes::
+
+    xq_wide[(s * 2 + c) * NB + m, 32 j + b] = xq_tiles[((s * P + j) * 2 + c) * NB + m, b]
+
+so a stage's x arrives in two TMA boxes of NB rows x 32 P bytes instead of P boxes of 2 NB rows x
+32 bytes. Why: every CTA of the coarse pass re-reads all of x from L2, and boxes of 32-byte rows
+made that the largest part of the pass's stream (H200, a read-only ring of the INT2 pass's
+operands at M = 1: codes + words 49 us, + x in 32-byte rows 64 us; session 25,
+``scripts/probe_coarse_stream.py``).
+
 With ``perm`` (INT2, the whole-row variant's byte-permute decode) the tile of (stage s, plane j)
 holds instead the K positions that decode emits for its j-th output register: the sources are
 :func:`prmt_k_order` (a permutation within each stage; ``xsum`` then sums the permuted tiles).
@@ -68,10 +79,11 @@ def prmt_k_order(ell: int) -> torch.Tensor:
     return (j * ell + 64 * s + byte).reshape(-1)
 
 
-def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int,
-                   perm: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = False,
+                   wide: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``xq`` int8 [M, K] -> (xq_tiles int8 [NS * P * 2 * NB, 32], xsum int32 [NS * 4, NB]) as in
-    the module docstring (NS = ell / 64; ``perm``: the byte-permute decode's order, P = 4)."""
+    the module docstring (NS = ell / 64; ``perm``: the byte-permute decode's order, P = 4;
+    ``wide``: the tiles as xq_wide int8 [NS * 2 * NB, 32 P])."""
     if perm and planes != 4:
         raise ValueError(f"the byte-permute order serves 4 planes (INT2), got {planes}")
     m, k = xq.shape
@@ -80,7 +92,10 @@ def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int,
     full[:m, :k] = xq
     if perm:
         full = full[:, prmt_k_order(ell).to(xq.device)]
-    t = full.view(nb, planes, ns, 2, 32).permute(2, 1, 3, 0, 4).reshape(ns * planes * 2 * nb, 32)
+    if wide:
+        t = full.view(nb, planes, ns, 2, 32).permute(2, 3, 0, 1, 4).reshape(ns * 2 * nb, planes * 32)
+    else:
+        t = full.view(nb, planes, ns, 2, 32).permute(2, 1, 3, 0, 4).reshape(ns * planes * 2 * nb, 32)
     sums = full.view(nb, planes, ns, 64).to(torch.int32).sum(-1)  # [NB, P, NS]
     xsum = torch.zeros(ns, 4, nb, dtype=torch.int32, device=xq.device)
     xsum[:, :planes] = sums.permute(2, 1, 0)
@@ -90,10 +105,14 @@ def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int,
 @triton.jit(do_not_specialize=["M", "K"])
 def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constexpr, P: tl.constexpr,
                    NB: tl.constexpr, BLK: tl.constexpr, TB: tl.constexpr, INTERPRET: tl.constexpr,
-                   PERM: tl.constexpr = False):
-    """Program m < NB: row m's scale, then its codes and 64-sums, TB (stage, plane) pairs a step
-    (PERM: the tile of (s, j) gathers the K positions of ``prmt_source``)."""
+                   PERM: tl.constexpr = False, WIDE: tl.constexpr = False):
+    """Program (m < NB, t): row m's scale (every program of the row computes it; program t = 0
+    stores it), then its codes and 64-sums of the (stage, plane) pairs t TB .. t TB + TB - 1,
+    t + G .., ... (G = the grid's second size; PERM: the tile of (s, j) gathers the K positions of
+    ``prmt_source``; WIDE: the side-by-side tile layout)."""
     m = tl.program_id(0)
+    part = tl.program_id(1)
+    parts = tl.num_programs(1)
     row_ok = m < M
     o = tl.arange(0, BLK)
     amax = tl.zeros([BLK], dtype=tl.float32)
@@ -102,11 +121,12 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
         amax = tl.maximum(amax, tl.abs(v))
     a = tl.max(amax, axis=0)
     inv = tl.where(a > 0.0, tl.div_rn(tl.full([], 127.0, tl.float32), tl.where(a > 0.0, a, 1.0)), 0.0)
-    tl.store(sx_ptr + m, tl.div_rn(a, tl.full([], 127.0, tl.float32)))
+    if part == 0:
+        tl.store(sx_ptr + m, tl.div_rn(a, tl.full([], 127.0, tl.float32)))
     NS: tl.constexpr = L // 64
     t = tl.arange(0, TB)
     b = tl.arange(0, 64)
-    for t0 in range(0, NS * P, TB):
+    for t0 in range(part * TB, NS * P, parts * TB):
         tt = t0 + t  # pair index = s * P + j
         s = tt // P
         j = tt % P
@@ -130,16 +150,24 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
         q = tl.minimum(tl.maximum(q, -127.0), 127.0)
         qi = q.to(tl.int32)
         c = b // 32
-        dst = ((tt[:, None] * 2 + c[None, :]) * NB + m) * 32 + b[None, :] % 32
+        if WIDE:
+            dst = ((s[:, None] * 2 + c[None, :]) * NB + m) * (32 * P) + j[:, None] * 32 + b[None, :] % 32
+        else:
+            dst = ((tt[:, None] * 2 + c[None, :]) * NB + m) * 32 + b[None, :] % 32
         tl.store(xq_ptr + dst, qi.to(tl.int8), mask=tt[:, None] < NS * P)
         tl.store(xs_ptr + (s * 4 + j) * NB + m, tl.sum(qi, axis=1), mask=tt < NS * P)
 
 
-def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = False):
+def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = False, wide: bool = False):
     """Launch the quantize-and-tile kernel: ``x`` [M, K] (bf16 / fp16 / fp32, unit stride along
-    K, M <= nb) -> (xq_tiles int8 [NS * P * 2 * NB, 32], xsum int32 [NS * 4, NB], sx fp32 [NB]).
+    K, M <= nb) -> (xq_tiles int8 [NS * P * 2 * NB, 32] -- with ``wide`` xq_wide int8
+    [NS * 2 * NB, 32 P] --, xsum int32 [NS * 4, NB], sx fp32 [NB]).
     Rows of ``xsum`` for the unused planes j >= P are left unwritten (never read). ``perm``: the
-    byte-permute decode's K order (:func:`prmt_k_order`; 4 planes only)."""
+    byte-permute decode's K order (:func:`prmt_k_order`; 4 planes only).
+
+    Grid: NB rows x up to ``X_PARTS`` programs a row, each with a share of the (stage, plane)
+    pairs -- one program a row walked them all in sequence (5.2 us at M = 1, K = 5120 on the H200,
+    session 25: a chain of dependent loads, not bytes)."""
     m, k = x.shape
     if m > nb or x.stride(1) != 1:
         raise ValueError(f"x_int8_tiles needs M <= {nb} rows with unit stride along K, got shape {tuple(x.shape)} "
@@ -147,9 +175,22 @@ def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = F
     if perm and planes != 4:
         raise ValueError(f"x_int8_tiles: the byte-permute order serves 4 planes (INT2), got {planes}")
     ns = ell // 64
-    xq = torch.empty(ns * planes * 2 * nb, 32, dtype=torch.int8, device=x.device)
+    if wide:
+        xq = torch.empty(ns * 2 * nb, 32 * planes, dtype=torch.int8, device=x.device)
+    else:
+        xq = torch.empty(ns * planes * 2 * nb, 32, dtype=torch.int8, device=x.device)
     xs = torch.empty(ns * 4, nb, dtype=torch.int32, device=x.device)
     sx = torch.empty(nb, dtype=torch.float32, device=x.device)
-    _x_int8_kernel[(nb,)](x, xq, xs, sx, m, k, x.stride(0), L=ell, P=planes, NB=nb, BLK=1024, TB=16,
-                          INTERPRET=interpret_mode(), PERM=perm, num_warps=4)
+    tb = X_TILE_PAIRS
+    parts = max(1, min(X_PARTS, -(-ns * planes // tb)))
+    blk = min(triton.next_power_of_2(k), 8192)  # the row's amax in one load up to K = 8192
+    _x_int8_kernel[(nb, parts)](x, xq, xs, sx, m, k, x.stride(0), L=ell, P=planes, NB=nb, BLK=blk, TB=tb,
+                                INTERPRET=interpret_mode(), PERM=perm, WIDE=wide,
+                                num_warps=8 if blk >= 4096 else 4)
     return xq, xs, sx
+
+
+#: most programs a row of x (each recomputes the row's amax: K values from L2)
+X_PARTS = 8
+#: (stage, plane) pairs a program tiles per step
+X_TILE_PAIRS = 16
