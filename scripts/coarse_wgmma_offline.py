@@ -56,6 +56,8 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
     (2, 8, 128, 4, 8, False, False, 1, 64, "wsx"),  # x as side-by-side tiles (X_WIDE)
     (2, 16, 128, 4, 8, False, False, 1, 64, "wsx"),
     (2, 32, 128, 4, 8, False, False, 1, 64, "wsx"),
+    (2, 8, 128, 3, 8, False, False, 2, 64, "wsx"),  # two 64-byte chunks a stage (WS_CHUNKS)
+    (2, 16, 128, 3, 8, False, False, 2, 64, "wsx"),
 )
 
 
@@ -69,7 +71,7 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     ell = k // p
     ns = ell // 64
     packed = torch.empty((n, ell), dtype=torch.uint8)
-    sz = torch.empty((n, ns * 4), dtype=torch.int32)
+    sz = torch.empty((n, ns * 4), dtype=torch.int32)  # the words: one [R, 4] box a 64-byte chunk
     wide = table == "wsx"
     xq = torch.empty((ns * 2 * nb, 32 * p) if wide else (ns * p * 2 * nb, 32), dtype=torch.int8)
     xs = torch.empty((ns * 4, nb), dtype=torch.int32)
@@ -87,7 +89,7 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     reg = {"maxnreg": maxnreg} if maxnreg else {}
     if table in ("ws", "wsx"):  # the warp-specialized whole-row kernel
         constexprs = dict(NB=nb, P=p, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w,
-                          PRODUCER_REGS=g.PRODUCER_REGS, XW=wide)
+                          PRODUCER_REGS=g.PRODUCER_REGS, XW=wide, CH=ch, PDL=True)
         return compile_gluon_sm90(g._coarse_table_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS", "GRID"},
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,

@@ -48,7 +48,7 @@ import functools
 import torch
 import triton
 
-from lowbit._backend import sm_count
+from lowbit._backend import interpret_mode, sm_count
 
 try:
     from triton.experimental import gluon
@@ -62,6 +62,7 @@ try:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    from lowbit.ops._gluon_pdl import gdc_launch_dependents, gdc_wait
     from lowbit.ops._gluon_wgmma import acc_layout, four, row_words_layout, warp_rows
 
     _GLUON_IMPORT_ERROR = None
@@ -436,10 +437,13 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _ws_table_consumer(w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
                            NBLK, NS, GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr,
-                           KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr, XW: gl.constexpr = False):
-        """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage, wait
-        for its TMA, run the whole-row decode and wgmma chain, hand the slot back (partition
-        barrier, one arrive); then the block's epilogue. The stage loop is unrolled by the ring, so
+                           KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr, XW: gl.constexpr = False,
+                           CH: gl.constexpr = 1, PDL: gl.constexpr = False):
+        """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage (CH
+        64-byte chunks), wait for its TMA, run the whole-row decode and wgmma chain, hand the slot
+        back (partition barrier, one arrive); then the block's epilogue. PDL: nothing global is
+        read before ``griddepcontrol.wait`` (``sx`` is the x preparation's output); then the next
+        PDL launch (the selection) may place its CTAs. The stage loop is unrolled by the ring, so
         every slot's shared-memory addresses (the wgmma descriptors) are compile-time constants
         instead of arithmetic on ``i % STAGES``; a block starts on slot 0, so GRID < NBLK needs
         ``NS % STAGES == 0`` (the launcher's rule).
@@ -449,6 +453,9 @@ if _GLUON_IMPORT_ERROR is None:
         every wgmma (C7513); 2 or 4 independent accumulators measured within 1% (session 19)."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
+        if PDL:
+            gdc_wait()
+            gdc_launch_dependents()
         sx = gl.load(sx_ptr + gl.arange(0, NB, layout=gl.SliceLayout(0, mma)))
         lap0 = 0  # ring laps before this block
         for blk in range(gl.program_id(0), NBLK, GRID):
@@ -459,7 +466,7 @@ if _GLUON_IMPORT_ERROR is None:
                 for slot in gl.static_range(STAGES):
                     if i0 + slot < NS:
                         mbarrier.wait(ready.index(slot), phase)
-                        acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, 1, XW)
+                        acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, CH, XW)
                         gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
                         mbarrier.arrive(empty.index(slot))
             lap0 += NS // STAGES
@@ -471,39 +478,43 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _ws_table_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
                            NS, GRID, STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr,
-                           XW: gl.constexpr = False):
+                           XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False):
         """Worker partition (1 warp): for each of the program's row blocks, the TMA of stage i into
         slot i % STAGES once the consumers released it (free on the first lap: a wait on parity 1
         of a fresh mbarrier returns at once). It runs on into the next block while the consumers
-        finish this one's epilogue."""
+        finish this one's epilogue. PDL: no TMA before ``griddepcontrol.wait`` (x's tiles are the
+        previous launch's output)."""
+        if PDL:
+            gdc_wait()
         c = 0  # stages issued so far (with NS % STAGES == 0 when a program has several blocks)
         for blk in range(gl.program_id(0), NBLK, GRID):
             for i in range(0, NS):
                 mbarrier.wait(empty.index(i % STAGES), ((c // STAGES) & 1) ^ 1)
                 _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i, blk * R,
-                             STAGES, P, NB, 1, True, True, XW)
+                             STAGES, P, NB, CH, True, True, XW)
                 c += 1
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS", "GRID"])
     def _coarse_table_ws_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
                                 NS, GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
                                 WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                                XW: gl.constexpr = False):
-        """The whole-row variant of ``_coarse_wgmma_kernel`` (same arguments, CH = 1, plus GRID: the
-        programs launched, each taking row blocks ``pid, pid + GRID, ...``) with its TMA issued by a
+                                XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False):
+        """The whole-row variant of ``_coarse_wgmma_kernel`` (same arguments plus GRID: the
+        programs launched, each taking row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side
+        tiles; PDL: a programmatic dependent launch after the x preparation) with its TMA issued by a
         1-warp producer partition (``ready`` / ``empty`` mbarrier pair per slot): the consumer
         warps' stage loop carries no TMA issue and one partition barrier instead of a CTA barrier
         per TMA (Gluon's single-partition loop has one after each issue)."""
         R: gl.constexpr = 16 * W
         xt_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
-        w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64], w_desc.layout)
-        sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, R, 4], sz_desc.layout)
+        w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64 * CH], w_desc.layout)
+        sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, R, 4], sz_desc.layout)
         if XW:  # the side-by-side tiles: their TMA box is the wgmmas' B tile, 32 P-byte rows
-            x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * 2, NB, 32 * P], x_desc.layout)
+            x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * 2, NB, 32 * P], x_desc.layout)
             xt_bufs = x_bufs
         else:
-            x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * P, 2 * NB, 32], x_desc.layout)
-            xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * P * 2, NB, 32], xt_sl)
+            x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * P, 2 * NB, 32], x_desc.layout)
+            xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * CH * P * 2, NB, 32], xt_sl)
         xs_bufs = gl.allocate_shared_memory(gl.int32, [1, 4, NB], xs_desc.layout)  # unused: no x sums
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -513,9 +524,9 @@ if _GLUON_IMPORT_ERROR is None:
         fence_async_shared()
         gl.warp_specialize([
             (_ws_table_consumer, (w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
-                                  NBLK, NS, GRID, NB, P, STAGES, KCAND, WRITE_LOGITS, W, XW)),
+                                  NBLK, NS, GRID, NB, P, STAGES, KCAND, WRITE_LOGITS, W, XW, CH, PDL)),
             (_ws_table_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
-                                  NS, GRID, STAGES, P, NB, R, XW)),
+                                  NS, GRID, STAGES, P, NB, R, XW, CH, PDL)),
         ], [1], [PRODUCER_REGS])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
@@ -554,6 +565,13 @@ PERSIST_CTAS_PER_SM = 2
 TABLE_MAX_K = 131072
 #: ring slots per M band (NB): the x tiles grow with NB, so fewer slots keep two CTAs an SM
 _STAGES = {8: 4, 16: 4, 32: 4, 64: 3}
+#: the same with two 64-byte chunks a stage
+_STAGES_2CH = {8: 3, 16: 3, 32: 2, 64: 2}
+#: 64-byte chunks a stage of the warp-specialized whole-row kernel per NB (default 1)
+WS_CHUNKS: dict = {}
+#: the warp-specialized whole-row kernel as a programmatic dependent launch after the x
+#: preparation (whose early trigger lets its CTAs be placed and run their prologue meanwhile)
+PDL = True
 #: 64-byte chunks per stage (1 or 2; a stage's fixed cost -- barrier, TMA issue, waits -- is
 #: shared by its chunks); used when it divides the plane's chunks
 CHUNKS = 1
@@ -596,7 +614,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                  kcand: int, write_logits: bool, table_r: torch.Tensor | None = None, stages: int | None = None,
                  pipe: bool | None = None, magic: bool | None = None, chunks: int | None = None,
                  maxnreg: int | None = None, ws: bool | None = None, persist: bool | None = None,
-                 wide: bool | None = None):
+                 wide: bool | None = None, pdl: bool | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
@@ -607,7 +625,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     (default: NB <= ``WS_TABLE_MAX_NB``) the whole-row variant's warp-specialized kernel (one chunk a
     stage); ``persist`` (default ``PERSIST_WS``) launches it with ``PERSIST_CTAS_PER_SM`` programs
     an SM looping over the row blocks (where the ring divides the stages); ``wide`` (default
-    ``X_WIDE``) feeds that kernel x in the side-by-side tile layout (two TMA boxes a stage)."""
+    ``X_WIDE``) feeds that kernel x in the side-by-side tile layout (two TMA boxes a stage);
+    ``pdl`` (default ``PDL``) launches it as a programmatic dependent launch after the x
+    preparation. ``chunks`` of the warp-specialized kernel default to ``WS_CHUNKS``."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -630,7 +650,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     if x.stride(1) != 1:
         x = x.contiguous()
     nb = max(8, triton.next_power_of_2(m))
-    ch = CHUNKS if chunks is None else chunks
+    use_ws = table and (nb <= WS_TABLE_MAX_NB if ws is None else ws)
+    ch = (WS_CHUNKS.get(nb, 1) if use_ws else CHUNKS) if chunks is None else chunks
     if ch not in (1, 2):
         raise ValueError(f"coarse_wgmma chunks must be 1 or 2, got {chunks}")
     if (ell // _STAGE_BYTES) % ch:
@@ -638,10 +659,11 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     ns = ell // _STAGE_BYTES // ch
     w = block // 16
     nblk = -(-n // block)
-    use_ws = table and (nb <= WS_TABLE_MAX_NB if ws is None else ws)
     x_wide = use_ws and (X_WIDE if wide is None else wide)
-    # the whole-row decode's K order; side by side for the warp-specialized kernel (X_WIDE)
-    xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=table, wide=x_wide)
+    use_pdl = use_ws and (PDL if pdl is None else pdl) and not interpret_mode()
+    # the whole-row decode's K order; side by side for the warp-specialized kernel (X_WIDE); its
+    # early trigger lets a PDL launch of that kernel place its CTAs while x is prepared
+    xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=table, wide=x_wide, trigger=use_pdl)
     cand_key, cand_lb, cand_idx, block_lb, block_rest, logits = coarse_outputs(m, n, nblk, kcand, False,
                                                                                write_logits, x.device)
     w_l, sz_l, x_l, xs_l = _layouts(block, nb, ch)
@@ -652,12 +674,10 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     else:
         x_desc = TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)
     xs_desc = TensorDescriptor.from_tensor(xs, [4, nb], xs_l)
-    st = stages if stages is not None else _STAGES[nb]
+    st = stages if stages is not None else (_STAGES_2CH if ch == 2 else _STAGES)[nb]
     cap = maxnreg if maxnreg is not None else (MAXNREG_WS if use_ws else MAXNREG_TABLE if table else MAXNREG).get(nb)
     reg = {"maxnreg": cap} if cap else {}
     if use_ws:
-        if ch != 1:
-            raise ValueError(f"coarse_wgmma: the warp-specialized whole-row kernel takes one chunk a stage, got {ch}")
         grid = nblk
         if (PERSIST_WS if persist is None else persist) and ns % st == 0:
             grid = min(nblk, PERSIST_CTAS_PER_SM * sm_count(x.device, interpret=2))
@@ -665,7 +685,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                          logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p,
                                          STAGES=st,
                                          KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
-                                         XW=x_wide, num_warps=w, **reg)
+                                         XW=x_wide, CH=ch, PDL=use_pdl, num_warps=w, **reg,
+                                         **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
     _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,

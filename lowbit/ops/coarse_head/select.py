@@ -29,7 +29,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from lowbit.ops._triton_pdl import launch_options
 from lowbit.ops.coarse_head._state import device_state
 
 
@@ -44,6 +46,17 @@ def _cdiv(a: int, b: int) -> int:
 
 
 _INT64_MIN = tl.constexpr(-(2**63))
+
+
+@triton.jit
+def _pdl_prologue(PDL: tl.constexpr, TRIGGER: tl.constexpr):
+    """PDL (a launch with ``launch_pdl=True``): wait for the previous kernel (the coarse pass or
+    the selection: its candidates are read next) before any global access; TRIGGER: then let the
+    next PDL launch place its CTAs."""
+    if PDL:
+        gdc_wait()
+        if TRIGGER:
+            gdc_launch_dependents()
 
 
 @triton.jit
@@ -66,7 +79,9 @@ def _store_selected(ck_ptr, ci_ptr, sel_ptr, m, C, R, pos, o_r):
 
 
 @triton.jit
-def _select_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, CP: tl.constexpr, RP: tl.constexpr):
+def _select_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, CP: tl.constexpr, RP: tl.constexpr, PDL: tl.constexpr = False,
+                   TRIGGER: tl.constexpr = False):
+    _pdl_prologue(PDL, TRIGGER)
     m = tl.program_id(0).to(tl.int64)
     o_c = tl.arange(0, CP)
     m_c = o_c < C
@@ -84,12 +99,13 @@ def _select_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, CP: tl.constexpr, RP: tl.const
 
 @triton.jit
 def _select2_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.constexpr, NBP: tl.constexpr,
-                    RP: tl.constexpr, KCP: tl.constexpr):
+                    RP: tl.constexpr, KCP: tl.constexpr, PDL: tl.constexpr = False, TRIGGER: tl.constexpr = False):
     """Two-stage version of :func:`_select_kernel` (same result): each block's candidates are
     emitted best first, so the block holding any of the row's R best candidates has its first
     candidate ("head") among the R best too. Stage 1: the R best heads (successive max over NB
     heads instead of all C candidates); stage 2: the R best of those R blocks' R * KC
     candidates."""
+    _pdl_prologue(PDL, TRIGGER)
     m = tl.program_id(0).to(tl.int64)
     NB = C // KC
     o_b = tl.arange(0, NBP)
@@ -119,13 +135,15 @@ def _select2_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.cons
 
 @triton.jit
 def _select_topk_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.constexpr, NBP: tl.constexpr,
-                        RP: tl.constexpr, KCP: tl.constexpr):
+                        RP: tl.constexpr, KCP: tl.constexpr, PDL: tl.constexpr = False,
+                        TRIGGER: tl.constexpr = False):
     """:func:`_select2_kernel`'s two stages (same result, same order), each a bitonic top-RP
     (``tl.topk``: log2 steps of compare-exchange over the whole tile at once) instead of R
     successive block-wide maxima: every maximum is a reduction across the program's warps, and
     R = 32 of them in a row (twice) is a ~17 µs chain of barriers at M = 1. The packed keys are
     distinct (they carry the position), so the RP largest are well defined; the first R of them
     are the R picks of the successive-max form, in the same order."""
+    _pdl_prologue(PDL, TRIGGER)
     m = tl.program_id(0).to(tl.int64)
     NB = C // KC
     o_b = tl.arange(0, NBP)
@@ -148,7 +166,8 @@ def _select_topk_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.
 @triton.jit
 def _rerank_kernel(x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr, ov_ptr, oi_ptr, R, stride_xm, stride_wn,
                    K: tl.constexpr, BKK: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr,
-                   BIG: tl.constexpr):
+                   BIG: tl.constexpr, PDL: tl.constexpr = False, TRIGGER: tl.constexpr = False):
+    _pdl_prologue(PDL, TRIGGER)
     m = tl.program_id(0).to(tl.int64)
     r = tl.program_id(1)
     tok = tl.load(sel_ptr + m * R + r)
@@ -203,6 +222,9 @@ def _counter(device: torch.device, m: int) -> torch.Tensor:
 SELECT = "bitonic"
 #: warps of the bitonic selection program (one program per row of x)
 SELECT_WARPS = 4
+#: the selection and rerank launches as programmatic dependent launches (sm_90+): each places its
+#: CTAs while the kernel before it drains and waits on ``griddepcontrol.wait`` before reading
+PDL = True
 
 
 def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
@@ -227,20 +249,23 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
     cp = _pow2(c)
     rp = _pow2(r)
     staged = kcand > 0 and c % kcand == 0 and rp * _pow2(kcand) <= 4096
+    sel_opts = launch_options(dev, PDL, True, None)  # the rerank launch may place its CTAs early
     if staged and SELECT == "bitonic":
         rp2 = max(2, rp)  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
         _select_topk_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=max(rp2, _pow2(c // kcand)),
-                                  RP=rp2, KCP=_pow2(kcand), num_warps=SELECT_WARPS)
+                                  RP=rp2, KCP=_pow2(kcand), num_warps=SELECT_WARPS, **sel_opts)
     elif staged and SELECT == "two_stage":
         _select2_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=_pow2(c // kcand),
-                              RP=rp, KCP=_pow2(kcand), num_warps=4)
+                              RP=rp, KCP=_pow2(kcand), num_warps=4, **sel_opts)
     else:
-        _select_kernel[(m,)](cand_key, cand_idx, sel, c, r, CP=cp, RP=rp, num_warps=8 if cp >= 4096 else 4)
+        _select_kernel[(m,)](cand_key, cand_idx, sel, c, r, CP=cp, RP=rp, num_warps=8 if cp >= 4096 else 4,
+                             **sel_opts)
     # one program per (row, candidate): the whole K row in at most two loads per operand, so the
     # ~10 KB of a 5120-wide bf16 row are in flight at once (the kernel is latency-bound)
     bkk = min(4096, _pow2(kk))
     _rerank_kernel[(m, r)](x, weight, sel, vals, _counter(dev, m), out_v, out_i, r, x.stride(0), weight.stride(0),
-                           K=kk, BKK=bkk, RP=rp, KOUT=k, BIG=weight.shape[0] + 1, num_warps=8 if bkk >= 2048 else 4)
+                           K=kk, BKK=bkk, RP=rp, KOUT=k, BIG=weight.shape[0] + 1, num_warps=8 if bkk >= 2048 else 4,
+                           **launch_options(dev, PDL, False, None))
     return out_v, out_i
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
 
 from lowbit._backend import interpret_mode
 
@@ -105,11 +106,14 @@ def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int, perm: bool 
 @triton.jit(do_not_specialize=["M", "K"])
 def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constexpr, P: tl.constexpr,
                    NB: tl.constexpr, BLK: tl.constexpr, TB: tl.constexpr, INTERPRET: tl.constexpr,
-                   PERM: tl.constexpr = False, WIDE: tl.constexpr = False):
+                   PERM: tl.constexpr = False, WIDE: tl.constexpr = False, TRIGGER: tl.constexpr = False):
     """Program (m < NB, t): row m's scale (every program of the row computes it; program t = 0
     stores it), then its codes and 64-sums of the (stage, plane) pairs t TB .. t TB + TB - 1,
     t + G .., ... (G = the grid's second size; PERM: the tile of (s, j) gathers the K positions of
-    ``prmt_source``; WIDE: the side-by-side tile layout)."""
+    ``prmt_source``; WIDE: the side-by-side tile layout; TRIGGER: the next kernel, a programmatic
+    dependent launch, may place its CTAs at once -- it still waits for this one's writes)."""
+    if TRIGGER:
+        gdc_launch_dependents()
     m = tl.program_id(0)
     part = tl.program_id(1)
     parts = tl.num_programs(1)
@@ -158,7 +162,8 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
         tl.store(xs_ptr + (s * 4 + j) * NB + m, tl.sum(qi, axis=1), mask=tt < NS * P)
 
 
-def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = False, wide: bool = False):
+def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = False, wide: bool = False,
+                 trigger: bool = False):
     """Launch the quantize-and-tile kernel: ``x`` [M, K] (bf16 / fp16 / fp32, unit stride along
     K, M <= nb) -> (xq_tiles int8 [NS * P * 2 * NB, 32] -- with ``wide`` xq_wide int8
     [NS * 2 * NB, 32 P] --, xsum int32 [NS * 4, NB], sx fp32 [NB]).
@@ -167,7 +172,8 @@ def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = F
 
     Grid: NB rows x up to ``X_PARTS`` programs a row, each with a share of the (stage, plane)
     pairs -- one program a row walked them all in sequence (5.2 us at M = 1, K = 5120 on the H200,
-    session 25: a chain of dependent loads, not bytes)."""
+    session 25: a chain of dependent loads, not bytes). ``trigger``: the next launch may be a
+    programmatic dependent one (the coarse pass) and may place its CTAs at once."""
     m, k = x.shape
     if m > nb or x.stride(1) != 1:
         raise ValueError(f"x_int8_tiles needs M <= {nb} rows with unit stride along K, got shape {tuple(x.shape)} "
@@ -186,6 +192,7 @@ def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = F
     blk = min(triton.next_power_of_2(k), 8192)  # the row's amax in one load up to K = 8192
     _x_int8_kernel[(nb, parts)](x, xq, xs, sx, m, k, x.stride(0), L=ell, P=planes, NB=nb, BLK=blk, TB=tb,
                                 INTERPRET=interpret_mode(), PERM=perm, WIDE=wide,
+                                TRIGGER=trigger and not interpret_mode(),
                                 num_warps=8 if blk >= 4096 else 4)
     return xq, xs, sx
 
