@@ -39,6 +39,8 @@ COARSE = (
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ms", default="1,8,16,32")
+    ap.add_argument("--coarse", default="all", help="'all' the COARSE variants, or 'default' only")
+    ap.add_argument("--warps", default="1,2,4,8", help="selection program warps to time")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     import torch
@@ -61,7 +63,7 @@ def main() -> int:
         torch.manual_seed(m)
         x = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
         base = None
-        for ch, st, reg, pdl, wide, persist in COARSE:
+        for ch, st, reg, pdl, wide, persist in (COARSE if args.coarse == "all" else COARSE[:1]):
             kw = dict(n=N, bits=2, block=128, kcand=8, write_logits=False, table_r=r, ws=True, chunks=ch, stages=st,
                       maxnreg=reg, pdl=pdl, wide=wide, persist=persist)
             rec = {"M": m, "part": "coarse", "chunks": ch, "stages": st, "maxnreg": reg, "pdl": pdl, "wide": wide,
@@ -77,8 +79,9 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001 - report and go on
                 log({**rec, "error": f"{type(e).__name__}: {str(e)[:300]}"})
         ck, ci = base[0], base[2]
+        default_select = (select.SELECT_WARPS, select.PDL)
         want = None
-        for warps in (1, 2, 4, 8):
+        for warps in [int(v) for v in args.warps.split(",")]:
             for pdl in (True, False):
                 select.SELECT_WARPS, select.PDL = warps, pdl
                 v, i = select.fast_select_rerank(ck, ci, x, w, 32, 1, 8)
@@ -86,7 +89,7 @@ def main() -> int:
                 t = time_us(lambda: select.fast_select_rerank(ck, ci, x, w, 32, 1, 8), graph=True)
                 log({"M": m, "part": "select+rerank", "warps": warps, "pdl": pdl, "us": round(t, 2),
                      "same": bool(torch.equal(i, want))})
-        select.SELECT_WARPS, select.PDL = 4, True
+        select.SELECT_WARPS, select.PDL = default_select
         head = DraftHead(w, bits=2, group_size=64, mode="fast")
         head.warmup(max_m=m, ks=(1,))
         t = time_us(lambda: head.argmax(x), graph=True)

@@ -555,11 +555,13 @@ WS_TABLE_MAX_NB = 32
 #: warps is 384 threads, two CTAs an SM at 64-85 registers)
 PRODUCER_REGS = 40
 #: the warp-specialized kernel persistent: ``PERSIST_CTAS_PER_SM`` programs an SM (its residency:
-#: 384-thread CTAs at 64 registers) each looping over row blocks, the producer running on into the
-#: next block during the consumers' epilogue. Off: slower in the same run (H200, 124160 x 5120
-#: INT2, coarse pass alone: M = 1 81.5 vs 79.2 us, M = 8 84.3 vs 80.2, M = 16 96.3 vs 92.4;
-#: docs/measurements/2026-12-03_session19_e_tune_persist.log)
-PERSIST_WS = False
+#: 384-thread CTAs at 64-80 registers) each looping over row blocks, the producer running on into
+#: the next block during the consumers' epilogue. On since session 25: with x in side-by-side
+#: tiles and the PDL launch it is the faster launch at every M (H200, 124160 x 5120 INT2, coarse
+#: pass with its x preparation: M = 1 64.2 vs 66.4 us, M = 8 64.9 vs 67.5, M = 16 73.1 vs 73.8,
+#: M = 32 94.1 vs 95.1; docs/measurements/2026-12-03_session25_d_tune_ws.log). It was 1-5% slower
+#: with x in 32-byte rows (session 19).
+PERSIST_WS = True
 PERSIST_CTAS_PER_SM = 2
 #: longest padded K of the whole-row variant: its int32 sums of |A (q - z) xq| <= 127^2 stay exact
 TABLE_MAX_K = 131072
@@ -567,7 +569,9 @@ TABLE_MAX_K = 131072
 _STAGES = {8: 4, 16: 4, 32: 4, 64: 3}
 #: the same with two 64-byte chunks a stage
 _STAGES_2CH = {8: 3, 16: 3, 32: 2, 64: 2}
-#: 64-byte chunks a stage of the warp-specialized whole-row kernel per NB (default 1)
+#: 64-byte chunks a stage of the warp-specialized whole-row kernel per NB (default 1). Two measured
+#: no faster (session 25 call d: M = 1 67.6 vs 66.4 us, M = 16 72.0 vs 72.8 at the same register
+#: cap; they need 80 registers, and 64 serializes the wgmmas, C7512)
 WS_CHUNKS: dict = {}
 #: the warp-specialized whole-row kernel as a programmatic dependent launch after the x
 #: preparation (whose early trigger lets its CTAs be placed and run their prologue meanwhile)
@@ -584,8 +588,11 @@ MAXNREG: dict = {64: 128}
 MAXNREG_TABLE: dict = {}
 #: ``maxnreg`` per NB of the warp-specialized whole-row kernel (offline sm_90 compile: uncapped
 #: it takes 168 registers, one CTA an SM; 64 spill nothing up to NB = 32 -- two CTAs of 384
-#: threads an SM, ncu session 19 -- and 96 at NB = 64 spills 72 bytes for two CTAs an SM)
-MAXNREG_WS: dict = {8: 64, 16: 64, 32: 64, 64: 96}  # 64 and 80 timed alike at M = 8..32
+#: threads an SM, ncu session 19 -- and 96 at NB = 64 spills 72 bytes for two CTAs an SM). With x
+#: in side-by-side tiles 64 spills at NB = 16 and serializes the wgmmas at NB = 32 (C7512); 80
+#: does neither and still holds two CTAs an SM: M = 32 95.1 -> 87.9 us, M = 16 73.8 -> 72.8, M = 1 /
+#: 8 within 1% (session 25 call d)
+MAXNREG_WS: dict = {8: 64, 16: 80, 32: 80, 64: 96}
 
 
 #: the warp-specialized whole-row kernel takes x as side-by-side tiles (``x_int8`` ``wide``): a

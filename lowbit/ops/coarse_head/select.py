@@ -220,8 +220,10 @@ def _counter(device: torch.device, m: int) -> torch.Tensor:
 #: 17.2 µs per call on the H200 at C = 7760, R = 32, M = 1) or "flat" (_select_kernel: R successive
 #: maxima over all C candidates; 25.7 µs).
 SELECT = "bitonic"
-#: warps of the bitonic selection program (one program per row of x)
-SELECT_WARPS = 4
+#: warps of the bitonic selection program (one program per row of x). 8: selection + rerank 8.4 /
+#: 9.2 / 10.0 / 11.4 us at M = 1 / 8 / 16 / 32 against 10.0 / 10.9 / 11.4 / 13.1 with 4 (H200,
+#: C = 7760, R = 32; session 25 call d)
+SELECT_WARPS = 8
 #: the selection and rerank launches as programmatic dependent launches (sm_90+): each places its
 #: CTAs while the kernel before it drains and waits on ``griddepcontrol.wait`` before reading
 PDL = True
