@@ -338,10 +338,12 @@ CASES = [(2, 64, 1000, 640, 1, 128, 8), (4, 64, 777, 576, 3, 128, 4), (2, 128, 4
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("wide", [True, False])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", CASES)
-def test_cuda_coarse_wgmma_vs_reference(poison_empty, bits, group, n, k, m, block, kcand):
+def test_cuda_coarse_wgmma_vs_reference(poison_empty, bits, group, n, k, m, block, kcand, wide):
     """Logits against fp64 (dequantized INTx rows x int8-rounded x), candidates against the
-    per-block top-kcand of the kernel's own logits (ties to the lower index); every output written."""
+    per-block top-kcand of the kernel's own logits (ties to the lower index); every output written.
+    x in side-by-side tiles (``wide``) and per plane."""
     g = _kernel_or_skip()
     w = torch.randn(n, k) * 0.05
     w[: n // 3, : k // 5] *= 8.0  # groups of very different scales
@@ -349,7 +351,7 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, bits, group, n, k, m, bloc
     x = _x(m, k, seed=2, dtype=torch.bfloat16)
     words = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1])
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True)
+                         write_logits=True, wide=wide)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     q, sx = x_int8_reference(x)
     want = (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T

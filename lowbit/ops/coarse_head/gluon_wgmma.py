@@ -236,14 +236,24 @@ if _GLUON_IMPORT_ERROR is None:
                 tma.async_copy_global_to_shared(xs_desc, [c * 4, 0], bar, xs_bufs.index(slot * CH + ch), pred)
 
     @gluon.jit
+    def _x_tile(xt_bufs, u, J: gl.constexpr, h: gl.constexpr, P: gl.constexpr, XW: gl.constexpr):
+        """The B operand [32, NB] of (chunk buffer u, plane / register J, half h): the 32-byte
+        column slice J of the side-by-side tile (XW) or the per-plane tile."""
+        if XW:
+            b = xt_bufs.index(2 * u + h).slice(32 * J, 32, dim=1)
+        else:
+            b = xt_bufs.index(2 * (u * P + J) + h)
+        return b.permute((1, 0))
+
+    @gluon.jit
     def _issue_plane(q0, q1, xt_bufs, slot, J: gl.constexpr, izero, a_l: gl.constexpr, P: gl.constexpr,
-                     BITS: gl.constexpr):
+                     BITS: gl.constexpr, XW: gl.constexpr = False):
         """Plane J of the stage in ``slot``: decode both 32-byte halves, start their two wgmmas
         (K = 64) from zero; returns the in-flight token."""
         a0 = gl.convert_layout(_plane(q0, J, BITS), a_l, assert_trivial=True)
         a1 = gl.convert_layout(_plane(q1, J, BITS), a_l, assert_trivial=True)
-        d = warpgroup_mma(a0, xt_bufs.index(2 * (slot * P + J)).permute((1, 0)), izero, use_acc=False, is_async=True)
-        return warpgroup_mma(a1, xt_bufs.index(2 * (slot * P + J) + 1).permute((1, 0)), d, is_async=True)
+        d = warpgroup_mma(a0, _x_tile(xt_bufs, slot, J, 0, P, XW), izero, use_acc=False, is_async=True)
+        return warpgroup_mma(a1, _x_tile(xt_bufs, slot, J, 1, P, XW), d, is_async=True)
 
     @gluon.jit
     def _retire_plane(acc, d, word, xs, row_l: gl.constexpr, MAGIC: gl.constexpr):
@@ -262,7 +272,8 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB: gl.constexpr, W: gl.constexpr,
-                   P: gl.constexpr, BITS: gl.constexpr, CH: gl.constexpr, PIPE: gl.constexpr, MAGIC: gl.constexpr):
+                   P: gl.constexpr, BITS: gl.constexpr, CH: gl.constexpr, PIPE: gl.constexpr, MAGIC: gl.constexpr,
+                   XW: gl.constexpr = False):
         """acc += the CH chunks x P planes of the stage in ``slot``. PIPE: plane j + 1's wgmmas are
         started before plane j is retired (its integer / fp32 epilogue overlaps them)."""
         R: gl.constexpr = 16 * W
@@ -278,9 +289,9 @@ if _GLUON_IMPORT_ERROR is None:
             q1 = wb.slice(64 * ch + 32, 32, dim=1).load(_codes_layout(W))
             words = four(sz_bufs.index(u).load(row_words_layout(W)))
             if PIPE:
-                d = _issue_plane(q0, q1, xt_bufs, u, 0, izero, a_l, P, BITS)
+                d = _issue_plane(q0, q1, xt_bufs, u, 0, izero, a_l, P, BITS, XW)
                 for j in gl.static_range(1, P):
-                    d_next = _issue_plane(q0, q1, xt_bufs, u, j, izero, a_l, P, BITS)
+                    d_next = _issue_plane(q0, q1, xt_bufs, u, j, izero, a_l, P, BITS, XW)
                     d = warpgroup_mma_wait(num_outstanding=2, deps=(d,))
                     acc = _retire_plane(acc, d, words[j - 1], xs_rows.index(4 * u + j - 1).load(col_l), row_l, MAGIC)
                     d = d_next
@@ -288,7 +299,7 @@ if _GLUON_IMPORT_ERROR is None:
                 acc = _retire_plane(acc, d, words[P - 1], xs_rows.index(4 * u + P - 1).load(col_l), row_l, MAGIC)
             else:
                 for j in gl.static_range(P):
-                    d = _issue_plane(q0, q1, xt_bufs, u, j, izero, a_l, P, BITS)
+                    d = _issue_plane(q0, q1, xt_bufs, u, j, izero, a_l, P, BITS, XW)
                     d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
                     acc = _retire_plane(acc, d, words[j], xs_rows.index(4 * u + j).load(col_l), row_l, MAGIC)
         return acc
@@ -343,11 +354,7 @@ if _GLUON_IMPORT_ERROR is None:
             for h in gl.static_range(2):
                 for j in gl.static_range(4):
                     a = gl.convert_layout((v0 if h == 0 else v1)[j], a_l, assert_trivial=True)
-                    if XW:
-                        b = xt_bufs.index(2 * u + h).slice(32 * j, 32, dim=1)
-                    else:
-                        b = xt_bufs.index(2 * (u * P + j) + h)
-                    acc = warpgroup_mma(a, b.permute((1, 0)), acc, is_async=True)
+                    acc = warpgroup_mma(a, _x_tile(xt_bufs, u, j, h, P, XW), acc, is_async=True)
         return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
@@ -355,7 +362,7 @@ if _GLUON_IMPORT_ERROR is None:
                              NS, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                              KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
                              PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, CH: gl.constexpr = 1,
-                             TABLE: gl.constexpr = False):
+                             TABLE: gl.constexpr = False, XW: gl.constexpr = False):
         """Program b: tokens R b .. R b + R - 1 (R = 16 W) against the NB rows of x; writes the
         block's KCAND candidates of every row m < M (``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND])
         and, if WRITE_LOGITS, its coarse logits into ``lg`` fp32 [M, N]. TABLE: the whole-row
@@ -370,8 +377,12 @@ if _GLUON_IMPORT_ERROR is None:
         row0 = pid * R
         w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64 * CH], w_desc.layout)
         sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, R, 4], sz_desc.layout)
-        x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * P, 2 * NB, 32], x_desc.layout)
-        xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * CH * P * 2, NB, 32], xt_sl)  # the B tiles, one per half
+        if XW:  # the side-by-side tiles (their TMA box is the B tiles of a half, 32 P-byte rows)
+            x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * 2, NB, 32 * P], x_desc.layout)
+            xt_bufs = x_bufs
+        else:
+            x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * P, 2 * NB, 32], x_desc.layout)
+            xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * CH * P * 2, NB, 32], xt_sl)  # the B tiles, one per half
         xs_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 4, NB], xs_desc.layout)
         xs_rows = xs_bufs._reinterpret(gl.int32, [STAGES * CH * 4, NB], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -381,19 +392,19 @@ if _GLUON_IMPORT_ERROR is None:
 
         for i in gl.static_range(STAGES - 1):
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0, STAGES,
-                         P, NB, CH, i < NS, TABLE)
+                         P, NB, CH, i < NS, TABLE, XW)
         acc = gl.zeros([R, NB], gl.int32 if TABLE else gl.float32, mma)
         for i in range(0, NS):
             # slot (i - 1) % STAGES was read by stage i - 1: once every warp is past it, refill it
             gl.thread_barrier()
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i + STAGES - 1,
-                         row0, STAGES, P, NB, CH, i + STAGES - 1 < NS, TABLE)
+                         row0, STAGES, P, NB, CH, i + STAGES - 1 < NS, TABLE, XW)
             slot = i % STAGES
             mbarrier.wait(bars.index(slot), (i // STAGES) & 1)
             if TABLE:
-                acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, CH)
+                acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, CH, XW)
             else:
-                acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB, W, P, BITS, CH, PIPE, MAGIC)
+                acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB, W, P, BITS, CH, PIPE, MAGIC, XW)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -595,10 +606,11 @@ MAXNREG_TABLE: dict = {}
 MAXNREG_WS: dict = {8: 64, 16: 80, 32: 80, 64: 96}
 
 
-#: the warp-specialized whole-row kernel takes x as side-by-side tiles (``x_int8`` ``wide``): a
-#: stage's x in two TMA boxes of NB rows x 128 bytes instead of four of 2 NB rows x 32 bytes. A
-#: read-only ring of the pass's operands (H200, session 25, ``scripts/probe_coarse_stream.py``):
-#: codes + words 49 us, + x in 32-byte rows 64 us at M = 1 (74 at M = 16)
+#: x as side-by-side tiles (``x_int8`` ``wide``) for every kernel here: a stage's x in two TMA
+#: boxes of NB rows x 32 P bytes instead of P boxes of 2 NB rows x 32 bytes. A read-only ring of
+#: the INT2 pass's operands (H200, session 25, ``scripts/probe_coarse_stream.py``): codes + words
+#: 49 us, + x in 32-byte rows 64 us at M = 1 (74 at M = 16); the warp-specialized pass with it:
+#: M = 1 73.4 -> 67.9 us, M = 16 87.2 -> 75.8, M = 32 118.8 -> 97.3 (call c)
 X_WIDE = True
 
 
@@ -632,7 +644,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     (default: NB <= ``WS_TABLE_MAX_NB``) the whole-row variant's warp-specialized kernel (one chunk a
     stage); ``persist`` (default ``PERSIST_WS``) launches it with ``PERSIST_CTAS_PER_SM`` programs
     an SM looping over the row blocks (where the ring divides the stages); ``wide`` (default
-    ``X_WIDE``) feeds that kernel x in the side-by-side tile layout (two TMA boxes a stage);
+    ``X_WIDE``) feeds the kernel x in the side-by-side tile layout (two TMA boxes a stage);
     ``pdl`` (default ``PDL``) launches it as a programmatic dependent launch after the x
     preparation. ``chunks`` of the warp-specialized kernel default to ``WS_CHUNKS``."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
@@ -666,10 +678,10 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     ns = ell // _STAGE_BYTES // ch
     w = block // 16
     nblk = -(-n // block)
-    x_wide = use_ws and (X_WIDE if wide is None else wide)
+    x_wide = X_WIDE if wide is None else wide
     use_pdl = use_ws and (PDL if pdl is None else pdl) and not interpret_mode()
-    # the whole-row decode's K order; side by side for the warp-specialized kernel (X_WIDE); its
-    # early trigger lets a PDL launch of that kernel place its CTAs while x is prepared
+    # the whole-row decode's K order, side by side (X_WIDE); the early trigger lets the PDL launch
+    # of the warp-specialized kernel place its CTAs while x is prepared
     xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=table, wide=x_wide, trigger=use_pdl)
     cand_key, cand_lb, cand_idx, block_lb, block_rest, logits = coarse_outputs(m, n, nblk, kcand, False,
                                                                                write_logits, x.device)
@@ -699,5 +711,5 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
-                                  CH=ch, TABLE=table, num_warps=w, **reg)
+                                  CH=ch, TABLE=table, XW=x_wide, num_warps=w, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
