@@ -10,7 +10,7 @@ coarse pass alone, on the int8-wgmma pass (whole-row variant for INT2, also with
 launch, and per group) and on the previous dispatch (``WGMMA_M_RANGE``
 emptied: the mma.sync pass up to M = 16, the band kernels beyond); cuBLAS bf16 ``F.linear`` +
 ``argmax`` / ``topk``; the byte floor (the coarse copy's codes + scales + zeros at the measured
-copy bandwidth). With ``--real``: on SmolLM2-135M's head and 8192 real hidden states, fast-mode
+copy bandwidth) and the bytes the path's kernel reads (``read_floor_us``: codes + its words). With ``--real``: on SmolLM2-135M's head and 8192 real hidden states, fast-mode
 argmax agreement with the exact fp32 argmax and recall@16 of ``topk(16)``, both paths.
 """
 from __future__ import annotations
@@ -99,6 +99,11 @@ def main() -> int:
                     if tb and bits not in tb:
                         continue
                     _set_path(ch, rng, tb, persist, wide)
+                    # what the path's kernel reads: the codes and its words (the whole-row variant's
+                    # 2-byte group codes and row units, or the per-group (scale, zero) words)
+                    extra = sum(t.numel() * t.element_size() for t in
+                                (p.wgmma_table() if bits in tb else (p.wgmma_words(),)))
+                    read_floor = (p.fmt.packed.numel() + extra) / (bw * 1e3)
                     try:
                         ids = h.argmax(x)
                         ta = time_us(lambda: h.argmax(x), graph=True)
@@ -106,7 +111,7 @@ def main() -> int:
                         tc = time_us(lambda: coarse_head(x, p, block=128, kcand=h.kcand, bound=BOUND_NONE), graph=True)
                         log({"shape": shape, "M": m, "bits": bits, "impl": name, "argmax_us": round(ta, 1),
                              "topk16_us": round(tt, 1), "coarse_us": round(tc, 1), "floor_us": round(floor, 1),
-                             "argmax_x_floor": round(ta / floor, 2), "coarse_x_floor": round(tc / floor, 2),
+                             "read_floor_us": round(read_floor, 1), "argmax_x_floor": round(ta / floor, 2), "coarse_x_floor": round(tc / floor, 2),
                              "argmax_vs_cublas": round(t_lin / ta, 2), "topk_vs_argmax": round(tt / ta, 2),
                              "agree_exact": round((ids == exact).float().mean().item(), 4)})
                     except Exception as e:  # noqa: BLE001 - report and go on

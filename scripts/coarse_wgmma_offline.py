@@ -58,6 +58,9 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
     (2, 32, 128, 4, 8, False, False, 1, 64, "wsx"),
     (2, 8, 128, 3, 8, False, False, 2, 64, "wsx"),  # two 64-byte chunks a stage (WS_CHUNKS)
     (2, 16, 128, 3, 8, False, False, 2, 64, "wsx"),
+    (2, 16, 128, 4, 8, False, False, 1, 80, "wsx"),  # the shipped configs (session 25)
+    (2, 32, 128, 4, 8, False, False, 1, 80, "wsx"),
+    (2, 64, 128, 3, 8, False, False, 1, None, "tx"),  # single-partition whole-row loop, x side by side
 )
 
 
@@ -71,14 +74,17 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     ell = k // p
     ns = ell // 64
     packed = torch.empty((n, ell), dtype=torch.uint8)
-    sz = torch.empty((n, ns * 4), dtype=torch.int32)  # the words: one [R, 4] box a 64-byte chunk
-    wide = table == "wsx"
+    if table:  # the whole-row variant's group codes: one [2, R] box a 64-byte chunk
+        sz = torch.empty((2 * ns, -(-n // 4) * 4), dtype=torch.int32)
+    else:  # the (scale, zero) words: one [R, 4] box a 64-byte chunk
+        sz = torch.empty((n, ns * 4), dtype=torch.int32)
+    wide = table in ("wsx", "tx")
     xq = torch.empty((ns * 2 * nb, 32 * p) if wide else (ns * p * 2 * nb, 32), dtype=torch.int8)
     xs = torch.empty((ns * 4, nb), dtype=torch.int32)
     w_l, sz_l, x_l, xs_l = g._layouts(block, nb, ch)
     nblk = -(-n // block)
     args = dict(w_desc=TensorDescriptor.from_tensor(packed, [block, 64 * ch], w_l),
-                sz_desc=TensorDescriptor.from_tensor(sz, [block, 4], sz_l),
+                sz_desc=TensorDescriptor.from_tensor(sz, [2, block] if table else [block, 4], sz_l),
                 x_desc=(TensorDescriptor.from_tensor(xq, [nb, 32 * p], g._wide_layout(p)) if wide
                         else TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)),
                 xs_desc=TensorDescriptor.from_tensor(xs, [4, nb], xs_l),
@@ -93,7 +99,7 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
         return compile_gluon_sm90(g._coarse_table_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS", "GRID"},
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
-                      MAGIC=magic, CH=ch, TABLE=table)
+                      MAGIC=magic, CH=ch, TABLE=bool(table), XW=wide)
     return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w, **reg)
 
 

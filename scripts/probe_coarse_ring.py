@@ -64,7 +64,7 @@ def _stage_mma_raw(acc, w_bufs, xt_bufs, slot, NB: gl.constexpr, W: gl.constexpr
 
 
 @gluon.jit
-def _probe_consumer(w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NS,
+def _probe_consumer(w_bufs, code_rows, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NS,
                     NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr, W: gl.constexpr,
                     MODE: gl.constexpr):
     R: gl.constexpr = 16 * W
@@ -81,7 +81,7 @@ def _probe_consumer(w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_pt
                 if MODE == 1:
                     acc = _stage_mma_raw(acc, w_bufs, xt_bufs, slot, NB, W, P)
                 elif MODE == 2:
-                    acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, 1)
+                    acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, NB, W, P, 1)
                 gl.thread_barrier()
                 mbarrier.arrive(empty.index(slot))
     rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, mma))
@@ -98,7 +98,8 @@ def _probe_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_pt
     R: gl.constexpr = 16 * W
     xt_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
     w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64], w_desc.layout)
-    sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, R, 4], sz_desc.layout)
+    sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, 2, R], sz_desc.layout)  # group codes
+    code_rows = sz_bufs._reinterpret(gl.int32, [STAGES * 2, R], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * P, 2 * NB, 32], x_desc.layout)
     xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * P * 2, NB, 32], xt_sl)
     xs_bufs = gl.allocate_shared_memory(gl.int32, [1, 4, NB], xs_desc.layout)
@@ -109,7 +110,7 @@ def _probe_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_pt
         mbarrier.init(empty.index(i), count=1)
     fence_async_shared()
     gl.warp_specialize([
-        (_probe_consumer, (w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
+        (_probe_consumer, (w_bufs, code_rows, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
                            NS, NB, P, STAGES, KCAND, W, MODE)),
         (_ws_table_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
                               NS, GRID, STAGES, P, NB, R)),
@@ -135,7 +136,7 @@ def launcher(x, packed, words, r, *, n: int, mode: str, stages: int, kcand: int,
     ck = torch.empty(m, nblk * kcand, device=x.device)
     ci = torch.empty(m, nblk * kcand, device=x.device, dtype=torch.int64)
     w_l, sz_l, x_l, xs_l = g._layouts(block, nb, 1)
-    descs = (TensorDescriptor.from_tensor(packed, [block, 64], w_l), TensorDescriptor.from_tensor(words, [block, 4], sz_l),
+    descs = (TensorDescriptor.from_tensor(packed, [block, 64], w_l), TensorDescriptor.from_tensor(words, [2, block], sz_l),
              TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l), TensorDescriptor.from_tensor(xs, [4, nb], xs_l))
     w = block // 16
     cap = g.MAXNREG_WS.get(nb)

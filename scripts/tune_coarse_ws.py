@@ -24,15 +24,14 @@ from head_bench import K, N, RecordLog, random_head  # noqa: E402
 # (chunks, stages, maxnreg, pdl, wide, persist); None: the module default
 COARSE = (
     (None, None, None, None, None, None),
-    (1, None, None, False, True, False),
-    (1, None, None, True, False, False),
-    (1, None, None, True, True, True),
-    (1, None, 72, True, True, False),
-    (1, None, 80, True, True, False),
-    (1, 3, None, True, True, False),
-    (1, 6, None, True, True, False),
-    (2, 3, 80, True, True, False),
-    (2, 2, 80, True, True, False),
+    (1, None, None, True, True, False),
+    (1, None, 64, True, True, True),
+    (1, None, 72, True, True, True),
+    (1, None, 80, True, True, True),
+    (1, None, 96, True, True, True),
+    (1, 5, 80, True, True, True),
+    (1, 2, 80, True, True, True),
+    (2, 2, 80, True, True, True),
 )
 
 

@@ -215,15 +215,30 @@ def test_prmt_decode_gives_each_code_its_table_byte():
             assert np.array_equal((regs[v] >> (8 * e)) & 0xFF, want), (v, e)
 
 
+def _tables_mirror(word: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``gluon_wgmma._TABLE_ASM`` op by op on uint32 words of two group codes: byte 0 (resp. 2)
+    zero-extended times 0x03020100 plus byte 1 (resp. 3) repeated, xor 0x80808080."""
+    w = word.astype(np.uint64)
+    out = []
+    for lo in (0, 16):
+        a = (w >> lo) & 0xFF
+        b = ((w >> (lo + 8)) & 0xFF) * 0x01010101
+        out.append((((a * 0x03020100 + b) & 0xFFFFFFFF) ^ 0x80808080).astype(np.uint32))
+    return out[0], out[1]
+
+
 def _emulate_prmt_kernel(packed: torch.Tensor, words: torch.Tensor, tiles: torch.Tensor, nb: int) -> torch.Tensor:
     """int64 [N, NB]: the whole-row kernel with the byte-permute decode, from its own operands --
-    per stage and half, the 8 packed words of a row decoded (the PTX mirror) into the A registers of
-    K slots 4 w + e, dotted with the permuted x tile of (stage, register, half)."""
+    per stage the rows' byte tables built from their group codes, per half the 8 packed words of a
+    row decoded (the PTX mirrors) into the A registers of K slots 4 w + e, dotted with the permuted
+    x tile of (stage, register, half)."""
     n, ell = packed.shape
     ns = ell // 64
     pw = packed.numpy().view(np.uint32).reshape(n, ns, 2, 8)  # [N, NS, half, word]
-    tw = words.numpy().view(np.uint32).reshape(n, ns, 4)[:, :, None, None, :]
-    regs = _prmt_decode(pw, tw[..., 0], tw[..., 2], tw[..., 1], tw[..., 3])  # 4 x [N, NS, 2, 8]
+    cw = words.numpy().view(np.uint32).reshape(ns, 2, -1)[:, :, :n].transpose(2, 0, 1)  # [N, NS, 2]
+    t0, t1 = (t[:, :, None, None] for t in _tables_mirror(cw[..., 0]))
+    t2, t3 = (t[:, :, None, None] for t in _tables_mirror(cw[..., 1]))
+    regs = _prmt_decode(pw, t0, t2, t1, t3)  # 4 x [N, NS, 2, 8]
     a = np.stack([r.view(np.int8).reshape(n, ns, 2, 32) for r in regs], axis=2)  # [N, NS, v, half, slot]
     xt = tiles.view(ns, 4, 2, nb, 32).numpy()  # [NS, v, half, NB, slot]
     return torch.from_numpy(np.einsum("nsvhk,svhmk->nm", a.astype(np.int64), xt.astype(np.int64)))
@@ -260,13 +275,18 @@ def test_wgmma_table_words(group):
     assert torch.equal(r, r2) and r.dtype == torch.float32 and (r > 0).all()
     z = f.zero.to(torch.int32)
     assert ((a * torch.maximum(z, 3 - z)) <= 127).all() and (a >= 0).all()
-    words = words.view(6, ell // 64, 4)
-    for c in range(4):  # byte c of a word: the int8 weight A (c - z) of its group
-        for s in range(ell // 64):
-            for j in range(4):
-                gi = (j * ell + 64 * s) // group
-                byte = ((words[:, s, j] >> (8 * c)) & 0xFF).to(torch.uint8).view(torch.int8).to(torch.int32)
-                assert torch.equal(byte, a[:, gi] * (c - z[:, gi]))
+    ns = ell // 64
+    assert words.shape == (2 * ns, 8) and words.dtype == torch.int32 and (words[:, 6:] == 0).all()
+    words = words.view(ns, 2, 8)[:, :, :6].numpy()
+    for s in range(ns):
+        for j in range(4):  # plane j's group code: the 16-bit half j % 2 of word (s, j // 2)
+            gi = (j * ell + 64 * s) // group
+            code = (words[s, j // 2].view(np.uint32) >> (16 * (j % 2))) & 0xFFFF
+            assert np.array_equal(code, (a[:, gi] | ((128 - a[:, gi] * z[:, gi]) << 8)).numpy())
+            table = _tables_mirror(words[s, j // 2].view(np.uint32))[j % 2]
+            for c in range(4):  # byte c of the built table: the int8 weight A (c - z) of the group
+                byte = ((table >> (8 * c)) & 0xFF).astype(np.uint8).view(np.int8).astype(np.int32)
+                assert np.array_equal(byte, (a[:, gi] * (c - z[:, gi])).numpy())
     # each row's largest group keeps its scale to within half a unit of A (A >= 42 there)
     top = (f.scale.float() * torch.maximum(z, 3 - z)).argmax(dim=1)
     s_top = f.scale.float().gather(1, top[:, None]).squeeze(1)
@@ -315,6 +335,10 @@ def test_coarse_wgmma_table_validates():
         with pytest.raises(ValueError, match="row units"):
             g.coarse_wgmma(torch.randn(2, 256), f2.packed, words, n=10, bits=2, block=128, kcand=1,
                            write_logits=False, table_r=bad)
+    for bad in (words[:, :8].contiguous(), words.view(-1, 4, 3)[:, :, 0].contiguous(), words.view(torch.float32)):
+        with pytest.raises(ValueError, match="wgmma_table's int32 words"):
+            g.coarse_wgmma(torch.randn(2, 256), f2.packed, bad, n=10, bits=2, block=128, kcand=1,
+                           write_logits=False, table_r=r)
 
 
 # ---- GPU tier: the Gluon kernel -------------------------------------------------------------------

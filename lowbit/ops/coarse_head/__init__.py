@@ -110,7 +110,8 @@ class CoarsePacking:
     def wgmma_table(self) -> tuple[torch.Tensor, torch.Tensor]:
         """INT2 only: the words and fp32 row units of the int8-wgmma pass's whole-row variant
         (``gluon_wgmma.wgmma_table``: group scales rounded to integer multiples of a row unit),
-        built on first use and kept (the bytes of :meth:`wgmma_words` plus 4 a row)."""
+        built on first use and kept (2 bytes a group -- 8 per row and 64-byte stage -- plus 4 a
+        row)."""
         if self._wgmma_table is None:
             from lowbit.ops.coarse_head.gluon_wgmma import wgmma_table
 

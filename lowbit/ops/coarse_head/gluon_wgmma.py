@@ -27,8 +27,10 @@ candidates contract as ``triton.py``'s ``_epilogue`` in fast mode.
 **Whole-row integer variant** (``TABLE``, INT2): the group scale is rounded to an integer multiple
 of one fp32 unit per token row, ``s_g ~= A_g r_n`` (:func:`wgmma_table`, ``|A_g (q - z_g)| <= 127``),
 so a code decodes straight to the int8 weight ``A_g (q - z_g)``: the group's 4 possible weights are
-the bytes of one word, and ``prmt`` picks 4 of them by 4 codes at once (``_prmt_word``: 9 ops for a
-packed word of 16 codes, the x tiles in the matching K order of ``x_int8.prmt_source``). The row's
+the bytes of one word, built from the group's 16-bit code ``A | (128 - A z) << 8`` (4 ops,
+``_tables``; 2 bytes a group against the format's 3 of scale and zero), and ``prmt`` picks 4 of
+them by 4 codes at once (``_prmt_word``: 9 ops for a packed word of 16 codes, the x tiles in the
+matching K order of ``x_int8.prmt_source``). The row's
 dot accumulates in int32 over all of K in one wgmma chain::
 
     logit[m, n] = sx[m] r[n] sum_k A_g(k) (q[n, k] - z[n, g(k)]) xq[m, k]
@@ -118,45 +120,56 @@ def table_coefficients(scale: torch.Tensor, zero: torch.Tensor, bits: int) -> tu
     return a.to(torch.int32), r.contiguous()
 
 
+def table_codes(a: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
+    """int32 [N, NG]: the 16-bit group code of the whole-row variant, ``A | (128 - A z) << 8``
+    (``A`` from :func:`table_coefficients`, ``z`` the zero point). Byte c of the group's weight
+    table is then ``(c A + (128 - A z)) ^ 0x80 = A (c - z)`` as int8: every ``c A + 128 - A z`` lies
+    in [1, 255] (``|A (c - z)| <= 127``), so the four bytes of ``A * 0x03020100 + (128 - A z) *
+    0x01010101`` are computed without a carry between them (``_TABLE_ASM``: 4 ops a table)."""
+    return a | ((128 - a * zero.to(torch.int32)) << 8)
+
+
 def wgmma_table(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int,
                 ell: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The whole-row variant's words and row units: (int32 [N, NS * 4], fp32 [N]). Word ``4 s + j``
-    of row n is the byte table of the group that plane j's stage s lies in (see
-    :func:`table_coefficients`): byte c (0..3) is the int8 weight ``A (c - z)`` of code c; words
-    j >= P are 0. Same bytes as :func:`wgmma_sz`."""
+    """The whole-row variant's words and row units: (int32 [2 NS, NP], fp32 [N]), NS = ``ell`` / 64
+    stages, NP = N rounded up to a multiple of 4 (TMA's 16-byte row pitch). Stage-major: word
+    ``(2 s + h, n)`` holds in its low / high 16 bits the :func:`table_codes` of the groups that
+    planes ``2 h`` / ``2 h + 1`` of row n's stage s lie in -- 2 bytes a group (the codes are 16), so
+    a stage's words for a block of rows are one TMA box [2, rows] of 512-byte contiguous runs."""
     if bits not in TABLE_BITS:
         raise ValueError(f"wgmma_table serves bits in {TABLE_BITS}, got {bits}")
     a, r = table_coefficients(scale, zero, bits)
+    code = table_codes(a, zero)  # [N, NG]
     n = scale.shape[0]
     p = 8 // bits
     ns = ell // _STAGE_BYTES
     s_idx = torch.arange(ns, device=scale.device)
-    words = torch.zeros(n, ns, 4, dtype=torch.int32, device=scale.device)
-    z = zero.to(torch.int32)
-    packed = torch.zeros_like(a)
-    for c in range(1 << bits):
-        packed |= ((a * (c - z)) & 0xFF) << (8 * c)
-    for j in range(p):
-        g = (j * ell + _STAGE_BYTES * s_idx) // group_size  # [NS]
-        words[:, :, j] = packed[:, g]
-    return words.view(n, ns * 4), r
+    words = torch.zeros(ns, 2, -(-n // 4) * 4, dtype=torch.int32, device=scale.device)
+    for h in range(2):
+        for half, j in enumerate((2 * h, 2 * h + 1)):
+            if j < p:
+                g = (j * ell + _STAGE_BYTES * s_idx) // group_size  # [NS]
+                words[:, h, :n] |= code[:, g].t() << (16 * half)
+    return words.view(2 * ns, -1), r
 
 
 def table_reference(packed: torch.Tensor, words: torch.Tensor, r: torch.Tensor, xq: torch.Tensor,
                     sx: torch.Tensor, bits: int) -> torch.Tensor:
     """fp32 [M, N]: the whole-row variant's logits from exactly its operands -- the int8 weights
-    ``A (q - z)`` looked up in the words' byte tables (:func:`wgmma_table`), their int32 dot with
-    ``xq`` int8 [M, K], times ``r[n] sx[m]`` (int64 sums, exact; the kernel's int32 sums agree
-    while K 127^2 < 2^31)."""
+    ``A (q - z) = A q + (128 - A z) - 128`` of the words' group codes (:func:`wgmma_table`), their
+    int32 dot with ``xq`` int8 [M, K], times ``r[n] sx[m]`` (int64 sums, exact; the kernel's int32
+    sums agree while K 127^2 < 2^31)."""
     from lowbit.formats.intx import unpack_planes
 
     n, ell = packed.shape
     p = 8 // bits
+    ns = ell // _STAGE_BYTES
     k = xq.shape[1]
     codes = unpack_planes(packed, bits).to(torch.int64)  # [N, P L]
-    w4 = words.view(n, ell // _STAGE_BYTES, 4)[:, :, :p].to(torch.int64)  # [N, NS, P]
-    per_k = w4.permute(0, 2, 1).repeat_interleave(_STAGE_BYTES, dim=2).reshape(n, p * ell)  # word of each K
-    wq = ((per_k >> (8 * codes)) & 0xFF).to(torch.uint8).view(torch.int8).to(torch.int64)  # = A (q - z)
+    w2 = words.view(ns, 2, -1)[:, :, :n].to(torch.int64) & 0xFFFFFFFF  # [NS, 2, N]
+    code = torch.stack([(w2[:, j // 2] >> (16 * (j % 2))) & 0xFFFF for j in range(p)], dim=0)  # [P, NS, N]
+    per_k = code.permute(2, 0, 1).repeat_interleave(_STAGE_BYTES, dim=2).reshape(n, p * ell)  # code of each K
+    wq = (per_k & 0xFF) * codes + (per_k >> 8) - 128  # = A (q - z)
     dot = xq.to(torch.int64) @ wq[:, :k].t()
     return dot.double().mul(sx.double()[:, None]).mul(r.double()[None, :]).float()
 
@@ -211,7 +224,7 @@ if _GLUON_IMPORT_ERROR is None:
                      STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, CH: gl.constexpr, pred,
                      TABLE: gl.constexpr = False, XW: gl.constexpr = False):
         """TMA of stage i (CH 64-byte chunks) into ring slot i % STAGES: codes [R, 64 CH]; per
-        chunk the words [R, 4], the x tiles of the P planes [2 NB, 32] each -- XW: the two halves'
+        chunk the words [R, 4] (TABLE: the group codes [2, R]), the x tiles of the P planes [2 NB, 32] each -- XW: the two halves'
         side-by-side tiles [NB, 32 P] (``x_int8`` ``wide``) -- and (not with TABLE, which needs
         none) the x sums [4, NB]."""
         slot = i % STAGES
@@ -224,7 +237,10 @@ if _GLUON_IMPORT_ERROR is None:
         tma.async_copy_global_to_shared(w_desc, [row0, i * (64 * CH)], bar, w_bufs.index(slot), pred)
         for ch in gl.static_range(CH):
             c = i * CH + ch  # global 64-byte chunk
-            tma.async_copy_global_to_shared(sz_desc, [row0, c * 4], bar, sz_bufs.index(slot * CH + ch), pred)
+            if TABLE:  # stage-major group codes (``wgmma_table``): rows 2 c, 2 c + 1 of the block's tokens
+                tma.async_copy_global_to_shared(sz_desc, [2 * c, row0], bar, sz_bufs.index(slot * CH + ch), pred)
+            else:
+                tma.async_copy_global_to_shared(sz_desc, [row0, c * 4], bar, sz_bufs.index(slot * CH + ch), pred)
             for j in gl.static_range(XN):
                 if XW:
                     tma.async_copy_global_to_shared(x_desc, [(c * 2 + j) * NB, 0], bar,
@@ -321,6 +337,23 @@ if _GLUON_IMPORT_ERROR is None:
     # 4 outputs, the packed codes, then the tables of planes 0, 2, 1, 3 (4 registers each under pack = 4)
     _PRMT_CONSTRAINTS = gl.constexpr("=r,=r,=r,=r," + ",".join(["r"] * 17))
 
+    # The byte tables of a word of two 16-bit group codes (``table_codes``: A | (128 - A z) << 8):
+    # A * 0x03020100 + (128 - A z) * 0x01010101, its bytes flipped back from the +128 offset.
+    # prmt 0x4440 takes byte 0 zero-extended, 0x1111 repeats byte 1 in all four. $0: the low code's
+    # table, $1: the high code's.
+    _TABLE_ASM = gl.constexpr(
+        "{.reg .b32 a, b; "
+        "prmt.b32 a, $2, 0, 0x4440; prmt.b32 b, $2, 0, 0x1111; mad.lo.u32 a, a, 0x03020100, b; "
+        "xor.b32 $0, a, 0x80808080; "
+        "prmt.b32 a, $2, 0, 0x4442; prmt.b32 b, $2, 0, 0x3333; mad.lo.u32 a, a, 0x03020100, b; "
+        "xor.b32 $1, a, 0x80808080;}")
+
+    @gluon.jit
+    def _tables(word):
+        """The two byte tables (int32, like ``word``) of a word of two group codes."""
+        return gl.inline_asm_elementwise(_TABLE_ASM, "=r,=r,r", [word], dtype=(gl.int32, gl.int32), is_pure=True,
+                                         pack=1)
+
     @gluon.jit
     def _prmt_word(q, t0, t2, t1, t3):
         """The 4 int8 weight tensors (each like ``q``, uint8 [R, 32]) of the packed bytes ``q``; ``t*``
@@ -329,10 +362,11 @@ if _GLUON_IMPORT_ERROR is None:
                                          dtype=(gl.int8, gl.int8, gl.int8, gl.int8), is_pure=True, pack=4)
 
     @gluon.jit
-    def _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB: gl.constexpr, W: gl.constexpr,
+    def _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, NB: gl.constexpr, W: gl.constexpr,
                          P: gl.constexpr, CH: gl.constexpr, XW: gl.constexpr = False):
-        """acc (int32) += the CH chunks of the stage in ``slot``, whole-row variant: per chunk both
-        32-byte halves decoded (``_prmt_word``: 4 registers of weights each) before the first of its
+        """acc (int32) += the CH chunks of the stage in ``slot``, whole-row variant: per chunk the
+        rows' byte tables built from their group codes (``code_rows``: the codes buffer [2 slots
+        CH, 2, R] as [2 slots CH 2, R] rows; ``_tables``), both 32-byte halves decoded (``_prmt_word``: 4 registers of weights each) before the first of its
         8 wgmmas is issued -- ptxas serializes wgmmas whose register inputs are defined after the
         first one starts (C7513) -- then one wgmma chain; all retired on return (the caller
         refills the slot next). XW: ``xt_bufs`` holds the side-by-side x tiles [2 slots CH, NB,
@@ -344,11 +378,12 @@ if _GLUON_IMPORT_ERROR is None:
         wb = w_bufs.index(slot)
         for ch in gl.static_range(CH):
             u = slot * CH + ch
-            words = four(sz_bufs.index(u).load(row_words_layout(W)))
-            t0 = gl.expand_dims(gl.convert_layout(words[0], r_l, assert_trivial=True), 1)
-            t1 = gl.expand_dims(gl.convert_layout(words[1], r_l, assert_trivial=True), 1)
-            t2 = gl.expand_dims(gl.convert_layout(words[2], r_l, assert_trivial=True), 1)
-            t3 = gl.expand_dims(gl.convert_layout(words[3], r_l, assert_trivial=True), 1)
+            t0, t1 = _tables(code_rows.index(2 * u).load(r_l))
+            t2, t3 = _tables(code_rows.index(2 * u + 1).load(r_l))
+            t0 = gl.expand_dims(t0, 1)
+            t1 = gl.expand_dims(t1, 1)
+            t2 = gl.expand_dims(t2, 1)
+            t3 = gl.expand_dims(t3, 1)
             v0 = _prmt_word(wb.slice(64 * ch, 32, dim=1).load(c_l), t0, t2, t1, t3)
             v1 = _prmt_word(wb.slice(64 * ch + 32, 32, dim=1).load(c_l), t0, t2, t1, t3)
             for h in gl.static_range(2):
@@ -376,7 +411,12 @@ if _GLUON_IMPORT_ERROR is None:
         pid = gl.program_id(0)
         row0 = pid * R
         w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64 * CH], w_desc.layout)
-        sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, R, 4], sz_desc.layout)
+        if TABLE:  # the group codes of a chunk [2, R], read back a row of R at a time
+            sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 2, R], sz_desc.layout)
+            code_rows = sz_bufs._reinterpret(gl.int32, [STAGES * CH * 2, R], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        else:
+            sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, R, 4], sz_desc.layout)
+            code_rows = sz_bufs
         if XW:  # the side-by-side tiles (their TMA box is the B tiles of a half, 32 P-byte rows)
             x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * 2, NB, 32 * P], x_desc.layout)
             xt_bufs = x_bufs
@@ -402,7 +442,7 @@ if _GLUON_IMPORT_ERROR is None:
             slot = i % STAGES
             mbarrier.wait(bars.index(slot), (i // STAGES) & 1)
             if TABLE:
-                acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, CH, XW)
+                acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, NB, W, P, CH, XW)
             else:
                 acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB, W, P, BITS, CH, PIPE, MAGIC, XW)
         for i in gl.static_range(STAGES):
@@ -446,7 +486,7 @@ if _GLUON_IMPORT_ERROR is None:
 
     # ---------------------------------------------------- whole-row variant, warp-specialized
     @gluon.jit
-    def _ws_table_consumer(w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
+    def _ws_table_consumer(w_bufs, code_rows, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
                            NBLK, NS, GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr,
                            KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr, XW: gl.constexpr = False,
                            CH: gl.constexpr = 1, PDL: gl.constexpr = False):
@@ -477,7 +517,7 @@ if _GLUON_IMPORT_ERROR is None:
                 for slot in gl.static_range(STAGES):
                     if i0 + slot < NS:
                         mbarrier.wait(ready.index(slot), phase)
-                        acc = _stage_sum_table(acc, w_bufs, sz_bufs, xt_bufs, slot, NB, W, P, CH, XW)
+                        acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, NB, W, P, CH, XW)
                         gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
                         mbarrier.arrive(empty.index(slot))
             lap0 += NS // STAGES
@@ -519,7 +559,8 @@ if _GLUON_IMPORT_ERROR is None:
         R: gl.constexpr = 16 * W
         xt_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
         w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64 * CH], w_desc.layout)
-        sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, R, 4], sz_desc.layout)
+        sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 2, R], sz_desc.layout)  # group codes
+        code_rows = sz_bufs._reinterpret(gl.int32, [STAGES * CH * 2, R], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         if XW:  # the side-by-side tiles: their TMA box is the wgmmas' B tile, 32 P-byte rows
             x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * 2, NB, 32 * P], x_desc.layout)
             xt_bufs = x_bufs
@@ -534,7 +575,7 @@ if _GLUON_IMPORT_ERROR is None:
             mbarrier.init(empty.index(i), count=1)
         fence_async_shared()
         gl.warp_specialize([
-            (_ws_table_consumer, (w_bufs, sz_bufs, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
+            (_ws_table_consumer, (w_bufs, code_rows, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
                                   NBLK, NS, GRID, NB, P, STAGES, KCAND, WRITE_LOGITS, W, XW, CH, PDL)),
             (_ws_table_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
                                   NS, GRID, STAGES, P, NB, R, XW, CH, PDL)),
@@ -666,6 +707,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
         raise ValueError(f"coarse_wgmma's whole-row variant serves bits in {TABLE_BITS}, padded K <= {TABLE_MAX_K} "
                          f"and row units fp32 [{n}]; got bits={bits}, padded K {p * ell}, units "
                          f"{tuple(table_r.shape)} {table_r.dtype}")
+    if table and (sz.dtype != torch.int32 or sz.shape != (2 * (ell // _STAGE_BYTES), -(-n // 4) * 4)):
+        raise ValueError(f"coarse_wgmma's whole-row variant takes wgmma_table's int32 words "
+                         f"[{2 * (ell // _STAGE_BYTES)}, {-(-n // 4) * 4}], got {sz.dtype} {tuple(sz.shape)}")
     if x.stride(1) != 1:
         x = x.contiguous()
     nb = max(8, triton.next_power_of_2(m))
@@ -687,7 +731,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                                                                write_logits, x.device)
     w_l, sz_l, x_l, xs_l = _layouts(block, nb, ch)
     w_desc = TensorDescriptor.from_tensor(packed, [block, 64 * ch], w_l)
-    sz_desc = TensorDescriptor.from_tensor(sz, [block, 4], sz_l)
+    sz_desc = TensorDescriptor.from_tensor(sz, [2, block] if table else [block, 4], sz_l)
     if x_wide:
         x_desc = TensorDescriptor.from_tensor(xq, [nb, 32 * p], _wide_layout(p))
     else:
