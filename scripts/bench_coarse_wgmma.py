@@ -28,20 +28,23 @@ from head_bench import RecordLog, random_head  # noqa: E402
 
 
 def _paths():
-    """(name, WGMMA_M_RANGE, WGMMA_TABLE_BITS, PERSIST_WS, X_WIDE) of the dispatches compared:
-    the int8-wgmma pass at every M as its whole-row variant ("table", INT2 only; "persist": its
-    warp-specialized kernel persistent; "table x narrow": fed x in per-plane tiles of 32-byte rows,
-    as before the twenty-fifth session) and per group ("wgmma", "wgmma x narrow"), and none
-    ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
+    """(name, WGMMA_M_RANGE, WGMMA_TABLE_BITS, PERSIST_WS, X_WIDE, WS_GROUP_MAX_NB) of the
+    dispatches compared: the int8-wgmma pass at every M as its whole-row variant ("table", INT2
+    only, its warp-specialized kernel persistent up to NB = 32; "table single": not persistent;
+    "table x narrow": fed x in per-plane tiles of 32-byte rows, as before the twenty-fifth
+    session) and per group ("wgmma": the single-partition loop; "wgmma ws": the warp-specialized
+    kernel, persistent, up to NB = 32; "wgmma x narrow"), and none ("previous": the mma.sync pass
+    up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import TABLE_BITS, WGMMA_BITS
 
     every = {b: (1, 64) for b in WGMMA_BITS}
-    return (("persist", every, TABLE_BITS, True, True), ("table", every, TABLE_BITS, False, True),
-            ("table x narrow", every, TABLE_BITS, False, False), ("wgmma", every, (), False, True),
-            ("wgmma x narrow", every, (), False, False), ("previous", {}, (), False, True))
+    return (("table", every, TABLE_BITS, True, True, 0), ("table single", every, TABLE_BITS, False, True, 0),
+            ("table x narrow", every, TABLE_BITS, True, False, 0), ("wgmma", every, (), True, True, 0),
+            ("wgmma ws", every, (), True, True, 32), ("wgmma x narrow", every, (), True, False, 0),
+            ("previous", {}, (), True, True, 0))
 
 
-def _set_path(ch, rng: dict, table_bits: tuple, persist: bool, wide: bool) -> None:
+def _set_path(ch, rng: dict, table_bits: tuple, persist: bool, wide: bool, ws_group: int) -> None:
     from lowbit.ops.coarse_head import gluon_wgmma
 
     ch.WGMMA_M_RANGE.clear()
@@ -49,6 +52,7 @@ def _set_path(ch, rng: dict, table_bits: tuple, persist: bool, wide: bool) -> No
     ch.WGMMA_TABLE_BITS = table_bits
     gluon_wgmma.PERSIST_WS = persist
     gluon_wgmma.X_WIDE = wide
+    gluon_wgmma.WS_GROUP_MAX_NB = ws_group
 
 
 def main() -> int:
@@ -75,7 +79,8 @@ def main() -> int:
     paths = _paths()
     from lowbit.ops.coarse_head import gluon_wgmma
 
-    default = (dict(ch.WGMMA_M_RANGE), ch.WGMMA_TABLE_BITS, gluon_wgmma.PERSIST_WS, gluon_wgmma.X_WIDE)
+    default = (dict(ch.WGMMA_M_RANGE), ch.WGMMA_TABLE_BITS, gluon_wgmma.PERSIST_WS, gluon_wgmma.X_WIDE,
+               gluon_wgmma.WS_GROUP_MAX_NB)
     if args.no_previous:
         paths = paths[:-1]
     if args.paths:
@@ -95,10 +100,10 @@ def main() -> int:
             for bits, h in heads.items():
                 p = h._ensure_packed()
                 floor = p.nbytes / (bw * 1e3)
-                for name, rng, tb, persist, wide in paths:
+                for name, rng, tb, persist, wide, wsg in paths:
                     if tb and bits not in tb:
                         continue
-                    _set_path(ch, rng, tb, persist, wide)
+                    _set_path(ch, rng, tb, persist, wide, wsg)
                     # what the path's kernel reads: the codes and its words (the whole-row variant's
                     # 2-byte group codes and row units, or the per-group (scale, zero) words)
                     extra = sum(t.numel() * t.element_size() for t in
@@ -136,10 +141,10 @@ def main() -> int:
                 h = DraftHead(w, bits=bits, mode="fast", kcand=kc, rerank=r)
                 for m in (16, 64):
                     t_lin = time_us(lambda: F.linear(hidden[:m], w).argmax(-1), graph=True)
-                    for name, rng, tb, persist, wide in paths:
+                    for name, rng, tb, persist, wide, wsg in paths:
                         if tb and bits not in tb:
                             continue
-                        _set_path(ch, rng, tb, persist, wide)
+                        _set_path(ch, rng, tb, persist, wide, wsg)
                         agree = rec = 0
                         for s0 in range(0, hidden.shape[0] - m + 1, m):
                             xb = hidden[s0:s0 + m]

@@ -61,6 +61,11 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
     (2, 16, 128, 4, 8, False, False, 1, 80, "wsx"),  # the shipped configs (session 25)
     (2, 32, 128, 4, 8, False, False, 1, 80, "wsx"),
     (2, 64, 128, 3, 8, False, False, 1, None, "tx"),  # single-partition whole-row loop, x side by side
+    (4, 8, 128, 4, 8, False, False, 1, 80, "wsg"),  # per group, warp-specialized (MAXNREG_WS_GROUP)
+    (4, 16, 128, 4, 8, False, False, 1, 80, "wsg"),
+    (4, 32, 128, 4, 8, False, False, 1, 80, "wsg"),
+    (4, 64, 128, 3, 8, False, False, 1, 80, "wsg"),
+    (2, 8, 128, 4, 8, False, False, 1, 80, "wsg"),
 )
 
 
@@ -74,39 +79,41 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     ell = k // p
     ns = ell // 64
     packed = torch.empty((n, ell), dtype=torch.uint8)
-    if table:  # the whole-row variant's group codes: one [2, R] box a 64-byte chunk
+    whole_row = table not in (False, "wsg")
+    if whole_row:  # the whole-row variant's group codes: one [2, R] box a 64-byte chunk
         sz = torch.empty((2 * ns, -(-n // 4) * 4), dtype=torch.int32)
     else:  # the (scale, zero) words: one [R, 4] box a 64-byte chunk
         sz = torch.empty((n, ns * 4), dtype=torch.int32)
-    wide = table in ("wsx", "tx")
+    wide = table in ("wsx", "tx", "wsg")
     xq = torch.empty((ns * 2 * nb, 32 * p) if wide else (ns * p * 2 * nb, 32), dtype=torch.int8)
     xs = torch.empty((ns * 4, nb), dtype=torch.int32)
     w_l, sz_l, x_l, xs_l = g._layouts(block, nb, ch)
     nblk = -(-n // block)
     args = dict(w_desc=TensorDescriptor.from_tensor(packed, [block, 64 * ch], w_l),
-                sz_desc=TensorDescriptor.from_tensor(sz, [2, block] if table else [block, 4], sz_l),
+                sz_desc=TensorDescriptor.from_tensor(sz, [2, block] if whole_row else [block, 4], sz_l),
                 x_desc=(TensorDescriptor.from_tensor(xq, [nb, 32 * p], g._wide_layout(p)) if wide
                         else TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)),
                 xs_desc=TensorDescriptor.from_tensor(xs, [4, nb], xs_l),
                 sx_ptr=torch.empty(nb), r_ptr=torch.empty(n), ck_ptr=torch.empty(nb, nblk * kcand),
                 ci_ptr=torch.empty(nb, nblk * kcand, dtype=torch.int64), lg_ptr=torch.empty(1),
-                M=nb, N=n, NBLK=nblk, NS=ns // ch, **({"GRID": nblk} if table in ("ws", "wsx") else {}))
+                M=nb, N=n, NBLK=nblk, NS=ns // ch, **({"GRID": nblk} if table in ("ws", "wsx", "wsg") else {}))
     w = block // 16
     reg = {"maxnreg": maxnreg} if maxnreg else {}
-    if table in ("ws", "wsx"):  # the warp-specialized whole-row kernel
+    if table in ("ws", "wsx", "wsg"):  # the warp-specialized kernel (whole-row, or per group: "wsg")
         constexprs = dict(NB=nb, P=p, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w,
-                          PRODUCER_REGS=g.PRODUCER_REGS, XW=wide, CH=ch, PDL=True)
-        return compile_gluon_sm90(g._coarse_table_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS", "GRID"},
+                          PRODUCER_REGS=g.PRODUCER_REGS, XW=wide, CH=ch, PDL=True, TABLE=whole_row, BITS=bits)
+        return compile_gluon_sm90(g._coarse_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS", "GRID"},
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
-                      MAGIC=magic, CH=ch, TABLE=bool(table), XW=wide)
+                      MAGIC=magic, CH=ch, TABLE=whole_row, XW=wide)
     return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w, **reg)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None)
-    ap.add_argument("--table-only", action="store_true", help="only the whole-row variant's configs (TABLE True or 'ws')")
+    ap.add_argument("--table-only", action="store_true",
+                    help="only the whole-row / warp-specialized configs (the last column set)")
     args = ap.parse_args()
     for cfg in CONFIGS:
         if args.table_only and not cfg[9]:

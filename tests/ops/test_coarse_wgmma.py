@@ -362,20 +362,25 @@ CASES = [(2, 64, 1000, 640, 1, 128, 8), (4, 64, 777, 576, 3, 128, 4), (2, 128, 4
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("ws,persist", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("wide", [True, False])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", CASES)
-def test_cuda_coarse_wgmma_vs_reference(poison_empty, bits, group, n, k, m, block, kcand, wide):
+def test_cuda_coarse_wgmma_vs_reference(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, wide, ws,
+                                        persist):
     """Logits against fp64 (dequantized INTx rows x int8-rounded x), candidates against the
     per-block top-kcand of the kernel's own logits (ties to the lower index); every output written.
-    x in side-by-side tiles (``wide``) and per plane."""
+    x in side-by-side tiles (``wide``) and per plane; the single-partition loop and the
+    warp-specialized kernel (``ws``), also persistent on 2 "SMs" (each program loops over many row
+    blocks where the ring divides the stages)."""
     g = _kernel_or_skip()
+    monkeypatch.setattr(g, "sm_count", lambda device, interpret: 2)
     w = torch.randn(n, k) * 0.05
     w[: n // 3, : k // 5] *= 8.0  # groups of very different scales
     f = INTx.quantize(w, bits=bits, group_size=group)
     x = _x(m, k, seed=2, dtype=torch.bfloat16)
     words = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1])
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, wide=wide)
+                         write_logits=True, wide=wide, ws=ws, persist=persist)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     q, sx = x_int8_reference(x)
     want = (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T
@@ -438,9 +443,10 @@ def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("bits,table,persist,m", [(2, True, False, 40), (2, True, True, 24), (2, False, False, 40),
-                                                  (4, False, False, 40)])
+                                                  (4, False, False, 40), (4, False, True, 24), (2, False, True, 24)])
 def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, persist, m, monkeypatch):
-    """A fast DraftHead on the int8-wgmma pass (INT2: the whole-row variant and the per-group one):
+    """A fast DraftHead on the int8-wgmma pass (INT2: the whole-row variant and the per-group one;
+    M = 24 on the warp-specialized kernel, here also per group, persistent or not):
     every row with a clear winner gets it, with exact values; the top-k values are the exact logits
     of the returned tokens; graph replay and torch.compile give the same answers."""
     _kernel_or_skip()
@@ -451,6 +457,7 @@ def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, persist, m, mon
     from lowbit.ops.coarse_head import gluon_wgmma
 
     monkeypatch.setattr(gluon_wgmma, "PERSIST_WS", persist)
+    monkeypatch.setattr(gluon_wgmma, "WS_GROUP_MAX_NB", 32)
     monkeypatch.setattr(gluon_wgmma, "sm_count", lambda device, interpret: 3)  # several row blocks a program
     calls = []
     real_fn = gluon_wgmma.coarse_wgmma

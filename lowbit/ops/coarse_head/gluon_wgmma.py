@@ -484,16 +484,17 @@ if _GLUON_IMPORT_ERROR is None:
             gl.store(ci_ptr + o_c + c, gl.where(best == neg, 0, loc).to(gl.int64), mask=m_ok)
             key = gl.where(tok2 == gl.expand_dims(loc, 0), neg, key)
 
-    # ---------------------------------------------------- whole-row variant, warp-specialized
+    # ---------------------------------------------------- warp-specialized (whole-row and per group)
     @gluon.jit
-    def _ws_table_consumer(w_bufs, code_rows, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
-                           NBLK, NS, GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr,
-                           KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr, XW: gl.constexpr = False,
-                           CH: gl.constexpr = 1, PDL: gl.constexpr = False):
+    def _ws_consumer(w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M,
+                     N, NBLK, NS, GRID, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
+                     KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr, TABLE: gl.constexpr,
+                     XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False):
         """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage (CH
-        64-byte chunks), wait for its TMA, run the whole-row decode and wgmma chain, hand the slot
-        back (partition barrier, one arrive); then the block's epilogue. PDL: nothing global is
-        read before ``griddepcontrol.wait`` (``sx`` is the x preparation's output); then the next
+        64-byte chunks), wait for its TMA, run the stage (TABLE: the whole-row decode and wgmma
+        chain into an int32 sum; else the per-group planes, ``_stage_sum``, into fp32), hand the
+        slot back (partition barrier, one arrive); then the block's epilogue. PDL: nothing global
+        is read before ``griddepcontrol.wait`` (``sx`` is the x preparation's output); then the next
         PDL launch (the selection) may place its CTAs. The stage loop is unrolled by the ring, so
         every slot's shared-memory addresses (the wgmma descriptors) are compile-time constants
         instead of arithmetic on ``i % STAGES``; a block starts on slot 0, so GRID < NBLK needs
@@ -511,25 +512,33 @@ if _GLUON_IMPORT_ERROR is None:
         lap0 = 0  # ring laps before this block
         for blk in range(gl.program_id(0), NBLK, GRID):
             row0 = blk * R
-            acc = gl.zeros([R, NB], gl.int32, mma)
+            acc = gl.zeros([R, NB], gl.int32 if TABLE else gl.float32, mma)
             for i0 in range(0, NS, STAGES):
                 phase = (lap0 + i0 // STAGES) & 1
                 for slot in gl.static_range(STAGES):
                     if i0 + slot < NS:
                         mbarrier.wait(ready.index(slot), phase)
-                        acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, NB, W, P, CH, XW)
+                        if TABLE:
+                            acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, NB, W, P, CH, XW)
+                        else:
+                            acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, NB, W, P, BITS, CH,
+                                             False, False, XW)
                         gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
                         mbarrier.arrive(empty.index(slot))
             lap0 += NS // STAGES
-            rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, mma))
-            r = gl.load(r_ptr + rows, mask=rows < N, other=0.0)
-            out = acc.to(gl.float32) * gl.expand_dims(r, 1) * gl.expand_dims(sx, 0)
+            if TABLE:
+                rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, mma))
+                r = gl.load(r_ptr + rows, mask=rows < N, other=0.0)
+                out = acc.to(gl.float32) * gl.expand_dims(r, 1) * gl.expand_dims(sx, 0)
+            else:
+                out = acc * gl.expand_dims(sx, 0)
             _emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS)
 
     @gluon.jit
-    def _ws_table_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
-                           NS, GRID, STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr,
-                           XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False):
+    def _ws_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
+                     NS, GRID, STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr,
+                     XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
+                     TABLE: gl.constexpr = True):
         """Worker partition (1 warp): for each of the program's row blocks, the TMA of stage i into
         slot i % STAGES once the consumers released it (free on the first lap: a wait on parity 1
         of a fresh mbarrier returns at once). It runs on into the next block while the consumers
@@ -542,32 +551,42 @@ if _GLUON_IMPORT_ERROR is None:
             for i in range(0, NS):
                 mbarrier.wait(empty.index(i % STAGES), ((c // STAGES) & 1) ^ 1)
                 _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i, blk * R,
-                             STAGES, P, NB, CH, True, True, XW)
+                             STAGES, P, NB, CH, True, TABLE, XW)
                 c += 1
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS", "GRID"])
-    def _coarse_table_ws_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
-                                NS, GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
-                                WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                                XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False):
-        """The whole-row variant of ``_coarse_wgmma_kernel`` (same arguments plus GRID: the
-        programs launched, each taking row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side
-        tiles; PDL: a programmatic dependent launch after the x preparation) with its TMA issued by a
-        1-warp producer partition (``ready`` / ``empty`` mbarrier pair per slot): the consumer
-        warps' stage loop carries no TMA issue and one partition barrier instead of a CTA barrier
-        per TMA (Gluon's single-partition loop has one after each issue)."""
+    def _coarse_ws_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NS,
+                          GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
+                          WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                          XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
+                          TABLE: gl.constexpr = True, BITS: gl.constexpr = 2):
+        """``_coarse_wgmma_kernel`` (same arguments plus GRID: the programs launched, each taking
+        row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side tiles; PDL: a programmatic
+        dependent launch after the x preparation; TABLE: the whole-row variant, else per group
+        with the x sums) with its TMA issued by a 1-warp producer partition (``ready`` / ``empty``
+        mbarrier pair per slot): the consumer warps' stage loop carries no TMA issue and one
+        partition barrier instead of a CTA barrier per TMA (Gluon's single-partition loop has one
+        after each issue)."""
         R: gl.constexpr = 16 * W
         xt_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
+        rows_sl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
         w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64 * CH], w_desc.layout)
-        sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 2, R], sz_desc.layout)  # group codes
-        code_rows = sz_bufs._reinterpret(gl.int32, [STAGES * CH * 2, R], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        if TABLE:  # the group codes [2, R] a chunk, read back a row of R at a time; no x sums
+            sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 2, R], sz_desc.layout)
+            code_rows = sz_bufs._reinterpret(gl.int32, [STAGES * CH * 2, R], rows_sl)
+            xs_bufs = gl.allocate_shared_memory(gl.int32, [1, 4, NB], xs_desc.layout)  # unused
+            xs_rows = xs_bufs
+        else:
+            sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, R, 4], sz_desc.layout)
+            code_rows = sz_bufs
+            xs_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 4, NB], xs_desc.layout)
+            xs_rows = xs_bufs._reinterpret(gl.int32, [STAGES * CH * 4, NB], rows_sl)
         if XW:  # the side-by-side tiles: their TMA box is the wgmmas' B tile, 32 P-byte rows
             x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * 2, NB, 32 * P], x_desc.layout)
             xt_bufs = x_bufs
         else:
             x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * P, 2 * NB, 32], x_desc.layout)
             xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * CH * P * 2, NB, 32], xt_sl)
-        xs_bufs = gl.allocate_shared_memory(gl.int32, [1, 4, NB], xs_desc.layout)  # unused: no x sums
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
@@ -575,10 +594,10 @@ if _GLUON_IMPORT_ERROR is None:
             mbarrier.init(empty.index(i), count=1)
         fence_async_shared()
         gl.warp_specialize([
-            (_ws_table_consumer, (w_bufs, code_rows, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
-                                  NBLK, NS, GRID, NB, P, STAGES, KCAND, WRITE_LOGITS, W, XW, CH, PDL)),
-            (_ws_table_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
-                                  NS, GRID, STAGES, P, NB, R, XW, CH, PDL)),
+            (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr,
+                            M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, XW, CH, PDL)),
+            (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
+                            NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE)),
         ], [1], [PRODUCER_REGS])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
@@ -603,6 +622,10 @@ MAGIC = False
 #: vs 100 us, M = 16 93-95 vs 109, M = 32 117 vs 128; M = 64 186 (uncapped, one CTA an SM) - 213
 #: (capped) vs 178
 WS_TABLE_MAX_NB = 32
+#: the per-group pass (INT4; INT2 outside ``TABLE_BITS``) at NB <= this runs the same
+#: warp-specialized kernel (``TABLE=False``: fp32 accumulator, x sums in the ring), above it the
+#: single-partition loop. 0: off (see the twenty-sixth session's measurement in docs/draft_head.md)
+WS_GROUP_MAX_NB = 0
 #: registers of that producer warp (Gluon pads its partition to a warpgroup: a CTA of 8 consumer
 #: warps is 384 threads, two CTAs an SM at 64-85 registers)
 PRODUCER_REGS = 40
@@ -645,6 +668,8 @@ MAXNREG_TABLE: dict = {}
 #: does neither and still holds two CTAs an SM: M = 32 95.1 -> 87.9 us, M = 16 73.8 -> 72.8, M = 1 /
 #: 8 within 1% (session 25 call d)
 MAXNREG_WS: dict = {8: 64, 16: 80, 32: 80, 64: 96}
+#: the same for the per-group warp-specialized kernel (two 384-thread CTAs an SM need <= 85)
+MAXNREG_WS_GROUP: dict = {8: 80, 16: 80, 32: 80, 64: 80}
 
 
 #: x as side-by-side tiles (``x_int8`` ``wide``) for every kernel here: a stage's x in two TMA
@@ -681,9 +706,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     from :func:`wgmma_table`. ``block`` tokens a program (64 or 128: 4 or 8 warps). Returns the six
     ``CoarseOut`` tensors (certified ones empty; logits only if ``write_logits``). ``stages`` /
     ``pipe`` / ``magic`` / ``chunks`` / ``maxnreg`` override the defaults (``_STAGES``, ``PIPE``,
-    ``MAGIC``, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE`` / ``MAXNREG_WS``; ``maxnreg=0``: no cap) for tuning; ``ws``
-    (default: NB <= ``WS_TABLE_MAX_NB``) the whole-row variant's warp-specialized kernel (one chunk a
-    stage); ``persist`` (default ``PERSIST_WS``) launches it with ``PERSIST_CTAS_PER_SM`` programs
+    ``MAGIC``, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE`` / ``MAXNREG_WS`` / ``MAXNREG_WS_GROUP``;
+    ``maxnreg=0``: no cap) for tuning; ``ws`` (default: NB <= ``WS_TABLE_MAX_NB``, per group NB <=
+    ``WS_GROUP_MAX_NB``) the warp-specialized kernel; ``persist`` (default ``PERSIST_WS``) launches it with ``PERSIST_CTAS_PER_SM`` programs
     an SM looping over the row blocks (where the ring divides the stages); ``wide`` (default
     ``X_WIDE``) feeds the kernel x in the side-by-side tile layout (two TMA boxes a stage);
     ``pdl`` (default ``PDL``) launches it as a programmatic dependent launch after the x
@@ -713,7 +738,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     if x.stride(1) != 1:
         x = x.contiguous()
     nb = max(8, triton.next_power_of_2(m))
-    use_ws = table and (nb <= WS_TABLE_MAX_NB if ws is None else ws)
+    use_ws = (nb <= (WS_TABLE_MAX_NB if table else WS_GROUP_MAX_NB)) if ws is None else ws
     ch = (WS_CHUNKS.get(nb, 1) if use_ws else CHUNKS) if chunks is None else chunks
     if ch not in (1, 2):
         raise ValueError(f"coarse_wgmma chunks must be 1 or 2, got {chunks}")
@@ -738,18 +763,18 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
         x_desc = TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)
     xs_desc = TensorDescriptor.from_tensor(xs, [4, nb], xs_l)
     st = stages if stages is not None else (_STAGES_2CH if ch == 2 else _STAGES)[nb]
-    cap = maxnreg if maxnreg is not None else (MAXNREG_WS if use_ws else MAXNREG_TABLE if table else MAXNREG).get(nb)
+    caps = ((MAXNREG_WS if table else MAXNREG_WS_GROUP) if use_ws else MAXNREG_TABLE if table else MAXNREG)
+    cap = maxnreg if maxnreg is not None else caps.get(nb)
     reg = {"maxnreg": cap} if cap else {}
     if use_ws:
         grid = nblk
         if (PERSIST_WS if persist is None else persist) and ns % st == 0:
             grid = min(nblk, PERSIST_CTAS_PER_SM * sm_count(x.device, interpret=2))
-        _coarse_table_ws_kernel[(grid,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r, cand_key, cand_idx,
-                                         logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p,
-                                         STAGES=st,
-                                         KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
-                                         XW=x_wide, CH=ch, PDL=use_pdl, num_warps=w, **reg,
-                                         **({"launch_pdl": True} if use_pdl else {}))
+        _coarse_ws_kernel[(grid,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
+                                   logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p, STAGES=st,
+                                   KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
+                                   XW=x_wide, CH=ch, PDL=use_pdl, TABLE=table, BITS=bits, num_warps=w, **reg,
+                                   **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
     _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
