@@ -28,31 +28,58 @@ from head_bench import RecordLog, random_head  # noqa: E402
 
 
 def _paths():
-    """(name, WGMMA_M_RANGE, WGMMA_TABLE_BITS, PERSIST_WS, X_WIDE, WS_GROUP_MAX_NB) of the
-    dispatches compared: the int8-wgmma pass at every M as its whole-row variant ("table", INT2
-    only, its warp-specialized kernel persistent up to NB = 32; "table single": not persistent;
-    "table x narrow": fed x in per-plane tiles of 32-byte rows, as before the twenty-fifth
+    """(name, settings) of the dispatches compared, settings the ``coarse_head`` / ``gluon_wgmma``
+    module switches: the int8-wgmma pass at every M as its whole-row variant ("table", INT2 only,
+    its warp-specialized kernel up to NB = 32 with the module's defaults; "table single": not
+    persistent; "table persist": persistent; "table res": persistent with x resident in shared
+    memory; "table x narrow": fed x in per-plane tiles of 32-byte rows, as before the twenty-fifth
     session) and per group ("wgmma": the single-partition loop; "wgmma ws": the warp-specialized
-    kernel, persistent, up to NB = 32; "wgmma x narrow"), and none ("previous": the mma.sync pass
-    up to M = 16, the band kernels beyond)."""
+    kernel up to NB = 32, persistent; "wgmma ws single"; "wgmma ws res": x resident; "wgmma x
+    narrow"), and none ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import TABLE_BITS, WGMMA_BITS
 
     every = {b: (1, 64) for b in WGMMA_BITS}
-    return (("table", every, TABLE_BITS, True, True, 0), ("table single", every, TABLE_BITS, False, True, 0),
-            ("table x narrow", every, TABLE_BITS, True, False, 0), ("wgmma", every, (), True, True, 0),
-            ("wgmma ws", every, (), True, True, 32), ("wgmma x narrow", every, (), True, False, 0),
-            ("previous", {}, (), True, True, 0))
+    table = {"WGMMA_M_RANGE": every, "WGMMA_TABLE_BITS": TABLE_BITS}
+    group = {"WGMMA_M_RANGE": every, "WGMMA_TABLE_BITS": (), "WS_GROUP_MAX_NB": 0}
+    return (("table", table), ("table single", {**table, "PERSIST_WS": False}),
+            ("table persist", {**table, "PERSIST_WS": True, "X_RESIDENT": False}),
+            ("table res", {**table, "PERSIST_WS": True, "X_RESIDENT": True}),
+            ("table x narrow", {**table, "X_WIDE": False}), ("wgmma", group),
+            ("wgmma ws", {**group, "WS_GROUP_MAX_NB": 32, "PERSIST_WS": True, "X_RESIDENT": False}),
+            ("wgmma ws single", {**group, "WS_GROUP_MAX_NB": 32, "PERSIST_WS": False}),
+            ("wgmma ws res", {**group, "WS_GROUP_MAX_NB": 32, "PERSIST_WS": True, "X_RESIDENT": True}),
+            ("wgmma x narrow", {**group, "X_WIDE": False}),
+            ("previous", {"WGMMA_M_RANGE": {}, "WGMMA_TABLE_BITS": ()}))
 
 
-def _set_path(ch, rng: dict, table_bits: tuple, persist: bool, wide: bool, ws_group: int) -> None:
-    from lowbit.ops.coarse_head import gluon_wgmma
+_SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST_WS"), ("g", "X_WIDE"),
+             ("g", "WS_GROUP_MAX_NB"), ("g", "X_RESIDENT"))
 
-    ch.WGMMA_M_RANGE.clear()
-    ch.WGMMA_M_RANGE.update(rng)
-    ch.WGMMA_TABLE_BITS = table_bits
-    gluon_wgmma.PERSIST_WS = persist
-    gluon_wgmma.X_WIDE = wide
-    gluon_wgmma.WS_GROUP_MAX_NB = ws_group
+
+def _modules() -> dict:
+    import lowbit.ops.coarse_head as ch
+    from lowbit.ops.coarse_head import gluon_wgmma as g
+
+    return {"ch": ch, "g": g}
+
+
+def _defaults() -> dict:
+    """The switches' current values (restored after each path)."""
+    mods = _modules()
+    return {name: (dict(getattr(mods[m], name)) if name == "WGMMA_M_RANGE" else getattr(mods[m], name))
+            for m, name in _SWITCHES}
+
+
+def _set_path(settings: dict, defaults: dict) -> None:
+    """The switches at ``defaults`` overridden by ``settings``."""
+    mods = _modules()
+    for m, name in _SWITCHES:
+        v = settings.get(name, defaults[name])
+        if name == "WGMMA_M_RANGE":
+            mods[m].WGMMA_M_RANGE.clear()
+            mods[m].WGMMA_M_RANGE.update(v)
+        else:
+            setattr(mods[m], name, v)
 
 
 def main() -> int:
@@ -68,7 +95,6 @@ def main() -> int:
     import torch
     import torch.nn.functional as F
 
-    import lowbit.ops.coarse_head as ch
     from lowbit import DraftHead
     from lowbit.bench.timing import copy_bandwidth_gbps, time_us
     from lowbit.ops.coarse_head import BOUND_NONE, coarse_head
@@ -77,10 +103,7 @@ def main() -> int:
     bw = copy_bandwidth_gbps()
     log({"copy_gbps": round(bw, 1)})
     paths = _paths()
-    from lowbit.ops.coarse_head import gluon_wgmma
-
-    default = (dict(ch.WGMMA_M_RANGE), ch.WGMMA_TABLE_BITS, gluon_wgmma.PERSIST_WS, gluon_wgmma.X_WIDE,
-               gluon_wgmma.WS_GROUP_MAX_NB)
+    default = _defaults()
     if args.no_previous:
         paths = paths[:-1]
     if args.paths:
@@ -100,10 +123,11 @@ def main() -> int:
             for bits, h in heads.items():
                 p = h._ensure_packed()
                 floor = p.nbytes / (bw * 1e3)
-                for name, rng, tb, persist, wide, wsg in paths:
+                for name, settings in paths:
+                    tb = settings["WGMMA_TABLE_BITS"]
                     if tb and bits not in tb:
                         continue
-                    _set_path(ch, rng, tb, persist, wide, wsg)
+                    _set_path(settings, default)
                     # what the path's kernel reads: the codes and its words (the whole-row variant's
                     # 2-byte group codes and row units, or the per-group (scale, zero) words)
                     extra = sum(t.numel() * t.element_size() for t in
@@ -122,7 +146,7 @@ def main() -> int:
                     except Exception as e:  # noqa: BLE001 - report and go on
                         log({"shape": shape, "M": m, "bits": bits, "impl": name,
                              "error": f"{type(e).__name__}: {str(e)[:400]}"})
-                _set_path(ch, *default)
+                _set_path({}, default)
         del heads, w
         torch.cuda.empty_cache()
 
@@ -141,10 +165,11 @@ def main() -> int:
                 h = DraftHead(w, bits=bits, mode="fast", kcand=kc, rerank=r)
                 for m in (16, 64):
                     t_lin = time_us(lambda: F.linear(hidden[:m], w).argmax(-1), graph=True)
-                    for name, rng, tb, persist, wide, wsg in paths:
+                    for name, settings in paths:
+                        tb = settings["WGMMA_TABLE_BITS"]
                         if tb and bits not in tb:
                             continue
-                        _set_path(ch, rng, tb, persist, wide, wsg)
+                        _set_path(settings, default)
                         agree = rec = 0
                         for s0 in range(0, hidden.shape[0] - m + 1, m):
                             xb = hidden[s0:s0 + m]
@@ -157,7 +182,7 @@ def main() -> int:
                              "argmax_agree": round(agree / npos, 5), "recall16": round(rec / (16 * npos), 5),
                              "argmax_us": round(ta, 1), "cublas_argmax_us": round(t_lin, 1),
                              "vs_cublas": round(t_lin / ta, 2)})
-                    _set_path(ch, *default)
+                    _set_path({}, default)
     log.save(args.json)
     return 0
 

@@ -66,6 +66,8 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
     (4, 32, 128, 4, 8, False, False, 1, 80, "wsg"),
     (4, 64, 128, 3, 8, False, False, 1, 80, "wsg"),
     (2, 8, 128, 4, 8, False, False, 1, 80, "wsg"),
+    (2, 8, 128, 4, 8, False, False, 1, 64, "wsxr"),  # x resident (X_RESIDENT)
+    (4, 8, 128, 4, 8, False, False, 1, 80, "wsgr"),
 )
 
 
@@ -79,12 +81,13 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     ell = k // p
     ns = ell // 64
     packed = torch.empty((n, ell), dtype=torch.uint8)
-    whole_row = table not in (False, "wsg")
+    whole_row = table not in (False, "wsg", "wsgr")
+    xres = ns * ch if table in ("wsxr", "wsgr") else 0
     if whole_row:  # the whole-row variant's group codes: one [2, R] box a 64-byte chunk
         sz = torch.empty((2 * ns, -(-n // 4) * 4), dtype=torch.int32)
     else:  # the (scale, zero) words: one [R, 4] box a 64-byte chunk
         sz = torch.empty((n, ns * 4), dtype=torch.int32)
-    wide = table in ("wsx", "tx", "wsg")
+    wide = table in ("wsx", "tx", "wsg", "wsxr", "wsgr")
     xq = torch.empty((ns * 2 * nb, 32 * p) if wide else (ns * p * 2 * nb, 32), dtype=torch.int8)
     xs = torch.empty((ns * 4, nb), dtype=torch.int32)
     w_l, sz_l, x_l, xs_l = g._layouts(block, nb, ch)
@@ -96,12 +99,14 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
                 xs_desc=TensorDescriptor.from_tensor(xs, [4, nb], xs_l),
                 sx_ptr=torch.empty(nb), r_ptr=torch.empty(n), ck_ptr=torch.empty(nb, nblk * kcand),
                 ci_ptr=torch.empty(nb, nblk * kcand, dtype=torch.int64), lg_ptr=torch.empty(1),
-                M=nb, N=n, NBLK=nblk, NS=ns // ch, **({"GRID": nblk} if table in ("ws", "wsx", "wsg") else {}))
+                M=nb, N=n, NBLK=nblk, NS=ns // ch, **({"GRID": nblk} if table in ("ws", "wsx", "wsg", "wsxr", "wsgr") else {}))
     w = block // 16
     reg = {"maxnreg": maxnreg} if maxnreg else {}
-    if table in ("ws", "wsx", "wsg"):  # the warp-specialized kernel (whole-row, or per group: "wsg")
+    if table in ("ws", "wsx", "wsg", "wsxr", "wsgr"):  # the warp-specialized kernel (per group: "wsg*"; x
+        # resident: "*r")
         constexprs = dict(NB=nb, P=p, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w,
-                          PRODUCER_REGS=g.PRODUCER_REGS, XW=wide, CH=ch, PDL=True, TABLE=whole_row, BITS=bits)
+                          PRODUCER_REGS=g.PRODUCER_REGS, XW=wide, CH=ch, PDL=True, TABLE=whole_row, BITS=bits,
+                          XRES=xres)
         return compile_gluon_sm90(g._coarse_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS", "GRID"},
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,

@@ -353,6 +353,29 @@ def _kernel_or_skip():
     return g
 
 
+def _record_ws_launches(monkeypatch, g) -> list:
+    """Record (grid, XRES) of every warp-specialized launch (the kernel stays the real one)."""
+    seen = []
+    real = g._coarse_ws_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*a, **kw):
+                seen.append((grid[0], kw["XRES"]))
+                return real[grid](*a, **kw)
+            return launch
+
+    monkeypatch.setattr(g, "_coarse_ws_kernel", Spy())
+    return seen
+
+
+def _check_resident(seen, g, resident, n, block, nb, p, ell, table):
+    """With ``resident`` a persistent launch keeps x resident wherever it fits; otherwise never."""
+    for grid, xres in seen:
+        fits = g._resident_fits(block, nb, p, ell // 64, 1, g._STAGES[nb], table)
+        assert xres == (ell // 64 if resident and grid < -(-n // block) and fits else 0)
+
+
 # (bits, group, n, k, m, block, kcand): N not a multiple of the block, K padded inside a plane,
 # every NB band (8, 16, 32, 64) and the odd M inside them, 64- and 128-token blocks, more stages
 # than the ring and fewer
@@ -362,25 +385,30 @@ CASES = [(2, 64, 1000, 640, 1, 128, 8), (4, 64, 777, 576, 3, 128, 4), (2, 128, 4
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws,persist", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("ws,persist,resident", [(False, False, False), (True, False, False), (True, True, False),
+                                                 (True, True, True)])
 @pytest.mark.parametrize("wide", [True, False])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", CASES)
 def test_cuda_coarse_wgmma_vs_reference(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, wide, ws,
-                                        persist):
+                                        persist, resident):
     """Logits against fp64 (dequantized INTx rows x int8-rounded x), candidates against the
     per-block top-kcand of the kernel's own logits (ties to the lower index); every output written.
     x in side-by-side tiles (``wide``) and per plane; the single-partition loop and the
     warp-specialized kernel (``ws``), also persistent on 2 "SMs" (each program loops over many row
-    blocks where the ring divides the stages)."""
+    blocks where the ring divides the stages), also with x resident in shared memory where it fits."""
     g = _kernel_or_skip()
     monkeypatch.setattr(g, "sm_count", lambda device, interpret: 2)
+    seen = _record_ws_launches(monkeypatch, g)
     w = torch.randn(n, k) * 0.05
     w[: n // 3, : k // 5] *= 8.0  # groups of very different scales
     f = INTx.quantize(w, bits=bits, group_size=group)
     x = _x(m, k, seed=2, dtype=torch.bfloat16)
     words = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1])
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, wide=wide, ws=ws, persist=persist)
+                         write_logits=True, wide=wide, ws=ws, persist=persist, resident=resident)
+    assert len(seen) == int(ws)
+    _check_resident(seen, g, resident and wide, n, block, max(8, 1 << (m - 1).bit_length()), 8 // bits,
+                    f.packed.shape[1], False)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     q, sx = x_int8_reference(x)
     want = (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T
@@ -391,25 +419,30 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, monkeypatch, bits, group, 
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws,persist,wide", [(True, False, True), (True, False, False), (False, False, False),
-                                             (True, True, True), (True, True, False)])
+@pytest.mark.parametrize("ws,persist,wide,resident", [(True, False, True, False), (True, False, False, False),
+                                                      (False, False, False, False), (True, True, True, False),
+                                                      (True, True, False, False), (True, True, True, True)])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[0] == 2])
 def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, ws,
-                                              persist, wide):
+                                              persist, wide, resident):
     """The whole-row variant (warp-specialized kernel with x in side-by-side tiles or per plane,
     also persistent -- here on 2 "SMs", so each program loops over many row blocks where the ring
     divides the stages -- and the single-partition loop): logits against its reference from the
     same words (exact int64 sums), candidates against the per-block top-kcand of its own logits;
-    every output written."""
+    every output written. Also with x resident in shared memory where it fits."""
     g = _kernel_or_skip()
     monkeypatch.setattr(g, "sm_count", lambda device, interpret: 2)
+    seen = _record_ws_launches(monkeypatch, g)
     w = torch.randn(n, k) * 0.05
     w[: n // 3, : k // 5] *= 8.0  # groups of very different scales
     f = INTx.quantize(w, bits=bits, group_size=group)
     x = _x(m, k, seed=2, dtype=torch.bfloat16)
     words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, table_r=r.cuda(), ws=ws, persist=persist, wide=wide)
+                         write_logits=True, table_r=r.cuda(), ws=ws, persist=persist, wide=wide, resident=resident)
+    assert len(seen) == int(ws)
+    _check_resident(seen, g, resident and wide, n, block, max(8, 1 << (m - 1).bit_length()), 8 // bits,
+                    f.packed.shape[1], True)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     q, sx = x_int8_reference(x)
     assert not torch.isnan(lg).any()
@@ -457,6 +490,7 @@ def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, persist, m, mon
     from lowbit.ops.coarse_head import gluon_wgmma
 
     monkeypatch.setattr(gluon_wgmma, "PERSIST_WS", persist)
+    monkeypatch.setattr(gluon_wgmma, "X_RESIDENT", persist)  # x resident where the launch is persistent
     monkeypatch.setattr(gluon_wgmma, "WS_GROUP_MAX_NB", 32)
     monkeypatch.setattr(gluon_wgmma, "sm_count", lambda device, interpret: 3)  # several row blocks a program
     calls = []

@@ -222,16 +222,17 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0,
                      STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, CH: gl.constexpr, pred,
-                     TABLE: gl.constexpr = False, XW: gl.constexpr = False):
+                     TABLE: gl.constexpr = False, XW: gl.constexpr = False, NOX: gl.constexpr = False):
         """TMA of stage i (CH 64-byte chunks) into ring slot i % STAGES: codes [R, 64 CH]; per
-        chunk the words [R, 4] (TABLE: the group codes [2, R]), the x tiles of the P planes [2 NB, 32] each -- XW: the two halves'
-        side-by-side tiles [NB, 32 P] (``x_int8`` ``wide``) -- and (not with TABLE, which needs
-        none) the x sums [4, NB]."""
+        chunk the words [R, 4] (TABLE: the group codes [2, R]), the x tiles of the P planes [2 NB,
+        32] each -- XW: the two halves' side-by-side tiles [NB, 32 P] (``x_int8`` ``wide``) -- and
+        (not with TABLE, which needs none) the x sums [4, NB]. NOX: no x tiles or sums (they are
+        resident, ``_issue_resident_x``)."""
         slot = i % STAGES
         bar = bars.index(slot)
         XB: gl.constexpr = x_desc.block_type.nbytes
-        XN: gl.constexpr = 2 if XW else P  # x boxes a chunk
-        XSB: gl.constexpr = 0 if TABLE else xs_desc.block_type.nbytes
+        XN: gl.constexpr = 0 if NOX else 2 if XW else P  # x boxes a chunk
+        XSB: gl.constexpr = 0 if (TABLE or NOX) else xs_desc.block_type.nbytes
         nbytes: gl.constexpr = w_desc.block_type.nbytes + CH * (sz_desc.block_type.nbytes + XN * XB + XSB)
         mbarrier.expect(bar, nbytes, pred=pred)
         tma.async_copy_global_to_shared(w_desc, [row0, i * (64 * CH)], bar, w_bufs.index(slot), pred)
@@ -248,8 +249,21 @@ if _GLUON_IMPORT_ERROR is None:
                 else:
                     tma.async_copy_global_to_shared(x_desc, [(c * P + j) * 2 * NB, 0], bar,
                                                     x_bufs.index((slot * CH + ch) * P + j), pred)
-            if not TABLE:
+            if not TABLE and not NOX:
                 tma.async_copy_global_to_shared(xs_desc, [c * 4, 0], bar, xs_bufs.index(slot * CH + ch), pred)
+
+    @gluon.jit
+    def _issue_resident_x(x_desc, xs_desc, x_bufs, xs_bufs, bar, NC: gl.constexpr, NB: gl.constexpr,
+                          TABLE: gl.constexpr):
+        """TMA of all NC chunks' side-by-side x tiles (and, per group, x sums) into the resident
+        buffers ``x_bufs`` [2 NC, NB, 32 P] / ``xs_bufs`` [NC, 4, NB], on one barrier."""
+        XSB: gl.constexpr = 0 if TABLE else xs_desc.block_type.nbytes
+        mbarrier.expect(bar, NC * (2 * x_desc.block_type.nbytes + XSB))
+        for c in gl.static_range(NC):
+            for j in gl.static_range(2):
+                tma.async_copy_global_to_shared(x_desc, [(c * 2 + j) * NB, 0], bar, x_bufs.index(c * 2 + j))
+            if not TABLE:
+                tma.async_copy_global_to_shared(xs_desc, [c * 4, 0], bar, xs_bufs.index(c))
 
     @gluon.jit
     def _x_tile(xt_bufs, u, J: gl.constexpr, h: gl.constexpr, P: gl.constexpr, XW: gl.constexpr):
@@ -287,11 +301,13 @@ if _GLUON_IMPORT_ERROR is None:
         return acc + f * gl.expand_dims(sc, 1)
 
     @gluon.jit
-    def _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB: gl.constexpr, W: gl.constexpr,
+    def _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, xslot, NB: gl.constexpr, W: gl.constexpr,
                    P: gl.constexpr, BITS: gl.constexpr, CH: gl.constexpr, PIPE: gl.constexpr, MAGIC: gl.constexpr,
                    XW: gl.constexpr = False):
-        """acc += the CH chunks x P planes of the stage in ``slot``. PIPE: plane j + 1's wgmmas are
-        started before plane j is retired (its integer / fp32 epilogue overlaps them)."""
+        """acc += the CH chunks x P planes of the stage in ``slot``, its x tiles and sums in x
+        buffer ``xslot`` (the ring slot, or the stage itself where x is resident). PIPE: plane
+        j + 1's wgmmas are started before plane j is retired (its integer / fp32 epilogue overlaps
+        them)."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
@@ -300,24 +316,25 @@ if _GLUON_IMPORT_ERROR is None:
         wb = w_bufs.index(slot)
         izero = gl.zeros([R, NB], gl.int32, mma)
         for ch in gl.static_range(CH):
-            u = slot * CH + ch  # the chunk's index in the per-chunk buffers
+            u = slot * CH + ch  # the chunk's index in the per-chunk ring buffers
+            ux = xslot * CH + ch  # ... in the x buffers
             q0 = wb.slice(64 * ch, 32, dim=1).load(_codes_layout(W))
             q1 = wb.slice(64 * ch + 32, 32, dim=1).load(_codes_layout(W))
             words = four(sz_bufs.index(u).load(row_words_layout(W)))
             if PIPE:
-                d = _issue_plane(q0, q1, xt_bufs, u, 0, izero, a_l, P, BITS, XW)
+                d = _issue_plane(q0, q1, xt_bufs, ux, 0, izero, a_l, P, BITS, XW)
                 for j in gl.static_range(1, P):
-                    d_next = _issue_plane(q0, q1, xt_bufs, u, j, izero, a_l, P, BITS, XW)
+                    d_next = _issue_plane(q0, q1, xt_bufs, ux, j, izero, a_l, P, BITS, XW)
                     d = warpgroup_mma_wait(num_outstanding=2, deps=(d,))
-                    acc = _retire_plane(acc, d, words[j - 1], xs_rows.index(4 * u + j - 1).load(col_l), row_l, MAGIC)
+                    acc = _retire_plane(acc, d, words[j - 1], xs_rows.index(4 * ux + j - 1).load(col_l), row_l, MAGIC)
                     d = d_next
                 d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-                acc = _retire_plane(acc, d, words[P - 1], xs_rows.index(4 * u + P - 1).load(col_l), row_l, MAGIC)
+                acc = _retire_plane(acc, d, words[P - 1], xs_rows.index(4 * ux + P - 1).load(col_l), row_l, MAGIC)
             else:
                 for j in gl.static_range(P):
-                    d = _issue_plane(q0, q1, xt_bufs, u, j, izero, a_l, P, BITS, XW)
+                    d = _issue_plane(q0, q1, xt_bufs, ux, j, izero, a_l, P, BITS, XW)
                     d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-                    acc = _retire_plane(acc, d, words[j], xs_rows.index(4 * u + j).load(col_l), row_l, MAGIC)
+                    acc = _retire_plane(acc, d, words[j], xs_rows.index(4 * ux + j).load(col_l), row_l, MAGIC)
         return acc
 
     # The byte-permute decode (INT2): one packed word (16 codes: 4 bytes x 4 planes) -> 4 registers
@@ -362,14 +379,14 @@ if _GLUON_IMPORT_ERROR is None:
                                          dtype=(gl.int8, gl.int8, gl.int8, gl.int8), is_pure=True, pack=4)
 
     @gluon.jit
-    def _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, NB: gl.constexpr, W: gl.constexpr,
+    def _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, xslot, NB: gl.constexpr, W: gl.constexpr,
                          P: gl.constexpr, CH: gl.constexpr, XW: gl.constexpr = False):
         """acc (int32) += the CH chunks of the stage in ``slot``, whole-row variant: per chunk the
         rows' byte tables built from their group codes (``code_rows``: the codes buffer [2 slots
         CH, 2, R] as [2 slots CH 2, R] rows; ``_tables``), both 32-byte halves decoded (``_prmt_word``: 4 registers of weights each) before the first of its
         8 wgmmas is issued -- ptxas serializes wgmmas whose register inputs are defined after the
         first one starts (C7513) -- then one wgmma chain; all retired on return (the caller
-        refills the slot next). XW: ``xt_bufs`` holds the side-by-side x tiles [2 slots CH, NB,
+        refills the slot next). The x tiles are those of x buffer ``xslot`` (see ``_stage_sum``). XW: ``xt_bufs`` holds the side-by-side x tiles [2 slots CH, NB,
         32 P] and the B operand of (register j, half h) is the 32-byte column slice j of tile h."""
         mma: gl.constexpr = acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
@@ -389,7 +406,7 @@ if _GLUON_IMPORT_ERROR is None:
             for h in gl.static_range(2):
                 for j in gl.static_range(4):
                     a = gl.convert_layout((v0 if h == 0 else v1)[j], a_l, assert_trivial=True)
-                    acc = warpgroup_mma(a, _x_tile(xt_bufs, u, j, h, P, XW), acc, is_async=True)
+                    acc = warpgroup_mma(a, _x_tile(xt_bufs, xslot * CH + ch, j, h, P, XW), acc, is_async=True)
         return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
@@ -442,9 +459,10 @@ if _GLUON_IMPORT_ERROR is None:
             slot = i % STAGES
             mbarrier.wait(bars.index(slot), (i // STAGES) & 1)
             if TABLE:
-                acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, NB, W, P, CH, XW)
+                acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, slot, NB, W, P, CH, XW)
             else:
-                acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, NB, W, P, BITS, CH, PIPE, MAGIC, XW)
+                acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, slot, NB, W, P, BITS, CH, PIPE, MAGIC,
+                                 XW)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -489,7 +507,8 @@ if _GLUON_IMPORT_ERROR is None:
     def _ws_consumer(w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M,
                      N, NBLK, NS, GRID, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                      KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr, TABLE: gl.constexpr,
-                     XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False):
+                     XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False, xbar=None,
+                     XRES: gl.constexpr = 0):
         """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage (CH
         64-byte chunks), wait for its TMA, run the stage (TABLE: the whole-row decode and wgmma
         chain into an int32 sum; else the per-group planes, ``_stage_sum``, into fp32), hand the
@@ -498,7 +517,8 @@ if _GLUON_IMPORT_ERROR is None:
         PDL launch (the selection) may place its CTAs. The stage loop is unrolled by the ring, so
         every slot's shared-memory addresses (the wgmma descriptors) are compile-time constants
         instead of arithmetic on ``i % STAGES``; a block starts on slot 0, so GRID < NBLK needs
-        ``NS % STAGES == 0`` (the launcher's rule).
+        ``NS % STAGES == 0`` (the launcher's rule). XRES (> 0): x is resident (all XRES chunks'
+        tiles loaded once, ``xbar``), stage i's x buffer is i itself.
 
         Not done, and why: releasing a slot one stage late (its wgmmas running on while the next
         stage is decoded) is what ptxas forbids for register A operands -- it then serializes
@@ -509,6 +529,8 @@ if _GLUON_IMPORT_ERROR is None:
             gdc_wait()
             gdc_launch_dependents()
         sx = gl.load(sx_ptr + gl.arange(0, NB, layout=gl.SliceLayout(0, mma)))
+        if XRES:
+            mbarrier.wait(xbar.index(0), 0)
         lap0 = 0  # ring laps before this block
         for blk in range(gl.program_id(0), NBLK, GRID):
             row0 = blk * R
@@ -518,11 +540,15 @@ if _GLUON_IMPORT_ERROR is None:
                 for slot in gl.static_range(STAGES):
                     if i0 + slot < NS:
                         mbarrier.wait(ready.index(slot), phase)
-                        if TABLE:
-                            acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, NB, W, P, CH, XW)
+                        if XRES:
+                            xslot = i0 + slot
                         else:
-                            acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, NB, W, P, BITS, CH,
-                                             False, False, XW)
+                            xslot = slot
+                        if TABLE:
+                            acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, xslot, NB, W, P, CH, XW)
+                        else:
+                            acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, xslot, NB, W, P, BITS,
+                                             CH, False, False, XW)
                         gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
                         mbarrier.arrive(empty.index(slot))
             lap0 += NS // STAGES
@@ -538,20 +564,22 @@ if _GLUON_IMPORT_ERROR is None:
     def _ws_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
                      NS, GRID, STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr,
                      XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
-                     TABLE: gl.constexpr = True):
+                     TABLE: gl.constexpr = True, xbar=None, XRES: gl.constexpr = 0):
         """Worker partition (1 warp): for each of the program's row blocks, the TMA of stage i into
         slot i % STAGES once the consumers released it (free on the first lap: a wait on parity 1
         of a fresh mbarrier returns at once). It runs on into the next block while the consumers
         finish this one's epilogue. PDL: no TMA before ``griddepcontrol.wait`` (x's tiles are the
-        previous launch's output)."""
+        previous launch's output). XRES: first all of x, once (``_issue_resident_x``)."""
         if PDL:
             gdc_wait()
+        if XRES:
+            _issue_resident_x(x_desc, xs_desc, x_bufs, xs_bufs, xbar.index(0), XRES, NB, TABLE)
         c = 0  # stages issued so far (with NS % STAGES == 0 when a program has several blocks)
         for blk in range(gl.program_id(0), NBLK, GRID):
             for i in range(0, NS):
                 mbarrier.wait(empty.index(i % STAGES), ((c // STAGES) & 1) ^ 1)
                 _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i, blk * R,
-                             STAGES, P, NB, CH, True, TABLE, XW)
+                             STAGES, P, NB, CH, True, TABLE, XW, XRES > 0)
                 c += 1
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS", "GRID"])
@@ -559,18 +587,21 @@ if _GLUON_IMPORT_ERROR is None:
                           GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
                           WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                           XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
-                          TABLE: gl.constexpr = True, BITS: gl.constexpr = 2):
+                          TABLE: gl.constexpr = True, BITS: gl.constexpr = 2, XRES: gl.constexpr = 0):
         """``_coarse_wgmma_kernel`` (same arguments plus GRID: the programs launched, each taking
         row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side tiles; PDL: a programmatic
         dependent launch after the x preparation; TABLE: the whole-row variant, else per group
         with the x sums) with its TMA issued by a 1-warp producer partition (``ready`` / ``empty``
         mbarrier pair per slot): the consumer warps' stage loop carries no TMA issue and one
         partition barrier instead of a CTA barrier per TMA (Gluon's single-partition loop has one
-        after each issue)."""
+        after each issue). XRES (> 0, with XW): x resident -- all XRES = NS CH chunks' x tiles (and
+        sums) in shared memory, loaded once per program, so a persistent program's later row
+        blocks and every stage read x without a TMA; the ring carries codes and words only."""
         R: gl.constexpr = 16 * W
         xt_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
         rows_sl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
         w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64 * CH], w_desc.layout)
+        XC: gl.constexpr = XRES if XRES else STAGES * CH  # chunks the x buffers hold
         if TABLE:  # the group codes [2, R] a chunk, read back a row of R at a time; no x sums
             sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 2, R], sz_desc.layout)
             code_rows = sz_bufs._reinterpret(gl.int32, [STAGES * CH * 2, R], rows_sl)
@@ -579,29 +610,33 @@ if _GLUON_IMPORT_ERROR is None:
         else:
             sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, R, 4], sz_desc.layout)
             code_rows = sz_bufs
-            xs_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 4, NB], xs_desc.layout)
-            xs_rows = xs_bufs._reinterpret(gl.int32, [STAGES * CH * 4, NB], rows_sl)
+            xs_bufs = gl.allocate_shared_memory(gl.int32, [XC, 4, NB], xs_desc.layout)
+            xs_rows = xs_bufs._reinterpret(gl.int32, [XC * 4, NB], rows_sl)
         if XW:  # the side-by-side tiles: their TMA box is the wgmmas' B tile, 32 P-byte rows
-            x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * 2, NB, 32 * P], x_desc.layout)
+            x_bufs = gl.allocate_shared_memory(gl.int8, [XC * 2, NB, 32 * P], x_desc.layout)
             xt_bufs = x_bufs
         else:
             x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * P, 2 * NB, 32], x_desc.layout)
             xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * CH * P * 2, NB, 32], xt_sl)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        xbar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=1)
+        mbarrier.init(xbar.index(0), count=1)
         fence_async_shared()
         gl.warp_specialize([
             (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr,
-                            M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, XW, CH, PDL)),
+                            M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, XW, CH, PDL,
+                            xbar, XRES)),
             (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
-                            NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE)),
+                            NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES)),
         ], [1], [PRODUCER_REGS])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
             mbarrier.invalidate(empty.index(i))
+        mbarrier.invalidate(xbar.index(0))
 
 
 def wgmma_available(device: torch.device) -> bool:
@@ -638,6 +673,11 @@ PRODUCER_REGS = 40
 #: with x in 32-byte rows (session 19).
 PERSIST_WS = True
 PERSIST_CTAS_PER_SM = 2
+#: a persistent warp-specialized program keeps all of x in shared memory (its tiles and sums loaded
+#: once, ``_issue_resident_x``) instead of streaming them through the ring with every stage, where
+#: the ring and x fit ``RESIDENT_SMEM`` (two CTAs an SM): NB = 8 up to K ~ 9.8k at 4 slots
+X_RESIDENT = False
+RESIDENT_SMEM = 112 * 1024
 #: longest padded K of the whole-row variant: its int32 sums of |A (q - z) xq| <= 127^2 stay exact
 TABLE_MAX_K = 131072
 #: ring slots per M band (NB): the x tiles grow with NB, so fewer slots keep two CTAs an SM
@@ -680,6 +720,16 @@ MAXNREG_WS_GROUP: dict = {8: 80, 16: 80, 32: 80, 64: 80}
 X_WIDE = True
 
 
+def _resident_fits(block: int, nb: int, p: int, chunks: int, ch: int, stages: int, table: bool) -> bool:
+    """Whether the warp-specialized kernel's ring (codes and words of ``stages`` slots of ``ch``
+    chunks) plus all ``chunks`` chunks of x (side-by-side tiles [2, NB, 32 P]; per group also the
+    sums [4, NB] int32) fit ``RESIDENT_SMEM`` bytes of shared memory."""
+    words = 2 * block * 4 if table else block * 16
+    ring = stages * ch * (block * 64 + words)
+    xbytes = chunks * (2 * nb * 32 * p + (0 if table else 16 * nb))
+    return ring + xbytes + 1024 <= RESIDENT_SMEM
+
+
 @functools.cache
 def _wide_layout(p: int):
     """Shared layout of a side-by-side x box [NB, 32 P] (int8, rows of 32 P bytes swizzled)."""
@@ -699,7 +749,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                  kcand: int, write_logits: bool, table_r: torch.Tensor | None = None, stages: int | None = None,
                  pipe: bool | None = None, magic: bool | None = None, chunks: int | None = None,
                  maxnreg: int | None = None, ws: bool | None = None, persist: bool | None = None,
-                 wide: bool | None = None, pdl: bool | None = None):
+                 wide: bool | None = None, pdl: bool | None = None, resident: bool | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
@@ -712,7 +762,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     an SM looping over the row blocks (where the ring divides the stages); ``wide`` (default
     ``X_WIDE``) feeds the kernel x in the side-by-side tile layout (two TMA boxes a stage);
     ``pdl`` (default ``PDL``) launches it as a programmatic dependent launch after the x
-    preparation. ``chunks`` of the warp-specialized kernel default to ``WS_CHUNKS``."""
+    preparation; ``resident`` (default ``X_RESIDENT``) keeps x in shared memory in a persistent
+    launch where it fits (``_resident_fits``). ``chunks`` of the warp-specialized kernel default to
+    ``WS_CHUNKS``."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -770,10 +822,13 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
         grid = nblk
         if (PERSIST_WS if persist is None else persist) and ns % st == 0:
             grid = min(nblk, PERSIST_CTAS_PER_SM * sm_count(x.device, interpret=2))
+        xres = ns * ch if (grid < nblk and x_wide and (X_RESIDENT if resident is None else resident)
+                           and _resident_fits(block, nb, p, ns * ch, ch, st, table)) else 0
         _coarse_ws_kernel[(grid,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
                                    logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p, STAGES=st,
                                    KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
-                                   XW=x_wide, CH=ch, PDL=use_pdl, TABLE=table, BITS=bits, num_warps=w, **reg,
+                                   XW=x_wide, CH=ch, PDL=use_pdl, TABLE=table, BITS=bits, XRES=xres, num_warps=w,
+                                   **reg,
                                    **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
     _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
