@@ -651,7 +651,7 @@ PIPE = False
 #: int32 -> fp32 by the magic-number add instead of I2F (see ``_retire_plane``). Off: one more
 #: instruction an element, 0-15% slower in the same sweep
 MAGIC = False
-#: the whole-row variant at NB <= this runs the warp-specialized kernel (``_coarse_table_ws_kernel``:
+#: the whole-row variant at NB <= this runs the warp-specialized kernel (``_coarse_ws_kernel``:
 #: TMA from a 1-warp producer partition), above it the single-partition loop. H200, 124160 x 5120
 #: INT2 g64, coarse pass alone (docs/measurements/2026-12-03_session18_{a,c}_tune_*): M = 8 82-84
 #: vs 100 us, M = 16 93-95 vs 109, M = 32 117 vs 128; M = 64 186 (uncapped, one CTA an SM) - 213
@@ -659,23 +659,27 @@ MAGIC = False
 WS_TABLE_MAX_NB = 32
 #: the per-group pass (INT4; INT2 outside ``TABLE_BITS``) at NB <= this runs the same
 #: warp-specialized kernel (``TABLE=False``: fp32 accumulator, x sums in the ring), above it the
-#: single-partition loop. 0: off (see the twenty-sixth session's measurement in docs/draft_head.md)
-WS_GROUP_MAX_NB = 0
+#: single-partition loop. H200, 124160 x 5120 INT4 g64, fast argmax in the same run (session 26
+#: call b): M = 1 117.7 vs 131.7 us, M = 8 125.2 vs 133.8, M = 16 133.9 vs 147.7, M = 32 163.4 vs
+#: 186.8 (NB = 64 spills at the 80-register cap two CTAs an SM need)
+WS_GROUP_MAX_NB = 32
 #: registers of that producer warp (Gluon pads its partition to a warpgroup: a CTA of 8 consumer
 #: warps is 384 threads, two CTAs an SM at 64-85 registers)
 PRODUCER_REGS = 40
 #: the warp-specialized kernel persistent: ``PERSIST_CTAS_PER_SM`` programs an SM (its residency:
 #: 384-thread CTAs at 64-80 registers) each looping over row blocks, the producer running on into
-#: the next block during the consumers' epilogue. On since session 25: with x in side-by-side
-#: tiles and the PDL launch it is the faster launch at every M (H200, 124160 x 5120 INT2, coarse
-#: pass with its x preparation: M = 1 64.2 vs 66.4 us, M = 8 64.9 vs 67.5, M = 16 73.1 vs 73.8,
-#: M = 32 94.1 vs 95.1; docs/measurements/2026-12-03_session25_d_tune_ws.log). It was 1-5% slower
-#: with x in 32-byte rows (session 19).
-PERSIST_WS = True
+#: the next block during the consumers' epilogue. Off: the coarse pass alone is within 1-2% either
+#: way (session 25 call d: persistent 64.2 vs 66.4 us at M = 1; session 26 call a: 67.3 vs 66.9),
+#: but fast argmax end to end -- the PDL selection after it -- is 4-5% slower persistent at
+#: M = 16 / 32 (H200, 124160 x 5120 INT2, same run, session 26 call c: 90.3 vs 85.1 us, 106.2 vs
+#: 102.4; equal at M = 1 / 8; INT4 within 2% either way)
+PERSIST_WS = False
 PERSIST_CTAS_PER_SM = 2
 #: a persistent warp-specialized program keeps all of x in shared memory (its tiles and sums loaded
 #: once, ``_issue_resident_x``) instead of streaming them through the ring with every stage, where
-#: the ring and x fit ``RESIDENT_SMEM`` (two CTAs an SM): NB = 8 up to K ~ 9.8k at 4 slots
+#: the ring and x fit ``RESIDENT_SMEM`` (two CTAs an SM): NB = 8 up to K ~ 9.8k at 4 slots. Off:
+#: measured no faster (session 26 call c, same run, fast argmax: INT2 M = 1 78.1 vs 76.6 us
+#: streamed, INT4 116.2 vs 117.6; M = 8 / 16 within 1%) -- x is not what bounds the pass
 X_RESIDENT = False
 RESIDENT_SMEM = 112 * 1024
 #: longest padded K of the whole-row variant: its int32 sums of |A (q - z) xq| <= 127^2 stay exact
