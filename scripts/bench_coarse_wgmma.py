@@ -29,7 +29,7 @@ from head_bench import RecordLog, random_head  # noqa: E402
 
 def _paths():
     """(name, settings) of the dispatches compared, settings the ``coarse_head`` / ``gluon_wgmma``
-    module switches: the int8-wgmma pass at every M as its whole-row variant ("table", INT2 only,
+    module switches: the module defaults ("default"), the int8-wgmma pass at every M as its whole-row variant ("table", INT2 only,
     its warp-specialized kernel up to NB = 32 with the module's defaults; "table single": not
     persistent; "table persist": persistent; "table res": persistent with x resident in shared
     memory; "table x narrow": fed x in per-plane tiles of 32-byte rows, as before the twenty-fifth
@@ -41,7 +41,7 @@ def _paths():
     every = {b: (1, 64) for b in WGMMA_BITS}
     table = {"WGMMA_M_RANGE": every, "WGMMA_TABLE_BITS": TABLE_BITS}
     group = {"WGMMA_M_RANGE": every, "WGMMA_TABLE_BITS": (), "WS_GROUP_MAX_NB": 0}
-    return (("table", table), ("table single", {**table, "PERSIST_WS": False}),
+    return (("default", {}), ("table", table), ("table single", {**table, "PERSIST_WS": False}),
             ("table persist", {**table, "PERSIST_WS": True, "X_RESIDENT": False}),
             ("table res", {**table, "PERSIST_WS": True, "X_RESIDENT": True}),
             ("table x narrow", {**table, "X_WIDE": False}), ("wgmma", group),
@@ -124,14 +124,15 @@ def main() -> int:
                 p = h._ensure_packed()
                 floor = p.nbytes / (bw * 1e3)
                 for name, settings in paths:
-                    tb = settings["WGMMA_TABLE_BITS"]
+                    tb = settings.get("WGMMA_TABLE_BITS")
                     if tb and bits not in tb:
                         continue
                     _set_path(settings, default)
                     # what the path's kernel reads: the codes and its words (the whole-row variant's
                     # 2-byte group codes and row units, or the per-group (scale, zero) words)
                     extra = sum(t.numel() * t.element_size() for t in
-                                (p.wgmma_table() if bits in tb else (p.wgmma_words(),)))
+                                (p.wgmma_table() if bits in (default["WGMMA_TABLE_BITS"] if tb is None else tb)
+                                 else (p.wgmma_words(),)))
                     read_floor = (p.fmt.packed.numel() + extra) / (bw * 1e3)
                     try:
                         ids = h.argmax(x)
@@ -166,7 +167,7 @@ def main() -> int:
                 for m in (16, 64):
                     t_lin = time_us(lambda: F.linear(hidden[:m], w).argmax(-1), graph=True)
                     for name, settings in paths:
-                        tb = settings["WGMMA_TABLE_BITS"]
+                        tb = settings.get("WGMMA_TABLE_BITS")
                         if tb and bits not in tb:
                             continue
                         _set_path(settings, default)
