@@ -272,8 +272,10 @@ MMA_MAX_M_CERTIFIED = 8
 #: run the mma pass's 8-row tile (the M = 8 cost), so the pass takes them. INT2 runs the whole-row
 #: variant (``WGMMA_TABLE_BITS``), faster than the mma.sync pass from M = 1 (eighteenth session,
 #: docs/measurements/2026-12-03_session18_d_head_fast_d.log: fast argmax 94.2 vs 97.4 us at M = 1,
-#: 95.2 vs 107.3 at M = 4), so it serves every M.
-WGMMA_M_RANGE: dict = {2: (1, 64), 4: (5, 64)}
+#: 95.2 vs 107.3 at M = 4), so it serves every M. INT4 too since the twenty-sixth session's
+#: warp-specialized per-group kernel (docs/measurements/2026-12-04_session26_e_head_int4.log, same
+#: run: 118.2 vs 119.8 us at M = 1, 118.9 vs 131.0 at M = 4 against the mma.sync pass).
+WGMMA_M_RANGE: dict = {2: (1, 64), 4: (1, 64)}
 
 
 #: INTx widths whose int8-wgmma pass is the whole-row variant (``gluon_wgmma.py``, ``TABLE``):
