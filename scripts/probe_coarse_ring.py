@@ -45,9 +45,9 @@ from lowbit.ops._gluon_wgmma import acc_layout  # noqa: E402
 from lowbit.ops.coarse_head.gluon_wgmma import (  # noqa: E402
     _codes_layout,
     _emit_candidates,
+    _chunk_tables,
     _prmt_word,
     _stage_sum_table,
-    _tables,
     _ws_producer,
     _x_tile,
 )
@@ -78,12 +78,7 @@ def _stage_decode_only(fold, w_bufs, code_rows, slot, W: gl.constexpr):
     c_l: gl.constexpr = _codes_layout(W)
     r_l: gl.constexpr = gl.SliceLayout(1, c_l)
     wb = w_bufs.index(slot)
-    t0, t1 = _tables(code_rows.index(2 * slot).load(r_l))
-    t2, t3 = _tables(code_rows.index(2 * slot + 1).load(r_l))
-    t0 = gl.expand_dims(t0, 1)
-    t1 = gl.expand_dims(t1, 1)
-    t2 = gl.expand_dims(t2, 1)
-    t3 = gl.expand_dims(t3, 1)
+    t0, t1, t2, t3 = _chunk_tables(code_rows, slot, r_l)
     v0 = _prmt_word(wb.slice(0, 32, dim=1).load(c_l), t0, t2, t1, t3)
     v1 = _prmt_word(wb.slice(32, 32, dim=1).load(c_l), t0, t2, t1, t3)
     for j in gl.static_range(4):
@@ -110,7 +105,7 @@ def _probe_consumer(w_bufs, code_rows, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_
                 if MODE == 1:
                     acc = _stage_mma_raw(acc, w_bufs, xt_bufs, slot, NB, W, P, XW)
                 elif MODE == 2:
-                    acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, NB, W, P, 1, XW)
+                    acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, slot, NB, W, P, 1, XW)
                 elif MODE == 3:
                     fold = _stage_decode_only(fold, w_bufs, code_rows, slot, W)
                 gl.thread_barrier()

@@ -372,6 +372,14 @@ if _GLUON_IMPORT_ERROR is None:
                                          pack=1)
 
     @gluon.jit
+    def _chunk_tables(code_rows, u, r_l: gl.constexpr):
+        """The byte tables of planes 0..3 (int32 [R, 1] each, rows in ``r_l``) of chunk buffer
+        ``u``'s group codes (``code_rows`` rows 2 u, 2 u + 1)."""
+        t0, t1 = _tables(code_rows.index(2 * u).load(r_l))
+        t2, t3 = _tables(code_rows.index(2 * u + 1).load(r_l))
+        return gl.expand_dims(t0, 1), gl.expand_dims(t1, 1), gl.expand_dims(t2, 1), gl.expand_dims(t3, 1)
+
+    @gluon.jit
     def _prmt_word(q, t0, t2, t1, t3):
         """The 4 int8 weight tensors (each like ``q``, uint8 [R, 32]) of the packed bytes ``q``; ``t*``
         int32 [R, 1]: the row's byte tables of planes 0..3 (:func:`wgmma_table`)."""
@@ -394,13 +402,7 @@ if _GLUON_IMPORT_ERROR is None:
         r_l: gl.constexpr = gl.SliceLayout(1, c_l)
         wb = w_bufs.index(slot)
         for ch in gl.static_range(CH):
-            u = slot * CH + ch
-            t0, t1 = _tables(code_rows.index(2 * u).load(r_l))
-            t2, t3 = _tables(code_rows.index(2 * u + 1).load(r_l))
-            t0 = gl.expand_dims(t0, 1)
-            t1 = gl.expand_dims(t1, 1)
-            t2 = gl.expand_dims(t2, 1)
-            t3 = gl.expand_dims(t3, 1)
+            t0, t1, t2, t3 = _chunk_tables(code_rows, slot * CH + ch, r_l)
             v0 = _prmt_word(wb.slice(64 * ch, 32, dim=1).load(c_l), t0, t2, t1, t3)
             v1 = _prmt_word(wb.slice(64 * ch + 32, 32, dim=1).load(c_l), t0, t2, t1, t3)
             for h in gl.static_range(2):
@@ -467,13 +469,20 @@ if _GLUON_IMPORT_ERROR is None:
             mbarrier.invalidate(bars.index(i))
 
         sx = gl.load(sx_ptr + gl.arange(0, NB, layout=col_l))
+        out = _block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
+        _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS)
+
+    @gluon.jit
+    def _block_logits(acc, sx, r_ptr, row0, N, R: gl.constexpr, mma: gl.constexpr, TABLE: gl.constexpr):
+        """fp32 [R, NB]: a row block's coarse logits from its accumulator -- times ``sx`` (x's
+        per-row scales), and for the whole-row variant (int32 sums) also the rows' units ``r``."""
         if TABLE:
             rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, mma))
             r = gl.load(r_ptr + rows, mask=rows < N, other=0.0)
             out = acc.to(gl.float32) * gl.expand_dims(r, 1) * gl.expand_dims(sx, 0)
         else:
             out = acc * gl.expand_dims(sx, 0)
-        _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS)
+        return out
 
     @gluon.jit
     def _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB: gl.constexpr, W: gl.constexpr,
@@ -552,12 +561,7 @@ if _GLUON_IMPORT_ERROR is None:
                         gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
                         mbarrier.arrive(empty.index(slot))
             lap0 += NS // STAGES
-            if TABLE:
-                rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, mma))
-                r = gl.load(r_ptr + rows, mask=rows < N, other=0.0)
-                out = acc.to(gl.float32) * gl.expand_dims(r, 1) * gl.expand_dims(sx, 0)
-            else:
-                out = acc * gl.expand_dims(sx, 0)
+            out = _block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
             _emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS)
 
     @gluon.jit
