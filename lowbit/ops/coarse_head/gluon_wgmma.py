@@ -390,12 +390,14 @@ if _GLUON_IMPORT_ERROR is None:
     def _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, xslot, NB: gl.constexpr, W: gl.constexpr,
                          P: gl.constexpr, CH: gl.constexpr, XW: gl.constexpr = False):
         """acc (int32) += the CH chunks of the stage in ``slot``, whole-row variant: per chunk the
-        rows' byte tables built from their group codes (``code_rows``: the codes buffer [2 slots
-        CH, 2, R] as [2 slots CH 2, R] rows; ``_tables``), both 32-byte halves decoded (``_prmt_word``: 4 registers of weights each) before the first of its
-        8 wgmmas is issued -- ptxas serializes wgmmas whose register inputs are defined after the
-        first one starts (C7513) -- then one wgmma chain; all retired on return (the caller
-        refills the slot next). The x tiles are those of x buffer ``xslot`` (see ``_stage_sum``). XW: ``xt_bufs`` holds the side-by-side x tiles [2 slots CH, NB,
-        32 P] and the B operand of (register j, half h) is the 32-byte column slice j of tile h."""
+        rows' byte tables built from their group codes (``_chunk_tables``; ``code_rows``: the
+        codes buffer [slots CH, 2, R] as rows of R), both 32-byte halves decoded (``_prmt_word``: 4
+        registers of weights each) before the first of its 8 wgmmas is issued -- ptxas serializes
+        wgmmas whose register inputs are defined after the first one starts (C7513) -- then one
+        wgmma chain; all retired on return (the caller refills the slot next). The x tiles are
+        those of x buffer ``xslot`` (see ``_stage_sum``). XW: ``xt_bufs`` holds the side-by-side x
+        tiles [2 buffers CH, NB, 32 P] and the B operand of (register j, half h) is the 32-byte
+        column slice j of tile h."""
         mma: gl.constexpr = acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         c_l: gl.constexpr = _codes_layout(W)
@@ -766,8 +768,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     ``pipe`` / ``magic`` / ``chunks`` / ``maxnreg`` override the defaults (``_STAGES``, ``PIPE``,
     ``MAGIC``, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE`` / ``MAXNREG_WS`` / ``MAXNREG_WS_GROUP``;
     ``maxnreg=0``: no cap) for tuning; ``ws`` (default: NB <= ``WS_TABLE_MAX_NB``, per group NB <=
-    ``WS_GROUP_MAX_NB``) the warp-specialized kernel; ``persist`` (default ``PERSIST_WS``) launches it with ``PERSIST_CTAS_PER_SM`` programs
-    an SM looping over the row blocks (where the ring divides the stages); ``wide`` (default
+    ``WS_GROUP_MAX_NB``) the warp-specialized kernel; ``persist`` (default ``PERSIST_WS``)
+    launches it with ``PERSIST_CTAS_PER_SM`` programs an SM looping over the row blocks (where the
+    ring divides the stages); ``wide`` (default
     ``X_WIDE``) feeds the kernel x in the side-by-side tile layout (two TMA boxes a stage);
     ``pdl`` (default ``PDL``) launches it as a programmatic dependent launch after the x
     preparation; ``resident`` (default ``X_RESIDENT``) keeps x in shared memory in a persistent
