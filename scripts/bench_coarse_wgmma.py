@@ -35,8 +35,11 @@ def _paths():
     memory; "table x narrow": fed x in per-plane tiles of 32-byte rows, as before the twenty-fifth
     session) and per group ("wgmma": the single-partition loop; "wgmma ws": the warp-specialized
     kernel up to NB = 32, persistent; "wgmma ws single"; "wgmma ws res": x resident; "wgmma x
-    narrow"), and none ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
-    from lowbit.ops.coarse_head.gluon_wgmma import TABLE_BITS, WGMMA_BITS
+    narrow"; "table ws64" / "wgmma ws64": the warp-specialized kernel at NB = 64 too, capped at 84
+    registers for two CTAs an SM -- its spills are in the epilogue, none in the stage loop,
+    offline sm_90 compile), and none ("previous": the mma.sync pass up to M = 16, the band kernels
+    beyond)."""
+    from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
     every = {b: (1, 64) for b in WGMMA_BITS}
     table = {"WGMMA_M_RANGE": every, "WGMMA_TABLE_BITS": TABLE_BITS}
@@ -49,11 +52,14 @@ def _paths():
             ("wgmma ws single", {**group, "WS_GROUP_MAX_NB": 32, "PERSIST_WS": False}),
             ("wgmma ws res", {**group, "WS_GROUP_MAX_NB": 32, "PERSIST_WS": True, "X_RESIDENT": True}),
             ("wgmma x narrow", {**group, "X_WIDE": False}),
+            ("table ws64", {**table, "WS_TABLE_MAX_NB": 64, "MAXNREG_WS": {**MAXNREG_WS, 64: 84}}),
+            ("wgmma ws64", {**group, "WS_GROUP_MAX_NB": 64, "MAXNREG_WS_GROUP": {**MAXNREG_WS_GROUP, 64: 84}}),
             ("previous", {"WGMMA_M_RANGE": {}, "WGMMA_TABLE_BITS": ()}))
 
 
 _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST_WS"), ("g", "X_WIDE"),
-             ("g", "WS_GROUP_MAX_NB"), ("g", "X_RESIDENT"))
+             ("g", "WS_GROUP_MAX_NB"), ("g", "X_RESIDENT"), ("g", "WS_TABLE_MAX_NB"), ("g", "MAXNREG_WS"),
+             ("g", "MAXNREG_WS_GROUP"))
 
 
 def _modules() -> dict:
@@ -66,8 +72,8 @@ def _modules() -> dict:
 def _defaults() -> dict:
     """The switches' current values (restored after each path)."""
     mods = _modules()
-    return {name: (dict(getattr(mods[m], name)) if name == "WGMMA_M_RANGE" else getattr(mods[m], name))
-            for m, name in _SWITCHES}
+    return {name: (dict(v) if isinstance(v, dict) else v)
+            for m, name in _SWITCHES for v in (getattr(mods[m], name),)}
 
 
 def _set_path(settings: dict, defaults: dict) -> None:
