@@ -242,28 +242,31 @@ if _GLUON_IMPORT_ERROR is None:
                 tma.async_copy_global_to_shared(sz_desc, [2 * c, row0], bar, sz_bufs.index(slot * CH + ch), pred)
             else:
                 tma.async_copy_global_to_shared(sz_desc, [row0, c * 4], bar, sz_bufs.index(slot * CH + ch), pred)
-            for j in gl.static_range(XN):
-                if XW:
-                    tma.async_copy_global_to_shared(x_desc, [(c * 2 + j) * NB, 0], bar,
-                                                    x_bufs.index((slot * CH + ch) * 2 + j), pred)
-                else:
-                    tma.async_copy_global_to_shared(x_desc, [(c * P + j) * 2 * NB, 0], bar,
-                                                    x_bufs.index((slot * CH + ch) * P + j), pred)
-            if not TABLE and not NOX:
-                tma.async_copy_global_to_shared(xs_desc, [c * 4, 0], bar, xs_bufs.index(slot * CH + ch), pred)
+            if not NOX:
+                _issue_x_chunk(x_desc, xs_desc, x_bufs, xs_bufs, bar, c, slot * CH + ch, P, NB, TABLE, XW, pred)
 
     @gluon.jit
-    def _issue_resident_x(x_desc, xs_desc, x_bufs, xs_bufs, bar, NC: gl.constexpr, NB: gl.constexpr,
-                          TABLE: gl.constexpr):
+    def _issue_x_chunk(x_desc, xs_desc, x_bufs, xs_bufs, bar, c, u, P: gl.constexpr, NB: gl.constexpr,
+                       TABLE: gl.constexpr, XW: gl.constexpr, pred):
+        """TMA of 64-byte chunk c's x into x buffer u: the two side-by-side tiles (XW) or the P
+        per-plane tiles, and (not with TABLE) its x sums."""
+        for j in gl.static_range(2 if XW else P):
+            if XW:
+                tma.async_copy_global_to_shared(x_desc, [(c * 2 + j) * NB, 0], bar, x_bufs.index(u * 2 + j), pred)
+            else:
+                tma.async_copy_global_to_shared(x_desc, [(c * P + j) * 2 * NB, 0], bar, x_bufs.index(u * P + j), pred)
+        if not TABLE:
+            tma.async_copy_global_to_shared(xs_desc, [c * 4, 0], bar, xs_bufs.index(u), pred)
+
+    @gluon.jit
+    def _issue_resident_x(x_desc, xs_desc, x_bufs, xs_bufs, bar, NC: gl.constexpr, P: gl.constexpr,
+                          NB: gl.constexpr, TABLE: gl.constexpr):
         """TMA of all NC chunks' side-by-side x tiles (and, per group, x sums) into the resident
         buffers ``x_bufs`` [2 NC, NB, 32 P] / ``xs_bufs`` [NC, 4, NB], on one barrier."""
         XSB: gl.constexpr = 0 if TABLE else xs_desc.block_type.nbytes
         mbarrier.expect(bar, NC * (2 * x_desc.block_type.nbytes + XSB))
         for c in gl.static_range(NC):
-            for j in gl.static_range(2):
-                tma.async_copy_global_to_shared(x_desc, [(c * 2 + j) * NB, 0], bar, x_bufs.index(c * 2 + j))
-            if not TABLE:
-                tma.async_copy_global_to_shared(xs_desc, [c * 4, 0], bar, xs_bufs.index(c))
+            _issue_x_chunk(x_desc, xs_desc, x_bufs, xs_bufs, bar, c, c, P, NB, TABLE, True, True)
 
     @gluon.jit
     def _x_tile(xt_bufs, u, J: gl.constexpr, h: gl.constexpr, P: gl.constexpr, XW: gl.constexpr):
@@ -413,6 +416,39 @@ if _GLUON_IMPORT_ERROR is None:
                     acc = warpgroup_mma(a, _x_tile(xt_bufs, xslot * CH + ch, j, h, P, XW), acc, is_async=True)
         return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
+    @gluon.jit
+    def _alloc_operands(w_desc, sz_desc, x_desc, xs_desc, STAGES: gl.constexpr, CH: gl.constexpr, R: gl.constexpr,
+                        NB: gl.constexpr, P: gl.constexpr, TABLE: gl.constexpr, XW: gl.constexpr, XC: gl.constexpr,
+                        TABLE_NO_XS: gl.constexpr):
+        """The ring's shared-memory buffers and their views: codes [STAGES, R, 64 CH]; the words --
+        TABLE: group codes [STAGES CH, 2, R] (``code_rows``: the same as rows of R), else [STAGES CH,
+        R, 4] -- the x tiles of XC chunks (XW: side by side [2 XC, NB, 32 P]; else per plane
+        [STAGES CH P, 2 NB, 32], ``xt_bufs`` one B tile per half) and the x sums [XC, 4, NB]
+        (``xs_rows``: rows of NB; TABLE_NO_XS: a [1, 4, NB] placeholder for TABLE, which reads none).
+        Returns (w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows)."""
+        xt_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
+        rows_sl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+        w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64 * CH], w_desc.layout)
+        if TABLE:
+            sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 2, R], sz_desc.layout)
+            code_rows = sz_bufs._reinterpret(gl.int32, [STAGES * CH * 2, R], rows_sl)
+        else:
+            sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, R, 4], sz_desc.layout)
+            code_rows = sz_bufs
+        if TABLE and TABLE_NO_XS:
+            xs_bufs = gl.allocate_shared_memory(gl.int32, [1, 4, NB], xs_desc.layout)  # unused
+            xs_rows = xs_bufs
+        else:
+            xs_bufs = gl.allocate_shared_memory(gl.int32, [XC, 4, NB], xs_desc.layout)
+            xs_rows = xs_bufs._reinterpret(gl.int32, [XC * 4, NB], rows_sl)
+        if XW:  # the side-by-side tiles: their TMA box is the wgmmas' B tile, 32 P-byte rows
+            x_bufs = gl.allocate_shared_memory(gl.int8, [XC * 2, NB, 32 * P], x_desc.layout)
+            xt_bufs = x_bufs
+        else:
+            x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * P, 2 * NB, 32], x_desc.layout)
+            xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * CH * P * 2, NB, 32], xt_sl)
+        return w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows
+
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
     def _coarse_wgmma_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
                              NS, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
@@ -427,25 +463,11 @@ if _GLUON_IMPORT_ERROR is None:
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
-        xt_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
 
         pid = gl.program_id(0)
         row0 = pid * R
-        w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64 * CH], w_desc.layout)
-        if TABLE:  # the group codes of a chunk [2, R], read back a row of R at a time
-            sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 2, R], sz_desc.layout)
-            code_rows = sz_bufs._reinterpret(gl.int32, [STAGES * CH * 2, R], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        else:
-            sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, R, 4], sz_desc.layout)
-            code_rows = sz_bufs
-        if XW:  # the side-by-side tiles (their TMA box is the B tiles of a half, 32 P-byte rows)
-            x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * 2, NB, 32 * P], x_desc.layout)
-            xt_bufs = x_bufs
-        else:
-            x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * P, 2 * NB, 32], x_desc.layout)
-            xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * CH * P * 2, NB, 32], xt_sl)  # the B tiles, one per half
-        xs_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 4, NB], xs_desc.layout)
-        xs_rows = xs_bufs._reinterpret(gl.int32, [STAGES * CH * 4, NB], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows = _alloc_operands(
+            w_desc, sz_desc, x_desc, xs_desc, STAGES, CH, R, NB, P, TABLE, XW, STAGES * CH, False)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(bars.index(i), count=1)
@@ -579,7 +601,7 @@ if _GLUON_IMPORT_ERROR is None:
         if PDL:
             gdc_wait()
         if XRES:
-            _issue_resident_x(x_desc, xs_desc, x_bufs, xs_bufs, xbar.index(0), XRES, NB, TABLE)
+            _issue_resident_x(x_desc, xs_desc, x_bufs, xs_bufs, xbar.index(0), XRES, P, NB, TABLE)
         c = 0  # stages issued so far (with NS % STAGES == 0 when a program has several blocks)
         for blk in range(gl.program_id(0), NBLK, GRID):
             for i in range(0, NS):
@@ -604,26 +626,9 @@ if _GLUON_IMPORT_ERROR is None:
         sums) in shared memory, loaded once per program, so a persistent program's later row
         blocks and every stage read x without a TMA; the ring carries codes and words only."""
         R: gl.constexpr = 16 * W
-        xt_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
-        rows_sl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-        w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64 * CH], w_desc.layout)
         XC: gl.constexpr = XRES if XRES else STAGES * CH  # chunks the x buffers hold
-        if TABLE:  # the group codes [2, R] a chunk, read back a row of R at a time; no x sums
-            sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 2, R], sz_desc.layout)
-            code_rows = sz_bufs._reinterpret(gl.int32, [STAGES * CH * 2, R], rows_sl)
-            xs_bufs = gl.allocate_shared_memory(gl.int32, [1, 4, NB], xs_desc.layout)  # unused
-            xs_rows = xs_bufs
-        else:
-            sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, R, 4], sz_desc.layout)
-            code_rows = sz_bufs
-            xs_bufs = gl.allocate_shared_memory(gl.int32, [XC, 4, NB], xs_desc.layout)
-            xs_rows = xs_bufs._reinterpret(gl.int32, [XC * 4, NB], rows_sl)
-        if XW:  # the side-by-side tiles: their TMA box is the wgmmas' B tile, 32 P-byte rows
-            x_bufs = gl.allocate_shared_memory(gl.int8, [XC * 2, NB, 32 * P], x_desc.layout)
-            xt_bufs = x_bufs
-        else:
-            x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * P, 2 * NB, 32], x_desc.layout)
-            xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * CH * P * 2, NB, 32], xt_sl)
+        w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows = _alloc_operands(
+            w_desc, sz_desc, x_desc, xs_desc, STAGES, CH, R, NB, P, TABLE, XW, XC, True)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         xbar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
