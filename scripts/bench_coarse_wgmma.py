@@ -37,11 +37,14 @@ def _paths():
     kernel up to NB = 32, persistent; "wgmma ws single"; "wgmma ws res": x resident; "wgmma x
     narrow"; "table ws64" / "wgmma ws64": the warp-specialized kernel at NB = 64 too, capped at 84
     registers for two CTAs an SM -- its spills are in the epilogue, none in the stage loop,
-    offline sm_90 compile), and none ("previous": the mma.sync pass up to M = 16, the band kernels
-    beyond)."""
+    offline sm_90 compile), programs spanning two candidate blocks (``gluon_wgmma.SPAN``: "span" at
+    every NB with the default kernel choice, "span64" at NB = 64 only, "span single" on the
+    single-partition loop, "span ws" on the warp-specialized kernel, "span s3" with 3 ring slots),
+    and none ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
     every = {b: (1, 64) for b in WGMMA_BITS}
+    two = {8: 2, 16: 2, 32: 2, 64: 2}
     table = {"WGMMA_M_RANGE": every, "WGMMA_TABLE_BITS": TABLE_BITS}
     group = {"WGMMA_M_RANGE": every, "WGMMA_TABLE_BITS": (), "WS_GROUP_MAX_NB": 0}
     return (("default", {}), ("table", table), ("table single", {**table, "PERSIST_WS": False}),
@@ -54,12 +57,16 @@ def _paths():
             ("wgmma x narrow", {**group, "X_WIDE": False}),
             ("table ws64", {**table, "WS_TABLE_MAX_NB": 64, "MAXNREG_WS": {**MAXNREG_WS, 64: 84}}),
             ("wgmma ws64", {**group, "WS_GROUP_MAX_NB": 64, "MAXNREG_WS_GROUP": {**MAXNREG_WS_GROUP, 64: 84}}),
+            ("span", {"SPAN": two}), ("span64", {"SPAN": {64: 2}}),
+            ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
+            ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
+            ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),
             ("previous", {"WGMMA_M_RANGE": {}, "WGMMA_TABLE_BITS": ()}))
 
 
 _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST_WS"), ("g", "X_WIDE"),
              ("g", "WS_GROUP_MAX_NB"), ("g", "X_RESIDENT"), ("g", "WS_TABLE_MAX_NB"), ("g", "MAXNREG_WS"),
-             ("g", "MAXNREG_WS_GROUP"))
+             ("g", "MAXNREG_WS_GROUP"), ("g", "SPAN"), ("g", "_STAGES_SPAN"))
 
 
 def _modules() -> dict:

@@ -68,10 +68,17 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
     (2, 8, 128, 4, 8, False, False, 1, 80, "wsg"),
     (2, 8, 128, 4, 8, False, False, 1, 64, "wsxr"),  # x resident (X_RESIDENT)
     (4, 8, 128, 4, 8, False, False, 1, 80, "wsgr"),
+    (2, 64, 128, 4, 8, False, False, 1, None, "tx", 2),  # a program spanning two blocks (SPAN)
+    (2, 64, 128, 4, 8, False, False, 1, 128, "tx", 2),
+    (2, 64, 128, 4, 8, False, False, 1, 96, "wsx", 2),
+    (2, 32, 128, 5, 8, False, False, 1, 96, "wsx", 2),
+    (2, 8, 128, 6, 8, False, False, 1, 96, "wsx", 2),
+    (4, 64, 128, 4, 8, False, False, 1, 96, "wsg", 2),
+    (4, 8, 128, 6, 8, False, False, 1, 96, "wsg", 2),
 )
 
 
-def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, n=124160, k=5120):
+def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, span=1, n=124160, k=5120):
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -90,27 +97,28 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     wide = table in ("wsx", "tx", "wsg", "wsxr", "wsgr")
     xq = torch.empty((ns * 2 * nb, 32 * p) if wide else (ns * p * 2 * nb, 32), dtype=torch.int8)
     xs = torch.empty((ns * 4, nb), dtype=torch.int32)
-    w_l, sz_l, x_l, xs_l = g._layouts(block, nb, ch)
+    rows = block * span  # rows a program (``coarse_wgmma``'s span)
+    w_l, sz_l, x_l, xs_l = g._layouts(rows, nb, ch)
     nblk = -(-n // block)
-    args = dict(w_desc=TensorDescriptor.from_tensor(packed, [block, 64 * ch], w_l),
-                sz_desc=TensorDescriptor.from_tensor(sz, [2, block] if whole_row else [block, 4], sz_l),
+    args = dict(w_desc=TensorDescriptor.from_tensor(packed, [rows, 64 * ch], w_l),
+                sz_desc=TensorDescriptor.from_tensor(sz, [2, rows] if whole_row else [rows, 4], sz_l),
                 x_desc=(TensorDescriptor.from_tensor(xq, [nb, 32 * p], g._wide_layout(p)) if wide
                         else TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)),
                 xs_desc=TensorDescriptor.from_tensor(xs, [4, nb], xs_l),
                 sx_ptr=torch.empty(nb), r_ptr=torch.empty(n), ck_ptr=torch.empty(nb, nblk * kcand),
                 ci_ptr=torch.empty(nb, nblk * kcand, dtype=torch.int64), lg_ptr=torch.empty(1),
                 M=nb, N=n, NBLK=nblk, NS=ns // ch, **({"GRID": nblk} if table in ("ws", "wsx", "wsg", "wsxr", "wsgr") else {}))
-    w = block // 16
+    w = rows // 16
     reg = {"maxnreg": maxnreg} if maxnreg else {}
     if table in ("ws", "wsx", "wsg", "wsxr", "wsgr"):  # the warp-specialized kernel (per group: "wsg*"; x
         # resident: "*r")
         constexprs = dict(NB=nb, P=p, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w,
                           PRODUCER_REGS=g.PRODUCER_REGS, XW=wide, CH=ch, PDL=True, TABLE=whole_row, BITS=bits,
-                          XRES=xres)
+                          XRES=xres, SUB=span)
         return compile_gluon_sm90(g._coarse_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS", "GRID"},
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
-                      MAGIC=magic, CH=ch, TABLE=whole_row, XW=wide)
+                      MAGIC=magic, CH=ch, TABLE=whole_row, XW=wide, SUB=span)
     return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w, **reg)
 
 
@@ -119,15 +127,17 @@ def main() -> int:
     ap.add_argument("--dump", default=None)
     ap.add_argument("--table-only", action="store_true",
                     help="only the whole-row / warp-specialized configs (the last column set)")
+    ap.add_argument("--span-only", action="store_true", help="only the configs of programs spanning two blocks")
     args = ap.parse_args()
     for cfg in CONFIGS:
-        if args.table_only and not cfg[9]:
+        if (args.table_only and not cfg[9]) or (args.span_only and len(cfg) < 11):
             continue
         kern = compile_sm90(*cfg)
+        span = cfg[10] if len(cfg) > 10 else 1
         loop_report(kern, f"bits {cfg[0]} NB {cfg[1]} block {cfg[2]} stages {cfg[3]} kcand {cfg[4]} pipe {cfg[5]} "
-                    f"magic {cfg[6]} ch {cfg[7]} maxnreg {cfg[8]} table {cfg[9]}", k_loop, top=18,
+                    f"magic {cfg[6]} ch {cfg[7]} maxnreg {cfg[8]} table {cfg[9]} span {span}", k_loop, top=18,
                     dump_dir=args.dump, dump_name=f"b{cfg[0]}_nb{cfg[1]}_blk{cfg[2]}_p{int(cfg[5])}_m{int(cfg[6])}"
-                                                  f"_c{cfg[7]}_r{cfg[8]}_t{cfg[9]}.sass")
+                                                  f"_c{cfg[7]}_r{cfg[8]}_t{cfg[9]}_s{span}.sass")
         for note in ptxas_notes(kern):  # a serialized wgmma chain (C7513) costs more than any loop trim
             print(f"    ptxas: {note}")
     return 0

@@ -452,6 +452,54 @@ def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, monkeypatch, bits, g
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("ws,persist", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("table", [False, True])
+@pytest.mark.parametrize("bits,group,n,k,m,block,kcand", CASES)
+def test_cuda_coarse_wgmma_span_two_blocks(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, table, ws,
+                                           persist):
+    """Programs spanning two candidate blocks (``span=2``: 2 ``block`` rows a program, the x tiles
+    shared by both): the same logits as the reference and the same per-block candidates as a
+    program a block -- including an odd block count (the last program's second block past N, its
+    candidates not written) -- on both kernels, per group and whole-row, also persistent."""
+    if table and bits not in (2,):
+        pytest.skip("the whole-row variant serves INT2 only (TABLE_BITS)")
+    g = _kernel_or_skip()
+    monkeypatch.setattr(g, "sm_count", lambda device, interpret: 2)
+    w = torch.randn(n, k) * 0.05
+    w[: n // 3, : k // 5] *= 8.0
+    f = INTx.quantize(w, bits=bits, group_size=group)
+    x = _x(m, k, seed=5, dtype=torch.bfloat16)
+    q, sx = x_int8_reference(x)
+    if table:
+        words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
+        want = table_reference(f.packed, words, r, q, sx, bits)
+        r = r.cuda()
+    else:
+        words, r = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1]), None
+        want = (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T
+    out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
+                         write_logits=True, table_r=r, ws=ws, persist=persist, span=2)
+    ck, _, ci, _, _, lg = (t.cpu() for t in out)
+    assert not torch.isnan(lg).any() and not torch.isnan(ck).any()
+    assert rel_err(lg, want) < 1e-6
+    cands = ref.block_candidates_reference(lg, None, block=block, kcand=kcand, write_logits=False)
+    assert torch.equal(ck, cands.cand_key) and torch.equal(ci, cands.cand_idx)
+
+
+def test_coarse_wgmma_span_validated():
+    """A span other than 1 or 2 is a ValueError before any launch (on any device)."""
+    from lowbit.ops.coarse_head import gluon_wgmma as g
+
+    if g._GLUON_IMPORT_ERROR is not None:
+        pytest.skip(f"triton.experimental.gluon is not available: {g._GLUON_IMPORT_ERROR}")
+    f = INTx.quantize(torch.randn(10, 256), bits=4, group_size=64)
+    words = wgmma_sz(f.scale, f.zero, 4, 64, f.packed.shape[1])
+    with pytest.raises(ValueError, match="span"):
+        g.coarse_wgmma(torch.randn(2, 256), f.packed, words, n=10, bits=4, block=128, kcand=1, write_logits=False,
+                       span=3)
+
+
+@pytest.mark.cuda
 def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows():
     """Back-to-back calls with new x (nothing cached from the last one); an all-zero row of x gives
     zero logits and candidates ordered by token index."""

@@ -454,9 +454,10 @@ if _GLUON_IMPORT_ERROR is None:
                              NS, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                              KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
                              PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, CH: gl.constexpr = 1,
-                             TABLE: gl.constexpr = False, XW: gl.constexpr = False):
+                             TABLE: gl.constexpr = False, XW: gl.constexpr = False, SUB: gl.constexpr = 1):
         """Program b: tokens R b .. R b + R - 1 (R = 16 W) against the NB rows of x; writes the
-        block's KCAND candidates of every row m < M (``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND])
+        KCAND candidates of every row m < M of each of its SUB candidate blocks (R / SUB tokens;
+        ``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND], NBLK candidate blocks)
         and, if WRITE_LOGITS, its coarse logits into ``lg`` fp32 [M, N]. TABLE: the whole-row
         variant (``sz_desc`` holds :func:`wgmma_table`'s words, ``r_ptr`` its fp32 [N] units; x tiles
         in ``x_int8.prmt_source`` order)."""
@@ -494,7 +495,7 @@ if _GLUON_IMPORT_ERROR is None:
 
         sx = gl.load(sx_ptr + gl.arange(0, NB, layout=col_l))
         out = _block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
-        _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS)
+        _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB)
 
     @gluon.jit
     def _block_logits(acc, sx, r_ptr, row0, N, R: gl.constexpr, mma: gl.constexpr, TABLE: gl.constexpr):
@@ -510,10 +511,12 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB: gl.constexpr, W: gl.constexpr,
-                         KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr):
-        """The block's KCAND best keys of every row m < M from its logits ``out`` fp32 [16 W, NB]
-        (and the logits themselves if WRITE_LOGITS): the tile re-laid out with each row of x in one
-        warp (tokens along its lanes and registers), so the reductions along tokens stay inside it."""
+                         KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, SUB: gl.constexpr = 1):
+        """The KCAND best keys of every row m < M in each of the program's SUB candidate blocks
+        (``16 W / SUB`` tokens each; candidate block ``pid SUB + s``, ``NBLK`` of them in all) from
+        its logits ``out`` fp32 [16 W, NB] (and the logits themselves if WRITE_LOGITS): the tile
+        re-laid out with each row of x in one warp (tokens along its lanes and registers), so the
+        reductions along tokens stay inside it."""
         R: gl.constexpr = 16 * W
         bl: gl.constexpr = gl.BlockedLayout([R // 32, 1], [32, 1], [1, W], [0, 1])
         key = gl.convert_layout(out, bl)
@@ -527,13 +530,29 @@ if _GLUON_IMPORT_ERROR is None:
         neg = float("-inf")
         key = gl.where(tok2 < N, key, neg)
         big = N + R
-        o_c = mrow.to(gl.int64) * (NBLK * KCAND) + pid * KCAND
-        for c in gl.static_range(KCAND):
-            best = gl.max(key, axis=0)
-            loc = gl.min(gl.where(key == gl.expand_dims(best, 0), tok2, big), axis=0)
-            gl.store(ck_ptr + o_c + c, best, mask=m_ok)
-            gl.store(ci_ptr + o_c + c, gl.where(best == neg, 0, loc).to(gl.int64), mask=m_ok)
-            key = gl.where(tok2 == gl.expand_dims(loc, 0), neg, key)
+        if SUB == 1:
+            o_c = mrow.to(gl.int64) * (NBLK * KCAND) + pid * KCAND
+            for c in gl.static_range(KCAND):
+                best = gl.max(key, axis=0)
+                loc = gl.min(gl.where(key == gl.expand_dims(best, 0), tok2, big), axis=0)
+                gl.store(ck_ptr + o_c + c, best, mask=m_ok)
+                gl.store(ci_ptr + o_c + c, gl.where(best == neg, 0, loc).to(gl.int64), mask=m_ok)
+                key = gl.where(tok2 == gl.expand_dims(loc, 0), neg, key)
+        else:
+            # [SUB, R / SUB, NB]: candidate block s holds tokens s R / SUB .. (s + 1) R / SUB - 1
+            key3 = gl.reshape(key, [SUB, R // SUB, NB])
+            tok3 = gl.reshape(tok2 + gl.expand_dims(mrow, 0) * 0, [SUB, R // SUB, NB])
+            l2: gl.constexpr = gl.SliceLayout(1, key3.type.layout)  # [SUB, NB]
+            sub = gl.expand_dims(pid * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, l2)), 1)
+            mcol = gl.expand_dims(gl.arange(0, NB, layout=gl.SliceLayout(0, l2)), 0)
+            ok = (mcol < M) & (sub < NBLK)
+            o_c = mcol.to(gl.int64) * (NBLK * KCAND) + sub * KCAND
+            for c in gl.static_range(KCAND):
+                best = gl.max(key3, axis=1)
+                loc = gl.min(gl.where(key3 == gl.expand_dims(best, 1), tok3, big), axis=1)
+                gl.store(ck_ptr + o_c + c, best, mask=ok)
+                gl.store(ci_ptr + o_c + c, gl.where(best == neg, 0, loc).to(gl.int64), mask=ok)
+                key3 = gl.where(tok3 == gl.expand_dims(loc, 1), neg, key3)
 
     # ---------------------------------------------------- warp-specialized (whole-row and per group)
     @gluon.jit
@@ -541,7 +560,7 @@ if _GLUON_IMPORT_ERROR is None:
                      N, NBLK, NS, GRID, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                      KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr, TABLE: gl.constexpr,
                      XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False, xbar=None,
-                     XRES: gl.constexpr = 0):
+                     XRES: gl.constexpr = 0, SUB: gl.constexpr = 1):
         """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage (CH
         64-byte chunks), wait for its TMA, run the stage (TABLE: the whole-row decode and wgmma
         chain into an int32 sum; else the per-group planes, ``_stage_sum``, into fp32), hand the
@@ -551,7 +570,8 @@ if _GLUON_IMPORT_ERROR is None:
         every slot's shared-memory addresses (the wgmma descriptors) are compile-time constants
         instead of arithmetic on ``i % STAGES``; a block starts on slot 0, so GRID < NBLK needs
         ``NS % STAGES == 0`` (the launcher's rule). XRES (> 0): x is resident (all XRES chunks'
-        tiles loaded once, ``xbar``), stage i's x buffer is i itself.
+        tiles loaded once, ``xbar``), stage i's x buffer is i itself. A row block is SUB candidate
+        blocks (NBLK of those in all).
 
         Not done, and why: releasing a slot one stage late (its wgmmas running on while the next
         stage is decoded) is what ptxas forbids for register A operands -- it then serializes
@@ -565,7 +585,7 @@ if _GLUON_IMPORT_ERROR is None:
         if XRES:
             mbarrier.wait(xbar.index(0), 0)
         lap0 = 0  # ring laps before this block
-        for blk in range(gl.program_id(0), NBLK, GRID):
+        for blk in range(gl.program_id(0), (NBLK + SUB - 1) // SUB, GRID):
             row0 = blk * R
             acc = gl.zeros([R, NB], gl.int32 if TABLE else gl.float32, mma)
             for i0 in range(0, NS, STAGES):
@@ -586,14 +606,15 @@ if _GLUON_IMPORT_ERROR is None:
                         mbarrier.arrive(empty.index(slot))
             lap0 += NS // STAGES
             out = _block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
-            _emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS)
+            _emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB)
 
     @gluon.jit
     def _ws_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
                      NS, GRID, STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr,
                      XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
-                     TABLE: gl.constexpr = True, xbar=None, XRES: gl.constexpr = 0):
-        """Worker partition (1 warp): for each of the program's row blocks, the TMA of stage i into
+                     TABLE: gl.constexpr = True, xbar=None, XRES: gl.constexpr = 0, SUB: gl.constexpr = 1):
+        """Worker partition (1 warp): for each of the program's row blocks (R rows, SUB of the NBLK
+        candidate blocks), the TMA of stage i into
         slot i % STAGES once the consumers released it (free on the first lap: a wait on parity 1
         of a fresh mbarrier returns at once). It runs on into the next block while the consumers
         finish this one's epilogue. PDL: no TMA before ``griddepcontrol.wait`` (x's tiles are the
@@ -603,7 +624,7 @@ if _GLUON_IMPORT_ERROR is None:
         if XRES:
             _issue_resident_x(x_desc, xs_desc, x_bufs, xs_bufs, xbar.index(0), XRES, P, NB, TABLE)
         c = 0  # stages issued so far (with NS % STAGES == 0 when a program has several blocks)
-        for blk in range(gl.program_id(0), NBLK, GRID):
+        for blk in range(gl.program_id(0), (NBLK + SUB - 1) // SUB, GRID):
             for i in range(0, NS):
                 mbarrier.wait(empty.index(i % STAGES), ((c // STAGES) & 1) ^ 1)
                 _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i, blk * R,
@@ -615,7 +636,8 @@ if _GLUON_IMPORT_ERROR is None:
                           GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
                           WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                           XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
-                          TABLE: gl.constexpr = True, BITS: gl.constexpr = 2, XRES: gl.constexpr = 0):
+                          TABLE: gl.constexpr = True, BITS: gl.constexpr = 2, XRES: gl.constexpr = 0,
+                          SUB: gl.constexpr = 1):
         """``_coarse_wgmma_kernel`` (same arguments plus GRID: the programs launched, each taking
         row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side tiles; PDL: a programmatic
         dependent launch after the x preparation; TABLE: the whole-row variant, else per group
@@ -640,9 +662,9 @@ if _GLUON_IMPORT_ERROR is None:
         gl.warp_specialize([
             (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr,
                             M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, XW, CH, PDL,
-                            xbar, XRES)),
+                            xbar, XRES, SUB)),
             (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
-                            NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES)),
+                            NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB)),
         ], [1], [PRODUCER_REGS])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
@@ -697,6 +719,8 @@ RESIDENT_SMEM = 112 * 1024
 TABLE_MAX_K = 131072
 #: ring slots per M band (NB): the x tiles grow with NB, so fewer slots keep two CTAs an SM
 _STAGES = {8: 4, 16: 4, 32: 4, 64: 3}
+#: ring slots per NB where a program spans two blocks (one CTA an SM: a deeper ring fits)
+_STAGES_SPAN = {8: 6, 16: 6, 32: 5, 64: 4}
 #: the same with two 64-byte chunks a stage
 _STAGES_2CH = {8: 3, 16: 3, 32: 2, 64: 2}
 #: 64-byte chunks a stage of the warp-specialized whole-row kernel per NB (default 1). Two measured
@@ -725,6 +749,19 @@ MAXNREG_TABLE: dict = {}
 MAXNREG_WS: dict = {8: 64, 16: 80, 32: 80, 64: 96}
 #: the same for the per-group warp-specialized kernel (two 384-thread CTAs an SM need <= 85)
 MAXNREG_WS_GROUP: dict = {8: 80, 16: 80, 32: 80, 64: 80}
+
+
+#: candidate blocks a program per NB (1 or 2; default 1): with 2, a program covers 2 ``block`` rows
+#: (16 or 32 warps' worth of wgmma tiles) and emits the candidates of both blocks, so each x tile
+#: brought into shared memory serves twice the rows (the x tiles are 16 KB a stage at NB = 64,
+#: twice the block's codes, and every program re-reads them from L2)
+SPAN: dict = {}
+#: ``maxnreg`` per NB where a program spans 2 blocks (single-partition loop / warp-specialized
+#: kernel): one CTA of 16 (+ the producer's 4) warps an SM; 512 threads launch with <= 128
+MAXNREG_SPAN: dict = {8: 128, 16: 128, 32: 128, 64: 128}
+#: (16 consumer warps + a producer warpgroup = 640 threads: 96 at launch, which Triton's register
+#: split turns into 104 for the consumers and 40 for the producer)
+MAXNREG_WS_SPAN: dict = {8: 96, 16: 96, 32: 96, 64: 96}
 
 
 #: x as side-by-side tiles (``x_int8`` ``wide``) for every kernel here: a stage's x in two TMA
@@ -764,7 +801,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                  kcand: int, write_logits: bool, table_r: torch.Tensor | None = None, stages: int | None = None,
                  pipe: bool | None = None, magic: bool | None = None, chunks: int | None = None,
                  maxnreg: int | None = None, ws: bool | None = None, persist: bool | None = None,
-                 wide: bool | None = None, pdl: bool | None = None, resident: bool | None = None):
+                 wide: bool | None = None, pdl: bool | None = None, resident: bool | None = None,
+                 span: int | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
@@ -780,7 +818,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     ``pdl`` (default ``PDL``) launches it as a programmatic dependent launch after the x
     preparation; ``resident`` (default ``X_RESIDENT``) keeps x in shared memory in a persistent
     launch where it fits (``_resident_fits``). ``chunks`` of the warp-specialized kernel default to
-    ``WS_CHUNKS``."""
+    ``WS_CHUNKS``. ``span`` (1 or 2, default ``SPAN``): candidate blocks a program covers (the
+    candidates are the same either way)."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -805,7 +844,11 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                          f"[{2 * (ell // _STAGE_BYTES)}, {-(-n // 4) * 4}], got {sz.dtype} {tuple(sz.shape)}")
     if x.stride(1) != 1:
         x = x.contiguous()
+
     nb = max(8, triton.next_power_of_2(m))
+    sub = SPAN.get(nb, 1) if span is None else span
+    if sub not in (1, 2):
+        raise ValueError(f"coarse_wgmma span must be 1 or 2, got {span}")
     use_ws = (nb <= (WS_TABLE_MAX_NB if table else WS_GROUP_MAX_NB)) if ws is None else ws
     ch = (WS_CHUNKS.get(nb, 1) if use_ws else CHUNKS) if chunks is None else chunks
     if ch not in (1, 2):
@@ -813,8 +856,10 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     if (ell // _STAGE_BYTES) % ch:
         ch = 1
     ns = ell // _STAGE_BYTES // ch
-    w = block // 16
-    nblk = -(-n // block)
+    rows = block * sub  # rows a program
+    w = rows // 16
+    nblk = -(-n // block)  # candidate blocks
+    nprog = -(-n // rows)
     x_wide = X_WIDE if wide is None else wide
     use_pdl = use_ws and (PDL if pdl is None else pdl) and not interpret_mode()
     # the whole-row decode's K order, side by side (X_WIDE); the early trigger lets the PDL launch
@@ -822,34 +867,38 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=table, wide=x_wide, trigger=use_pdl)
     cand_key, cand_lb, cand_idx, block_lb, block_rest, logits = coarse_outputs(m, n, nblk, kcand, False,
                                                                                write_logits, x.device)
-    w_l, sz_l, x_l, xs_l = _layouts(block, nb, ch)
-    w_desc = TensorDescriptor.from_tensor(packed, [block, 64 * ch], w_l)
-    sz_desc = TensorDescriptor.from_tensor(sz, [2, block] if table else [block, 4], sz_l)
+    w_l, sz_l, x_l, xs_l = _layouts(rows, nb, ch)
+    w_desc = TensorDescriptor.from_tensor(packed, [rows, 64 * ch], w_l)
+    sz_desc = TensorDescriptor.from_tensor(sz, [2, rows] if table else [rows, 4], sz_l)
     if x_wide:
         x_desc = TensorDescriptor.from_tensor(xq, [nb, 32 * p], _wide_layout(p))
     else:
         x_desc = TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)
     xs_desc = TensorDescriptor.from_tensor(xs, [4, nb], xs_l)
-    st = stages if stages is not None else (_STAGES_2CH if ch == 2 else _STAGES)[nb]
-    caps = ((MAXNREG_WS if table else MAXNREG_WS_GROUP) if use_ws else MAXNREG_TABLE if table else MAXNREG)
+    st = stages if stages is not None else (_STAGES_2CH if ch == 2 else _STAGES_SPAN if sub == 2 else _STAGES)[nb]
+    if sub == 2:
+        caps = MAXNREG_WS_SPAN if use_ws else MAXNREG_SPAN
+    else:
+        caps = ((MAXNREG_WS if table else MAXNREG_WS_GROUP) if use_ws else MAXNREG_TABLE if table else MAXNREG)
     cap = maxnreg if maxnreg is not None else caps.get(nb)
     reg = {"maxnreg": cap} if cap else {}
     if use_ws:
-        grid = nblk
+        grid = nprog
         if (PERSIST_WS if persist is None else persist) and ns % st == 0:
-            grid = min(nblk, PERSIST_CTAS_PER_SM * sm_count(x.device, interpret=2))
-        xres = ns * ch if (grid < nblk and x_wide and (X_RESIDENT if resident is None else resident)
-                           and _resident_fits(block, nb, p, ns * ch, ch, st, table)) else 0
+            grid = min(nprog, (PERSIST_CTAS_PER_SM if sub == 1 else 1) * sm_count(x.device, interpret=2))
+        xres = ns * ch if (grid < nprog and x_wide and (X_RESIDENT if resident is None else resident)
+                           and _resident_fits(rows, nb, p, ns * ch, ch, st, table)) else 0
         _coarse_ws_kernel[(grid,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
                                    logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p, STAGES=st,
                                    KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
-                                   XW=x_wide, CH=ch, PDL=use_pdl, TABLE=table, BITS=bits, XRES=xres, num_warps=w,
+                                   XW=x_wide, CH=ch, PDL=use_pdl, TABLE=table, BITS=bits, XRES=xres, SUB=sub,
+                                   num_warps=w,
                                    **reg,
                                    **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
-    _coarse_wgmma_kernel[(nblk,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
+    _coarse_wgmma_kernel[(nprog,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
-                                  CH=ch, TABLE=table, XW=x_wide, num_warps=w, **reg)
+                                  CH=ch, TABLE=table, XW=x_wide, SUB=sub, num_warps=w, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
