@@ -370,10 +370,14 @@ def _record_ws_launches(monkeypatch, g) -> list:
 
 
 def _check_resident(seen, g, resident, n, block, nb, p, ell, table):
-    """With ``resident`` a persistent launch keeps x resident wherever it fits; otherwise never."""
+    """With ``resident`` a persistent launch keeps x resident wherever it fits; otherwise never
+    (a program covers ``SPAN`` blocks at this NB)."""
+    span = g.SPAN.get(nb, 1)
+    rows = block * span
+    stages = (g._STAGES_SPAN if span == 2 else g._STAGES)[nb]
     for grid, xres in seen:
-        fits = g._resident_fits(block, nb, p, ell // 64, 1, g._STAGES[nb], table)
-        assert xres == (ell // 64 if resident and grid < -(-n // block) and fits else 0)
+        fits = g._resident_fits(rows, nb, p, ell // 64, 1, stages, table)
+        assert xres == (ell // 64 if resident and grid < -(-n // rows) and fits else 0)
 
 
 # (bits, group, n, k, m, block, kcand): N not a multiple of the block, K padded inside a plane,

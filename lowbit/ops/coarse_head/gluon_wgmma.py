@@ -752,10 +752,13 @@ MAXNREG_WS_GROUP: dict = {8: 80, 16: 80, 32: 80, 64: 80}
 
 
 #: candidate blocks a program per NB (1 or 2; default 1): with 2, a program covers 2 ``block`` rows
-#: (16 or 32 warps' worth of wgmma tiles) and emits the candidates of both blocks, so each x tile
-#: brought into shared memory serves twice the rows (the x tiles are 16 KB a stage at NB = 64,
-#: twice the block's codes, and every program re-reads them from L2)
-SPAN: dict = {}
+#: (8 or 16 warps of wgmma tiles) and emits the candidates of both blocks, so each x tile brought
+#: into shared memory serves twice the rows (the x tiles are 16 KB a stage at NB = 64, twice the
+#: block's codes, and every program re-reads them from L2), on the warp-specialized kernel with one
+#: 20-warp CTA an SM. H200, 124160 x 5120 g64, fast argmax in the same run (session 27 call b): M = 64
+#: INT2 162.8 -> 156.0 us, INT4 292.9 -> 236.4; slower at M <= 32 (INT2 M = 1 76.8 -> 92.6, M = 16
+#: 85.0 -> 97.3, M = 32 101.7 -> 112.0; INT4 within 3% or slower), where two 8-warp CTAs an SM win
+SPAN: dict = {64: 2}
 #: ``maxnreg`` per NB where a program spans 2 blocks (single-partition loop / warp-specialized
 #: kernel): one CTA of 16 (+ the producer's 4) warps an SM; 512 threads launch with <= 128
 MAXNREG_SPAN: dict = {8: 128, 16: 128, 32: 128, 64: 128}
@@ -849,7 +852,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     sub = SPAN.get(nb, 1) if span is None else span
     if sub not in (1, 2):
         raise ValueError(f"coarse_wgmma span must be 1 or 2, got {span}")
-    use_ws = (nb <= (WS_TABLE_MAX_NB if table else WS_GROUP_MAX_NB)) if ws is None else ws
+    # a program spanning two blocks always takes the warp-specialized kernel (the single-partition
+    # loop of 16 warps measured slower at every M: session 27 call b)
+    use_ws = (sub == 2 or nb <= (WS_TABLE_MAX_NB if table else WS_GROUP_MAX_NB)) if ws is None else ws
     ch = (WS_CHUNKS.get(nb, 1) if use_ws else CHUNKS) if chunks is None else chunks
     if ch not in (1, 2):
         raise ValueError(f"coarse_wgmma chunks must be 1 or 2, got {chunks}")
