@@ -35,13 +35,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ms", default="48,64")
     ap.add_argument("--bits", default="2,4")
+    ap.add_argument("--kcands", default="8", help="candidates a block to time (the epilogue's rounds)")
+    ap.add_argument("--variants", default="all", help="'all' the VARIANTS, or 'default' (span 1 and 2 as shipped)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     import torch
 
-    from lowbit.bench.timing import copy_bandwidth_gbps, time_us
+    from lowbit.bench.timing import copy_bandwidth_gbps
     from lowbit.formats import INTx
-    from lowbit.ops.coarse_head.gluon_wgmma import TABLE_BITS, coarse_wgmma, wgmma_sz, wgmma_table
+    from lowbit.ops.coarse_head.gluon_wgmma import TABLE_BITS, wgmma_sz, wgmma_table
 
     log = RecordLog()
     bw = copy_bandwidth_gbps()
@@ -58,23 +60,35 @@ def main() -> int:
         for m in [int(v) for v in args.ms.split(",")]:
             torch.manual_seed(m)
             x = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
-            base = None
-            for span, ws, st, reg in VARIANTS:
-                kw = dict(n=N, bits=bits, block=128, kcand=8, write_logits=False, table_r=r, span=span, ws=ws,
-                          stages=st, maxnreg=reg)
-                rec = {"bits": bits, "M": m, "span": span, "ws": ws, "stages": st, "maxnreg": reg}
-                try:
-                    out = coarse_wgmma(x, f.packed, words, **kw)
-                    torch.cuda.synchronize()
-                    if base is None:
-                        base = out
-                    same = bool(torch.equal(out[0], base[0]) and torch.equal(out[2], base[2]))
-                    t = time_us(lambda: coarse_wgmma(x, f.packed, words, **kw), graph=True)
-                    log({**rec, "us": round(t, 2), "x_floor": round(t / floor, 3), "same_candidates": same})
-                except Exception as e:  # noqa: BLE001 - report and go on
-                    log({**rec, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+            for kcand in [int(v) for v in args.kcands.split(",")]:
+                _sweep(log, x, f.packed, words, r, bits, m, kcand, floor, VARIANTS if args.variants == "all"
+                       else VARIANTS[:2])
     log.save(args.json)
     return 0
+
+
+def _sweep(log, x, packed, words, r, bits, m, kcand, floor, variants):
+    """Time ``variants`` of the coarse pass at one (bits, M, kcand); candidates against the first's."""
+    import torch
+
+    from lowbit.bench.timing import time_us
+    from lowbit.ops.coarse_head.gluon_wgmma import coarse_wgmma
+
+    base = None
+    for span, ws, st, reg in variants:
+        kw = dict(n=N, bits=bits, block=128, kcand=kcand, write_logits=False, table_r=r, span=span, ws=ws,
+                  stages=st, maxnreg=reg)
+        rec = {"bits": bits, "M": m, "kcand": kcand, "span": span, "ws": ws, "stages": st, "maxnreg": reg}
+        try:
+            out = coarse_wgmma(x, packed, words, **kw)
+            torch.cuda.synchronize()
+            if base is None:
+                base = out
+            same = bool(torch.equal(out[0], base[0]) and torch.equal(out[2], base[2]))
+            t = time_us(lambda: coarse_wgmma(x, packed, words, **kw), graph=True)
+            log({**rec, "us": round(t, 2), "x_floor": round(t / floor, 3), "same_candidates": same})
+        except Exception as e:  # noqa: BLE001 - report and go on
+            log({**rec, "error": f"{type(e).__name__}: {str(e)[:300]}"})
 
 
 if __name__ == "__main__":
