@@ -39,7 +39,7 @@ def _paths():
     registers for two CTAs an SM -- its spills are in the epilogue, none in the stage loop,
     offline sm_90 compile), programs spanning two candidate blocks (``gluon_wgmma.SPAN``: "span" at
     every NB with the default kernel choice, "span64" at NB = 64 only, "span single" on the
-    single-partition loop, "span ws" on the warp-specialized kernel, "span s3" with 3 ring slots),
+    single-partition loop, "span ws" on the warp-specialized kernel, "span s3" with 3 ring slots; "one block": none),
     and none ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -57,7 +57,7 @@ def _paths():
             ("wgmma x narrow", {**group, "X_WIDE": False}),
             ("table ws64", {**table, "WS_TABLE_MAX_NB": 64, "MAXNREG_WS": {**MAXNREG_WS, 64: 84}}),
             ("wgmma ws64", {**group, "WS_GROUP_MAX_NB": 64, "MAXNREG_WS_GROUP": {**MAXNREG_WS_GROUP, 64: 84}}),
-            ("span", {"SPAN": two}), ("span64", {"SPAN": {64: 2}}),
+            ("span", {"SPAN": two}), ("span64", {"SPAN": {64: 2}}), ("one block", {"SPAN": {}}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
             ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),

@@ -92,8 +92,8 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     xres = ns * ch if table in ("wsxr", "wsgr") else 0
     if whole_row:  # the whole-row variant's group codes: one [2, R] box a 64-byte chunk
         sz = torch.empty((2 * ns, -(-n // 4) * 4), dtype=torch.int32)
-    else:  # the (scale, zero) words: one [R, 4] box a 64-byte chunk
-        sz = torch.empty((n, ns * 4), dtype=torch.int32)
+    else:  # the (scale, zero) words, stage-major: one [P, R] box a 64-byte chunk
+        sz = torch.empty((p * ns, -(-n // 4) * 4), dtype=torch.int32)
     wide = table in ("wsx", "tx", "wsg", "wsxr", "wsgr")
     xq = torch.empty((ns * 2 * nb, 32 * p) if wide else (ns * p * 2 * nb, 32), dtype=torch.int8)
     xs = torch.empty((ns * 4, nb), dtype=torch.int32)
@@ -101,7 +101,7 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     w_l, sz_l, x_l, xs_l = g._layouts(rows, nb, ch)
     nblk = -(-n // block)
     args = dict(w_desc=TensorDescriptor.from_tensor(packed, [rows, 64 * ch], w_l),
-                sz_desc=TensorDescriptor.from_tensor(sz, [2, rows] if whole_row else [rows, 4], sz_l),
+                sz_desc=TensorDescriptor.from_tensor(sz, [2 if whole_row else p, rows], sz_l),
                 x_desc=(TensorDescriptor.from_tensor(xq, [nb, 32 * p], g._wide_layout(p)) if wide
                         else TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)),
                 xs_desc=TensorDescriptor.from_tensor(xs, [4, nb], xs_l),

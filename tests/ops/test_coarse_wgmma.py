@@ -130,15 +130,16 @@ def test_wgmma_words(bits, group):
     w = torch.randn(5, 1024)
     f = INTx.quantize(w, bits=bits, group_size=group)
     ell = f.packed.shape[1]
-    words = wgmma_sz(f.scale, f.zero, bits, group, ell).view(5, ell // 64, 4)
+    p = 8 // bits
+    words = wgmma_sz(f.scale, f.zero, bits, group, ell)
+    assert words.shape == (p * (ell // 64), 8) and words.dtype == torch.int32  # N = 5 padded to 8 rows
+    words = words.view(ell // 64, p, 8)
+    assert (words[:, :, 5:] == 0).all()
     for s in range(ell // 64):
-        for j in range(4):
-            if j >= 8 // bits:
-                assert (words[:, s, j] == 0).all()
-                continue
+        for j in range(p):
             g = (j * ell + 64 * s) // group
-            assert torch.equal(words[:, s, j] & 0xFFFF, f.scale[:, g].view(torch.int16).to(torch.int32) & 0xFFFF)
-            assert torch.equal(words[:, s, j] >> 16, f.zero[:, g].to(torch.int32))
+            assert torch.equal(words[s, j, :5] & 0xFFFF, f.scale[:, g].view(torch.int16).to(torch.int32) & 0xFFFF)
+            assert torch.equal(words[s, j, :5] >> 16, f.zero[:, g].to(torch.int32))
 
 
 def _emulate(f: INTx, x: torch.Tensor) -> torch.Tensor:
@@ -153,7 +154,8 @@ def _emulate(f: INTx, x: torch.Tensor) -> torch.Tensor:
     tiles, xsum = tile_reference(q, ell, p, nb)
     tiles = tiles.view(ns, p, 2, nb, 32).long()
     xsum = xsum.view(ns, 4, nb).long()
-    words = wgmma_sz(f.scale, f.zero, bits, f.group_size, ell).view(-1, ns, 4)
+    n = f.packed.shape[0]
+    words = wgmma_sz(f.scale, f.zero, bits, f.group_size, ell).view(ns, p, -1)[:, :, :n]
     codes = f.packed.long()
     acc = torch.zeros(f.packed.shape[0], nb, dtype=torch.float64)
     for s in range(ns):
@@ -161,8 +163,8 @@ def _emulate(f: INTx, x: torch.Tensor) -> torch.Tensor:
         for j in range(p):
             plane = (byte >> (bits * j)) & ((1 << bits) - 1)
             xt = torch.cat([tiles[s, j, 0], tiles[s, j, 1]], dim=1)  # [NB, 64]
-            d = plane @ xt.T - (words[:, s, j] >> 16)[:, None].long() * xsum[s, j][None, :]
-            sc = (words[:, s, j] & 0xFFFF).to(torch.int16).view(torch.float16).double()
+            d = plane @ xt.T - (words[s, j] >> 16)[:, None].long() * xsum[s, j][None, :]
+            sc = (words[s, j] & 0xFFFF).to(torch.int16).view(torch.float16).double()
             acc += d.double() * sc[:, None]
     return (acc * torch.cat([sx, torch.zeros(nb - m)]).double()[None, :]).T[:m]
 
@@ -491,7 +493,8 @@ def test_cuda_coarse_wgmma_span_two_blocks(poison_empty, monkeypatch, bits, grou
 
 
 def test_coarse_wgmma_span_validated():
-    """A span other than 1 or 2 is a ValueError before any launch (on any device)."""
+    """A span other than 1 or 2, or per-group words of the wrong shape / dtype, is a ValueError
+    before any launch (on any device)."""
     from lowbit.ops.coarse_head import gluon_wgmma as g
 
     if g._GLUON_IMPORT_ERROR is not None:
@@ -501,6 +504,10 @@ def test_coarse_wgmma_span_validated():
     with pytest.raises(ValueError, match="span"):
         g.coarse_wgmma(torch.randn(2, 256), f.packed, words, n=10, bits=4, block=128, kcand=1, write_logits=False,
                        span=3)
+    # the per-group words: stage-major [P NS, NP] int32 only (not the earlier [N, NS 4] row-major)
+    for bad in (torch.zeros(10, 8, dtype=torch.int32), words[:, :8].contiguous(), words.view(torch.float32)):
+        with pytest.raises(ValueError, match="wgmma_sz's int32 words"):
+            g.coarse_wgmma(torch.randn(2, 256), f.packed, bad, n=10, bits=4, block=128, kcand=1, write_logits=False)
 
 
 @pytest.mark.cuda

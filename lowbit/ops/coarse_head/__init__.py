@@ -99,7 +99,8 @@ class CoarsePacking:
 
     def wgmma_words(self) -> torch.Tensor:
         """INTx only: the (scale, zero) words of the int8-wgmma pass (``gluon_wgmma.wgmma_sz``),
-        int32 [N, NS * 4], built on first use and kept (16 bytes per row and 64-byte stage)."""
+        int32 [P NS, NP] stage-major, built on first use and kept (4 P bytes per row and 64-byte
+        stage: INT4 8, INT2 16)."""
         if self._wgmma is None:
             from lowbit.ops.coarse_head.gluon_wgmma import wgmma_sz
 

@@ -65,7 +65,7 @@ try:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from lowbit.ops._gluon_pdl import gdc_launch_dependents, gdc_wait
-    from lowbit.ops._gluon_wgmma import acc_layout, four, row_words_layout, warp_rows
+    from lowbit.ops._gluon_wgmma import acc_layout, warp_rows
 
     _GLUON_IMPORT_ERROR = None
 except Exception as e:  # noqa: BLE001 - any failure means "no Gluon path"
@@ -83,21 +83,24 @@ _STAGE_BYTES = 64  # packed bytes of a row per pipeline stage: one 64-wide K run
 
 
 def wgmma_sz(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int, ell: int) -> torch.Tensor:
-    """The (scale, zero) words of the kernel: int32 [N, NS * 4], word ``4 s + j`` of row n holds
-    the fp16 scale bits of the group that plane j's stage s lies in (low half) and its zero point
-    (high half); words j >= P are 0. ``scale`` fp16 / ``zero`` uint8 [N, NG], ``ell`` the plane
-    length (a multiple of ``group_size``, itself a multiple of 64)."""
+    """The (scale, zero) words of the kernel, stage-major: int32 [P NS, NP] (P = 8 / bits planes,
+    NS = ``ell`` / 64 stages, NP = N rounded up to a multiple of 4 for TMA's 16-byte row pitch);
+    word ``(P s + j, n)`` holds the fp16 scale bits of the group that plane j's stage s of row n
+    lies in (low half) and its zero point (high half). A stage's words for a block of rows are one
+    TMA box [P, rows] of 4-byte runs: 4 P bytes a row and stage (INT4: 8, INT2: 16). ``scale``
+    fp16 / ``zero`` uint8 [N, NG], ``ell`` the plane length (a multiple of ``group_size``, itself a
+    multiple of 64)."""
     n = scale.shape[0]
     p = 8 // bits
     ns = ell // _STAGE_BYTES
     s_idx = torch.arange(ns, device=scale.device)
-    words = torch.zeros(n, ns, 4, dtype=torch.int32, device=scale.device)
+    words = torch.zeros(ns, p, -(-n // 4) * 4, dtype=torch.int32, device=scale.device)
     sbits = scale.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF
     zw = zero.to(torch.int32) << 16
     for j in range(p):
         g = (j * ell + _STAGE_BYTES * s_idx) // group_size  # [NS]
-        words[:, :, j] = sbits[:, g] | zw[:, g]
-    return words.view(n, ns * 4)
+        words[:, j, :n] = (sbits[:, g] | zw[:, g]).t()
+    return words.view(ns * p, -1)
 
 
 #: INTx widths the whole-row integer variant serves: INT2's ``|q - z| <= 3`` leaves A up to 42
@@ -224,7 +227,7 @@ if _GLUON_IMPORT_ERROR is None:
                      STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, CH: gl.constexpr, pred,
                      TABLE: gl.constexpr = False, XW: gl.constexpr = False, NOX: gl.constexpr = False):
         """TMA of stage i (CH 64-byte chunks) into ring slot i % STAGES: codes [R, 64 CH]; per
-        chunk the words [R, 4] (TABLE: the group codes [2, R]), the x tiles of the P planes [2 NB,
+        chunk the words [P, R] (TABLE: the group codes [2, R]), the x tiles of the P planes [2 NB,
         32] each -- XW: the two halves' side-by-side tiles [NB, 32 P] (``x_int8`` ``wide``) -- and
         (not with TABLE, which needs none) the x sums [4, NB]. NOX: no x tiles or sums (they are
         resident, ``_issue_resident_x``)."""
@@ -241,7 +244,7 @@ if _GLUON_IMPORT_ERROR is None:
             if TABLE:  # stage-major group codes (``wgmma_table``): rows 2 c, 2 c + 1 of the block's tokens
                 tma.async_copy_global_to_shared(sz_desc, [2 * c, row0], bar, sz_bufs.index(slot * CH + ch), pred)
             else:
-                tma.async_copy_global_to_shared(sz_desc, [row0, c * 4], bar, sz_bufs.index(slot * CH + ch), pred)
+                tma.async_copy_global_to_shared(sz_desc, [P * c, row0], bar, sz_bufs.index(slot * CH + ch), pred)
             if not NOX:
                 _issue_x_chunk(x_desc, xs_desc, x_bufs, xs_bufs, bar, c, slot * CH + ch, P, NB, TABLE, XW, pred)
 
@@ -304,11 +307,27 @@ if _GLUON_IMPORT_ERROR is None:
         return acc + f * gl.expand_dims(sc, 1)
 
     @gluon.jit
-    def _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, xslot, NB: gl.constexpr, W: gl.constexpr,
+    def _plane_words(word_rows, u, P: gl.constexpr, row_l: gl.constexpr):
+        """The 4 planes' (scale, zero) words of chunk buffer ``u`` (``word_rows`` rows P u + j, one
+        word a token row, each in the accumulator's row layout ``row_l``); planes j >= P repeat
+        plane 0's (never read). All loaded before the chunk's first wgmma."""
+        w0 = word_rows.index(P * u).load(row_l)
+        w1 = word_rows.index(P * u + 1).load(row_l)
+        if P == 4:
+            w2 = word_rows.index(P * u + 2).load(row_l)
+            w3 = word_rows.index(P * u + 3).load(row_l)
+        else:
+            w2 = w0
+            w3 = w0
+        return w0, w1, w2, w3
+
+    @gluon.jit
+    def _stage_sum(acc, w_bufs, word_rows, xt_bufs, xs_rows, slot, xslot, NB: gl.constexpr, W: gl.constexpr,
                    P: gl.constexpr, BITS: gl.constexpr, CH: gl.constexpr, PIPE: gl.constexpr, MAGIC: gl.constexpr,
                    XW: gl.constexpr = False):
-        """acc += the CH chunks x P planes of the stage in ``slot``, its x tiles and sums in x
-        buffer ``xslot`` (the ring slot, or the stage itself where x is resident). PIPE: plane
+        """acc += the CH chunks x P planes of the stage in ``slot``, its words in ``word_rows`` (the
+        [slots CH P, R] rows of the words buffers), its x tiles and sums in x buffer ``xslot`` (the
+        ring slot, or the stage itself where x is resident). PIPE: plane
         j + 1's wgmmas are started before plane j is retired (its integer / fp32 epilogue overlaps
         them)."""
         R: gl.constexpr = 16 * W
@@ -323,7 +342,7 @@ if _GLUON_IMPORT_ERROR is None:
             ux = xslot * CH + ch  # ... in the x buffers
             q0 = wb.slice(64 * ch, 32, dim=1).load(_codes_layout(W))
             q1 = wb.slice(64 * ch + 32, 32, dim=1).load(_codes_layout(W))
-            words = four(sz_bufs.index(u).load(row_words_layout(W)))
+            words = _plane_words(word_rows, u, P, row_l)
             if PIPE:
                 d = _issue_plane(q0, q1, xt_bufs, ux, 0, izero, a_l, P, BITS, XW)
                 for j in gl.static_range(1, P):
@@ -421,7 +440,8 @@ if _GLUON_IMPORT_ERROR is None:
                         NB: gl.constexpr, P: gl.constexpr, TABLE: gl.constexpr, XW: gl.constexpr, XC: gl.constexpr,
                         TABLE_NO_XS: gl.constexpr):
         """The ring's shared-memory buffers and their views: codes [STAGES, R, 64 CH]; the words --
-        TABLE: group codes [STAGES CH, 2, R] (``code_rows``: the same as rows of R), else [STAGES CH,
+        TABLE: group codes [STAGES CH, 2, R], else the (scale, zero) words [STAGES CH, P, R] (``code_rows``:
+        either as rows of R), else [STAGES CH,
         R, 4] -- the x tiles of XC chunks (XW: side by side [2 XC, NB, 32 P]; else per plane
         [STAGES CH P, 2 NB, 32], ``xt_bufs`` one B tile per half) and the x sums [XC, 4, NB]
         (``xs_rows``: rows of NB; TABLE_NO_XS: a [1, 4, NB] placeholder for TABLE, which reads none).
@@ -433,8 +453,8 @@ if _GLUON_IMPORT_ERROR is None:
             sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 2, R], sz_desc.layout)
             code_rows = sz_bufs._reinterpret(gl.int32, [STAGES * CH * 2, R], rows_sl)
         else:
-            sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, R, 4], sz_desc.layout)
-            code_rows = sz_bufs
+            sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, P, R], sz_desc.layout)
+            code_rows = sz_bufs._reinterpret(gl.int32, [STAGES * CH * P, R], rows_sl)
         if TABLE and TABLE_NO_XS:
             xs_bufs = gl.allocate_shared_memory(gl.int32, [1, 4, NB], xs_desc.layout)  # unused
             xs_rows = xs_bufs
@@ -488,7 +508,7 @@ if _GLUON_IMPORT_ERROR is None:
             if TABLE:
                 acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, slot, NB, W, P, CH, XW)
             else:
-                acc = _stage_sum(acc, w_bufs, sz_bufs, xt_bufs, xs_rows, slot, slot, NB, W, P, BITS, CH, PIPE, MAGIC,
+                acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, slot, NB, W, P, BITS, CH, PIPE, MAGIC,
                                  XW)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
@@ -845,9 +865,11 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     if table and (sz.dtype != torch.int32 or sz.shape != (2 * (ell // _STAGE_BYTES), -(-n // 4) * 4)):
         raise ValueError(f"coarse_wgmma's whole-row variant takes wgmma_table's int32 words "
                          f"[{2 * (ell // _STAGE_BYTES)}, {-(-n // 4) * 4}], got {sz.dtype} {tuple(sz.shape)}")
+    if not table and (sz.dtype != torch.int32 or sz.shape != (p * (ell // _STAGE_BYTES), -(-n // 4) * 4)):
+        raise ValueError(f"coarse_wgmma takes wgmma_sz's int32 words [{p * (ell // _STAGE_BYTES)}, {-(-n // 4) * 4}], "
+                         f"got {sz.dtype} {tuple(sz.shape)}")
     if x.stride(1) != 1:
         x = x.contiguous()
-
     nb = max(8, triton.next_power_of_2(m))
     sub = SPAN.get(nb, 1) if span is None else span
     if sub not in (1, 2):
@@ -874,7 +896,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                                                                write_logits, x.device)
     w_l, sz_l, x_l, xs_l = _layouts(rows, nb, ch)
     w_desc = TensorDescriptor.from_tensor(packed, [rows, 64 * ch], w_l)
-    sz_desc = TensorDescriptor.from_tensor(sz, [2, rows] if table else [rows, 4], sz_l)
+    sz_desc = TensorDescriptor.from_tensor(sz, [2 if table else p, rows], sz_l)
     if x_wide:
         x_desc = TensorDescriptor.from_tensor(xq, [nb, 32 * p], _wide_layout(p))
     else:
