@@ -373,8 +373,8 @@ def _record_ws_launches(monkeypatch, g) -> list:
 
 def _check_resident(seen, g, resident, n, block, nb, p, ell, table):
     """With ``resident`` a persistent launch keeps x resident wherever it fits; otherwise never
-    (a program covers ``SPAN`` blocks at this NB)."""
-    span = g.SPAN.get(nb, 1)
+    (a program covers ``SPAN`` blocks at this NB where the plane has ``SPAN_MIN_STAGES``)."""
+    span = g.SPAN.get(nb, 1) if ell // 64 >= g.SPAN_MIN_STAGES else 1
     rows = block * span
     stages = (g._STAGES_SPAN if span == 2 else g._STAGES)[nb]
     for grid, xres in seen:

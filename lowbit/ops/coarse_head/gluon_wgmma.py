@@ -779,6 +779,10 @@ MAXNREG_WS_GROUP: dict = {8: 80, 16: 80, 32: 80, 64: 80}
 #: INT2 162.8 -> 156.0 us, INT4 292.9 -> 236.4; slower at M <= 32 (INT2 M = 1 76.8 -> 92.6, M = 16
 #: 85.0 -> 97.3, M = 32 101.7 -> 112.0; INT4 within 3% or slower), where two 8-warp CTAs an SM win
 SPAN: dict = {64: 2}
+#: ... where the plane has at least this many 64-byte stages: on a short-K head the epilogue, not x,
+#: is the cost (49152 x 576, 3 stages, M = 64, session 27 call e: INT2 38.5 us spanning vs 36.7 one
+#: block a program, INT4 42.6 vs 42.9; 124160 x 5120 has 20)
+SPAN_MIN_STAGES = 8
 #: ``maxnreg`` per NB where a program spans 2 blocks (single-partition loop / warp-specialized
 #: kernel): one CTA of 16 (+ the producer's 4) warps an SM; 512 threads launch with <= 128
 MAXNREG_SPAN: dict = {8: 128, 16: 128, 32: 128, 64: 128}
@@ -842,7 +846,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     preparation; ``resident`` (default ``X_RESIDENT``) keeps x in shared memory in a persistent
     launch where it fits (``_resident_fits``). ``chunks`` of the warp-specialized kernel default to
     ``WS_CHUNKS``. ``span`` (1 or 2, default ``SPAN``): candidate blocks a program covers (the
-    candidates are the same either way)."""
+    candidates are the same either way; the default needs ``SPAN_MIN_STAGES``)."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -871,7 +875,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     if x.stride(1) != 1:
         x = x.contiguous()
     nb = max(8, triton.next_power_of_2(m))
-    sub = SPAN.get(nb, 1) if span is None else span
+    sub = (SPAN.get(nb, 1) if ell // _STAGE_BYTES >= SPAN_MIN_STAGES else 1) if span is None else span
     if sub not in (1, 2):
         raise ValueError(f"coarse_wgmma span must be 1 or 2, got {span}")
     # a program spanning two blocks always takes the warp-specialized kernel (the single-partition
