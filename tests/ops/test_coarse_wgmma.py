@@ -320,12 +320,18 @@ def test_table_reference_is_the_rounded_scales(k, m):
     assert rel_err(got, exact) < 0.05
 
 
-def test_coarse_wgmma_table_validates():
-    """The whole-row variant refuses INT4 and row units of the wrong shape / dtype (before any launch)."""
+def _gluon_or_skip():
+    """The kernel module where Gluon imports (its launcher validates on any device), else a skip."""
     from lowbit.ops.coarse_head import gluon_wgmma as g
 
     if g._GLUON_IMPORT_ERROR is not None:
         pytest.skip(f"triton.experimental.gluon is not available: {g._GLUON_IMPORT_ERROR}")
+    return g
+
+
+def test_coarse_wgmma_table_validates():
+    """The whole-row variant refuses INT4 and row units of the wrong shape / dtype (before any launch)."""
+    g = _gluon_or_skip()
     f4 = INTx.quantize(torch.randn(10, 256), bits=4, group_size=64)
     words = wgmma_sz(f4.scale, f4.zero, 4, 64, f4.packed.shape[1])
     with pytest.raises(ValueError, match="whole-row"):
@@ -348,11 +354,7 @@ def test_coarse_wgmma_table_validates():
 def _kernel_or_skip():
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the int8-wgmma coarse pass is sm_90 only (Gluon, wgmma, TMA); the interpreter cannot run Gluon")
-    from lowbit.ops.coarse_head import gluon_wgmma as g
-
-    if g._GLUON_IMPORT_ERROR is not None:
-        pytest.skip(f"triton.experimental.gluon is not available: {g._GLUON_IMPORT_ERROR}")
-    return g
+    return _gluon_or_skip()
 
 
 def _record_ws_launches(monkeypatch, g) -> list:
@@ -495,10 +497,7 @@ def test_cuda_coarse_wgmma_span_two_blocks(poison_empty, monkeypatch, bits, grou
 def test_coarse_wgmma_span_validated():
     """A span other than 1 or 2, or per-group words of the wrong shape / dtype, is a ValueError
     before any launch (on any device)."""
-    from lowbit.ops.coarse_head import gluon_wgmma as g
-
-    if g._GLUON_IMPORT_ERROR is not None:
-        pytest.skip(f"triton.experimental.gluon is not available: {g._GLUON_IMPORT_ERROR}")
+    g = _gluon_or_skip()
     f = INTx.quantize(torch.randn(10, 256), bits=4, group_size=64)
     words = wgmma_sz(f.scale, f.zero, 4, 64, f.packed.shape[1])
     with pytest.raises(ValueError, match="span"):

@@ -440,9 +440,8 @@ if _GLUON_IMPORT_ERROR is None:
                         NB: gl.constexpr, P: gl.constexpr, TABLE: gl.constexpr, XW: gl.constexpr, XC: gl.constexpr,
                         TABLE_NO_XS: gl.constexpr):
         """The ring's shared-memory buffers and their views: codes [STAGES, R, 64 CH]; the words --
-        TABLE: group codes [STAGES CH, 2, R], else the (scale, zero) words [STAGES CH, P, R] (``code_rows``:
-        either as rows of R), else [STAGES CH,
-        R, 4] -- the x tiles of XC chunks (XW: side by side [2 XC, NB, 32 P]; else per plane
+        TABLE: group codes [STAGES CH, 2, R], else the (scale, zero) words [STAGES CH, P, R]
+        (``code_rows``: either as rows of R) -- the x tiles of XC chunks (XW: side by side [2 XC, NB, 32 P]; else per plane
         [STAGES CH P, 2 NB, 32], ``xt_bufs`` one B tile per half) and the x sums [XC, 4, NB]
         (``xs_rows``: rows of NB; TABLE_NO_XS: a [1, 4, NB] placeholder for TABLE, which reads none).
         Returns (w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows)."""
@@ -552,12 +551,7 @@ if _GLUON_IMPORT_ERROR is None:
         big = N + R
         if SUB == 1:
             o_c = mrow.to(gl.int64) * (NBLK * KCAND) + pid * KCAND
-            for c in gl.static_range(KCAND):
-                best = gl.max(key, axis=0)
-                loc = gl.min(gl.where(key == gl.expand_dims(best, 0), tok2, big), axis=0)
-                gl.store(ck_ptr + o_c + c, best, mask=m_ok)
-                gl.store(ci_ptr + o_c + c, gl.where(best == neg, 0, loc).to(gl.int64), mask=m_ok)
-                key = gl.where(tok2 == gl.expand_dims(loc, 0), neg, key)
+            _max_and_mask(key, tok2, big, ck_ptr, ci_ptr, o_c, m_ok, 0, KCAND)
         else:
             # [SUB, R / SUB, NB]: candidate block s holds tokens s R / SUB .. (s + 1) R / SUB - 1
             key3 = gl.reshape(key, [SUB, R // SUB, NB])
@@ -567,12 +561,21 @@ if _GLUON_IMPORT_ERROR is None:
             mcol = gl.expand_dims(gl.arange(0, NB, layout=gl.SliceLayout(0, l2)), 0)
             ok = (mcol < M) & (sub < NBLK)
             o_c = mcol.to(gl.int64) * (NBLK * KCAND) + sub * KCAND
-            for c in gl.static_range(KCAND):
-                best = gl.max(key3, axis=1)
-                loc = gl.min(gl.where(key3 == gl.expand_dims(best, 1), tok3, big), axis=1)
-                gl.store(ck_ptr + o_c + c, best, mask=ok)
-                gl.store(ci_ptr + o_c + c, gl.where(best == neg, 0, loc).to(gl.int64), mask=ok)
-                key3 = gl.where(tok3 == gl.expand_dims(loc, 1), neg, key3)
+            _max_and_mask(key3, tok3, big, ck_ptr, ci_ptr, o_c, ok, 1, KCAND)
+
+    @gluon.jit
+    def _max_and_mask(key, tok, big, ck_ptr, ci_ptr, o_c, ok, AXIS: gl.constexpr, KCAND: gl.constexpr):
+        """KCAND rounds of successive maxima of ``key`` along AXIS (its token axis; ``tok`` the
+        tokens, ``big`` above all of them): round c stores the best key at ``ck_ptr + o_c + c`` and
+        its token (ties to the lower; 0 where the key is -inf) at ``ci_ptr + o_c + c`` where ``ok``,
+        then masks that token out."""
+        neg = float("-inf")
+        for c in gl.static_range(KCAND):
+            best = gl.max(key, axis=AXIS)
+            loc = gl.min(gl.where(key == gl.expand_dims(best, AXIS), tok, big), axis=AXIS)
+            gl.store(ck_ptr + o_c + c, best, mask=ok)
+            gl.store(ci_ptr + o_c + c, gl.where(best == neg, 0, loc).to(gl.int64), mask=ok)
+            key = gl.where(tok == gl.expand_dims(loc, AXIS), neg, key)
 
     # ---------------------------------------------------- warp-specialized (whole-row and per group)
     @gluon.jit
