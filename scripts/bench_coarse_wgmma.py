@@ -39,7 +39,8 @@ def _paths():
     registers for two CTAs an SM -- its spills are in the epilogue, none in the stage loop,
     offline sm_90 compile), programs spanning two candidate blocks (``gluon_wgmma.SPAN``: "span" at
     every NB with the default kernel choice, "span64" at NB = 64 only, "span single" on the
-    single-partition loop, "span ws" on the warp-specialized kernel, "span s3" with 3 ring slots; "one block": none),
+    single-partition loop, "span ws" on the warp-specialized kernel, "span s3" with 3 ring slots; "one block": none), the selection inside the rerank launch up to
+    M = 16 ("fused select", ``select.FUSE_SELECT_MAX_M``),
     and none ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -58,6 +59,7 @@ def _paths():
             ("table ws64", {**table, "WS_TABLE_MAX_NB": 64, "MAXNREG_WS": {**MAXNREG_WS, 64: 84}}),
             ("wgmma ws64", {**group, "WS_GROUP_MAX_NB": 64, "MAXNREG_WS_GROUP": {**MAXNREG_WS_GROUP, 64: 84}}),
             ("span", {"SPAN": two}), ("span64", {"SPAN": {64: 2}}), ("one block", {"SPAN": {}}),
+            ("fused select", {"FUSE_SELECT_MAX_M": 16}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
             ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),
@@ -66,14 +68,15 @@ def _paths():
 
 _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST_WS"), ("g", "X_WIDE"),
              ("g", "WS_GROUP_MAX_NB"), ("g", "X_RESIDENT"), ("g", "WS_TABLE_MAX_NB"), ("g", "MAXNREG_WS"),
-             ("g", "MAXNREG_WS_GROUP"), ("g", "SPAN"), ("g", "_STAGES_SPAN"))
+             ("g", "MAXNREG_WS_GROUP"), ("g", "SPAN"), ("g", "_STAGES_SPAN"), ("sel", "FUSE_SELECT_MAX_M"))
 
 
 def _modules() -> dict:
     import lowbit.ops.coarse_head as ch
     from lowbit.ops.coarse_head import gluon_wgmma as g
+    from lowbit.ops.coarse_head import select as sel
 
-    return {"ch": ch, "g": g}
+    return {"ch": ch, "g": g, "sel": sel}
 
 
 def _defaults() -> dict:
