@@ -78,7 +78,8 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
 )
 
 
-def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, span=1, n=124160, k=5120):
+def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, span=1, sorted_emit=False,
+                 n=124160, k=5120):
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -114,11 +115,11 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
         # resident: "*r")
         constexprs = dict(NB=nb, P=p, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w,
                           PRODUCER_REGS=g.PRODUCER_REGS, XW=wide, CH=ch, PDL=True, TABLE=whole_row, BITS=bits,
-                          XRES=xres, SUB=span)
+                          XRES=xres, SUB=span, SORTED=sorted_emit)
         return compile_gluon_sm90(g._coarse_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS", "GRID"},
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
-                      MAGIC=magic, CH=ch, TABLE=whole_row, XW=wide, SUB=span)
+                      MAGIC=magic, CH=ch, TABLE=whole_row, XW=wide, SUB=span, SORTED=sorted_emit)
     return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w, **reg)
 
 

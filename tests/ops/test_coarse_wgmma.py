@@ -494,6 +494,87 @@ def test_cuda_coarse_wgmma_span_two_blocks(poison_empty, monkeypatch, bits, grou
     assert torch.equal(ck, cands.cand_key) and torch.equal(ci, cands.cand_idx)
 
 
+def _sorted_heads_mirror(key: torch.Tensor, tok: torch.Tensor, big: int, kcand: int):
+    """``gluon_wgmma._sorted_heads_rounds`` step by step in torch on a [128, NB] tile: thread l
+    holds tokens 4 l .. 4 l + 3 of a column, sorts them (the same 5 compare-exchanges), then each
+    round takes the best head (lowest token among equal keys), pops it. Returns (keys, tokens)
+    [kcand, NB] as the kernel stores them (token 0 where the key is -inf)."""
+    v = [key.view(32, 4, -1)[:, j].clone() for j in range(4)]
+    t = [tok.view(32, 4, -1)[:, j].clone() for j in range(4)]
+
+    def order2(a, b):
+        sw = (v[b] > v[a]) | ((v[b] == v[a]) & (t[b] < t[a]))
+        v[a], v[b] = torch.where(sw, v[b], v[a]), torch.where(sw, v[a], v[b])
+        t[a], t[b] = torch.where(sw, t[b], t[a]), torch.where(sw, t[a], t[b])
+
+    for a, b in ((0, 1), (2, 3), (0, 2), (1, 3), (1, 2)):
+        order2(a, b)
+    keys, toks = [], []
+    for _ in range(kcand):
+        best = v[0].max(dim=0).values
+        loc = torch.where(v[0] == best, t[0], torch.full_like(t[0], big)).min(dim=0).values
+        keys.append(best)
+        toks.append(torch.where(best == float("-inf"), torch.zeros_like(loc), loc))
+        win = t[0] == loc
+        for j in range(3):
+            v[j], t[j] = torch.where(win, v[j + 1], v[j]), torch.where(win, t[j + 1], t[j])
+        v[3] = torch.where(win, torch.full_like(v[3], float("-inf")), v[3])
+        t[3] = torch.where(win, torch.full_like(t[3], big), t[3])
+    return torch.stack(keys), torch.stack(toks)
+
+
+@pytest.mark.parametrize("kcand", [1, 4, 8, 16])
+def test_sorted_heads_rounds_mirror_matches_max_and_mask(kcand):
+    """The sorted-heads candidate rounds (``EMIT_SORTED``) pick exactly the keys and tokens of
+    successive max-and-mask (ties to the lower token, -inf past N giving token 0): keys on a coarse
+    grid (many ties, within and across threads), a column of equal keys, -inf tails, kcand beyond
+    a thread's 4 tokens."""
+    torch.manual_seed(kcand)
+    nb, row0, n = 8, 256, 256 + 100
+    key = torch.randint(-6, 6, (128, nb)).float() / 4
+    key[:, 3] = 0.5  # every key equal
+    tok = (row0 + torch.arange(128))[:, None].expand(128, nb).contiguous()
+    key = torch.where(tok < n, key, torch.full_like(key, float("-inf")))
+    got_k, got_t = _sorted_heads_mirror(key, tok, n + 128, kcand)
+    k, t = key.clone(), tok
+    for c in range(kcand):
+        best = k.max(dim=0).values
+        loc = torch.where(k == best, t, torch.full_like(t, n + 128)).min(dim=0).values
+        assert torch.equal(got_k[c], best)
+        assert torch.equal(got_t[c], torch.where(best == float("-inf"), torch.zeros_like(loc), loc))
+        k = torch.where(t == loc, torch.full_like(k, float("-inf")), k)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("ws", [False, True])
+@pytest.mark.parametrize("table", [False, True])
+@pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[5] == 128])
+def test_cuda_coarse_wgmma_sorted_epilogue(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, table, ws):
+    """The candidate epilogue by sorted per-thread heads (``EMIT_SORTED``) emits exactly the
+    candidates of the per-block reference over the kernel's own logits (ties to the lower index,
+    -inf past N) on both kernels, per group and whole-row; kcand up to 16 (more than a thread's 4
+    tokens, so threads run dry)."""
+    if table and bits not in (2,):
+        pytest.skip("the whole-row variant serves INT2 only (TABLE_BITS)")
+    g = _kernel_or_skip()
+    monkeypatch.setattr(g, "EMIT_SORTED", True)
+    w = torch.randn(n, k) * 0.05
+    w[5:9] = w[1]  # equal rows: equal coarse logits, the lower token first
+    f = INTx.quantize(w, bits=bits, group_size=group)
+    x = _x(m, k, seed=7, dtype=torch.bfloat16)
+    if table:
+        words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
+        r = r.cuda()
+    else:
+        words, r = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1]), None
+    out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
+                         write_logits=True, table_r=r, ws=ws, span=1)
+    ck, _, ci, _, _, lg = (t.cpu() for t in out)
+    assert not torch.isnan(lg).any() and not torch.isnan(ck).any()
+    cands = ref.block_candidates_reference(lg, None, block=block, kcand=kcand, write_logits=False)
+    assert torch.equal(ck, cands.cand_key) and torch.equal(ci, cands.cand_idx)
+
+
 def test_coarse_wgmma_span_validated():
     """A span other than 1 or 2, or per-group words of the wrong shape / dtype, is a ValueError
     before any launch (on any device)."""

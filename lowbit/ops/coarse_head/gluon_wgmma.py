@@ -473,7 +473,8 @@ if _GLUON_IMPORT_ERROR is None:
                              NS, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                              KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
                              PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, CH: gl.constexpr = 1,
-                             TABLE: gl.constexpr = False, XW: gl.constexpr = False, SUB: gl.constexpr = 1):
+                             TABLE: gl.constexpr = False, XW: gl.constexpr = False, SUB: gl.constexpr = 1,
+                             SORTED: gl.constexpr = False):
         """Program b: tokens R b .. R b + R - 1 (R = 16 W) against the NB rows of x; writes the
         KCAND candidates of every row m < M of each of its SUB candidate blocks (R / SUB tokens;
         ``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND], NBLK candidate blocks)
@@ -514,7 +515,7 @@ if _GLUON_IMPORT_ERROR is None:
 
         sx = gl.load(sx_ptr + gl.arange(0, NB, layout=col_l))
         out = _block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
-        _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB)
+        _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB, SORTED)
 
     @gluon.jit
     def _block_logits(acc, sx, r_ptr, row0, N, R: gl.constexpr, mma: gl.constexpr, TABLE: gl.constexpr):
@@ -530,12 +531,14 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB: gl.constexpr, W: gl.constexpr,
-                         KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, SUB: gl.constexpr = 1):
+                         KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, SUB: gl.constexpr = 1,
+                         SORTED: gl.constexpr = False):
         """The KCAND best keys of every row m < M in each of the program's SUB candidate blocks
         (``16 W / SUB`` tokens each; candidate block ``pid SUB + s``, ``NBLK`` of them in all) from
         its logits ``out`` fp32 [16 W, NB] (and the logits themselves if WRITE_LOGITS): the tile
         re-laid out with each row of x in one warp (tokens along its lanes and registers), so the
-        reductions along tokens stay inside it."""
+        reductions along tokens stay inside it. SORTED (one block a program of 128 tokens):
+        ``_sorted_heads_rounds`` instead of max-and-mask over every element."""
         R: gl.constexpr = 16 * W
         bl: gl.constexpr = gl.BlockedLayout([R // 32, 1], [32, 1], [1, W], [0, 1])
         key = gl.convert_layout(out, bl)
@@ -549,7 +552,9 @@ if _GLUON_IMPORT_ERROR is None:
         neg = float("-inf")
         key = gl.where(tok2 < N, key, neg)
         big = N + R
-        if SUB == 1:
+        if SUB == 1 and SORTED and R == 128:
+            _sorted_heads_rounds(key, tok2 + gl.expand_dims(mrow, 0) * 0, big, ck_ptr, ci_ptr, pid, M, NBLK, NB, KCAND)
+        elif SUB == 1:
             o_c = mrow.to(gl.int64) * (NBLK * KCAND) + pid * KCAND
             _max_and_mask(key, tok2, big, ck_ptr, ci_ptr, o_c, m_ok, 0, KCAND)
         else:
@@ -562,6 +567,57 @@ if _GLUON_IMPORT_ERROR is None:
             ok = (mcol < M) & (sub < NBLK)
             o_c = mcol.to(gl.int64) * (NBLK * KCAND) + sub * KCAND
             _max_and_mask(key3, tok3, big, ck_ptr, ci_ptr, o_c, ok, 1, KCAND)
+
+    @gluon.jit
+    def _split4(v):
+        """[A, B, 4] (the last axis in registers) -> its 4 slices [A, B], in order."""
+        a, b = gl.split(gl.reshape(v, [v.shape[0], v.shape[1], 2, 2]))  # a: 0, 2; b: 1, 3
+        e0, e2 = gl.split(a)
+        e1, e3 = gl.split(b)
+        return e0, e1, e2, e3
+
+    @gluon.jit
+    def _order2(va, ta, vb, tb):
+        """Compare-exchange of two (key, token) pairs: the better first (larger key, then lower token)."""
+        sw = (vb > va) | ((vb == va) & (tb < ta))
+        return gl.where(sw, vb, va), gl.where(sw, tb, ta), gl.where(sw, va, vb), gl.where(sw, ta, tb)
+
+    @gluon.jit
+    def _sorted_heads_rounds(key, tok, big, ck_ptr, ci_ptr, pid, M, NBLK, NB: gl.constexpr, KCAND: gl.constexpr):
+        """``_max_and_mask`` over a [128, NB] tile whose thread holds 4 consecutive tokens of a column
+        (``_emit_candidates``' layout), same keys and order: each thread first sorts its 4 (key,
+        token) pairs (5 compare-exchanges, ties to the lower token), then every round reduces the
+        threads' heads only and the winning thread pops its head (3 selects a value) -- instead of
+        comparing and masking every element every round. Ties stay exact: a thread's head is its
+        lowest token among its best keys, so the lowest token among the heads equal to the maximum
+        is the lowest among all elements equal to it."""
+        neg = float("-inf")
+        k4 = gl.permute(gl.reshape(key, [32, 4, NB]), (0, 2, 1))  # [lane, column, register]
+        t4 = gl.permute(gl.reshape(tok, [32, 4, NB]), (0, 2, 1))
+        v0, v1, v2, v3 = _split4(k4)
+        t0, t1, t2, t3 = _split4(t4)
+        v0, t0, v1, t1 = _order2(v0, t0, v1, t1)
+        v2, t2, v3, t3 = _order2(v2, t2, v3, t3)
+        v0, t0, v2, t2 = _order2(v0, t0, v2, t2)
+        v1, t1, v3, t3 = _order2(v1, t1, v3, t3)
+        v1, t1, v2, t2 = _order2(v1, t1, v2, t2)
+        mcol = gl.arange(0, NB, layout=gl.SliceLayout(0, v0.type.layout))
+        o_c = mcol.to(gl.int64) * (NBLK * KCAND) + pid * KCAND
+        ok = mcol < M
+        for c in gl.static_range(KCAND):
+            best = gl.max(v0, axis=0)
+            loc = gl.min(gl.where(v0 == gl.expand_dims(best, 0), t0, big), axis=0)
+            gl.store(ck_ptr + o_c + c, best, mask=ok)
+            gl.store(ci_ptr + o_c + c, gl.where(best == neg, 0, loc).to(gl.int64), mask=ok)
+            win = t0 == gl.expand_dims(loc, 0)
+            v0 = gl.where(win, v1, v0)
+            v1 = gl.where(win, v2, v1)
+            v2 = gl.where(win, v3, v2)
+            v3 = gl.where(win, neg, v3)
+            t0 = gl.where(win, t1, t0)
+            t1 = gl.where(win, t2, t1)
+            t2 = gl.where(win, t3, t2)
+            t3 = gl.where(win, big, t3)
 
     @gluon.jit
     def _max_and_mask(key, tok, big, ck_ptr, ci_ptr, o_c, ok, AXIS: gl.constexpr, KCAND: gl.constexpr):
@@ -583,7 +639,7 @@ if _GLUON_IMPORT_ERROR is None:
                      N, NBLK, NS, GRID, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                      KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr, TABLE: gl.constexpr,
                      XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False, xbar=None,
-                     XRES: gl.constexpr = 0, SUB: gl.constexpr = 1):
+                     XRES: gl.constexpr = 0, SUB: gl.constexpr = 1, SORTED: gl.constexpr = False):
         """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage (CH
         64-byte chunks), wait for its TMA, run the stage (TABLE: the whole-row decode and wgmma
         chain into an int32 sum; else the per-group planes, ``_stage_sum``, into fp32), hand the
@@ -629,7 +685,8 @@ if _GLUON_IMPORT_ERROR is None:
                         mbarrier.arrive(empty.index(slot))
             lap0 += NS // STAGES
             out = _block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
-            _emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB)
+            _emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB,
+                             SORTED)
 
     @gluon.jit
     def _ws_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
@@ -660,7 +717,7 @@ if _GLUON_IMPORT_ERROR is None:
                           WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                           XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
                           TABLE: gl.constexpr = True, BITS: gl.constexpr = 2, XRES: gl.constexpr = 0,
-                          SUB: gl.constexpr = 1):
+                          SUB: gl.constexpr = 1, SORTED: gl.constexpr = False):
         """``_coarse_wgmma_kernel`` (same arguments plus GRID: the programs launched, each taking
         row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side tiles; PDL: a programmatic
         dependent launch after the x preparation; TABLE: the whole-row variant, else per group
@@ -685,7 +742,7 @@ if _GLUON_IMPORT_ERROR is None:
         gl.warp_specialize([
             (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr,
                             M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, XW, CH, PDL,
-                            xbar, XRES, SUB)),
+                            xbar, XRES, SUB, SORTED)),
             (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
                             NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB)),
         ], [1], [PRODUCER_REGS])
@@ -792,6 +849,13 @@ MAXNREG_SPAN: dict = {8: 128, 16: 128, 32: 128, 64: 128}
 #: (16 consumer warps + a producer warpgroup = 640 threads: 96 at launch, which Triton's register
 #: split turns into 104 for the consumers and 40 for the producer)
 MAXNREG_WS_SPAN: dict = {8: 96, 16: 96, 32: 96, 64: 96}
+
+
+#: the candidate epilogue by sorted per-thread heads (``_sorted_heads_rounds``: one block a program
+#: of 128 tokens) instead of max-and-mask over every element. Off: not yet timed on the H200
+#: (offline sm_90: see docs/draft_head.md "Twenty-seventh session"; ``scripts/device_next_select_fused.sh``
+#: runs its GPU tests and times it)
+EMIT_SORTED = False
 
 
 #: x as side-by-side tiles (``x_int8`` ``wide``) for every kernel here: a stage's x in two TMA
@@ -926,7 +990,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                    logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p, STAGES=st,
                                    KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
                                    XW=x_wide, CH=ch, PDL=use_pdl, TABLE=table, BITS=bits, XRES=xres, SUB=sub,
-                                   num_warps=w,
+                                   SORTED=EMIT_SORTED, num_warps=w,
                                    **reg,
                                    **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
@@ -934,5 +998,5 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
-                                  CH=ch, TABLE=table, XW=x_wide, SUB=sub, num_warps=w, **reg)
+                                  CH=ch, TABLE=table, XW=x_wide, SUB=sub, SORTED=EMIT_SORTED, num_warps=w, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
