@@ -853,8 +853,8 @@ MAXNREG_WS_SPAN: dict = {8: 96, 16: 96, 32: 96, 64: 96}
 
 #: the candidate epilogue by sorted per-thread heads (``_sorted_heads_rounds``: one block a program
 #: of 128 tokens) instead of max-and-mask over every element. Off: not yet timed on the H200
-#: (offline sm_90: see docs/draft_head.md "Twenty-seventh session"; ``scripts/device_next_select_fused.sh``
-#: runs its GPU tests and times it)
+#: (offline sm_90: 15% fewer epilogue instructions, docs/draft_head.md "Twenty-seventh session";
+#: ``scripts/device_next_fast_leads.sh`` runs its GPU tests and times it)
 EMIT_SORTED = False
 
 

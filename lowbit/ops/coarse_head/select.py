@@ -255,7 +255,7 @@ SELECT_WARPS = 8
 #: rows of x up to which (bitonic form) the selection runs inside the rerank launch
 #: (``_rerank_kernel`` FUSED: each rerank program redoes the row's ~1 us selection, one dependent
 #: launch fewer). 0: off -- not yet timed on the H200 (interpreter-tested for the same picks and
-#: results); ``scripts/device_next_select_fused.sh`` times it at M = 1..16
+#: results); ``scripts/device_next_fast_leads.sh`` times it at M = 1..32
 FUSE_SELECT_MAX_M = 0
 #: the selection and rerank launches as programmatic dependent launches (sm_90+): each places its
 #: CTAs while the kernel before it drains and waits on ``griddepcontrol.wait`` before reading
