@@ -213,6 +213,37 @@ def test_fused_select_matches_torch_path(backend, k):
     assert torch.equal(i2, i) and torch.equal(v2, v)
 
 
+def _emitted_candidates(device, m: int, nb: int, kcand: int, kdim: int):
+    """Candidates as the coarse pass emits them: keys fp32 [m, nb kcand], each block's best first,
+    on a grid of 1/8 so that ties across blocks are common, the last block partial (-inf fillers);
+    distinct token ids int64; the dense rows w [10 nb kcand, kdim] and x [m, kdim]."""
+    c = nb * kcand
+    key = (torch.randint(-40, 40, (m, nb, kcand)).float() / 8).sort(dim=-1, descending=True).values
+    key[:, -1, kcand // 2:] = float("-inf")
+    idx = torch.randperm(10 * c)[:c].repeat(m, 1)
+    w = torch.randn(10 * c, kdim) * 0.02
+    return key.reshape(m, c).to(device), idx.to(device), w, torch.randn(m, kdim).to(device)
+
+
+def _select_keeping_sel(monkeypatch, sel_mod, *args):
+    """``fast_select_rerank(*args)`` -> (sel [M, R], values, indices), all on the CPU: ``sel`` is
+    the first buffer the call allocates."""
+    real_empty = torch.empty
+    grabbed = []
+
+    def spy_empty(*a, **kw):
+        t = real_empty(*a, **kw)
+        grabbed.append(t)
+        return t
+
+    monkeypatch.setattr(torch, "empty", spy_empty)
+    try:
+        v, i = sel_mod.fast_select_rerank(*args)
+    finally:
+        monkeypatch.setattr(torch, "empty", real_empty)
+    return grabbed[0].cpu(), v.cpu(), i.cpu()
+
+
 @pytest.mark.parametrize("nb, kcand, r", [(97, 8, 32), (5, 3, 7), (3, 4, 10), (40, 2, 1)])
 def test_select_forms_agree(backend, monkeypatch, nb, kcand, r):
     """The three selection forms (bitonic top-k, two-stage successive max, flat successive max)
@@ -222,31 +253,14 @@ def test_select_forms_agree(backend, monkeypatch, nb, kcand, r):
         pytest.skip("the fused selection kernels exist on the Triton tiers only")
     from lowbit.ops.coarse_head import select as sel_mod
 
-    m, kdim = 3, 64
-    c = nb * kcand
-    # each block's candidates best first (as the coarse pass emits them), coarse keys on a grid of
-    # 1/8 so that ties across blocks are common
-    key = (torch.randint(-40, 40, (m, nb, kcand)).float() / 8).sort(dim=-1, descending=True).values
-    key[:, -1, kcand // 2:] = float("-inf")  # a partial last block: fillers
-    key = key.reshape(m, c).to(backend.device)
-    idx = torch.randperm(10 * c)[:c].repeat(m, 1).to(backend.device)  # distinct token ids
-    w = (torch.randn(10 * c, kdim) * 0.02).to(backend.device)
-    x = torch.randn(m, kdim).to(backend.device)
+    m, c = 3, nb * kcand
+    key, idx, w, x = _emitted_candidates(backend.device, m, nb, kcand, 64)
+    w = w.to(backend.device)
     sels = {}
-    real_empty = torch.empty
     for form in ("bitonic", "two_stage", "flat"):
         monkeypatch.setattr(sel_mod, "SELECT", form)
-        grabbed = []
-
-        def spy_empty(*args, **kwargs):
-            t = real_empty(*args, **kwargs)
-            grabbed.append(t)
-            return t
-
-        monkeypatch.setattr(torch, "empty", spy_empty)
-        sel_mod.fast_select_rerank(key, idx, x, w, r, 1, kcand if form != "flat" else 0)
-        monkeypatch.setattr(torch, "empty", real_empty)
-        sels[form] = grabbed[0].cpu()  # the first buffer allocated is sel [M, R]
+        sels[form] = _select_keeping_sel(monkeypatch, sel_mod, key, idx, x, w, r, 1,
+                                         kcand if form != "flat" else 0)[0]
     assert sels["bitonic"].shape == (m, min(r, c))
     assert torch.equal(sels["bitonic"], sels["two_stage"]) and torch.equal(sels["bitonic"], sels["flat"])
 
@@ -262,18 +276,11 @@ def test_select_fused_into_rerank_matches(backend, monkeypatch, nb, kcand, r, k)
         pytest.skip("the fused selection kernels exist on the Triton tiers only")
     from lowbit.ops.coarse_head import select as sel_mod
 
-    m, kdim = 3, 64
-    c = nb * kcand
-    key = (torch.randint(-40, 40, (m, nb, kcand)).float() / 8).sort(dim=-1, descending=True).values
-    key[:, -1, kcand // 2:] = float("-inf")
-    key = key.reshape(m, c).to(backend.device)
-    idx = torch.randperm(10 * c)[:c].repeat(m, 1).to(backend.device)
-    w = torch.randn(10 * c, kdim) * 0.02
+    m, c = 3, nb * kcand
+    key, idx, w, x = _emitted_candidates(backend.device, m, nb, kcand, 64)
     w[idx[0, 1]] = w[idx[0, 0]]  # equal exact values for two candidates: the lower index wins
     w = w.to(backend.device)
-    x = torch.randn(m, kdim).to(backend.device)
     got = {}
-    real_empty = torch.empty
     fused_grids = []
     real_kernel = sel_mod._rerank_kernel
 
@@ -288,17 +295,7 @@ def test_select_fused_into_rerank_matches(backend, monkeypatch, nb, kcand, r, k)
     monkeypatch.setattr(sel_mod, "_rerank_kernel", Spy())
     for fuse in (0, m, m):  # two launches; one launch, twice (the counter left at zero)
         monkeypatch.setattr(sel_mod, "FUSE_SELECT_MAX_M", fuse)
-        grabbed = []
-
-        def spy_empty(*args, **kwargs):
-            t = real_empty(*args, **kwargs)
-            grabbed.append(t)
-            return t
-
-        monkeypatch.setattr(torch, "empty", spy_empty)
-        v, i = sel_mod.fast_select_rerank(key, idx, x, w, r, k, kcand)
-        monkeypatch.setattr(torch, "empty", real_empty)
-        got.setdefault(fuse, []).append((grabbed[0].cpu(), v.cpu(), i.cpu()))
+        got.setdefault(fuse, []).append(_select_keeping_sel(monkeypatch, sel_mod, key, idx, x, w, r, k, kcand))
     assert fused_grids == [(m, min(r, c))] * 2
     (s0, v0, i0), = got[0]
     for s1, v1, i1 in got[m]:
