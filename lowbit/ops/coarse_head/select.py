@@ -284,30 +284,32 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
     cp = _pow2(c)
     rp = _pow2(r)
     staged = kcand > 0 and c % kcand == 0 and rp * _pow2(kcand) <= 4096
-    sel_opts = launch_options(dev, PDL, True, None)  # the rerank launch may place its CTAs early
-    bkk = min(4096, _pow2(kk))
-    if staged and SELECT == "bitonic" and m <= FUSE_SELECT_MAX_M:
-        rp2 = max(2, rp)
-        _rerank_kernel[(m, r)](x, weight, sel, vals, _counter(dev, m), out_v, out_i, r, x.stride(0), weight.stride(0),
-                               K=kk, BKK=bkk, RP=rp2, KOUT=k, BIG=weight.shape[0] + 1, ck_ptr=cand_key,
-                               ci_ptr=cand_idx, C=c, FUSED=True, KC=kcand, CP=cp, NBP=max(rp2, _pow2(c // kcand)),
-                               SRP=rp2, KCP=_pow2(kcand), num_warps=SELECT_WARPS,
-                               **launch_options(dev, PDL, False, None))
-        return out_v, out_i
-    if staged and SELECT == "bitonic":
+    bitonic = staged and SELECT == "bitonic"
+    fused = bitonic and m <= FUSE_SELECT_MAX_M
+    if bitonic:  # the bitonic stages' tile sizes (selection launch or fused into the rerank)
         rp2 = max(2, rp)  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
-        _select_topk_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=max(rp2, _pow2(c // kcand)),
-                                  RP=rp2, KCP=_pow2(kcand), num_warps=SELECT_WARPS, **sel_opts)
-    elif staged and SELECT == "two_stage":
-        _select2_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=_pow2(c // kcand),
-                              RP=rp, KCP=_pow2(kcand), num_warps=4, **sel_opts)
-    else:
-        _select_kernel[(m,)](cand_key, cand_idx, sel, c, r, CP=cp, RP=rp, num_warps=8 if cp >= 4096 else 4,
-                             **sel_opts)
+        stages = dict(KC=kcand, CP=cp, NBP=max(rp2, _pow2(c // kcand)), KCP=_pow2(kcand))
+    if not fused:
+        sel_opts = launch_options(dev, PDL, True, None)  # the rerank launch may place its CTAs early
+        if bitonic:
+            _select_topk_kernel[(m,)](cand_key, cand_idx, sel, c, r, RP=rp2, **stages, num_warps=SELECT_WARPS,
+                                      **sel_opts)
+        elif staged and SELECT == "two_stage":
+            _select2_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=_pow2(c // kcand),
+                                  RP=rp, KCP=_pow2(kcand), num_warps=4, **sel_opts)
+        else:
+            _select_kernel[(m,)](cand_key, cand_idx, sel, c, r, CP=cp, RP=rp, num_warps=8 if cp >= 4096 else 4,
+                                 **sel_opts)
     # one program per (row, candidate): the whole K row in at most two loads per operand, so the
     # ~10 KB of a 5120-wide bf16 row are in flight at once (the kernel is latency-bound)
+    bkk = min(4096, _pow2(kk))
+    if fused:  # every program redoes the row's selection (the bitonic stages)
+        extra = dict(RP=rp2, ck_ptr=cand_key, ci_ptr=cand_idx, C=c, FUSED=True, SRP=rp2, **stages,
+                     num_warps=SELECT_WARPS)
+    else:
+        extra = dict(RP=rp, num_warps=8 if bkk >= 2048 else 4)
     _rerank_kernel[(m, r)](x, weight, sel, vals, _counter(dev, m), out_v, out_i, r, x.stride(0), weight.stride(0),
-                           K=kk, BKK=bkk, RP=rp, KOUT=k, BIG=weight.shape[0] + 1, num_warps=8 if bkk >= 2048 else 4,
+                           K=kk, BKK=bkk, KOUT=k, BIG=weight.shape[0] + 1, **extra,
                            **launch_options(dev, PDL, False, None))
     return out_v, out_i
 
