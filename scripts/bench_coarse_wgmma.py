@@ -39,10 +39,9 @@ def _paths():
     registers for two CTAs an SM -- its spills are in the epilogue, none in the stage loop,
     offline sm_90 compile), programs spanning two candidate blocks (``gluon_wgmma.SPAN``: "span" at
     every NB with the default kernel choice, "span64" at NB = 64 only, "span single" on the
-    single-partition loop, "span ws" on the warp-specialized kernel, "span s3" with 3 ring slots; "one block": none), the selection inside the rerank launch up to
-    M = 16 ("fused select", ``select.FUSE_SELECT_MAX_M``), the candidate epilogue by sorted heads
-    ("sorted epilogue", ``gluon_wgmma.EMIT_SORTED``) and both ("fused+sorted"),
-    and none ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
+    single-partition loop, "span ws" on the warp-specialized kernel, "span s3" with 3 ring slots; "one block": none), the candidate epilogue by successive
+    max-and-mask rounds instead of sorted per-thread heads ("unsorted epilogue",
+    ``gluon_wgmma.EMIT_SORTED`` off) and none ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
     every = {b: (1, 64) for b in WGMMA_BITS}
@@ -60,8 +59,7 @@ def _paths():
             ("table ws64", {**table, "WS_TABLE_MAX_NB": 64, "MAXNREG_WS": {**MAXNREG_WS, 64: 84}}),
             ("wgmma ws64", {**group, "WS_GROUP_MAX_NB": 64, "MAXNREG_WS_GROUP": {**MAXNREG_WS_GROUP, 64: 84}}),
             ("span", {"SPAN": two}), ("span64", {"SPAN": {64: 2}}), ("one block", {"SPAN": {}}),
-            ("fused select", {"FUSE_SELECT_MAX_M": 16}), ("sorted epilogue", {"EMIT_SORTED": True}),
-            ("fused+sorted", {"FUSE_SELECT_MAX_M": 16, "EMIT_SORTED": True}),
+            ("unsorted epilogue", {"EMIT_SORTED": False}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
             ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),
@@ -70,8 +68,7 @@ def _paths():
 
 _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST_WS"), ("g", "X_WIDE"),
              ("g", "WS_GROUP_MAX_NB"), ("g", "X_RESIDENT"), ("g", "WS_TABLE_MAX_NB"), ("g", "MAXNREG_WS"),
-             ("g", "MAXNREG_WS_GROUP"), ("g", "SPAN"), ("g", "_STAGES_SPAN"), ("sel", "FUSE_SELECT_MAX_M"),
-             ("g", "EMIT_SORTED"))
+             ("g", "MAXNREG_WS_GROUP"), ("g", "SPAN"), ("g", "_STAGES_SPAN"), ("g", "EMIT_SORTED"))
 
 
 def _modules() -> dict:

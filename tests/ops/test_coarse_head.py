@@ -265,45 +265,6 @@ def test_select_forms_agree(backend, monkeypatch, nb, kcand, r):
     assert torch.equal(sels["bitonic"], sels["two_stage"]) and torch.equal(sels["bitonic"], sels["flat"])
 
 
-@pytest.mark.parametrize("nb, kcand, r, k", [(5, 3, 7, 1), (3, 4, 10, 3), (40, 2, 1, 1)])
-def test_select_fused_into_rerank_matches(backend, monkeypatch, nb, kcand, r, k):
-    """The selection run inside the rerank launch (``FUSE_SELECT_MAX_M``: every rerank program
-    redoes the row's bitonic selection) against the two launches: the same picks in ``sel``, the
-    same exact values and indices -- ties in the coarse keys and in the exact values (duplicated
-    weight rows), -inf fillers, more picks than blocks, R = 1 -- and a second call on the same
-    counter buffer."""
-    if not backend.is_triton:
-        pytest.skip("the fused selection kernels exist on the Triton tiers only")
-    from lowbit.ops.coarse_head import select as sel_mod
-
-    m, c = 3, nb * kcand
-    key, idx, w, x = _emitted_candidates(backend.device, m, nb, kcand, 64)
-    w[idx[0, 1]] = w[idx[0, 0]]  # equal exact values for two candidates: the lower index wins
-    w = w.to(backend.device)
-    got = {}
-    fused_grids = []
-    real_kernel = sel_mod._rerank_kernel
-
-    class Spy:  # records the fused launches (the kernel stays the real one)
-        def __getitem__(self, grid):
-            def launch(*a, **kw):
-                if kw.get("FUSED"):
-                    fused_grids.append(grid)
-                return real_kernel[grid](*a, **kw)
-            return launch
-
-    monkeypatch.setattr(sel_mod, "_rerank_kernel", Spy())
-    for fuse in (0, m, m):  # two launches; one launch, twice (the counter left at zero)
-        monkeypatch.setattr(sel_mod, "FUSE_SELECT_MAX_M", fuse)
-        got.setdefault(fuse, []).append(_select_keeping_sel(monkeypatch, sel_mod, key, idx, x, w, r, k, kcand))
-    assert fused_grids == [(m, min(r, c))] * 2
-    (s0, v0, i0), = got[0]
-    for s1, v1, i1 in got[m]:
-        assert torch.equal(s1, s0)
-        assert torch.equal(i1, i0) and torch.equal(v1, v0)
-    assert not torch.isnan(v0).any()
-
-
 @pytest.mark.parametrize("bits,m,variants", [(2, 1, (1, 2, 4)), (8, 1, (1, 4)), (2, 5, (3,)), (4, 5, (3,))])
 def test_word_variants_match_byte_path(backend, bits, m, variants):
     """The word-load kernel variants (GEMV 1 / 2 / 4, word-dot 3) against the byte path (variant 0)
@@ -343,40 +304,6 @@ def test_fused_select_opcheck_cuda():
     x = torch.randn(3, 128, device="cuda", dtype=torch.bfloat16)
     out = coarse_head(x, pack(w, 4, 64), block=64, kcand=3, bound=BOUND_NONE)
     torch.library.opcheck(torch.ops.lowbit.draft_fast_select.default, (out.cand_key, out.cand_idx, x, w, 6, 2, 3))
-
-
-@pytest.mark.cuda
-def test_fused_select_rerank_in_cuda_graph(monkeypatch):
-    """The selection inside the rerank launch (``FUSE_SELECT_MAX_M``) captured in a CUDA graph and
-    replayed on new candidates: the same results as the two launches run eagerly (its counter
-    buffer is left at zero by every replay)."""
-    from lowbit.ops.coarse_head import select as sel_mod
-
-    w = (torch.randn(3000, 256, device="cuda") * 0.02).bfloat16()
-    x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
-    p = pack(w, 4, 64)
-    out = coarse_head(x, p, block=128, kcand=8, bound=BOUND_NONE)
-    key, idx = out.cand_key.clone(), out.cand_idx.clone()
-    want = sel_mod.fast_select_rerank(key, idx, x, w, 32, 4, 8)
-    monkeypatch.setattr(sel_mod, "FUSE_SELECT_MAX_M", 16)
-    sel_mod.fast_select_rerank(key, idx, x, w, 32, 4, 8)  # compile outside the capture
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        v, i = sel_mod.fast_select_rerank(key, idx, x, w, 32, 4, 8)
-    for _ in range(2):
-        g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(i, want[1]) and torch.equal(v, want[0])
-    x2 = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
-    out2 = coarse_head(x2, p, block=128, kcand=8, bound=BOUND_NONE)
-    monkeypatch.setattr(sel_mod, "FUSE_SELECT_MAX_M", 0)
-    want2 = sel_mod.fast_select_rerank(out2.cand_key, out2.cand_idx, x, w, 32, 4, 8)
-    key.copy_(out2.cand_key)
-    idx.copy_(out2.cand_idx)
-    g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(i, want2[1]) and torch.equal(v, want2[0])
 
 
 # --- the packed-half GEMV (variants 7-10: fast mode, M rows one per program) ----------------

@@ -546,18 +546,21 @@ def test_sorted_heads_rounds_mirror_matches_max_and_mask(kcand):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("sorted_heads", [False, True])
 @pytest.mark.parametrize("ws", [False, True])
 @pytest.mark.parametrize("table", [False, True])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[5] == 128])
-def test_cuda_coarse_wgmma_sorted_epilogue(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, table, ws):
-    """The candidate epilogue by sorted per-thread heads (``EMIT_SORTED``) emits exactly the
-    candidates of the per-block reference over the kernel's own logits (ties to the lower index,
-    -inf past N) on both kernels, per group and whole-row; kcand up to 16 (more than a thread's 4
-    tokens, so threads run dry)."""
+def test_cuda_coarse_wgmma_epilogue_forms(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, table, ws,
+                                          sorted_heads):
+    """Both candidate epilogues of a one-block program -- sorted per-thread heads (``EMIT_SORTED``,
+    the default) and successive max-and-mask rounds -- emit exactly the candidates of the
+    per-block reference over the kernel's own logits (ties to the lower index, -inf past N) on
+    both kernels, per group and whole-row; kcand up to 16 (more than a thread's 4 tokens, so
+    threads run dry)."""
     if table and bits not in (2,):
         pytest.skip("the whole-row variant serves INT2 only (TABLE_BITS)")
     g = _kernel_or_skip()
-    monkeypatch.setattr(g, "EMIT_SORTED", True)
+    monkeypatch.setattr(g, "EMIT_SORTED", sorted_heads)
     w = torch.randn(n, k) * 0.05
     w[5:9] = w[1]  # equal rows: equal coarse logits, the lower token first
     f = INTx.quantize(w, bits=bits, group_size=group)

@@ -145,15 +145,6 @@ def _select_topk_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.
     are the R picks of the successive-max form, in the same order."""
     _pdl_prologue(PDL, TRIGGER)
     m = tl.program_id(0).to(tl.int64)
-    pos, o_r = _bitonic_positions(ck_ptr, m, C, R, KC, CP, NBP, RP, KCP)
-    _store_selected(ck_ptr, ci_ptr, sel_ptr, m, C, R, pos, o_r)
-
-
-@triton.jit
-def _bitonic_positions(ck_ptr, m, C, R, KC: tl.constexpr, CP: tl.constexpr, NBP: tl.constexpr, RP: tl.constexpr,
-                       KCP: tl.constexpr):
-    """Row m's picks as candidate positions (int64 [RP], best first; ``o_r`` = arange(RP)): the R
-    best block heads, then the R best of those blocks' candidates, each a bitonic top-RP."""
     NB = C // KC
     o_b = tl.arange(0, NBP)
     m_b = o_b < NB
@@ -169,33 +160,17 @@ def _bitonic_positions(ck_ptr, m, C, R, KC: tl.constexpr, CP: tl.constexpr, NBP:
     pk = tl.reshape(tl.where(m2, _pack_key(key2, pos2, CP), _INT64_MIN), [RP * KCP])
     best2 = tl.topk(pk, RP)
     pos = CP - 1 - (best2 & 0xFFFFFFFF)
-    return pos, o_r
+    _store_selected(ck_ptr, ci_ptr, sel_ptr, m, C, R, pos, o_r)
 
 
 @triton.jit
 def _rerank_kernel(x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr, ov_ptr, oi_ptr, R, stride_xm, stride_wn,
                    K: tl.constexpr, BKK: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr,
-                   BIG: tl.constexpr, PDL: tl.constexpr = False, TRIGGER: tl.constexpr = False,
-                   ck_ptr=None, ci_ptr=None, C=None, FUSED: tl.constexpr = False, KC: tl.constexpr = 1,
-                   CP: tl.constexpr = 1, NBP: tl.constexpr = 1, SRP: tl.constexpr = 1, KCP: tl.constexpr = 1):
-    """Program (m, r): the exact dot of x[m] with row ``sel[m, r]`` (-inf where it is -1) into
-    ``vals[m, r]``; the row's last program to arrive picks the best KOUT. FUSED: the selection
-    runs here instead of in its own launch -- every program of row m computes the row's picks
-    itself from the candidates ``ck`` / ``ci`` [M, C] (:func:`_bitonic_positions`, the same as
-    ``_select_topk_kernel`` with KC / CP / NBP / SRP / KCP: R-fold redundant, in parallel), takes
-    pick r and writes it to ``sel`` for the row's last program (which then reads ``sel`` past
-    L1). One dependent launch fewer after the coarse pass, for small M."""
+                   BIG: tl.constexpr, PDL: tl.constexpr = False, TRIGGER: tl.constexpr = False):
     _pdl_prologue(PDL, TRIGGER)
     m = tl.program_id(0).to(tl.int64)
     r = tl.program_id(1)
-    if FUSED:
-        pos, o_s = _bitonic_positions(ck_ptr, m, C, R, KC, CP, NBP, SRP, KCP)
-        p = tl.sum(tl.where(o_s == r, pos, 0), axis=0)
-        k_sel = tl.load(ck_ptr + m * C + p)
-        tok = tl.where(k_sel > float("-inf"), tl.load(ci_ptr + m * C + p), -1)
-        tl.store(sel_ptr + m * R + r, tok)
-    else:
-        tok = tl.load(sel_ptr + m * R + r)
+    tok = tl.load(sel_ptr + m * R + r)
     valid = tok >= 0
     row = tl.where(valid, tok, 0)
     o_k = tl.arange(0, BKK)
@@ -215,10 +190,7 @@ def _rerank_kernel(x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr, ov_ptr, oi_ptr, R, s
         o_r = tl.arange(0, RP)
         m_r = o_r < R
         vals = tl.load(val_ptr + m * R + o_r, mask=m_r, other=float("-inf"), cache_modifier=".cg")
-        if FUSED:
-            toks = tl.load(sel_ptr + m * R + o_r, mask=m_r, other=-1, cache_modifier=".cg")
-        else:
-            toks = tl.load(sel_ptr + m * R + o_r, mask=m_r, other=-1)
+        toks = tl.load(sel_ptr + m * R + o_r, mask=m_r, other=-1)
         # fillers (no token) get distinct out-of-range indices so ties among them stay ordered
         toks = tl.where(toks >= 0, toks, BIG + o_r)
         live = m_r
@@ -252,11 +224,6 @@ SELECT = "bitonic"
 #: 9.2 / 10.0 / 11.4 us at M = 1 / 8 / 16 / 32 against 10.0 / 10.9 / 11.4 / 13.1 with 4 (H200,
 #: C = 7760, R = 32; session 25 call d)
 SELECT_WARPS = 8
-#: rows of x up to which (bitonic form) the selection runs inside the rerank launch
-#: (``_rerank_kernel`` FUSED: each rerank program redoes the row's ~1 us selection, one dependent
-#: launch fewer). 0: off -- not yet timed on the H200 (interpreter-tested for the same picks and
-#: results); ``scripts/device_next_fast_leads.sh`` times it at M = 1..32
-FUSE_SELECT_MAX_M = 0
 #: the selection and rerank launches as programmatic dependent launches (sm_90+): each places its
 #: CTAs while the kernel before it drains and waits on ``griddepcontrol.wait`` before reading
 PDL = True
@@ -284,32 +251,22 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
     cp = _pow2(c)
     rp = _pow2(r)
     staged = kcand > 0 and c % kcand == 0 and rp * _pow2(kcand) <= 4096
-    bitonic = staged and SELECT == "bitonic"
-    fused = bitonic and m <= FUSE_SELECT_MAX_M
-    if bitonic:  # the bitonic stages' tile sizes (selection launch or fused into the rerank)
+    sel_opts = launch_options(dev, PDL, True, None)  # the rerank launch may place its CTAs early
+    if staged and SELECT == "bitonic":
         rp2 = max(2, rp)  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
-        stages = dict(KC=kcand, CP=cp, NBP=max(rp2, _pow2(c // kcand)), KCP=_pow2(kcand))
-    if not fused:
-        sel_opts = launch_options(dev, PDL, True, None)  # the rerank launch may place its CTAs early
-        if bitonic:
-            _select_topk_kernel[(m,)](cand_key, cand_idx, sel, c, r, RP=rp2, **stages, num_warps=SELECT_WARPS,
-                                      **sel_opts)
-        elif staged and SELECT == "two_stage":
-            _select2_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=_pow2(c // kcand),
-                                  RP=rp, KCP=_pow2(kcand), num_warps=4, **sel_opts)
-        else:
-            _select_kernel[(m,)](cand_key, cand_idx, sel, c, r, CP=cp, RP=rp, num_warps=8 if cp >= 4096 else 4,
-                                 **sel_opts)
+        _select_topk_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=max(rp2, _pow2(c // kcand)),
+                                  RP=rp2, KCP=_pow2(kcand), num_warps=SELECT_WARPS, **sel_opts)
+    elif staged and SELECT == "two_stage":
+        _select2_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=_pow2(c // kcand),
+                              RP=rp, KCP=_pow2(kcand), num_warps=4, **sel_opts)
+    else:
+        _select_kernel[(m,)](cand_key, cand_idx, sel, c, r, CP=cp, RP=rp, num_warps=8 if cp >= 4096 else 4,
+                             **sel_opts)
     # one program per (row, candidate): the whole K row in at most two loads per operand, so the
     # ~10 KB of a 5120-wide bf16 row are in flight at once (the kernel is latency-bound)
     bkk = min(4096, _pow2(kk))
-    if fused:  # every program redoes the row's selection (the bitonic stages)
-        extra = dict(RP=rp2, ck_ptr=cand_key, ci_ptr=cand_idx, C=c, FUSED=True, SRP=rp2, **stages,
-                     num_warps=SELECT_WARPS)
-    else:
-        extra = dict(RP=rp, num_warps=8 if bkk >= 2048 else 4)
     _rerank_kernel[(m, r)](x, weight, sel, vals, _counter(dev, m), out_v, out_i, r, x.stride(0), weight.stride(0),
-                           K=kk, BKK=bkk, KOUT=k, BIG=weight.shape[0] + 1, **extra,
+                           K=kk, BKK=bkk, RP=rp, KOUT=k, BIG=weight.shape[0] + 1, num_warps=8 if bkk >= 2048 else 4,
                            **launch_options(dev, PDL, False, None))
     return out_v, out_i
 
