@@ -1,5 +1,7 @@
 """Sweep the int8-wgmma coarse pass's programs spanning two candidate blocks (``gluon_wgmma.SPAN``)
-on the H200: span x kernel (warp-specialized or single-partition) x ring slots x register cap, for
+on the H200: span x kernel (warp-specialized or single-partition) x ring slots x register cap
+(``--variants all``), or the one-block program's ring depth and register cap (``--variants ring``:
+more slots a CTA, or three CTAs an SM at <= 56 registers), for
 INT2 (whole-row) and INT4 (per group), coarse pass alone (x preparation included, CUDA-graph
 replay, 124160 x 5120 random head, g64, block 128, kcand 8), each variant's candidates checked
 against the one-block-a-program launch's (same integer sums, so equal).
@@ -29,6 +31,9 @@ VARIANTS = (
     (2, True, 4, 80),
     (2, False, 4, 104),
 )
+# the one-block program (span 1, the default kernel choice): ring slots, then three CTAs an SM
+RING = ((1, None, None, None),) + tuple((1, None, st, None) for st in (2, 3, 5, 6, 8)) + (
+    (1, None, 3, 56), (1, None, 4, 56))
 
 
 def main() -> int:
@@ -36,7 +41,8 @@ def main() -> int:
     ap.add_argument("--ms", default="48,64")
     ap.add_argument("--bits", default="2,4")
     ap.add_argument("--kcands", default="8", help="candidates a block to time (the epilogue's rounds)")
-    ap.add_argument("--variants", default="all", help="'all' the VARIANTS, or 'default' (span 1 and 2 as shipped)")
+    ap.add_argument("--variants", default="all",
+                    help="'all' the VARIANTS, 'default' (span 1 and 2 as shipped) or 'ring' (RING)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     import torch
@@ -61,8 +67,8 @@ def main() -> int:
             torch.manual_seed(m)
             x = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
             for kcand in [int(v) for v in args.kcands.split(",")]:
-                _sweep(log, x, f.packed, words, r, bits, m, kcand, floor, VARIANTS if args.variants == "all"
-                       else VARIANTS[:2])
+                chosen = {"all": VARIANTS, "default": VARIANTS[:2], "ring": RING}[args.variants]
+                _sweep(log, x, f.packed, words, r, bits, m, kcand, floor, chosen)
     log.save(args.json)
     return 0
 
