@@ -41,7 +41,9 @@ def _paths():
     every NB with the default kernel choice, "span64" at NB = 64 only, "span single" on the
     single-partition loop, "span ws" on the warp-specialized kernel, "span s3" with 3 ring slots; "one block": none), the candidate epilogue by successive
     max-and-mask rounds instead of sorted per-thread heads ("unsorted epilogue",
-    ``gluon_wgmma.EMIT_SORTED`` off) and none ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
+    ``gluon_wgmma.EMIT_SORTED`` off), the warp-specialized kernels' register caps before the
+    twenty-eighth session ("two CTAs an SM": 64 / 80 at NB = 8 / 16 instead of 56, which holds
+    three) and none ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
     every = {b: (1, 64) for b in WGMMA_BITS}
@@ -60,6 +62,8 @@ def _paths():
             ("wgmma ws64", {**group, "WS_GROUP_MAX_NB": 64, "MAXNREG_WS_GROUP": {**MAXNREG_WS_GROUP, 64: 84}}),
             ("span", {"SPAN": two}), ("span64", {"SPAN": {64: 2}}), ("one block", {"SPAN": {}}),
             ("unsorted epilogue", {"EMIT_SORTED": False}),
+            ("two CTAs an SM", {"MAXNREG_WS": {**MAXNREG_WS, 8: 64, 16: 80},
+                                "MAXNREG_WS_GROUP": {**MAXNREG_WS_GROUP, 16: 80}}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
             ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),

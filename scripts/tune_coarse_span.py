@@ -34,6 +34,8 @@ VARIANTS = (
 # the one-block program (span 1, the default kernel choice): ring slots, then three CTAs an SM
 RING = ((1, None, None, None),) + tuple((1, None, st, None) for st in (2, 3, 5, 6, 8)) + (
     (1, None, 3, 56), (1, None, 4, 56))
+# three CTAs an SM (56 registers) with deeper rings, four (40)
+RING3 = ((1, None, None, None), (1, None, 5, 56), (1, None, 6, 56), (1, None, 4, 40), (1, None, 3, 40))
 
 
 def main() -> int:
@@ -42,7 +44,7 @@ def main() -> int:
     ap.add_argument("--bits", default="2,4")
     ap.add_argument("--kcands", default="8", help="candidates a block to time (the epilogue's rounds)")
     ap.add_argument("--variants", default="all",
-                    help="'all' the VARIANTS, 'default' (span 1 and 2 as shipped) or 'ring' (RING)")
+                    help="'all' the VARIANTS, 'default' (span 1 and 2 as shipped), 'ring' (RING) or 'ring3' (RING3)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     import torch
@@ -67,7 +69,7 @@ def main() -> int:
             torch.manual_seed(m)
             x = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
             for kcand in [int(v) for v in args.kcands.split(",")]:
-                chosen = {"all": VARIANTS, "default": VARIANTS[:2], "ring": RING}[args.variants]
+                chosen = {"all": VARIANTS, "default": VARIANTS[:2], "ring": RING, "ring3": RING3}[args.variants]
                 _sweep(log, x, f.packed, words, r, bits, m, kcand, floor, chosen)
     log.save(args.json)
     return 0

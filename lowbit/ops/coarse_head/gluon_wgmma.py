@@ -825,10 +825,14 @@ MAXNREG_TABLE: dict = {}
 #: threads an SM, ncu session 19 -- and 96 at NB = 64 spills 72 bytes for two CTAs an SM). With x
 #: in side-by-side tiles 64 spills at NB = 16 and serializes the wgmmas at NB = 32 (C7512); 80
 #: does neither and still holds two CTAs an SM: M = 32 95.1 -> 87.9 us, M = 16 73.8 -> 72.8, M = 1 /
-#: 8 within 1% (session 25 call d)
-MAXNREG_WS: dict = {8: 64, 16: 80, 32: 80, 64: 96}
-#: the same for the per-group warp-specialized kernel (two 384-thread CTAs an SM need <= 85)
-MAXNREG_WS_GROUP: dict = {8: 80, 16: 80, 32: 80, 64: 80}
+#: 8 within 1% (session 25 call d). 56 (three CTAs an SM: 3 x 384 x 56 <= 64K registers) at
+#: NB = 8 / 16, coarse pass alone, 124160 x 5120 (session 28 call b, ``tune_coarse_span.py
+#: --variants ring``): M = 1 65.7 -> 60.7 us, M = 8 66.6 -> 61.4, M = 16 72.1 -> 70.2; at NB = 32
+#: slower (86.4 -> 100.3)
+MAXNREG_WS: dict = {8: 56, 16: 56, 32: 80, 64: 96}
+#: the same for the per-group warp-specialized kernel (two 384-thread CTAs an SM need <= 85; 56
+#: gives three): INT4 at NB = 16 110.1 -> 108.4 us with 56, at NB = 8 97.8 -> 99.1 (session 28 call b)
+MAXNREG_WS_GROUP: dict = {8: 80, 16: 56, 32: 80, 64: 80}
 
 
 #: candidate blocks a program per NB (1 or 2; default 1): with 2, a program covers 2 ``block`` rows
