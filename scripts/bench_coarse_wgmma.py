@@ -43,7 +43,7 @@ def _paths():
     max-and-mask rounds instead of sorted per-thread heads ("unsorted epilogue",
     ``gluon_wgmma.EMIT_SORTED`` off), the warp-specialized kernels' register caps before the
     twenty-eighth session ("two CTAs an SM": 64 / 80 at NB = 8 / 16 instead of 56, which holds
-    three) and none ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
+    three; "three CTAs short": 56 on short heads too, ``THREE_CTAS_MIN_STAGES`` = 0) and none ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
     every = {b: (1, 64) for b in WGMMA_BITS}
@@ -64,6 +64,7 @@ def _paths():
             ("unsorted epilogue", {"EMIT_SORTED": False}),
             ("two CTAs an SM", {"MAXNREG_WS": {**MAXNREG_WS, 8: 64, 16: 80},
                                 "MAXNREG_WS_GROUP": {**MAXNREG_WS_GROUP, 16: 80}}),
+            ("three CTAs short", {"THREE_CTAS_MIN_STAGES": 0}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
             ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),
@@ -72,7 +73,8 @@ def _paths():
 
 _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST_WS"), ("g", "X_WIDE"),
              ("g", "WS_GROUP_MAX_NB"), ("g", "X_RESIDENT"), ("g", "WS_TABLE_MAX_NB"), ("g", "MAXNREG_WS"),
-             ("g", "MAXNREG_WS_GROUP"), ("g", "SPAN"), ("g", "_STAGES_SPAN"), ("g", "EMIT_SORTED"))
+             ("g", "MAXNREG_WS_GROUP"), ("g", "SPAN"), ("g", "_STAGES_SPAN"), ("g", "EMIT_SORTED"),
+             ("g", "THREE_CTAS_MIN_STAGES"))
 
 
 def _modules() -> dict:

@@ -828,11 +828,20 @@ MAXNREG_TABLE: dict = {}
 #: 8 within 1% (session 25 call d). 56 (three CTAs an SM: 3 x 384 x 56 <= 64K registers) at
 #: NB = 8 / 16, coarse pass alone, 124160 x 5120 (session 28 call b, ``tune_coarse_span.py
 #: --variants ring``): M = 1 65.7 -> 60.7 us, M = 8 66.6 -> 61.4, M = 16 72.1 -> 70.2; at NB = 32
-#: slower (86.4 -> 100.3)
+#: slower (86.4 -> 100.3). Fast argmax end to end (call c, same run): M = 1 75.2 -> 69.8 us, M = 8
+#: 76.8 -> 71.6, M = 16 83.3 -> 81.1
 MAXNREG_WS: dict = {8: 56, 16: 56, 32: 80, 64: 96}
 #: the same for the per-group warp-specialized kernel (two 384-thread CTAs an SM need <= 85; 56
 #: gives three): INT4 at NB = 16 110.1 -> 108.4 us with 56, at NB = 8 97.8 -> 99.1 (session 28 call b)
 MAXNREG_WS_GROUP: dict = {8: 80, 16: 56, 32: 80, 64: 80}
+#: ... on heads whose plane has at least this many 64-byte stages; shorter ones keep two CTAs an SM
+#: (``MAXNREG_WS_SHORT`` / ``MAXNREG_WS_GROUP_SHORT``): on SmolLM2's 49152 x 576 (3 stages) the
+#: coarse pass is faster at three CTAs but fast argmax end to end slower at M = 8 / 16 (INT2 18.9
+#: vs 17.0 us, 23.0 vs 20.7; INT4 M = 16 23.6 vs 21.5; session 28 call c) -- the PDL selection
+#: launch after it finds no room to place its CTAs early
+THREE_CTAS_MIN_STAGES = 8
+MAXNREG_WS_SHORT: dict = {8: 64, 16: 80, 32: 80, 64: 96}
+MAXNREG_WS_GROUP_SHORT: dict = {8: 80, 16: 80, 32: 80, 64: 80}
 
 
 #: candidate blocks a program per NB (1 or 2; default 1): with 2, a program covers 2 ``block`` rows
@@ -982,7 +991,10 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     if sub == 2:
         caps = MAXNREG_WS_SPAN if use_ws else MAXNREG_SPAN
     else:
-        caps = ((MAXNREG_WS if table else MAXNREG_WS_GROUP) if use_ws else MAXNREG_TABLE if table else MAXNREG)
+        long_head = ns * ch >= THREE_CTAS_MIN_STAGES
+        ws_caps = ((MAXNREG_WS if long_head else MAXNREG_WS_SHORT) if table
+                   else (MAXNREG_WS_GROUP if long_head else MAXNREG_WS_GROUP_SHORT))
+        caps = ws_caps if use_ws else MAXNREG_TABLE if table else MAXNREG
     cap = maxnreg if maxnreg is not None else caps.get(nb)
     reg = {"maxnreg": cap} if cap else {}
     if use_ws:
