@@ -43,7 +43,9 @@ def _paths():
     max-and-mask rounds instead of sorted per-thread heads ("unsorted epilogue",
     ``gluon_wgmma.EMIT_SORTED`` off), the warp-specialized kernels' register caps before the
     twenty-eighth session ("two CTAs an SM": 64 / 80 at NB = 8 / 16 instead of 56, which holds
-    three; "three CTAs short": 56 on short heads too, ``THREE_CTAS_MIN_STAGES`` = 0) and none ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
+    three; "three CTAs short": 56 on short heads too, ``THREE_CTAS_MIN_STAGES`` = 0), the
+    producer warp at 40 registers instead of 24 ("producer 40", ``PRODUCER_REGS``) and none
+    ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
     every = {b: (1, 64) for b in WGMMA_BITS}
@@ -65,6 +67,7 @@ def _paths():
             ("two CTAs an SM", {"MAXNREG_WS": {**MAXNREG_WS, 8: 64, 16: 80},
                                 "MAXNREG_WS_GROUP": {**MAXNREG_WS_GROUP, 16: 80}}),
             ("three CTAs short", {"THREE_CTAS_MIN_STAGES": 0}),
+            ("producer 40", {"PRODUCER_REGS": 40}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
             ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),
@@ -74,7 +77,7 @@ def _paths():
 _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST_WS"), ("g", "X_WIDE"),
              ("g", "WS_GROUP_MAX_NB"), ("g", "X_RESIDENT"), ("g", "WS_TABLE_MAX_NB"), ("g", "MAXNREG_WS"),
              ("g", "MAXNREG_WS_GROUP"), ("g", "SPAN"), ("g", "_STAGES_SPAN"), ("g", "EMIT_SORTED"),
-             ("g", "THREE_CTAS_MIN_STAGES"))
+             ("g", "THREE_CTAS_MIN_STAGES"), ("g", "PRODUCER_REGS"))
 
 
 def _modules() -> dict:

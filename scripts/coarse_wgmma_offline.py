@@ -66,6 +66,9 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
     (4, 32, 128, 4, 8, False, False, 1, 80, "wsg"),
     (4, 64, 128, 3, 8, False, False, 1, 80, "wsg"),
     (2, 8, 128, 4, 8, False, False, 1, 80, "wsg"),
+    (2, 8, 128, 4, 8, False, False, 1, 56, "wsx"),  # three CTAs an SM (session 28: MAXNREG_WS 8 / 16,
+    (2, 16, 128, 4, 8, False, False, 1, 56, "wsx"),  # MAXNREG_WS_GROUP 16)
+    (4, 16, 128, 4, 8, False, False, 1, 56, "wsg"),
     (2, 8, 128, 4, 8, False, False, 1, 64, "wsxr"),  # x resident (X_RESIDENT)
     (4, 8, 128, 4, 8, False, False, 1, 80, "wsgr"),
     (2, 64, 128, 4, 8, False, False, 1, None, "tx", 2),  # a program spanning two blocks (SPAN)
@@ -78,13 +81,15 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
 )
 
 
-def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, span=1, sorted_emit=False,
+def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, span=1, sorted_emit=None,
                  n=124160, k=5120):
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from lowbit.ops.coarse_head import gluon_wgmma as g
 
+    if sorted_emit is None:  # the candidate epilogue the module ships (EMIT_SORTED)
+        sorted_emit = g.EMIT_SORTED
     p = 8 // bits
     ell = k // p
     ns = ell // 64
@@ -129,9 +134,12 @@ def main() -> int:
     ap.add_argument("--table-only", action="store_true",
                     help="only the whole-row / warp-specialized configs (the last column set)")
     ap.add_argument("--span-only", action="store_true", help="only the configs of programs spanning two blocks")
+    ap.add_argument("--maxnreg", type=int, default=None, help="only the configs with this register cap")
     args = ap.parse_args()
     for cfg in CONFIGS:
         if (args.table_only and not cfg[9]) or (args.span_only and len(cfg) < 11):
+            continue
+        if args.maxnreg is not None and cfg[8] != args.maxnreg:
             continue
         kern = compile_sm90(*cfg)
         span = cfg[10] if len(cfg) > 10 else 1

@@ -777,8 +777,11 @@ WS_TABLE_MAX_NB = 32
 #: 186.8 (NB = 64 spills at the 80-register cap two CTAs an SM need)
 WS_GROUP_MAX_NB = 32
 #: registers of that producer warp (Gluon pads its partition to a warpgroup: a CTA of 8 consumer
-#: warps is 384 threads, two CTAs an SM at 64-85 registers)
-PRODUCER_REGS = 40
+#: warps is 384 threads, two CTAs an SM at 64-85 registers). The consumers get the rest of the
+#: launch cap's registers: at 56 (three CTAs an SM) (56 x 384 - 40 x 128) / 256 = 64, too few for
+#: the INT2 NB = 16 wgmma chain (offline sm_90: C7512, serialized); 24 leaves them 72 (no C7512, no
+#: spills at any shipped config). 24 is setmaxnreg's minimum
+PRODUCER_REGS = 24
 #: the warp-specialized kernel persistent: ``PERSIST_CTAS_PER_SM`` programs an SM (its residency:
 #: 384-thread CTAs at 64-80 registers) each looping over row blocks, the producer running on into
 #: the next block during the consumers' epilogue. Off: the coarse pass alone is within 1-2% either
