@@ -554,9 +554,12 @@ def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, no_wgmma, monkey
         import lowbit.ops.coarse_head as ch
 
         monkeypatch.setattr(ch, "MMA_MAX_M", 32)  # (the default stops at 16)
-        many = coarse_head(x19.to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
+        # under the interpreter 100 rows (two blocks, the last partial) stand in for the whole head:
+        # enough for the 16 + 3 row split, and this part a third as long
+        packing19, p19 = (packing, p) if dev == "cuda" else (pack(w[:100].clone(), 2, 64),) * 2
+        many = coarse_head(x19.to(dev), p19, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
     with lowbit.backend("reference"):
-        ref19 = coarse_head(x19, packing, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
+        ref19 = coarse_head(x19, packing19, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
     for r in range(19):  # rows 0..15: one launch, two B column tiles; rows 16..18: a second launch
         assert rel_err(many.logits[r].cpu(), ref19.logits[r]) < 2e-3
     mine = block_candidates_reference(many.logits.cpu(), None, block=BLOCK, kcand=KCAND, write_logits=False)
