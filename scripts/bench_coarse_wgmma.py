@@ -64,8 +64,7 @@ def _paths():
             ("wgmma ws64", {**group, "WS_GROUP_MAX_NB": 64, "MAXNREG_WS_GROUP": {**MAXNREG_WS_GROUP, 64: 84}}),
             ("span", {"SPAN": two}), ("span64", {"SPAN": {64: 2}}), ("one block", {"SPAN": {}}),
             ("unsorted epilogue", {"EMIT_SORTED": False}),
-            ("two CTAs an SM", {"MAXNREG_WS": {**MAXNREG_WS, 8: 64, 16: 80},
-                                "MAXNREG_WS_GROUP": {**MAXNREG_WS_GROUP, 16: 80}}),
+            ("two CTAs an SM", {"THREE_CTAS_NB_TABLE": (), "THREE_CTAS_NB_GROUP": ()}),
             ("three CTAs short", {"THREE_CTAS_MIN_STAGES": 0}),
             ("producer 40", {"PRODUCER_REGS": 40}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
@@ -77,7 +76,8 @@ def _paths():
 _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST_WS"), ("g", "X_WIDE"),
              ("g", "WS_GROUP_MAX_NB"), ("g", "X_RESIDENT"), ("g", "WS_TABLE_MAX_NB"), ("g", "MAXNREG_WS"),
              ("g", "MAXNREG_WS_GROUP"), ("g", "SPAN"), ("g", "_STAGES_SPAN"), ("g", "EMIT_SORTED"),
-             ("g", "THREE_CTAS_MIN_STAGES"), ("g", "PRODUCER_REGS"))
+             ("g", "THREE_CTAS_MIN_STAGES"), ("g", "THREE_CTAS_NB_TABLE"), ("g", "THREE_CTAS_NB_GROUP"),
+             ("g", "PRODUCER_REGS"))
 
 
 def _modules() -> dict:

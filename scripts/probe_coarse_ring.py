@@ -175,7 +175,7 @@ def launcher(x, packed, words, r, *, n: int, mode: str, stages: int, kcand: int,
               else TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)),
              TensorDescriptor.from_tensor(xs, [4, nb], xs_l))
     w = block // 16
-    cap = g.MAXNREG_WS.get(nb)
+    cap = g._ws_regs(nb, True, ell // 64)
 
     def fn():
         _probe_kernel[(nblk,)](*descs, sx, r, ck, ci, ck, m, n, nblk, ell // 64, nblk, NB=nb, P=4, STAGES=stages,

@@ -47,6 +47,7 @@ def main() -> int:
                     help="'all' the VARIANTS, 'default' (span 1 and 2 as shipped), 'ring' (RING) or 'ring3' (RING3)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    chosen = {"all": VARIANTS, "default": VARIANTS[:2], "ring": RING, "ring3": RING3}[args.variants]
     import torch
 
     from lowbit.bench.timing import copy_bandwidth_gbps
@@ -69,7 +70,6 @@ def main() -> int:
             torch.manual_seed(m)
             x = torch.randn(m, K, device="cuda", dtype=torch.bfloat16)
             for kcand in [int(v) for v in args.kcands.split(",")]:
-                chosen = {"all": VARIANTS, "default": VARIANTS[:2], "ring": RING, "ring3": RING3}[args.variants]
                 _sweep(log, x, f.packed, words, r, bits, m, kcand, floor, chosen)
     log.save(args.json)
     return 0

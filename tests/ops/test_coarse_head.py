@@ -556,7 +556,10 @@ def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, no_wgmma, monkey
         monkeypatch.setattr(ch, "MMA_MAX_M", 32)  # (the default stops at 16)
         # under the interpreter 100 rows (two blocks, the last partial) stand in for the whole head:
         # enough for the 16 + 3 row split, and this part a third as long
-        packing19, p19 = (packing, p) if dev == "cuda" else (pack(w[:100].clone(), 2, 64),) * 2
+        if dev == "cuda":
+            packing19, p19 = packing, p
+        else:
+            packing19 = p19 = pack(w[:100].clone(), 2, 64)
         many = coarse_head(x19.to(dev), p19, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
     with lowbit.backend("reference"):
         ref19 = coarse_head(x19, packing19, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)

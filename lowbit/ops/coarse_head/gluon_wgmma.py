@@ -830,23 +830,32 @@ MAXNREG_TABLE: dict = {}
 #: threads an SM, ncu session 19 -- and 96 at NB = 64 spills 72 bytes for two CTAs an SM). With x
 #: in side-by-side tiles 64 spills at NB = 16 and serializes the wgmmas at NB = 32 (C7512); 80
 #: does neither and still holds two CTAs an SM: M = 32 95.1 -> 87.9 us, M = 16 73.8 -> 72.8, M = 1 /
-#: 8 within 1% (session 25 call d). 56 (three CTAs an SM: 3 x 384 x 56 <= 64K registers) at
-#: NB = 8 / 16, coarse pass alone, 124160 x 5120 (session 28 call b, ``tune_coarse_span.py
-#: --variants ring``): M = 1 65.7 -> 60.7 us, M = 8 66.6 -> 61.4, M = 16 72.1 -> 70.2; at NB = 32
-#: slower (86.4 -> 100.3). Fast argmax end to end (call c, same run): M = 1 75.2 -> 69.8 us, M = 8
-#: 76.8 -> 71.6, M = 16 83.3 -> 81.1
-MAXNREG_WS: dict = {8: 56, 16: 56, 32: 80, 64: 96}
-#: the same for the per-group warp-specialized kernel (two 384-thread CTAs an SM need <= 85; 56
-#: gives three): INT4 at NB = 16 110.1 -> 108.4 us with 56, at NB = 8 97.8 -> 99.1 (session 28 call b)
-MAXNREG_WS_GROUP: dict = {8: 80, 16: 56, 32: 80, 64: 80}
-#: ... on heads whose plane has at least this many 64-byte stages; shorter ones keep two CTAs an SM
-#: (``MAXNREG_WS_SHORT`` / ``MAXNREG_WS_GROUP_SHORT``): on SmolLM2's 49152 x 576 (3 stages) the
-#: coarse pass is faster at three CTAs but fast argmax end to end slower at M = 8 / 16 (INT2 18.9
-#: vs 17.0 us, 23.0 vs 20.7; INT4 M = 16 23.6 vs 21.5; session 28 call c) -- the PDL selection
-#: launch after it finds no room to place its CTAs early
+#: 8 within 1% (session 25 call d). Two CTAs an SM; ``THREE_CTAS_*`` below overrides some NB
+MAXNREG_WS: dict = {8: 64, 16: 80, 32: 80, 64: 96}
+#: the same for the per-group warp-specialized kernel (two 384-thread CTAs an SM need <= 85)
+MAXNREG_WS_GROUP: dict = {8: 80, 16: 80, 32: 80, 64: 80}
+#: three CTAs an SM (3 x 384 x 56 <= 64K registers): the warp-specialized kernels' cap at the NB
+#: of ``THREE_CTAS_NB_TABLE`` (whole-row) / ``THREE_CTAS_NB_GROUP`` (per group) on heads whose
+#: plane has at least ``THREE_CTAS_MIN_STAGES`` 64-byte stages. Coarse pass alone, 124160 x 5120
+#: (session 28 call b, ``tune_coarse_span.py --variants ring``): INT2 M = 1 65.7 -> 60.7 us,
+#: M = 8 66.6 -> 61.4, M = 16 72.1 -> 70.2, NB = 32 slower (86.4 -> 100.3); INT4 NB = 16 110.1 ->
+#: 108.4, NB = 8 97.8 -> 99.1. Fast argmax end to end (call c, same run): INT2 M = 1 75.2 -> 69.8
+#: us, M = 8 76.8 -> 71.6, M = 16 83.3 -> 81.1. On SmolLM2's 49152 x 576 (3 stages) the coarse pass
+#: is faster at three CTAs but fast argmax end to end slower at M = 8 / 16 (INT2 18.9 vs 17.0 us,
+#: 23.0 vs 20.7; INT4 M = 16 23.6 vs 21.5; calls c / d) -- the PDL selection launch after it finds
+#: no room to place its CTAs early -- so short heads keep two
+THREE_CTAS_REGS = 56
+THREE_CTAS_NB_TABLE: tuple = (8, 16)
+THREE_CTAS_NB_GROUP: tuple = (16,)
 THREE_CTAS_MIN_STAGES = 8
-MAXNREG_WS_SHORT: dict = {8: 64, 16: 80, 32: 80, 64: 96}
-MAXNREG_WS_GROUP_SHORT: dict = {8: 80, 16: 80, 32: 80, 64: 80}
+
+
+def _ws_regs(nb: int, table: bool, stages: int) -> int | None:
+    """``maxnreg`` of a one-block warp-specialized launch at NB ``nb`` over ``stages`` 64-byte
+    stages of the plane: three CTAs an SM where listed, else the two-CTA table."""
+    if stages >= THREE_CTAS_MIN_STAGES and nb in (THREE_CTAS_NB_TABLE if table else THREE_CTAS_NB_GROUP):
+        return THREE_CTAS_REGS
+    return (MAXNREG_WS if table else MAXNREG_WS_GROUP).get(nb)
 
 
 #: candidate blocks a program per NB (1 or 2; default 1): with 2, a program covers 2 ``block`` rows
@@ -922,7 +931,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     from :func:`wgmma_table`. ``block`` tokens a program (64 or 128: 4 or 8 warps). Returns the six
     ``CoarseOut`` tensors (certified ones empty; logits only if ``write_logits``). ``stages`` /
     ``pipe`` / ``magic`` / ``chunks`` / ``maxnreg`` override the defaults (``_STAGES``, ``PIPE``,
-    ``MAGIC``, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE`` / ``MAXNREG_WS`` / ``MAXNREG_WS_GROUP``;
+    ``MAGIC``, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE`` / ``_ws_regs`` / ``MAXNREG_WS_SPAN``;
     ``maxnreg=0``: no cap) for tuning; ``ws`` (default: NB <= ``WS_TABLE_MAX_NB``, per group NB <=
     ``WS_GROUP_MAX_NB``) the warp-specialized kernel; ``persist`` (default ``PERSIST_WS``)
     launches it with ``PERSIST_CTAS_PER_SM`` programs an SM looping over the row blocks (where the
@@ -993,14 +1002,14 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
         x_desc = TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)
     xs_desc = TensorDescriptor.from_tensor(xs, [4, nb], xs_l)
     st = stages if stages is not None else (_STAGES_2CH if ch == 2 else _STAGES_SPAN if sub == 2 else _STAGES)[nb]
-    if sub == 2:
-        caps = MAXNREG_WS_SPAN if use_ws else MAXNREG_SPAN
+    if maxnreg is not None:
+        cap = maxnreg
+    elif sub == 2:
+        cap = (MAXNREG_WS_SPAN if use_ws else MAXNREG_SPAN).get(nb)
+    elif use_ws:
+        cap = _ws_regs(nb, table, ns * ch)
     else:
-        long_head = ns * ch >= THREE_CTAS_MIN_STAGES
-        ws_caps = ((MAXNREG_WS if long_head else MAXNREG_WS_SHORT) if table
-                   else (MAXNREG_WS_GROUP if long_head else MAXNREG_WS_GROUP_SHORT))
-        caps = ws_caps if use_ws else MAXNREG_TABLE if table else MAXNREG
-    cap = maxnreg if maxnreg is not None else caps.get(nb)
+        cap = (MAXNREG_TABLE if table else MAXNREG).get(nb)
     reg = {"maxnreg": cap} if cap else {}
     if use_ws:
         grid = nprog
