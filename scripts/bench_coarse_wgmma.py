@@ -44,7 +44,11 @@ def _paths():
     ``gluon_wgmma.EMIT_SORTED`` off), the warp-specialized kernels' register caps before the
     twenty-eighth session ("two CTAs an SM": 64 / 80 at NB = 8 / 16 instead of 56, which holds
     three; "three CTAs short": 56 on short heads too, ``THREE_CTAS_MIN_STAGES`` = 0), the
-    producer warp at 40 registers instead of 24 ("producer 40", ``PRODUCER_REGS``) and none
+    producer warp at 40 registers instead of 24 ("producer 40", ``PRODUCER_REGS``), the
+    selection's second stage keyed by token / position ("token keys" / "position keys",
+    ``select.TOKEN_KEYS``), the selection program at 4 / 16 warps ("select 4 warps" / "select 16
+    warps", ``select.SELECT_WARPS``), the rerank's row in one masked load ("rerank one load",
+    ``select.RERANK_MAX_BKK``) and none
     ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -67,6 +71,9 @@ def _paths():
             ("two CTAs an SM", {"THREE_CTAS_NB_TABLE": (), "THREE_CTAS_NB_GROUP": ()}),
             ("three CTAs short", {"THREE_CTAS_MIN_STAGES": 0}),
             ("producer 40", {"PRODUCER_REGS": 40}),
+            ("token keys", {"TOKEN_KEYS": True}), ("position keys", {"TOKEN_KEYS": False}),
+            ("select 4 warps", {"SELECT_WARPS": 4}), ("select 16 warps", {"SELECT_WARPS": 16}),
+            ("rerank one load", {"RERANK_MAX_BKK": 8192}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
             ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),
@@ -77,7 +84,7 @@ _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST
              ("g", "WS_GROUP_MAX_NB"), ("g", "X_RESIDENT"), ("g", "WS_TABLE_MAX_NB"), ("g", "MAXNREG_WS"),
              ("g", "MAXNREG_WS_GROUP"), ("g", "SPAN"), ("g", "_STAGES_SPAN"), ("g", "EMIT_SORTED"),
              ("g", "THREE_CTAS_MIN_STAGES"), ("g", "THREE_CTAS_NB_TABLE"), ("g", "THREE_CTAS_NB_GROUP"),
-             ("g", "PRODUCER_REGS"))
+             ("g", "PRODUCER_REGS"), ("sel", "TOKEN_KEYS"), ("sel", "SELECT_WARPS"), ("sel", "RERANK_MAX_BKK"))
 
 
 def _modules() -> dict:

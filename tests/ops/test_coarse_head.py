@@ -177,15 +177,20 @@ def test_gemv_path_matches_dot_path(backend, kind):
     torch.testing.assert_close(k1 - b1, k2 - b2, rtol=1e-4, atol=1e-4)  # the coarse logits
 
 
+@pytest.mark.parametrize("token_keys", [False, True])
 @pytest.mark.parametrize("k", [1, 3])
-def test_fused_select_matches_torch_path(backend, k):
+def test_fused_select_matches_torch_path(backend, monkeypatch, k, token_keys):
     """Fused fast select + rerank (select.py) against select_fast + gathered_dot + topk_lowest:
     same indices, same exact values; fillers (the partial last block emits -inf keys), a row with
-    tied coarse keys and tied exact values (duplicated weight rows) included."""
+    tied coarse keys and tied exact values (duplicated weight rows) included; the selection's
+    second stage keyed by position and by token (``TOKEN_KEYS``)."""
     if not backend.is_triton:
         pytest.skip("the fused selection kernels exist on the Triton tiers only")
     from lowbit.ops.coarse_head import fast_select_rerank, select_fast, topk_lowest
+    from lowbit.ops.coarse_head import select as sel_mod
     from lowbit.ops.gathered import gathered_dot
+
+    monkeypatch.setattr(sel_mod, "TOKEN_KEYS", token_keys)
 
     n, kdim, block, kcand, r = 300, 96, 64, 3, 7  # 5 blocks; the last holds 44 tokens
     w = torch.randn(n, kdim) * 0.02
@@ -213,14 +218,17 @@ def test_fused_select_matches_torch_path(backend, k):
     assert torch.equal(i2, i) and torch.equal(v2, v)
 
 
-def _emitted_candidates(device, m: int, nb: int, kcand: int, kdim: int):
+def _emitted_candidates(device, m: int, nb: int, kcand: int, kdim: int, token_order: bool = False):
     """Candidates as the coarse pass emits them: keys fp32 [m, nb kcand], each block's best first,
     on a grid of 1/8 so that ties across blocks are common, the last block partial (-inf fillers);
-    distinct token ids int64; the dense rows w [10 nb kcand, kdim] and x [m, kdim]."""
+    distinct token ids int64 (``token_order``: increasing with the position, as a coarse pass
+    emits them wherever keys tie -- blocks in token order, equal keys lower index first); the
+    dense rows w [10 nb kcand, kdim] and x [m, kdim]."""
     c = nb * kcand
     key = (torch.randint(-40, 40, (m, nb, kcand)).float() / 8).sort(dim=-1, descending=True).values
     key[:, -1, kcand // 2:] = float("-inf")
-    idx = torch.randperm(10 * c)[:c].repeat(m, 1)
+    idx = torch.randperm(10 * c)[:c]
+    idx = (idx.sort().values if token_order else idx).repeat(m, 1)
     w = torch.randn(10 * c, kdim) * 0.02
     return key.reshape(m, c).to(device), idx.to(device), w, torch.randn(m, kdim).to(device)
 
@@ -244,25 +252,31 @@ def _select_keeping_sel(monkeypatch, sel_mod, *args):
     return grabbed[0].cpu(), v.cpu(), i.cpu()
 
 
+@pytest.mark.parametrize("token_order", [False, True])
 @pytest.mark.parametrize("nb, kcand, r", [(97, 8, 32), (5, 3, 7), (3, 4, 10), (40, 2, 1)])
-def test_select_forms_agree(backend, monkeypatch, nb, kcand, r):
-    """The three selection forms (bitonic top-k, two-stage successive max, flat successive max)
-    pick the same tokens in the same order, from candidate keys with ties (equal keys: the lower
-    position wins), -inf fillers, more picks than blocks (3 blocks, 10 picks) and R = 1."""
+def test_select_forms_agree(backend, monkeypatch, nb, kcand, r, token_order):
+    """The selection forms (bitonic top-k, two-stage successive max, flat successive max; with
+    tokens in position order also the bitonic form keyed by token, ``TOKEN_KEYS``) pick the same
+    tokens in the same order, from candidate keys with ties (equal keys: the lower position wins),
+    -inf fillers, more picks than blocks (3 blocks, 10 picks) and R = 1."""
     if not backend.is_triton:
         pytest.skip("the fused selection kernels exist on the Triton tiers only")
     from lowbit.ops.coarse_head import select as sel_mod
 
     m, c = 3, nb * kcand
-    key, idx, w, x = _emitted_candidates(backend.device, m, nb, kcand, 64)
+    key, idx, w, x = _emitted_candidates(backend.device, m, nb, kcand, 64, token_order)
     w = w.to(backend.device)
-    sels = {}
-    for form in ("bitonic", "two_stage", "flat"):
+    forms = [("bitonic", False), ("two_stage", False), ("flat", False)] + ([("bitonic", True)] if token_order else [])
+    sels = []
+    for form, token_keys in forms:
         monkeypatch.setattr(sel_mod, "SELECT", form)
-        sels[form] = _select_keeping_sel(monkeypatch, sel_mod, key, idx, x, w, r, 1,
-                                         kcand if form != "flat" else 0)[0]
-    assert sels["bitonic"].shape == (m, min(r, c))
-    assert torch.equal(sels["bitonic"], sels["two_stage"]) and torch.equal(sels["bitonic"], sels["flat"])
+        monkeypatch.setattr(sel_mod, "TOKEN_KEYS", token_keys)
+        sels.append(_select_keeping_sel(monkeypatch, sel_mod, key, idx, x, w, r, 1,
+                                        kcand if form != "flat" else 0)[0])
+    assert sels[0].shape == (m, min(r, c))
+    assert (sels[0][:, :min(r, c - kcand + kcand // 2)] >= 0).all()  # real picks before the fillers
+    for other in sels[1:]:
+        assert torch.equal(sels[0], other)
 
 
 @pytest.mark.parametrize("bits,m,variants", [(2, 1, (1, 2, 4)), (8, 1, (1, 4)), (2, 5, (3,)), (4, 5, (3,))])

@@ -46,6 +46,9 @@ def _cdiv(a: int, b: int) -> int:
 
 
 _INT64_MIN = tl.constexpr(-(2**63))
+#: the order-preserving int32 of -inf (bits 0xFF800000 ^ 0x7FFFFFFF) and of +inf (0x7F800000)
+_ORD_NEG_INF = tl.constexpr(-2139095041)
+_ORD_POS_INF = tl.constexpr(2139095040)
 
 
 @triton.jit
@@ -66,6 +69,15 @@ def _pack_key(key, pos, CP: tl.constexpr):
     # order-preserving int32 of an fp32 (negatives: flip the magnitude bits)
     ordk = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
     return (ordk.to(tl.int64) << 32) | (CP - 1 - pos).to(tl.int64)
+
+
+@triton.jit
+def _pack_key_token(key, tok):
+    """int64 (order-preserving key bits << 32) | (2^31 - 1 - tok): larger key first, then the lower
+    token (int64, < 2^31)."""
+    bits = key.to(tl.int32, bitcast=True)
+    ordk = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    return (ordk.to(tl.int64) << 32) | (0x7FFFFFFF - tok)
 
 
 @triton.jit
@@ -136,13 +148,19 @@ def _select2_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.cons
 @triton.jit
 def _select_topk_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.constexpr, NBP: tl.constexpr,
                         RP: tl.constexpr, KCP: tl.constexpr, PDL: tl.constexpr = False,
-                        TRIGGER: tl.constexpr = False):
+                        TRIGGER: tl.constexpr = False, TOKKEY: tl.constexpr = False):
     """:func:`_select2_kernel`'s two stages (same result, same order), each a bitonic top-RP
     (``tl.topk``: log2 steps of compare-exchange over the whole tile at once) instead of R
     successive block-wide maxima: every maximum is a reduction across the program's warps, and
     R = 32 of them in a row (twice) is a ~17 µs chain of barriers at M = 1. The packed keys are
     distinct (they carry the position), so the RP largest are well defined; the first R of them
-    are the R picks of the successive-max form, in the same order."""
+    are the R picks of the successive-max form, in the same order.
+
+    TOKKEY: stage 2 packs each candidate's token instead of its position (``(key bits << 32) |
+    (2^31 - 1 - token)``, the tokens loaded with the keys), so the picks' tokens come out of the
+    top-k itself instead of a dependent load after it. The same picks in the same order wherever
+    equal keys have tokens in position order -- as every coarse pass emits them (blocks in token
+    order, a block's equal keys lower index first); fillers (-inf keys) are -1 either way."""
     _pdl_prologue(PDL, TRIGGER)
     m = tl.program_id(0).to(tl.int64)
     NB = C // KC
@@ -157,10 +175,18 @@ def _select_topk_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.
     m2 = (blk >= 0)[:, None] & (o_k < KC)[None, :]
     pos2 = blk[:, None] * KC + o_k[None, :]
     key2 = tl.load(ck_ptr + m * C + pos2, mask=m2, other=float("-inf"))
-    pk = tl.reshape(tl.where(m2, _pack_key(key2, pos2, CP), _INT64_MIN), [RP * KCP])
-    best2 = tl.topk(pk, RP)
-    pos = CP - 1 - (best2 & 0xFFFFFFFF)
-    _store_selected(ck_ptr, ci_ptr, sel_ptr, m, C, R, pos, o_r)
+    if TOKKEY:
+        tok2 = tl.load(ci_ptr + m * C + pos2, mask=m2, other=0)
+        pk = tl.reshape(tl.where(m2, _pack_key_token(key2, tok2), _INT64_MIN), [RP * KCP])
+        best2 = tl.topk(pk, RP)
+        ordk = best2 >> 32  # the key's order-preserving bits: a real key is > -inf and not NaN
+        real = (ordk > _ORD_NEG_INF) & (ordk <= _ORD_POS_INF)
+        tl.store(sel_ptr + m * R + o_r, tl.where(real, 0x7FFFFFFF - (best2 & 0xFFFFFFFF), -1), mask=o_r < R)
+    else:
+        pk = tl.reshape(tl.where(m2, _pack_key(key2, pos2, CP), _INT64_MIN), [RP * KCP])
+        best2 = tl.topk(pk, RP)
+        pos = CP - 1 - (best2 & 0xFFFFFFFF)
+        _store_selected(ck_ptr, ci_ptr, sel_ptr, m, C, R, pos, o_r)
 
 
 @triton.jit
@@ -224,6 +250,12 @@ SELECT = "bitonic"
 #: 9.2 / 10.0 / 11.4 us at M = 1 / 8 / 16 / 32 against 10.0 / 10.9 / 11.4 / 13.1 with 4 (H200,
 #: C = 7760, R = 32; session 25 call d)
 SELECT_WARPS = 8
+#: the rerank program's K chunk at most (a 5120-wide row: two chunks of 4096 at 4096, one masked
+#: chunk of 8192 at 8192)
+RERANK_MAX_BKK = 4096
+#: the bitonic selection's second stage keyed by token (``_select_topk_kernel`` TOKKEY): the picks'
+#: tokens without a dependent load after the top-k. Off until timed on the H200
+TOKEN_KEYS = False
 #: the selection and rerank launches as programmatic dependent launches (sm_90+): each places its
 #: CTAs while the kernel before it drains and waits on ``griddepcontrol.wait`` before reading
 PDL = True
@@ -255,7 +287,7 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
     if staged and SELECT == "bitonic":
         rp2 = max(2, rp)  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
         _select_topk_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=max(rp2, _pow2(c // kcand)),
-                                  RP=rp2, KCP=_pow2(kcand), num_warps=SELECT_WARPS, **sel_opts)
+                                  RP=rp2, KCP=_pow2(kcand), TOKKEY=TOKEN_KEYS and weight.shape[0] < 2**31, num_warps=SELECT_WARPS, **sel_opts)
     elif staged and SELECT == "two_stage":
         _select2_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=_pow2(c // kcand),
                               RP=rp, KCP=_pow2(kcand), num_warps=4, **sel_opts)
@@ -264,7 +296,7 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
                              **sel_opts)
     # one program per (row, candidate): the whole K row in at most two loads per operand, so the
     # ~10 KB of a 5120-wide bf16 row are in flight at once (the kernel is latency-bound)
-    bkk = min(4096, _pow2(kk))
+    bkk = min(RERANK_MAX_BKK, _pow2(kk))
     _rerank_kernel[(m, r)](x, weight, sel, vals, _counter(dev, m), out_v, out_i, r, x.stride(0), weight.stride(0),
                            K=kk, BKK=bkk, RP=rp, KOUT=k, BIG=weight.shape[0] + 1, num_warps=8 if bkk >= 2048 else 4,
                            **launch_options(dev, PDL, False, None))
