@@ -48,7 +48,10 @@ def _paths():
     selection's second stage keyed by token / position ("token keys" / "position keys",
     ``select.TOKEN_KEYS``), the selection program at 4 / 16 warps ("select 4 warps" / "select 16
     warps", ``select.SELECT_WARPS``), the rerank's row in one masked load ("rerank one load",
-    ``select.RERANK_MAX_BKK``) and none
+    ``select.RERANK_MAX_BKK``), both launches after the pass without PDL ("tail no PDL",
+    ``select.PDL``), the selection without its early trigger ("select no trigger",
+    ``select.SELECT_TRIGGER``), the coarse pass triggering the selection launch after its last
+    block ("coarse late trigger", ``gluon_wgmma.LATE_TRIGGER``) and none
     ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -74,6 +77,9 @@ def _paths():
             ("token keys", {"TOKEN_KEYS": True}), ("position keys", {"TOKEN_KEYS": False}),
             ("select 4 warps", {"SELECT_WARPS": 4}), ("select 16 warps", {"SELECT_WARPS": 16}),
             ("rerank one load", {"RERANK_MAX_BKK": 8192}),
+            ("token keys 16 warps", {"TOKEN_KEYS": True, "SELECT_WARPS": 16}),
+            ("tail no PDL", {"SEL_PDL": False}), ("select no trigger", {"SELECT_TRIGGER": False}),
+            ("coarse late trigger", {"LATE_TRIGGER": True}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
             ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),
@@ -84,7 +90,11 @@ _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST
              ("g", "WS_GROUP_MAX_NB"), ("g", "X_RESIDENT"), ("g", "WS_TABLE_MAX_NB"), ("g", "MAXNREG_WS"),
              ("g", "MAXNREG_WS_GROUP"), ("g", "SPAN"), ("g", "_STAGES_SPAN"), ("g", "EMIT_SORTED"),
              ("g", "THREE_CTAS_MIN_STAGES"), ("g", "THREE_CTAS_NB_TABLE"), ("g", "THREE_CTAS_NB_GROUP"),
-             ("g", "PRODUCER_REGS"), ("sel", "TOKEN_KEYS"), ("sel", "SELECT_WARPS"), ("sel", "RERANK_MAX_BKK"))
+             ("g", "PRODUCER_REGS"), ("sel", "TOKEN_KEYS"), ("sel", "SELECT_WARPS"), ("sel", "RERANK_MAX_BKK"),
+             ("sel", "SELECT_TRIGGER"), ("g", "LATE_TRIGGER"), ("sel", "SEL_PDL"))
+
+
+_ALIASES = {"SEL_PDL": "PDL"}  # switch name in a path -> the module attribute it sets
 
 
 def _modules() -> dict:
@@ -99,7 +109,7 @@ def _defaults() -> dict:
     """The switches' current values (restored after each path)."""
     mods = _modules()
     return {name: (dict(v) if isinstance(v, dict) else v)
-            for m, name in _SWITCHES for v in (getattr(mods[m], name),)}
+            for m, name in _SWITCHES for v in (getattr(mods[m], _ALIASES.get(name, name)),)}
 
 
 def _set_path(settings: dict, defaults: dict) -> None:
@@ -111,7 +121,7 @@ def _set_path(settings: dict, defaults: dict) -> None:
             mods[m].WGMMA_M_RANGE.clear()
             mods[m].WGMMA_M_RANGE.update(v)
         else:
-            setattr(mods[m], name, v)
+            setattr(mods[m], _ALIASES.get(name, name), v)
 
 
 def main() -> int:

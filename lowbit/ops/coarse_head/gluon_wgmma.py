@@ -639,13 +639,15 @@ if _GLUON_IMPORT_ERROR is None:
                      N, NBLK, NS, GRID, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                      KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr, TABLE: gl.constexpr,
                      XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False, xbar=None,
-                     XRES: gl.constexpr = 0, SUB: gl.constexpr = 1, SORTED: gl.constexpr = False):
+                     XRES: gl.constexpr = 0, SUB: gl.constexpr = 1, SORTED: gl.constexpr = False,
+                     LATE: gl.constexpr = False):
         """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage (CH
         64-byte chunks), wait for its TMA, run the stage (TABLE: the whole-row decode and wgmma
         chain into an int32 sum; else the per-group planes, ``_stage_sum``, into fp32), hand the
         slot back (partition barrier, one arrive); then the block's epilogue. PDL: nothing global
         is read before ``griddepcontrol.wait`` (``sx`` is the x preparation's output); then the next
-        PDL launch (the selection) may place its CTAs. The stage loop is unrolled by the ring, so
+        PDL launch (the selection) may place its CTAs -- LATE: only once the program's last block
+        is done. The stage loop is unrolled by the ring, so
         every slot's shared-memory addresses (the wgmma descriptors) are compile-time constants
         instead of arithmetic on ``i % STAGES``; a block starts on slot 0, so GRID < NBLK needs
         ``NS % STAGES == 0`` (the launcher's rule). XRES (> 0): x is resident (all XRES chunks'
@@ -659,7 +661,8 @@ if _GLUON_IMPORT_ERROR is None:
         mma: gl.constexpr = acc_layout(NB, W)
         if PDL:
             gdc_wait()
-            gdc_launch_dependents()
+            if not LATE:
+                gdc_launch_dependents()
         sx = gl.load(sx_ptr + gl.arange(0, NB, layout=gl.SliceLayout(0, mma)))
         if XRES:
             mbarrier.wait(xbar.index(0), 0)
@@ -687,6 +690,8 @@ if _GLUON_IMPORT_ERROR is None:
             out = _block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
             _emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB,
                              SORTED)
+        if PDL and LATE:
+            gdc_launch_dependents()
 
     @gluon.jit
     def _ws_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
@@ -717,7 +722,7 @@ if _GLUON_IMPORT_ERROR is None:
                           WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                           XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
                           TABLE: gl.constexpr = True, BITS: gl.constexpr = 2, XRES: gl.constexpr = 0,
-                          SUB: gl.constexpr = 1, SORTED: gl.constexpr = False):
+                          SUB: gl.constexpr = 1, SORTED: gl.constexpr = False, LATE: gl.constexpr = False):
         """``_coarse_wgmma_kernel`` (same arguments plus GRID: the programs launched, each taking
         row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side tiles; PDL: a programmatic
         dependent launch after the x preparation; TABLE: the whole-row variant, else per group
@@ -742,7 +747,7 @@ if _GLUON_IMPORT_ERROR is None:
         gl.warp_specialize([
             (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr,
                             M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, XW, CH, PDL,
-                            xbar, XRES, SUB, SORTED)),
+                            xbar, XRES, SUB, SORTED, LATE)),
             (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
                             NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB)),
         ], [1], [PRODUCER_REGS])
@@ -815,6 +820,9 @@ WS_CHUNKS: dict = {}
 #: the warp-specialized whole-row kernel as a programmatic dependent launch after the x
 #: preparation (whose early trigger lets its CTAs be placed and run their prologue meanwhile)
 PDL = True
+#: the warp-specialized kernel lets the next PDL launch (the selection) place its CTAs only when a
+#: program's last block is done (``_ws_consumer`` LATE) instead of at its start. Off until timed
+LATE_TRIGGER = False
 #: 64-byte chunks per stage (1 or 2; a stage's fixed cost -- barrier, TMA issue, waits -- is
 #: shared by its chunks); used when it divides the plane's chunks
 CHUNKS = 1
@@ -1021,7 +1029,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                    logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p, STAGES=st,
                                    KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
                                    XW=x_wide, CH=ch, PDL=use_pdl, TABLE=table, BITS=bits, XRES=xres, SUB=sub,
-                                   SORTED=EMIT_SORTED, num_warps=w,
+                                   SORTED=EMIT_SORTED, LATE=LATE_TRIGGER, num_warps=w,
                                    **reg,
                                    **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits

@@ -259,6 +259,9 @@ TOKEN_KEYS = False
 #: the selection and rerank launches as programmatic dependent launches (sm_90+): each places its
 #: CTAs while the kernel before it drains and waits on ``griddepcontrol.wait`` before reading
 PDL = True
+#: the selection lets the rerank launch place its CTAs at once (``griddepcontrol.launch_dependents``
+#: first thing) instead of when the selection exits
+SELECT_TRIGGER = True
 
 
 def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
@@ -283,7 +286,7 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
     cp = _pow2(c)
     rp = _pow2(r)
     staged = kcand > 0 and c % kcand == 0 and rp * _pow2(kcand) <= 4096
-    sel_opts = launch_options(dev, PDL, True, None)  # the rerank launch may place its CTAs early
+    sel_opts = launch_options(dev, PDL, SELECT_TRIGGER, None)  # the rerank launch may place its CTAs early
     if staged and SELECT == "bitonic":
         rp2 = max(2, rp)  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
         _select_topk_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=max(rp2, _pow2(c // kcand)),
