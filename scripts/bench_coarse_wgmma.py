@@ -51,7 +51,9 @@ def _paths():
     ``select.RERANK_MAX_BKK``), both launches after the pass without PDL ("tail no PDL",
     ``select.PDL``), the selection without its early trigger ("select no trigger",
     ``select.SELECT_TRIGGER``), the coarse pass triggering the selection launch after its last
-    block ("coarse late trigger", ``gluon_wgmma.LATE_TRIGGER``) and none
+    block at every NB / at none ("coarse late trigger" / "coarse early trigger",
+    ``gluon_wgmma.LATE_TRIGGER_MIN_NB``), 2 / 4 picks a rerank program ("rerank 2 rows" / "rerank 4
+    rows", ``select.RERANK_ROWS``) and none
     ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -79,7 +81,8 @@ def _paths():
             ("rerank one load", {"RERANK_MAX_BKK": 8192}),
             ("token keys 16 warps", {"TOKEN_KEYS": True, "SELECT_WARPS": 16}),
             ("tail no PDL", {"SEL_PDL": False}), ("select no trigger", {"SELECT_TRIGGER": False}),
-            ("coarse late trigger", {"LATE_TRIGGER": True}),
+            ("coarse late trigger", {"LATE_TRIGGER_MIN_NB": 0}), ("coarse early trigger", {"LATE_TRIGGER_MIN_NB": 65}),
+            ("rerank 2 rows", {"RERANK_ROWS": 2}), ("rerank 4 rows", {"RERANK_ROWS": 4}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
             ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),
@@ -91,7 +94,8 @@ _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST
              ("g", "MAXNREG_WS_GROUP"), ("g", "SPAN"), ("g", "_STAGES_SPAN"), ("g", "EMIT_SORTED"),
              ("g", "THREE_CTAS_MIN_STAGES"), ("g", "THREE_CTAS_NB_TABLE"), ("g", "THREE_CTAS_NB_GROUP"),
              ("g", "PRODUCER_REGS"), ("sel", "TOKEN_KEYS"), ("sel", "SELECT_WARPS"), ("sel", "RERANK_MAX_BKK"),
-             ("sel", "SELECT_TRIGGER"), ("g", "LATE_TRIGGER"), ("sel", "SEL_PDL"))
+             ("sel", "SELECT_TRIGGER"), ("g", "LATE_TRIGGER_MIN_NB"), ("sel", "SEL_PDL"),
+             ("sel", "RERANK_ROWS"))
 
 
 _ALIASES = {"SEL_PDL": "PDL"}  # switch name in a path -> the module attribute it sets

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Twenty-ninth session, call c: the launches after the coarse pass -- its PDL trigger after the
-# program's last block (gluon_wgmma.LATE_TRIGGER), the selection without its early trigger, both
+# program's last block (gluon_wgmma.LATE_TRIGGER, now LATE_TRIGGER_MIN_NB), the selection without its early trigger, both
 # launches without PDL, the selection keyed by token (+ 16 warps) -- fast argmax against the default
 # on 124160 x 5120 (M = 1..32) and SmolLM2's 49152 x 576 (M = 1..16).
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1

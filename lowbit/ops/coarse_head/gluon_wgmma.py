@@ -820,9 +820,12 @@ WS_CHUNKS: dict = {}
 #: the warp-specialized whole-row kernel as a programmatic dependent launch after the x
 #: preparation (whose early trigger lets its CTAs be placed and run their prologue meanwhile)
 PDL = True
-#: the warp-specialized kernel lets the next PDL launch (the selection) place its CTAs only when a
-#: program's last block is done (``_ws_consumer`` LATE) instead of at its start. Off until timed
-LATE_TRIGGER = False
+#: from this NB up the warp-specialized kernel lets the next PDL launch (the selection) place its
+#: CTAs only when a program's last block is done (``_ws_consumer`` LATE), below it at the program's
+#: start. H200, fast argmax, same run (session 29 call c, late at every NB vs the early trigger):
+#: 124160 x 5120 INT4 M = 16 118.1 -> 115.6 us, M = 32 145.0 -> 143.9, INT2 M = 32 97.9 -> 97.1,
+#: SmolLM2's 49152 x 576 INT2 M = 16 20.9 -> 19.4; M <= 8 within +-0.4 (INT4 M = 1 +0.4)
+LATE_TRIGGER_MIN_NB = 16
 #: 64-byte chunks per stage (1 or 2; a stage's fixed cost -- barrier, TMA issue, waits -- is
 #: shared by its chunks); used when it divides the plane's chunks
 CHUNKS = 1
@@ -1029,7 +1032,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                    logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p, STAGES=st,
                                    KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
                                    XW=x_wide, CH=ch, PDL=use_pdl, TABLE=table, BITS=bits, XRES=xres, SUB=sub,
-                                   SORTED=EMIT_SORTED, LATE=LATE_TRIGGER, num_warps=w,
+                                   SORTED=EMIT_SORTED, LATE=nb >= LATE_TRIGGER_MIN_NB, num_warps=w,
                                    **reg,
                                    **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits

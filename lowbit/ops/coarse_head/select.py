@@ -14,8 +14,8 @@ each, more than the whole INT2 byte floor at M = 1. Here:
   successive maxima) and ``_select_kernel`` (successive maxima over all C candidates; the path
   when blocks emit no known candidate count). Writes the picked token indices ``sel [M, R]``
   (-1: no token).
-* ``_rerank_kernel`` (grid ``(M, R)``): one exact fp32 dot ``x[m] . W[sel[m, r]]`` per program
-  (``vals [M, R]``); the last program of each row (an atomic counter, reset by that program so
+* ``_rerank_kernel`` (grid ``(M, R / RERANK_ROWS)``): ``RERANK_ROWS`` exact fp32 dots ``x[m] .
+  W[sel[m, r]]`` per program (``vals [M, R]``); the last program of each row (an atomic counter, reset by that program so
   the buffer is reusable and CUDA-graph replay works) picks the best ``k`` values, ties to the
   lower token index, and writes ``out_v [M, k]``, ``out_i [M, k]``.
 
@@ -192,27 +192,33 @@ def _select_topk_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.
 @triton.jit
 def _rerank_kernel(x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr, ov_ptr, oi_ptr, R, stride_xm, stride_wn,
                    K: tl.constexpr, BKK: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr,
-                   BIG: tl.constexpr, PDL: tl.constexpr = False, TRIGGER: tl.constexpr = False):
+                   BIG: tl.constexpr, PDL: tl.constexpr = False, TRIGGER: tl.constexpr = False,
+                   RPP: tl.constexpr = 1):
+    """Grid (M, cdiv(R, RPP)): program (m, j) rescores picks ``j RPP .. j RPP + RPP - 1`` of row m
+    (one [RPP, BKK] tile of their weight rows a K chunk); the row's last program to arrive picks
+    the best KOUT."""
     _pdl_prologue(PDL, TRIGGER)
     m = tl.program_id(0).to(tl.int64)
-    r = tl.program_id(1)
-    tok = tl.load(sel_ptr + m * R + r)
+    o_p = tl.program_id(1) * RPP + tl.arange(0, RPP)
+    m_p = o_p < R
+    tok = tl.load(sel_ptr + m * R + o_p, mask=m_p, other=-1)
     valid = tok >= 0
     row = tl.where(valid, tok, 0)
     o_k = tl.arange(0, BKK)
-    acc = tl.zeros([BKK], dtype=tl.float32)
+    acc = tl.zeros([RPP, BKK], dtype=tl.float32)
     for k0 in range(0, K, BKK):
         mk = (k0 + o_k) < K
-        b_w = tl.load(w_ptr + row * stride_wn + k0 + o_k, mask=mk & valid, other=0.0).to(tl.float32)
+        b_w = tl.load(w_ptr + row[:, None] * stride_wn + (k0 + o_k)[None, :], mask=valid[:, None] & mk[None, :],
+                      other=0.0).to(tl.float32)
         b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=mk, other=0.0).to(tl.float32)
-        acc += b_w * b_x
-    val = tl.sum(acc, axis=0)
+        acc += b_w * b_x[None, :]
+    val = tl.sum(acc, axis=1)
     val = tl.where(valid, val, float("-inf"))
-    tl.store(val_ptr + m * R + r, val)
+    tl.store(val_ptr + m * R + o_p, val, mask=m_p)
     tl.debug_barrier()
     # the last program of row m to arrive (acq_rel: it sees every other program's value)
     done = tl.atomic_add(cnt_ptr + m, 1, sem="acq_rel")
-    if done == R - 1:
+    if done == tl.cdiv(R, RPP) - 1:
         o_r = tl.arange(0, RP)
         m_r = o_r < R
         vals = tl.load(val_ptr + m * R + o_r, mask=m_r, other=float("-inf"), cache_modifier=".cg")
@@ -253,9 +259,13 @@ SELECT_WARPS = 8
 #: the rerank program's K chunk at most (a 5120-wide row: two chunks of 4096 at 4096, one masked
 #: chunk of 8192 at 8192)
 RERANK_MAX_BKK = 4096
+#: picks a rerank program rescores (a power of two; its K chunk is ``RERANK_MAX_BKK / RERANK_ROWS``)
+RERANK_ROWS = 1
 #: the bitonic selection's second stage keyed by token (``_select_topk_kernel`` TOKKEY): the picks'
-#: tokens without a dependent load after the top-k. Off until timed on the H200
-TOKEN_KEYS = False
+#: tokens without a dependent load after the top-k. H200, fast argmax, same run (session 29 call
+#: c): 0.1-0.4 us faster at 15 of 16 (shape, bits, M) up to M = 32 on 124160 x 5120 and 49152 x 576
+#: (INT4 M = 32 +0.5); call b the same
+TOKEN_KEYS = True
 #: the selection and rerank launches as programmatic dependent launches (sm_90+): each places its
 #: CTAs while the kernel before it drains and waits on ``griddepcontrol.wait`` before reading
 PDL = True
@@ -299,10 +309,12 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
                              **sel_opts)
     # one program per (row, candidate): the whole K row in at most two loads per operand, so the
     # ~10 KB of a 5120-wide bf16 row are in flight at once (the kernel is latency-bound)
-    bkk = min(RERANK_MAX_BKK, _pow2(kk))
-    _rerank_kernel[(m, r)](x, weight, sel, vals, _counter(dev, m), out_v, out_i, r, x.stride(0), weight.stride(0),
-                           K=kk, BKK=bkk, RP=rp, KOUT=k, BIG=weight.shape[0] + 1, num_warps=8 if bkk >= 2048 else 4,
-                           **launch_options(dev, PDL, False, None))
+    rpp = RERANK_ROWS
+    bkk = min(RERANK_MAX_BKK // rpp, _pow2(kk))
+    _rerank_kernel[(m, _cdiv(r, rpp))](x, weight, sel, vals, _counter(dev, m), out_v, out_i, r, x.stride(0),
+                                       weight.stride(0), K=kk, BKK=bkk, RP=rp, KOUT=k, BIG=weight.shape[0] + 1,
+                                       RPP=rpp, num_warps=8 if rpp * bkk >= 2048 else 4,
+                                       **launch_options(dev, PDL, False, None))
     return out_v, out_i
 
 
