@@ -62,15 +62,19 @@ def test_x_int8_reference_is_the_ieee_fp32_definition():
     (2, 208, 8, torch.float16, False, False, 16), (4, 1024, 1, torch.float32, False, False, 16),
     (2, 640, 3, torch.bfloat16, True, False, 16), (2, 208, 5, torch.float32, True, False, 16),
     (2, 640, 3, torch.bfloat16, True, True, 16), (2, 1008, 9, torch.float32, True, True, 2),
-    (4, 576, 2, torch.float16, False, True, 4), (2, 640, 1, torch.bfloat16, False, False, 4)])
-def test_x_int8_tiles_match_the_definition(backend, monkeypatch, bits, k, m, dtype, perm, wide, pairs):
+    (4, 576, 2, torch.float16, False, True, 4), (2, 640, 1, torch.bfloat16, False, False, 4),
+    (2, 5120, 2, torch.bfloat16, True, True, 2)])
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_x_int8_tiles_match_the_definition(backend, monkeypatch, bits, k, m, dtype, perm, wide, pairs, prefetch):
     """The kernel's codes, 64-sums and scales equal the torch definition bit for bit (interpreter
     and GPU), in plane order and in the byte-permute order, in the per-plane and the side-by-side
     (``wide``) tile layouts, with one or several programs a row (``pairs``: the (stage, plane) pairs
-    a program step takes); rows past M and K positions past K are zero."""
+    a program step takes; at K = 5120 and 2 a step, five steps a program), the first step's x loaded
+    before or after the row's amax (``X_PREFETCH``); rows past M and K positions past K are zero."""
     if not backend.is_triton:
         pytest.skip("a Triton kernel: the interpret / cuda tiers run it (the reference tier has nothing to compare)")
     monkeypatch.setattr(x_int8, "X_TILE_PAIRS", pairs)
+    monkeypatch.setattr(x_int8, "X_PREFETCH", prefetch)
     p = 8 // bits
     ell = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=64).packed.shape[1]
     nb = max(8, 1 << (m - 1).bit_length())

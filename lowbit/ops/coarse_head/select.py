@@ -259,8 +259,12 @@ SELECT_WARPS = 8
 #: the rerank program's K chunk at most (a 5120-wide row: two chunks of 4096 at 4096, one masked
 #: chunk of 8192 at 8192)
 RERANK_MAX_BKK = 4096
-#: picks a rerank program rescores (a power of two; its K chunk is ``RERANK_MAX_BKK / RERANK_ROWS``)
+#: picks a rerank program rescores (a power of two; its K chunk is ``RERANK_MAX_BKK`` / picks): 1 up
+#: to M = 32, ``RERANK_ROWS_WIDE`` from M = 33. H200, 124160 x 5120, fast argmax, same run (session
+#: 29 call d, 1 / 2 / 4 picks): M = 1..8 1 fastest (4: +0.7-1.9 us), M = 32 within 0.3 us, M = 64 4
+#: fastest (INT2 153.3 -> 150.7 us, INT4 231.3 -> 228.8: a quarter of the M x R programs)
 RERANK_ROWS = 1
+RERANK_ROWS_WIDE = 4
 #: the bitonic selection's second stage keyed by token (``_select_topk_kernel`` TOKKEY): the picks'
 #: tokens without a dependent load after the top-k. H200, fast argmax, same run (session 29 call
 #: c): 0.1-0.4 us faster at 15 of 16 (shape, bits, M) up to M = 32 on 124160 x 5120 and 49152 x 576
@@ -309,7 +313,7 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
                              **sel_opts)
     # one program per (row, candidate): the whole K row in at most two loads per operand, so the
     # ~10 KB of a 5120-wide bf16 row are in flight at once (the kernel is latency-bound)
-    rpp = RERANK_ROWS
+    rpp = RERANK_ROWS_WIDE if m > 32 else RERANK_ROWS
     bkk = min(RERANK_MAX_BKK // rpp, _pow2(kk))
     _rerank_kernel[(m, _cdiv(r, rpp))](x, weight, sel, vals, _counter(dev, m), out_v, out_i, r, x.stride(0),
                                        weight.stride(0), K=kk, BKK=bkk, RP=rp, KOUT=k, BIG=weight.shape[0] + 1,

@@ -103,21 +103,75 @@ def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int, perm: bool 
     return t.contiguous(), xsum.view(ns * 4, nb)
 
 
+@triton.jit
+def _tile_coords(t0, t, b, m, M, K, L: tl.constexpr, P: tl.constexpr, PERM: tl.constexpr):
+    """(pair indices tt [TB], stages s, planes j, K positions k [TB, 64], load mask) of the
+    (stage, plane) pairs t0 .. t0 + TB - 1 of row m (PERM: the tile of (s, j) gathers the K
+    positions of ``prmt_source``)."""
+    NS: tl.constexpr = L // 64
+    tt = t0 + t  # pair index = s * P + j
+    s = tt // P
+    j = tt % P
+    if PERM:
+        e = b[None, :] % 4
+        vv = j[:, None]
+        k = (vv // 2 + 2 * (e % 2)) * L + 64 * s[:, None] + b[None, :] - e + 2 * (vv % 2) + e // 2
+    else:
+        k = j[:, None] * L + 64 * s[:, None] + b[None, :]  # [TB, 64]
+    ok = (tt[:, None] < NS * P) & (k < K) & (m < M)
+    return tt, s, j, k, ok
+
+
+@triton.jit
+def _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L: tl.constexpr, P: tl.constexpr, NB: tl.constexpr,
+                INTERPRET: tl.constexpr, WIDE: tl.constexpr):
+    """Quantize the loaded x values ``xv`` [TB, 64] of pairs ``tt`` with the row's ``inv`` and store
+    their codes (tile layout; WIDE: side by side) and 64-sums."""
+    NS: tl.constexpr = L // 64
+    if INTERPRET:
+        v = xv * inv
+    else:
+        # mul.rn is never contracted with the add below into an FMA (the PTX rule for an explicit
+        # rounding mode), so the product is rounded to fp32 first, as in the definition; plain
+        # arithmetic was fused on the H200 and rounded some ties differently
+        v = tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [xv, inv + tl.zeros_like(xv)],
+                                      dtype=tl.float32, is_pure=True, pack=1)
+    q = (v + 12582912.0) - 12582912.0  # round half to even (|v| <= 127)
+    q = tl.minimum(tl.maximum(q, -127.0), 127.0)
+    qi = q.to(tl.int32)
+    c = b // 32
+    if WIDE:
+        dst = ((s[:, None] * 2 + c[None, :]) * NB + m) * (32 * P) + j[:, None] * 32 + b[None, :] % 32
+    else:
+        dst = ((tt[:, None] * 2 + c[None, :]) * NB + m) * 32 + b[None, :] % 32
+    tl.store(xq_ptr + dst, qi.to(tl.int8), mask=tt[:, None] < NS * P)
+    tl.store(xs_ptr + (s * 4 + j) * NB + m, tl.sum(qi, axis=1), mask=tt < NS * P)
+
+
 @triton.jit(do_not_specialize=["M", "K"])
 def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constexpr, P: tl.constexpr,
                    NB: tl.constexpr, BLK: tl.constexpr, TB: tl.constexpr, INTERPRET: tl.constexpr,
-                   PERM: tl.constexpr = False, WIDE: tl.constexpr = False, TRIGGER: tl.constexpr = False):
+                   PERM: tl.constexpr = False, WIDE: tl.constexpr = False, TRIGGER: tl.constexpr = False,
+                   PREFETCH: tl.constexpr = False):
     """Program (m < NB, t): row m's scale (every program of the row computes it; program t = 0
     stores it), then its codes and 64-sums of the (stage, plane) pairs t TB .. t TB + TB - 1,
     t + G .., ... (G = the grid's second size; PERM: the tile of (s, j) gathers the K positions of
     ``prmt_source``; WIDE: the side-by-side tile layout; TRIGGER: the next kernel, a programmatic
-    dependent launch, may place its CTAs at once -- it still waits for this one's writes)."""
+    dependent launch, may place its CTAs at once -- it still waits for this one's writes).
+    PREFETCH: the first step's x is loaded before the row's amax (it does not depend on it), so
+    both loads are in flight at once instead of one after the other."""
     if TRIGGER:
         gdc_launch_dependents()
     m = tl.program_id(0)
     part = tl.program_id(1)
     parts = tl.num_programs(1)
     row_ok = m < M
+    t = tl.arange(0, TB)
+    b = tl.arange(0, 64)
+    first = part * TB
+    if PREFETCH:
+        tt, s, j, k, ok = _tile_coords(first, t, b, m, M, K, L, P, PERM)
+        xv = tl.load(x_ptr + m * stride_xm + k, mask=ok, other=0.0).to(tl.float32)
     o = tl.arange(0, BLK)
     amax = tl.zeros([BLK], dtype=tl.float32)
     for k0 in range(0, K, BLK):
@@ -128,38 +182,13 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
     if part == 0:
         tl.store(sx_ptr + m, tl.div_rn(a, tl.full([], 127.0, tl.float32)))
     NS: tl.constexpr = L // 64
-    t = tl.arange(0, TB)
-    b = tl.arange(0, 64)
-    for t0 in range(part * TB, NS * P, parts * TB):
-        tt = t0 + t  # pair index = s * P + j
-        s = tt // P
-        j = tt % P
-        if PERM:
-            e = b[None, :] % 4
-            vv = j[:, None]
-            k = (vv // 2 + 2 * (e % 2)) * L + 64 * s[:, None] + b[None, :] - e + 2 * (vv % 2) + e // 2
-        else:
-            k = j[:, None] * L + 64 * s[:, None] + b[None, :]  # [TB, 64]
-        ok = (tt[:, None] < NS * P) & (k < K) & row_ok
+    if PREFETCH:
+        _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET, WIDE)
+        first += parts * TB
+    for t0 in range(first, NS * P, parts * TB):
+        tt, s, j, k, ok = _tile_coords(t0, t, b, m, M, K, L, P, PERM)
         xv = tl.load(x_ptr + m * stride_xm + k, mask=ok, other=0.0).to(tl.float32)
-        if INTERPRET:
-            v = xv * inv
-        else:
-            # mul.rn is never contracted with the add below into an FMA (the PTX rule for an explicit
-            # rounding mode), so the product is rounded to fp32 first, as in the definition; plain
-            # arithmetic was fused on the H200 and rounded some ties differently
-            v = tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [xv, inv + tl.zeros_like(xv)],
-                                          dtype=tl.float32, is_pure=True, pack=1)
-        q = (v + 12582912.0) - 12582912.0  # round half to even (|v| <= 127)
-        q = tl.minimum(tl.maximum(q, -127.0), 127.0)
-        qi = q.to(tl.int32)
-        c = b // 32
-        if WIDE:
-            dst = ((s[:, None] * 2 + c[None, :]) * NB + m) * (32 * P) + j[:, None] * 32 + b[None, :] % 32
-        else:
-            dst = ((tt[:, None] * 2 + c[None, :]) * NB + m) * 32 + b[None, :] % 32
-        tl.store(xq_ptr + dst, qi.to(tl.int8), mask=tt[:, None] < NS * P)
-        tl.store(xs_ptr + (s * 4 + j) * NB + m, tl.sum(qi, axis=1), mask=tt < NS * P)
+        _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET, WIDE)
 
 
 def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = False, wide: bool = False,
@@ -192,7 +221,7 @@ def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = F
     blk = min(triton.next_power_of_2(k), 8192)  # the row's amax in one load up to K = 8192
     _x_int8_kernel[(nb, parts)](x, xq, xs, sx, m, k, x.stride(0), L=ell, P=planes, NB=nb, BLK=blk, TB=tb,
                                 INTERPRET=interpret_mode(), PERM=perm, WIDE=wide,
-                                TRIGGER=trigger and not interpret_mode(),
+                                TRIGGER=trigger and not interpret_mode(), PREFETCH=X_PREFETCH,
                                 num_warps=8 if blk >= 4096 else 4)
     return xq, xs, sx
 
@@ -201,3 +230,5 @@ def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = F
 X_PARTS = 8
 #: (stage, plane) pairs a program tiles per step
 X_TILE_PAIRS = 16
+#: a program's first step of x loaded before the row's amax (``_x_int8_kernel`` PREFETCH)
+X_PREFETCH = True
