@@ -13,11 +13,13 @@ each, more than the whole INT2 byte floor at M = 1. Here:
   blocks' candidates, each stage one bitonic top-k), ``_select2_kernel`` (the same two stages by
   successive maxima) and ``_select_kernel`` (successive maxima over all C candidates; the path
   when blocks emit no known candidate count). Writes the picked token indices ``sel [M, R]``
-  (-1: no token).
-* ``_rerank_kernel`` (grid ``(M, R / RERANK_ROWS)``): ``RERANK_ROWS`` exact fp32 dots ``x[m] .
-  W[sel[m, r]]`` per program (``vals [M, R]``); the last program of each row (an atomic counter, reset by that program so
-  the buffer is reusable and CUDA-graph replay works) picks the best ``k`` values, ties to the
-  lower token index, and writes ``out_v [M, k]``, ``out_i [M, k]``.
+  (-1: no token). The bitonic form's second stage may key the candidates by token instead of
+  position (``TOKEN_KEYS``): the same picks, since equal keys have tokens in position order.
+* ``_rerank_kernel`` (grid ``(M, R / picks)``): a program's exact fp32 dots ``x[m] . W[sel[m,
+  r]]`` of ``RERANK_ROWS`` picks (``RERANK_ROWS_WIDE`` from M = 33) into ``vals [M, R]``; the
+  last program of each row (an atomic counter, reset by that program so the buffer is reusable
+  and CUDA-graph replay works) picks the best ``k`` values, ties to the lower token index, and
+  writes ``out_v [M, k]``, ``out_i [M, k]``.
 
 Exact values are fp32-accumulated dot products of the stored x and weight rows (the same
 definition as :func:`lowbit.ops.gathered_dot`; the summation order may differ, so the last bit
@@ -266,9 +268,9 @@ RERANK_MAX_BKK = 4096
 RERANK_ROWS = 1
 RERANK_ROWS_WIDE = 4
 #: the bitonic selection's second stage keyed by token (``_select_topk_kernel`` TOKKEY): the picks'
-#: tokens without a dependent load after the top-k. H200, fast argmax, same run (session 29 call
-#: c): 0.1-0.4 us faster at 15 of 16 (shape, bits, M) up to M = 32 on 124160 x 5120 and 49152 x 576
-#: (INT4 M = 32 +0.5); call b the same
+#: tokens without a dependent load after the top-k. H200, fast argmax, same run (session 29 calls
+#: b / c / d): 0.1-0.5 us faster at most (shape, bits, M) up to M = 16 on 124160 x 5120 and
+#: 49152 x 576; at M = 32 / 64 -0.9..+0.7 us, the noise there
 TOKEN_KEYS = True
 #: the selection and rerank launches as programmatic dependent launches (sm_90+): each places its
 #: CTAs while the kernel before it drains and waits on ``griddepcontrol.wait`` before reading
@@ -304,15 +306,17 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
     if staged and SELECT == "bitonic":
         rp2 = max(2, rp)  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
         _select_topk_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=max(rp2, _pow2(c // kcand)),
-                                  RP=rp2, KCP=_pow2(kcand), TOKKEY=TOKEN_KEYS and weight.shape[0] < 2**31, num_warps=SELECT_WARPS, **sel_opts)
+                                  RP=rp2, KCP=_pow2(kcand), TOKKEY=TOKEN_KEYS and weight.shape[0] < 2**31,
+                                  num_warps=SELECT_WARPS, **sel_opts)
     elif staged and SELECT == "two_stage":
         _select2_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=_pow2(c // kcand),
                               RP=rp, KCP=_pow2(kcand), num_warps=4, **sel_opts)
     else:
         _select_kernel[(m,)](cand_key, cand_idx, sel, c, r, CP=cp, RP=rp, num_warps=8 if cp >= 4096 else 4,
                              **sel_opts)
-    # one program per (row, candidate): the whole K row in at most two loads per operand, so the
-    # ~10 KB of a 5120-wide bf16 row are in flight at once (the kernel is latency-bound)
+    # one program per (row, pick) up to M = 32: the whole K row in at most two loads per operand,
+    # so the ~10 KB of a 5120-wide bf16 row are in flight at once (the kernel is latency-bound);
+    # beyond, RERANK_ROWS_WIDE picks a program (fewer programs; the same bytes in flight)
     rpp = RERANK_ROWS_WIDE if m > 32 else RERANK_ROWS
     bkk = min(RERANK_MAX_BKK // rpp, _pow2(kk))
     _rerank_kernel[(m, _cdiv(r, rpp))](x, weight, sel, vals, _counter(dev, m), out_v, out_i, r, x.stride(0),
