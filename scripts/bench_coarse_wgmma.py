@@ -55,7 +55,8 @@ def _paths():
     ``gluon_wgmma.LATE_TRIGGER_MIN_NB``), 1 / 2 / 4 picks a rerank program at every M ("rerank 1
     row" / "rerank 2 rows" / "rerank 4 rows", ``select.RERANK_ROWS`` / ``RERANK_ROWS_WIDE``), the
     x preparation's loads one after the other ("x prep serial", ``x_int8.X_PREFETCH`` off), the x
-    preparation as a plain launch ("x prep plain launch", ``x_int8.X_PDL`` off) and none
+    preparation as a plain / programmatic dependent launch ("x prep plain launch" / "x prep pdl",
+    ``x_int8.X_PDL``) and none
     ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -87,7 +88,7 @@ def _paths():
             ("rerank 2 rows", {"RERANK_ROWS": 2, "RERANK_ROWS_WIDE": 2}),
             ("rerank 4 rows", {"RERANK_ROWS": 4, "RERANK_ROWS_WIDE": 4}),
             ("rerank 1 row", {"RERANK_ROWS": 1, "RERANK_ROWS_WIDE": 1}), ("x prep serial", {"X_PREFETCH": False}),
-            ("x prep plain launch", {"X_PDL": False}),
+            ("x prep plain launch", {"X_PDL": False}), ("x prep pdl", {"X_PDL": True}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
             ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),
