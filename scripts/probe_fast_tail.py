@@ -32,33 +32,23 @@ from head_bench import RecordLog, random_head  # noqa: E402
 
 def _launches(cand_key, cand_idx, x, weight, r: int, kcand: int):
     """(select(), rerank()) closures launching the fast path's two kernels as ``fast_select_rerank``
-    does (bitonic selection, then the rerank of its picks for k = 1) on fixed buffers."""
+    does (``select.launch_select`` / ``launch_rerank``, k = 1) on fixed buffers."""
     import torch
 
-    from lowbit.ops._triton_pdl import launch_options
     from lowbit.ops.coarse_head import select as sel
 
-    m, c = cand_key.shape
+    m = cand_key.shape[0]
     dev = x.device
-    rp = sel._pow2(r)
-    rp2 = max(2, rp)
     picks = torch.empty(m, r, dtype=torch.int64, device=dev)
     vals = torch.empty(m, r, dtype=torch.float32, device=dev)
     out_v = torch.empty(m, 1, dtype=torch.float32, device=dev)
     out_i = torch.empty(m, 1, dtype=torch.int64, device=dev)
-    kk = x.shape[1]
-    bkk = min(4096, sel._pow2(kk))
-    counter = sel._counter(dev, m)
 
     def select():
-        sel._select_topk_kernel[(m,)](cand_key, cand_idx, picks, c, r, KC=kcand, CP=sel._pow2(c),
-                                      NBP=max(rp2, sel._pow2(c // kcand)), RP=rp2, KCP=sel._pow2(kcand),
-                                      num_warps=sel.SELECT_WARPS, **launch_options(dev, sel.PDL, True, None))
+        sel.launch_select(cand_key, cand_idx, picks, kcand, weight.shape[0])
 
     def rerank():
-        sel._rerank_kernel[(m, r)](x, weight, picks, vals, counter, out_v, out_i, r, x.stride(0), weight.stride(0),
-                                   K=kk, BKK=bkk, RP=rp, KOUT=1, BIG=weight.shape[0] + 1,
-                                   num_warps=8 if bkk >= 2048 else 4, **launch_options(dev, sel.PDL, False, None))
+        sel.launch_rerank(x, weight, picks, vals, out_v, out_i)
 
     return select, rerank
 

@@ -65,21 +65,25 @@ def _pdl_prologue(PDL: tl.constexpr, TRIGGER: tl.constexpr):
 
 
 @triton.jit
+def _key_bits(key):
+    """int64 order-preserving bits of an fp32 key in the high word (negatives: the magnitude bits
+    flipped), so a larger key packs larger whatever the low word holds."""
+    bits = key.to(tl.int32, bitcast=True)
+    ordk = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    return ordk.to(tl.int64) << 32
+
+
+@triton.jit
 def _pack_key(key, pos, CP: tl.constexpr):
     """int64 (order-preserving key bits << 32) | (CP - 1 - pos): larger key first, then lower pos."""
-    bits = key.to(tl.int32, bitcast=True)
-    # order-preserving int32 of an fp32 (negatives: flip the magnitude bits)
-    ordk = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    return (ordk.to(tl.int64) << 32) | (CP - 1 - pos).to(tl.int64)
+    return _key_bits(key) | (CP - 1 - pos).to(tl.int64)
 
 
 @triton.jit
 def _pack_key_token(key, tok):
     """int64 (order-preserving key bits << 32) | (2^31 - 1 - tok): larger key first, then the lower
     token (int64, < 2^31)."""
-    bits = key.to(tl.int32, bitcast=True)
-    ordk = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-    return (ordk.to(tl.int64) << 32) | (0x7FFFFFFF - tok)
+    return _key_bits(key) | (0x7FFFFFFF - tok)
 
 
 @triton.jit
@@ -289,7 +293,6 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
     Requires ``k <= min(r, C)``; the caller validates shapes. Nothing is mutated."""
     m, c = cand_key.shape
     r = min(r, c)
-    kk = x.shape[1]
     if x.stride(1) != 1:
         x = x.contiguous()
     if weight.stride(1) != 1:
@@ -299,14 +302,25 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
     vals = torch.empty(m, r, dtype=torch.float32, device=dev)
     out_v = torch.empty(m, k, dtype=torch.float32, device=dev)
     out_i = torch.empty(m, k, dtype=torch.int64, device=dev)
+    launch_select(cand_key, cand_idx, sel, kcand, weight.shape[0])
+    launch_rerank(x, weight, sel, vals, out_v, out_i)
+    return out_v, out_i
+
+
+def launch_select(cand_key: torch.Tensor, cand_idx: torch.Tensor, sel: torch.Tensor, kcand: int, n: int) -> None:
+    """The selection launch of :func:`fast_select_rerank`: the picked tokens of each row into
+    ``sel`` int64 [M, R] (R <= C) from the candidates ``cand_key`` / ``cand_idx`` [M, C] of a head
+    of ``n`` rows."""
+    m, c = cand_key.shape
+    r = sel.shape[1]
     cp = _pow2(c)
     rp = _pow2(r)
     staged = kcand > 0 and c % kcand == 0 and rp * _pow2(kcand) <= 4096
-    sel_opts = launch_options(dev, PDL, SELECT_TRIGGER, None)  # the rerank launch may place its CTAs early
+    sel_opts = launch_options(sel.device, PDL, SELECT_TRIGGER, None)  # the rerank launch may place its CTAs early
     if staged and SELECT == "bitonic":
         rp2 = max(2, rp)  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
         _select_topk_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=max(rp2, _pow2(c // kcand)),
-                                  RP=rp2, KCP=_pow2(kcand), TOKKEY=TOKEN_KEYS and weight.shape[0] < 2**31,
+                                  RP=rp2, KCP=_pow2(kcand), TOKKEY=TOKEN_KEYS and n < 2**31,
                                   num_warps=SELECT_WARPS, **sel_opts)
     elif staged and SELECT == "two_stage":
         _select2_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=_pow2(c // kcand),
@@ -314,16 +328,24 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
     else:
         _select_kernel[(m,)](cand_key, cand_idx, sel, c, r, CP=cp, RP=rp, num_warps=8 if cp >= 4096 else 4,
                              **sel_opts)
+
+
+def launch_rerank(x: torch.Tensor, weight: torch.Tensor, sel: torch.Tensor, vals: torch.Tensor,
+                  out_v: torch.Tensor, out_i: torch.Tensor) -> None:
+    """The rerank launch of :func:`fast_select_rerank`: the exact values of the picks ``sel``
+    [M, R] into ``vals`` fp32 [M, R], the best ``k`` of each row into ``out_v`` / ``out_i`` [M, k]
+    (``x`` and ``weight`` with unit stride along K)."""
+    m, r = sel.shape
+    kk = x.shape[1]
     # one program per (row, pick) up to M = 32: the whole K row in at most two loads per operand,
     # so the ~10 KB of a 5120-wide bf16 row are in flight at once (the kernel is latency-bound);
     # beyond, RERANK_ROWS_WIDE picks a program (fewer programs; the same bytes in flight)
     rpp = RERANK_ROWS_WIDE if m > 32 else RERANK_ROWS
     bkk = min(RERANK_MAX_BKK // rpp, _pow2(kk))
-    _rerank_kernel[(m, _cdiv(r, rpp))](x, weight, sel, vals, _counter(dev, m), out_v, out_i, r, x.stride(0),
-                                       weight.stride(0), K=kk, BKK=bkk, RP=rp, KOUT=k, BIG=weight.shape[0] + 1,
-                                       RPP=rpp, num_warps=8 if rpp * bkk >= 2048 else 4,
-                                       **launch_options(dev, PDL, False, None))
-    return out_v, out_i
+    _rerank_kernel[(m, _cdiv(r, rpp))](x, weight, sel, vals, _counter(x.device, m), out_v, out_i, r, x.stride(0),
+                                       weight.stride(0), K=kk, BKK=bkk, RP=_pow2(r), KOUT=out_v.shape[1],
+                                       BIG=weight.shape[0] + 1, RPP=rpp, num_warps=8 if rpp * bkk >= 2048 else 4,
+                                       **launch_options(x.device, PDL, False, None))
 
 
-__all__ = ["fast_select_rerank"]
+__all__ = ["fast_select_rerank", "launch_rerank", "launch_select"]

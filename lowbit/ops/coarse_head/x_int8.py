@@ -39,7 +39,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from lowbit._backend import capability_at_least, interpret_mode
+from lowbit._backend import interpret_mode
+from lowbit.ops._triton_pdl import launch_options
 
 _ROUND = 12582912.0  # 1.5 * 2^23: (v + R) - R rounds |v| < 2^22 to the nearest integer, ties to even
 
@@ -104,10 +105,10 @@ def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int, perm: bool 
 
 
 @triton.jit
-def _tile_coords(t0, t, b, m, M, K, L: tl.constexpr, P: tl.constexpr, PERM: tl.constexpr):
-    """(pair indices tt [TB], stages s, planes j, K positions k [TB, 64], load mask) of the
-    (stage, plane) pairs t0 .. t0 + TB - 1 of row m (PERM: the tile of (s, j) gathers the K
-    positions of ``prmt_source``)."""
+def _load_tile(x_ptr, stride_xm, t0, t, b, m, M, K, L: tl.constexpr, P: tl.constexpr, PERM: tl.constexpr):
+    """(pair indices tt [TB], stages s, planes j, x values fp32 [TB, 64]) of the (stage, plane)
+    pairs t0 .. t0 + TB - 1 of row m, 0 past K and for rows m >= M (PERM: the tile of (s, j)
+    gathers the K positions of ``prmt_source``)."""
     NS: tl.constexpr = L // 64
     tt = t0 + t  # pair index = s * P + j
     s = tt // P
@@ -119,7 +120,7 @@ def _tile_coords(t0, t, b, m, M, K, L: tl.constexpr, P: tl.constexpr, PERM: tl.c
     else:
         k = j[:, None] * L + 64 * s[:, None] + b[None, :]  # [TB, 64]
     ok = (tt[:, None] < NS * P) & (k < K) & (m < M)
-    return tt, s, j, k, ok
+    return tt, s, j, tl.load(x_ptr + m * stride_xm + k, mask=ok, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -174,8 +175,7 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
     b = tl.arange(0, 64)
     first = part * TB
     if PREFETCH:
-        tt, s, j, k, ok = _tile_coords(first, t, b, m, M, K, L, P, PERM)
-        xv = tl.load(x_ptr + m * stride_xm + k, mask=ok, other=0.0).to(tl.float32)
+        tt, s, j, xv = _load_tile(x_ptr, stride_xm, first, t, b, m, M, K, L, P, PERM)
     o = tl.arange(0, BLK)
     amax = tl.zeros([BLK], dtype=tl.float32)
     for k0 in range(0, K, BLK):
@@ -190,8 +190,7 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
         _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET, WIDE)
         first += parts * TB
     for t0 in range(first, NS * P, parts * TB):
-        tt, s, j, k, ok = _tile_coords(t0, t, b, m, M, K, L, P, PERM)
-        xv = tl.load(x_ptr + m * stride_xm + k, mask=ok, other=0.0).to(tl.float32)
+        tt, s, j, xv = _load_tile(x_ptr, stride_xm, t0, t, b, m, M, K, L, P, PERM)
         _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET, WIDE)
 
 
@@ -224,13 +223,12 @@ def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = F
     parts = max(1, min(X_PARTS, -(-ns * planes // tb)))
     blk = min(triton.next_power_of_2(k), 8192)  # the row's amax in one load up to K = 8192
     trigger = trigger and not interpret_mode()
-    # with the trigger (a PDL chain follows), the launch itself programmatic: its CTAs are placed
-    # while the kernel before it drains
-    pdl = trigger and X_PDL and capability_at_least(x.device, (9, 0))
+    # with the trigger (a PDL chain follows) and X_PDL, the launch itself programmatic: its CTAs
+    # are placed while the kernel before it drains (the shared options; TRIGGER stands without it)
+    opts = {"TRIGGER": trigger, **launch_options(x.device, trigger and X_PDL, trigger, None)}
     _x_int8_kernel[(nb, parts)](x, xq, xs, sx, m, k, x.stride(0), L=ell, P=planes, NB=nb, BLK=blk, TB=tb,
-                                INTERPRET=interpret_mode(), PERM=perm, WIDE=wide, TRIGGER=trigger,
-                                PREFETCH=X_PREFETCH, PDL=pdl, num_warps=8 if blk >= 4096 else 4,
-                                **({"launch_pdl": True} if pdl else {}))
+                                INTERPRET=interpret_mode(), PERM=perm, WIDE=wide, PREFETCH=X_PREFETCH,
+                                num_warps=8 if blk >= 4096 else 4, **opts)
     return xq, xs, sx
 
 
