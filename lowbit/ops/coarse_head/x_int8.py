@@ -243,6 +243,6 @@ X_PREFETCH = True
 #: (``x_int8_tiles`` with ``trigger``): its CTAs are placed while the kernel before it drains. H200,
 #: same run (session 29 call g, against the plain launch): the coarse pass alone 0.3-0.9 us faster
 #: (INT4 M = 64 2.6), fast argmax faster at 11 of 16 (shape, bits, M) by up to 0.9 us, slower at
-#: three by up to 0.3 (SmolLM2's head 0.2-0.4 faster at every M). Off until the
-#: whole cuda tier has run with it: that call's tests were cut by their timeout at ~75% (no failure)
-X_PDL = False
+#: three by up to 0.3 (SmolLM2's head 0.2-0.4 faster at every M). On since session 30 (the whole
+#: cuda tier with it: call a)
+X_PDL = True
