@@ -177,28 +177,22 @@ def test_gemv_path_matches_dot_path(backend, kind):
     torch.testing.assert_close(k1 - b1, k2 - b2, rtol=1e-4, atol=1e-4)  # the coarse logits
 
 
-@pytest.mark.parametrize("token_keys,rerank_rows,prefetch", [(False, 1, 0), (True, 1, 0), (True, 4, 0), (True, 1, 1),
-                                                               (True, 1, 2)])
+@pytest.mark.parametrize("token_keys,rerank_rows", [(False, 1), (True, 1), (True, 4)])
 @pytest.mark.parametrize("k", [1, 3])
-def test_fused_select_matches_torch_path(backend, monkeypatch, k, token_keys, rerank_rows, prefetch):
+def test_fused_select_matches_torch_path(backend, monkeypatch, k, token_keys, rerank_rows):
     """Fused fast select + rerank (select.py) against select_fast + gathered_dot + topk_lowest:
     same indices, same exact values; fillers (the partial last block emits -inf keys), a row with
     tied coarse keys and tied exact values (duplicated weight rows) included; the selection's
     second stage keyed by position and by token (``TOKEN_KEYS``); one pick a rerank program and
-    four (``RERANK_ROWS``: R = 7, so the last program holds three); the selection prefetching the
-    picks' / the selected blocks' weight rows into L2 (``SELECT_PREFETCH``: a hint that must change
-    nothing; the filler picks -1 and the bf16 rows of 192 bytes exercise its masks)."""
+    four (``RERANK_ROWS``: R = 7, so the last program holds three)."""
     if not backend.is_triton:
         pytest.skip("the fused selection kernels exist on the Triton tiers only")
-    if prefetch and backend.name != "cuda":
-        pytest.skip("the L2 prefetch is inline sm_90 PTX, which the interpreter cannot run (off there)")
     from lowbit.ops.coarse_head import fast_select_rerank, select_fast, topk_lowest
     from lowbit.ops.coarse_head import select as sel_mod
     from lowbit.ops.gathered import gathered_dot
 
     monkeypatch.setattr(sel_mod, "TOKEN_KEYS", token_keys)
     monkeypatch.setattr(sel_mod, "RERANK_ROWS", rerank_rows)
-    monkeypatch.setattr(sel_mod, "SELECT_PREFETCH", prefetch)
 
     n, kdim, block, kcand, r = 300, 96, 64, 3, 7  # 5 blocks; the last holds 44 tokens
     w = torch.randn(n, kdim) * 0.02

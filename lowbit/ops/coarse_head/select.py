@@ -33,7 +33,6 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from lowbit._backend import capability_at_least, interpret_mode
 from lowbit.ops._triton_pdl import launch_options
 from lowbit.ops.coarse_head._state import device_state
 
@@ -85,20 +84,6 @@ def _pack_key_token(key, tok):
     """int64 (order-preserving key bits << 32) | (2^31 - 1 - tok): larger key first, then the lower
     token (int64, < 2^31)."""
     return _key_bits(key) | (0x7FFFFFFF - tok)
-
-
-@triton.jit
-def _prefetch_rows(w_ptr, tok, stride_wn, ROW_BYTES: tl.constexpr):
-    """Ask L2 for the weight rows ``tok`` (int64, any shape; < 0: none) with one bulk prefetch each
-    (``cp.async.bulk.prefetch.L2``, sm_90: fire and forget, 16-byte aligned, whole 16-byte units),
-    so the rerank launch that reads them next finds them in L2 instead of HBM."""
-    ok = tok >= 0
-    addr = (w_ptr + tl.where(ok, tok, 0) * stride_wn).to(tl.int64, bitcast=True)
-    lo = addr & ~15
-    size = tl.where(ok, ((addr + ROW_BYTES + 15) & ~15) - lo, 0).to(tl.int32)
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.u32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-        "=r,l,r", [lo, size], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -169,8 +154,7 @@ def _select2_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.cons
 @triton.jit
 def _select_topk_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.constexpr, NBP: tl.constexpr,
                         RP: tl.constexpr, KCP: tl.constexpr, PDL: tl.constexpr = False,
-                        TRIGGER: tl.constexpr = False, TOKKEY: tl.constexpr = False, w_ptr=None, stride_wn=0,
-                        PREFETCH: tl.constexpr = 0, ROW_BYTES: tl.constexpr = 0):
+                        TRIGGER: tl.constexpr = False, TOKKEY: tl.constexpr = False):
     """:func:`_select2_kernel`'s two stages (same result, same order), each a bitonic top-RP
     (``tl.topk``: log2 steps of compare-exchange over the whole tile at once) instead of R
     successive block-wide maxima: every maximum is a reduction across the program's warps, and
@@ -182,11 +166,7 @@ def _select_topk_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.
     (2^31 - 1 - token)``, the tokens loaded with the keys), so the picks' tokens come out of the
     top-k itself instead of a dependent load after it. The same picks in the same order wherever
     equal keys have tokens in position order -- as every coarse pass emits them (blocks in token
-    order, a block's equal keys lower index first); fillers (-inf keys) are -1 either way.
-
-    PREFETCH (TOKKEY only; ``w_ptr`` / ``stride_wn`` the dense weight, ``ROW_BYTES`` a row's bytes):
-    1 -- the picks' weight rows are prefetched into L2 before ``sel`` is stored; 2 -- all candidates
-    of the R selected blocks as soon as their tokens arrive (before stage 2's top-k)."""
+    order, a block's equal keys lower index first); fillers (-inf keys) are -1 either way."""
     _pdl_prologue(PDL, TRIGGER)
     m = tl.program_id(0).to(tl.int64)
     NB = C // KC
@@ -203,16 +183,11 @@ def _select_topk_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.
     key2 = tl.load(ck_ptr + m * C + pos2, mask=m2, other=float("-inf"))
     if TOKKEY:
         tok2 = tl.load(ci_ptr + m * C + pos2, mask=m2, other=0)
-        if PREFETCH == 2:
-            _prefetch_rows(w_ptr, tl.where(m2 & (key2 > float("-inf")), tok2, -1), stride_wn, ROW_BYTES)
         pk = tl.reshape(tl.where(m2, _pack_key_token(key2, tok2), _INT64_MIN), [RP * KCP])
         best2 = tl.topk(pk, RP)
         ordk = best2 >> 32  # the key's order-preserving bits: a real key is > -inf and not NaN
         real = (ordk > _ORD_NEG_INF) & (ordk <= _ORD_POS_INF)
-        picks = tl.where(real & (o_r < R), 0x7FFFFFFF - (best2 & 0xFFFFFFFF), -1)
-        if PREFETCH == 1:
-            _prefetch_rows(w_ptr, picks, stride_wn, ROW_BYTES)
-        tl.store(sel_ptr + m * R + o_r, picks, mask=o_r < R)
+        tl.store(sel_ptr + m * R + o_r, tl.where(real, 0x7FFFFFFF - (best2 & 0xFFFFFFFF), -1), mask=o_r < R)
     else:
         pk = tl.reshape(tl.where(m2, _pack_key(key2, pos2, CP), _INT64_MIN), [RP * KCP])
         best2 = tl.topk(pk, RP)
@@ -301,10 +276,6 @@ RERANK_ROWS_WIDE = 4
 #: b / c / d): 0.1-0.5 us faster at most (shape, bits, M) up to M = 16 on 124160 x 5120 and
 #: 49152 x 576; at M = 32 / 64 -0.9..+0.7 us, the noise there
 TOKEN_KEYS = True
-#: the selection asks L2 for the weight rows the rerank reads next (``_select_topk_kernel``
-#: PREFETCH, token keys only): 0 -- no; 1 -- the R picks, before ``sel`` is stored; 2 -- every
-#: candidate of the R selected blocks (R * kcand rows), as soon as their tokens arrive
-SELECT_PREFETCH = 0
 #: the selection and rerank launches as programmatic dependent launches (sm_90+): each places its
 #: CTAs while the kernel before it drains and waits on ``griddepcontrol.wait`` before reading
 PDL = True
@@ -331,17 +302,15 @@ def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.
     vals = torch.empty(m, r, dtype=torch.float32, device=dev)
     out_v = torch.empty(m, k, dtype=torch.float32, device=dev)
     out_i = torch.empty(m, k, dtype=torch.int64, device=dev)
-    launch_select(cand_key, cand_idx, sel, kcand, weight.shape[0], weight)
+    launch_select(cand_key, cand_idx, sel, kcand, weight.shape[0])
     launch_rerank(x, weight, sel, vals, out_v, out_i)
     return out_v, out_i
 
 
-def launch_select(cand_key: torch.Tensor, cand_idx: torch.Tensor, sel: torch.Tensor, kcand: int, n: int,
-                  weight: torch.Tensor | None = None) -> None:
+def launch_select(cand_key: torch.Tensor, cand_idx: torch.Tensor, sel: torch.Tensor, kcand: int, n: int) -> None:
     """The selection launch of :func:`fast_select_rerank`: the picked tokens of each row into
     ``sel`` int64 [M, R] (R <= C) from the candidates ``cand_key`` / ``cand_idx`` [M, C] of a head
-    of ``n`` rows. ``weight``: the dense rows the rerank reads next (unit stride along K), for
-    ``SELECT_PREFETCH``."""
+    of ``n`` rows."""
     m, c = cand_key.shape
     r = sel.shape[1]
     cp = _pow2(c)
@@ -350,15 +319,9 @@ def launch_select(cand_key: torch.Tensor, cand_idx: torch.Tensor, sel: torch.Ten
     sel_opts = launch_options(sel.device, PDL, SELECT_TRIGGER, None)  # the rerank launch may place its CTAs early
     if staged and SELECT == "bitonic":
         rp2 = max(2, rp)  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
-        tokkey = TOKEN_KEYS and n < 2**31
-        pf = {}
-        if (tokkey and SELECT_PREFETCH and weight is not None and not interpret_mode()
-                and capability_at_least(sel.device, (9, 0))):  # inline sm_90 PTX: not under the interpreter
-            pf = {"w_ptr": weight, "stride_wn": weight.stride(0), "PREFETCH": SELECT_PREFETCH,
-                  "ROW_BYTES": weight.shape[1] * weight.element_size()}
         _select_topk_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=max(rp2, _pow2(c // kcand)),
-                                  RP=rp2, KCP=_pow2(kcand), TOKKEY=tokkey, num_warps=SELECT_WARPS, **pf,
-                                  **sel_opts)
+                                  RP=rp2, KCP=_pow2(kcand), TOKKEY=TOKEN_KEYS and n < 2**31,
+                                  num_warps=SELECT_WARPS, **sel_opts)
     elif staged and SELECT == "two_stage":
         _select2_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=_pow2(c // kcand),
                               RP=rp, KCP=_pow2(kcand), num_warps=4, **sel_opts)
