@@ -82,7 +82,7 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
 
 
 def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, span=1, sorted_emit=None,
-                 n=124160, k=5120):
+                 n=124160, k=5120, parts=1):
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -120,8 +120,11 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
         # resident: "*r")
         constexprs = dict(NB=nb, P=p, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w,
                           PRODUCER_REGS=g.PRODUCER_REGS, XW=wide, CH=ch, PDL=True, TABLE=whole_row, BITS=bits,
-                          XRES=xres, SUB=span, SORTED=sorted_emit)
-        return compile_gluon_sm90(g._coarse_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS", "GRID"},
+                          XRES=xres, SUB=span, SORTED=sorted_emit, LATE=nb >= g.LATE_TRIGGER_MIN_NB, PARTS=parts)
+        # the split tail (gluon_wgmma.SPLIT_TAIL): partial sums and tickets (unread with parts = 1)
+        args.update(part_ptr=torch.empty(1, dtype=torch.int32 if whole_row else torch.float32),
+                    tick_ptr=torch.empty(1, dtype=torch.int32), FULL=nblk - 46 if parts > 1 else nblk)
+        return compile_gluon_sm90(g._coarse_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS", "GRID", "FULL"},
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
                       MAGIC=magic, CH=ch, TABLE=whole_row, XW=wide, SUB=span, SORTED=sorted_emit)

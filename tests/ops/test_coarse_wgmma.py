@@ -582,6 +582,45 @@ def test_cuda_coarse_wgmma_epilogue_forms(poison_empty, monkeypatch, bits, group
     assert torch.equal(ck, cands.cand_key) and torch.equal(ci, cands.cand_idx)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("parts,unit", [(2, 1), (3, 1), (4, 1), (3, 2)])
+@pytest.mark.parametrize("table", [False, True])
+@pytest.mark.parametrize("n,m", [(140 * 128 - 37, 1), (140 * 128 - 37, 13), (20 * 128, 5)])
+def test_cuda_coarse_wgmma_split_tail(poison_empty, table, n, m, parts, unit):
+    """The last row blocks split in ``parts`` shares of their stages (``split``, ``SPLIT_TAIL``) give
+    the candidates and logits of the unsplit launch: the whole-row variant's int32 sums exactly, the
+    per-group fp32 sums to rounding (the shares are added in share order, so a second call is
+    bit-identical). 140 blocks on 132 SMs: 132 whole and 8 split (with unit 2: all 140 split);
+    20 blocks: all split; the tickets are left at zero for the next call."""
+    from lowbit.ops.coarse_head import gluon_wgmma as g0
+
+    g = _kernel_or_skip()
+    bits, group, k, kcand = 2 if table else 4, 64, 2048, 8
+    w = torch.randn(n, k) * 0.05
+    f = INTx.quantize(w, bits=bits, group_size=group)
+    x = _x(m, k, seed=3, dtype=torch.bfloat16).cuda()
+    if table:
+        words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
+        r = r.cuda()
+    else:
+        words, r = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1]), None
+    args = (x, f.packed.cuda(), words.cuda())
+    kw = dict(n=n, bits=bits, block=128, kcand=kcand, write_logits=True, table_r=r, ws=True, span=1, persist=False)
+    base = [t.cpu() for t in g.coarse_wgmma(*args, **kw, split=(0, 1))]
+    split = [t.cpu() for t in g.coarse_wgmma(*args, **kw, split=(parts, unit))]
+    again = [t.cpu() for t in g.coarse_wgmma(*args, **kw, split=(parts, unit))]
+    ck, ci, lg = split[0], split[2], split[5]
+    assert not torch.isnan(lg).any() and not torch.isnan(ck).any()
+    if table:
+        assert torch.equal(lg, base[5]) and torch.equal(ck, base[0]) and torch.equal(ci, base[2])
+    else:
+        torch.testing.assert_close(lg, base[5], rtol=1e-5, atol=1e-5)
+        cands = ref.block_candidates_reference(lg, None, block=128, kcand=kcand, write_logits=False)
+        assert torch.equal(ck, cands.cand_key) and torch.equal(ci, cands.cand_idx)
+    assert all(torch.equal(a, b) for a, b in zip(split, again) if a.numel())
+    assert not g0._TICKETS[x.device].any()
+
+
 def test_coarse_wgmma_span_validated():
     """A span other than 1 or 2, or per-group words of the wrong shape / dtype, is a ValueError
     before any launch (on any device)."""

@@ -225,8 +225,8 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0,
                      STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, CH: gl.constexpr, pred,
-                     TABLE: gl.constexpr = False, XW: gl.constexpr = False, NOX: gl.constexpr = False):
-        """TMA of stage i (CH 64-byte chunks) into ring slot i % STAGES: codes [R, 64 CH]; per
+                     TABLE: gl.constexpr = False, XW: gl.constexpr = False, NOX: gl.constexpr = False, K0=0):
+        """TMA of stage K0 + i (CH 64-byte chunks) into ring slot i % STAGES: codes [R, 64 CH]; per
         chunk the words [P, R] (TABLE: the group codes [2, R]), the x tiles of the P planes [2 NB,
         32] each -- XW: the two halves' side-by-side tiles [NB, 32 P] (``x_int8`` ``wide``) -- and
         (not with TABLE, which needs none) the x sums [4, NB]. NOX: no x tiles or sums (they are
@@ -238,9 +238,9 @@ if _GLUON_IMPORT_ERROR is None:
         XSB: gl.constexpr = 0 if (TABLE or NOX) else xs_desc.block_type.nbytes
         nbytes: gl.constexpr = w_desc.block_type.nbytes + CH * (sz_desc.block_type.nbytes + XN * XB + XSB)
         mbarrier.expect(bar, nbytes, pred=pred)
-        tma.async_copy_global_to_shared(w_desc, [row0, i * (64 * CH)], bar, w_bufs.index(slot), pred)
+        tma.async_copy_global_to_shared(w_desc, [row0, (K0 + i) * (64 * CH)], bar, w_bufs.index(slot), pred)
         for ch in gl.static_range(CH):
-            c = i * CH + ch  # global 64-byte chunk
+            c = (K0 + i) * CH + ch  # global 64-byte chunk
             if TABLE:  # stage-major group codes (``wgmma_table``): rows 2 c, 2 c + 1 of the block's tokens
                 tma.async_copy_global_to_shared(sz_desc, [2 * c, row0], bar, sz_bufs.index(slot * CH + ch), pred)
             else:
@@ -635,12 +635,25 @@ if _GLUON_IMPORT_ERROR is None:
 
     # ---------------------------------------------------- warp-specialized (whole-row and per group)
     @gluon.jit
+    def _split_range(pid, FULL, NS, PARTS: gl.constexpr):
+        """(row block, first stage, end stage) of program ``pid`` when the programs from FULL on run
+        the blocks from FULL on in PARTS shares of their NS stages each (share q: stages
+        ``q NS / PARTS .. (q + 1) NS / PARTS``); programs below FULL run block ``pid`` whole."""
+        tail = (pid >= FULL).to(gl.int32)
+        j = (pid - FULL) * tail
+        q = j % PARTS
+        blk = pid + tail * (FULL + j // PARTS - pid)
+        s0 = tail * (q * NS // PARTS)
+        s1 = NS + tail * ((q + 1) * NS // PARTS - NS)
+        return blk, s0, s1
+
+    @gluon.jit
     def _ws_consumer(w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M,
                      N, NBLK, NS, GRID, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                      KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr, TABLE: gl.constexpr,
                      XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False, xbar=None,
                      XRES: gl.constexpr = 0, SUB: gl.constexpr = 1, SORTED: gl.constexpr = False,
-                     LATE: gl.constexpr = False):
+                     LATE: gl.constexpr = False, part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1):
         """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage (CH
         64-byte chunks), wait for its TMA, run the stage (TABLE: the whole-row decode and wgmma
         chain into an int32 sum; else the per-group planes, ``_stage_sum``, into fp32), hand the
@@ -654,6 +667,12 @@ if _GLUON_IMPORT_ERROR is None:
         tiles loaded once, ``xbar``), stage i's x buffer is i itself. A row block is SUB candidate
         blocks (NBLK of those in all).
 
+        PARTS > 1 (one block a program, ``_split_range``): programs from FULL on each run a 1 / PARTS
+        share of a block's stages; each stores its partial sum into ``part_ptr`` and takes a ticket
+        of the block (``tick_ptr``), and the last to arrive adds the PARTS partial sums (in part
+        order, so the result does not depend on who arrives last), resets the ticket and emits the
+        block's candidates.
+
         Not done, and why: releasing a slot one stage late (its wgmmas running on while the next
         stage is decoded) is what ptxas forbids for register A operands -- it then serializes
         every wgmma (C7513); 2 or 4 independent accumulators measured within 1% (session 19)."""
@@ -666,30 +685,68 @@ if _GLUON_IMPORT_ERROR is None:
         sx = gl.load(sx_ptr + gl.arange(0, NB, layout=gl.SliceLayout(0, mma)))
         if XRES:
             mbarrier.wait(xbar.index(0), 0)
-        lap0 = 0  # ring laps before this block
-        for blk in range(gl.program_id(0), (NBLK + SUB - 1) // SUB, GRID):
-            row0 = blk * R
+        if PARTS > 1:  # one block a program; from FULL on a share of its stages (_split_range)
+            pid = gl.program_id(0)
+            blk, s0, s1 = _split_range(pid, FULL, NS, PARTS)
             acc = gl.zeros([R, NB], gl.int32 if TABLE else gl.float32, mma)
-            for i0 in range(0, NS, STAGES):
-                phase = (lap0 + i0 // STAGES) & 1
+            for i0 in range(0, s1 - s0, STAGES):
+                phase = (i0 // STAGES) & 1
                 for slot in gl.static_range(STAGES):
-                    if i0 + slot < NS:
+                    if i0 + slot < s1 - s0:
                         mbarrier.wait(ready.index(slot), phase)
-                        if XRES:
-                            xslot = i0 + slot
-                        else:
-                            xslot = slot
                         if TABLE:
-                            acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, xslot, NB, W, P, CH, XW)
+                            acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, slot, NB, W, P, CH, XW)
                         else:
-                            acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, xslot, NB, W, P, BITS,
+                            acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, slot, NB, W, P, BITS,
                                              CH, False, False, XW)
-                        gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
+                        gl.thread_barrier()
                         mbarrier.arrive(empty.index(slot))
-            lap0 += NS // STAGES
-            out = _block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
-            _emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB,
-                             SORTED)
+            if pid >= FULL:
+                j = pid - FULL
+                base = j // PARTS
+                rr = gl.arange(0, R, layout=gl.SliceLayout(1, mma))
+                cc = gl.arange(0, NB, layout=gl.SliceLayout(0, mma))
+                offs = gl.expand_dims(rr, 1) * NB + gl.expand_dims(cc, 0)
+                gl.store(part_ptr + j.to(gl.int64) * (R * NB) + offs, acc)
+                gl.thread_barrier()  # every consumer thread's partial is stored before the ticket
+                if gl.atomic_add(tick_ptr + base, 1, sem="acq_rel") == PARTS - 1:
+                    first = part_ptr + (base * PARTS).to(gl.int64) * (R * NB) + offs
+                    tot = gl.load(first, cache_modifier=".cg")
+                    for q in gl.static_range(1, PARTS):
+                        tot += gl.load(first + q * (R * NB), cache_modifier=".cg")
+                    gl.atomic_xchg(tick_ptr + base, 0, sem="relaxed")  # every part has arrived
+                    out = _block_logits(tot, sx, r_ptr, blk * R, N, R, mma, TABLE)
+                    _emit_candidates(out, blk * R, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND,
+                                     WRITE_LOGITS, 1, SORTED)
+            else:
+                out = _block_logits(acc, sx, r_ptr, blk * R, N, R, mma, TABLE)
+                _emit_candidates(out, blk * R, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS,
+                                 1, SORTED)
+        else:
+            lap0 = 0  # ring laps before this block
+            for blk in range(gl.program_id(0), (NBLK + SUB - 1) // SUB, GRID):
+                row0 = blk * R
+                acc = gl.zeros([R, NB], gl.int32 if TABLE else gl.float32, mma)
+                for i0 in range(0, NS, STAGES):
+                    phase = (lap0 + i0 // STAGES) & 1
+                    for slot in gl.static_range(STAGES):
+                        if i0 + slot < NS:
+                            mbarrier.wait(ready.index(slot), phase)
+                            if XRES:
+                                xslot = i0 + slot
+                            else:
+                                xslot = slot
+                            if TABLE:
+                                acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, xslot, NB, W, P, CH, XW)
+                            else:
+                                acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, xslot, NB, W, P, BITS,
+                                                 CH, False, False, XW)
+                            gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
+                            mbarrier.arrive(empty.index(slot))
+                lap0 += NS // STAGES
+                out = _block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
+                _emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB,
+                                 SORTED)
         if PDL and LATE:
             gdc_launch_dependents()
 
@@ -697,9 +754,10 @@ if _GLUON_IMPORT_ERROR is None:
     def _ws_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
                      NS, GRID, STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr,
                      XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
-                     TABLE: gl.constexpr = True, xbar=None, XRES: gl.constexpr = 0, SUB: gl.constexpr = 1):
+                     TABLE: gl.constexpr = True, xbar=None, XRES: gl.constexpr = 0, SUB: gl.constexpr = 1,
+                     FULL=0, PARTS: gl.constexpr = 1):
         """Worker partition (1 warp): for each of the program's row blocks (R rows, SUB of the NBLK
-        candidate blocks), the TMA of stage i into
+        candidate blocks; PARTS > 1: its one block's share of stages, ``_split_range``), the TMA of stage i into
         slot i % STAGES once the consumers released it (free on the first lap: a wait on parity 1
         of a fresh mbarrier returns at once). It runs on into the next block while the consumers
         finish this one's epilogue. PDL: no TMA before ``griddepcontrol.wait`` (x's tiles are the
@@ -708,21 +766,29 @@ if _GLUON_IMPORT_ERROR is None:
             gdc_wait()
         if XRES:
             _issue_resident_x(x_desc, xs_desc, x_bufs, xs_bufs, xbar.index(0), XRES, P, NB, TABLE)
-        c = 0  # stages issued so far (with NS % STAGES == 0 when a program has several blocks)
-        for blk in range(gl.program_id(0), (NBLK + SUB - 1) // SUB, GRID):
-            for i in range(0, NS):
-                mbarrier.wait(empty.index(i % STAGES), ((c // STAGES) & 1) ^ 1)
+        if PARTS > 1:
+            blk, s0, s1 = _split_range(gl.program_id(0), FULL, NS, PARTS)
+            for i in range(0, s1 - s0):
+                mbarrier.wait(empty.index(i % STAGES), ((i // STAGES) & 1) ^ 1)
                 _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i, blk * R,
-                             STAGES, P, NB, CH, True, TABLE, XW, XRES > 0)
-                c += 1
+                             STAGES, P, NB, CH, True, TABLE, XW, False, s0)
+        else:
+            c = 0  # stages issued so far (with NS % STAGES == 0 when a program has several blocks)
+            for blk in range(gl.program_id(0), (NBLK + SUB - 1) // SUB, GRID):
+                for i in range(0, NS):
+                    mbarrier.wait(empty.index(i % STAGES), ((c // STAGES) & 1) ^ 1)
+                    _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i,
+                                 blk * R, STAGES, P, NB, CH, True, TABLE, XW, XRES > 0)
+                    c += 1
 
-    @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS", "GRID"])
+    @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS", "GRID", "FULL"])
     def _coarse_ws_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NS,
                           GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
                           WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                           XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
                           TABLE: gl.constexpr = True, BITS: gl.constexpr = 2, XRES: gl.constexpr = 0,
-                          SUB: gl.constexpr = 1, SORTED: gl.constexpr = False, LATE: gl.constexpr = False):
+                          SUB: gl.constexpr = 1, SORTED: gl.constexpr = False, LATE: gl.constexpr = False,
+                          part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1):
         """``_coarse_wgmma_kernel`` (same arguments plus GRID: the programs launched, each taking
         row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side tiles; PDL: a programmatic
         dependent launch after the x preparation; TABLE: the whole-row variant, else per group
@@ -731,7 +797,11 @@ if _GLUON_IMPORT_ERROR is None:
         partition barrier instead of a CTA barrier per TMA (Gluon's single-partition loop has one
         after each issue). XRES (> 0, with XW): x resident -- all XRES = NS CH chunks' x tiles (and
         sums) in shared memory, loaded once per program, so a persistent program's later row
-        blocks and every stage read x without a TMA; the ring carries codes and words only."""
+        blocks and every stage read x without a TMA; the ring carries codes and words only.
+        PARTS > 1 (one block a program, GRID = FULL + (blocks - FULL) PARTS): the blocks from FULL
+        on split in PARTS shares of their stages, the partial sums met in ``part_ptr`` (int32 /
+        fp32 [(blocks - FULL) PARTS, R, NB]) under the blocks' tickets ``tick_ptr`` (int32, zero,
+        left zero) -- see ``_ws_consumer``."""
         R: gl.constexpr = 16 * W
         XC: gl.constexpr = XRES if XRES else STAGES * CH  # chunks the x buffers hold
         w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows = _alloc_operands(
@@ -747,9 +817,9 @@ if _GLUON_IMPORT_ERROR is None:
         gl.warp_specialize([
             (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr,
                             M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, XW, CH, PDL,
-                            xbar, XRES, SUB, SORTED, LATE)),
+                            xbar, XRES, SUB, SORTED, LATE, part_ptr, tick_ptr, FULL, PARTS)),
             (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
-                            NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB)),
+                            NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB, FULL, PARTS)),
         ], [1], [PRODUCER_REGS])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
@@ -930,12 +1000,38 @@ def _layouts(rows: int, nb: int, ch: int = 1):
             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))
 
 
+#: the tail of a one-block-a-program warp-specialized launch split by stages: (parts, unit) -- the
+#: ``blocks % (unit x SMs)`` last row blocks run as ``parts`` programs of ``1 / parts`` of the
+#: stages each, met through a ticket (``_ws_consumer``), so the last wave's work is spread over
+#: more SMs. Why: 124160 x 5120 is 970 blocks, 7.35 an SM on 132 SMs; the coarse pass against N
+#: (session 30 call b) runs 924 / 1056 / 1188 blocks (7 / 8 / 9 an SM) at 50 ns a block more each
+#: at INT2 M = 1, but 970 at 3.6 us above that line. (parts < 2: off)
+SPLIT_TAIL = (0, 1)
+_TICKETS: dict = {}
+
+
+def _split_launch(nprog: int, ns: int, rows: int, nb: int, table: bool, device: torch.device, split):
+    """(FULL, PARTS, partial-sum buffer, tickets) of a launch of ``nprog`` one-block programs of
+    ``ns`` stages under ``split`` = (parts, unit) (see ``SPLIT_TAIL``); (nprog, 1, None, None)
+    where nothing is split (no remainder, fewer than two stages a share, parts < 2)."""
+    from lowbit.ops.coarse_head._state import device_state
+
+    parts, unit = split
+    left = nprog % max(1, unit * sm_count(device, interpret=2))
+    if parts < 2 or not left or ns < 2 * parts:
+        return nprog, 1, None, None
+    part = torch.empty(left * parts * rows * nb, dtype=torch.int32 if table else torch.float32, device=device)
+    tick = device_state(_TICKETS, device, left, lambda d, r: torch.zeros(max(r, 256), dtype=torch.int32, device=d),
+                        torch.Tensor.numel)
+    return nprog - left, parts, part, tick
+
+
 def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: int, bits: int, block: int,
                  kcand: int, write_logits: bool, table_r: torch.Tensor | None = None, stages: int | None = None,
                  pipe: bool | None = None, magic: bool | None = None, chunks: int | None = None,
                  maxnreg: int | None = None, ws: bool | None = None, persist: bool | None = None,
                  wide: bool | None = None, pdl: bool | None = None, resident: bool | None = None,
-                 span: int | None = None):
+                 span: int | None = None, split: tuple[int, int] | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
@@ -952,7 +1048,10 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     preparation; ``resident`` (default ``X_RESIDENT``) keeps x in shared memory in a persistent
     launch where it fits (``_resident_fits``). ``chunks`` of the warp-specialized kernel default to
     ``WS_CHUNKS``. ``span`` (1 or 2, default ``SPAN``): candidate blocks a program covers (the
-    candidates are the same either way; the default needs ``SPAN_MIN_STAGES``)."""
+    candidates are the same either way; the default needs ``SPAN_MIN_STAGES``). ``split`` ((parts,
+    unit), default ``SPLIT_TAIL``): the ``blocks % (unit x SMs)`` last row blocks of a
+    one-block-a-program warp-specialized launch are run in ``parts`` shares of their stages each
+    (``_split_launch``); parts < 2: none."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -1028,11 +1127,19 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
             grid = min(nprog, (PERSIST_CTAS_PER_SM if sub == 1 else 1) * sm_count(x.device, interpret=2))
         xres = ns * ch if (grid < nprog and x_wide and (X_RESIDENT if resident is None else resident)
                            and _resident_fits(rows, nb, p, ns * ch, ch, st, table)) else 0
+        full, parts, part, tick = nprog, 1, sx, sx
+        if grid == nprog and sub == 1 and not xres:
+            full, parts, part, tick = _split_launch(nprog, ns, rows, nb, table, x.device,
+                                                    SPLIT_TAIL if split is None else split)
+            grid = full + (nprog - full) * parts
+            if parts == 1:
+                part = tick = sx  # unread
         _coarse_ws_kernel[(grid,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
                                    logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p, STAGES=st,
                                    KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
                                    XW=x_wide, CH=ch, PDL=use_pdl, TABLE=table, BITS=bits, XRES=xres, SUB=sub,
-                                   SORTED=EMIT_SORTED, LATE=nb >= LATE_TRIGGER_MIN_NB, num_warps=w,
+                                   SORTED=EMIT_SORTED, LATE=nb >= LATE_TRIGGER_MIN_NB, part_ptr=part,
+                                   tick_ptr=tick, FULL=full, PARTS=parts, num_warps=w,
                                    **reg,
                                    **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
