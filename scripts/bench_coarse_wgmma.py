@@ -57,7 +57,7 @@ def _paths():
     x preparation's loads one after the other ("x prep serial", ``x_int8.X_PREFETCH`` off), the x
     preparation as a plain / programmatic dependent launch ("x prep plain launch" / "x prep pdl",
     ``x_int8.X_PDL``), the last row blocks split in 2 / 3 / 4 shares of their stages ("no split",
-    "split P", "split P xU": ``gluon_wgmma.SPLIT_TAIL`` = (P, U), the blocks past a multiple of U
+    "split P", "split P xU": ``gluon_wgmma.SPLIT_TAIL`` / ``SPLIT_TAIL_GROUP`` = (P, U), the blocks past a multiple of U
     x SMs) and none
     ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
@@ -91,9 +91,12 @@ def _paths():
             ("rerank 4 rows", {"RERANK_ROWS": 4, "RERANK_ROWS_WIDE": 4}),
             ("rerank 1 row", {"RERANK_ROWS": 1, "RERANK_ROWS_WIDE": 1}), ("x prep serial", {"X_PREFETCH": False}),
             ("x prep plain launch", {"X_PDL": False}), ("x prep pdl", {"X_PDL": True}),
-            ("no split", {"SPLIT_TAIL": (0, 1)}), ("split 2", {"SPLIT_TAIL": (2, 1)}),
-            ("split 3", {"SPLIT_TAIL": (3, 1)}), ("split 4", {"SPLIT_TAIL": (4, 1)}),
-            ("split 3 x2", {"SPLIT_TAIL": (3, 2)}), ("split 4 x3", {"SPLIT_TAIL": (4, 3)}),
+            ("no split", {"SPLIT_TAIL": (0, 1), "SPLIT_TAIL_GROUP": (0, 1)}),
+            ("split 2", {"SPLIT_TAIL": (2, 1), "SPLIT_TAIL_GROUP": (2, 1)}),
+            ("split 3", {"SPLIT_TAIL": (3, 1), "SPLIT_TAIL_GROUP": (3, 1)}),
+            ("split 4", {"SPLIT_TAIL": (4, 1), "SPLIT_TAIL_GROUP": (4, 1)}),
+            ("split 3 x2", {"SPLIT_TAIL": (3, 2), "SPLIT_TAIL_GROUP": (3, 2)}),
+            ("split 4 x3", {"SPLIT_TAIL": (4, 3), "SPLIT_TAIL_GROUP": (4, 3)}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
             ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),
@@ -107,7 +110,7 @@ _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST
              ("g", "PRODUCER_REGS"), ("sel", "TOKEN_KEYS"), ("sel", "SELECT_WARPS"), ("sel", "RERANK_MAX_BKK"),
              ("sel", "SELECT_TRIGGER"), ("g", "LATE_TRIGGER_MIN_NB"), ("sel", "SEL_PDL"),
              ("sel", "RERANK_ROWS"), ("sel", "RERANK_ROWS_WIDE"), ("x", "X_PREFETCH"), ("x", "X_PDL"),
-             ("g", "SPLIT_TAIL"))
+             ("g", "SPLIT_TAIL"), ("g", "SPLIT_TAIL_GROUP"))
 
 
 _ALIASES = {"SEL_PDL": "PDL"}  # switch name in a path -> the module attribute it sets

@@ -1000,13 +1000,20 @@ def _layouts(rows: int, nb: int, ch: int = 1):
             gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2))
 
 
-#: the tail of a one-block-a-program warp-specialized launch split by stages: (parts, unit) -- the
-#: ``blocks % (unit x SMs)`` last row blocks run as ``parts`` programs of ``1 / parts`` of the
-#: stages each, met through a ticket (``_ws_consumer``), so the last wave's work is spread over
-#: more SMs. Why: 124160 x 5120 is 970 blocks, 7.35 an SM on 132 SMs; the coarse pass against N
-#: (session 30 call b) runs 924 / 1056 / 1188 blocks (7 / 8 / 9 an SM) at 50 ns a block more each
-#: at INT2 M = 1, but 970 at 3.6 us above that line. (parts < 2: off)
-SPLIT_TAIL = (0, 1)
+#: the tail of a one-block-a-program warp-specialized launch of the whole-row variant split by
+#: stages: (parts, unit) -- the ``blocks % (unit x SMs)`` last row blocks run as ``parts`` programs
+#: of ``1 / parts`` of the stages each, met through a ticket (``_ws_consumer``), so the work past
+#: the last whole round of the SMs is spread over more of them. Why: 124160 x 5120 is 970 blocks,
+#: 7.35 an SM on 132 SMs; the INT2 coarse pass against N (session 30 call b) runs 924 / 1056 /
+#: 1188 blocks (7 / 8 / 9 an SM) on one line of 50 ns a block, and 970 3.6 us above it. H200,
+#: fast argmax, same run (session 30 call d, against none): INT2 M = 1 69.5 -> 66.9 us, M = 8 71.0
+#: -> 68.7, M = 16 78.2 -> 76.4 with (2, 1); (3, 1) / (4, 1) -1.0..-2.6, (3, 2) / (4, 3) slower.
+#: Up to NB = ``SPLIT_TAIL_MAX_NB`` (measured there). (parts < 2: off)
+SPLIT_TAIL = (2, 1)
+#: the same for the per-group kernel (INT4): off -- every split measured slower (same call: INT4
+#: M = 1 / 8 / 16 +0.4..+3.4 us with (2, 1), (3, 1), (4, 1))
+SPLIT_TAIL_GROUP = (0, 1)
+SPLIT_TAIL_MAX_NB = 16
 _TICKETS: dict = {}
 
 
@@ -1049,7 +1056,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     launch where it fits (``_resident_fits``). ``chunks`` of the warp-specialized kernel default to
     ``WS_CHUNKS``. ``span`` (1 or 2, default ``SPAN``): candidate blocks a program covers (the
     candidates are the same either way; the default needs ``SPAN_MIN_STAGES``). ``split`` ((parts,
-    unit), default ``SPLIT_TAIL``): the ``blocks % (unit x SMs)`` last row blocks of a
+    unit), default ``SPLIT_TAIL`` / per group ``SPLIT_TAIL_GROUP`` up to NB = ``SPLIT_TAIL_MAX_NB``): the ``blocks % (unit x SMs)`` last row blocks of a
     one-block-a-program warp-specialized launch are run in ``parts`` shares of their stages each
     (``_split_launch``); parts < 2: none."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
@@ -1129,8 +1136,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                            and _resident_fits(rows, nb, p, ns * ch, ch, st, table)) else 0
         full, parts, part, tick = nprog, 1, sx, sx
         if grid == nprog and sub == 1 and not xres:
-            full, parts, part, tick = _split_launch(nprog, ns, rows, nb, table, x.device,
-                                                    SPLIT_TAIL if split is None else split)
+            if split is None:
+                split = (SPLIT_TAIL if table else SPLIT_TAIL_GROUP) if nb <= SPLIT_TAIL_MAX_NB else (0, 1)
+            full, parts, part, tick = _split_launch(nprog, ns, rows, nb, table, x.device, split)
             grid = full + (nprog - full) * parts
             if parts == 1:
                 part = tick = sx  # unread
