@@ -13,22 +13,4 @@ timeout 150 python3 scripts/bench_coarse_wgmma.py --bits 2,4 --ms 1,4,8,16,64 --
   --paths "x prep plain launch,x prep pdl" --json "$OUT/head_xpdl.json" > "$OUT/head_xpdl.log" 2>&1
 timeout 60 python3 scripts/bench_coarse_wgmma.py --shapes 49152x576 --bits 2,4 --ms 1,8,16 --no-previous \
   --paths "x prep plain launch,x prep pdl" --json "$OUT/head_xpdl_short.json" > "$OUT/head_xpdl_short.log" 2>&1
-python3 - <<'PY'
-import json, os
-for f in ("head_xpdl.json", "head_xpdl_short.json"):
-    try:
-        rows = json.load(open(os.path.join(os.environ["OUT"], f)))
-    except Exception as e:  # noqa: BLE001 - a killed bench leaves no json
-        print(f, "missing:", e); continue
-    tab = {}
-    for r in rows:
-        if "bits" in r and "argmax_us" in r:
-            tab.setdefault((r["shape"], r["bits"], r["M"]), {})[r["impl"]] = r
-        elif "error" in r:
-            print("ERR", r)
-    for k, v in tab.items():
-        d = v["x prep plain launch"]
-        print(k, f"plain {d['argmax_us']} x{d['argmax_x_floor']} coarse {d['coarse_us']}",
-              " ".join(f"{n}: {a['argmax_us'] - d['argmax_us']:+.1f} (coarse {a['coarse_us'] - d['coarse_us']:+.1f})"
-                       for n, a in v.items() if n != "x prep plain launch"))
-PY
+python3 scripts/compare_head_paths.py "$OUT/head_xpdl.log" "$OUT/head_xpdl_short.log" --base "x prep plain launch"

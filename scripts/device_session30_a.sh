@@ -9,7 +9,4 @@ timeout 420 python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider -n 1
 grep -E "^(FAILED|ERROR)" "$OUT/pytest_cuda.log" | head -30
 timeout 120 python3 scripts/bench_coarse_wgmma.py --bits 2,4 --ms 1,8,16,64 --no-previous \
   --paths "x prep pdl,x prep plain launch" --json "$OUT/head_xpdl.json" > "$OUT/head_xpdl.log" 2>&1
-grep -E '"impl": "x prep' "$OUT/head_xpdl.log" | python3 -c '
-import json, sys
-for l in sys.stdin:
-    r = json.loads(l); print(r["bits"], r["M"], r["impl"], r["argmax_us"], r["argmax_x_floor"], r["coarse_us"])'
+python3 scripts/compare_head_paths.py "$OUT/head_xpdl.log" --base "x prep plain launch"

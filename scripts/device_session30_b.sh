@@ -14,17 +14,9 @@ timeout 150 python3 scripts/bench_coarse_wgmma.py --bits 2,4 --ms 1,4,8,16,64 --
   --paths "default,prefetch picks,prefetch blocks" --json "$OUT/head_prefetch.json" > "$OUT/head_prefetch.log" 2>&1
 timeout 120 python3 scripts/bench_coarse_wgmma.py --shapes 101376x5120,118272x5120,124160x5120,135168x5120,152064x5120 \
   --bits 2,4 --ms 1,8 --no-previous --paths default --json "$OUT/head_waves.json" > "$OUT/head_waves.log" 2>&1
+python3 scripts/compare_head_paths.py "$OUT/head_prefetch.log"
 python3 - <<'PY'
 import json, os
-rows = [json.loads(l) for l in open(os.path.join(os.environ["OUT"], "head_prefetch.log")) if l.startswith("{")]
-tab = {}
-for r in rows:
-    if "bits" in r and "argmax_us" in r:
-        tab.setdefault((r["bits"], r["M"]), {})[r["impl"]] = r
-for k, v in tab.items():
-    d = v["default"]
-    print(k, f"none {d['argmax_us']} x{d['argmax_x_floor']}",
-          " ".join(f"{n}: {a['argmax_us'] - d['argmax_us']:+.1f}" for n, a in v.items() if n != "default"))
 for r in (json.loads(l) for l in open(os.path.join(os.environ["OUT"], "head_waves.log")) if l.startswith("{")):
     if r.get("impl") == "default":
         blocks = int(r["shape"].split("x")[0]) // 128

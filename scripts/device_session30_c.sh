@@ -10,14 +10,4 @@ timeout 150 python3 scripts/bench_coarse_wgmma.py --bits 2,4 --ms 1,4,8,16,32,64
   --json "$OUT/head_final.json" > "$OUT/head_final.log" 2>&1
 timeout 60 python3 scripts/bench_coarse_wgmma.py --shapes 49152x576 --bits 2,4 --ms 1,8,16 --no-previous --paths default \
   --json "$OUT/head_final_short.json" > "$OUT/head_final_short.log" 2>&1
-python3 - <<'PY'
-import json, os
-for f in ("head_final.log", "head_final_short.log"):
-    for l in open(os.path.join(os.environ["OUT"], f)):
-        if not l.startswith("{"):
-            continue
-        r = json.loads(l)
-        if r.get("impl") == "default":
-            print(r["shape"], r["bits"], r["M"], r["argmax_us"], f"x{r['argmax_x_floor']}", f"cuBLAS x{r['argmax_vs_cublas']}",
-                  "coarse", r["coarse_us"], "topk/argmax", r["topk_vs_argmax"])
-PY
+python3 scripts/compare_head_paths.py "$OUT/head_final.log" "$OUT/head_final_short.log"

@@ -10,19 +10,4 @@ timeout 200 python3 -m pytest tests/ops/test_coarse_wgmma.py -m cuda -q -p no:ca
 grep -E "^(FAILED|ERROR)" "$OUT/pytest_split.log" | head -20
 timeout 200 python3 scripts/bench_coarse_wgmma.py --bits 2,4 --ms 1,8,16 --no-previous \
   --paths "default,split 2,split 3,split 4,split 3 x2,split 4 x3" --json "$OUT/head_split.json" > "$OUT/head_split.log" 2>&1
-python3 - <<'PY'
-import json, os
-tab = {}
-for l in open(os.path.join(os.environ["OUT"], "head_split.log")):
-    if l.startswith("{"):
-        r = json.loads(l)
-        if "bits" in r and "argmax_us" in r:
-            tab.setdefault((r["bits"], r["M"]), {})[r["impl"]] = r
-        elif "error" in r:
-            print("ERR", r)
-for k, v in tab.items():
-    d = v["default"]
-    print(k, f"none {d['argmax_us']} x{d['argmax_x_floor']} coarse {d['coarse_us']}",
-          " | ".join(f"{n}: {a['argmax_us'] - d['argmax_us']:+.1f} (coarse {a['coarse_us'] - d['coarse_us']:+.1f}) "
-                     f"agree {a['agree_exact']}" for n, a in v.items() if n != "default"))
-PY
+python3 scripts/compare_head_paths.py "$OUT/head_split.log"

@@ -9,16 +9,4 @@ timeout 400 python3 -m pytest -m "cuda and not slow" -q -p no:cacheprovider -n 1
 grep -E "^(FAILED|ERROR)" "$OUT/pytest_cuda.log" | head -30
 timeout 150 python3 scripts/bench_coarse_wgmma.py --bits 2,4 --ms 1,4,8,16,32,64 --no-previous \
   --paths "default,no split" --json "$OUT/head_final.json" > "$OUT/head_final.log" 2>&1
-python3 - <<'PY'
-import json, os
-tab = {}
-for l in open(os.path.join(os.environ["OUT"], "head_final.log")):
-    if l.startswith("{"):
-        r = json.loads(l)
-        if "bits" in r and "argmax_us" in r:
-            tab.setdefault((r["bits"], r["M"]), {})[r["impl"]] = r
-for k, v in tab.items():
-    d = v["default"]
-    print(k, f"default {d['argmax_us']} x{d['argmax_x_floor']} cuBLAS x{d['argmax_vs_cublas']} coarse {d['coarse_us']}",
-          " | ".join(f"{n}: {a['argmax_us']} (coarse {a['coarse_us']})" for n, a in v.items() if n != "default"))
-PY
+python3 scripts/compare_head_paths.py "$OUT/head_final.log"

@@ -47,7 +47,8 @@ def main() -> int:
         streams = [torch.cuda.Stream() for _ in xs]
         outs = [[None] * args.iters for _ in xs]
         for x in xs:
-            x.record_stream(streams[0]), x.record_stream(streams[1])
+            for s in streams:
+                x.record_stream(s)
         for s in streams:
             s.wait_stream(torch.cuda.current_stream())
         for it in range(args.iters):

@@ -621,6 +621,28 @@ def test_cuda_coarse_wgmma_split_tail(poison_empty, table, n, m, parts, unit):
     assert not g0._TICKETS[x.device].any()
 
 
+def test_split_launch_plan_and_buffers():
+    """The split tail's plan (``_split_launch``; two SMs stand for the GPU's on CPU tensors): the
+    ``blocks % (unit x SMs)`` last blocks split, nothing where there is no remainder, too few
+    stages or fewer than two parts; the scratch and tickets kept per device (no allocation per
+    call, grown when a launch needs more; the partial sums viewed as fp32 per group)."""
+    from lowbit.ops.coarse_head import gluon_wgmma as g
+
+    dev = torch.device("cpu")
+    g._PARTS.pop(dev, None)
+    g._TICKETS.pop(dev, None)
+    full, parts, part, tick = g._split_launch(5, 8, 128, 8, True, dev, (2, 1))
+    assert (full, parts) == (4, 2) and part.dtype == torch.int32 and part.numel() >= 2 * 128 * 8
+    assert tick.dtype == torch.int32 and not tick.any() and tick.numel() >= 1
+    full2, _, part2, tick2 = g._split_launch(7, 8, 128, 8, False, dev, (2, 2))  # 7 % 4 = 3 blocks split
+    assert full2 == 4 and part2.dtype == torch.float32 and part2.numel() >= 3 * 2 * 128 * 8
+    assert part2.data_ptr() != part.data_ptr() and tick2 is tick  # the scratch grew, the tickets served
+    _, _, part3, _ = g._split_launch(5, 8, 128, 8, True, dev, (2, 1))
+    assert part3 is g._PARTS[dev]  # the grown scratch serves the smaller launch
+    for args in ((4, 8, (2, 1)), (5, 3, (2, 1)), (5, 8, (1, 1)), (5, 8, (0, 1))):
+        assert g._split_launch(args[0], args[1], 128, 8, True, dev, args[2]) == (args[0], 1, None, None)
+
+
 def test_coarse_wgmma_span_validated():
     """A span other than 1 or 2, or per-group words of the wrong shape / dtype, is a ValueError
     before any launch (on any device)."""

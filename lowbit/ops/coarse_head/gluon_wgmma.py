@@ -51,6 +51,7 @@ import torch
 import triton
 
 from lowbit._backend import interpret_mode, sm_count
+from lowbit.ops.coarse_head._state import device_state
 
 try:
     from triton.experimental import gluon
@@ -1014,23 +1015,26 @@ SPLIT_TAIL = (2, 1)
 #: M = 1 / 8 / 16 +0.4..+3.4 us with (2, 1), (3, 1), (4, 1))
 SPLIT_TAIL_GROUP = (0, 1)
 SPLIT_TAIL_MAX_NB = 16
-_TICKETS: dict = {}
+_TICKETS: dict = {}  # device -> zeroed int32 tickets of the split blocks (every launch leaves them zero)
+_PARTS: dict = {}  # device -> int32 scratch of the split blocks' partial sums (written before it is read)
 
 
 def _split_launch(nprog: int, ns: int, rows: int, nb: int, table: bool, device: torch.device, split):
     """(FULL, PARTS, partial-sum buffer, tickets) of a launch of ``nprog`` one-block programs of
     ``ns`` stages under ``split`` = (parts, unit) (see ``SPLIT_TAIL``); (nprog, 1, None, None)
     where nothing is split (no remainder, fewer than two stages a share, parts < 2)."""
-    from lowbit.ops.coarse_head._state import device_state
-
     parts, unit = split
     left = nprog % max(1, unit * sm_count(device, interpret=2))
     if parts < 2 or not left or ns < 2 * parts:
         return nprog, 1, None, None
-    part = torch.empty(left * parts * rows * nb, dtype=torch.int32 if table else torch.float32, device=device)
+    # both kept per device (no allocation per call): the partial sums are stored before any program
+    # reads them, and launches on a stream run one after another (PDL included: every program
+    # waits for the previous launch before touching them)
+    part = device_state(_PARTS, device, left * parts * rows * nb,
+                        lambda d, n: torch.empty(n, dtype=torch.int32, device=d), torch.Tensor.numel)
     tick = device_state(_TICKETS, device, left, lambda d, r: torch.zeros(max(r, 256), dtype=torch.int32, device=d),
                         torch.Tensor.numel)
-    return nprog - left, parts, part, tick
+    return nprog - left, parts, part if table else part.view(torch.float32), tick
 
 
 def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: int, bits: int, block: int,
