@@ -621,16 +621,19 @@ def test_cuda_coarse_wgmma_split_tail(poison_empty, table, n, m, parts, unit):
     assert not g0._TICKETS[x.device].any()
 
 
-def test_split_launch_plan_and_buffers():
+def test_split_launch_plan_and_buffers(monkeypatch):
     """The split tail's plan (``_split_launch``; two SMs stand for the GPU's on CPU tensors): the
     ``blocks % (unit x SMs)`` last blocks split, nothing where there is no remainder, too few
     stages or fewer than two parts; the scratch and tickets kept per device (no allocation per
     call, grown when a launch needs more; the partial sums viewed as fp32 per group)."""
+    from lowbit.ops.coarse_head import _state
     from lowbit.ops.coarse_head import gluon_wgmma as g
 
     dev = torch.device("cpu")
-    g._PARTS.pop(dev, None)
-    g._TICKETS.pop(dev, None)
+    # fresh per-device states, and the scratch this test outgrows retired into a list of its own
+    monkeypatch.setattr(g, "_PARTS", {})
+    monkeypatch.setattr(g, "_TICKETS", {})
+    monkeypatch.setattr(_state, "_RETIRED", [])
     full, parts, part, tick = g._split_launch(5, 8, 128, 8, True, dev, (2, 1))
     assert (full, parts) == (4, 2) and part.dtype == torch.int32 and part.numel() >= 2 * 128 * 8
     assert tick.dtype == torch.int32 and not tick.any() and tick.numel() >= 1
