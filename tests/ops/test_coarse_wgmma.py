@@ -397,17 +397,19 @@ CASES = [(2, 64, 1000, 640, 1, 128, 8), (4, 64, 777, 576, 3, 128, 4), (2, 128, 4
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws,persist,resident", [(False, False, False), (True, False, False), (True, True, False),
-                                                 (True, True, True)])
+@pytest.mark.parametrize("ws,persist,resident,pipe", [(False, False, False, None), (True, False, False, None),
+                                                      (True, True, False, None), (True, True, True, None),
+                                                      (True, False, False, True), (True, True, False, True)])
 @pytest.mark.parametrize("wide", [True, False])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", CASES)
 def test_cuda_coarse_wgmma_vs_reference(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, wide, ws,
-                                        persist, resident):
+                                        persist, resident, pipe):
     """Logits against fp64 (dequantized INTx rows x int8-rounded x), candidates against the
     per-block top-kcand of the kernel's own logits (ties to the lower index); every output written.
     x in side-by-side tiles (``wide``) and per plane; the single-partition loop and the
     warp-specialized kernel (``ws``), also persistent on 2 "SMs" (each program loops over many row
-    blocks where the ring divides the stages), also with x resident in shared memory where it fits."""
+    blocks where the ring divides the stages), also with x resident in shared memory where it fits,
+    also with both planes' wgmmas issued before the first is waited for (``pipe``)."""
     g = _kernel_or_skip()
     monkeypatch.setattr(g, "sm_count", lambda device, interpret: 2)
     seen = _record_ws_launches(monkeypatch, g)
@@ -417,7 +419,7 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, monkeypatch, bits, group, 
     x = _x(m, k, seed=2, dtype=torch.bfloat16)
     words = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1])
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, wide=wide, ws=ws, persist=persist, resident=resident)
+                         write_logits=True, wide=wide, ws=ws, persist=persist, resident=resident, pipe=pipe)
     assert len(seen) == int(ws)
     _check_resident(seen, g, resident and wide, n, block, max(8, 1 << (m - 1).bit_length()), 8 // bits,
                     f.packed.shape[1], False)

@@ -654,7 +654,8 @@ if _GLUON_IMPORT_ERROR is None:
                      KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr, TABLE: gl.constexpr,
                      XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False, xbar=None,
                      XRES: gl.constexpr = 0, SUB: gl.constexpr = 1, SORTED: gl.constexpr = False,
-                     LATE: gl.constexpr = False, part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1):
+                     LATE: gl.constexpr = False, part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1,
+                     GPIPE: gl.constexpr = False):
         """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage (CH
         64-byte chunks), wait for its TMA, run the stage (TABLE: the whole-row decode and wgmma
         chain into an int32 sum; else the per-group planes, ``_stage_sum``, into fp32), hand the
@@ -699,7 +700,7 @@ if _GLUON_IMPORT_ERROR is None:
                             acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, slot, NB, W, P, CH, XW)
                         else:
                             acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, slot, NB, W, P, BITS,
-                                             CH, False, False, XW)
+                                             CH, GPIPE, False, XW)
                         gl.thread_barrier()
                         mbarrier.arrive(empty.index(slot))
             if pid >= FULL:
@@ -741,7 +742,7 @@ if _GLUON_IMPORT_ERROR is None:
                                 acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, xslot, NB, W, P, CH, XW)
                             else:
                                 acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, xslot, NB, W, P, BITS,
-                                                 CH, False, False, XW)
+                                                 CH, GPIPE, False, XW)
                             gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
                             mbarrier.arrive(empty.index(slot))
                 lap0 += NS // STAGES
@@ -789,7 +790,8 @@ if _GLUON_IMPORT_ERROR is None:
                           XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
                           TABLE: gl.constexpr = True, BITS: gl.constexpr = 2, XRES: gl.constexpr = 0,
                           SUB: gl.constexpr = 1, SORTED: gl.constexpr = False, LATE: gl.constexpr = False,
-                          part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1):
+                          part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1,
+                          GPIPE: gl.constexpr = False):
         """``_coarse_wgmma_kernel`` (same arguments plus GRID: the programs launched, each taking
         row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side tiles; PDL: a programmatic
         dependent launch after the x preparation; TABLE: the whole-row variant, else per group
@@ -818,7 +820,7 @@ if _GLUON_IMPORT_ERROR is None:
         gl.warp_specialize([
             (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr,
                             M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, XW, CH, PDL,
-                            xbar, XRES, SUB, SORTED, LATE, part_ptr, tick_ptr, FULL, PARTS)),
+                            xbar, XRES, SUB, SORTED, LATE, part_ptr, tick_ptr, FULL, PARTS, GPIPE)),
             (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
                             NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB, FULL, PARTS)),
         ], [1], [PRODUCER_REGS])
@@ -1015,6 +1017,11 @@ SPLIT_TAIL = (2, 1)
 #: M = 1 / 8 / 16 +0.4..+3.4 us with (2, 1), (3, 1), (4, 1))
 SPLIT_TAIL_GROUP = (0, 1)
 SPLIT_TAIL_MAX_NB = 16
+#: the per-group warp-specialized kernel issues both planes' wgmmas of a stage before it waits
+#: for the first (``_stage_sum``'s PIPE). Offline sm_90: the stage loop's instructions are the
+#: same -- ptxas already retires plane 0 after plane 1's wgmmas -- only the wait between the two
+#: issues goes
+WS_PIPE_GROUP = False
 _TICKETS: dict = {}  # device -> zeroed int32 tickets of the split blocks (every launch leaves them zero)
 _PARTS: dict = {}  # device -> int32 scratch of the split blocks' partial sums (written before it is read)
 
@@ -1151,7 +1158,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                    KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
                                    XW=x_wide, CH=ch, PDL=use_pdl, TABLE=table, BITS=bits, XRES=xres, SUB=sub,
                                    SORTED=EMIT_SORTED, LATE=nb >= LATE_TRIGGER_MIN_NB, part_ptr=part,
-                                   tick_ptr=tick, FULL=full, PARTS=parts, num_warps=w,
+                                   tick_ptr=tick, FULL=full, PARTS=parts,
+                                   GPIPE=(WS_PIPE_GROUP if pipe is None else pipe) and not table, num_warps=w,
                                    **reg,
                                    **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
