@@ -58,8 +58,8 @@ def _paths():
     preparation as a plain / programmatic dependent launch ("x prep plain launch" / "x prep pdl",
     ``x_int8.X_PDL``), the last row blocks split in 2 / 3 / 4 shares of their stages ("no split",
     "split P", "split P xU": ``gluon_wgmma.SPLIT_TAIL`` / ``SPLIT_TAIL_GROUP`` = (P, U), the blocks past a multiple of U
-    x SMs), the per-group kernel's two planes issued before the first is waited for ("ws pipe",
-    ``gluon_wgmma.WS_PIPE_GROUP``) and none
+    x SMs), the per-group kernel's planes issued before the first is waited for at NB <= 32 / at
+    none ("ws pipe" / "no ws pipe", ``gluon_wgmma.WS_PIPE_GROUP``) and none
     ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -98,7 +98,7 @@ def _paths():
             ("split 4", {"SPLIT_TAIL": (4, 1), "SPLIT_TAIL_GROUP": (4, 1)}),
             ("split 3 x2", {"SPLIT_TAIL": (3, 2), "SPLIT_TAIL_GROUP": (3, 2)}),
             ("split 4 x3", {"SPLIT_TAIL": (4, 3), "SPLIT_TAIL_GROUP": (4, 3)}),
-            ("ws pipe", {"WS_PIPE_GROUP": True}),
+            ("ws pipe", {"WS_PIPE_GROUP": (8, 16, 32)}), ("no ws pipe", {"WS_PIPE_GROUP": ()}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
             ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),

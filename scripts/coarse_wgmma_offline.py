@@ -82,12 +82,14 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
 
 
 def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, span=1, sorted_emit=None,
-                 n=124160, k=5120, parts=1):
+                 n=124160, k=5120, parts=1, gpipe=None):
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from lowbit.ops.coarse_head import gluon_wgmma as g
 
+    if gpipe is None:  # the per-group kernel's pipelined planes as the module ships them
+        gpipe = nb in g.WS_PIPE_GROUP
     if sorted_emit is None:  # the candidate epilogue the module ships (EMIT_SORTED)
         sorted_emit = g.EMIT_SORTED
     p = 8 // bits
@@ -98,8 +100,8 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     xres = ns * ch if table in ("wsxr", "wsgr") else 0
     if whole_row:  # the whole-row variant's group codes: one [2, R] box a 64-byte chunk
         sz = torch.empty((2 * ns, -(-n // 4) * 4), dtype=torch.int32)
-    else:  # the (scale, zero) words, stage-major: one [P, R] box a 64-byte chunk
-        sz = torch.empty((p * ns, -(-n // 4) * 4), dtype=torch.int32)
+    else:  # the fp16 scales and zero bytes, stage-major: a [P, R] and a [1, R] box a 64-byte chunk
+        sz = torch.empty((2 * p + 1) * ns * (-(-n // 16) * 16), dtype=torch.uint8)
     wide = table in ("wsx", "tx", "wsg", "wsxr", "wsgr")
     xq = torch.empty((ns * 2 * nb, 32 * p) if wide else (ns * p * 2 * nb, 32), dtype=torch.int8)
     xs = torch.empty((ns * 4, nb), dtype=torch.int32)
@@ -107,20 +109,26 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     w_l, sz_l, x_l, xs_l = g._layouts(rows, nb, ch)
     nblk = -(-n // block)
     args = dict(w_desc=TensorDescriptor.from_tensor(packed, [rows, 64 * ch], w_l),
-                sz_desc=TensorDescriptor.from_tensor(sz, [2 if whole_row else p, rows], sz_l),
+                sz_desc=(TensorDescriptor.from_tensor(sz, [2, rows], sz_l) if whole_row
+                         else TensorDescriptor.from_tensor(g.wgmma_sz_views(sz, bits, ell)[0], [p, rows],
+                                                           g._plain_layout(16))),
                 x_desc=(TensorDescriptor.from_tensor(xq, [nb, 32 * p], g._wide_layout(p)) if wide
                         else TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)),
                 xs_desc=TensorDescriptor.from_tensor(xs, [4, nb], xs_l),
                 sx_ptr=torch.empty(nb), r_ptr=torch.empty(n), ck_ptr=torch.empty(nb, nblk * kcand),
                 ci_ptr=torch.empty(nb, nblk * kcand, dtype=torch.int64), lg_ptr=torch.empty(1),
                 M=nb, N=n, NBLK=nblk, NS=ns // ch, **({"GRID": nblk} if table in ("ws", "wsx", "wsg", "wsxr", "wsgr") else {}))
+    # the zero bytes' descriptor (whole-row: the group codes' stands in, unread, as in the launcher)
+    args["z_desc"] = (args["sz_desc"] if whole_row else
+                      TensorDescriptor.from_tensor(g.wgmma_sz_views(sz, bits, ell)[1], [1, rows], g._plain_layout(8)))
     w = rows // 16
     reg = {"maxnreg": maxnreg} if maxnreg else {}
     if table in ("ws", "wsx", "wsg", "wsxr", "wsgr"):  # the warp-specialized kernel (per group: "wsg*"; x
         # resident: "*r")
         constexprs = dict(NB=nb, P=p, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w,
                           PRODUCER_REGS=g.PRODUCER_REGS, XW=wide, CH=ch, PDL=True, TABLE=whole_row, BITS=bits,
-                          XRES=xres, SUB=span, SORTED=sorted_emit, LATE=nb >= g.LATE_TRIGGER_MIN_NB, PARTS=parts)
+                          XRES=xres, SUB=span, SORTED=sorted_emit, LATE=nb >= g.LATE_TRIGGER_MIN_NB, PARTS=parts,
+                          GPIPE=gpipe and not whole_row)
         # the split tail (gluon_wgmma.SPLIT_TAIL): partial sums and tickets (unread with parts = 1)
         args.update(part_ptr=torch.empty(1, dtype=torch.int32 if whole_row else torch.float32),
                     tick_ptr=torch.empty(1, dtype=torch.int32), FULL=nblk - 46 if parts > 1 else nblk)

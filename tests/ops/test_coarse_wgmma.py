@@ -18,7 +18,8 @@ import torch
 import lowbit
 from lowbit.formats import INTx
 from lowbit.ops.coarse_head import reference as ref
-from lowbit.ops.coarse_head.gluon_wgmma import table_coefficients, table_reference, wgmma_sz, wgmma_table
+from lowbit.ops.coarse_head.gluon_wgmma import (table_coefficients, table_reference, wgmma_sz, wgmma_sz_views,
+                                                wgmma_table)
 from lowbit.ops.coarse_head import x_int8
 from lowbit.ops.coarse_head.x_int8 import prmt_k_order, prmt_source, tile_reference, x_int8_reference, x_int8_tiles
 from tests._helpers import rel_err
@@ -135,15 +136,21 @@ def test_wgmma_words(bits, group):
     f = INTx.quantize(w, bits=bits, group_size=group)
     ell = f.packed.shape[1]
     p = 8 // bits
+    ns = ell // 64
     words = wgmma_sz(f.scale, f.zero, bits, group, ell)
-    assert words.shape == (p * (ell // 64), 8) and words.dtype == torch.int32  # N = 5 padded to 8 rows
-    words = words.view(ell // 64, p, 8)
-    assert (words[:, :, 5:] == 0).all()
-    for s in range(ell // 64):
+    assert words.shape == ((2 * p + 1) * ns * 16,) and words.dtype == torch.uint8  # N = 5 padded to 16 rows
+    scales, zeros = wgmma_sz_views(words, bits, ell)
+    assert scales.shape == (p * ns, 16) and scales.dtype == torch.float16
+    assert zeros.shape == (ns, 16) and zeros.dtype == torch.uint8
+    assert scales.data_ptr() == words.data_ptr() and zeros.data_ptr() == words.data_ptr() + 2 * p * ns * 16
+    assert (scales[:, 5:] == 0).all() and (zeros[:, 5:] == 0).all()
+    scales = scales.view(ns, p, 16)
+    for s in range(ns):
         for j in range(p):
             g = (j * ell + 64 * s) // group
-            assert torch.equal(words[s, j, :5] & 0xFFFF, f.scale[:, g].view(torch.int16).to(torch.int32) & 0xFFFF)
-            assert torch.equal(words[s, j, :5] >> 16, f.zero[:, g].to(torch.int32))
+            assert torch.equal(scales[s, j, :5].view(torch.int16), f.scale[:, g].view(torch.int16))
+            zj = (zeros[s, :5].to(torch.int32) >> (bits * j)) & ((1 << bits) - 1)
+            assert torch.equal(zj, f.zero[:, g].to(torch.int32))
 
 
 def _emulate(f: INTx, x: torch.Tensor) -> torch.Tensor:
@@ -159,7 +166,9 @@ def _emulate(f: INTx, x: torch.Tensor) -> torch.Tensor:
     tiles = tiles.view(ns, p, 2, nb, 32).long()
     xsum = xsum.view(ns, 4, nb).long()
     n = f.packed.shape[0]
-    words = wgmma_sz(f.scale, f.zero, bits, f.group_size, ell).view(ns, p, -1)[:, :, :n]
+    scales, zeros = wgmma_sz_views(wgmma_sz(f.scale, f.zero, bits, f.group_size, ell), bits, ell)
+    scales = scales.view(ns, p, -1)[:, :, :n].double()
+    zeros = zeros[:, :n].long()
     codes = f.packed.long()
     acc = torch.zeros(f.packed.shape[0], nb, dtype=torch.float64)
     for s in range(ns):
@@ -167,9 +176,9 @@ def _emulate(f: INTx, x: torch.Tensor) -> torch.Tensor:
         for j in range(p):
             plane = (byte >> (bits * j)) & ((1 << bits) - 1)
             xt = torch.cat([tiles[s, j, 0], tiles[s, j, 1]], dim=1)  # [NB, 64]
-            d = plane @ xt.T - (words[s, j] >> 16)[:, None].long() * xsum[s, j][None, :]
-            sc = (words[s, j] & 0xFFFF).to(torch.int16).view(torch.float16).double()
-            acc += d.double() * sc[:, None]
+            z = (zeros[s] >> (bits * j)) & ((1 << bits) - 1)
+            d = plane @ xt.T - z[:, None] * xsum[s, j][None, :]
+            acc += d.double() * scales[s, j][:, None]
     return (acc * torch.cat([sx, torch.zeros(nb - m)]).double()[None, :]).T[:m]
 
 
@@ -657,9 +666,10 @@ def test_coarse_wgmma_span_validated():
     with pytest.raises(ValueError, match="span"):
         g.coarse_wgmma(torch.randn(2, 256), f.packed, words, n=10, bits=4, block=128, kcand=1, write_logits=False,
                        span=3)
-    # the per-group words: stage-major [P NS, NP] int32 only (not the earlier [N, NS 4] row-major)
-    for bad in (torch.zeros(10, 8, dtype=torch.int32), words[:, :8].contiguous(), words.view(torch.float32)):
-        with pytest.raises(ValueError, match="wgmma_sz's int32 words"):
+    # the per-group scales and zeros: wgmma_sz's uint8 buffer only (not the earlier int32 words)
+    for bad in (torch.zeros(10, 8, dtype=torch.int32), words[:-16].contiguous(), words.view(torch.int8),
+                words.view(-1, 16)):
+        with pytest.raises(ValueError, match="wgmma_sz's uint8 buffer"):
             g.coarse_wgmma(torch.randn(2, 256), f.packed, bad, n=10, bits=4, block=128, kcand=1, write_logits=False)
 
 

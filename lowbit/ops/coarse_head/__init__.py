@@ -98,9 +98,10 @@ class CoarsePacking:
         return self._mma
 
     def wgmma_words(self) -> torch.Tensor:
-        """INTx only: the (scale, zero) words of the int8-wgmma pass (``gluon_wgmma.wgmma_sz``),
-        int32 [P NS, NP] stage-major, built on first use and kept (4 P bytes per row and 64-byte
-        stage: INT4 8, INT2 16)."""
+        """INTx only: the group scales and zero points of the int8-wgmma pass
+        (``gluon_wgmma.wgmma_sz``: fp16 scales [P NS, NP] then zero bytes [NS, NP], stage-major, in
+        one uint8 buffer), built on first use and kept (2 P + 1 bytes per row and 64-byte stage:
+        INT4 5, INT2 9)."""
         if self._wgmma is None:
             from lowbit.ops.coarse_head.gluon_wgmma import wgmma_sz
 

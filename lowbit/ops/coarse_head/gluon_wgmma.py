@@ -13,9 +13,10 @@ over the 64-byte stages s of the packed rows and their P = 8 / bits planes j (on
 of one group each: g64-multiple groups). ``xq`` / ``sx`` / ``xsum``: ``x_int8.py``.
 
 Program: ``R = 16 W`` consecutive tokens (the candidate block) against all NB (8..64) rows of x.
-Per stage, one TMA each brings the tokens' 64 packed bytes, their (scale, zero) words and the x
-tiles of the P planes into a ring of STAGES slots. Each warp reads its A fragments of a 32-byte
-half straight from shared memory in the register layout of ``wgmma.m64nNk32.s8`` (lane (g, t):
+Per stage, TMA brings the tokens' 64 packed bytes, their P fp16 scales and the byte of their P
+zero points (``wgmma_sz``) and the x tiles of the P planes into a ring of STAGES slots. Each warp
+reads its A fragments of a 32-byte half straight from shared memory in the register layout of
+``wgmma.m64nNk32.s8`` (lane (g, t):
 bytes 4t..4t+3 and 16+4t.. of rows g and g+8), extracts plane j with one shift-and-mask per word
 (the codes are already small non-negative int8), and issues two async wgmmas (the two halves,
 K = 64) against the plane's x tiles (the B operand, K-major in shared memory). The int32 result
@@ -73,7 +74,7 @@ except Exception as e:  # noqa: BLE001 - any failure means "no Gluon path"
     _GLUON_IMPORT_ERROR = e
 
 __all__ = ["TABLE_BITS", "WGMMA_BITS", "WGMMA_MAX_M", "coarse_wgmma", "table_reference", "wgmma_available",
-           "wgmma_sz", "wgmma_table"]
+           "wgmma_sz", "wgmma_sz_views", "wgmma_table"]
 
 #: most rows of x one launch serves (the wgmma's N)
 WGMMA_MAX_M = 64
@@ -84,24 +85,39 @@ _STAGE_BYTES = 64  # packed bytes of a row per pipeline stage: one 64-wide K run
 
 
 def wgmma_sz(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int, ell: int) -> torch.Tensor:
-    """The (scale, zero) words of the kernel, stage-major: int32 [P NS, NP] (P = 8 / bits planes,
-    NS = ``ell`` / 64 stages, NP = N rounded up to a multiple of 4 for TMA's 16-byte row pitch);
-    word ``(P s + j, n)`` holds the fp16 scale bits of the group that plane j's stage s of row n
-    lies in (low half) and its zero point (high half). A stage's words for a block of rows are one
-    TMA box [P, rows] of 4-byte runs: 4 P bytes a row and stage (INT4: 8, INT2: 16). ``scale``
-    fp16 / ``zero`` uint8 [N, NG], ``ell`` the plane length (a multiple of ``group_size``, itself a
-    multiple of 64)."""
+    """The per-group pass's scales and zero points, stage-major, in one uint8 buffer of
+    ``(2 P + 1) NS NP`` bytes (P = 8 / bits planes, NS = ``ell`` / 64 stages, NP = N rounded up to
+    a multiple of 16 for TMA's 16-byte row pitch): first the fp16 scales [P NS, NP] -- row ``P s +
+    j``, column n: the scale of the group that plane j's stage s of row n lies in -- then the zero
+    points [NS, NP] uint8, byte (s, n) holding the P planes' zeros of stage s, plane j's in bits
+    ``bits j .. bits (j + 1) - 1`` (P ``bits``-bit zeros fill a byte exactly). Views:
+    :func:`wgmma_sz_views`. A stage's share for a block of rows is two TMA boxes, [P, rows] fp16 and
+    [1, rows] uint8: 2 P + 1 bytes a row and stage (INT4 5, INT2 9), against 3 P of the format's
+    (fp16, uint8) pairs. ``scale`` fp16 / ``zero`` uint8 [N, NG], ``ell`` the plane length (a
+    multiple of ``group_size``, itself a multiple of 64)."""
     n = scale.shape[0]
     p = 8 // bits
     ns = ell // _STAGE_BYTES
+    np_ = -(-n // 16) * 16
+    buf = torch.zeros((2 * p + 1) * ns * np_, dtype=torch.uint8, device=scale.device)
+    scales, zeros = wgmma_sz_views(buf, bits, ell)
     s_idx = torch.arange(ns, device=scale.device)
-    words = torch.zeros(ns, p, -(-n // 4) * 4, dtype=torch.int32, device=scale.device)
-    sbits = scale.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF
-    zw = zero.to(torch.int32) << 16
+    zb = torch.zeros(ns, n, dtype=torch.int32, device=scale.device)
     for j in range(p):
         g = (j * ell + _STAGE_BYTES * s_idx) // group_size  # [NS]
-        words[:, j, :n] = (sbits[:, g] | zw[:, g]).t()
-    return words.view(ns * p, -1)
+        scales.view(ns, p, np_)[:, j, :n] = scale[:, g].t()
+        zb |= zero[:, g].t().to(torch.int32) << (bits * j)
+    zeros[:, :n] = zb.to(torch.uint8)
+    return buf
+
+
+def wgmma_sz_views(sz: torch.Tensor, bits: int, ell: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two parts of :func:`wgmma_sz`'s buffer as views: fp16 scales [P NS, NP] and uint8 zero
+    bytes [NS, NP]."""
+    p, ns = 8 // bits, ell // _STAGE_BYTES
+    np_ = sz.numel() // ((2 * p + 1) * ns)
+    cut = 2 * p * ns * np_
+    return sz[:cut].view(torch.float16).view(p * ns, np_), sz[cut:].view(ns, np_)
 
 
 #: INTx widths the whole-row integer variant serves: INT2's ``|q - z| <= 3`` leaves A up to 42
@@ -226,9 +242,11 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0,
                      STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, CH: gl.constexpr, pred,
-                     TABLE: gl.constexpr = False, XW: gl.constexpr = False, NOX: gl.constexpr = False, K0=0):
+                     TABLE: gl.constexpr = False, XW: gl.constexpr = False, NOX: gl.constexpr = False, K0=0,
+                     z_desc=None, z_bufs=None):
         """TMA of stage K0 + i (CH 64-byte chunks) into ring slot i % STAGES: codes [R, 64 CH]; per
-        chunk the words [P, R] (TABLE: the group codes [2, R]), the x tiles of the P planes [2 NB,
+        chunk the fp16 scales [P, R] and zero bytes [1, R] (``z_desc`` / ``z_bufs``; TABLE: the
+        group codes [2, R] instead), the x tiles of the P planes [2 NB,
         32] each -- XW: the two halves' side-by-side tiles [NB, 32 P] (``x_int8`` ``wide``) -- and
         (not with TABLE, which needs none) the x sums [4, NB]. NOX: no x tiles or sums (they are
         resident, ``_issue_resident_x``)."""
@@ -237,15 +255,17 @@ if _GLUON_IMPORT_ERROR is None:
         XB: gl.constexpr = x_desc.block_type.nbytes
         XN: gl.constexpr = 0 if NOX else 2 if XW else P  # x boxes a chunk
         XSB: gl.constexpr = 0 if (TABLE or NOX) else xs_desc.block_type.nbytes
-        nbytes: gl.constexpr = w_desc.block_type.nbytes + CH * (sz_desc.block_type.nbytes + XN * XB + XSB)
+        ZB: gl.constexpr = 0 if TABLE else z_desc.block_type.nbytes
+        nbytes: gl.constexpr = w_desc.block_type.nbytes + CH * (sz_desc.block_type.nbytes + ZB + XN * XB + XSB)
         mbarrier.expect(bar, nbytes, pred=pred)
         tma.async_copy_global_to_shared(w_desc, [row0, (K0 + i) * (64 * CH)], bar, w_bufs.index(slot), pred)
         for ch in gl.static_range(CH):
             c = (K0 + i) * CH + ch  # global 64-byte chunk
             if TABLE:  # stage-major group codes (``wgmma_table``): rows 2 c, 2 c + 1 of the block's tokens
                 tma.async_copy_global_to_shared(sz_desc, [2 * c, row0], bar, sz_bufs.index(slot * CH + ch), pred)
-            else:
+            else:  # the P planes' scales, then the byte of their zeros
                 tma.async_copy_global_to_shared(sz_desc, [P * c, row0], bar, sz_bufs.index(slot * CH + ch), pred)
+                tma.async_copy_global_to_shared(z_desc, [c, row0], bar, z_bufs.index(slot * CH + ch), pred)
             if not NOX:
                 _issue_x_chunk(x_desc, xs_desc, x_bufs, xs_bufs, bar, c, slot * CH + ch, P, NB, TABLE, XW, pred)
 
@@ -293,14 +313,12 @@ if _GLUON_IMPORT_ERROR is None:
         return warpgroup_mma(a1, _x_tile(xt_bufs, slot, J, 1, P, XW), d, is_async=True)
 
     @gluon.jit
-    def _retire_plane(acc, d, word, xs, row_l: gl.constexpr, MAGIC: gl.constexpr):
-        """acc += scale * (d - zero * xsum) for one finished plane: the zero point removed exactly in
-        int32; MAGIC: the int32 -> fp32 conversion as ``(d + 0x4B400000 as fp32) - 1.5 * 2^23``
-        (exact for |d| < 2^22: 64 codes < 16 times |x| <= 127) instead of I2F."""
-        wj = gl.convert_layout(word, row_l, assert_trivial=True)
-        sc = (wj & _F16_BITS).to(gl.int16).to(gl.float16, bitcast=True).to(gl.float32)
-        nz = -(wj >> 16)  # negated per row (2 registers), so the per-element op is one IMAD
-        d = gl.expand_dims(nz, 1) * gl.expand_dims(xs, 0) + d
+    def _retire_plane(acc, d, sc, nz, xs, MAGIC: gl.constexpr):
+        """acc += scale * (d - zero * xsum) for one finished plane (``sc`` fp32 / ``nz`` int32 minus
+        the zero, per row: ``_plane_scales``): the zero point removed exactly in int32; MAGIC: the
+        int32 -> fp32 conversion as ``(d + 0x4B400000 as fp32) - 1.5 * 2^23`` (exact for |d| < 2^22:
+        64 codes < 16 times |x| <= 127) instead of I2F."""
+        d = gl.expand_dims(nz, 1) * gl.expand_dims(xs, 0) + d  # one IMAD an element
         if MAGIC:
             f = (d + _MAGIC_I).to(gl.float32, bitcast=True) - _MAGIC_F
         else:
@@ -308,26 +326,37 @@ if _GLUON_IMPORT_ERROR is None:
         return acc + f * gl.expand_dims(sc, 1)
 
     @gluon.jit
-    def _plane_words(word_rows, u, P: gl.constexpr, row_l: gl.constexpr):
-        """The 4 planes' (scale, zero) words of chunk buffer ``u`` (``word_rows`` rows P u + j, one
-        word a token row, each in the accumulator's row layout ``row_l``); planes j >= P repeat
-        plane 0's (never read). All loaded before the chunk's first wgmma."""
-        w0 = word_rows.index(P * u).load(row_l)
-        w1 = word_rows.index(P * u + 1).load(row_l)
+    def _plane_scale(scale_rows, zb, u, J: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr,
+                     row_l: gl.constexpr):
+        """(fp32 scale, int32 minus the zero) per token row of plane J of chunk buffer ``u``:
+        ``scale_rows`` row P u + J, the zero from bits BITS J.. of the chunk's zero bytes ``zb``."""
+        sc = scale_rows.index(P * u + J).load(row_l).to(gl.float32)
+        return sc, -((zb >> (BITS * J)) & ((1 << BITS) - 1))
+
+    @gluon.jit
+    def _plane_scales(scale_rows, z_rows, u, P: gl.constexpr, BITS: gl.constexpr, row_l: gl.constexpr):
+        """The 4 planes' (scale, minus zero) of chunk buffer ``u`` (:func:`_plane_scale`); planes
+        j >= P repeat plane 0's (never read). All loaded before the chunk's first wgmma."""
+        zb = z_rows.index(u).load(row_l).to(gl.int32)
+        s0, z0 = _plane_scale(scale_rows, zb, u, 0, P, BITS, row_l)
+        s1, z1 = _plane_scale(scale_rows, zb, u, 1, P, BITS, row_l)
         if P == 4:
-            w2 = word_rows.index(P * u + 2).load(row_l)
-            w3 = word_rows.index(P * u + 3).load(row_l)
+            s2, z2 = _plane_scale(scale_rows, zb, u, 2, P, BITS, row_l)
+            s3, z3 = _plane_scale(scale_rows, zb, u, 3, P, BITS, row_l)
         else:
-            w2 = w0
-            w3 = w0
-        return w0, w1, w2, w3
+            s2 = s0
+            z2 = z0
+            s3 = s0
+            z3 = z0
+        return (s0, s1, s2, s3), (z0, z1, z2, z3)
 
     @gluon.jit
     def _stage_sum(acc, w_bufs, word_rows, xt_bufs, xs_rows, slot, xslot, NB: gl.constexpr, W: gl.constexpr,
                    P: gl.constexpr, BITS: gl.constexpr, CH: gl.constexpr, PIPE: gl.constexpr, MAGIC: gl.constexpr,
-                   XW: gl.constexpr = False):
-        """acc += the CH chunks x P planes of the stage in ``slot``, its words in ``word_rows`` (the
-        [slots CH P, R] rows of the words buffers), its x tiles and sums in x buffer ``xslot`` (the
+                   XW: gl.constexpr = False, z_rows=None):
+        """acc += the CH chunks x P planes of the stage in ``slot``, its scales in ``word_rows`` (the
+        [slots CH P, R] fp16 rows of the scale buffers) and zero bytes in ``z_rows`` ([slots CH, R]),
+        its x tiles and sums in x buffer ``xslot`` (the
         ring slot, or the stage itself where x is resident). PIPE: plane
         j + 1's wgmmas are started before plane j is retired (its integer / fp32 epilogue overlaps
         them)."""
@@ -343,21 +372,22 @@ if _GLUON_IMPORT_ERROR is None:
             ux = xslot * CH + ch  # ... in the x buffers
             q0 = wb.slice(64 * ch, 32, dim=1).load(_codes_layout(W))
             q1 = wb.slice(64 * ch + 32, 32, dim=1).load(_codes_layout(W))
-            words = _plane_words(word_rows, u, P, row_l)
+            scs, nzs = _plane_scales(word_rows, z_rows, u, P, BITS, row_l)
             if PIPE:
                 d = _issue_plane(q0, q1, xt_bufs, ux, 0, izero, a_l, P, BITS, XW)
                 for j in gl.static_range(1, P):
                     d_next = _issue_plane(q0, q1, xt_bufs, ux, j, izero, a_l, P, BITS, XW)
                     d = warpgroup_mma_wait(num_outstanding=2, deps=(d,))
-                    acc = _retire_plane(acc, d, words[j - 1], xs_rows.index(4 * ux + j - 1).load(col_l), row_l, MAGIC)
+                    acc = _retire_plane(acc, d, scs[j - 1], nzs[j - 1], xs_rows.index(4 * ux + j - 1).load(col_l),
+                                        MAGIC)
                     d = d_next
                 d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-                acc = _retire_plane(acc, d, words[P - 1], xs_rows.index(4 * ux + P - 1).load(col_l), row_l, MAGIC)
+                acc = _retire_plane(acc, d, scs[P - 1], nzs[P - 1], xs_rows.index(4 * ux + P - 1).load(col_l), MAGIC)
             else:
                 for j in gl.static_range(P):
                     d = _issue_plane(q0, q1, xt_bufs, ux, j, izero, a_l, P, BITS, XW)
                     d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-                    acc = _retire_plane(acc, d, words[j], xs_rows.index(4 * ux + j).load(col_l), row_l, MAGIC)
+                    acc = _retire_plane(acc, d, scs[j], nzs[j], xs_rows.index(4 * ux + j).load(col_l), MAGIC)
         return acc
 
     # The byte-permute decode (INT2): one packed word (16 codes: 4 bytes x 4 planes) -> 4 registers
@@ -439,22 +469,27 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _alloc_operands(w_desc, sz_desc, x_desc, xs_desc, STAGES: gl.constexpr, CH: gl.constexpr, R: gl.constexpr,
                         NB: gl.constexpr, P: gl.constexpr, TABLE: gl.constexpr, XW: gl.constexpr, XC: gl.constexpr,
-                        TABLE_NO_XS: gl.constexpr):
+                        TABLE_NO_XS: gl.constexpr, z_desc):
         """The ring's shared-memory buffers and their views: codes [STAGES, R, 64 CH]; the words --
-        TABLE: group codes [STAGES CH, 2, R], else the (scale, zero) words [STAGES CH, P, R]
-        (``code_rows``: either as rows of R) -- the x tiles of XC chunks (XW: side by side [2 XC, NB, 32 P]; else per plane
+        TABLE: group codes int32 [STAGES CH, 2, R], else the fp16 scales [STAGES CH, P, R]
+        (``code_rows``: either as rows of R) and the zero bytes [STAGES CH, 1, R] (``z_bufs``, rows
+        ``z_rows``; TABLE: none, the group codes' buffers stand in) -- the x tiles of XC chunks (XW: side by side [2 XC, NB, 32 P]; else per plane
         [STAGES CH P, 2 NB, 32], ``xt_bufs`` one B tile per half) and the x sums [XC, 4, NB]
         (``xs_rows``: rows of NB; TABLE_NO_XS: a [1, 4, NB] placeholder for TABLE, which reads none).
-        Returns (w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows)."""
+        Returns (w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows, z_bufs, z_rows)."""
         xt_sl: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
         rows_sl: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
         w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64 * CH], w_desc.layout)
         if TABLE:
             sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, 2, R], sz_desc.layout)
             code_rows = sz_bufs._reinterpret(gl.int32, [STAGES * CH * 2, R], rows_sl)
+            z_bufs = sz_bufs
+            z_rows = code_rows
         else:
-            sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES * CH, P, R], sz_desc.layout)
-            code_rows = sz_bufs._reinterpret(gl.int32, [STAGES * CH * P, R], rows_sl)
+            sz_bufs = gl.allocate_shared_memory(gl.float16, [STAGES * CH, P, R], sz_desc.layout)
+            code_rows = sz_bufs._reinterpret(gl.float16, [STAGES * CH * P, R], rows_sl)
+            z_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES * CH, 1, R], z_desc.layout)
+            z_rows = z_bufs._reinterpret(gl.uint8, [STAGES * CH, R], rows_sl)
         if TABLE and TABLE_NO_XS:
             xs_bufs = gl.allocate_shared_memory(gl.int32, [1, 4, NB], xs_desc.layout)  # unused
             xs_rows = xs_bufs
@@ -467,7 +502,7 @@ if _GLUON_IMPORT_ERROR is None:
         else:
             x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * P, 2 * NB, 32], x_desc.layout)
             xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * CH * P * 2, NB, 32], xt_sl)
-        return w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows
+        return w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows, z_bufs, z_rows
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
     def _coarse_wgmma_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
@@ -475,7 +510,7 @@ if _GLUON_IMPORT_ERROR is None:
                              KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
                              PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, CH: gl.constexpr = 1,
                              TABLE: gl.constexpr = False, XW: gl.constexpr = False, SUB: gl.constexpr = 1,
-                             SORTED: gl.constexpr = False):
+                             SORTED: gl.constexpr = False, z_desc=None):
         """Program b: tokens R b .. R b + R - 1 (R = 16 W) against the NB rows of x; writes the
         KCAND candidates of every row m < M of each of its SUB candidate blocks (R / SUB tokens;
         ``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND], NBLK candidate blocks)
@@ -488,8 +523,8 @@ if _GLUON_IMPORT_ERROR is None:
 
         pid = gl.program_id(0)
         row0 = pid * R
-        w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows = _alloc_operands(
-            w_desc, sz_desc, x_desc, xs_desc, STAGES, CH, R, NB, P, TABLE, XW, STAGES * CH, False)
+        w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows, z_bufs, z_rows = _alloc_operands(
+            w_desc, sz_desc, x_desc, xs_desc, STAGES, CH, R, NB, P, TABLE, XW, STAGES * CH, False, z_desc)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(bars.index(i), count=1)
@@ -497,20 +532,20 @@ if _GLUON_IMPORT_ERROR is None:
 
         for i in gl.static_range(STAGES - 1):
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0, STAGES,
-                         P, NB, CH, i < NS, TABLE, XW)
+                         P, NB, CH, i < NS, TABLE, XW, z_desc=z_desc, z_bufs=z_bufs)
         acc = gl.zeros([R, NB], gl.int32 if TABLE else gl.float32, mma)
         for i in range(0, NS):
             # slot (i - 1) % STAGES was read by stage i - 1: once every warp is past it, refill it
             gl.thread_barrier()
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i + STAGES - 1,
-                         row0, STAGES, P, NB, CH, i + STAGES - 1 < NS, TABLE, XW)
+                         row0, STAGES, P, NB, CH, i + STAGES - 1 < NS, TABLE, XW, z_desc=z_desc, z_bufs=z_bufs)
             slot = i % STAGES
             mbarrier.wait(bars.index(slot), (i // STAGES) & 1)
             if TABLE:
                 acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, slot, NB, W, P, CH, XW)
             else:
                 acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, slot, NB, W, P, BITS, CH, PIPE, MAGIC,
-                                 XW)
+                                 XW, z_rows)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -655,7 +690,7 @@ if _GLUON_IMPORT_ERROR is None:
                      XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False, xbar=None,
                      XRES: gl.constexpr = 0, SUB: gl.constexpr = 1, SORTED: gl.constexpr = False,
                      LATE: gl.constexpr = False, part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1,
-                     GPIPE: gl.constexpr = False):
+                     GPIPE: gl.constexpr = False, z_rows=None):
         """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage (CH
         64-byte chunks), wait for its TMA, run the stage (TABLE: the whole-row decode and wgmma
         chain into an int32 sum; else the per-group planes, ``_stage_sum``, into fp32), hand the
@@ -700,7 +735,7 @@ if _GLUON_IMPORT_ERROR is None:
                             acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, slot, NB, W, P, CH, XW)
                         else:
                             acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, slot, NB, W, P, BITS,
-                                             CH, GPIPE, False, XW)
+                                             CH, GPIPE, False, XW, z_rows)
                         gl.thread_barrier()
                         mbarrier.arrive(empty.index(slot))
             if pid >= FULL:
@@ -742,7 +777,7 @@ if _GLUON_IMPORT_ERROR is None:
                                 acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, xslot, NB, W, P, CH, XW)
                             else:
                                 acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, xslot, NB, W, P, BITS,
-                                                 CH, GPIPE, False, XW)
+                                                 CH, GPIPE, False, XW, z_rows)
                             gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
                             mbarrier.arrive(empty.index(slot))
                 lap0 += NS // STAGES
@@ -757,7 +792,7 @@ if _GLUON_IMPORT_ERROR is None:
                      NS, GRID, STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr,
                      XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
                      TABLE: gl.constexpr = True, xbar=None, XRES: gl.constexpr = 0, SUB: gl.constexpr = 1,
-                     FULL=0, PARTS: gl.constexpr = 1):
+                     FULL=0, PARTS: gl.constexpr = 1, z_desc=None, z_bufs=None):
         """Worker partition (1 warp): for each of the program's row blocks (R rows, SUB of the NBLK
         candidate blocks; PARTS > 1: its one block's share of stages, ``_split_range``), the TMA of stage i into
         slot i % STAGES once the consumers released it (free on the first lap: a wait on parity 1
@@ -773,14 +808,14 @@ if _GLUON_IMPORT_ERROR is None:
             for i in range(0, s1 - s0):
                 mbarrier.wait(empty.index(i % STAGES), ((i // STAGES) & 1) ^ 1)
                 _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i, blk * R,
-                             STAGES, P, NB, CH, True, TABLE, XW, False, s0)
+                             STAGES, P, NB, CH, True, TABLE, XW, False, s0, z_desc, z_bufs)
         else:
             c = 0  # stages issued so far (with NS % STAGES == 0 when a program has several blocks)
             for blk in range(gl.program_id(0), (NBLK + SUB - 1) // SUB, GRID):
                 for i in range(0, NS):
                     mbarrier.wait(empty.index(i % STAGES), ((c // STAGES) & 1) ^ 1)
                     _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i,
-                                 blk * R, STAGES, P, NB, CH, True, TABLE, XW, XRES > 0)
+                                 blk * R, STAGES, P, NB, CH, True, TABLE, XW, XRES > 0, 0, z_desc, z_bufs)
                     c += 1
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS", "GRID", "FULL"])
@@ -791,7 +826,7 @@ if _GLUON_IMPORT_ERROR is None:
                           TABLE: gl.constexpr = True, BITS: gl.constexpr = 2, XRES: gl.constexpr = 0,
                           SUB: gl.constexpr = 1, SORTED: gl.constexpr = False, LATE: gl.constexpr = False,
                           part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1,
-                          GPIPE: gl.constexpr = False):
+                          GPIPE: gl.constexpr = False, z_desc=None):
         """``_coarse_wgmma_kernel`` (same arguments plus GRID: the programs launched, each taking
         row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side tiles; PDL: a programmatic
         dependent launch after the x preparation; TABLE: the whole-row variant, else per group
@@ -807,8 +842,8 @@ if _GLUON_IMPORT_ERROR is None:
         left zero) -- see ``_ws_consumer``."""
         R: gl.constexpr = 16 * W
         XC: gl.constexpr = XRES if XRES else STAGES * CH  # chunks the x buffers hold
-        w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows = _alloc_operands(
-            w_desc, sz_desc, x_desc, xs_desc, STAGES, CH, R, NB, P, TABLE, XW, XC, True)
+        w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows, z_bufs, z_rows = _alloc_operands(
+            w_desc, sz_desc, x_desc, xs_desc, STAGES, CH, R, NB, P, TABLE, XW, XC, True, z_desc)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         xbar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
@@ -820,9 +855,10 @@ if _GLUON_IMPORT_ERROR is None:
         gl.warp_specialize([
             (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr,
                             M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, XW, CH, PDL,
-                            xbar, XRES, SUB, SORTED, LATE, part_ptr, tick_ptr, FULL, PARTS, GPIPE)),
+                            xbar, XRES, SUB, SORTED, LATE, part_ptr, tick_ptr, FULL, PARTS, GPIPE, z_rows)),
             (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
-                            NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB, FULL, PARTS)),
+                            NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB, FULL, PARTS, z_desc,
+                            z_bufs)),
         ], [1], [PRODUCER_REGS])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
@@ -982,7 +1018,7 @@ def _resident_fits(block: int, nb: int, p: int, chunks: int, ch: int, stages: in
     """Whether the warp-specialized kernel's ring (codes and words of ``stages`` slots of ``ch``
     chunks) plus all ``chunks`` chunks of x (side-by-side tiles [2, NB, 32 P]; per group also the
     sums [4, NB] int32) fit ``RESIDENT_SMEM`` bytes of shared memory."""
-    words = 2 * block * 4 if table else block * 16
+    words = 2 * block * 4 if table else block * (2 * p + 1)
     ring = stages * ch * (block * 64 + words)
     xbytes = chunks * (2 * nb * 32 * p + (0 if table else 16 * nb))
     return ring + xbytes + 1024 <= RESIDENT_SMEM
@@ -992,6 +1028,12 @@ def _resident_fits(block: int, nb: int, p: int, chunks: int, ch: int, stages: in
 def _wide_layout(p: int):
     """Shared layout of a side-by-side x box [NB, 32 P] (int8, rows of 32 P bytes swizzled)."""
     return gl.NVMMASharedLayout(swizzle_byte_width=32 * p, element_bitwidth=8, rank=2)
+
+
+@functools.cache
+def _plain_layout(bitwidth: int):
+    """Unswizzled shared layout of a 2-D TMA box of ``bitwidth``-bit elements (read as rows)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=bitwidth, rank=2)
 
 
 @functools.cache
@@ -1017,11 +1059,13 @@ SPLIT_TAIL = (2, 1)
 #: M = 1 / 8 / 16 +0.4..+3.4 us with (2, 1), (3, 1), (4, 1))
 SPLIT_TAIL_GROUP = (0, 1)
 SPLIT_TAIL_MAX_NB = 16
-#: the per-group warp-specialized kernel issues both planes' wgmmas of a stage before it waits
-#: for the first (``_stage_sum``'s PIPE). Offline sm_90: the stage loop's instructions are the
-#: same -- ptxas already retires plane 0 after plane 1's wgmmas -- only the wait between the two
-#: issues goes
-WS_PIPE_GROUP = False
+#: the NB at which the per-group warp-specialized kernel issues all planes' wgmmas of a stage
+#: before it waits for the first (``_stage_sum``'s PIPE). Offline sm_90: the stage loop's
+#: instructions are the same -- ptxas already retires plane 0 after plane 1's wgmmas -- only the
+#: wait between the issues goes; at NB = 64 it spills (two blocks a program, 96 registers) or
+#: serializes the wgmmas (80, C7512). H200, 124160 x 5120 INT4, fast argmax against none, same run
+#: (session 31 call a): M = 1 / 8 / 16 / 32 -0.2 / -1.0 / -1.9 / -2.2 us
+WS_PIPE_GROUP: tuple = ()
 _TICKETS: dict = {}  # device -> zeroed int32 tickets of the split blocks (every launch leaves them zero)
 _PARTS: dict = {}  # device -> int32 scratch of the split blocks' partial sums (written before it is read)
 
@@ -1092,8 +1136,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     if table and (sz.dtype != torch.int32 or sz.shape != (2 * (ell // _STAGE_BYTES), -(-n // 4) * 4)):
         raise ValueError(f"coarse_wgmma's whole-row variant takes wgmma_table's int32 words "
                          f"[{2 * (ell // _STAGE_BYTES)}, {-(-n // 4) * 4}], got {sz.dtype} {tuple(sz.shape)}")
-    if not table and (sz.dtype != torch.int32 or sz.shape != (p * (ell // _STAGE_BYTES), -(-n // 4) * 4)):
-        raise ValueError(f"coarse_wgmma takes wgmma_sz's int32 words [{p * (ell // _STAGE_BYTES)}, {-(-n // 4) * 4}], "
+    sz_bytes = (2 * p + 1) * (ell // _STAGE_BYTES) * (-(-n // 16) * 16)
+    if not table and (sz.dtype != torch.uint8 or sz.shape != (sz_bytes,)):
+        raise ValueError(f"coarse_wgmma takes wgmma_sz's uint8 buffer of scales and zeros [{sz_bytes}], "
                          f"got {sz.dtype} {tuple(sz.shape)}")
     if x.stride(1) != 1:
         x = x.contiguous()
@@ -1123,7 +1168,12 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                                                                write_logits, x.device)
     w_l, sz_l, x_l, xs_l = _layouts(rows, nb, ch)
     w_desc = TensorDescriptor.from_tensor(packed, [rows, 64 * ch], w_l)
-    sz_desc = TensorDescriptor.from_tensor(sz, [2 if table else p, rows], sz_l)
+    if table:  # the group codes; no zero bytes (the codes' descriptor stands in, unread)
+        sz_desc = z_desc = TensorDescriptor.from_tensor(sz, [2, rows], sz_l)
+    else:  # the P planes' fp16 scales and the byte of their zeros, a box each per stage
+        scales, zeros = wgmma_sz_views(sz, bits, ell)
+        sz_desc = TensorDescriptor.from_tensor(scales, [p, rows], _plain_layout(16))
+        z_desc = TensorDescriptor.from_tensor(zeros, [1, rows], _plain_layout(8))
     if x_wide:
         x_desc = TensorDescriptor.from_tensor(xq, [nb, 32 * p], _wide_layout(p))
     else:
@@ -1159,7 +1209,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                    XW=x_wide, CH=ch, PDL=use_pdl, TABLE=table, BITS=bits, XRES=xres, SUB=sub,
                                    SORTED=EMIT_SORTED, LATE=nb >= LATE_TRIGGER_MIN_NB, part_ptr=part,
                                    tick_ptr=tick, FULL=full, PARTS=parts,
-                                   GPIPE=(WS_PIPE_GROUP if pipe is None else pipe) and not table, num_warps=w,
+                                   GPIPE=(nb in WS_PIPE_GROUP if pipe is None else pipe) and not table,
+                                   z_desc=z_desc,
+                                   num_warps=w,
                                    **reg,
                                    **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
@@ -1167,5 +1219,6 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
-                                  CH=ch, TABLE=table, XW=x_wide, SUB=sub, SORTED=EMIT_SORTED, num_warps=w, **reg)
+                                  CH=ch, TABLE=table, XW=x_wide, SUB=sub, SORTED=EMIT_SORTED, z_desc=z_desc,
+                                  num_warps=w, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
