@@ -230,7 +230,7 @@ def coarse_head(
             if packing.bits in WGMMA_TABLE_BITS:
                 s, z = packing.wgmma_table()  # int32 words, fp32 row units: the whole-row variant
             else:
-                s = z = packing.wgmma_words()
+                s = z = packing.wgmma_words()  # uint8 [(2 P + 1) NS NP]: fp16 scales, zero bytes
         elif _use_mma(packing, x.shape[0], bound, block, compiling):
             w, s = packing.mma_tiled()
             z = s

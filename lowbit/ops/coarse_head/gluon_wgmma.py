@@ -337,7 +337,8 @@ if _GLUON_IMPORT_ERROR is None:
     def _plane_scales(scale_rows, z_rows, u, P: gl.constexpr, BITS: gl.constexpr, row_l: gl.constexpr):
         """The 4 planes' (scale, minus zero) of chunk buffer ``u`` (:func:`_plane_scale`); planes
         j >= P repeat plane 0's (never read). All loaded before the chunk's first wgmma."""
-        zb = z_rows.index(u).load(row_l).to(gl.int32)
+        ZR: gl.constexpr = z_rows.shape[0] * P // scale_rows.shape[0]  # rows of a chunk's zero box
+        zb = z_rows.index(ZR * u).load(row_l).to(gl.int32)
         s0, z0 = _plane_scale(scale_rows, zb, u, 0, P, BITS, row_l)
         s1, z1 = _plane_scale(scale_rows, zb, u, 1, P, BITS, row_l)
         if P == 4:
@@ -472,8 +473,10 @@ if _GLUON_IMPORT_ERROR is None:
                         TABLE_NO_XS: gl.constexpr, z_desc):
         """The ring's shared-memory buffers and their views: codes [STAGES, R, 64 CH]; the words --
         TABLE: group codes int32 [STAGES CH, 2, R], else the fp16 scales [STAGES CH, P, R]
-        (``code_rows``: either as rows of R) and the zero bytes [STAGES CH, 1, R] (``z_bufs``, rows
-        ``z_rows``; TABLE: none, the group codes' buffers stand in) -- the x tiles of XC chunks (XW: side by side [2 XC, NB, 32 P]; else per plane
+        (``code_rows``: either as rows of R) and the zero bytes [STAGES CH, ZR, R] (``z_bufs``, rows
+        ``z_rows``; ZR = 128 / R rows of the zeros' box, the stage's and at R = 64 the next one's,
+        unread, so every slot stays 128-byte aligned as TMA needs; TABLE: none, the group codes'
+        buffers stand in) -- the x tiles of XC chunks (XW: side by side [2 XC, NB, 32 P]; else per plane
         [STAGES CH P, 2 NB, 32], ``xt_bufs`` one B tile per half) and the x sums [XC, 4, NB]
         (``xs_rows``: rows of NB; TABLE_NO_XS: a [1, 4, NB] placeholder for TABLE, which reads none).
         Returns (w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows, z_bufs, z_rows)."""
@@ -488,8 +491,9 @@ if _GLUON_IMPORT_ERROR is None:
         else:
             sz_bufs = gl.allocate_shared_memory(gl.float16, [STAGES * CH, P, R], sz_desc.layout)
             code_rows = sz_bufs._reinterpret(gl.float16, [STAGES * CH * P, R], rows_sl)
-            z_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES * CH, 1, R], z_desc.layout)
-            z_rows = z_bufs._reinterpret(gl.uint8, [STAGES * CH, R], rows_sl)
+            ZR: gl.constexpr = z_desc.block_type.shape[0]  # 128 // R rows: every slot 128-byte aligned for TMA
+            z_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES * CH, ZR, R], z_desc.layout)
+            z_rows = z_bufs._reinterpret(gl.uint8, [STAGES * CH * ZR, R], rows_sl)
         if TABLE and TABLE_NO_XS:
             xs_bufs = gl.allocate_shared_memory(gl.int32, [1, 4, NB], xs_desc.layout)  # unused
             xs_rows = xs_bufs
@@ -505,12 +509,12 @@ if _GLUON_IMPORT_ERROR is None:
         return w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows, z_bufs, z_rows
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
-    def _coarse_wgmma_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
+    def _coarse_wgmma_kernel(w_desc, sz_desc, z_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
                              NS, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                              KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
                              PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, CH: gl.constexpr = 1,
                              TABLE: gl.constexpr = False, XW: gl.constexpr = False, SUB: gl.constexpr = 1,
-                             SORTED: gl.constexpr = False, z_desc=None):
+                             SORTED: gl.constexpr = False):
         """Program b: tokens R b .. R b + R - 1 (R = 16 W) against the NB rows of x; writes the
         KCAND candidates of every row m < M of each of its SUB candidate blocks (R / SUB tokens;
         ``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND], NBLK candidate blocks)
@@ -819,14 +823,14 @@ if _GLUON_IMPORT_ERROR is None:
                     c += 1
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS", "GRID", "FULL"])
-    def _coarse_ws_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NS,
+    def _coarse_ws_kernel(w_desc, sz_desc, z_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NS,
                           GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
                           WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                           XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
                           TABLE: gl.constexpr = True, BITS: gl.constexpr = 2, XRES: gl.constexpr = 0,
                           SUB: gl.constexpr = 1, SORTED: gl.constexpr = False, LATE: gl.constexpr = False,
                           part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1,
-                          GPIPE: gl.constexpr = False, z_desc=None):
+                          GPIPE: gl.constexpr = False):
         """``_coarse_wgmma_kernel`` (same arguments plus GRID: the programs launched, each taking
         row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side tiles; PDL: a programmatic
         dependent launch after the x preparation; TABLE: the whole-row variant, else per group
@@ -1173,7 +1177,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     else:  # the P planes' fp16 scales and the byte of their zeros, a box each per stage
         scales, zeros = wgmma_sz_views(sz, bits, ell)
         sz_desc = TensorDescriptor.from_tensor(scales, [p, rows], _plain_layout(16))
-        z_desc = TensorDescriptor.from_tensor(zeros, [1, rows], _plain_layout(8))
+        # a 128-byte box (at 64 rows the next stage's zeros too, unread): TMA's smem slots stay aligned
+        z_desc = TensorDescriptor.from_tensor(zeros, [max(1, 128 // rows), rows], _plain_layout(8))
     if x_wide:
         x_desc = TensorDescriptor.from_tensor(xq, [nb, 32 * p], _wide_layout(p))
     else:
@@ -1203,22 +1208,19 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
             grid = full + (nprog - full) * parts
             if parts == 1:
                 part = tick = sx  # unread
-        _coarse_ws_kernel[(grid,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
+        _coarse_ws_kernel[(grid,)](w_desc, sz_desc, z_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
                                    logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p, STAGES=st,
                                    KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
                                    XW=x_wide, CH=ch, PDL=use_pdl, TABLE=table, BITS=bits, XRES=xres, SUB=sub,
                                    SORTED=EMIT_SORTED, LATE=nb >= LATE_TRIGGER_MIN_NB, part_ptr=part,
                                    tick_ptr=tick, FULL=full, PARTS=parts,
-                                   GPIPE=(nb in WS_PIPE_GROUP if pipe is None else pipe) and not table,
-                                   z_desc=z_desc,
-                                   num_warps=w,
+                                   GPIPE=(nb in WS_PIPE_GROUP if pipe is None else pipe) and not table, num_warps=w,
                                    **reg,
                                    **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
-    _coarse_wgmma_kernel[(nprog,)](w_desc, sz_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
+    _coarse_wgmma_kernel[(nprog,)](w_desc, sz_desc, z_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
                                   logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
-                                  CH=ch, TABLE=table, XW=x_wide, SUB=sub, SORTED=EMIT_SORTED, z_desc=z_desc,
-                                  num_warps=w, **reg)
+                                  CH=ch, TABLE=table, XW=x_wide, SUB=sub, SORTED=EMIT_SORTED, num_warps=w, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits

@@ -460,7 +460,8 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
     m, k = x.shape
     if x.stride(1) != 1:
         x = x.contiguous()
-    if kind == KIND_INTX and w.dim() == 2 and s.dtype == torch.int32:  # CoarsePacking.wgmma_words / _table: int8 wgmma
+    # int8 wgmma: CoarsePacking.wgmma_table's int32 words or wgmma_words' uint8 buffer of scales and zeros
+    if kind == KIND_INTX and w.dim() == 2 and (s.dtype == torch.int32 or (s.dtype == torch.uint8 and s.dim() == 1)):
         from lowbit.ops.coarse_head.gluon_wgmma import coarse_wgmma
 
         return coarse_wgmma(x, w, s, n=n, bits=bits, block=block, kcand=kcand, write_logits=write_logits,
