@@ -1068,8 +1068,9 @@ SPLIT_TAIL_MAX_NB = 16
 #: instructions are the same -- ptxas already retires plane 0 after plane 1's wgmmas -- only the
 #: wait between the issues goes; at NB = 64 it spills (two blocks a program, 96 registers) or
 #: serializes the wgmmas (80, C7512). H200, 124160 x 5120 INT4, fast argmax against none, same run
-#: (session 31 call a): M = 1 / 8 / 16 / 32 -0.2 / -1.0 / -1.9 / -2.2 us
-WS_PIPE_GROUP: tuple = ()
+#: (session 31): M = 1 / 8 / 16 / 32 -0.2 / -1.0 / -1.9 / -2.2 us (call a), -1.0 / -0.6 / -0.5 /
+#: -2.4 (call c, with the 5-byte scales and zeros)
+WS_PIPE_GROUP: tuple = (8, 16, 32)
 _TICKETS: dict = {}  # device -> zeroed int32 tickets of the split blocks (every launch leaves them zero)
 _PARTS: dict = {}  # device -> int32 scratch of the split blocks' partial sums (written before it is read)
 
