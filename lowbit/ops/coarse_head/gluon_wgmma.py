@@ -509,8 +509,8 @@ if _GLUON_IMPORT_ERROR is None:
         return w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows, z_bufs, z_rows
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
-    def _coarse_wgmma_kernel(w_desc, sz_desc, z_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
-                             NS, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
+    def _coarse_wgmma_kernel(w_desc, sz_desc, z_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
+                             NBLK, NS, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                              KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
                              PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, CH: gl.constexpr = 1,
                              TABLE: gl.constexpr = False, XW: gl.constexpr = False, SUB: gl.constexpr = 1,
@@ -823,8 +823,8 @@ if _GLUON_IMPORT_ERROR is None:
                     c += 1
 
     @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS", "GRID", "FULL"])
-    def _coarse_ws_kernel(w_desc, sz_desc, z_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NS,
-                          GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
+    def _coarse_ws_kernel(w_desc, sz_desc, z_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
+                          NS, GRID, NB: gl.constexpr, P: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr,
                           WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                           XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
                           TABLE: gl.constexpr = True, BITS: gl.constexpr = 2, XRES: gl.constexpr = 0,
@@ -1209,9 +1209,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
             grid = full + (nprog - full) * parts
             if parts == 1:
                 part = tick = sx  # unread
-        _coarse_ws_kernel[(grid,)](w_desc, sz_desc, z_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
-                                   logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p, STAGES=st,
-                                   KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
+        _coarse_ws_kernel[(grid,)](w_desc, sz_desc, z_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key,
+                                   cand_idx, logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p,
+                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
                                    XW=x_wide, CH=ch, PDL=use_pdl, TABLE=table, BITS=bits, XRES=xres, SUB=sub,
                                    SORTED=EMIT_SORTED, LATE=nb >= LATE_TRIGGER_MIN_NB, part_ptr=part,
                                    tick_ptr=tick, FULL=full, PARTS=parts,
@@ -1219,8 +1219,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                    **reg,
                                    **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
-    _coarse_wgmma_kernel[(nprog,)](w_desc, sz_desc, z_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
-                                  logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
+    _coarse_wgmma_kernel[(nprog,)](w_desc, sz_desc, z_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key,
+                                  cand_idx, logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
                                   CH=ch, TABLE=table, XW=x_wide, SUB=sub, SORTED=EMIT_SORTED, num_warps=w, **reg)
