@@ -59,7 +59,8 @@ def _paths():
     ``x_int8.X_PDL``), the last row blocks split in 2 / 3 / 4 shares of their stages ("no split",
     "split P", "split P xU": ``gluon_wgmma.SPLIT_TAIL`` / ``SPLIT_TAIL_GROUP`` = (P, U), the blocks past a multiple of U
     x SMs), the per-group kernel's planes issued before the first is waited for at NB <= 32 / at
-    none ("ws pipe" / "no ws pipe", ``gluon_wgmma.WS_PIPE_GROUP``) and none
+    none ("ws pipe" / "no ws pipe", ``gluon_wgmma.WS_PIPE_GROUP``), 5 / 6 ring slots at NB = 8 / 16
+    ("ring 5" / "ring 6", ``gluon_wgmma._STAGES``) and none
     ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -99,6 +100,7 @@ def _paths():
             ("split 3 x2", {"SPLIT_TAIL": (3, 2), "SPLIT_TAIL_GROUP": (3, 2)}),
             ("split 4 x3", {"SPLIT_TAIL": (4, 3), "SPLIT_TAIL_GROUP": (4, 3)}),
             ("ws pipe", {"WS_PIPE_GROUP": (8, 16, 32)}), ("no ws pipe", {"WS_PIPE_GROUP": ()}),
+            ("ring 5", {"_STAGES": {8: 5, 16: 5, 32: 4, 64: 3}}), ("ring 6", {"_STAGES": {8: 6, 16: 6, 32: 4, 64: 3}}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
             ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),
@@ -112,7 +114,7 @@ _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST
              ("g", "PRODUCER_REGS"), ("sel", "TOKEN_KEYS"), ("sel", "SELECT_WARPS"), ("sel", "RERANK_MAX_BKK"),
              ("sel", "SELECT_TRIGGER"), ("g", "LATE_TRIGGER_MIN_NB"), ("sel", "SEL_PDL"),
              ("sel", "RERANK_ROWS"), ("sel", "RERANK_ROWS_WIDE"), ("x", "X_PREFETCH"), ("x", "X_PDL"),
-             ("g", "SPLIT_TAIL"), ("g", "SPLIT_TAIL_GROUP"), ("g", "WS_PIPE_GROUP"))
+             ("g", "SPLIT_TAIL"), ("g", "SPLIT_TAIL_GROUP"), ("g", "WS_PIPE_GROUP"), ("g", "_STAGES"))
 
 
 _ALIASES = {"SEL_PDL": "PDL"}  # switch name in a path -> the module attribute it sets
