@@ -60,7 +60,8 @@ def _paths():
     "split P", "split P xU": ``gluon_wgmma.SPLIT_TAIL`` / ``SPLIT_TAIL_GROUP`` = (P, U), the blocks past a multiple of U
     x SMs), the per-group kernel's planes issued before the first is waited for at NB <= 32 / at
     none ("ws pipe" / "no ws pipe", ``gluon_wgmma.WS_PIPE_GROUP``), 5 / 6 ring slots at NB = 8 / 16
-    ("ring 5" / "ring 6", ``gluon_wgmma._STAGES``) and none
+    ("ring 5" / "ring 6", ``gluon_wgmma._STAGES``), two CTAs an SM with 8 slots there ("two CTAs
+    ring 8") and none
     ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -101,6 +102,8 @@ def _paths():
             ("split 4 x3", {"SPLIT_TAIL": (4, 3), "SPLIT_TAIL_GROUP": (4, 3)}),
             ("ws pipe", {"WS_PIPE_GROUP": (8, 16, 32)}), ("no ws pipe", {"WS_PIPE_GROUP": ()}),
             ("ring 5", {"_STAGES": {8: 5, 16: 5, 32: 4, 64: 3}}), ("ring 6", {"_STAGES": {8: 6, 16: 6, 32: 4, 64: 3}}),
+            ("two CTAs ring 8", {"THREE_CTAS_NB_TABLE": (), "THREE_CTAS_NB_GROUP": (),
+                                 "_STAGES": {8: 8, 16: 8, 32: 4, 64: 3}}),
             ("span single", {"SPAN": two, "WS_TABLE_MAX_NB": 0, "WS_GROUP_MAX_NB": 0}),
             ("span ws", {"SPAN": two, "WS_TABLE_MAX_NB": 64, "WS_GROUP_MAX_NB": 64}),
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),
