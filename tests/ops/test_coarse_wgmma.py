@@ -408,7 +408,7 @@ CASES = [(2, 64, 1000, 640, 1, 128, 8), (4, 64, 777, 576, 3, 128, 4), (2, 128, 4
 @pytest.mark.cuda
 @pytest.mark.parametrize("ws,persist,resident,pipe", [(False, False, False, None), (True, False, False, None),
                                                       (True, True, False, None), (True, True, True, None),
-                                                      (True, False, False, True), (True, True, False, True)])
+                                                      (True, False, False, False), (True, True, False, True)])
 @pytest.mark.parametrize("wide", [True, False])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", CASES)
 def test_cuda_coarse_wgmma_vs_reference(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, wide, ws,
@@ -418,7 +418,8 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, monkeypatch, bits, group, 
     x in side-by-side tiles (``wide``) and per plane; the single-partition loop and the
     warp-specialized kernel (``ws``), also persistent on 2 "SMs" (each program loops over many row
     blocks where the ring divides the stages), also with x resident in shared memory where it fits,
-    also with both planes' wgmmas issued before the first is waited for (``pipe``)."""
+    also with every plane's wgmmas of a stage issued before the first is waited for (``pipe``: True
+    forces it at every NB, False turns it off where ``WS_PIPE_GROUP`` has it on)."""
     g = _kernel_or_skip()
     monkeypatch.setattr(g, "sm_count", lambda device, interpret: 2)
     seen = _record_ws_launches(monkeypatch, g)
