@@ -120,7 +120,7 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
                 M=nb, N=n, NBLK=nblk, NS=ns // ch, **({"GRID": nblk} if table in ("ws", "wsx", "wsg", "wsxr", "wsgr") else {}))
     # the zero bytes' descriptor (whole-row: the group codes' stands in, unread, as in the launcher)
     args["z_desc"] = (args["sz_desc"] if whole_row else
-                      TensorDescriptor.from_tensor(g.wgmma_sz_views(sz, bits, ell)[1], [max(1, 128 // rows), rows],
+                      TensorDescriptor.from_tensor(g.wgmma_sz_views(sz, bits, ell)[1], g._zero_box(rows),
                                                    g._plain_layout(8)))
     w = rows // 16
     reg = {"maxnreg": maxnreg} if maxnreg else {}

@@ -84,6 +84,11 @@ WGMMA_BITS = (2, 4)
 _STAGE_BYTES = 64  # packed bytes of a row per pipeline stage: one 64-wide K run of every plane
 
 
+def _sz_bytes(n: int, bits: int, ell: int) -> int:
+    """Bytes of :func:`wgmma_sz`'s buffer for ``n`` token rows: ``(2 P + 1) NS NP``."""
+    return (2 * (8 // bits) + 1) * (ell // _STAGE_BYTES) * (-(-n // 16) * 16)
+
+
 def wgmma_sz(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int, ell: int) -> torch.Tensor:
     """The per-group pass's scales and zero points, stage-major, in one uint8 buffer of
     ``(2 P + 1) NS NP`` bytes (P = 8 / bits planes, NS = ``ell`` / 64 stages, NP = N rounded up to
@@ -92,15 +97,15 @@ def wgmma_sz(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int
     points [NS, NP] uint8, byte (s, n) holding the P planes' zeros of stage s, plane j's in bits
     ``bits j .. bits (j + 1) - 1`` (P ``bits``-bit zeros fill a byte exactly). Views:
     :func:`wgmma_sz_views`. A stage's share for a block of rows is two TMA boxes, [P, rows] fp16 and
-    [1, rows] uint8: 2 P + 1 bytes a row and stage (INT4 5, INT2 9), against 3 P of the format's
-    (fp16, uint8) pairs. ``scale`` fp16 / ``zero`` uint8 [N, NG], ``ell`` the plane length (a
+    ``_zero_box(rows)`` uint8: 2 P + 1 bytes a row and stage (INT4 5, INT2 9), against 3 P of the
+    format's (fp16, uint8) pairs. ``scale`` fp16 / ``zero`` uint8 [N, NG], ``ell`` the plane length (a
     multiple of ``group_size``, itself a multiple of 64)."""
     n = scale.shape[0]
     p = 8 // bits
     ns = ell // _STAGE_BYTES
-    np_ = -(-n // 16) * 16
-    buf = torch.zeros((2 * p + 1) * ns * np_, dtype=torch.uint8, device=scale.device)
+    buf = torch.zeros(_sz_bytes(n, bits, ell), dtype=torch.uint8, device=scale.device)
     scales, zeros = wgmma_sz_views(buf, bits, ell)
+    np_ = zeros.shape[1]
     s_idx = torch.arange(ns, device=scale.device)
     zb = torch.zeros(ns, n, dtype=torch.int32, device=scale.device)
     for j in range(p):
@@ -245,8 +250,8 @@ if _GLUON_IMPORT_ERROR is None:
                      TABLE: gl.constexpr = False, XW: gl.constexpr = False, NOX: gl.constexpr = False, K0=0,
                      z_desc=None, z_bufs=None):
         """TMA of stage K0 + i (CH 64-byte chunks) into ring slot i % STAGES: codes [R, 64 CH]; per
-        chunk the fp16 scales [P, R] and zero bytes [1, R] (``z_desc`` / ``z_bufs``; TABLE: the
-        group codes [2, R] instead), the x tiles of the P planes [2 NB,
+        chunk the fp16 scales [P, R] and zero bytes [128 / R, R] (``z_desc`` / ``z_bufs``,
+        ``_zero_box``; TABLE: the group codes [2, R] instead), the x tiles of the P planes [2 NB,
         32] each -- XW: the two halves' side-by-side tiles [NB, 32 P] (``x_int8`` ``wide``) -- and
         (not with TABLE, which needs none) the x sums [4, NB]. NOX: no x tiles or sums (they are
         resident, ``_issue_resident_x``)."""
@@ -352,10 +357,10 @@ if _GLUON_IMPORT_ERROR is None:
         return (s0, s1, s2, s3), (z0, z1, z2, z3)
 
     @gluon.jit
-    def _stage_sum(acc, w_bufs, word_rows, xt_bufs, xs_rows, slot, xslot, NB: gl.constexpr, W: gl.constexpr,
+    def _stage_sum(acc, w_bufs, scale_rows, xt_bufs, xs_rows, slot, xslot, NB: gl.constexpr, W: gl.constexpr,
                    P: gl.constexpr, BITS: gl.constexpr, CH: gl.constexpr, PIPE: gl.constexpr, MAGIC: gl.constexpr,
                    XW: gl.constexpr = False, z_rows=None):
-        """acc += the CH chunks x P planes of the stage in ``slot``, its scales in ``word_rows`` (the
+        """acc += the CH chunks x P planes of the stage in ``slot``, its scales in ``scale_rows`` (the
         [slots CH P, R] fp16 rows of the scale buffers) and zero bytes in ``z_rows`` ([slots CH, R]),
         its x tiles and sums in x buffer ``xslot`` (the
         ring slot, or the stage itself where x is resident). PIPE: plane
@@ -373,7 +378,7 @@ if _GLUON_IMPORT_ERROR is None:
             ux = xslot * CH + ch  # ... in the x buffers
             q0 = wb.slice(64 * ch, 32, dim=1).load(_codes_layout(W))
             q1 = wb.slice(64 * ch + 32, 32, dim=1).load(_codes_layout(W))
-            scs, nzs = _plane_scales(word_rows, z_rows, u, P, BITS, row_l)
+            scs, nzs = _plane_scales(scale_rows, z_rows, u, P, BITS, row_l)
             if PIPE:
                 d = _issue_plane(q0, q1, xt_bufs, ux, 0, izero, a_l, P, BITS, XW)
                 for j in gl.static_range(1, P):
@@ -1022,7 +1027,7 @@ def _resident_fits(block: int, nb: int, p: int, chunks: int, ch: int, stages: in
     """Whether the warp-specialized kernel's ring (codes and words of ``stages`` slots of ``ch``
     chunks) plus all ``chunks`` chunks of x (side-by-side tiles [2, NB, 32 P]; per group also the
     sums [4, NB] int32) fit ``RESIDENT_SMEM`` bytes of shared memory."""
-    words = 2 * block * 4 if table else block * (2 * p + 1)
+    words = 2 * block * 4 if table else 2 * p * block + _zero_box(block)[0] * block
     ring = stages * ch * (block * 64 + words)
     xbytes = chunks * (2 * nb * 32 * p + (0 if table else 16 * nb))
     return ring + xbytes + 1024 <= RESIDENT_SMEM
@@ -1032,6 +1037,13 @@ def _resident_fits(block: int, nb: int, p: int, chunks: int, ch: int, stages: in
 def _wide_layout(p: int):
     """Shared layout of a side-by-side x box [NB, 32 P] (int8, rows of 32 P bytes swizzled)."""
     return gl.NVMMASharedLayout(swizzle_byte_width=32 * p, element_bitwidth=8, rank=2)
+
+
+def _zero_box(rows: int) -> list[int]:
+    """The TMA box of a stage's zero bytes for ``rows`` token rows: 128 bytes, so every ring slot it
+    lands in stays 128-byte aligned as TMA needs (at 64 rows it takes the next stage's zeros too,
+    unread)."""
+    return [max(1, 128 // rows), rows]
 
 
 @functools.cache
@@ -1141,7 +1153,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     if table and (sz.dtype != torch.int32 or sz.shape != (2 * (ell // _STAGE_BYTES), -(-n // 4) * 4)):
         raise ValueError(f"coarse_wgmma's whole-row variant takes wgmma_table's int32 words "
                          f"[{2 * (ell // _STAGE_BYTES)}, {-(-n // 4) * 4}], got {sz.dtype} {tuple(sz.shape)}")
-    sz_bytes = (2 * p + 1) * (ell // _STAGE_BYTES) * (-(-n // 16) * 16)
+    sz_bytes = _sz_bytes(n, bits, ell)
     if not table and (sz.dtype != torch.uint8 or sz.shape != (sz_bytes,)):
         raise ValueError(f"coarse_wgmma takes wgmma_sz's uint8 buffer of scales and zeros [{sz_bytes}], "
                          f"got {sz.dtype} {tuple(sz.shape)}")
@@ -1178,8 +1190,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     else:  # the P planes' fp16 scales and the byte of their zeros, a box each per stage
         scales, zeros = wgmma_sz_views(sz, bits, ell)
         sz_desc = TensorDescriptor.from_tensor(scales, [p, rows], _plain_layout(16))
-        # a 128-byte box (at 64 rows the next stage's zeros too, unread): TMA's smem slots stay aligned
-        z_desc = TensorDescriptor.from_tensor(zeros, [max(1, 128 // rows), rows], _plain_layout(8))
+        z_desc = TensorDescriptor.from_tensor(zeros, _zero_box(rows), _plain_layout(8))
     if x_wide:
         x_desc = TensorDescriptor.from_tensor(xq, [nb, 32 * p], _wide_layout(p))
     else:
