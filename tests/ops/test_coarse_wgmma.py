@@ -153,10 +153,13 @@ def test_wgmma_words(bits, group):
             assert torch.equal(zj, f.zero[:, g].to(torch.int32))
 
 
-def _emulate(f: INTx, x: torch.Tensor) -> torch.Tensor:
+def _emulate(f: INTx, x: torch.Tensor, high_nibble: bool = False) -> torch.Tensor:
     """fp64 logits [M, N] computed the kernel's way from the kernel's own inputs: per (stage,
     plane), the integer dot of the plane's codes with the x tile minus zero x 64-sum, times the
-    word's scale; times sx at the end."""
+    word's scale; times sx at the end. ``high_nibble`` (INT4): plane 1 the way
+    ``INT4_HIGH_NIBBLE`` reads it -- the int8 byte ``(b ^ 0x80) & 0xF0`` (16 (q - 8)), the zero
+    term ``(128 - 16 z) xsum``, the scale over 16 -- checked to be 16 times the plain integer sum
+    and inside the magic-number conversion's exact range (< 2^22)."""
     bits, p = f.bits, 8 // f.bits
     ell = f.packed.shape[1]
     ns, m = ell // 64, x.shape[0]
@@ -178,20 +181,37 @@ def _emulate(f: INTx, x: torch.Tensor) -> torch.Tensor:
             xt = torch.cat([tiles[s, j, 0], tiles[s, j, 1]], dim=1)  # [NB, 64]
             z = (zeros[s] >> (bits * j)) & ((1 << bits) - 1)
             d = plane @ xt.T - z[:, None] * xsum[s, j][None, :]
-            acc += d.double() * scales[s, j][:, None]
+            if high_nibble and bits == 4 and j == 1:
+                a16 = ((byte ^ 0x80) & 0xF0).to(torch.uint8).view(torch.int8).long()  # the LOP3's bytes as int8
+                d16 = a16 @ xt.T + (128 - 16 * z)[:, None] * xsum[s, j][None, :]
+                assert torch.equal(d16, 16 * d) and int(d16.abs().max()) < 2 ** 22
+                acc += d16.double() * (scales[s, j] / 16)[:, None]
+            else:
+                acc += d.double() * scales[s, j][:, None]
     return (acc * torch.cat([sx, torch.zeros(nb - m)]).double()[None, :]).T[:m]
 
 
-@pytest.mark.parametrize("bits,group,k,m", [(2, 64, 640, 5), (4, 128, 1008, 17), (2, 128, 576, 1)])
-def test_emulated_kernel_arithmetic_matches_the_dequantized_rows(bits, group, k, m):
+@pytest.mark.parametrize("bits,group,k,m,high_nibble", [(2, 64, 640, 5, False), (4, 128, 1008, 17, False),
+                                                         (4, 64, 1024, 9, True), (2, 128, 576, 1, False)])
+def test_emulated_kernel_arithmetic_matches_the_dequantized_rows(bits, group, k, m, high_nibble):
     """The stage layout, words and x sums carry exactly the dot of the dequantized INTx rows with
-    the int8-rounded x (so the kernel only has to follow them)."""
+    the int8-rounded x (so the kernel only has to follow them); INT4 also with plane 1 read in its
+    high nibble."""
     w = torch.randn(37, k) * 0.05
+    w[0] = torch.linspace(-1, 1, k)  # every code of a row
     f = INTx.quantize(w, bits=bits, group_size=group)
     x = _x(m, k, seed=1)
+    x[0] = x[0].abs() * 100  # sums of x at the int8 extreme
     q, sx = x_int8_reference(x)
     want = (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T
-    assert rel_err(_emulate(f, x), want) < 1e-12
+    assert rel_err(_emulate(f, x, high_nibble), want) < 1e-12
+
+
+def test_high_nibble_byte_is_sixteen_times_code_minus_eight():
+    """Every packed INT4 byte: ``(b ^ 0x80) & 0xF0`` as int8 is 16 (high code - 8) (``_P1_4_HI``)."""
+    b = torch.arange(256, dtype=torch.int64)
+    got = ((b ^ 0x80) & 0xF0).to(torch.uint8).view(torch.int8).long()
+    assert torch.equal(got, 16 * ((b >> 4) - 8))
 
 
 def _prmt(a: np.ndarray, b: np.ndarray, sel: np.ndarray) -> np.ndarray:
@@ -406,22 +426,29 @@ CASES = [(2, 64, 1000, 640, 1, 128, 8), (4, 64, 777, 576, 3, 128, 4), (2, 128, 4
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws,persist,resident,pipe", [(False, False, False, None), (True, False, False, None),
-                                                      (True, True, False, None), (True, True, True, None),
-                                                      (True, False, False, False), (True, True, False, True)])
+@pytest.mark.parametrize("ws,persist,resident,pipe,magic,hi", [
+    (False, False, False, None, None, True), (True, False, False, None, None, True),
+    (True, True, False, None, None, True), (True, True, True, None, None, True),
+    (True, False, False, False, None, True), (True, True, False, True, None, True),
+    (True, False, False, None, 2, True), (False, False, False, None, 2, True), (True, True, False, True, 1, True),
+    (True, False, False, None, 0, False), (True, False, False, True, 2, False)])
 @pytest.mark.parametrize("wide", [True, False])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", CASES)
 def test_cuda_coarse_wgmma_vs_reference(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, wide, ws,
-                                        persist, resident, pipe):
+                                        persist, resident, pipe, magic, hi):
     """Logits against fp64 (dequantized INTx rows x int8-rounded x), candidates against the
     per-block top-kcand of the kernel's own logits (ties to the lower index); every output written.
     x in side-by-side tiles (``wide``) and per plane; the single-partition loop and the
     warp-specialized kernel (``ws``), also persistent on 2 "SMs" (each program loops over many row
     blocks where the ring divides the stages), also with x resident in shared memory where it fits,
     also with every plane's wgmmas of a stage issued before the first is waited for (``pipe``: True
-    forces it at every NB, False turns it off where ``WS_PIPE_GROUP`` has it on)."""
+    forces it at every NB, False turns it off where ``WS_PIPE_GROUP`` has it on), with each
+    int32 -> fp32 conversion of the planes' sums (``magic``: 0 I2F, 1 the magic-number add, 2 the
+    wgmmas started from the zero point and the magic offset) and INT4's plane 1 read in its high
+    nibble or shifted down (``hi``, ``INT4_HIGH_NIBBLE``)."""
     g = _kernel_or_skip()
     monkeypatch.setattr(g, "sm_count", lambda device, interpret: 2)
+    monkeypatch.setattr(g, "INT4_HIGH_NIBBLE", hi)
     seen = _record_ws_launches(monkeypatch, g)
     w = torch.randn(n, k) * 0.05
     w[: n // 3, : k // 5] *= 8.0  # groups of very different scales
@@ -429,7 +456,8 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, monkeypatch, bits, group, 
     x = _x(m, k, seed=2, dtype=torch.bfloat16)
     words = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1])
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, wide=wide, ws=ws, persist=persist, resident=resident, pipe=pipe)
+                         write_logits=True, wide=wide, ws=ws, persist=persist, resident=resident, pipe=pipe,
+                         magic=magic)
     assert len(seen) == int(ws)
     _check_resident(seen, g, resident and wide, n, block, max(8, 1 << (m - 1).bit_length()), 8 // bits,
                     f.packed.shape[1], False)

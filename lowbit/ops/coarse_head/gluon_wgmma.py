@@ -220,14 +220,19 @@ if _GLUON_IMPORT_ERROR is None:
     _P3_2 = gl.constexpr("{.reg .b32 a; shr.u32 a, $1, 6; and.b32 $0, a, 0x03030303;}")
     _P0_4 = gl.constexpr("and.b32 $0, $1, 0x0F0F0F0F;")
     _P1_4 = gl.constexpr("{.reg .b32 a; shr.u32 a, $1, 4; and.b32 $0, a, 0x0F0F0F0F;}")
+    # INT4 plane 1 where it stays in the high nibble (``_plane``'s HI): the byte (q ^ 8) << 4 read
+    # as int8 is 16 (q - 8) exactly (flipping a 4-bit code's top bit makes it two's complement q -
+    # 8), so one LOP3 a word and no shift; ``_plane_scale`` puts the 16 and the 8 back per row
+    _P1_4_HI = gl.constexpr("lop3.b32 $0, $1, 0x80808080, 0xF0F0F0F0, 0x28;")
 
     @gluon.jit
     def _asm_plane(q, ASM: gl.constexpr):
         return gl.inline_asm_elementwise(ASM, "=r,r", [q], dtype=gl.int8, is_pure=True, pack=4)
 
     @gluon.jit
-    def _plane(q, J: gl.constexpr, BITS: gl.constexpr):
-        """Plane J's codes of the packed bytes ``q`` (uint8, 4 a word) as int8, one op a word."""
+    def _plane(q, J: gl.constexpr, BITS: gl.constexpr, HI: gl.constexpr = False):
+        """Plane J's codes of the packed bytes ``q`` (uint8, 4 a word) as int8, one op a word (INT4
+        plane 1 with HI: ``16 (q - 8)``, see ``_P1_4_HI``)."""
         if BITS == 2:
             if J == 0:
                 r = _asm_plane(q, _P0_2)
@@ -240,6 +245,8 @@ if _GLUON_IMPORT_ERROR is None:
         else:
             if J == 0:
                 r = _asm_plane(q, _P0_4)
+            elif HI:
+                r = _asm_plane(q, _P1_4_HI)
             else:
                 r = _asm_plane(q, _P1_4)
         return r
@@ -308,44 +315,68 @@ if _GLUON_IMPORT_ERROR is None:
         return b.permute((1, 0))
 
     @gluon.jit
-    def _issue_plane(q0, q1, xt_bufs, slot, J: gl.constexpr, izero, a_l: gl.constexpr, P: gl.constexpr,
-                     BITS: gl.constexpr, XW: gl.constexpr = False):
+    def _issue_plane(q0, q1, xt_bufs, slot, J: gl.constexpr, start, a_l: gl.constexpr, P: gl.constexpr,
+                     BITS: gl.constexpr, XW: gl.constexpr = False, FROM_START: gl.constexpr = False,
+                     HI: gl.constexpr = False):
         """Plane J of the stage in ``slot``: decode both 32-byte halves, start their two wgmmas
-        (K = 64) from zero; returns the in-flight token."""
-        a0 = gl.convert_layout(_plane(q0, J, BITS), a_l, assert_trivial=True)
-        a1 = gl.convert_layout(_plane(q1, J, BITS), a_l, assert_trivial=True)
-        d = warpgroup_mma(a0, _x_tile(xt_bufs, slot, J, 0, P, XW), izero, use_acc=False, is_async=True)
+        (K = 64) from zero -- FROM_START: from the int32 tile ``start`` (``_plane_start``);
+        returns the in-flight token."""
+        a0 = gl.convert_layout(_plane(q0, J, BITS, HI), a_l, assert_trivial=True)
+        a1 = gl.convert_layout(_plane(q1, J, BITS, HI), a_l, assert_trivial=True)
+        d = warpgroup_mma(a0, _x_tile(xt_bufs, slot, J, 0, P, XW), start, use_acc=FROM_START, is_async=True)
         return warpgroup_mma(a1, _x_tile(xt_bufs, slot, J, 1, P, XW), d, is_async=True)
+
+    @gluon.jit
+    def _plane_start(nz, xs):
+        """The int32 tile a plane's wgmmas start from under MAGIC 2: ``0x4B400000 - zero * xsum``
+        per element (one IMAD with an immediate). The wgmma sum lands on it, so the result is the
+        fp32 bit pattern of ``1.5 * 2^23 + (d - zero * xsum)`` -- the zero point removed and the
+        int32 -> fp32 conversion's offset added by the instruction that had to set the tile anyway
+        (exact while |d - zero * xsum| < 2^22: 2 x 64 codes < 16 times |x| <= 127)."""
+        return gl.expand_dims(nz, 1) * gl.expand_dims(xs, 0) + _MAGIC_I
 
     @gluon.jit
     def _retire_plane(acc, d, sc, nz, xs, MAGIC: gl.constexpr):
         """acc += scale * (d - zero * xsum) for one finished plane (``sc`` fp32 / ``nz`` int32 minus
-        the zero, per row: ``_plane_scales``): the zero point removed exactly in int32; MAGIC: the
+        the zero, per row: ``_plane_scales``): the zero point removed exactly in int32; MAGIC 1: the
         int32 -> fp32 conversion as ``(d + 0x4B400000 as fp32) - 1.5 * 2^23`` (exact for |d| < 2^22:
-        64 codes < 16 times |x| <= 127) instead of I2F."""
-        d = gl.expand_dims(nz, 1) * gl.expand_dims(xs, 0) + d  # one IMAD an element
-        if MAGIC:
-            f = (d + _MAGIC_I).to(gl.float32, bitcast=True) - _MAGIC_F
+        64 codes < 16 times |x| <= 127) instead of I2F; MAGIC 2: ``d`` started from
+        ``_plane_start`` (zero and offset already in it; ``nz`` / ``xs`` unused): one FADD and the
+        FFMA. I2F runs at a fraction of the FP32 pipes' rate (16 a clock an SM), and at NB = 16 this
+        pass converts ~1.2 M values an SM (124160 x 5120 INT4)."""
+        if MAGIC == 2:
+            f = d.to(gl.float32, bitcast=True) - _MAGIC_F
         else:
-            f = d.to(gl.float32)
+            d = gl.expand_dims(nz, 1) * gl.expand_dims(xs, 0) + d  # one IMAD an element
+            if MAGIC:
+                f = (d + _MAGIC_I).to(gl.float32, bitcast=True) - _MAGIC_F
+            else:
+                f = d.to(gl.float32)
         return acc + f * gl.expand_dims(sc, 1)
 
     @gluon.jit
     def _plane_scale(scale_rows, zb, u, J: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr,
-                     row_l: gl.constexpr):
+                     row_l: gl.constexpr, HI: gl.constexpr = False):
         """(fp32 scale, int32 minus the zero) per token row of plane J of chunk buffer ``u``:
-        ``scale_rows`` row P u + J, the zero from bits BITS J.. of the chunk's zero bytes ``zb``."""
+        ``scale_rows`` row P u + J, the zero from bits BITS J.. of the chunk's zero bytes ``zb``.
+        INT4 plane 1 with HI (its codes decoded as ``16 (q - 8)``): scale / 16 and ``16 (8 - z)``,
+        so that ``scale / 16 (d + 16 (8 - z) xsum)`` is the same fp32 product as before -- the
+        integers are 16 times theirs and exact (|.| < 2^21), the scale exactly a 16th."""
         sc = scale_rows.index(P * u + J).load(row_l).to(gl.float32)
-        return sc, -((zb >> (BITS * J)) & ((1 << BITS) - 1))
+        z = (zb >> (BITS * J)) & ((1 << BITS) - 1)
+        if HI and BITS == 4 and J == 1:
+            return sc * 0.0625, 128 - 16 * z
+        return sc, -z
 
     @gluon.jit
-    def _plane_scales(scale_rows, z_rows, u, P: gl.constexpr, BITS: gl.constexpr, row_l: gl.constexpr):
+    def _plane_scales(scale_rows, z_rows, u, P: gl.constexpr, BITS: gl.constexpr, row_l: gl.constexpr,
+                      HI: gl.constexpr = False):
         """The 4 planes' (scale, minus zero) of chunk buffer ``u`` (:func:`_plane_scale`); planes
         j >= P repeat plane 0's (never read). All loaded before the chunk's first wgmma."""
         ZR: gl.constexpr = z_rows.shape[0] * P // scale_rows.shape[0]  # rows of a chunk's zero box
         zb = z_rows.index(ZR * u).load(row_l).to(gl.int32)
         s0, z0 = _plane_scale(scale_rows, zb, u, 0, P, BITS, row_l)
-        s1, z1 = _plane_scale(scale_rows, zb, u, 1, P, BITS, row_l)
+        s1, z1 = _plane_scale(scale_rows, zb, u, 1, P, BITS, row_l, HI)
         if P == 4:
             s2, z2 = _plane_scale(scale_rows, zb, u, 2, P, BITS, row_l)
             s3, z3 = _plane_scale(scale_rows, zb, u, 3, P, BITS, row_l)
@@ -359,7 +390,7 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _stage_sum(acc, w_bufs, scale_rows, xt_bufs, xs_rows, slot, xslot, NB: gl.constexpr, W: gl.constexpr,
                    P: gl.constexpr, BITS: gl.constexpr, CH: gl.constexpr, PIPE: gl.constexpr, MAGIC: gl.constexpr,
-                   XW: gl.constexpr = False, z_rows=None):
+                   XW: gl.constexpr = False, z_rows=None, HI: gl.constexpr = False):
         """acc += the CH chunks x P planes of the stage in ``slot``, its scales in ``scale_rows`` (the
         [slots CH P, R] fp16 rows of the scale buffers) and zero bytes in ``z_rows`` ([slots CH, R]),
         its x tiles and sums in x buffer ``xslot`` (the
@@ -378,22 +409,29 @@ if _GLUON_IMPORT_ERROR is None:
             ux = xslot * CH + ch  # ... in the x buffers
             q0 = wb.slice(64 * ch, 32, dim=1).load(_codes_layout(W))
             q1 = wb.slice(64 * ch + 32, 32, dim=1).load(_codes_layout(W))
-            scs, nzs = _plane_scales(scale_rows, z_rows, u, P, BITS, row_l)
+            scs, nzs = _plane_scales(scale_rows, z_rows, u, P, BITS, row_l, HI)
+            ST: gl.constexpr = MAGIC == 2  # the wgmmas start from _plane_start's tile
             if PIPE:
-                d = _issue_plane(q0, q1, xt_bufs, ux, 0, izero, a_l, P, BITS, XW)
+                xs = xs_rows.index(4 * ux).load(col_l)
+                st = _plane_start(nzs[0], xs) if ST else izero
+                d = _issue_plane(q0, q1, xt_bufs, ux, 0, st, a_l, P, BITS, XW, ST, HI)
                 for j in gl.static_range(1, P):
-                    d_next = _issue_plane(q0, q1, xt_bufs, ux, j, izero, a_l, P, BITS, XW)
+                    xs_next = xs_rows.index(4 * ux + j).load(col_l)
+                    st = _plane_start(nzs[j], xs_next) if ST else izero
+                    d_next = _issue_plane(q0, q1, xt_bufs, ux, j, st, a_l, P, BITS, XW, ST, HI)
                     d = warpgroup_mma_wait(num_outstanding=2, deps=(d,))
-                    acc = _retire_plane(acc, d, scs[j - 1], nzs[j - 1], xs_rows.index(4 * ux + j - 1).load(col_l),
-                                        MAGIC)
+                    acc = _retire_plane(acc, d, scs[j - 1], nzs[j - 1], xs, MAGIC)
                     d = d_next
+                    xs = xs_next
                 d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-                acc = _retire_plane(acc, d, scs[P - 1], nzs[P - 1], xs_rows.index(4 * ux + P - 1).load(col_l), MAGIC)
+                acc = _retire_plane(acc, d, scs[P - 1], nzs[P - 1], xs, MAGIC)
             else:
                 for j in gl.static_range(P):
-                    d = _issue_plane(q0, q1, xt_bufs, ux, j, izero, a_l, P, BITS, XW)
+                    xs = xs_rows.index(4 * ux + j).load(col_l)
+                    st = _plane_start(nzs[j], xs) if ST else izero
+                    d = _issue_plane(q0, q1, xt_bufs, ux, j, st, a_l, P, BITS, XW, ST, HI)
                     d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-                    acc = _retire_plane(acc, d, scs[j], nzs[j], xs_rows.index(4 * ux + j).load(col_l), MAGIC)
+                    acc = _retire_plane(acc, d, scs[j], nzs[j], xs, MAGIC)
         return acc
 
     # The byte-permute decode (INT2): one packed word (16 codes: 4 bytes x 4 planes) -> 4 registers
@@ -519,7 +557,7 @@ if _GLUON_IMPORT_ERROR is None:
                              KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
                              PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, CH: gl.constexpr = 1,
                              TABLE: gl.constexpr = False, XW: gl.constexpr = False, SUB: gl.constexpr = 1,
-                             SORTED: gl.constexpr = False):
+                             SORTED: gl.constexpr = False, HI: gl.constexpr = False):
         """Program b: tokens R b .. R b + R - 1 (R = 16 W) against the NB rows of x; writes the
         KCAND candidates of every row m < M of each of its SUB candidate blocks (R / SUB tokens;
         ``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND], NBLK candidate blocks)
@@ -554,7 +592,7 @@ if _GLUON_IMPORT_ERROR is None:
                 acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, slot, NB, W, P, CH, XW)
             else:
                 acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, slot, NB, W, P, BITS, CH, PIPE, MAGIC,
-                                 XW, z_rows)
+                                 XW, z_rows, HI)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -699,7 +737,8 @@ if _GLUON_IMPORT_ERROR is None:
                      XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False, xbar=None,
                      XRES: gl.constexpr = 0, SUB: gl.constexpr = 1, SORTED: gl.constexpr = False,
                      LATE: gl.constexpr = False, part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1,
-                     GPIPE: gl.constexpr = False, z_rows=None):
+                     GPIPE: gl.constexpr = False, z_rows=None, GMAGIC: gl.constexpr = 0,
+                     HI: gl.constexpr = False):
         """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage (CH
         64-byte chunks), wait for its TMA, run the stage (TABLE: the whole-row decode and wgmma
         chain into an int32 sum; else the per-group planes, ``_stage_sum``, into fp32), hand the
@@ -744,7 +783,7 @@ if _GLUON_IMPORT_ERROR is None:
                             acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, slot, NB, W, P, CH, XW)
                         else:
                             acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, slot, NB, W, P, BITS,
-                                             CH, GPIPE, False, XW, z_rows)
+                                             CH, GPIPE, GMAGIC, XW, z_rows, HI)
                         gl.thread_barrier()
                         mbarrier.arrive(empty.index(slot))
             if pid >= FULL:
@@ -786,7 +825,7 @@ if _GLUON_IMPORT_ERROR is None:
                                 acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, xslot, NB, W, P, CH, XW)
                             else:
                                 acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, xslot, NB, W, P, BITS,
-                                                 CH, GPIPE, False, XW, z_rows)
+                                                 CH, GPIPE, GMAGIC, XW, z_rows, HI)
                             gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
                             mbarrier.arrive(empty.index(slot))
                 lap0 += NS // STAGES
@@ -835,7 +874,7 @@ if _GLUON_IMPORT_ERROR is None:
                           TABLE: gl.constexpr = True, BITS: gl.constexpr = 2, XRES: gl.constexpr = 0,
                           SUB: gl.constexpr = 1, SORTED: gl.constexpr = False, LATE: gl.constexpr = False,
                           part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1,
-                          GPIPE: gl.constexpr = False):
+                          GPIPE: gl.constexpr = False, GMAGIC: gl.constexpr = 0, HI: gl.constexpr = False):
         """``_coarse_wgmma_kernel`` (same arguments plus GRID: the programs launched, each taking
         row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side tiles; PDL: a programmatic
         dependent launch after the x preparation; TABLE: the whole-row variant, else per group
@@ -864,7 +903,8 @@ if _GLUON_IMPORT_ERROR is None:
         gl.warp_specialize([
             (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr,
                             M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, XW, CH, PDL,
-                            xbar, XRES, SUB, SORTED, LATE, part_ptr, tick_ptr, FULL, PARTS, GPIPE, z_rows)),
+                            xbar, XRES, SUB, SORTED, LATE, part_ptr, tick_ptr, FULL, PARTS, GPIPE, z_rows,
+                            GMAGIC, HI)),
             (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
                             NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB, FULL, PARTS, z_desc,
                             z_bufs)),
@@ -1083,6 +1123,14 @@ SPLIT_TAIL_MAX_NB = 16
 #: (session 31): M = 1 / 8 / 16 / 32 -0.2 / -1.0 / -1.9 / -2.2 us (call a), -1.0 / -0.6 / -0.5 /
 #: -2.4 (call c, with the 5-byte scales and zeros)
 WS_PIPE_GROUP: tuple = (8, 16, 32)
+#: the per-group warp-specialized kernel's int32 -> fp32 of each plane's wgmma sum (``_retire_plane``'s
+#: MAGIC): 0 I2F, 1 the magic-number add, 2 the zero point and the magic offset as the tile the wgmmas
+#: start from (``_plane_start``: IMAD, wgmma, FADD, FFMA an element instead of IMAD, I2F, FFMA)
+WS_MAGIC_GROUP = 0
+#: INT4's plane 1 decoded in place in the high nibble as ``16 (q - 8)`` (``_P1_4_HI``: one LOP3 a
+#: word instead of shift and mask; 8 fewer instructions a stage of 64 bytes, offline sm_90), its
+#: scale and zero corrected per row (``_plane_scale``) -- the same logits bit for bit
+INT4_HIGH_NIBBLE = True
 _TICKETS: dict = {}  # device -> zeroed int32 tickets of the split blocks (every launch leaves them zero)
 _PARTS: dict = {}  # device -> int32 scratch of the split blocks' partial sums (written before it is read)
 
@@ -1107,7 +1155,7 @@ def _split_launch(nprog: int, ns: int, rows: int, nb: int, table: bool, device: 
 
 def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: int, bits: int, block: int,
                  kcand: int, write_logits: bool, table_r: torch.Tensor | None = None, stages: int | None = None,
-                 pipe: bool | None = None, magic: bool | None = None, chunks: int | None = None,
+                 pipe: bool | None = None, magic: int | None = None, chunks: int | None = None,
                  maxnreg: int | None = None, ws: bool | None = None, persist: bool | None = None,
                  wide: bool | None = None, pdl: bool | None = None, resident: bool | None = None,
                  span: int | None = None, split: tuple[int, int] | None = None):
@@ -1226,7 +1274,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                    XW=x_wide, CH=ch, PDL=use_pdl, TABLE=table, BITS=bits, XRES=xres, SUB=sub,
                                    SORTED=EMIT_SORTED, LATE=nb >= LATE_TRIGGER_MIN_NB, part_ptr=part,
                                    tick_ptr=tick, FULL=full, PARTS=parts,
-                                   GPIPE=(nb in WS_PIPE_GROUP if pipe is None else pipe) and not table, num_warps=w,
+                                   GPIPE=(nb in WS_PIPE_GROUP if pipe is None else pipe) and not table,
+                                   GMAGIC=0 if table else (WS_MAGIC_GROUP if magic is None else int(magic)),
+                                   HI=INT4_HIGH_NIBBLE and bits == 4 and not table, num_warps=w,
                                    **reg,
                                    **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
@@ -1234,5 +1284,6 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                   cand_idx, logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
-                                  CH=ch, TABLE=table, XW=x_wide, SUB=sub, SORTED=EMIT_SORTED, num_warps=w, **reg)
+                                  CH=ch, TABLE=table, XW=x_wide, SUB=sub, SORTED=EMIT_SORTED,
+                                  HI=INT4_HIGH_NIBBLE and bits == 4 and not table, num_warps=w, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
