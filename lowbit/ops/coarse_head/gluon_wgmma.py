@@ -1125,8 +1125,11 @@ SPLIT_TAIL_MAX_NB = 16
 WS_PIPE_GROUP: tuple = (8, 16, 32)
 #: the per-group warp-specialized kernel's int32 -> fp32 of each plane's wgmma sum (``_retire_plane``'s
 #: MAGIC): 0 I2F, 1 the magic-number add, 2 the zero point and the magic offset as the tile the wgmmas
-#: start from (``_plane_start``: IMAD, wgmma, FADD, FFMA an element instead of IMAD, I2F, FFMA)
-WS_MAGIC_GROUP = 0
+#: start from (``_plane_start``: IMAD, wgmma, FADD, FFMA an element instead of IMAD, I2F, FFMA; the
+#: same instruction count, the conversion off the I2F pipe). H200, 124160 x 5120 INT4, fast argmax
+#: against I2F, same run (session 32 call a): M = 32 -2.4 us, M = 64 -7.9 (coarse pass -2.9 /
+#: -8.0), M = 1 / 8 / 16 within +-1.0; the magic add (1) +16.3 / +39.7 at M = 32 / 64
+WS_MAGIC_GROUP = 2
 #: INT4's plane 1 decoded in place in the high nibble as ``16 (q - 8)`` (``_P1_4_HI``: one LOP3 a
 #: word instead of shift and mask; 8 fewer instructions a stage of 64 bytes, offline sm_90), its
 #: scale and zero corrected per row (``_plane_scale``) -- the same logits bit for bit
