@@ -61,11 +61,11 @@ def _paths():
     x SMs), the per-group kernel's planes issued before the first is waited for at NB <= 32 / at
     none ("ws pipe" / "no ws pipe", ``gluon_wgmma.WS_PIPE_GROUP``), 5 / 6 ring slots at NB = 8 / 16
     ("ring 5" / "ring 6", ``gluon_wgmma._STAGES``), two CTAs an SM with 8 slots there ("two CTAs
-    ring 8"), the per-group kernel's int32 -> fp32 of the plane sums by I2F / the magic-number add /
-    the wgmmas started from zero point and magic offset ("i2f" / "magic add" / "magic start",
-    ``gluon_wgmma.WS_MAGIC_GROUP``), INT4's plane 1 shifted down before its wgmma ("no high
-    nibble", ``INT4_HIGH_NIBBLE`` off; "shifted i2f": both as before the thirty-second session)
-    and none
+    ring 8"), the per-group kernel's int32 -> fp32 of the plane sums by I2F / by the wgmmas started
+    from zero point and magic offset at every NB ("i2f" / "magic start",
+    ``gluon_wgmma.WS_MAGIC_GROUP_NB``), INT4's plane 1 shifted down before its wgmma / read in its
+    high nibble at every NB ("no high nibble" / "high nibble", ``INT4_HIGH_NIBBLE_NB``; "shifted
+    i2f": both as before the thirty-second session) and none
     ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -105,9 +105,9 @@ def _paths():
             ("split 3 x2", {"SPLIT_TAIL": (3, 2), "SPLIT_TAIL_GROUP": (3, 2)}),
             ("split 4 x3", {"SPLIT_TAIL": (4, 3), "SPLIT_TAIL_GROUP": (4, 3)}),
             ("ws pipe", {"WS_PIPE_GROUP": (8, 16, 32)}), ("no ws pipe", {"WS_PIPE_GROUP": ()}),
-            ("i2f", {"WS_MAGIC_GROUP": 0}), ("magic add", {"WS_MAGIC_GROUP": 1}),
-            ("magic start", {"WS_MAGIC_GROUP": 2}), ("no high nibble", {"INT4_HIGH_NIBBLE": False}),
-            ("shifted i2f", {"INT4_HIGH_NIBBLE": False, "WS_MAGIC_GROUP": 0}),
+            ("i2f", {"WS_MAGIC_GROUP_NB": ()}), ("magic start", {"WS_MAGIC_GROUP_NB": (8, 16, 32, 64)}),
+            ("no high nibble", {"INT4_HIGH_NIBBLE_NB": ()}), ("high nibble", {"INT4_HIGH_NIBBLE_NB": (8, 16, 32, 64)}),
+            ("shifted i2f", {"INT4_HIGH_NIBBLE_NB": (), "WS_MAGIC_GROUP_NB": ()}),
             ("ring 5", {"_STAGES": {8: 5, 16: 5, 32: 4, 64: 3}}), ("ring 6", {"_STAGES": {8: 6, 16: 6, 32: 4, 64: 3}}),
             ("two CTAs ring 8", {"THREE_CTAS_NB_TABLE": (), "THREE_CTAS_NB_GROUP": (),
                                  "_STAGES": {8: 8, 16: 8, 32: 4, 64: 3}}),
@@ -125,7 +125,7 @@ _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST
              ("sel", "SELECT_TRIGGER"), ("g", "LATE_TRIGGER_MIN_NB"), ("sel", "SEL_PDL"),
              ("sel", "RERANK_ROWS"), ("sel", "RERANK_ROWS_WIDE"), ("x", "X_PREFETCH"), ("x", "X_PDL"),
              ("g", "SPLIT_TAIL"), ("g", "SPLIT_TAIL_GROUP"), ("g", "WS_PIPE_GROUP"), ("g", "_STAGES"),
-             ("g", "WS_MAGIC_GROUP"), ("g", "INT4_HIGH_NIBBLE"))
+             ("g", "WS_MAGIC_GROUP_NB"), ("g", "INT4_HIGH_NIBBLE_NB"))
 
 
 _ALIASES = {"SEL_PDL": "PDL"}  # switch name in a path -> the module attribute it sets

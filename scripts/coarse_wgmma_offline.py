@@ -79,7 +79,7 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
     (4, 64, 128, 4, 8, False, False, 1, 96, "wsg", 2),
     (4, 8, 128, 6, 8, False, False, 1, 96, "wsg", 2),
     (4, 8, 128, 4, 8, False, 2, 1, 80, "wsg"),  # per group, the wgmmas started from the zero point and
-    (4, 16, 128, 4, 8, False, 2, 1, 56, "wsg"),  # the magic offset (WS_MAGIC_GROUP 2), and the plain
+    (4, 16, 128, 4, 8, False, 2, 1, 56, "wsg"),  # the magic offset (WS_MAGIC_GROUP_NB), and the plain
     (4, 32, 128, 4, 8, False, 2, 1, 80, "wsg"),  # magic add (1)
     (4, 16, 128, 4, 8, False, 1, 1, 56, "wsg"),
 )
@@ -134,7 +134,7 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
                           PRODUCER_REGS=g.PRODUCER_REGS, XW=wide, CH=ch, PDL=True, TABLE=whole_row, BITS=bits,
                           XRES=xres, SUB=span, SORTED=sorted_emit, LATE=nb >= g.LATE_TRIGGER_MIN_NB, PARTS=parts,
                           GPIPE=gpipe and not whole_row, GMAGIC=0 if whole_row else int(magic),
-                          HI=bits == 4 and not whole_row and (g.INT4_HIGH_NIBBLE if hi is None else hi))
+                          HI=bits == 4 and not whole_row and (nb in g.INT4_HIGH_NIBBLE_NB if hi is None else hi))
         # the split tail (gluon_wgmma.SPLIT_TAIL): partial sums and tickets (unread with parts = 1)
         args.update(part_ptr=torch.empty(1, dtype=torch.int32 if whole_row else torch.float32),
                     tick_ptr=torch.empty(1, dtype=torch.int32), FULL=nblk - 46 if parts > 1 else nblk)
@@ -142,7 +142,7 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
                       MAGIC=magic, CH=ch, TABLE=whole_row, XW=wide, SUB=span, SORTED=sorted_emit,
-                      HI=bits == 4 and not whole_row and (g.INT4_HIGH_NIBBLE if hi is None else hi))
+                      HI=bits == 4 and not whole_row and (nb in g.INT4_HIGH_NIBBLE_NB if hi is None else hi))
     return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w, **reg)
 
 

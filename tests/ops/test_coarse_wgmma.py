@@ -157,7 +157,7 @@ def _emulate(f: INTx, x: torch.Tensor, high_nibble: bool = False) -> torch.Tenso
     """fp64 logits [M, N] computed the kernel's way from the kernel's own inputs: per (stage,
     plane), the integer dot of the plane's codes with the x tile minus zero x 64-sum, times the
     word's scale; times sx at the end. ``high_nibble`` (INT4): plane 1 the way
-    ``INT4_HIGH_NIBBLE`` reads it -- the int8 byte ``(b ^ 0x80) & 0xF0`` (16 (q - 8)), the zero
+    ``INT4_HIGH_NIBBLE_NB`` reads it -- the int8 byte ``(b ^ 0x80) & 0xF0`` (16 (q - 8)), the zero
     term ``(128 - 16 z) xsum``, the scale over 16 -- checked to be 16 times the plain integer sum
     and inside the magic-number conversion's exact range (< 2^22)."""
     bits, p = f.bits, 8 // f.bits
@@ -445,10 +445,10 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, monkeypatch, bits, group, 
     forces it at every NB, False turns it off where ``WS_PIPE_GROUP`` has it on), with each
     int32 -> fp32 conversion of the planes' sums (``magic``: 0 I2F, 1 the magic-number add, 2 the
     wgmmas started from the zero point and the magic offset) and INT4's plane 1 read in its high
-    nibble or shifted down (``hi``, ``INT4_HIGH_NIBBLE``)."""
+    nibble or shifted down at every NB (``hi``, ``INT4_HIGH_NIBBLE_NB``)."""
     g = _kernel_or_skip()
     monkeypatch.setattr(g, "sm_count", lambda device, interpret: 2)
-    monkeypatch.setattr(g, "INT4_HIGH_NIBBLE", hi)
+    monkeypatch.setattr(g, "INT4_HIGH_NIBBLE_NB", (8, 16, 32, 64) if hi else ())
     seen = _record_ws_launches(monkeypatch, g)
     w = torch.randn(n, k) * 0.05
     w[: n // 3, : k // 5] *= 8.0  # groups of very different scales

@@ -1123,17 +1123,23 @@ SPLIT_TAIL_MAX_NB = 16
 #: (session 31): M = 1 / 8 / 16 / 32 -0.2 / -1.0 / -1.9 / -2.2 us (call a), -1.0 / -0.6 / -0.5 /
 #: -2.4 (call c, with the 5-byte scales and zeros)
 WS_PIPE_GROUP: tuple = (8, 16, 32)
-#: the per-group warp-specialized kernel's int32 -> fp32 of each plane's wgmma sum (``_retire_plane``'s
-#: MAGIC): 0 I2F, 1 the magic-number add, 2 the zero point and the magic offset as the tile the wgmmas
-#: start from (``_plane_start``: IMAD, wgmma, FADD, FFMA an element instead of IMAD, I2F, FFMA; the
-#: same instruction count, the conversion off the I2F pipe). H200, 124160 x 5120 INT4, fast argmax
-#: against I2F, same run (session 32 call a): M = 32 -2.4 us, M = 64 -7.9 (coarse pass -2.9 /
-#: -8.0), M = 1 / 8 / 16 within +-1.0; the magic add (1) +16.3 / +39.7 at M = 32 / 64
-WS_MAGIC_GROUP = 2
-#: INT4's plane 1 decoded in place in the high nibble as ``16 (q - 8)`` (``_P1_4_HI``: one LOP3 a
-#: word instead of shift and mask; 8 fewer instructions a stage of 64 bytes, offline sm_90), its
-#: scale and zero corrected per row (``_plane_scale``) -- the same logits bit for bit
-INT4_HIGH_NIBBLE = True
+#: the NB at which the per-group warp-specialized kernel converts each plane's int32 wgmma sum to
+#: fp32 from a wgmma started at the zero point and the magic offset (``_retire_plane``'s MAGIC 2,
+#: ``_plane_start``: IMAD, wgmma, FADD, FFMA an element instead of IMAD, I2F, FFMA -- the same
+#: instruction count, the conversion off the I2F pipe); elsewhere I2F (MAGIC 0). H200, 124160 x 5120
+#: INT4, fast argmax against I2F, same run, session 32 calls a / b (two runs): M = 64 -7.9 / -7.8 /
+#: -7.8 us, M = 32 -2.4 / -2.7 / -2.0, M = 16 -0.2 / +1.3 / +1.1 with INT4_HIGH_NIBBLE_NB, -0.8 with
+#: plane 1 shifted (below), M = 1..8 +0.1..+0.8 (so I2F there); the plain magic-number add (MAGIC 1)
+#: +16.3 / +39.7 at M = 32 / 64 (call a). SmolLM2's 49152 x 576 within +-0.6
+WS_MAGIC_GROUP_NB: tuple = (16, 32, 64)
+#: the NB at which INT4's plane 1 is decoded in place in the high nibble as ``16 (q - 8)``
+#: (``_P1_4_HI``: one LOP3 a word instead of shift and mask -- offline sm_90 the stage loop is 351
+#: instead of 376 instructions a 4-stage lap at NB = 8, 464 instead of 490 at NB = 16), its scale
+#: and zero corrected per row (``_plane_scale``) -- the same logits bit for bit. Measured faster only
+#: at NB = 8 (H200, 124160 x 5120 INT4 fast argmax, same run, session 32 call b, two runs: M = 1
+#: -0.6 / -0.3 us against the shift; M = 4 / 8 within 0.1); slower at M = 16 (+2.8 / +2.9, the
+#: coarse pass alone within 0.3) and M = 64 (+3.0 / +2.9), equal at M = 32
+INT4_HIGH_NIBBLE_NB: tuple = (8,)
 _TICKETS: dict = {}  # device -> zeroed int32 tickets of the split blocks (every launch leaves them zero)
 _PARTS: dict = {}  # device -> int32 scratch of the split blocks' partial sums (written before it is read)
 
@@ -1278,8 +1284,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                    SORTED=EMIT_SORTED, LATE=nb >= LATE_TRIGGER_MIN_NB, part_ptr=part,
                                    tick_ptr=tick, FULL=full, PARTS=parts,
                                    GPIPE=(nb in WS_PIPE_GROUP if pipe is None else pipe) and not table,
-                                   GMAGIC=0 if table else (WS_MAGIC_GROUP if magic is None else int(magic)),
-                                   HI=INT4_HIGH_NIBBLE and bits == 4 and not table, num_warps=w,
+                                   GMAGIC=0 if table else ((2 if nb in WS_MAGIC_GROUP_NB else 0) if magic is None
+                                                           else int(magic)),
+                                   HI=nb in INT4_HIGH_NIBBLE_NB and bits == 4 and not table, num_warps=w,
                                    **reg,
                                    **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
@@ -1288,5 +1295,5 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
                                   CH=ch, TABLE=table, XW=x_wide, SUB=sub, SORTED=EMIT_SORTED,
-                                  HI=INT4_HIGH_NIBBLE and bits == 4 and not table, num_warps=w, **reg)
+                                  HI=nb in INT4_HIGH_NIBBLE_NB and bits == 4 and not table, num_warps=w, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
