@@ -327,6 +327,26 @@ if _GLUON_IMPORT_ERROR is None:
         return warpgroup_mma(a1, _x_tile(xt_bufs, slot, J, 1, P, XW), d, is_async=True)
 
     @gluon.jit
+    def _start_tile(nz, xs_rows, i, izero, col_l: gl.constexpr, ST: gl.constexpr):
+        """The tile a plane's wgmmas start from: ``_plane_start`` of x-sum row ``i`` (ST), else the
+        zeros (unread: the wgmma starts from zero)."""
+        if ST:
+            t = _plane_start(nz, xs_rows.index(i).load(col_l))
+        else:
+            t = izero
+        return t
+
+    @gluon.jit
+    def _retire_xs(xs_rows, i, col_l: gl.constexpr, ST: gl.constexpr):
+        """x-sum row ``i`` for ``_retire_plane`` -- a placeholder under ST (unread: the zero point is
+        in the start tile)."""
+        if ST:
+            r = 0
+        else:
+            r = xs_rows.index(i).load(col_l)
+        return r
+
+    @gluon.jit
     def _plane_start(nz, xs):
         """The int32 tile a plane's wgmmas start from under MAGIC 2: ``0x4B400000 - zero * xsum``
         per element (one IMAD with an immediate). The wgmma sum lands on it, so the result is the
@@ -410,28 +430,30 @@ if _GLUON_IMPORT_ERROR is None:
             q0 = wb.slice(64 * ch, 32, dim=1).load(_codes_layout(W))
             q1 = wb.slice(64 * ch + 32, 32, dim=1).load(_codes_layout(W))
             scs, nzs = _plane_scales(scale_rows, z_rows, u, P, BITS, row_l, HI)
+            # the x sums are read where they are used -- by _plane_start before the wgmmas (MAGIC
+            # 2), else by the retire after them: loaded early they stay live across the wgmmas, and
+            # at NB = 64 that spilled (offline sm_90, two blocks a program: 88 bytes instead of 16)
             ST: gl.constexpr = MAGIC == 2  # the wgmmas start from _plane_start's tile
             if PIPE:
-                xs = xs_rows.index(4 * ux).load(col_l)
-                st = _plane_start(nzs[0], xs) if ST else izero
-                d = _issue_plane(q0, q1, xt_bufs, ux, 0, st, a_l, P, BITS, XW, ST, HI)
+                d = _issue_plane(q0, q1, xt_bufs, ux, 0, _start_tile(nzs[0], xs_rows, 4 * ux, izero, col_l, ST),
+                                 a_l, P, BITS, XW, ST, HI)
                 for j in gl.static_range(1, P):
-                    xs_next = xs_rows.index(4 * ux + j).load(col_l)
-                    st = _plane_start(nzs[j], xs_next) if ST else izero
-                    d_next = _issue_plane(q0, q1, xt_bufs, ux, j, st, a_l, P, BITS, XW, ST, HI)
+                    d_next = _issue_plane(q0, q1, xt_bufs, ux, j,
+                                          _start_tile(nzs[j], xs_rows, 4 * ux + j, izero, col_l, ST), a_l, P, BITS,
+                                          XW, ST, HI)
                     d = warpgroup_mma_wait(num_outstanding=2, deps=(d,))
-                    acc = _retire_plane(acc, d, scs[j - 1], nzs[j - 1], xs, MAGIC)
+                    acc = _retire_plane(acc, d, scs[j - 1], nzs[j - 1], _retire_xs(xs_rows, 4 * ux + j - 1, col_l, ST),
+                                        MAGIC)
                     d = d_next
-                    xs = xs_next
                 d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-                acc = _retire_plane(acc, d, scs[P - 1], nzs[P - 1], xs, MAGIC)
+                acc = _retire_plane(acc, d, scs[P - 1], nzs[P - 1], _retire_xs(xs_rows, 4 * ux + P - 1, col_l, ST),
+                                    MAGIC)
             else:
                 for j in gl.static_range(P):
-                    xs = xs_rows.index(4 * ux + j).load(col_l)
-                    st = _plane_start(nzs[j], xs) if ST else izero
-                    d = _issue_plane(q0, q1, xt_bufs, ux, j, st, a_l, P, BITS, XW, ST, HI)
+                    d = _issue_plane(q0, q1, xt_bufs, ux, j, _start_tile(nzs[j], xs_rows, 4 * ux + j, izero, col_l, ST),
+                                     a_l, P, BITS, XW, ST, HI)
                     d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-                    acc = _retire_plane(acc, d, scs[j], nzs[j], xs, MAGIC)
+                    acc = _retire_plane(acc, d, scs[j], nzs[j], _retire_xs(xs_rows, 4 * ux + j, col_l, ST), MAGIC)
         return acc
 
     # The byte-permute decode (INT2): one packed word (16 codes: 4 bytes x 4 planes) -> 4 registers
@@ -1130,8 +1152,13 @@ WS_PIPE_GROUP: tuple = (8, 16, 32)
 #: INT4, fast argmax against I2F, same run, session 32 calls a / b (two runs): M = 64 -7.9 / -7.8 /
 #: -7.8 us, M = 32 -2.4 / -2.7 / -2.0, M = 16 -0.2 / +1.3 / +1.1 with INT4_HIGH_NIBBLE_NB, -0.8 with
 #: plane 1 shifted (below), M = 1..8 +0.1..+0.8 (so I2F there); the plain magic-number add (MAGIC 1)
-#: +16.3 / +39.7 at M = 32 / 64 (call a). SmolLM2's 49152 x 576 within +-0.6
-WS_MAGIC_GROUP_NB: tuple = (16, 32, 64)
+#: +16.3 / +39.7 at M = 32 / 64 (call a). SmolLM2's 49152 x 576 within +-0.6. Not at NB = 64: those
+#: runs loaded the x sums before the wgmmas in every mode, which spilled the I2F form there (88
+#: bytes, offline sm_90; the sums are now read where they are used, 16 bytes as before), and the
+#: magic start itself spills 64 bytes at NB = 64 (two blocks a program) -- its 238.5-241.6 us at M
+#: = 64 (calls b / c) against 227.2 for the previous tree's I2F form (session 31 call d, INT2 M = 64
+#: equal in both: 151.8 / 151.9) say it loses there
+WS_MAGIC_GROUP_NB: tuple = (16, 32)
 #: the NB at which INT4's plane 1 is decoded in place in the high nibble as ``16 (q - 8)``
 #: (``_P1_4_HI``: one LOP3 a word instead of shift and mask -- offline sm_90 the stage loop is 351
 #: instead of 376 instructions a 4-stage lap at NB = 8, 464 instead of 490 at NB = 16), its scale
