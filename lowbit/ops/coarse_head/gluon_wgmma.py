@@ -1162,11 +1162,12 @@ WS_MAGIC_GROUP_NB: tuple = (16, 32)
 #: the NB at which INT4's plane 1 is decoded in place in the high nibble as ``16 (q - 8)``
 #: (``_P1_4_HI``: one LOP3 a word instead of shift and mask -- offline sm_90 the stage loop is 351
 #: instead of 376 instructions a 4-stage lap at NB = 8, 464 instead of 490 at NB = 16), its scale
-#: and zero corrected per row (``_plane_scale``) -- the same logits bit for bit. Measured faster only
-#: at NB = 8 (H200, 124160 x 5120 INT4 fast argmax, same run, session 32 call b, two runs: M = 1
-#: -0.6 / -0.3 us against the shift; M = 4 / 8 within 0.1); slower at M = 16 (+2.8 / +2.9, the
-#: coarse pass alone within 0.3) and M = 64 (+3.0 / +2.9), equal at M = 32
-INT4_HIGH_NIBBLE_NB: tuple = (8,)
+#: and zero corrected per row (``_plane_scale``) -- the same logits bit for bit. Off: not faster end
+#: to end at any NB (H200, 124160 x 5120 INT4 fast argmax, same run, session 32 call b, two runs,
+#: against the shift: M = 1 -0.6 / -0.3 us, M = 4 / 8 within 0.1 -- inside the ~1 us that a path
+#: timed after the default carries in these runs, call e -- M = 16 +2.8 / +2.9 with the coarse
+#: pass alone within 0.3, M = 32 equal, M = 64 +3.0 / +2.9)
+INT4_HIGH_NIBBLE_NB: tuple = ()
 _TICKETS: dict = {}  # device -> zeroed int32 tickets of the split blocks (every launch leaves them zero)
 _PARTS: dict = {}  # device -> int32 scratch of the split blocks' partial sums (written before it is read)
 
