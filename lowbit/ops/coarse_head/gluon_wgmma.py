@@ -1149,15 +1149,12 @@ WS_PIPE_GROUP: tuple = (8, 16, 32)
 #: fp32 from a wgmma started at the zero point and the magic offset (``_retire_plane``'s MAGIC 2,
 #: ``_plane_start``: IMAD, wgmma, FADD, FFMA an element instead of IMAD, I2F, FFMA -- the same
 #: instruction count, the conversion off the I2F pipe); elsewhere I2F (MAGIC 0). H200, 124160 x 5120
-#: INT4, fast argmax against I2F, same run, session 32 calls a / b (two runs): M = 64 -7.9 / -7.8 /
-#: -7.8 us, M = 32 -2.4 / -2.7 / -2.0, M = 16 -0.2 / +1.3 / +1.1 with INT4_HIGH_NIBBLE_NB, -0.8 with
-#: plane 1 shifted (below), M = 1..8 +0.1..+0.8 (so I2F there); the plain magic-number add (MAGIC 1)
-#: +16.3 / +39.7 at M = 32 / 64 (call a). SmolLM2's 49152 x 576 within +-0.6. Not at NB = 64: those
-#: runs loaded the x sums before the wgmmas in every mode, which spilled the I2F form there (88
-#: bytes, offline sm_90; the sums are now read where they are used, 16 bytes as before), and the
-#: magic start itself spills 64 bytes at NB = 64 (two blocks a program) -- its 238.5-241.6 us at M
-#: = 64 (calls b / c) against 227.2 for the previous tree's I2F form (session 31 call d, INT2 M = 64
-#: equal in both: 151.8 / 151.9) say it loses there
+#: INT4 fast argmax (session 32): M = 32 136.8-141.0 us (calls c / e) against the previous tree's
+#: 143.9-146.9 (sessions 29 / 31; INT2 equal across those machines), -2.0..-2.7 against I2F within
+#: a run (call b); M = 16 0.1-0.8 faster; M = 1..8 0.1-0.8 slower (so I2F there). Not at NB = 64: it
+#: spills 64 bytes there (two blocks a program, offline sm_90) and ran 238.5-241.6 us against 227.2
+#: for the previous tree's I2F (session 31 call d; INT2 M = 64 151.8 / 151.9 on both machines).
+#: The plain magic-number add (MAGIC 1) lost by 16 / 40 us at M = 32 / 64 (call a)
 WS_MAGIC_GROUP_NB: tuple = (16, 32)
 #: the NB at which INT4's plane 1 is decoded in place in the high nibble as ``16 (q - 8)``
 #: (``_P1_4_HI``: one LOP3 a word instead of shift and mask -- offline sm_90 the stage loop is 351
@@ -1201,8 +1198,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
     from :func:`wgmma_table`. ``block`` tokens a program (64 or 128: 4 or 8 warps). Returns the six
     ``CoarseOut`` tensors (certified ones empty; logits only if ``write_logits``). ``stages`` /
-    ``pipe`` / ``magic`` / ``chunks`` / ``maxnreg`` override the defaults (``_STAGES``, ``PIPE``,
-    ``MAGIC``, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE`` / ``_ws_regs`` / ``MAXNREG_WS_SPAN``;
+    ``pipe`` / ``magic`` / ``chunks`` / ``maxnreg`` override the defaults (``_STAGES``, ``PIPE`` /
+    ``WS_PIPE_GROUP``, ``MAGIC`` / ``WS_MAGIC_GROUP_NB`` -- 0 I2F, 1 the magic-number add, 2 the
+    magic start tile --, ``CHUNKS``, ``MAXNREG`` / ``MAXNREG_TABLE`` / ``_ws_regs`` / ``MAXNREG_WS_SPAN``;
     ``maxnreg=0``: no cap) for tuning; ``ws`` (default: NB <= ``WS_TABLE_MAX_NB``, per group NB <=
     ``WS_GROUP_MAX_NB``) the warp-specialized kernel; ``persist`` (default ``PERSIST_WS``)
     launches it with ``PERSIST_CTAS_PER_SM`` programs an SM looping over the row blocks (where the
