@@ -3,6 +3,7 @@ it replaces and cuBLAS bf16, same run, on the H200.
 
     python3 scripts/bench_coarse_wgmma.py [--json $OUT/wgmma.json] [--ms 1,4,16,32,64] [--bits 2,4]
                                           [--real .realhead/smollm2_head.pt.xz] [--shapes 124160x5120]
+                                          [--paths default,...] [--rounds 3]
 
 Per head shape (random N(0, 0.02) bf16 rows, g64, block 128), bits and M, by CUDA-graph replay
 (``lowbit.bench.timing.time_us``): ``DraftHead.argmax`` and ``topk(16)`` in fast mode and the
@@ -168,12 +169,15 @@ def main() -> int:
     ap.add_argument("--real", default=None)
     ap.add_argument("--no-previous", action="store_true", help="time the wgmma paths only")
     ap.add_argument("--paths", default=None, help="comma-separated path names to time (default: all)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time the paths this many times, the order reversed every other round, and report "
+                         "medians (a fixed order biased later paths by ~1 us at M = 8 in one run)")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
 
     from lowbit import DraftHead
-    from lowbit.bench.timing import copy_bandwidth_gbps, time_us
+    from lowbit.bench.timing import copy_bandwidth_gbps, interleaved_medians, time_us
     from lowbit.ops.coarse_head import BOUND_NONE, coarse_head
 
     log = RecordLog()
@@ -200,31 +204,38 @@ def main() -> int:
             for bits, h in heads.items():
                 p = h._ensure_packed()
                 floor = p.nbytes / (bw * 1e3)
-                for name, settings in paths:
-                    tb = settings.get("WGMMA_TABLE_BITS")
-                    if tb and bits not in tb:
+                mine = {name: settings for name, settings in paths
+                        if not settings.get("WGMMA_TABLE_BITS") or bits in settings["WGMMA_TABLE_BITS"]}
+
+                def measure(name):
+                    _set_path(mine[name], default)
+                    ids = h.argmax(x)
+                    return {"argmax_us": time_us(lambda: h.argmax(x), graph=True),
+                            "topk16_us": time_us(lambda: h.topk(x, 16), graph=True),
+                            "coarse_us": time_us(lambda: coarse_head(x, p, block=128, kcand=h.kcand,
+                                                                     bound=BOUND_NONE), graph=True),
+                            "agree_exact": (ids == exact).float().mean().item()}
+
+                timed = interleaved_medians(list(mine), measure, args.rounds)
+                _set_path({}, default)
+                for name, rec in timed.items():
+                    if "error" in rec:
+                        log({"shape": shape, "M": m, "bits": bits, "impl": name, **rec})
                         continue
-                    _set_path(settings, default)
+                    tb = mine[name].get("WGMMA_TABLE_BITS")
                     # what the path's kernel reads: the codes and its words (the whole-row variant's
-                    # 2-byte group codes and row units, or the per-group (scale, zero) words)
+                    # 2-byte group codes and row units, or the per-group scales and zeros)
                     extra = sum(t.numel() * t.element_size() for t in
                                 (p.wgmma_table() if bits in (default["WGMMA_TABLE_BITS"] if tb is None else tb)
                                  else (p.wgmma_words(),)))
                     read_floor = (p.fmt.packed.numel() + extra) / (bw * 1e3)
-                    try:
-                        ids = h.argmax(x)
-                        ta = time_us(lambda: h.argmax(x), graph=True)
-                        tt = time_us(lambda: h.topk(x, 16), graph=True)
-                        tc = time_us(lambda: coarse_head(x, p, block=128, kcand=h.kcand, bound=BOUND_NONE), graph=True)
-                        log({"shape": shape, "M": m, "bits": bits, "impl": name, "argmax_us": round(ta, 1),
-                             "topk16_us": round(tt, 1), "coarse_us": round(tc, 1), "floor_us": round(floor, 1),
-                             "read_floor_us": round(read_floor, 1), "argmax_x_floor": round(ta / floor, 2), "coarse_x_floor": round(tc / floor, 2),
-                             "argmax_vs_cublas": round(t_lin / ta, 2), "topk_vs_argmax": round(tt / ta, 2),
-                             "agree_exact": round((ids == exact).float().mean().item(), 4)})
-                    except Exception as e:  # noqa: BLE001 - report and go on
-                        log({"shape": shape, "M": m, "bits": bits, "impl": name,
-                             "error": f"{type(e).__name__}: {str(e)[:400]}"})
-                _set_path({}, default)
+                    ta, tt, tc = rec["argmax_us"], rec["topk16_us"], rec["coarse_us"]
+                    log({"shape": shape, "M": m, "bits": bits, "impl": name, "argmax_us": round(ta, 1),
+                         "topk16_us": round(tt, 1), "coarse_us": round(tc, 1), "floor_us": round(floor, 1),
+                         "read_floor_us": round(read_floor, 1), "argmax_x_floor": round(ta / floor, 2),
+                         "coarse_x_floor": round(tc / floor, 2), "argmax_vs_cublas": round(t_lin / ta, 2),
+                         "topk_vs_argmax": round(tt / ta, 2), "agree_exact": round(rec["agree_exact"], 4),
+                         "rounds": args.rounds})
         del heads, w
         torch.cuda.empty_cache()
 

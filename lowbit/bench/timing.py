@@ -4,10 +4,12 @@
   or CUDA-graph replay (``graph=True``) for kernels under ~20 µs where launch overhead dominates.
 * :func:`rotating` — cycle through several input copies whose total exceeds L2 (60 MB on H200).
 * :func:`copy_bandwidth_gbps`, :func:`bf16_matmul_tflops`, :func:`fp8_matmul_tflops` — ceilings.
+* :func:`interleaved_medians` — several variants timed over rounds of alternating order, medians.
 """
 from __future__ import annotations
 
 import itertools
+import statistics
 from typing import Callable
 
 import torch
@@ -24,6 +26,37 @@ def time_us(fn: Callable[[], object], *, graph: bool = False, rep: int = 100) ->
     else:
         ms = triton.testing.do_bench(fn, rep=rep, return_mode="median")
     return ms * 1e3
+
+
+def interleaved_medians(variants: list, measure: Callable[[object], dict], rounds: int) -> dict:
+    """Time every variant ``rounds`` times, in the given order on even rounds and reversed on odd
+    ones, and return ``{variant: record}`` with each numeric field the median over its rounds
+    (other fields from the first round). ``measure(variant)`` returns a dict of timings; if it
+    raises in any round, that variant's record is ``{"error": "Type: message"}``. Why: in one run
+    a path timed right after another measured ~1 us slower at the same code (H200, draft-head
+    bench, M = 8, session 32), so a fixed order biases differences of that size; alternating
+    spreads the drift over every variant. Works without a GPU (``measure`` does the timing)."""
+    if rounds < 1:
+        raise ValueError(f"interleaved_medians needs rounds >= 1, got {rounds}")
+    samples: dict = {v: [] for v in variants}
+    errors: dict = {}
+    for r in range(rounds):
+        for v in (variants if r % 2 == 0 else variants[::-1]):
+            if v in errors:
+                continue
+            try:
+                samples[v].append(measure(v))
+            except Exception as e:  # noqa: BLE001 - reported in the variant's record
+                errors[v] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+    out = {}
+    for v in variants:
+        if v in errors:
+            out[v] = errors[v]
+            continue
+        recs = samples[v]
+        out[v] = {key: (statistics.median(r[key] for r in recs) if isinstance(val, (int, float))
+                        and not isinstance(val, bool) else val) for key, val in recs[0].items()}
+    return out
 
 
 def launch_us(device="cuda") -> float:

@@ -174,3 +174,28 @@ def test_gemm_bench_has_layer_stack_cases():
     assert {c for c, _ in stack} == {"M1 N7168 K2048 stack", "M16 N7168 K2048 stack", "M1 N2112 K7168 stack"}
     for case in {c for c, _ in stack}:
         assert stack[(case, "lowbit")] > 0 and stack[(case, "scaled_mm fp8 rowwise")] > 0
+
+
+def test_interleaved_medians_alternates_order_and_takes_medians():
+    """Rounds alternate the order (so no variant is always timed first), numeric fields are the
+    median of the rounds, other fields come from the first round, a failing variant is reported
+    once and not retried, and rounds < 1 is refused."""
+    from lowbit.bench.timing import interleaved_medians
+
+    calls = []
+    times = {"a": iter([5.0, 1.0, 3.0]), "b": iter([2.0, 9.0, 4.0])}
+
+    def measure(v):
+        calls.append(v)
+        if v == "c":
+            raise RuntimeError("no kernel")
+        return {"us": next(times[v]), "tag": f"{v}{len(calls)}", "ok": True}
+
+    out = interleaved_medians(["a", "b", "c"], measure, rounds=3)
+    assert calls == ["a", "b", "c", "b", "a", "a", "b"]
+    assert out["a"] == {"us": 3.0, "tag": "a1", "ok": True}
+    assert out["b"] == {"us": 4.0, "tag": "b2", "ok": True}
+    assert out["c"] == {"error": "RuntimeError: no kernel"}
+    assert list(out) == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="rounds"):
+        interleaved_medians(["a"], measure, rounds=0)
