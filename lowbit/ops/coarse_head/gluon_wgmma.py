@@ -337,16 +337,6 @@ if _GLUON_IMPORT_ERROR is None:
         return t
 
     @gluon.jit
-    def _retire_xs(xs_rows, i, col_l: gl.constexpr, ST: gl.constexpr):
-        """x-sum row ``i`` for ``_retire_plane`` -- a placeholder under ST (unread: the zero point is
-        in the start tile)."""
-        if ST:
-            r = 0
-        else:
-            r = xs_rows.index(i).load(col_l)
-        return r
-
-    @gluon.jit
     def _plane_start(nz, xs):
         """The int32 tile a plane's wgmmas start from under MAGIC 2: ``0x4B400000 - zero * xsum``
         per element (one IMAD with an immediate). The wgmma sum lands on it, so the result is the
@@ -356,17 +346,19 @@ if _GLUON_IMPORT_ERROR is None:
         return gl.expand_dims(nz, 1) * gl.expand_dims(xs, 0) + _MAGIC_I
 
     @gluon.jit
-    def _retire_plane(acc, d, sc, nz, xs, MAGIC: gl.constexpr):
+    def _retire_plane(acc, d, sc, nz, xs_rows, i, col_l: gl.constexpr, MAGIC: gl.constexpr):
         """acc += scale * (d - zero * xsum) for one finished plane (``sc`` fp32 / ``nz`` int32 minus
-        the zero, per row: ``_plane_scales``): the zero point removed exactly in int32; MAGIC 1: the
+        the zero, per row: ``_plane_scales``; xsum: row ``i`` of ``xs_rows``, read here, after the
+        wgmmas, so it is not live across them): the zero point removed exactly in int32; MAGIC 1: the
         int32 -> fp32 conversion as ``(d + 0x4B400000 as fp32) - 1.5 * 2^23`` (exact for |d| < 2^22:
         64 codes < 16 times |x| <= 127) instead of I2F; MAGIC 2: ``d`` started from
-        ``_plane_start`` (zero and offset already in it; ``nz`` / ``xs`` unused): one FADD and the
+        ``_plane_start`` (zero and offset already in it; no x sum read): one FADD and the
         FFMA. I2F runs at a fraction of the FP32 pipes' rate (16 a clock an SM), and at NB = 16 this
         pass converts ~1.2 M values an SM (124160 x 5120 INT4)."""
         if MAGIC == 2:
             f = d.to(gl.float32, bitcast=True) - _MAGIC_F
         else:
+            xs = xs_rows.index(i).load(col_l)
             d = gl.expand_dims(nz, 1) * gl.expand_dims(xs, 0) + d  # one IMAD an element
             if MAGIC:
                 f = (d + _MAGIC_I).to(gl.float32, bitcast=True) - _MAGIC_F
@@ -430,9 +422,9 @@ if _GLUON_IMPORT_ERROR is None:
             q0 = wb.slice(64 * ch, 32, dim=1).load(_codes_layout(W))
             q1 = wb.slice(64 * ch + 32, 32, dim=1).load(_codes_layout(W))
             scs, nzs = _plane_scales(scale_rows, z_rows, u, P, BITS, row_l, HI)
-            # the x sums are read where they are used -- by _plane_start before the wgmmas (MAGIC
-            # 2), else by the retire after them: loaded early they stay live across the wgmmas, and
-            # at NB = 64 that spilled (offline sm_90, two blocks a program: 88 bytes instead of 16)
+            # the x sums are read where they are used -- by _start_tile before the wgmmas (MAGIC
+            # 2), else by _retire_plane after them: loaded early they stay live across the wgmmas,
+            # and at NB = 64 that spilled (offline sm_90, two blocks a program: 88 bytes, not 16)
             ST: gl.constexpr = MAGIC == 2  # the wgmmas start from _plane_start's tile
             if PIPE:
                 d = _issue_plane(q0, q1, xt_bufs, ux, 0, _start_tile(nzs[0], xs_rows, 4 * ux, izero, col_l, ST),
@@ -442,18 +434,16 @@ if _GLUON_IMPORT_ERROR is None:
                                           _start_tile(nzs[j], xs_rows, 4 * ux + j, izero, col_l, ST), a_l, P, BITS,
                                           XW, ST, HI)
                     d = warpgroup_mma_wait(num_outstanding=2, deps=(d,))
-                    acc = _retire_plane(acc, d, scs[j - 1], nzs[j - 1], _retire_xs(xs_rows, 4 * ux + j - 1, col_l, ST),
-                                        MAGIC)
+                    acc = _retire_plane(acc, d, scs[j - 1], nzs[j - 1], xs_rows, 4 * ux + j - 1, col_l, MAGIC)
                     d = d_next
                 d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-                acc = _retire_plane(acc, d, scs[P - 1], nzs[P - 1], _retire_xs(xs_rows, 4 * ux + P - 1, col_l, ST),
-                                    MAGIC)
+                acc = _retire_plane(acc, d, scs[P - 1], nzs[P - 1], xs_rows, 4 * ux + P - 1, col_l, MAGIC)
             else:
                 for j in gl.static_range(P):
                     d = _issue_plane(q0, q1, xt_bufs, ux, j, _start_tile(nzs[j], xs_rows, 4 * ux + j, izero, col_l, ST),
                                      a_l, P, BITS, XW, ST, HI)
                     d = warpgroup_mma_wait(num_outstanding=0, deps=(d,))
-                    acc = _retire_plane(acc, d, scs[j], nzs[j], _retire_xs(xs_rows, 4 * ux + j, col_l, ST), MAGIC)
+                    acc = _retire_plane(acc, d, scs[j], nzs[j], xs_rows, 4 * ux + j, col_l, MAGIC)
         return acc
 
     # The byte-permute decode (INT2): one packed word (16 codes: 4 bytes x 4 planes) -> 4 registers
@@ -1289,6 +1279,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     else:
         cap = (MAXNREG_TABLE if table else MAXNREG).get(nb)
     reg = {"maxnreg": cap} if cap else {}
+    hi = nb in INT4_HIGH_NIBBLE_NB and bits == 4 and not table  # INT4 plane 1 read in its high nibble
     if use_ws:
         grid = nprog
         if (PERSIST_WS if persist is None else persist) and ns % st == 0:
@@ -1312,7 +1303,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                    GPIPE=(nb in WS_PIPE_GROUP if pipe is None else pipe) and not table,
                                    GMAGIC=0 if table else ((2 if nb in WS_MAGIC_GROUP_NB else 0) if magic is None
                                                            else int(magic)),
-                                   HI=nb in INT4_HIGH_NIBBLE_NB and bits == 4 and not table, num_warps=w,
+                                   HI=hi, num_warps=w,
                                    **reg,
                                    **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
@@ -1321,5 +1312,5 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
                                   CH=ch, TABLE=table, XW=x_wide, SUB=sub, SORTED=EMIT_SORTED,
-                                  HI=nb in INT4_HIGH_NIBBLE_NB and bits == 4 and not table, num_warps=w, **reg)
+                                  HI=hi, num_warps=w, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
