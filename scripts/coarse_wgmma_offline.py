@@ -94,8 +94,8 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
 
     if gpipe is None:  # the per-group kernel's pipelined planes as the module ships them
         gpipe = nb in g.WS_PIPE_GROUP
-    if sorted_emit is None:  # the candidate epilogue the module ships (EMIT_SORTED)
-        sorted_emit = g.EMIT_SORTED
+    if sorted_emit is None:  # the candidate epilogue the module ships (EMIT_SORTED, EMIT_INT_KEYS)
+        sorted_emit = g._emit_mode()
     p = 8 // bits
     ell = k // p
     ns = ell // 64
@@ -132,7 +132,7 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
         # resident: "*r")
         constexprs = dict(NB=nb, P=p, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w,
                           PRODUCER_REGS=g.PRODUCER_REGS, XW=wide, CH=ch, PDL=True, TABLE=whole_row, BITS=bits,
-                          XRES=xres, SUB=span, SORTED=sorted_emit, LATE=nb >= g.LATE_TRIGGER_MIN_NB, PARTS=parts,
+                          XRES=xres, SUB=span, EMIT=sorted_emit, LATE=nb >= g.LATE_TRIGGER_MIN_NB, PARTS=parts,
                           GPIPE=gpipe and not whole_row, GMAGIC=0 if whole_row else int(magic),
                           HI=bits == 4 and not whole_row and (nb in g.INT4_HIGH_NIBBLE_NB if hi is None else hi))
         # the split tail (gluon_wgmma.SPLIT_TAIL): partial sums and tickets (unread with parts = 1)
@@ -141,7 +141,7 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
         return compile_gluon_sm90(g._coarse_ws_kernel, args, constexprs, {"M", "N", "NBLK", "NS", "GRID", "FULL"},
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
-                      MAGIC=magic, CH=ch, TABLE=whole_row, XW=wide, SUB=span, SORTED=sorted_emit,
+                      MAGIC=magic, CH=ch, TABLE=whole_row, XW=wide, SUB=span, EMIT=sorted_emit,
                       HI=bits == 4 and not whole_row and (nb in g.INT4_HIGH_NIBBLE_NB if hi is None else hi))
     return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w, **reg)
 

@@ -11,7 +11,14 @@ On the 124160 x 5120 head (g64, block 128, kcand 8, rerank 32), CUDA-graph repla
 * ``select_rerank``: both launches after the pass alone, on its candidates;
 * ``select`` / ``rerank``: each launch alone (the selection's bitonic kernel; the rerank on the
   selection's picks), launched as the fast path launches them (PDL, but first in their graph);
-* ``argmax no PDL``: end to end with the selection and rerank as plain launches.
+* ``argmax no PDL``: end to end with the selection and rerank as plain launches;
+* ``coarse cached x`` / ``argmax cached x``: the coarse pass / end to end with x prepared once
+  outside the timed graph (``x_int8_tiles`` answered from a cache), so ``coarse - coarse cached x``
+  is what the x preparation costs the chain -- the most that folding it into the coarse kernel
+  could save;
+* ``pass kcand 8`` / ``pass kcand 0``: the int8-wgmma pass launched directly (x preparation
+  included) with the head's 8 candidates a block, and with none -- no candidate epilogue at all (its
+  code is dead then), so the difference is what the epilogue costs the pass.
 
 ``tail = argmax - coarse`` is what the two launches after the pass cost in the chain; against
 ``select + rerank`` alone it shows how much of their launch latency the chain hides.
@@ -51,6 +58,43 @@ def _launches(cand_key, cand_idx, x, weight, r: int, kcand: int):
         sel.launch_rerank(x, weight, picks, vals, out_v, out_i)
 
     return select, rerank
+
+
+def _direct_pass(x, p, bits: int, kcand: int):
+    """``gluon_wgmma.coarse_wgmma`` on the packing ``p`` as the fast path launches it (INT2: the
+    whole-row variant), with ``kcand`` candidates a block (0: no candidate epilogue)."""
+    from lowbit.ops.coarse_head.gluon_wgmma import coarse_wgmma
+
+    if bits == 2:
+        words, r = p.wgmma_table()
+    else:
+        words, r = p.wgmma_words(), None
+    return coarse_wgmma(x, p.fmt.packed, words, n=p.fmt.packed.shape[0], bits=bits, block=128, kcand=kcand,
+                        write_logits=False, table_r=r)
+
+
+class _CachedXPrep:
+    """``x_int8.x_int8_tiles`` answered from a cache while active (the coarse pass imports it at
+    call time): the first call per (x, arguments) computes, later ones return the same tensors."""
+
+    def __init__(self):
+        from lowbit.ops.coarse_head import x_int8
+
+        self.module, self.real, self.cache = x_int8, x_int8.x_int8_tiles, {}
+
+    def __call__(self, x, *args, trigger=False, **kw):
+        key = (x.data_ptr(), tuple(x.shape), args, tuple(sorted(kw.items())))
+        if key not in self.cache:
+            self.cache[key] = self.real(x, *args, **kw)
+        return self.cache[key]
+
+    def __enter__(self):
+        self.module.x_int8_tiles = self
+        return self
+
+    def __exit__(self, *exc):
+        self.module.x_int8_tiles = self.real
+        return False
 
 
 def main() -> int:
@@ -97,8 +141,22 @@ def main() -> int:
                 rec["argmax no PDL"] = time_us(lambda: h.argmax(x), graph=True)
             finally:
                 sel.PDL = True
+            with _CachedXPrep():
+                h.argmax(x)  # fills the cache outside the timed graph
+                coarse_head(x, p, block=128, kcand=h.kcand, bound=BOUND_NONE)
+                rec["coarse cached x"] = time_us(lambda: coarse_head(x, p, block=128, kcand=h.kcand,
+                                                                     bound=BOUND_NONE), graph=True)
+                rec["argmax cached x"] = time_us(lambda: h.argmax(x), graph=True)
+            try:
+                for kc in (h.kcand, 0):
+                    rec[f"pass kcand {kc}"] = time_us(lambda: _direct_pass(x, p, bits, kc), graph=True)
+            except Exception as e:  # noqa: BLE001 -- a probe: record and go on
+                rec["pass error"] = f"{type(e).__name__}: {e}"[:200]
             rec = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in rec.items()}
             rec["tail"] = round(rec["argmax"] - rec["coarse"], 2)
+            rec["x prep in chain"] = round(rec["coarse"] - rec["coarse cached x"], 2)
+            if "pass kcand 0" in rec:
+                rec["epilogue in pass"] = round(rec["pass kcand 8"] - rec["pass kcand 0"], 2)
             log(rec)
     log.save(args.json)
     return 0

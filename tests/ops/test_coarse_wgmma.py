@@ -538,11 +538,21 @@ def test_cuda_coarse_wgmma_span_two_blocks(poison_empty, monkeypatch, bits, grou
     assert torch.equal(ck, cands.cand_key) and torch.equal(ci, cands.cand_idx)
 
 
-def _sorted_heads_mirror(key: torch.Tensor, tok: torch.Tensor, big: int, kcand: int):
+def _ordered_bits(key: torch.Tensor) -> torch.Tensor:
+    """``gluon_wgmma._ordered_bits`` in torch: int32 whose order is the fp32 order (-0.0 -> 0)."""
+    bits = torch.where(key == 0, torch.zeros_like(key), key).view(torch.int32)
+    return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+def _sorted_heads_mirror(key: torch.Tensor, tok: torch.Tensor, big: int, kcand: int, int_keys: bool = False):
     """``gluon_wgmma._sorted_heads_rounds`` step by step in torch on a [128, NB] tile: thread l
     holds tokens 4 l .. 4 l + 3 of a column, sorts them (the same 5 compare-exchanges), then each
     round takes the best head (lowest token among equal keys), pops it. Returns (keys, tokens)
-    [kcand, NB] as the kernel stores them (token 0 where the key is -inf)."""
+    [kcand, NB] as the kernel stores them (token 0 where the key is -inf). ``int_keys``: over the
+    keys' order-preserving int32 bits (INTKEYS), converted back to fp32 when stored."""
+    neg = float("-inf")
+    if int_keys:
+        key, neg = _ordered_bits(key), int(_ordered_bits(torch.tensor(neg)))
     v = [key.view(32, 4, -1)[:, j].clone() for j in range(4)]
     t = [tok.view(32, 4, -1)[:, j].clone() for j in range(4)]
 
@@ -557,29 +567,35 @@ def _sorted_heads_mirror(key: torch.Tensor, tok: torch.Tensor, big: int, kcand: 
     for _ in range(kcand):
         best = v[0].max(dim=0).values
         loc = torch.where(v[0] == best, t[0], torch.full_like(t[0], big)).min(dim=0).values
+        if int_keys:  # the map is its own inverse on the bits
+            best = torch.where(best < 0, best ^ 0x7FFFFFFF, best).view(torch.float32)
         keys.append(best)
         toks.append(torch.where(best == float("-inf"), torch.zeros_like(loc), loc))
         win = t[0] == loc
         for j in range(3):
             v[j], t[j] = torch.where(win, v[j + 1], v[j]), torch.where(win, t[j + 1], t[j])
-        v[3] = torch.where(win, torch.full_like(v[3], float("-inf")), v[3])
+        v[3] = torch.where(win, torch.full_like(v[3], neg), v[3])
         t[3] = torch.where(win, torch.full_like(t[3], big), t[3])
     return torch.stack(keys), torch.stack(toks)
 
 
+@pytest.mark.parametrize("int_keys", [False, True])
 @pytest.mark.parametrize("kcand", [1, 4, 8, 16])
-def test_sorted_heads_rounds_mirror_matches_max_and_mask(kcand):
-    """The sorted-heads candidate rounds (``EMIT_SORTED``) pick exactly the keys and tokens of
-    successive max-and-mask (ties to the lower token, -inf past N giving token 0): keys on a coarse
-    grid (many ties, within and across threads), a column of equal keys, -inf tails, kcand beyond
-    a thread's 4 tokens."""
+def test_sorted_heads_rounds_mirror_matches_max_and_mask(kcand, int_keys):
+    """The sorted-heads candidate rounds (``EMIT_SORTED``, over float keys or their int32 bits:
+    ``EMIT_INT_KEYS``) pick exactly the keys and tokens of successive max-and-mask (ties to the
+    lower token, -inf past N giving token 0): keys on a coarse grid (many ties, within and across
+    threads), a column of equal keys, a column of zeros of both signs (equal keys), a column of
+    negatives only, -inf tails, kcand beyond a thread's 4 tokens."""
     torch.manual_seed(kcand)
     nb, row0, n = 8, 256, 256 + 100
     key = torch.randint(-6, 6, (128, nb)).float() / 4
     key[:, 3] = 0.5  # every key equal
+    key[:, 5] = torch.where(torch.rand(128) < 0.5, -0.0, 0.0)  # +0.0 and -0.0: all equal
+    key[:, 6] = -torch.rand(128) - 1e-3  # negatives only
     tok = (row0 + torch.arange(128))[:, None].expand(128, nb).contiguous()
     key = torch.where(tok < n, key, torch.full_like(key, float("-inf")))
-    got_k, got_t = _sorted_heads_mirror(key, tok, n + 128, kcand)
+    got_k, got_t = _sorted_heads_mirror(key, tok, n + 128, kcand, int_keys)
     k, t = key.clone(), tok
     for c in range(kcand):
         best = k.max(dim=0).values
@@ -590,21 +606,22 @@ def test_sorted_heads_rounds_mirror_matches_max_and_mask(kcand):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("sorted_heads", [False, True])
+@pytest.mark.parametrize("sorted_heads", [0, 1, 2])
 @pytest.mark.parametrize("ws", [False, True])
 @pytest.mark.parametrize("table", [False, True])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[5] == 128])
 def test_cuda_coarse_wgmma_epilogue_forms(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, table, ws,
                                           sorted_heads):
-    """Both candidate epilogues of a one-block program -- sorted per-thread heads (``EMIT_SORTED``,
-    the default) and successive max-and-mask rounds -- emit exactly the candidates of the
-    per-block reference over the kernel's own logits (ties to the lower index, -inf past N) on
-    both kernels, per group and whole-row; kcand up to 16 (more than a thread's 4 tokens, so
-    threads run dry)."""
+    """The candidate epilogues of a one-block program -- sorted per-thread heads over the keys'
+    int32 bits (``EMIT_SORTED`` + ``EMIT_INT_KEYS``, the default, 2) or over float keys (1), and
+    successive max-and-mask rounds (0) -- emit exactly the candidates of the per-block reference
+    over the kernel's own logits (ties to the lower index, -inf past N) on both kernels, per group
+    and whole-row; kcand up to 16 (more than a thread's 4 tokens, so threads run dry)."""
     if table and bits not in (2,):
         pytest.skip("the whole-row variant serves INT2 only (TABLE_BITS)")
     g = _kernel_or_skip()
-    monkeypatch.setattr(g, "EMIT_SORTED", sorted_heads)
+    monkeypatch.setattr(g, "EMIT_SORTED", sorted_heads > 0)
+    monkeypatch.setattr(g, "EMIT_INT_KEYS", sorted_heads == 2)
     w = torch.randn(n, k) * 0.05
     w[5:9] = w[1]  # equal rows: equal coarse logits, the lower token first
     f = INTx.quantize(w, bits=bits, group_size=group)
