@@ -43,7 +43,9 @@ def _paths():
     single-partition loop, "span ws" on the warp-specialized kernel, "span s3" with 3 ring slots; "one block": none), the candidate epilogue by successive
     max-and-mask rounds instead of sorted per-thread heads ("unsorted epilogue",
     ``gluon_wgmma.EMIT_SORTED`` off) or by sorted heads over float keys instead of their int32 bits
-    ("float-key epilogue", ``EMIT_INT_KEYS`` off), the warp-specialized kernels' register caps before the
+    ("float-key epilogue", ``EMIT_INT_KEYS`` off), the max-and-mask rounds masking before their stores
+    ("mask first", ``EMIT_MASK_FIRST``), the whole-row pass persistent with three programs an SM
+    ("table persist 3", ``PERSIST_CTAS_PER_SM``), the warp-specialized kernels' register caps before the
     twenty-eighth session ("two CTAs an SM": 64 / 80 at NB = 8 / 16 instead of 56, which holds
     three; "three CTAs short": 56 on short heads too, ``THREE_CTAS_MIN_STAGES`` = 0), the
     producer warp at 40 registers instead of 24 ("producer 40", ``PRODUCER_REGS``), the
@@ -87,6 +89,8 @@ def _paths():
             ("wgmma ws64", {**group, "WS_GROUP_MAX_NB": 64, "MAXNREG_WS_GROUP": {**MAXNREG_WS_GROUP, 64: 84}}),
             ("span", {"SPAN": two}), ("span64", {"SPAN": {64: 2}}), ("one block", {"SPAN": {}}),
             ("unsorted epilogue", {"EMIT_SORTED": False}), ("float-key epilogue", {"EMIT_INT_KEYS": False}),
+            ("mask first", {"EMIT_MASK_FIRST": True}),
+            ("table persist 3", {**table, "PERSIST_WS": True, "X_RESIDENT": False, "PERSIST_CTAS_PER_SM": 3}),
             ("two CTAs an SM", {"THREE_CTAS_NB_TABLE": (), "THREE_CTAS_NB_GROUP": ()}),
             ("three CTAs short", {"THREE_CTAS_MIN_STAGES": 0}),
             ("producer 40", {"PRODUCER_REGS": 40}),
@@ -121,7 +125,7 @@ def _paths():
 
 _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST_WS"), ("g", "X_WIDE"),
              ("g", "WS_GROUP_MAX_NB"), ("g", "X_RESIDENT"), ("g", "WS_TABLE_MAX_NB"), ("g", "MAXNREG_WS"),
-             ("g", "MAXNREG_WS_GROUP"), ("g", "SPAN"), ("g", "_STAGES_SPAN"), ("g", "EMIT_SORTED"), ("g", "EMIT_INT_KEYS"),
+             ("g", "MAXNREG_WS_GROUP"), ("g", "SPAN"), ("g", "_STAGES_SPAN"), ("g", "EMIT_SORTED"), ("g", "EMIT_INT_KEYS"), ("g", "EMIT_MASK_FIRST"), ("g", "PERSIST_CTAS_PER_SM"),
              ("g", "THREE_CTAS_MIN_STAGES"), ("g", "THREE_CTAS_NB_TABLE"), ("g", "THREE_CTAS_NB_GROUP"),
              ("g", "PRODUCER_REGS"), ("sel", "TOKEN_KEYS"), ("sel", "SELECT_WARPS"), ("sel", "RERANK_MAX_BKK"),
              ("sel", "SELECT_TRIGGER"), ("g", "LATE_TRIGGER_MIN_NB"), ("sel", "SEL_PDL"),

@@ -504,19 +504,22 @@ def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, monkeypatch, bits, g
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws,persist", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("ws,persist,mask_first", [(False, False, False), (True, False, False), (True, True, False),
+                                                   (True, False, True), (False, False, True)])
 @pytest.mark.parametrize("table", [False, True])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", CASES)
 def test_cuda_coarse_wgmma_span_two_blocks(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, table, ws,
-                                           persist):
+                                           persist, mask_first):
     """Programs spanning two candidate blocks (``span=2``: 2 ``block`` rows a program, the x tiles
     shared by both): the same logits as the reference and the same per-block candidates as a
     program a block -- including an odd block count (the last program's second block past N, its
-    candidates not written) -- on both kernels, per group and whole-row, also persistent."""
+    candidates not written) -- on both kernels, per group and whole-row, also persistent, and with
+    the max-and-mask rounds masking before their stores (``EMIT_MASK_FIRST``)."""
     if table and bits not in (2,):
         pytest.skip("the whole-row variant serves INT2 only (TABLE_BITS)")
     g = _kernel_or_skip()
     monkeypatch.setattr(g, "sm_count", lambda device, interpret: 2)
+    monkeypatch.setattr(g, "EMIT_MASK_FIRST", mask_first)
     w = torch.randn(n, k) * 0.05
     w[: n // 3, : k // 5] *= 8.0
     f = INTx.quantize(w, bits=bits, group_size=group)

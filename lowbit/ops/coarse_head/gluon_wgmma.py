@@ -634,7 +634,8 @@ if _GLUON_IMPORT_ERROR is None:
         re-laid out with each row of x in one warp (tokens along its lanes and registers), so the
         reductions along tokens stay inside it. EMIT bit 0 (one block a program of 128 tokens):
         ``_sorted_heads_rounds`` instead of max-and-mask over every element; bit 1: either over the
-        keys' order-preserving int32 bits (``_ordered_bits``; one block a program). KCAND 0: no
+        keys' order-preserving int32 bits (``_ordered_bits``; one block a program); bit 2: the
+        max-and-mask rounds mask before they store (``_max_and_mask`` MASK_FIRST). KCAND 0: no
         candidates (the pass timed without its epilogue, ``scripts/probe_fast_tail.py``)."""
         if KCAND == 0:
             # no candidates asked for: a timing probe of the pass without its epilogue. The sums stay
@@ -661,7 +662,7 @@ if _GLUON_IMPORT_ERROR is None:
                                      KCAND, (EMIT & 2) != 0)
             elif SUB == 1:
                 o_c = mrow.to(gl.int64) * (NBLK * KCAND) + pid * KCAND
-                _max_and_mask(key, tok2, big, ck_ptr, ci_ptr, o_c, m_ok, 0, KCAND, (EMIT & 2) != 0)
+                _max_and_mask(key, tok2, big, ck_ptr, ci_ptr, o_c, m_ok, 0, KCAND, (EMIT & 2) != 0, (EMIT & 4) != 0)
             else:
                 # [SUB, R / SUB, NB]: candidate block s holds tokens s R / SUB .. (s + 1) R / SUB - 1
                 key3 = gl.reshape(key, [SUB, R // SUB, NB])
@@ -673,7 +674,7 @@ if _GLUON_IMPORT_ERROR is None:
                 o_c = mcol.to(gl.int64) * (NBLK * KCAND) + sub * KCAND
                 # float keys: over this layout's token axis the int32 form finds no warp redux (offline
                 # sm_90, NB = 64: the same 256 SHFL, and 80-112 bytes of spills instead of 8)
-                _max_and_mask(key3, tok3, big, ck_ptr, ci_ptr, o_c, ok, 1, KCAND)
+                _max_and_mask(key3, tok3, big, ck_ptr, ci_ptr, o_c, ok, 1, KCAND, False, (EMIT & 4) != 0)
 
     @gluon.jit
     def _split4(v):
@@ -750,12 +751,14 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _max_and_mask(key, tok, big, ck_ptr, ci_ptr, o_c, ok, AXIS: gl.constexpr, KCAND: gl.constexpr,
-                      INTKEYS: gl.constexpr = False):
+                      INTKEYS: gl.constexpr = False, MASK_FIRST: gl.constexpr = False):
         """KCAND rounds of successive maxima of ``key`` along AXIS (its token axis; ``tok`` the
         tokens, ``big`` above all of them): round c stores the best key at ``ck_ptr + o_c + c`` and
         its token (ties to the lower; 0 where the key is -inf) at ``ci_ptr + o_c + c`` where ``ok``,
         then masks that token out. INTKEYS: over the keys' order-preserving int32 bits (a warp's
-        maximum one ``redux.sync``, see ``_sorted_heads_rounds``)."""
+        maximum one ``redux.sync``, see ``_sorted_heads_rounds``). MASK_FIRST: the mask written before
+        the round's stores (the same values; offline sm_90 at NB = 64, two blocks a program: 8 bytes
+        of spills instead of 24)."""
         neg = float("-inf")
         if INTKEYS:
             key = _ordered_bits(key)
@@ -763,11 +766,16 @@ if _GLUON_IMPORT_ERROR is None:
         for c in gl.static_range(KCAND):
             best = gl.max(key, axis=AXIS)
             loc = gl.min(gl.where(key == gl.expand_dims(best, AXIS), tok, big), axis=AXIS)
-            key = gl.where(tok == gl.expand_dims(loc, AXIS), neg, key)
+            if MASK_FIRST:
+                key = gl.where(tok == gl.expand_dims(loc, AXIS), neg, key)
             if INTKEYS:
-                best = _float_of_ordered(best)
-            gl.store(ck_ptr + o_c + c, best, mask=ok)
-            gl.store(ci_ptr + o_c + c, gl.where(best == float("-inf"), 0, loc).to(gl.int64), mask=ok)
+                kf = _float_of_ordered(best)
+            else:
+                kf = best
+            gl.store(ck_ptr + o_c + c, kf, mask=ok)
+            gl.store(ci_ptr + o_c + c, gl.where(kf == float("-inf"), 0, loc).to(gl.int64), mask=ok)
+            if not MASK_FIRST:
+                key = gl.where(tok == gl.expand_dims(loc, AXIS), neg, key)
 
     # ---------------------------------------------------- warp-specialized (whole-row and per group)
     @gluon.jit
@@ -1113,11 +1121,16 @@ EMIT_SORTED = True
 #: 160 each) become 8 / 16 / 32 more REDUX, 1352 -> 1320 / 1624 -> 1568 / 2168 -> 2040 instructions
 #: (whole-row kernel), no spills
 EMIT_INT_KEYS = True
+#: the max-and-mask rounds (programs of two blocks: NB = 64) write the round's mask before its
+#: stores (``_max_and_mask`` MASK_FIRST): the same values, 8 bytes of spills instead of 24 at NB = 64
+#: offline (sm_90). Off: not yet timed
+EMIT_MASK_FIRST = False
 
 
 def _emit_mode() -> int:
-    """The kernels' EMIT constexpr: bit 0 sorted heads (else max-and-mask), bit 1 int32 keys."""
-    return (1 if EMIT_SORTED else 0) | (2 if EMIT_INT_KEYS else 0)
+    """The kernels' EMIT constexpr: bit 0 sorted heads (else max-and-mask), bit 1 int32 keys, bit 2
+    max-and-mask's mask first."""
+    return (1 if EMIT_SORTED else 0) | (2 if EMIT_INT_KEYS else 0) | (4 if EMIT_MASK_FIRST else 0)
 
 
 #: x as side-by-side tiles (``x_int8`` ``wide``) for every kernel here: a stage's x in two TMA
