@@ -1015,6 +1015,8 @@ PRODUCER_REGS = 24
 #: but fast argmax end to end -- the PDL selection after it -- is 4-5% slower persistent at
 #: M = 16 / 32 (H200, 124160 x 5120 INT2, same run, session 26 call c: 90.3 vs 85.1 us, 106.2 vs
 #: 102.4; equal at M = 1 / 8; INT4 within 2% either way)
+#: (session 33 call e, three programs an SM, the whole-row pass: +2.7 / +2.4 us at M = 1 / 8, the
+#: pass alone +10.7 / +9.4 -- the split tail is lost and the epilogue overlap does not repay it)
 PERSIST_WS = False
 PERSIST_CTAS_PER_SM = 2
 #: a persistent warp-specialized program keeps all of x in shared memory (its tiles and sums loaded
@@ -1119,11 +1121,14 @@ EMIT_SORTED = True
 #: ``redux.sync`` (as its lowest token already is) instead of five shuffle-and-compare steps; the same
 #: picks. Offline sm_90, sorted heads: NB = 8 / 16 / 32 every SHFL and FMNMX of the rounds (40 / 80 /
 #: 160 each) become 8 / 16 / 32 more REDUX, 1352 -> 1320 / 1624 -> 1568 / 2168 -> 2040 instructions
-#: (whole-row kernel), no spills
+#: (whole-row kernel), no spills. H200, 124160 x 5120, fast argmax, float keys against int32, median
+#: of three alternating rounds (session 33 call a): INT2 +0.8 / +0.7 / +1.2 / +1.8 us at M = 1 / 8 /
+#: 16 / 32, INT4 +2.0 / +2.2 / +3.0 / +2.8
 EMIT_INT_KEYS = True
 #: the max-and-mask rounds (programs of two blocks: NB = 64) write the round's mask before its
 #: stores (``_max_and_mask`` MASK_FIRST): the same values, 8 bytes of spills instead of 24 at NB = 64
-#: offline (sm_90). Off: not yet timed
+#: offline (sm_90). Off: fast argmax at M = 64 INT2 -0.8 us, INT4 +1.0 (session 33 call e, medians of
+#: three rounds) -- within the noise either way
 EMIT_MASK_FIRST = False
 
 
