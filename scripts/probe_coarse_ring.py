@@ -12,6 +12,10 @@ Variants, each the shipped producer partition, ring, launch geometry and candida
 * ``decode``: the table build and byte-permute decode of the group codes and codes (XOR-folded
   to stay live), no wgmmas.
 * ``full``: the shipped stage (``_stage_sum_table``).
+* ``--feeds``: ring mode on a probe-local producer (``_feed_kernel``) whose stages bring the codes
+  and, per ``FEEDS``, the group codes and / or the x tiles -- or the block's group codes in one box
+  at its start -- so the ring's cost is split by operand (thirty-third session: the bare ring is
+  1.19-1.31x the floor, a codes-only ring was ~1.0x in session 25).
 
 Each with KCAND 8 and 1 (the epilogue's successive max-and-mask rounds), ring depths 4 and 8; x
 in side-by-side tiles (``--narrow``: per-plane tiles of 32-byte rows, as in session 25's call a).
@@ -37,6 +41,7 @@ from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
     fence_async_shared,
     mbarrier,
+    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -53,6 +58,10 @@ from lowbit.ops.coarse_head.gluon_wgmma import (  # noqa: E402
 )
 
 MODES = {"ring": 0, "mma": 1, "full": 2, "decode": 3}
+#: what the ring kernel's stages bring besides the codes (``_feed_kernel`` FEED bits: 1 the group
+#: codes a stage, as shipped; 2 the x tiles a stage, as shipped; 4 all of the block's group codes in
+#: one TMA box at its start instead of a box a stage)
+FEEDS = {"shipped": 3, "no words": 2, "no x": 1, "codes only": 0, "words per block": 6}
 
 
 @gluon.jit
@@ -153,6 +162,127 @@ def _probe_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_pt
         mbarrier.invalidate(empty.index(i))
 
 
+@gluon.jit
+def _feed_consumer(ready, empty, wbar, sx_ptr, ck_ptr, ci_ptr, M, N, NBLK, NS, NB: gl.constexpr,
+                   STAGES: gl.constexpr, KCAND: gl.constexpr, W: gl.constexpr, FEED: gl.constexpr):
+    """Ring mode over the FEED geometry: wait for each stage (FEED 4: first for the block's group
+    codes) and hand its slot back, then the shipped candidate epilogue over zero sums."""
+    R: gl.constexpr = 16 * W
+    mma: gl.constexpr = acc_layout(NB, W)
+    sx = gl.load(sx_ptr + gl.arange(0, NB, layout=gl.SliceLayout(0, mma)))
+    if FEED & 4:
+        mbarrier.wait(wbar.index(0), 0)
+    for i0 in range(0, NS, STAGES):
+        phase = (i0 // STAGES) & 1
+        for slot in gl.static_range(STAGES):
+            if i0 + slot < NS:
+                mbarrier.wait(ready.index(slot), phase)
+                gl.thread_barrier()
+                mbarrier.arrive(empty.index(slot))
+    blk = gl.program_id(0)
+    out = gl.zeros([R, NB], gl.float32, mma) * gl.expand_dims(sx, 0)
+    _emit_candidates(out, blk * R, blk, ck_ptr, ci_ptr, ck_ptr, M, N, NBLK, NB, W, KCAND, False)
+
+
+@gluon.jit
+def _feed_producer(w_desc, sz_desc, szb_desc, szr_desc, x_desc, w_bufs, sz_bufs, szb_buf, szr_buf, x_bufs, ready,
+                   empty, wbar, NS, STAGES: gl.constexpr, NB: gl.constexpr, R: gl.constexpr, FEED: gl.constexpr):
+    """The shipped producer's TMA issue (codes [R, 64], group codes [2, R], the two side-by-side x
+    tiles [NB, 128] a stage) with parts left out or moved per FEED (see ``FEEDS``)."""
+    row0 = gl.program_id(0) * R
+    if FEED & 4:  # the block's 2 NS rows of group codes as two power-of-two boxes (NSB + the rest)
+        NSB: gl.constexpr = szb_desc.block_type.shape[0]
+        NSR: gl.constexpr = szr_desc.block_type.shape[0]
+        mbarrier.expect(wbar.index(0), szb_desc.block_type.nbytes + szr_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(szb_desc, [0, row0], wbar.index(0), szb_buf)
+        tma.async_copy_global_to_shared(szr_desc, [NSB, row0], wbar.index(0), szr_buf)
+    nbytes: gl.constexpr = (w_desc.block_type.nbytes + (sz_desc.block_type.nbytes if FEED & 1 else 0)
+                            + (2 * x_desc.block_type.nbytes if FEED & 2 else 0))
+    for i in range(0, NS):
+        slot = i % STAGES
+        bar = ready.index(slot)
+        mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+        mbarrier.expect(bar, nbytes)
+        tma.async_copy_global_to_shared(w_desc, [row0, i * 64], bar, w_bufs.index(slot))
+        if FEED & 1:
+            tma.async_copy_global_to_shared(sz_desc, [2 * i, row0], bar, sz_bufs.index(slot))
+        if FEED & 2:
+            for j in gl.static_range(2):
+                tma.async_copy_global_to_shared(x_desc, [(i * 2 + j) * NB, 0], bar, x_bufs.index(slot * 2 + j))
+
+
+@gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS"])
+def _feed_kernel(w_desc, sz_desc, szb_desc, szr_desc, x_desc, sx_ptr, ck_ptr, ci_ptr, M, N, NBLK, NS,
+                 NB: gl.constexpr, STAGES: gl.constexpr, KCAND: gl.constexpr, W: gl.constexpr,
+                 PRODUCER_REGS: gl.constexpr, FEED: gl.constexpr):
+    """A one-block-a-program ring of the INT2 whole-row pass's operands (x side by side, P = 4), its
+    stage feed chosen by FEED. FEED 4: the block's 2 NS rows of group codes in two power-of-two
+    boxes (``szb_desc`` rows 0.., ``szr_desc`` the rest: 32 + 8 rows for K = 5120, 20 KB)."""
+    R: gl.constexpr = 16 * W
+    w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64], w_desc.layout)
+    sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, 2, R], sz_desc.layout)
+    szb_buf = gl.allocate_shared_memory(gl.int32, szb_desc.block_type.shape, szb_desc.layout)
+    szr_buf = gl.allocate_shared_memory(gl.int32, szr_desc.block_type.shape, szr_desc.layout)
+    x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * 2, NB, 128], x_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    wbar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    mbarrier.init(wbar.index(0), count=1)
+    fence_async_shared()
+    gl.warp_specialize([
+        (_feed_consumer, (ready, empty, wbar, sx_ptr, ck_ptr, ci_ptr, M, N, NBLK, NS, NB, STAGES, KCAND, W, FEED)),
+        (_feed_producer, (w_desc, sz_desc, szb_desc, szr_desc, x_desc, w_bufs, sz_bufs, szb_buf, szr_buf, x_bufs,
+                          ready, empty, wbar, NS, STAGES, NB, R, FEED)),
+    ], [1], [PRODUCER_REGS])
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(empty.index(i))
+    mbarrier.invalidate(wbar.index(0))
+
+
+def feed_launcher(x, packed, words, *, n: int, feed: str, stages: int = 4, kcand: int = 8, block: int = 128):
+    """A closure launching ``_feed_kernel`` (FEEDS[feed]) on prepared x tiles, the shipped register
+    cap and one row block a program."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from lowbit.ops._gluon_resident import resident_ctas
+    from lowbit.ops.coarse_head import gluon_wgmma as g
+    from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
+
+    m = x.shape[0]
+    ell = packed.shape[1]
+    ns = ell // 64
+    nb = max(8, 1 << (m - 1).bit_length())
+    xq, _, sx = x_int8_tiles(x, ell, 4, nb, perm=True, wide=True)
+    nblk = -(-n // block)
+    ck = torch.empty(m, nblk * kcand, device=x.device)
+    ci = torch.empty(m, nblk * kcand, device=x.device, dtype=torch.int64)
+    w_l, sz_l, _, _ = g._layouts(block, nb, 1)
+    hi = 1 << (2 * ns).bit_length() - 1
+    lo = max(2, 2 * ns - hi)
+    if lo & (lo - 1) or hi + lo < 2 * ns:
+        raise ValueError(f"feed_launcher: 2 NS = {2 * ns} is not the sum of two powers of two")
+    descs = (TensorDescriptor.from_tensor(packed, [block, 64], w_l), TensorDescriptor.from_tensor(words, [2, block], sz_l),
+             # the block's group codes in two power-of-two boxes (TMA), the largest first
+             TensorDescriptor.from_tensor(words, [hi, block], sz_l), TensorDescriptor.from_tensor(words, [lo, block], sz_l),
+             TensorDescriptor.from_tensor(xq, [nb, 128], g._wide_layout(4)))
+    w = block // 16
+    cap = g._ws_regs(nb, True, ns)
+    args = (*descs, sx, ck, ci, m, n, nblk, ns)
+    meta = dict(NB=nb, STAGES=stages, KCAND=kcand, W=w, PRODUCER_REGS=g.PRODUCER_REGS, FEED=FEEDS[feed],
+                **({"maxnreg": cap} if cap else {}))
+
+    def fn():
+        _feed_kernel[(nblk,)](*args, num_warps=w, **meta)
+    # CTAs an SM: the consumer warps plus the producer partition padded to a warpgroup
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    return fn, resident_ctas(_feed_kernel, x.device, args, {**meta, "num_warps": w}, w + 4) // sms
+
+
 def launcher(x, packed, words, r, *, n: int, mode: str, stages: int, kcand: int, block: int = 128,
              wide: bool = True):
     """A closure launching the probe kernel on prepared x tiles; returns (fn, candidate keys, indices)."""
@@ -193,6 +323,8 @@ def main() -> int:
     ap.add_argument("--stages", default="4,8")
     ap.add_argument("--kcands", default="8,1")
     ap.add_argument("--head", type=int, default=1, help="also time a fast DraftHead argmax and its selection")
+    ap.add_argument("--feeds", default="", help="comma-separated FEEDS to time in ring mode (4 slots, kcand 8): "
+                    + ", ".join(FEEDS))
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     import torch
@@ -230,7 +362,17 @@ def main() -> int:
             ta = time_us(lambda: head.argmax(x), graph=True)
             log({"M": m, "variant": "fast argmax end to end", "us": round(ta, 2), "x_floor": round(ta / floor, 3),
                  "select_rerank_us": round(ts, 2), "kcand": head.kcand, "rerank": head.rerank})
-        for mode in args.modes.split(","):
+        for feed in [v for v in args.feeds.split(",") if v]:
+            rec = {"M": m, "variant": f"ring feed: {feed}", "stages": 4, "kcand": 8}
+            try:
+                fn, ctas = feed_launcher(x, f.packed, words, n=N, feed=feed)
+                fn()
+                torch.cuda.synchronize()
+                t = time_us(fn, graph=True)
+                log({**rec, "us": round(t, 2), "x_floor": round(t / floor, 3), "ctas_per_sm": ctas})
+            except Exception as e:  # noqa: BLE001 - report and go on
+                log({**rec, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+        for mode in [v for v in args.modes.split(",") if v]:
             for st in [int(v) for v in args.stages.split(",")]:
                 for kc in [int(v) for v in args.kcands.split(",")]:
                     rec = {"M": m, "variant": mode, "stages": st, "kcand": kc}

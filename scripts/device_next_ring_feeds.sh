@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Prepared for the next session (not yet run): what each operand costs the INT2 pass's TMA ring.
+# The bare ring measured 1.19-1.31x the INT2 floor in the thirty-third session, against ~1.0x for
+# a codes-only ring in session 25 (older geometry). Ring mode (consumers only wait and release,
+# shipped epilogue), 4 slots, one block a program, the shipped register cap; feeds: as shipped
+# (codes + group codes + x tiles a stage), without the group codes, without x, codes only, and the
+# block's group codes in one load at its start (three CTAs an SM at NB = 8, two at NB = 16).
+# If "words per block" is much faster than "shipped" at NB = 8, build it into _coarse_ws_kernel.
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+export OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
+timeout 240 python3 scripts/probe_coarse_ring.py --ms 1,8,16 --modes ring --stages 4 --kcands 8 --head 0 \
+  --feeds "shipped,no words,no x,codes only,words per block" --json "$OUT/ring_feeds.json" \
+  > "$OUT/ring_feeds.log" 2>&1; echo "rc=$?"; cat "$OUT/ring_feeds.log" | tail -25
