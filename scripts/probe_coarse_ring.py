@@ -243,6 +243,23 @@ def _feed_kernel(w_desc, sz_desc, szb_desc, szr_desc, x_desc, sx_ptr, ck_ptr, ci
     mbarrier.invalidate(wbar.index(0))
 
 
+def _ring_inputs(x, packed, n: int, kcand: int, block: int, wide: bool):
+    """What both launchers prepare outside the timed kernel: (M, plane bytes L, NB, candidate blocks,
+    x tiles, x sums, x scales, candidate keys, candidate indices) for the INT2 whole-row pass."""
+    import torch
+
+    from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
+
+    m = x.shape[0]
+    ell = packed.shape[1]
+    nb = max(8, 1 << (m - 1).bit_length())
+    xq, xs, sx = x_int8_tiles(x, ell, 4, nb, perm=True, wide=wide)
+    nblk = -(-n // block)
+    ck = torch.empty(m, nblk * kcand, device=x.device)
+    ci = torch.empty(m, nblk * kcand, device=x.device, dtype=torch.int64)
+    return m, ell, nb, nblk, xq, xs, sx, ck, ci
+
+
 def feed_launcher(x, packed, words, *, n: int, feed: str, stages: int = 4, kcand: int = 8, block: int = 128):
     """A closure launching ``_feed_kernel`` (FEEDS[feed]) on prepared x tiles, the shipped register
     cap and one row block a program."""
@@ -251,16 +268,9 @@ def feed_launcher(x, packed, words, *, n: int, feed: str, stages: int = 4, kcand
 
     from lowbit.ops._gluon_resident import resident_ctas
     from lowbit.ops.coarse_head import gluon_wgmma as g
-    from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
-    m = x.shape[0]
-    ell = packed.shape[1]
+    m, ell, nb, nblk, xq, _, sx, ck, ci = _ring_inputs(x, packed, n, kcand, block, True)
     ns = ell // 64
-    nb = max(8, 1 << (m - 1).bit_length())
-    xq, _, sx = x_int8_tiles(x, ell, 4, nb, perm=True, wide=True)
-    nblk = -(-n // block)
-    ck = torch.empty(m, nblk * kcand, device=x.device)
-    ci = torch.empty(m, nblk * kcand, device=x.device, dtype=torch.int64)
     w_l, sz_l, _, _ = g._layouts(block, nb, 1)
     hi = 1 << (2 * ns).bit_length() - 1
     lo = max(2, 2 * ns - hi)
@@ -286,19 +296,11 @@ def feed_launcher(x, packed, words, *, n: int, feed: str, stages: int = 4, kcand
 def launcher(x, packed, words, r, *, n: int, mode: str, stages: int, kcand: int, block: int = 128,
              wide: bool = True):
     """A closure launching the probe kernel on prepared x tiles; returns (fn, candidate keys, indices)."""
-    import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from lowbit.ops.coarse_head import gluon_wgmma as g
-    from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
-    m = x.shape[0]
-    ell = packed.shape[1]
-    nb = max(8, 1 << (m - 1).bit_length())
-    xq, xs, sx = x_int8_tiles(x, ell, 4, nb, perm=True, wide=wide)
-    nblk = -(-n // block)
-    ck = torch.empty(m, nblk * kcand, device=x.device)
-    ci = torch.empty(m, nblk * kcand, device=x.device, dtype=torch.int64)
+    m, ell, nb, nblk, xq, xs, sx, ck, ci = _ring_inputs(x, packed, n, kcand, block, wide)
     w_l, sz_l, x_l, xs_l = g._layouts(block, nb, 1)
     descs = (TensorDescriptor.from_tensor(packed, [block, 64], w_l), TensorDescriptor.from_tensor(words, [2, block], sz_l),
              (TensorDescriptor.from_tensor(xq, [nb, 128], g._wide_layout(4)) if wide

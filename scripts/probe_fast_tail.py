@@ -60,17 +60,16 @@ def _launches(cand_key, cand_idx, x, weight, r: int, kcand: int):
     return select, rerank
 
 
-def _direct_pass(x, p, bits: int, kcand: int):
-    """``gluon_wgmma.coarse_wgmma`` on the packing ``p`` as the fast path launches it (INT2: the
-    whole-row variant), with ``kcand`` candidates a block (0: no candidate epilogue)."""
-    from lowbit.ops.coarse_head.gluon_wgmma import coarse_wgmma
+def _direct_pass(x, p, kcand: int):
+    """The int8-wgmma coarse pass on the packing ``p`` launched as the fast path's dispatch does
+    (its operands, ``_coarse_head_impl``), but with ``kcand`` candidates a block (0: no candidate
+    epilogue, which ``coarse_head`` itself does not accept)."""
+    from lowbit.ops.coarse_head import BOUND_NONE, _coarse_head_impl, _raw, _wgmma_operands
 
-    if bits == 2:
-        words, r = p.wgmma_table()
-    else:
-        words, r = p.wgmma_words(), None
-    return coarse_wgmma(x, p.fmt.packed, words, n=p.fmt.packed.shape[0], bits=bits, block=128, kcand=kcand,
-                        write_logits=False, table_r=r)
+    w, _, _, gs = _raw(p)
+    s, z = _wgmma_operands(p)
+    return _coarse_head_impl(x, w, s, z, gs, p.kind, p.bits, p.group_size, p.n, p.padded_k, 128, kcand,
+                             BOUND_NONE, 0.0, False)
 
 
 class _CachedXPrep:
@@ -149,7 +148,7 @@ def main() -> int:
                 rec["argmax cached x"] = time_us(lambda: h.argmax(x), graph=True)
             try:
                 for kc in (h.kcand, 0):
-                    rec[f"pass kcand {kc}"] = time_us(lambda: _direct_pass(x, p, bits, kc), graph=True)
+                    rec[f"pass kcand {kc}"] = time_us(lambda: _direct_pass(x, p, kc), graph=True)
             except Exception as e:  # noqa: BLE001 -- a probe: record and go on
                 rec["pass error"] = f"{type(e).__name__}: {e}"[:200]
             rec = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in rec.items()}

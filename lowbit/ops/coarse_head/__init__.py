@@ -227,10 +227,7 @@ def coarse_head(
     if (x.is_cuda if compiling else use_triton(x, *packing.tensors)):
         w, s, z, gs = _raw(packing)
         if _use_wgmma(packing, x, bound, block, compiling):
-            if packing.bits in WGMMA_TABLE_BITS:
-                s, z = packing.wgmma_table()  # int32 words, fp32 row units: the whole-row variant
-            else:
-                s = z = packing.wgmma_words()  # uint8 [(2 P + 1) NS NP]: fp16 scales, zero bytes
+            s, z = _wgmma_operands(packing)
         elif _use_mma(packing, x.shape[0], bound, block, compiling):
             w, s = packing.mma_tiled()
             z = s
@@ -318,6 +315,16 @@ def _use_mma(packing: CoarsePacking, m: int, bound: int, block: int, compiling: 
     return (packing.kind == KIND_INTX and m <= limit
             and packing.group_size % 64 == 0 and block % 32 == 0 and 32 <= block <= 256
             and packing.fmt.packed.shape[1] % 4 == 0 and (not compiling or packing._mma is not None))
+
+
+def _wgmma_operands(packing: CoarsePacking) -> tuple[torch.Tensor, torch.Tensor]:
+    """(s, z) of the int8-wgmma pass in the kernel's argument slots: the whole-row variant's int32
+    words and fp32 row units (``WGMMA_TABLE_BITS``), else the uint8 [(2 P + 1) NS NP] buffer of fp16
+    scales and zero bytes in both."""
+    if packing.bits in WGMMA_TABLE_BITS:
+        return packing.wgmma_table()
+    words = packing.wgmma_words()
+    return words, words
 
 
 def _raw(packing: CoarsePacking):

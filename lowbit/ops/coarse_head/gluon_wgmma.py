@@ -203,6 +203,7 @@ if _GLUON_IMPORT_ERROR is None:
     _F16_BITS = gl.constexpr(0xFFFF)
     _MAGIC_I = gl.constexpr(0x4B400000)  # fp32 bits of 1.5 * 2^23
     _MAGIC_F = gl.constexpr(12582912.0)
+    _ORD_NEG_INF = gl.constexpr(-2139095041)  # _ordered_bits(-inf)
 
     @gluon.constexpr_function
     def _codes_layout(W):
@@ -719,7 +720,7 @@ if _GLUON_IMPORT_ERROR is None:
         neg = float("-inf")
         if INTKEYS:
             key = _ordered_bits(key)
-            neg = -2139095041  # _ordered_bits(-inf)
+            neg = _ORD_NEG_INF
         k4 = gl.permute(gl.reshape(key, [32, 4, NB]), (0, 2, 1))  # [lane, column, register]
         t4 = gl.permute(gl.reshape(tok, [32, 4, NB]), (0, 2, 1))
         v0, v1, v2, v3 = _split4(k4)
@@ -762,7 +763,7 @@ if _GLUON_IMPORT_ERROR is None:
         neg = float("-inf")
         if INTKEYS:
             key = _ordered_bits(key)
-            neg = -2139095041  # _ordered_bits(-inf)
+            neg = _ORD_NEG_INF
         for c in gl.static_range(KCAND):
             best = gl.max(key, axis=AXIS)
             loc = gl.min(gl.where(key == gl.expand_dims(best, AXIS), tok, big), axis=AXIS)
