@@ -86,7 +86,7 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
 
 
 def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, span=1, sorted_emit=None,
-                 n=124160, k=5120, parts=1, gpipe=None, hi=None):
+                 n=124160, k=5120, parts=1, gpipe=None, hi=None, early=False):
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -134,7 +134,8 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
                           PRODUCER_REGS=g.PRODUCER_REGS, XW=wide, CH=ch, PDL=True, TABLE=whole_row, BITS=bits,
                           XRES=xres, SUB=span, EMIT=sorted_emit, LATE=nb >= g.LATE_TRIGGER_MIN_NB, PARTS=parts,
                           GPIPE=gpipe and not whole_row, GMAGIC=0 if whole_row else int(magic),
-                          HI=bits == 4 and not whole_row and (nb in g.INT4_HIGH_NIBBLE_NB if hi is None else hi))
+                          HI=bits == 4 and not whole_row and (nb in g.INT4_HIGH_NIBBLE_NB if hi is None else hi),
+                          EARLY=early and not xres)  # the first weight stages before the PDL wait (EARLY_RING)
         # the split tail (gluon_wgmma.SPLIT_TAIL): partial sums and tickets (unread with parts = 1)
         args.update(part_ptr=torch.empty(1, dtype=torch.int32 if whole_row else torch.float32),
                     tick_ptr=torch.empty(1, dtype=torch.int32), FULL=nblk - 46 if parts > 1 else nblk)

@@ -681,6 +681,49 @@ def test_cuda_coarse_wgmma_split_tail(poison_empty, table, n, m, parts, unit):
     assert not g0._TICKETS[x.device].any()
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("table", [False, True])
+@pytest.mark.parametrize("n,k,m,persist,split", [
+    (140 * 128 - 37, 2048, 1, False, (2, 1)),  # split tail: the split programs' first ring issued early
+    (140 * 128 - 37, 2048, 13, False, (0, 1)),
+    (3000, 2048, 9, True, (0, 1)),  # persistent: only a program's first block goes out early
+    (700, 256, 4, False, (0, 1)),  # fewer stages than the ring (INT2: 1, INT4: 2)
+    (900, 1024, 40, False, (0, 1))])
+def test_cuda_coarse_wgmma_early_ring(poison_empty, table, n, k, m, persist, split):
+    """The weight stages of the first ring issued before the PDL wait (``early``, ``EARLY_RING``)
+    give bit for bit the outputs of the plain order -- the same sums in the same order -- split,
+    persistent, with fewer stages than the ring, per group and whole-row; and under CUDA-graph
+    replay with fresh x (the x tiles after the wait are the new ones)."""
+    g = _kernel_or_skip()
+    bits, group, kcand = 2 if table else 4, 64, 8
+    f = INTx.quantize(torch.randn(n, k) * 0.05, bits=bits, group_size=group)
+    if table:
+        words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
+        r = r.cuda()
+    else:
+        words, r = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1]), None
+    x = _x(m, k, seed=5, dtype=torch.bfloat16).cuda()
+    args = (f.packed.cuda(), words.cuda())
+    kw = dict(n=n, bits=bits, block=128, kcand=kcand, write_logits=True, table_r=r, ws=True, span=1,
+              persist=persist, split=split, pdl=True)
+    base = [t.cpu() for t in g.coarse_wgmma(x, *args, **kw, early=False)]
+    early = [t.cpu() for t in g.coarse_wgmma(x, *args, **kw, early=True)]
+    assert not torch.isnan(early[5]).any() and not torch.isnan(early[0]).any()
+    assert all(torch.equal(a, b) for a, b in zip(base, early) if a.numel())
+    x_in = x.clone()
+    g.coarse_wgmma(x_in, *args, **kw, early=True)  # compile and warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = g.coarse_wgmma(x_in, *args, **kw, early=True)
+    for seed in (11, 12):
+        x_new = _x(m, k, seed=seed, dtype=torch.bfloat16).cuda()
+        x_in.copy_(x_new)
+        graph.replay()
+        want = [t.cpu() for t in g.coarse_wgmma(x_new, *args, **kw, early=False)]
+        assert all(torch.equal(a.cpu(), b) for a, b in zip(out, want) if b.numel())
+
+
 def test_split_launch_plan_and_buffers(monkeypatch):
     """The split tail's plan (``_split_launch``; two SMs stand for the GPU's on CPU tensors): the
     ``blocks % (unit x SMs)`` last blocks split, nothing where there is no remainder, too few

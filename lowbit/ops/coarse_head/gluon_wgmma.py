@@ -256,13 +256,15 @@ if _GLUON_IMPORT_ERROR is None:
     def _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, bars, i, row0,
                      STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, CH: gl.constexpr, pred,
                      TABLE: gl.constexpr = False, XW: gl.constexpr = False, NOX: gl.constexpr = False, K0=0,
-                     z_desc=None, z_bufs=None):
+                     z_desc=None, z_bufs=None, PART: gl.constexpr = 0):
         """TMA of stage K0 + i (CH 64-byte chunks) into ring slot i % STAGES: codes [R, 64 CH]; per
         chunk the fp16 scales [P, R] and zero bytes [128 / R, R] (``z_desc`` / ``z_bufs``,
         ``_zero_box``; TABLE: the group codes [2, R] instead), the x tiles of the P planes [2 NB,
         32] each -- XW: the two halves' side-by-side tiles [NB, 32 P] (``x_int8`` ``wide``) -- and
         (not with TABLE, which needs none) the x sums [4, NB]. NOX: no x tiles or sums (they are
-        resident, ``_issue_resident_x``)."""
+        resident, ``_issue_resident_x``). PART: 0 the whole stage; 1 the slot's barrier armed for
+        the whole stage but only the weight side issued (codes, scales, zeros / group codes); 2 only
+        the x side, on the barrier PART 1 armed (``_ws_producer``'s EARLY)."""
         slot = i % STAGES
         bar = bars.index(slot)
         XB: gl.constexpr = x_desc.block_type.nbytes
@@ -270,16 +272,18 @@ if _GLUON_IMPORT_ERROR is None:
         XSB: gl.constexpr = 0 if (TABLE or NOX) else xs_desc.block_type.nbytes
         ZB: gl.constexpr = 0 if TABLE else z_desc.block_type.nbytes
         nbytes: gl.constexpr = w_desc.block_type.nbytes + CH * (sz_desc.block_type.nbytes + ZB + XN * XB + XSB)
-        mbarrier.expect(bar, nbytes, pred=pred)
-        tma.async_copy_global_to_shared(w_desc, [row0, (K0 + i) * (64 * CH)], bar, w_bufs.index(slot), pred)
+        if PART != 2:
+            mbarrier.expect(bar, nbytes, pred=pred)
+            tma.async_copy_global_to_shared(w_desc, [row0, (K0 + i) * (64 * CH)], bar, w_bufs.index(slot), pred)
         for ch in gl.static_range(CH):
             c = (K0 + i) * CH + ch  # global 64-byte chunk
-            if TABLE:  # stage-major group codes (``wgmma_table``): rows 2 c, 2 c + 1 of the block's tokens
-                tma.async_copy_global_to_shared(sz_desc, [2 * c, row0], bar, sz_bufs.index(slot * CH + ch), pred)
-            else:  # the P planes' scales, then the byte of their zeros
-                tma.async_copy_global_to_shared(sz_desc, [P * c, row0], bar, sz_bufs.index(slot * CH + ch), pred)
-                tma.async_copy_global_to_shared(z_desc, [c, row0], bar, z_bufs.index(slot * CH + ch), pred)
-            if not NOX:
+            if PART != 2:
+                if TABLE:  # stage-major group codes (``wgmma_table``): rows 2 c, 2 c + 1 of the block's tokens
+                    tma.async_copy_global_to_shared(sz_desc, [2 * c, row0], bar, sz_bufs.index(slot * CH + ch), pred)
+                else:  # the P planes' scales, then the byte of their zeros
+                    tma.async_copy_global_to_shared(sz_desc, [P * c, row0], bar, sz_bufs.index(slot * CH + ch), pred)
+                    tma.async_copy_global_to_shared(z_desc, [c, row0], bar, z_bufs.index(slot * CH + ch), pred)
+            if not NOX and PART != 1:
                 _issue_x_chunk(x_desc, xs_desc, x_bufs, xs_bufs, bar, c, slot * CH + ch, P, NB, TABLE, XW, pred)
 
     @gluon.jit
@@ -902,27 +906,52 @@ if _GLUON_IMPORT_ERROR is None:
                      NS, GRID, STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr,
                      XW: gl.constexpr = False, CH: gl.constexpr = 1, PDL: gl.constexpr = False,
                      TABLE: gl.constexpr = True, xbar=None, XRES: gl.constexpr = 0, SUB: gl.constexpr = 1,
-                     FULL=0, PARTS: gl.constexpr = 1, z_desc=None, z_bufs=None):
+                     FULL=0, PARTS: gl.constexpr = 1, z_desc=None, z_bufs=None, EARLY: gl.constexpr = False):
         """Worker partition (1 warp): for each of the program's row blocks (R rows, SUB of the NBLK
         candidate blocks; PARTS > 1: its one block's share of stages, ``_split_range``), the TMA of stage i into
         slot i % STAGES once the consumers released it (free on the first lap: a wait on parity 1
         of a fresh mbarrier returns at once). It runs on into the next block while the consumers
-        finish this one's epilogue. PDL: no TMA before ``griddepcontrol.wait`` (x's tiles are the
-        previous launch's output). XRES: first all of x, once (``_issue_resident_x``)."""
+        finish this one's epilogue. PDL: no x TMA before ``griddepcontrol.wait`` (x's tiles are the
+        previous launch's output). XRES: first all of x, once (``_issue_resident_x``).
+
+        EARLY (with PDL, not XRES): the weights do not depend on the launch before, so the first
+        block's first STAGES stages have their codes and scales (or group codes) issued before the
+        wait -- the ring fills while x is prepared -- and their x tiles after it, on the same
+        barriers. The first wave of CTAs (placed while x is prepared) so brings 14 MB of INT2 codes
+        (396 CTAs x 4 stages x 9 KB) or 9 MB of INT4 (264 x 4 x 8.6 KB) -- about the x preparation's
+        2.7-3 us of HBM time at M = 1 -- before it could otherwise start."""
+        if PARTS > 1:
+            blk, s0, s1 = _split_range(gl.program_id(0), FULL, NS, PARTS)
+        else:
+            blk = gl.program_id(0)
+            s0 = 0
+            s1 = NS
+        E: gl.constexpr = STAGES if (EARLY and PDL and not XRES) else 0  # stages issued around the wait
+        for e in gl.static_range(E):
+            _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, e, blk * R,
+                         STAGES, P, NB, CH, e < s1 - s0, TABLE, XW, False, s0, z_desc, z_bufs, 1)
         if PDL:
             gdc_wait()
+        for e in gl.static_range(E):
+            _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, e, blk * R,
+                         STAGES, P, NB, CH, e < s1 - s0, TABLE, XW, False, s0, z_desc, z_bufs, 2)
         if XRES:
             _issue_resident_x(x_desc, xs_desc, x_bufs, xs_bufs, xbar.index(0), XRES, P, NB, TABLE)
         if PARTS > 1:
-            blk, s0, s1 = _split_range(gl.program_id(0), FULL, NS, PARTS)
-            for i in range(0, s1 - s0):
+            for i in range(E, s1 - s0):
                 mbarrier.wait(empty.index(i % STAGES), ((i // STAGES) & 1) ^ 1)
                 _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i, blk * R,
                              STAGES, P, NB, CH, True, TABLE, XW, False, s0, z_desc, z_bufs)
         else:
             c = 0  # stages issued so far (with NS % STAGES == 0 when a program has several blocks)
             for blk in range(gl.program_id(0), (NBLK + SUB - 1) // SUB, GRID):
-                for i in range(0, NS):
+                # the first block's first E stages went out around the wait (at most NS of them: a
+                # program of several blocks has NS % STAGES == 0)
+                i0 = 0
+                if E:
+                    i0 = gl.minimum(NS, E) * (c == 0).to(gl.int32)
+                    c += i0
+                for i in range(i0, NS):
                     mbarrier.wait(empty.index(i % STAGES), ((c // STAGES) & 1) ^ 1)
                     _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i,
                                  blk * R, STAGES, P, NB, CH, True, TABLE, XW, XRES > 0, 0, z_desc, z_bufs)
@@ -936,7 +965,8 @@ if _GLUON_IMPORT_ERROR is None:
                           TABLE: gl.constexpr = True, BITS: gl.constexpr = 2, XRES: gl.constexpr = 0,
                           SUB: gl.constexpr = 1, EMIT: gl.constexpr = 0, LATE: gl.constexpr = False,
                           part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1,
-                          GPIPE: gl.constexpr = False, GMAGIC: gl.constexpr = 0, HI: gl.constexpr = False):
+                          GPIPE: gl.constexpr = False, GMAGIC: gl.constexpr = 0, HI: gl.constexpr = False,
+                          EARLY: gl.constexpr = False):
         """``_coarse_wgmma_kernel`` (same arguments plus GRID: the programs launched, each taking
         row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side tiles; PDL: a programmatic
         dependent launch after the x preparation; TABLE: the whole-row variant, else per group
@@ -949,7 +979,8 @@ if _GLUON_IMPORT_ERROR is None:
         PARTS > 1 (one block a program, GRID = FULL + (blocks - FULL) PARTS): the blocks from FULL
         on split in PARTS shares of their stages, the partial sums met in ``part_ptr`` (int32 /
         fp32 [(blocks - FULL) PARTS, R, NB]) under the blocks' tickets ``tick_ptr`` (int32, zero,
-        left zero) -- see ``_ws_consumer``."""
+        left zero) -- see ``_ws_consumer``. EARLY: the first weight stages issued before the PDL
+        wait (``_ws_producer``)."""
         R: gl.constexpr = 16 * W
         XC: gl.constexpr = XRES if XRES else STAGES * CH  # chunks the x buffers hold
         w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows, z_bufs, z_rows = _alloc_operands(
@@ -969,7 +1000,7 @@ if _GLUON_IMPORT_ERROR is None:
                             GMAGIC, HI)),
             (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
                             NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB, FULL, PARTS, z_desc,
-                            z_bufs)),
+                            z_bufs, EARLY)),
         ], [1], [PRODUCER_REGS])
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
@@ -1039,6 +1070,12 @@ _STAGES_2CH = {8: 3, 16: 3, 32: 2, 64: 2}
 #: no faster (session 25 call d: M = 1 67.6 vs 66.4 us, M = 16 72.0 vs 72.8 at the same register
 #: cap; they need 80 registers, and 64 serializes the wgmmas, C7512)
 WS_CHUNKS: dict = {}
+#: the warp-specialized kernels' producer issues the first block's first ring of weight stages
+#: (codes, scales and zeros / group codes) before its PDL wait and their x tiles after it
+#: (``_ws_producer`` EARLY): the weights are not the x preparation's output, so the ring fills
+#: while x is prepared (the chain's x preparation measured 2.7 / 3.0 us at INT2 / INT4 M = 1,
+#: session 33 call b). Prepared, not yet timed on the H200: off
+EARLY_RING = False
 #: the warp-specialized whole-row kernel as a programmatic dependent launch after the x
 #: preparation (whose early trigger lets its CTAs be placed and run their prologue meanwhile)
 PDL = True
@@ -1254,7 +1291,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                  pipe: bool | None = None, magic: int | None = None, chunks: int | None = None,
                  maxnreg: int | None = None, ws: bool | None = None, persist: bool | None = None,
                  wide: bool | None = None, pdl: bool | None = None, resident: bool | None = None,
-                 span: int | None = None, split: tuple[int, int] | None = None):
+                 span: int | None = None, split: tuple[int, int] | None = None, early: bool | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
@@ -1275,7 +1312,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     candidates are the same either way; the default needs ``SPAN_MIN_STAGES``). ``split`` ((parts,
     unit), default ``SPLIT_TAIL`` / per group ``SPLIT_TAIL_GROUP`` up to NB = ``SPLIT_TAIL_MAX_NB``): the ``blocks % (unit x SMs)`` last row blocks of a
     one-block-a-program warp-specialized launch are run in ``parts`` shares of their stages each
-    (``_split_launch``); parts < 2: none."""
+    (``_split_launch``); parts < 2: none. ``early`` (default ``EARLY_RING``): the PDL launch's first
+    ring of weight stages issued before its wait."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -1366,6 +1404,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
             grid = full + (nprog - full) * parts
             if parts == 1:
                 part = tick = sx  # unread
+        # the first weight stages before the PDL wait (a resident x has no ring stages of x to follow)
+        early = use_pdl and not xres and (EARLY_RING if early is None else early)
         _coarse_ws_kernel[(grid,)](w_desc, sz_desc, z_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key,
                                    cand_idx, logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p,
                                    STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
@@ -1375,9 +1415,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                    GPIPE=(nb in WS_PIPE_GROUP if pipe is None else pipe) and not table,
                                    GMAGIC=0 if table else ((2 if nb in WS_MAGIC_GROUP_NB else 0) if magic is None
                                                            else int(magic)),
-                                   HI=hi, num_warps=w,
-                                   **reg,
-                                   **({"launch_pdl": True} if use_pdl else {}))
+                                   HI=hi, EARLY=early, num_warps=w, **reg, **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
     _coarse_wgmma_kernel[(nprog,)](w_desc, sz_desc, z_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key,
                                   cand_idx, logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
