@@ -86,7 +86,7 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
 
 
 def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, span=1, sorted_emit=None,
-                 n=124160, k=5120, parts=1, gpipe=None, hi=None, early=False):
+                 n=124160, k=5120, parts=1, gpipe=None, hi=None, early=False, xr=None):
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -116,7 +116,7 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
                 sz_desc=(TensorDescriptor.from_tensor(sz, [2, rows], sz_l) if whole_row
                          else TensorDescriptor.from_tensor(g.wgmma_sz_views(sz, bits, ell)[0], [p, rows],
                                                            g._plain_layout(16))),
-                x_desc=(TensorDescriptor.from_tensor(xq, [nb, 32 * p], g._wide_layout(p)) if wide
+                x_desc=(TensorDescriptor.from_tensor(xq, [xr or nb, 32 * p], g._wide_layout(p)) if wide
                         else TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)),
                 xs_desc=TensorDescriptor.from_tensor(xs, [4, nb], xs_l),
                 sx_ptr=torch.empty(nb), r_ptr=torch.empty(n), ck_ptr=torch.empty(nb, nblk * kcand),

@@ -682,18 +682,23 @@ def test_cuda_coarse_wgmma_split_tail(poison_empty, table, n, m, parts, unit):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("option", [{"early": True}, {"x_rows_box": True}, {"early": True, "x_rows_box": True}])
 @pytest.mark.parametrize("table", [False, True])
-@pytest.mark.parametrize("n,k,m,persist,split", [
-    (140 * 128 - 37, 2048, 1, False, (2, 1)),  # split tail: the split programs' first ring issued early
-    (140 * 128 - 37, 2048, 13, False, (0, 1)),
-    (3000, 2048, 9, True, (0, 1)),  # persistent: only a program's first block goes out early
-    (700, 256, 4, False, (0, 1)),  # fewer stages than the ring (INT2: 1, INT4: 2)
-    (900, 1024, 40, False, (0, 1))])
-def test_cuda_coarse_wgmma_early_ring(poison_empty, table, n, k, m, persist, split):
+@pytest.mark.parametrize("n,k,m,persist,resident,split", [
+    (140 * 128 - 37, 2048, 1, False, False, (2, 1)),  # split tail: its programs' first ring issued early
+    (140 * 128 - 37, 2048, 3, False, False, (0, 1)),
+    (300 * 128 + 50, 2048, 5, True, False, (0, 1)),  # persistent (301 blocks): a program's first block early
+    (300 * 128 + 50, 2048, 2, True, True, (0, 1)),  # x resident (nothing early: no x in the ring)
+    (700, 256, 4, False, False, (0, 1)),  # fewer stages than the ring (INT2: 1, INT4: 2)
+    (2000, 1024, 13, False, False, (0, 1)), (900, 1024, 40, False, False, (0, 1))])
+def test_cuda_coarse_wgmma_launch_options_change_nothing(poison_empty, option, table, n, k, m, persist, resident,
+                                                          split):
     """The weight stages of the first ring issued before the PDL wait (``early``, ``EARLY_RING``)
-    give bit for bit the outputs of the plain order -- the same sums in the same order -- split,
-    persistent, with fewer stages than the ring, per group and whole-row; and under CUDA-graph
-    replay with fresh x (the x tiles after the wait are the new ones)."""
+    and x boxes of only the rows of x there are (``x_rows_box``, ``X_ROWS_BOX``: the x buffers'
+    other rows keep stale bytes, which feed only columns that are never stored) give bit for bit
+    the outputs of the plain launch -- the same sums in the same order -- split, persistent, x
+    resident, with fewer stages than the ring, per group and whole-row; and under CUDA-graph replay
+    with fresh x (the x tiles after the wait are the new ones)."""
     g = _kernel_or_skip()
     bits, group, kcand = 2 if table else 4, 64, 8
     f = INTx.quantize(torch.randn(n, k) * 0.05, bits=bits, group_size=group)
@@ -705,22 +710,23 @@ def test_cuda_coarse_wgmma_early_ring(poison_empty, table, n, k, m, persist, spl
     x = _x(m, k, seed=5, dtype=torch.bfloat16).cuda()
     args = (f.packed.cuda(), words.cuda())
     kw = dict(n=n, bits=bits, block=128, kcand=kcand, write_logits=True, table_r=r, ws=True, span=1,
-              persist=persist, split=split, pdl=True)
-    base = [t.cpu() for t in g.coarse_wgmma(x, *args, **kw, early=False)]
-    early = [t.cpu() for t in g.coarse_wgmma(x, *args, **kw, early=True)]
-    assert not torch.isnan(early[5]).any() and not torch.isnan(early[0]).any()
-    assert all(torch.equal(a, b) for a, b in zip(base, early) if a.numel())
+              persist=persist, resident=resident, split=split, pdl=True)
+    plain = dict(early=False, x_rows_box=False)
+    base = [t.cpu() for t in g.coarse_wgmma(x, *args, **kw, **plain)]
+    got = [t.cpu() for t in g.coarse_wgmma(x, *args, **kw, **option)]
+    assert not torch.isnan(got[5]).any() and not torch.isnan(got[0]).any()
+    assert all(torch.equal(a, b) for a, b in zip(base, got) if a.numel())
     x_in = x.clone()
-    g.coarse_wgmma(x_in, *args, **kw, early=True)  # compile and warm up outside the capture
+    g.coarse_wgmma(x_in, *args, **kw, **option)  # compile and warm up outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = g.coarse_wgmma(x_in, *args, **kw, early=True)
+        out = g.coarse_wgmma(x_in, *args, **kw, **option)
     for seed in (11, 12):
         x_new = _x(m, k, seed=seed, dtype=torch.bfloat16).cuda()
         x_in.copy_(x_new)
         graph.replay()
-        want = [t.cpu() for t in g.coarse_wgmma(x_new, *args, **kw, early=False)]
+        want = [t.cpu() for t in g.coarse_wgmma(x_new, *args, **kw, **plain)]
         assert all(torch.equal(a.cpu(), b) for a, b in zip(out, want) if b.numel())
 
 

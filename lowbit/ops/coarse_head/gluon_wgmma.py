@@ -290,7 +290,10 @@ if _GLUON_IMPORT_ERROR is None:
     def _issue_x_chunk(x_desc, xs_desc, x_bufs, xs_bufs, bar, c, u, P: gl.constexpr, NB: gl.constexpr,
                        TABLE: gl.constexpr, XW: gl.constexpr, pred):
         """TMA of 64-byte chunk c's x into x buffer u: the two side-by-side tiles (XW) or the P
-        per-plane tiles, and (not with TABLE) its x sums."""
+        per-plane tiles, and (not with TABLE) its x sums. XW with a box of XR < NB rows (``X_ROWS_BOX``):
+        only the tiles' first XR rows (the rows of x there are, M <= XR); the rest of the buffer is
+        left as it is -- it feeds only the wgmma columns m >= M, which the epilogue never stores."""
+        XR: gl.constexpr = x_desc.block_type.shape[0]
         for j in gl.static_range(2 if XW else P):
             if XW:
                 tma.async_copy_global_to_shared(x_desc, [(c * 2 + j) * NB, 0], bar, x_bufs.index(u * 2 + j), pred)
@@ -1076,6 +1079,12 @@ WS_CHUNKS: dict = {}
 #: while x is prepared (the chain's x preparation measured 2.7 / 3.0 us at INT2 / INT4 M = 1,
 #: session 33 call b). Prepared, not yet timed on the H200: off
 EARLY_RING = False
+#: the warp-specialized kernels' x boxes (side by side, ``X_WIDE``) only as tall as the rows of x
+#: there are, M rounded up to a power of two, instead of NB = 8 at M < 8 (``_issue_x_chunk``): at
+#: M = 1 a stage brings 256 bytes of x instead of 2 KB (INT2) beside its 9 KB of weights. The other
+#: rows of the x buffers keep whatever they held; they feed only wgmma columns m >= M, which are
+#: never stored. Prepared, not yet timed on the H200: off
+X_ROWS_BOX = False
 #: the warp-specialized whole-row kernel as a programmatic dependent launch after the x
 #: preparation (whose early trigger lets its CTAs be placed and run their prologue meanwhile)
 PDL = True
@@ -1291,7 +1300,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                  pipe: bool | None = None, magic: int | None = None, chunks: int | None = None,
                  maxnreg: int | None = None, ws: bool | None = None, persist: bool | None = None,
                  wide: bool | None = None, pdl: bool | None = None, resident: bool | None = None,
-                 span: int | None = None, split: tuple[int, int] | None = None, early: bool | None = None):
+                 span: int | None = None, split: tuple[int, int] | None = None, early: bool | None = None,
+                 x_rows_box: bool | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
@@ -1313,7 +1323,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     unit), default ``SPLIT_TAIL`` / per group ``SPLIT_TAIL_GROUP`` up to NB = ``SPLIT_TAIL_MAX_NB``): the ``blocks % (unit x SMs)`` last row blocks of a
     one-block-a-program warp-specialized launch are run in ``parts`` shares of their stages each
     (``_split_launch``); parts < 2: none. ``early`` (default ``EARLY_RING``): the PDL launch's first
-    ring of weight stages issued before its wait."""
+    ring of weight stages issued before its wait. ``x_rows_box`` (default ``X_ROWS_BOX``): the
+    warp-specialized kernel's x boxes only as tall as M rounded up to a power of two (M < 8)."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -1375,7 +1386,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
         sz_desc = TensorDescriptor.from_tensor(scales, [p, rows], _plain_layout(16))
         z_desc = TensorDescriptor.from_tensor(zeros, _zero_box(rows), _plain_layout(8))
     if x_wide:
-        x_desc = TensorDescriptor.from_tensor(xq, [nb, 32 * p], _wide_layout(p))
+        # X_ROWS_BOX (warp-specialized kernels): a box of the rows of x there are, rounded up to a power of two
+        xr = min(nb, triton.next_power_of_2(m)) if use_ws and (X_ROWS_BOX if x_rows_box is None else x_rows_box) else nb
+        x_desc = TensorDescriptor.from_tensor(xq, [xr, 32 * p], _wide_layout(p))
     else:
         x_desc = TensorDescriptor.from_tensor(xq, [2 * nb, 32], x_l)
     xs_desc = TensorDescriptor.from_tensor(xs, [4, nb], xs_l)
