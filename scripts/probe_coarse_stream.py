@@ -173,8 +173,10 @@ def main() -> int:
                 fn()
                 torch.cuda.synchronize()
                 ok = int(out.sum().item()) == nblk * (ns64 // ch)
-                res = resident_ctas(_stream_kernel, packed.device, (*descs, out, nblk, ns64 // ch, grid),
-                                    {k: v for k, v in meta.items() if k != "num_warps"}, w)
+                # the variant as launched (its num_warps), and its threads: the W consumer warps and
+                # the producer's partition, which takes a whole warpgroup (384 threads at W = 8)
+                res = resident_ctas(_stream_kernel, packed.device, (*descs, out, nblk, ns64 // ch, grid), meta,
+                                    w + 4)
                 t = time_us(fn, graph=True)
                 log({**rec, "us": round(t, 2), "x_floor": round(t / floor, 3), "ctas_per_sm": res // sms,
                      "all_stages_seen": ok})
