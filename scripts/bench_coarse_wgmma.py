@@ -71,7 +71,8 @@ def _paths():
     high nibble at every NB ("no high nibble" / "high nibble", ``INT4_HIGH_NIBBLE_NB``; "shifted
     i2f": both as before the thirty-second session), the warp-specialized kernels' first ring of weight
     stages issued before / after their PDL wait ("early ring" / "no early ring", ``EARLY_RING``), their x
-    boxes only as tall as M ("x rows box", ``X_ROWS_BOX``; "early ring x rows box": both) and none
+    boxes only as tall as M ("x rows box", ``X_ROWS_BOX``; "early ring x rows box": both), the per-group
+    kernels fed the x sums negated ("neg xsum", ``NEG_XSUM``) and none
     ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -124,6 +125,7 @@ def _paths():
             ("span s3", {"SPAN": two, "_STAGES_SPAN": {8: 3, 16: 3, 32: 3, 64: 3}}),
             ("early ring", {"EARLY_RING": True}), ("no early ring", {"EARLY_RING": False}),
             ("x rows box", {"X_ROWS_BOX": True}), ("early ring x rows box", {"EARLY_RING": True, "X_ROWS_BOX": True}),
+            ("neg xsum", {"NEG_XSUM": True}),
             ("previous", {"WGMMA_M_RANGE": {}, "WGMMA_TABLE_BITS": ()}))
 
 
@@ -135,7 +137,8 @@ _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST
              ("sel", "SELECT_TRIGGER"), ("g", "LATE_TRIGGER_MIN_NB"), ("sel", "SEL_PDL"),
              ("sel", "RERANK_ROWS"), ("sel", "RERANK_ROWS_WIDE"), ("x", "X_PREFETCH"), ("x", "X_PDL"),
              ("g", "SPLIT_TAIL"), ("g", "SPLIT_TAIL_GROUP"), ("g", "WS_PIPE_GROUP"), ("g", "_STAGES"),
-             ("g", "WS_MAGIC_GROUP_NB"), ("g", "INT4_HIGH_NIBBLE_NB"), ("g", "EARLY_RING"), ("g", "X_ROWS_BOX"))
+             ("g", "WS_MAGIC_GROUP_NB"), ("g", "INT4_HIGH_NIBBLE_NB"), ("g", "EARLY_RING"), ("g", "X_ROWS_BOX"),
+             ("g", "NEG_XSUM"))
 
 
 _ALIASES = {"SEL_PDL": "PDL"}  # switch name in a path -> the module attribute it sets

@@ -86,7 +86,7 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
 
 
 def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table=False, span=1, sorted_emit=None,
-                 n=124160, k=5120, parts=1, gpipe=None, hi=None, early=False, xr=None):
+                 n=124160, k=5120, parts=1, gpipe=None, hi=None, early=False, xr=None, negxs=False):
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -135,7 +135,8 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
                           XRES=xres, SUB=span, EMIT=sorted_emit, LATE=nb >= g.LATE_TRIGGER_MIN_NB, PARTS=parts,
                           GPIPE=gpipe and not whole_row, GMAGIC=0 if whole_row else int(magic),
                           HI=bits == 4 and not whole_row and (nb in g.INT4_HIGH_NIBBLE_NB if hi is None else hi),
-                          EARLY=early and not xres)  # the first weight stages before the PDL wait (EARLY_RING)
+                          EARLY=early and not xres,  # the first weight stages before the PDL wait (EARLY_RING)
+                          NEGXS=negxs and not whole_row)  # the x sums negated (NEG_XSUM)
         # the split tail (gluon_wgmma.SPLIT_TAIL): partial sums and tickets (unread with parts = 1)
         args.update(part_ptr=torch.empty(1, dtype=torch.int32 if whole_row else torch.float32),
                     tick_ptr=torch.empty(1, dtype=torch.int32), FULL=nblk - 46 if parts > 1 else nblk)
@@ -143,18 +144,125 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
                                   num_warps=w, **reg)
     constexprs = dict(NB=nb, P=p, BITS=bits, STAGES=stages, KCAND=kcand, WRITE_LOGITS=False, W=w, PIPE=pipe,
                       MAGIC=magic, CH=ch, TABLE=whole_row, XW=wide, SUB=span, EMIT=sorted_emit,
-                      HI=bits == 4 and not whole_row and (nb in g.INT4_HIGH_NIBBLE_NB if hi is None else hi))
+                      HI=bits == 4 and not whole_row and (nb in g.INT4_HIGH_NIBBLE_NB if hi is None else hi),
+                      NEGXS=negxs and not whole_row)
     return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w, **reg)
+
+
+def dispatch_launches(bits: int, m: int, n: int = 124160, k: int = 5120, sms: int = 132, table: bool | None = None,
+                      **options) -> list:
+    """The Gluon launches ``gluon_wgmma.coarse_wgmma`` makes for an INT``bits`` head of ``n`` x ``k``
+    (g64, block 128, kcand 8) and ``m`` rows of x on a GPU of ``sms`` SMs, recorded instead of run:
+    [(kernel, positional args, keyword args)]. CPU tensors stand in (nothing is read); the x
+    preparation is replaced by its outputs' shapes. ``table`` (default: INT2) the whole-row variant;
+    ``options``: ``coarse_wgmma``'s keyword overrides (``early``, ``x_rows_box``, ``chunks``, ...)."""
+    import torch
+
+    from lowbit.ops.coarse_head import gluon_wgmma as g
+    from lowbit.ops.coarse_head import x_int8
+
+    table = bits in g.TABLE_BITS if table is None else table
+    p = 8 // bits
+    ell = k // p
+    ns = ell // 64
+    packed = torch.empty((n, ell), dtype=torch.uint8)
+    if table:
+        sz, r = torch.empty((2 * ns, -(-n // 4) * 4), dtype=torch.int32), torch.empty(n)
+    else:
+        sz, r = torch.empty(g._sz_bytes(n, bits, ell), dtype=torch.uint8), None
+
+    def x_tiles(x, ell, planes, nb, perm=False, wide=False, trigger=False, neg_sums=False):  # x_int8_tiles' shapes
+        xq = torch.empty((ns * 2 * nb, 32 * planes) if wide else (ns * planes * 2 * nb, 32), dtype=torch.int8)
+        return xq, torch.empty((ns * 4, nb), dtype=torch.int32), torch.empty(nb)
+
+    seen = []
+
+    class Recorder:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append((self.fn, a, kw))
+
+    saved = (g._coarse_ws_kernel, g._coarse_wgmma_kernel, g.sm_count, x_int8.x_int8_tiles, g.interpret_mode)
+    g._coarse_ws_kernel, g._coarse_wgmma_kernel = Recorder(saved[0]), Recorder(saved[1])
+    g.sm_count = lambda device, interpret: sms
+    g.interpret_mode = lambda: False  # as on the GPU: the PDL launch
+    x_int8.x_int8_tiles = x_tiles
+    try:
+        g.coarse_wgmma(torch.empty((m, k), dtype=torch.bfloat16), packed, sz, n=n, bits=bits, block=128, kcand=8,
+                       write_logits=False, table_r=r, **options)
+    finally:
+        g._coarse_ws_kernel, g._coarse_wgmma_kernel, g.sm_count, x_int8.x_int8_tiles, g.interpret_mode = saved
+    return seen
+
+
+_LAUNCH_OPTIONS = ("num_warps", "maxnreg", "num_stages", "num_ctas")
+
+
+def compile_launch(fn, args: tuple, kwargs: dict):
+    """Compile a recorded launch (:func:`dispatch_launches`) for sm_90: its positional and keyword
+    arguments split into runtime arguments and constexprs the way the launch specializes them
+    (None and unset parameters as constexpr defaults), ``launch_pdl`` dropped (a launch attribute)."""
+    params = {q.name: q for q in fn.params}
+    run = dict(zip(fn.arg_names, args))
+    constexprs, opts = {}, {}
+    for name, v in kwargs.items():
+        if name in _LAUNCH_OPTIONS:
+            opts[name] = v
+        elif name != "launch_pdl":
+            (constexprs if params[name].is_constexpr else run)[name] = v
+    for q in fn.params:
+        if q.name not in run and q.name not in constexprs:
+            (constexprs if q.is_constexpr or q.default is None else run)[q.name] = q.default
+    for name in [a for a, v in run.items() if v is None]:
+        constexprs[name] = run.pop(name)
+    nospec = {q.name for q in fn.params if q.do_not_specialize}
+    return compile_gluon_sm90(fn, run, constexprs, nospec, num_warps=opts.pop("num_warps", 4), **opts)
+
+
+def check_dispatch(cases) -> int:
+    """Compile every Gluon launch of the dispatch for ``cases`` [(bits, M, options)] for sm_90 and
+    print one line each (registers, spills, ptxas's wgmma-serialization notes); the count of
+    launches that failed to compile."""
+    from sm90_offline import cuobjdump, resource_usage, root_cause
+
+    failed = 0
+    for bits, m, opts in cases:
+        for fn, args, kwargs in dispatch_launches(bits, m, **opts):
+            label = f"INT{bits} M = {m} {opts or ''} {fn.fn.__name__} NB {kwargs.get('NB')}"
+            try:
+                kern = compile_launch(fn, args, kwargs)
+                wgmma = "IGMMA" in cuobjdump(kern, "-sass")
+                print(f"{label}: {resource_usage(kern)} wgmma {wgmma} {' '.join(ptxas_notes(kern))}", flush=True)
+                failed += not wgmma
+            except Exception as e:  # noqa: BLE001 - report every configuration
+                print(f"{label}: FAILED {root_cause(e)}", flush=True)
+                failed += 1
+    return failed
+
+
+#: (bits, M, coarse_wgmma options) of ``--dispatch``: every M band of both bit widths as shipped,
+#: then the optional launches (tuning overrides and the prepared switches)
+DISPATCH_CASES = tuple((b, m, {}) for b in (2, 4) for m in (1, 8, 16, 32, 64)) + (
+    (2, 1, {"early": True, "x_rows_box": True}), (4, 1, {"early": True, "x_rows_box": True, "neg_xsum": True}),
+    (4, 16, {"neg_xsum": True}), (4, 8, {"chunks": 2}), (4, 8, {"chunks": 2, "ws": False}),
+    (2, 8, {"chunks": 2}), (2, 16, {"persist": True}), (4, 8, {"persist": True, "resident": True}),
+    (4, 1, {"ws": False}), (2, 4, {"table": False}))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--dispatch", action="store_true",
+                    help="compile what the dispatch launches (DISPATCH_CASES) instead of CONFIGS; exit 1 on a failure")
     ap.add_argument("--dump", default=None)
     ap.add_argument("--table-only", action="store_true",
                     help="only the whole-row / warp-specialized configs (the last column set)")
     ap.add_argument("--span-only", action="store_true", help="only the configs of programs spanning two blocks")
     ap.add_argument("--maxnreg", type=int, default=None, help="only the configs with this register cap")
     args = ap.parse_args()
+    if args.dispatch:
+        return 1 if check_dispatch(DISPATCH_CASES) else 0
     for cfg in CONFIGS:
         if (args.table_only and not cfg[9]) or (args.span_only and len(cfg) < 11):
             continue

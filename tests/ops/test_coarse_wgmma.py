@@ -11,6 +11,11 @@ and its reference against rows with the rounded scales. GPU tier: the Gluon kern
 ``DraftHead``, CUDA-graph replay and ``torch.compile``."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -91,6 +96,24 @@ def test_x_int8_tiles_match_the_definition(backend, monkeypatch, bits, k, m, dty
     assert torch.equal(sx.cpu()[:m], s) and (sx.cpu()[m:] == 0).all()
 
 
+@pytest.mark.parametrize("bits,k,m,wide", [(4, 576, 3, True), (4, 1024, 9, False), (2, 640, 1, True)])
+def test_x_int8_tiles_negated_sums(backend, bits, k, m, wide):
+    """``neg_sums`` (``gluon_wgmma.NEG_XSUM``): the same codes and scales, the 64-sums negated."""
+    if not backend.is_triton:
+        pytest.skip("a Triton kernel: the interpret / cuda tiers run it (the reference tier has nothing to compare)")
+    p = 8 // bits
+    ell = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=64).packed.shape[1]
+    nb = max(8, 1 << (m - 1).bit_length())
+    x = _x(m, k, seed=4, dtype=torch.bfloat16).to(backend.device)
+    with backend.active():
+        xq, xs, sx = x_int8_tiles(x, ell, p, nb, wide=wide, neg_sums=True)
+    q, s = x_int8_reference(x.cpu())
+    tq, ts = tile_reference(q, ell, p, nb, wide=wide)
+    rows = torch.tensor([si * 4 + j for si in range(ell // 64) for j in range(p)])
+    assert torch.equal(xq.cpu(), tq) and torch.equal(sx.cpu()[:m], s)
+    assert torch.equal(xs.cpu()[rows], -ts[rows]) and ts[rows].abs().sum() > 0
+
+
 @pytest.mark.parametrize("planes,perm", [(4, True), (4, False), (2, False)])
 def test_wide_tiles_are_the_tiles_side_by_side(planes, perm):
     """xq_wide[(s 2 + c) NB + m, 32 j + b] = xq_tiles[((s P + j) 2 + c) NB + m, b] (the module
@@ -153,13 +176,15 @@ def test_wgmma_words(bits, group):
             assert torch.equal(zj, f.zero[:, g].to(torch.int32))
 
 
-def _emulate(f: INTx, x: torch.Tensor, high_nibble: bool = False) -> torch.Tensor:
+def _emulate(f: INTx, x: torch.Tensor, high_nibble: bool = False, neg_sums: bool = False) -> torch.Tensor:
     """fp64 logits [M, N] computed the kernel's way from the kernel's own inputs: per (stage,
     plane), the integer dot of the plane's codes with the x tile minus zero x 64-sum, times the
     word's scale; times sx at the end. ``high_nibble`` (INT4): plane 1 the way
     ``INT4_HIGH_NIBBLE_NB`` reads it -- the int8 byte ``(b ^ 0x80) & 0xF0`` (16 (q - 8)), the zero
     term ``(128 - 16 z) xsum``, the scale over 16 -- checked to be 16 times the plain integer sum
-    and inside the magic-number conversion's exact range (< 2^22)."""
+    and inside the magic-number conversion's exact range (< 2^22). ``neg_sums``: the x sums as
+    ``NEG_XSUM`` stores them (negated), the zero term ``z (-xsum)`` (high nibble: ``(16 z - 128)
+    (-xsum)``) -- checked to be the same integers."""
     bits, p = f.bits, 8 // f.bits
     ell = f.packed.shape[1]
     ns, m = ell // 64, x.shape[0]
@@ -168,6 +193,7 @@ def _emulate(f: INTx, x: torch.Tensor, high_nibble: bool = False) -> torch.Tenso
     tiles, xsum = tile_reference(q, ell, p, nb)
     tiles = tiles.view(ns, p, 2, nb, 32).long()
     xsum = xsum.view(ns, 4, nb).long()
+    nsum = -xsum  # what the x preparation stores with neg_sums
     n = f.packed.shape[0]
     scales, zeros = wgmma_sz_views(wgmma_sz(f.scale, f.zero, bits, f.group_size, ell), bits, ell)
     scales = scales.view(ns, p, -1)[:, :, :n].double()
@@ -181,22 +207,27 @@ def _emulate(f: INTx, x: torch.Tensor, high_nibble: bool = False) -> torch.Tenso
             xt = torch.cat([tiles[s, j, 0], tiles[s, j, 1]], dim=1)  # [NB, 64]
             z = (zeros[s] >> (bits * j)) & ((1 << bits) - 1)
             d = plane @ xt.T - z[:, None] * xsum[s, j][None, :]
+            if neg_sums:  # the kernel's start tile with the sums stored negated: the zero itself multiplies them
+                assert torch.equal(plane @ xt.T + z[:, None] * nsum[s, j][None, :], d)
             if high_nibble and bits == 4 and j == 1:
                 a16 = ((byte ^ 0x80) & 0xF0).to(torch.uint8).view(torch.int8).long()  # the LOP3's bytes as int8
                 d16 = a16 @ xt.T + (128 - 16 * z)[:, None] * xsum[s, j][None, :]
                 assert torch.equal(d16, 16 * d) and int(d16.abs().max()) < 2 ** 22
+                if neg_sums:
+                    assert torch.equal(a16 @ xt.T + (16 * z - 128)[:, None] * nsum[s, j][None, :], d16)
                 acc += d16.double() * (scales[s, j] / 16)[:, None]
             else:
                 acc += d.double() * scales[s, j][:, None]
     return (acc * torch.cat([sx, torch.zeros(nb - m)]).double()[None, :]).T[:m]
 
 
+@pytest.mark.parametrize("neg_sums", [False, True])
 @pytest.mark.parametrize("bits,group,k,m,high_nibble", [(2, 64, 640, 5, False), (4, 128, 1008, 17, False),
                                                          (4, 64, 1024, 9, True), (2, 128, 576, 1, False)])
-def test_emulated_kernel_arithmetic_matches_the_dequantized_rows(bits, group, k, m, high_nibble):
+def test_emulated_kernel_arithmetic_matches_the_dequantized_rows(bits, group, k, m, high_nibble, neg_sums):
     """The stage layout, words and x sums carry exactly the dot of the dequantized INTx rows with
     the int8-rounded x (so the kernel only has to follow them); INT4 also with plane 1 read in its
-    high nibble."""
+    high nibble; either with the x sums stored negated (``NEG_XSUM``)."""
     w = torch.randn(37, k) * 0.05
     w[0] = torch.linspace(-1, 1, k)  # every code of a row
     f = INTx.quantize(w, bits=bits, group_size=group)
@@ -204,7 +235,7 @@ def test_emulated_kernel_arithmetic_matches_the_dequantized_rows(bits, group, k,
     x[0] = x[0].abs() * 100  # sums of x at the int8 extreme
     q, sx = x_int8_reference(x)
     want = (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T
-    assert rel_err(_emulate(f, x, high_nibble), want) < 1e-12
+    assert rel_err(_emulate(f, x, high_nibble, neg_sums), want) < 1e-12
 
 
 def test_high_nibble_byte_is_sixteen_times_code_minus_eight():
@@ -380,6 +411,30 @@ def test_coarse_wgmma_table_validates():
         with pytest.raises(ValueError, match="wgmma_table's int32 words"):
             g.coarse_wgmma(torch.randn(2, 256), f2.packed, bad, n=10, bits=2, block=128, kcand=1,
                            write_logits=False, table_r=r)
+
+
+def test_every_dispatched_launch_compiles_for_sm90():
+    """What the dispatch launches -- every M band of INT2 (whole-row) and INT4 (per group) on the
+    124160 x 5120 head as shipped, and the optional launches (tuning overrides, the prepared
+    switches) -- compiles for sm_90 without a GPU, each with its wgmmas
+    (``scripts/coarse_wgmma_offline.py --dispatch``: the launches recorded from
+    ``gluon_wgmma.coarse_wgmma`` itself, then compiled by Triton's own ptxas). The interpreter cannot
+    run Gluon, so this is what CI sees of these kernels; it caught a constexpr redefined per chunk
+    that broke every two-chunk per-group launch. A subprocess: ``TRITON_INTERPRET`` must be unset
+    before Triton is imported."""
+    import triton
+
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("this Triton has no bundled ptxas to compile for sm_90 with")
+    _gluon_or_skip()
+    root = Path(__file__).resolve().parents[2]
+    env = {key: v for key, v in os.environ.items() if key != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(root / "scripts" / "coarse_wgmma_offline.py"), "--dispatch"], cwd=root,
+                         env=env, capture_output=True, text=True, timeout=1200)
+    out = run.stdout + run.stderr[-4000:]
+    assert run.returncode == 0, out
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("INT")]
+    assert len(lines) >= 20 and all("wgmma True" in ln for ln in lines), out
 
 
 # ---- GPU tier: the Gluon kernel -------------------------------------------------------------------
@@ -682,7 +737,8 @@ def test_cuda_coarse_wgmma_split_tail(poison_empty, table, n, m, parts, unit):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("option", [{"early": True}, {"x_rows_box": True}, {"early": True, "x_rows_box": True}])
+@pytest.mark.parametrize("option", [{"early": True}, {"x_rows_box": True}, {"neg_xsum": True},
+                                    {"early": True, "x_rows_box": True, "neg_xsum": True}, {"chunks": 2}])
 @pytest.mark.parametrize("table", [False, True])
 @pytest.mark.parametrize("n,k,m,persist,resident,split", [
     (140 * 128 - 37, 2048, 1, False, False, (2, 1)),  # split tail: its programs' first ring issued early
@@ -693,9 +749,12 @@ def test_cuda_coarse_wgmma_split_tail(poison_empty, table, n, m, parts, unit):
     (2000, 1024, 13, False, False, (0, 1)), (900, 1024, 40, False, False, (0, 1))])
 def test_cuda_coarse_wgmma_launch_options_change_nothing(poison_empty, option, table, n, k, m, persist, resident,
                                                           split):
-    """The weight stages of the first ring issued before the PDL wait (``early``, ``EARLY_RING``)
-    and x boxes of only the rows of x there are (``x_rows_box``, ``X_ROWS_BOX``: the x buffers'
-    other rows keep stale bytes, which feed only columns that are never stored) give bit for bit
+    """The weight stages of the first ring issued before the PDL wait (``early``, ``EARLY_RING``),
+    x boxes of only the rows of x there are (``x_rows_box``, ``X_ROWS_BOX``: the x buffers' other
+    rows keep stale bytes, which feed only columns that are never stored), the x sums negated
+    (``neg_xsum``, ``NEG_XSUM``: the start tiles' integers are the same) and two 64-byte chunks a
+    stage (``chunks``: the planes summed in the same order; the split shares here end on the same
+    chunk) give bit for bit
     the outputs of the plain launch -- the same sums in the same order -- split, persistent, x
     resident, with fewer stages than the ring, per group and whole-row; and under CUDA-graph replay
     with fresh x (the x tiles after the wait are the new ones)."""
@@ -711,7 +770,7 @@ def test_cuda_coarse_wgmma_launch_options_change_nothing(poison_empty, option, t
     args = (f.packed.cuda(), words.cuda())
     kw = dict(n=n, bits=bits, block=128, kcand=kcand, write_logits=True, table_r=r, ws=True, span=1,
               persist=persist, resident=resident, split=split, pdl=True)
-    plain = dict(early=False, x_rows_box=False)
+    plain = dict(early=False, x_rows_box=False, neg_xsum=False)
     base = [t.cpu() for t in g.coarse_wgmma(x, *args, **kw, **plain)]
     got = [t.cpu() for t in g.coarse_wgmma(x, *args, **kw, **option)]
     assert not torch.isnan(got[5]).any() and not torch.isnan(got[0]).any()

@@ -376,30 +376,36 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _plane_scale(scale_rows, zb, u, J: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr,
-                     row_l: gl.constexpr, HI: gl.constexpr = False):
+                     row_l: gl.constexpr, HI: gl.constexpr = False, NEGXS: gl.constexpr = False):
         """(fp32 scale, int32 minus the zero) per token row of plane J of chunk buffer ``u``:
         ``scale_rows`` row P u + J, the zero from bits BITS J.. of the chunk's zero bytes ``zb``.
         INT4 plane 1 with HI (its codes decoded as ``16 (q - 8)``): scale / 16 and ``16 (8 - z)``,
         so that ``scale / 16 (d + 16 (8 - z) xsum)`` is the same fp32 product as before -- the
-        integers are 16 times theirs and exact (|.| < 2^21), the scale exactly a 16th."""
+        integers are 16 times theirs and exact (|.| < 2^21), the scale exactly a 16th. NEGXS: the x
+        sums are stored negated (``NEG_XSUM``), so the multiplier of the x sums is the zero itself
+        (no negation a row and plane; HI: ``16 z - 128``)."""
         sc = scale_rows.index(P * u + J).load(row_l).to(gl.float32)
         z = (zb >> (BITS * J)) & ((1 << BITS) - 1)
         if HI and BITS == 4 and J == 1:
+            if NEGXS:
+                return sc * 0.0625, 16 * z - 128
             return sc * 0.0625, 128 - 16 * z
+        if NEGXS:
+            return sc, z
         return sc, -z
 
     @gluon.jit
     def _plane_scales(scale_rows, z_rows, u, P: gl.constexpr, BITS: gl.constexpr, row_l: gl.constexpr,
-                      HI: gl.constexpr = False):
+                      HI: gl.constexpr = False, NEGXS: gl.constexpr = False):
         """The 4 planes' (scale, minus zero) of chunk buffer ``u`` (:func:`_plane_scale`); planes
         j >= P repeat plane 0's (never read). All loaded before the chunk's first wgmma."""
         ZR: gl.constexpr = z_rows.shape[0] * P // scale_rows.shape[0]  # rows of a chunk's zero box
         zb = z_rows.index(ZR * u).load(row_l).to(gl.int32)
-        s0, z0 = _plane_scale(scale_rows, zb, u, 0, P, BITS, row_l)
-        s1, z1 = _plane_scale(scale_rows, zb, u, 1, P, BITS, row_l, HI)
+        s0, z0 = _plane_scale(scale_rows, zb, u, 0, P, BITS, row_l, False, NEGXS)
+        s1, z1 = _plane_scale(scale_rows, zb, u, 1, P, BITS, row_l, HI, NEGXS)
         if P == 4:
-            s2, z2 = _plane_scale(scale_rows, zb, u, 2, P, BITS, row_l)
-            s3, z3 = _plane_scale(scale_rows, zb, u, 3, P, BITS, row_l)
+            s2, z2 = _plane_scale(scale_rows, zb, u, 2, P, BITS, row_l, False, NEGXS)
+            s3, z3 = _plane_scale(scale_rows, zb, u, 3, P, BITS, row_l, False, NEGXS)
         else:
             s2 = s0
             z2 = z0
@@ -410,7 +416,7 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _stage_sum(acc, w_bufs, scale_rows, xt_bufs, xs_rows, slot, xslot, NB: gl.constexpr, W: gl.constexpr,
                    P: gl.constexpr, BITS: gl.constexpr, CH: gl.constexpr, PIPE: gl.constexpr, MAGIC: gl.constexpr,
-                   XW: gl.constexpr = False, z_rows=None, HI: gl.constexpr = False):
+                   XW: gl.constexpr = False, z_rows=None, HI: gl.constexpr = False, NEGXS: gl.constexpr = False):
         """acc += the CH chunks x P planes of the stage in ``slot``, its scales in ``scale_rows`` (the
         [slots CH P, R] fp16 rows of the scale buffers) and zero bytes in ``z_rows`` ([slots CH, R]),
         its x tiles and sums in x buffer ``xslot`` (the
@@ -424,16 +430,16 @@ if _GLUON_IMPORT_ERROR is None:
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
         wb = w_bufs.index(slot)
         izero = gl.zeros([R, NB], gl.int32, mma)
+        ST: gl.constexpr = MAGIC == 2  # the wgmmas start from _plane_start's tile
         for ch in gl.static_range(CH):
             u = slot * CH + ch  # the chunk's index in the per-chunk ring buffers
             ux = xslot * CH + ch  # ... in the x buffers
             q0 = wb.slice(64 * ch, 32, dim=1).load(_codes_layout(W))
             q1 = wb.slice(64 * ch + 32, 32, dim=1).load(_codes_layout(W))
-            scs, nzs = _plane_scales(scale_rows, z_rows, u, P, BITS, row_l, HI)
+            scs, nzs = _plane_scales(scale_rows, z_rows, u, P, BITS, row_l, HI, NEGXS)
             # the x sums are read where they are used -- by _start_tile before the wgmmas (MAGIC
             # 2), else by _retire_plane after them: loaded early they stay live across the wgmmas,
             # and at NB = 64 that spilled (offline sm_90, two blocks a program: 88 bytes, not 16)
-            ST: gl.constexpr = MAGIC == 2  # the wgmmas start from _plane_start's tile
             if PIPE:
                 d = _issue_plane(q0, q1, xt_bufs, ux, 0, _start_tile(nzs[0], xs_rows, 4 * ux, izero, col_l, ST),
                                  a_l, P, BITS, XW, ST, HI)
@@ -577,7 +583,7 @@ if _GLUON_IMPORT_ERROR is None:
                              KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
                              PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, CH: gl.constexpr = 1,
                              TABLE: gl.constexpr = False, XW: gl.constexpr = False, SUB: gl.constexpr = 1,
-                             EMIT: gl.constexpr = 0, HI: gl.constexpr = False):
+                             EMIT: gl.constexpr = 0, HI: gl.constexpr = False, NEGXS: gl.constexpr = False):
         """Program b: tokens R b .. R b + R - 1 (R = 16 W) against the NB rows of x; writes the
         KCAND candidates of every row m < M of each of its SUB candidate blocks (R / SUB tokens;
         ``ck`` fp32 / ``ci`` int64 [M, NBLK KCAND], NBLK candidate blocks)
@@ -612,7 +618,7 @@ if _GLUON_IMPORT_ERROR is None:
                 acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, slot, NB, W, P, CH, XW)
             else:
                 acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, slot, NB, W, P, BITS, CH, PIPE, MAGIC,
-                                 XW, z_rows, HI)
+                                 XW, z_rows, HI, NEGXS)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -807,7 +813,7 @@ if _GLUON_IMPORT_ERROR is None:
                      XRES: gl.constexpr = 0, SUB: gl.constexpr = 1, EMIT: gl.constexpr = 0,
                      LATE: gl.constexpr = False, part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1,
                      GPIPE: gl.constexpr = False, z_rows=None, GMAGIC: gl.constexpr = 0,
-                     HI: gl.constexpr = False):
+                     HI: gl.constexpr = False, NEGXS: gl.constexpr = False):
         """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage (CH
         64-byte chunks), wait for its TMA, run the stage (TABLE: the whole-row decode and wgmma
         chain into an int32 sum; else the per-group planes, ``_stage_sum``, into fp32), hand the
@@ -852,7 +858,7 @@ if _GLUON_IMPORT_ERROR is None:
                             acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, slot, NB, W, P, CH, XW)
                         else:
                             acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, slot, NB, W, P, BITS,
-                                             CH, GPIPE, GMAGIC, XW, z_rows, HI)
+                                             CH, GPIPE, GMAGIC, XW, z_rows, HI, NEGXS)
                         gl.thread_barrier()
                         mbarrier.arrive(empty.index(slot))
             if pid >= FULL:
@@ -894,7 +900,7 @@ if _GLUON_IMPORT_ERROR is None:
                                 acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, xslot, NB, W, P, CH, XW)
                             else:
                                 acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, xslot, NB, W, P, BITS,
-                                                 CH, GPIPE, GMAGIC, XW, z_rows, HI)
+                                                 CH, GPIPE, GMAGIC, XW, z_rows, HI, NEGXS)
                             gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
                             mbarrier.arrive(empty.index(slot))
                 lap0 += NS // STAGES
@@ -969,7 +975,7 @@ if _GLUON_IMPORT_ERROR is None:
                           SUB: gl.constexpr = 1, EMIT: gl.constexpr = 0, LATE: gl.constexpr = False,
                           part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1,
                           GPIPE: gl.constexpr = False, GMAGIC: gl.constexpr = 0, HI: gl.constexpr = False,
-                          EARLY: gl.constexpr = False):
+                          EARLY: gl.constexpr = False, NEGXS: gl.constexpr = False):
         """``_coarse_wgmma_kernel`` (same arguments plus GRID: the programs launched, each taking
         row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side tiles; PDL: a programmatic
         dependent launch after the x preparation; TABLE: the whole-row variant, else per group
@@ -983,7 +989,7 @@ if _GLUON_IMPORT_ERROR is None:
         on split in PARTS shares of their stages, the partial sums met in ``part_ptr`` (int32 /
         fp32 [(blocks - FULL) PARTS, R, NB]) under the blocks' tickets ``tick_ptr`` (int32, zero,
         left zero) -- see ``_ws_consumer``. EARLY: the first weight stages issued before the PDL
-        wait (``_ws_producer``)."""
+        wait (``_ws_producer``). NEGXS: the x sums come negated (``NEG_XSUM``, ``_plane_scale``)."""
         R: gl.constexpr = 16 * W
         XC: gl.constexpr = XRES if XRES else STAGES * CH  # chunks the x buffers hold
         w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows, z_bufs, z_rows = _alloc_operands(
@@ -1000,7 +1006,7 @@ if _GLUON_IMPORT_ERROR is None:
             (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr,
                             M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, XW, CH, PDL,
                             xbar, XRES, SUB, EMIT, LATE, part_ptr, tick_ptr, FULL, PARTS, GPIPE, z_rows,
-                            GMAGIC, HI)),
+                            GMAGIC, HI, NEGXS)),
             (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
                             NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB, FULL, PARTS, z_desc,
                             z_bufs, EARLY)),
@@ -1085,6 +1091,14 @@ EARLY_RING = False
 #: rows of the x buffers keep whatever they held; they feed only wgmma columns m >= M, which are
 #: never stored. Prepared, not yet timed on the H200: off
 X_ROWS_BOX = False
+#: the per-group kernels read the x sums stored negated by the x preparation (``x_int8_tiles``
+#: ``neg_sums``), so the multiplier of a plane's x sums is its zero itself: a plane's start tile
+#: ``zero * (-xsum) + offset`` needs no negation of the zero a row and plane (``_plane_scale``
+#: NEGXS). Offline sm_90 (124160 x 5120 INT4, the shipped configurations): 4 IMAD.MOV fewer a
+#: stage -- a 4-stage lap 376 -> 358 instructions at NB = 8, 487 -> 471 at 16, 695 -> 679 at 32,
+#: 845 -> 826 at 64 (two blocks a program), registers and spills unchanged. The same sums. Prepared,
+#: not yet timed on the H200 (NB = 16, where the pass is near issue-bound, is the case): off
+NEG_XSUM = False
 #: the warp-specialized whole-row kernel as a programmatic dependent launch after the x
 #: preparation (whose early trigger lets its CTAs be placed and run their prologue meanwhile)
 PDL = True
@@ -1301,7 +1315,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                  maxnreg: int | None = None, ws: bool | None = None, persist: bool | None = None,
                  wide: bool | None = None, pdl: bool | None = None, resident: bool | None = None,
                  span: int | None = None, split: tuple[int, int] | None = None, early: bool | None = None,
-                 x_rows_box: bool | None = None):
+                 x_rows_box: bool | None = None, neg_xsum: bool | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
@@ -1324,7 +1338,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     one-block-a-program warp-specialized launch are run in ``parts`` shares of their stages each
     (``_split_launch``); parts < 2: none. ``early`` (default ``EARLY_RING``): the PDL launch's first
     ring of weight stages issued before its wait. ``x_rows_box`` (default ``X_ROWS_BOX``): the
-    warp-specialized kernel's x boxes only as tall as M rounded up to a power of two (M < 8)."""
+    warp-specialized kernel's x boxes only as tall as M rounded up to a power of two (M < 8).
+    ``neg_xsum`` (default ``NEG_XSUM``): the per-group kernels fed the x sums negated."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -1374,7 +1389,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     use_pdl = use_ws and (PDL if pdl is None else pdl) and not interpret_mode()
     # the whole-row decode's K order, side by side (X_WIDE); the early trigger lets the PDL launch
     # of the warp-specialized kernel place its CTAs while x is prepared
-    xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=table, wide=x_wide, trigger=use_pdl)
+    negxs = (NEG_XSUM if neg_xsum is None else neg_xsum) and not table  # the whole-row variant reads no x sums
+    xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=table, wide=x_wide, trigger=use_pdl, neg_sums=negxs)
     cand_key, cand_lb, cand_idx, block_lb, block_rest, logits = coarse_outputs(m, n, nblk, kcand, False,
                                                                                write_logits, x.device)
     w_l, sz_l, x_l, xs_l = _layouts(rows, nb, ch)
@@ -1428,12 +1444,13 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                    GPIPE=(nb in WS_PIPE_GROUP if pipe is None else pipe) and not table,
                                    GMAGIC=0 if table else ((2 if nb in WS_MAGIC_GROUP_NB else 0) if magic is None
                                                            else int(magic)),
-                                   HI=hi, EARLY=early, num_warps=w, **reg, **({"launch_pdl": True} if use_pdl else {}))
+                                   HI=hi, EARLY=early, NEGXS=negxs, num_warps=w, **reg,
+                                   **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
     _coarse_wgmma_kernel[(nprog,)](w_desc, sz_desc, z_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key,
                                   cand_idx, logits if write_logits else cand_key, m, n, nblk, ns, NB=nb, P=p, BITS=bits,
                                   STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w,
                                   PIPE=PIPE if pipe is None else pipe, MAGIC=MAGIC if magic is None else magic,
                                   CH=ch, TABLE=table, XW=x_wide, SUB=sub, EMIT=_emit_mode(),
-                                  HI=hi, num_warps=w, **reg)
+                                  HI=hi, NEGXS=negxs, num_warps=w, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits

@@ -125,9 +125,9 @@ def _load_tile(x_ptr, stride_xm, t0, t, b, m, M, K, L: tl.constexpr, P: tl.const
 
 @triton.jit
 def _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L: tl.constexpr, P: tl.constexpr, NB: tl.constexpr,
-                INTERPRET: tl.constexpr, WIDE: tl.constexpr):
+                INTERPRET: tl.constexpr, WIDE: tl.constexpr, NEG: tl.constexpr = False):
     """Quantize the loaded x values ``xv`` [TB, 64] of pairs ``tt`` with the row's ``inv`` and store
-    their codes (tile layout; WIDE: side by side) and 64-sums."""
+    their codes (tile layout; WIDE: side by side) and 64-sums (NEG: negated)."""
     NS: tl.constexpr = L // 64
     if INTERPRET:
         v = xv * inv
@@ -146,14 +146,18 @@ def _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L: tl.constexpr, P: tl.
     else:
         dst = ((tt[:, None] * 2 + c[None, :]) * NB + m) * 32 + b[None, :] % 32
     tl.store(xq_ptr + dst, qi.to(tl.int8), mask=tt[:, None] < NS * P)
-    tl.store(xs_ptr + (s * 4 + j) * NB + m, tl.sum(qi, axis=1), mask=tt < NS * P)
+    xs_at = xs_ptr + (s * 4 + j) * NB + m
+    xsum = tl.sum(qi, axis=1)
+    if NEG:
+        xsum = -xsum
+    tl.store(xs_at, xsum, mask=tt < NS * P)
 
 
 @triton.jit(do_not_specialize=["M", "K"])
 def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constexpr, P: tl.constexpr,
                    NB: tl.constexpr, BLK: tl.constexpr, TB: tl.constexpr, INTERPRET: tl.constexpr,
                    PERM: tl.constexpr = False, WIDE: tl.constexpr = False, TRIGGER: tl.constexpr = False,
-                   PREFETCH: tl.constexpr = False, PDL: tl.constexpr = False):
+                   PREFETCH: tl.constexpr = False, PDL: tl.constexpr = False, NEG: tl.constexpr = False):
     """Program (m < NB, t): row m's scale (every program of the row computes it; program t = 0
     stores it), then its codes and 64-sums of the (stage, plane) pairs t TB .. t TB + TB - 1,
     t + G .., ... (G = the grid's second size; PERM: the tile of (s, j) gathers the K positions of
@@ -162,7 +166,7 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
     PREFETCH: the first step's x is loaded before the row's amax (it does not depend on it), so
     both loads are in flight at once instead of one after the other. PDL: launched as a
     programmatic dependent launch itself -- nothing global is touched before
-    ``griddepcontrol.wait`` (x is the previous kernel's output)."""
+    ``griddepcontrol.wait`` (x is the previous kernel's output). NEG: the 64-sums stored negated."""
     if PDL:
         gdc_wait()
     if TRIGGER:
@@ -187,15 +191,15 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
         tl.store(sx_ptr + m, tl.div_rn(a, tl.full([], 127.0, tl.float32)))
     NS: tl.constexpr = L // 64
     if PREFETCH:
-        _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET, WIDE)
+        _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET, WIDE, NEG)
         first += parts * TB
     for t0 in range(first, NS * P, parts * TB):
         tt, s, j, xv = _load_tile(x_ptr, stride_xm, t0, t, b, m, M, K, L, P, PERM)
-        _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET, WIDE)
+        _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET, WIDE, NEG)
 
 
 def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = False, wide: bool = False,
-                 trigger: bool = False):
+                 trigger: bool = False, neg_sums: bool = False):
     """Launch the quantize-and-tile kernel: ``x`` [M, K] (bf16 / fp16 / fp32, unit stride along
     K, M <= nb) -> (xq_tiles int8 [NS * P * 2 * NB, 32] -- with ``wide`` xq_wide int8
     [NS * 2 * NB, 32 P] --, xsum int32 [NS * 4, NB], sx fp32 [NB]).
@@ -205,7 +209,8 @@ def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = F
     Grid: NB rows x up to ``X_PARTS`` programs a row, each with a share of the (stage, plane)
     pairs -- one program a row walked them all in sequence (5.2 us at M = 1, K = 5120 on the H200,
     session 25: a chain of dependent loads, not bytes). ``trigger``: the next launch may be a
-    programmatic dependent one (the coarse pass) and may place its CTAs at once."""
+    programmatic dependent one (the coarse pass) and may place its CTAs at once. ``neg_sums``: the
+    64-sums stored negated (``xsum`` = -sum; ``gluon_wgmma.NEG_XSUM``)."""
     m, k = x.shape
     if m > nb or x.stride(1) != 1:
         raise ValueError(f"x_int8_tiles needs M <= {nb} rows with unit stride along K, got shape {tuple(x.shape)} "
@@ -227,7 +232,7 @@ def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = F
     # are placed while the kernel before it drains (the shared options; TRIGGER stands without it)
     opts = {"TRIGGER": trigger, **launch_options(x.device, trigger and X_PDL, trigger, None)}
     _x_int8_kernel[(nb, parts)](x, xq, xs, sx, m, k, x.stride(0), L=ell, P=planes, NB=nb, BLK=blk, TB=tb,
-                                INTERPRET=interpret_mode(), PERM=perm, WIDE=wide, PREFETCH=X_PREFETCH,
+                                INTERPRET=interpret_mode(), PERM=perm, WIDE=wide, PREFETCH=X_PREFETCH, NEG=neg_sums,
                                 num_warps=8 if blk >= 4096 else 4, **opts)
     return xq, xs, sx
 
