@@ -1,0 +1,65 @@
+"""The sm_90 compile of the GPU kernels, without a GPU: what CI can see of code the interpreter
+cannot run (Gluon) or runs only through an emulation (inline PTX such as ``mma.sync``, whose
+operand constraints only ptxas checks).
+
+Each case runs one of the repository's offline compile scripts (``scripts/*_offline.py``) in a
+subprocess -- ``TRITON_INTERPRET`` must be unset before Triton is imported, and the test session
+has it set -- and fails on a non-zero exit or a "FAILED" line. The coarse pass is compiled from
+the launches its dispatch actually makes (``coarse_wgmma_offline.py --dispatch``: every M band of
+INT2 and INT4 as shipped, the tuning overrides and the prepared switches); the other scripts
+compile their lists of configurations (the shipped ones among them). Timing and occupancy are the
+H200 tier's business; here only that it compiles, with its tensor-core instructions."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (script, arguments, an opcode each compiled configuration's report line must show, or None)
+CASES = [
+    ("coarse_wgmma_offline.py", ["--dispatch"], "wgmma True"),
+    ("fp4_wgmma_gemv_offline.py", [], None),
+    ("fp8_wgmma_gemv_offline.py", [], None),
+    ("gluon_fp8_offline.py", [], None),
+    ("coarse_mma_offline.py", [], "HMMA"),
+    ("certified_offline.py", [], None),
+    ("mma_gemv_offline.py", [], None),
+    ("gathered_mma_offline.py", [], None),
+    ("fp4_expand_offline.py", [], None),
+]
+
+
+def _ptxas_or_skip():
+    import triton
+
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("this Triton has no bundled ptxas to compile for sm_90 with")
+
+
+@pytest.mark.parametrize("script,args,marker", CASES, ids=[c[0].removesuffix("_offline.py") for c in CASES])
+def test_offline_sm90_compile(script, args, marker):
+    """The script compiles every configuration it lists for sm_90: exit 0, no "FAILED" line, some
+    output (a script that compiled nothing would pass silently otherwise)."""
+    _ptxas_or_skip()
+    if script == "coarse_wgmma_offline.py":
+        from lowbit.ops.coarse_head import gluon_wgmma as g
+
+        if g._GLUON_IMPORT_ERROR is not None:
+            pytest.skip(f"triton.experimental.gluon is not available: {g._GLUON_IMPORT_ERROR}")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=1200)
+    out = run.stdout + run.stderr[-4000:]
+    assert run.returncode == 0, out
+    assert "FAILED" not in run.stdout, out
+    assert len(run.stdout.strip().splitlines()) >= 3, out
+    if script == "coarse_wgmma_offline.py":  # one line a launch, each with its wgmmas
+        lines = [ln for ln in run.stdout.splitlines() if ln.startswith("INT")]
+        assert len(lines) >= 20 and all(marker in ln for ln in lines), out
+    elif marker:
+        assert marker in run.stdout, out
