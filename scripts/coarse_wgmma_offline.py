@@ -169,7 +169,7 @@ def dispatch_launches(bits: int, m: int, n: int = 124160, k: int = 5120, sms: in
     if table:
         sz, r = torch.empty((2 * ns, -(-n // 4) * 4), dtype=torch.int32), torch.empty(n)
     else:
-        sz, r = torch.empty(g._sz_bytes(n, bits, ell), dtype=torch.uint8), None
+        sz, r = torch.empty(g.wgmma_sz_bytes(n, bits, ell), dtype=torch.uint8), None
 
     def x_tiles(x, ell, planes, nb, perm=False, wide=False, trigger=False, neg_sums=False):  # x_int8_tiles' shapes
         xq = torch.empty((ns * 2 * nb, 32 * planes) if wide else (ns * planes * 2 * nb, 32), dtype=torch.int8)

@@ -47,9 +47,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
 )
 
 from lowbit.ops._gluon_wgmma import acc_layout  # noqa: E402
+from lowbit.ops.coarse_head.gluon_emit import emit_candidates  # noqa: E402
 from lowbit.ops.coarse_head.gluon_wgmma import (  # noqa: E402
     _codes_layout,
-    _emit_candidates,
     _chunk_tables,
     _prmt_word,
     _stage_sum_table,
@@ -125,7 +125,7 @@ def _probe_consumer(w_bufs, code_rows, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_
     rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, mma))
     r = gl.load(r_ptr + rows, mask=rows < N, other=0.0)
     out = acc.to(gl.float32) * gl.expand_dims(r, 1) * gl.expand_dims(sx, 0)
-    _emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, False)
+    emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, False)
 
 
 @gluon.jit(do_not_specialize=["M", "N", "NBLK", "NS", "GRID"])
@@ -181,7 +181,7 @@ def _feed_consumer(ready, empty, wbar, sx_ptr, ck_ptr, ci_ptr, M, N, NBLK, NS, N
                 mbarrier.arrive(empty.index(slot))
     blk = gl.program_id(0)
     out = gl.zeros([R, NB], gl.float32, mma) * gl.expand_dims(sx, 0)
-    _emit_candidates(out, blk * R, blk, ck_ptr, ci_ptr, ck_ptr, M, N, NBLK, NB, W, KCAND, False)
+    emit_candidates(out, blk * R, blk, ck_ptr, ci_ptr, ck_ptr, M, N, NBLK, NB, W, KCAND, False)
 
 
 @gluon.jit

@@ -568,13 +568,13 @@ def test_cuda_coarse_wgmma_span_two_blocks(poison_empty, monkeypatch, bits, grou
 
 
 def _ordered_bits(key: torch.Tensor) -> torch.Tensor:
-    """``gluon_wgmma._ordered_bits`` in torch: int32 whose order is the fp32 order (-0.0 -> 0)."""
+    """``gluon_emit._ordered_bits`` in torch: int32 whose order is the fp32 order (-0.0 -> 0)."""
     bits = torch.where(key == 0, torch.zeros_like(key), key).view(torch.int32)
     return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
 
 
 def _sorted_heads_mirror(key: torch.Tensor, tok: torch.Tensor, big: int, kcand: int, int_keys: bool = False):
-    """``gluon_wgmma._sorted_heads_rounds`` step by step in torch on a [128, NB] tile: thread l
+    """``gluon_emit._sorted_heads_rounds`` step by step in torch on a [128, NB] tile: thread l
     holds tokens 4 l .. 4 l + 3 of a column, sorts them (the same 5 compare-exchanges), then each
     round takes the best head (lowest token among equal keys), pops it. Returns (keys, tokens)
     [kcand, NB] as the kernel stores them (token 0 where the key is -inf). ``int_keys``: over the

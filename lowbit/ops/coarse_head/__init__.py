@@ -99,11 +99,11 @@ class CoarsePacking:
 
     def wgmma_words(self) -> torch.Tensor:
         """INTx only: the group scales and zero points of the int8-wgmma pass
-        (``gluon_wgmma.wgmma_sz``: fp16 scales [P NS, NP] then zero bytes [NS, NP], stage-major, in
+        (``wgmma_pack.wgmma_sz``: fp16 scales [P NS, NP] then zero bytes [NS, NP], stage-major, in
         one uint8 buffer), built on first use and kept (2 P + 1 bytes per row and 64-byte stage:
         INT4 5, INT2 9)."""
         if self._wgmma is None:
-            from lowbit.ops.coarse_head.gluon_wgmma import wgmma_sz
+            from lowbit.ops.coarse_head.wgmma_pack import wgmma_sz
 
             f = self.fmt
             self._wgmma = wgmma_sz(f.scale, f.zero, self.bits, self.group_size, f.packed.shape[1])
@@ -111,11 +111,11 @@ class CoarsePacking:
 
     def wgmma_table(self) -> tuple[torch.Tensor, torch.Tensor]:
         """INT2 only: the words and fp32 row units of the int8-wgmma pass's whole-row variant
-        (``gluon_wgmma.wgmma_table``: group scales rounded to integer multiples of a row unit),
+        (``wgmma_pack.wgmma_table``: group scales rounded to integer multiples of a row unit),
         built on first use and kept (2 bytes a group -- 8 per row and 64-byte stage -- plus 4 a
         row)."""
         if self._wgmma_table is None:
-            from lowbit.ops.coarse_head.gluon_wgmma import wgmma_table
+            from lowbit.ops.coarse_head.wgmma_pack import wgmma_table
 
             f = self.fmt
             self._wgmma_table = wgmma_table(f.scale, f.zero, self.bits, self.group_size, f.packed.shape[1])

@@ -22,8 +22,9 @@ bytes 4t..4t+3 and 16+4t.. of rows g and g+8), extracts plane j with one shift-a
 K = 64) against the plane's x tiles (the B operand, K-major in shared memory). The int32 result
 loses the zero point (``- z xsum``, exact), is converted and multiplied by the fp16 group scale
 into the fp32 accumulator. At the end: times ``sx``, then the block's ``KCAND`` best keys per row
-of x by successive max-and-mask (ties to the lower token index) through shared memory -- the same
-candidates contract as ``triton.py``'s ``_epilogue`` in fast mode.
+of x (ties to the lower token index; ``gluon_emit.py``) -- the same candidates contract as
+``triton.py``'s ``_epilogue`` in fast mode. The weights' layouts (scales and zeros, the whole-row
+variant's group codes) are built in plain torch by ``wgmma_pack.py``.
 
 **Whole-row integer variant** (``TABLE``, INT2): the group scale is rounded to an integer multiple
 of one fp32 unit per token row, ``s_g ~= A_g r_n`` (:func:`wgmma_table`, ``|A_g (q - z_g)| <= 127``),
@@ -53,6 +54,9 @@ import triton
 
 from lowbit._backend import interpret_mode, sm_count
 from lowbit.ops.coarse_head._state import device_state
+from lowbit.ops.coarse_head.wgmma_pack import STAGE_BYTES as _STAGE_BYTES
+from lowbit.ops.coarse_head.wgmma_pack import (TABLE_BITS, table_codes, table_coefficients, table_reference, wgmma_sz,
+                                               wgmma_sz_bytes, wgmma_sz_views, wgmma_table)
 
 try:
     from triton.experimental import gluon
@@ -68,142 +72,27 @@ try:
 
     from lowbit.ops._gluon_pdl import gdc_launch_dependents, gdc_wait
     from lowbit.ops._gluon_wgmma import acc_layout, warp_rows
+    from lowbit.ops.coarse_head.gluon_emit import block_logits, emit_candidates
 
     _GLUON_IMPORT_ERROR = None
 except Exception as e:  # noqa: BLE001 - any failure means "no Gluon path"
     _GLUON_IMPORT_ERROR = e
 
-__all__ = ["TABLE_BITS", "WGMMA_BITS", "WGMMA_MAX_M", "coarse_wgmma", "table_reference", "wgmma_available",
-           "wgmma_sz", "wgmma_sz_views", "wgmma_table"]
+# the weights' layouts (``wgmma_pack``) are re-exported: the kernels' callers take them from here
+__all__ = ["TABLE_BITS", "WGMMA_BITS", "WGMMA_MAX_M", "coarse_wgmma", "table_codes", "table_coefficients",
+           "table_reference", "wgmma_available", "wgmma_sz", "wgmma_sz_views", "wgmma_table"]
 
 #: most rows of x one launch serves (the wgmma's N)
 WGMMA_MAX_M = 64
 #: INTx widths the kernel decodes (INT8 would need x's int8 rounding to be small against the
 #: weights' own error; it keeps the other paths)
 WGMMA_BITS = (2, 4)
-_STAGE_BYTES = 64  # packed bytes of a row per pipeline stage: one 64-wide K run of every plane
-
-
-def _sz_bytes(n: int, bits: int, ell: int) -> int:
-    """Bytes of :func:`wgmma_sz`'s buffer for ``n`` token rows: ``(2 P + 1) NS NP``."""
-    return (2 * (8 // bits) + 1) * (ell // _STAGE_BYTES) * (-(-n // 16) * 16)
-
-
-def wgmma_sz(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int, ell: int) -> torch.Tensor:
-    """The per-group pass's scales and zero points, stage-major, in one uint8 buffer of
-    ``(2 P + 1) NS NP`` bytes (P = 8 / bits planes, NS = ``ell`` / 64 stages, NP = N rounded up to
-    a multiple of 16 for TMA's 16-byte row pitch): first the fp16 scales [P NS, NP] -- row ``P s +
-    j``, column n: the scale of the group that plane j's stage s of row n lies in -- then the zero
-    points [NS, NP] uint8, byte (s, n) holding the P planes' zeros of stage s, plane j's in bits
-    ``bits j .. bits (j + 1) - 1`` (P ``bits``-bit zeros fill a byte exactly). Views:
-    :func:`wgmma_sz_views`. A stage's share for a block of rows is two TMA boxes, [P, rows] fp16 and
-    ``_zero_box(rows)`` uint8: 2 P + 1 bytes a row and stage (INT4 5, INT2 9), against 3 P of the
-    format's (fp16, uint8) pairs. ``scale`` fp16 / ``zero`` uint8 [N, NG], ``ell`` the plane length (a
-    multiple of ``group_size``, itself a multiple of 64)."""
-    n = scale.shape[0]
-    p = 8 // bits
-    ns = ell // _STAGE_BYTES
-    buf = torch.zeros(_sz_bytes(n, bits, ell), dtype=torch.uint8, device=scale.device)
-    scales, zeros = wgmma_sz_views(buf, bits, ell)
-    np_ = zeros.shape[1]
-    s_idx = torch.arange(ns, device=scale.device)
-    zb = torch.zeros(ns, n, dtype=torch.int32, device=scale.device)
-    for j in range(p):
-        g = (j * ell + _STAGE_BYTES * s_idx) // group_size  # [NS]
-        scales.view(ns, p, np_)[:, j, :n] = scale[:, g].t()
-        zb |= zero[:, g].t().to(torch.int32) << (bits * j)
-    zeros[:, :n] = zb.to(torch.uint8)
-    return buf
-
-
-def wgmma_sz_views(sz: torch.Tensor, bits: int, ell: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The two parts of :func:`wgmma_sz`'s buffer as views: fp16 scales [P NS, NP] and uint8 zero
-    bytes [NS, NP]."""
-    p, ns = 8 // bits, ell // _STAGE_BYTES
-    np_ = sz.numel() // ((2 * p + 1) * ns)
-    cut = 2 * p * ns * np_
-    return sz[:cut].view(torch.float16).view(p * ns, np_), sz[cut:].view(ns, np_)
-
-
-#: INTx widths the whole-row integer variant serves: INT2's ``|q - z| <= 3`` leaves A up to 42
-#: (scales to within 1.2% of the row's largest); INT4's 15 would leave 8 (6%)
-TABLE_BITS = (2,)
-
-
-def table_coefficients(scale: torch.Tensor, zero: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A int32 [N, NG], r fp32 [N]) of the whole-row variant: ``r_n = max_g s_g e_g / 127`` with
-    ``e_g = max(z_g, qmax - z_g)`` (the largest ``|q - z_g|``), ``A_g = round(s_g / r_n)`` capped at
-    ``127 / e_g``, so every ``A_g (q - z_g)`` is an int8. An all-zero row (every ``s_g e_g = 0``)
-    gets ``r = 1``, ``A = 0``."""
-    qmax = (1 << bits) - 1
-    s = scale.float()
-    z = zero.float()
-    e = torch.maximum(z, qmax - z)
-    r = (s * e).amax(dim=1) / 127.0
-    r = torch.where(r > 0, r, torch.ones_like(r))
-    a = torch.minimum(torch.round(s / r[:, None]), torch.floor(127.0 / e.clamp_min(1.0))).clamp_min(0.0)
-    return a.to(torch.int32), r.contiguous()
-
-
-def table_codes(a: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
-    """int32 [N, NG]: the 16-bit group code of the whole-row variant, ``A | (128 - A z) << 8``
-    (``A`` from :func:`table_coefficients`, ``z`` the zero point). Byte c of the group's weight
-    table is then ``(c A + (128 - A z)) ^ 0x80 = A (c - z)`` as int8: every ``c A + 128 - A z`` lies
-    in [1, 255] (``|A (c - z)| <= 127``), so the four bytes of ``A * 0x03020100 + (128 - A z) *
-    0x01010101`` are computed without a carry between them (``_TABLE_ASM``: 4 ops a table)."""
-    return a | ((128 - a * zero.to(torch.int32)) << 8)
-
-
-def wgmma_table(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int,
-                ell: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The whole-row variant's words and row units: (int32 [2 NS, NP], fp32 [N]), NS = ``ell`` / 64
-    stages, NP = N rounded up to a multiple of 4 (TMA's 16-byte row pitch). Stage-major: word
-    ``(2 s + h, n)`` holds in its low / high 16 bits the :func:`table_codes` of the groups that
-    planes ``2 h`` / ``2 h + 1`` of row n's stage s lie in -- 2 bytes a group (the codes are 16), so
-    a stage's words for a block of rows are one TMA box [2, rows] of 512-byte contiguous runs."""
-    if bits not in TABLE_BITS:
-        raise ValueError(f"wgmma_table serves bits in {TABLE_BITS}, got {bits}")
-    a, r = table_coefficients(scale, zero, bits)
-    code = table_codes(a, zero)  # [N, NG]
-    n = scale.shape[0]
-    p = 8 // bits
-    ns = ell // _STAGE_BYTES
-    s_idx = torch.arange(ns, device=scale.device)
-    words = torch.zeros(ns, 2, -(-n // 4) * 4, dtype=torch.int32, device=scale.device)
-    for h in range(2):
-        for half, j in enumerate((2 * h, 2 * h + 1)):
-            if j < p:
-                g = (j * ell + _STAGE_BYTES * s_idx) // group_size  # [NS]
-                words[:, h, :n] |= code[:, g].t() << (16 * half)
-    return words.view(2 * ns, -1), r
-
-
-def table_reference(packed: torch.Tensor, words: torch.Tensor, r: torch.Tensor, xq: torch.Tensor,
-                    sx: torch.Tensor, bits: int) -> torch.Tensor:
-    """fp32 [M, N]: the whole-row variant's logits from exactly its operands -- the int8 weights
-    ``A (q - z) = A q + (128 - A z) - 128`` of the words' group codes (:func:`wgmma_table`), their
-    int32 dot with ``xq`` int8 [M, K], times ``r[n] sx[m]`` (int64 sums, exact; the kernel's int32
-    sums agree while K 127^2 < 2^31)."""
-    from lowbit.formats.intx import unpack_planes
-
-    n, ell = packed.shape
-    p = 8 // bits
-    ns = ell // _STAGE_BYTES
-    k = xq.shape[1]
-    codes = unpack_planes(packed, bits).to(torch.int64)  # [N, P L]
-    w2 = words.view(ns, 2, -1)[:, :, :n].to(torch.int64) & 0xFFFFFFFF  # [NS, 2, N]
-    code = torch.stack([(w2[:, j // 2] >> (16 * (j % 2))) & 0xFFFF for j in range(p)], dim=0)  # [P, NS, N]
-    per_k = code.permute(2, 0, 1).repeat_interleave(_STAGE_BYTES, dim=2).reshape(n, p * ell)  # code of each K
-    wq = (per_k & 0xFF) * codes + (per_k >> 8) - 128  # = A (q - z)
-    dot = xq.to(torch.int64) @ wq[:, :k].t()
-    return dot.double().mul(sx.double()[:, None]).mul(r.double()[None, :]).float()
 
 
 if _GLUON_IMPORT_ERROR is None:
     _F16_BITS = gl.constexpr(0xFFFF)
     _MAGIC_I = gl.constexpr(0x4B400000)  # fp32 bits of 1.5 * 2^23
     _MAGIC_F = gl.constexpr(12582912.0)
-    _ORD_NEG_INF = gl.constexpr(-2139095041)  # _ordered_bits(-inf)
 
     @gluon.constexpr_function
     def _codes_layout(W):
@@ -623,173 +512,8 @@ if _GLUON_IMPORT_ERROR is None:
             mbarrier.invalidate(bars.index(i))
 
         sx = gl.load(sx_ptr + gl.arange(0, NB, layout=col_l))
-        out = _block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
-        _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB, EMIT)
-
-    @gluon.jit
-    def _block_logits(acc, sx, r_ptr, row0, N, R: gl.constexpr, mma: gl.constexpr, TABLE: gl.constexpr):
-        """fp32 [R, NB]: a row block's coarse logits from its accumulator -- times ``sx`` (x's
-        per-row scales), and for the whole-row variant (int32 sums) also the rows' units ``r``."""
-        if TABLE:
-            rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, mma))
-            r = gl.load(r_ptr + rows, mask=rows < N, other=0.0)
-            out = acc.to(gl.float32) * gl.expand_dims(r, 1) * gl.expand_dims(sx, 0)
-        else:
-            out = acc * gl.expand_dims(sx, 0)
-        return out
-
-    @gluon.jit
-    def _emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB: gl.constexpr, W: gl.constexpr,
-                         KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, SUB: gl.constexpr = 1,
-                         EMIT: gl.constexpr = 0):
-        """The KCAND best keys of every row m < M in each of the program's SUB candidate blocks
-        (``16 W / SUB`` tokens each; candidate block ``pid SUB + s``, ``NBLK`` of them in all) from
-        its logits ``out`` fp32 [16 W, NB] (and the logits themselves if WRITE_LOGITS): the tile
-        re-laid out with each row of x in one warp (tokens along its lanes and registers), so the
-        reductions along tokens stay inside it. EMIT bit 0 (one block a program of 128 tokens):
-        ``_sorted_heads_rounds`` instead of max-and-mask over every element; bit 1: either over the
-        keys' order-preserving int32 bits (``_ordered_bits``; one block a program); bit 2: the
-        max-and-mask rounds mask before they store (``_max_and_mask`` MASK_FIRST). KCAND 0: no
-        candidates (the pass timed without its epilogue, ``scripts/probe_fast_tail.py``)."""
-        if KCAND == 0:
-            # no candidates asked for: a timing probe of the pass without its epilogue. The sums stay
-            # live through a store under a condition no launch meets (M >= 1), so the stage loop and
-            # its wgmmas are not removed as dead code
-            if M < 0:
-                gl.store(ck_ptr + gl.arange(0, NB, layout=gl.SliceLayout(0, out.type.layout)), gl.sum(out, axis=0))
-        else:
-            R: gl.constexpr = 16 * W
-            bl: gl.constexpr = gl.BlockedLayout([R // 32, 1], [32, 1], [1, W], [0, 1])
-            key = gl.convert_layout(out, bl)
-            tok = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, bl))
-            mrow = gl.arange(0, NB, layout=gl.SliceLayout(0, bl))
-            tok2 = gl.expand_dims(tok, 1)
-            m_ok = mrow < M
-            if WRITE_LOGITS:
-                gl.store(lg_ptr + gl.expand_dims(mrow, 0).to(gl.int64) * N + tok2, key,
-                         mask=gl.expand_dims(m_ok, 0) & (tok2 < N))
-            neg = float("-inf")
-            key = gl.where(tok2 < N, key, neg)
-            big = N + R
-            if SUB == 1 and (EMIT & 1) and R == 128:
-                _sorted_heads_rounds(key, tok2 + gl.expand_dims(mrow, 0) * 0, big, ck_ptr, ci_ptr, pid, M, NBLK, NB,
-                                     KCAND, (EMIT & 2) != 0)
-            elif SUB == 1:
-                o_c = mrow.to(gl.int64) * (NBLK * KCAND) + pid * KCAND
-                _max_and_mask(key, tok2, big, ck_ptr, ci_ptr, o_c, m_ok, 0, KCAND, (EMIT & 2) != 0, (EMIT & 4) != 0)
-            else:
-                # [SUB, R / SUB, NB]: candidate block s holds tokens s R / SUB .. (s + 1) R / SUB - 1
-                key3 = gl.reshape(key, [SUB, R // SUB, NB])
-                tok3 = gl.reshape(tok2 + gl.expand_dims(mrow, 0) * 0, [SUB, R // SUB, NB])
-                l2: gl.constexpr = gl.SliceLayout(1, key3.type.layout)  # [SUB, NB]
-                sub = gl.expand_dims(pid * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, l2)), 1)
-                mcol = gl.expand_dims(gl.arange(0, NB, layout=gl.SliceLayout(0, l2)), 0)
-                ok = (mcol < M) & (sub < NBLK)
-                o_c = mcol.to(gl.int64) * (NBLK * KCAND) + sub * KCAND
-                # float keys: over this layout's token axis the int32 form finds no warp redux (offline
-                # sm_90, NB = 64: the same 256 SHFL, and 80-112 bytes of spills instead of 8)
-                _max_and_mask(key3, tok3, big, ck_ptr, ci_ptr, o_c, ok, 1, KCAND, False, (EMIT & 4) != 0)
-
-    @gluon.jit
-    def _split4(v):
-        """[A, B, 4] (the last axis in registers) -> its 4 slices [A, B], in order."""
-        a, b = gl.split(gl.reshape(v, [v.shape[0], v.shape[1], 2, 2]))  # a: 0, 2; b: 1, 3
-        e0, e2 = gl.split(a)
-        e1, e3 = gl.split(b)
-        return e0, e1, e2, e3
-
-    @gluon.jit
-    def _order2(va, ta, vb, tb):
-        """Compare-exchange of two (key, token) pairs: the better first (larger key, then lower token)."""
-        sw = (vb > va) | ((vb == va) & (tb < ta))
-        return gl.where(sw, vb, va), gl.where(sw, tb, ta), gl.where(sw, va, vb), gl.where(sw, ta, tb)
-
-    @gluon.jit
-    def _ordered_bits(key):
-        """int32 whose signed order is the fp32 order of ``key`` (not NaN): the bits, with the
-        magnitude bits of negatives flipped; -0.0 maps to +0.0's 0, so equal keys stay equal."""
-        bits = gl.where(key == 0.0, 0, key.to(gl.int32, bitcast=True))
-        return gl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-
-    @gluon.jit
-    def _float_of_ordered(o):
-        """The fp32 key of :func:`_ordered_bits`' int32 (the map is its own inverse on the bits)."""
-        return gl.where(o < 0, o ^ 0x7FFFFFFF, o).to(gl.float32, bitcast=True)
-
-    @gluon.jit
-    def _sorted_heads_rounds(key, tok, big, ck_ptr, ci_ptr, pid, M, NBLK, NB: gl.constexpr, KCAND: gl.constexpr,
-                             INTKEYS: gl.constexpr = False):
-        """``_max_and_mask`` over a [128, NB] tile whose thread holds 4 consecutive tokens of a column
-        (``_emit_candidates``' layout), same keys and order: each thread first sorts its 4 (key,
-        token) pairs (5 compare-exchanges, ties to the lower token), then every round reduces the
-        threads' heads only and the winning thread pops its head (3 selects a value) -- instead of
-        comparing and masking every element every round. Ties stay exact: a thread's head is its
-        lowest token among its best keys, so the lowest token among the heads equal to the maximum
-        is the lowest among all elements equal to it.
-
-        INTKEYS: the keys as their order-preserving int32 bits (``_ordered_bits``) throughout, so a
-        round's maximum is one warp ``redux.sync`` (as the lowest token's already is) instead of
-        five shuffle-and-compare steps; the same picks (a zero key is stored as +0.0)."""
-        neg = float("-inf")
-        if INTKEYS:
-            key = _ordered_bits(key)
-            neg = _ORD_NEG_INF
-        k4 = gl.permute(gl.reshape(key, [32, 4, NB]), (0, 2, 1))  # [lane, column, register]
-        t4 = gl.permute(gl.reshape(tok, [32, 4, NB]), (0, 2, 1))
-        v0, v1, v2, v3 = _split4(k4)
-        t0, t1, t2, t3 = _split4(t4)
-        v0, t0, v1, t1 = _order2(v0, t0, v1, t1)
-        v2, t2, v3, t3 = _order2(v2, t2, v3, t3)
-        v0, t0, v2, t2 = _order2(v0, t0, v2, t2)
-        v1, t1, v3, t3 = _order2(v1, t1, v3, t3)
-        v1, t1, v2, t2 = _order2(v1, t1, v2, t2)
-        mcol = gl.arange(0, NB, layout=gl.SliceLayout(0, v0.type.layout))
-        o_c = mcol.to(gl.int64) * (NBLK * KCAND) + pid * KCAND
-        ok = mcol < M
-        for c in gl.static_range(KCAND):
-            best = gl.max(v0, axis=0)
-            loc = gl.min(gl.where(v0 == gl.expand_dims(best, 0), t0, big), axis=0)
-            if INTKEYS:
-                best = _float_of_ordered(best)
-            gl.store(ck_ptr + o_c + c, best, mask=ok)
-            gl.store(ci_ptr + o_c + c, gl.where(best == float("-inf"), 0, loc).to(gl.int64), mask=ok)
-            win = t0 == gl.expand_dims(loc, 0)
-            v0 = gl.where(win, v1, v0)
-            v1 = gl.where(win, v2, v1)
-            v2 = gl.where(win, v3, v2)
-            v3 = gl.where(win, neg, v3)
-            t0 = gl.where(win, t1, t0)
-            t1 = gl.where(win, t2, t1)
-            t2 = gl.where(win, t3, t2)
-            t3 = gl.where(win, big, t3)
-
-    @gluon.jit
-    def _max_and_mask(key, tok, big, ck_ptr, ci_ptr, o_c, ok, AXIS: gl.constexpr, KCAND: gl.constexpr,
-                      INTKEYS: gl.constexpr = False, MASK_FIRST: gl.constexpr = False):
-        """KCAND rounds of successive maxima of ``key`` along AXIS (its token axis; ``tok`` the
-        tokens, ``big`` above all of them): round c stores the best key at ``ck_ptr + o_c + c`` and
-        its token (ties to the lower; 0 where the key is -inf) at ``ci_ptr + o_c + c`` where ``ok``,
-        then masks that token out. INTKEYS: over the keys' order-preserving int32 bits (a warp's
-        maximum one ``redux.sync``, see ``_sorted_heads_rounds``). MASK_FIRST: the mask written before
-        the round's stores (the same values; offline sm_90 at NB = 64, two blocks a program: 8 bytes
-        of spills instead of 24)."""
-        neg = float("-inf")
-        if INTKEYS:
-            key = _ordered_bits(key)
-            neg = _ORD_NEG_INF
-        for c in gl.static_range(KCAND):
-            best = gl.max(key, axis=AXIS)
-            loc = gl.min(gl.where(key == gl.expand_dims(best, AXIS), tok, big), axis=AXIS)
-            if MASK_FIRST:
-                key = gl.where(tok == gl.expand_dims(loc, AXIS), neg, key)
-            if INTKEYS:
-                kf = _float_of_ordered(best)
-            else:
-                kf = best
-            gl.store(ck_ptr + o_c + c, kf, mask=ok)
-            gl.store(ci_ptr + o_c + c, gl.where(kf == float("-inf"), 0, loc).to(gl.int64), mask=ok)
-            if not MASK_FIRST:
-                key = gl.where(tok == gl.expand_dims(loc, AXIS), neg, key)
+        out = block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
+        emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB, EMIT)
 
     # ---------------------------------------------------- warp-specialized (whole-row and per group)
     @gluon.jit
@@ -875,12 +599,12 @@ if _GLUON_IMPORT_ERROR is None:
                     for q in gl.static_range(1, PARTS):
                         tot += gl.load(first + q * (R * NB), cache_modifier=".cg")
                     gl.atomic_xchg(tick_ptr + base, 0, sem="relaxed")  # every part has arrived
-                    out = _block_logits(tot, sx, r_ptr, blk * R, N, R, mma, TABLE)
-                    _emit_candidates(out, blk * R, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND,
+                    out = block_logits(tot, sx, r_ptr, blk * R, N, R, mma, TABLE)
+                    emit_candidates(out, blk * R, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND,
                                      WRITE_LOGITS, 1, EMIT)
             else:
-                out = _block_logits(acc, sx, r_ptr, blk * R, N, R, mma, TABLE)
-                _emit_candidates(out, blk * R, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS,
+                out = block_logits(acc, sx, r_ptr, blk * R, N, R, mma, TABLE)
+                emit_candidates(out, blk * R, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS,
                                  1, EMIT)
         else:
             lap0 = 0  # ring laps before this block
@@ -904,8 +628,8 @@ if _GLUON_IMPORT_ERROR is None:
                             gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
                             mbarrier.arrive(empty.index(slot))
                 lap0 += NS // STAGES
-                out = _block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
-                _emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB,
+                out = block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
+                emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB,
                                  EMIT)
         if PDL and LATE:
             gdc_launch_dependents()
@@ -1171,14 +895,14 @@ MAXNREG_SPAN: dict = {8: 128, 16: 128, 32: 128, 64: 128}
 MAXNREG_WS_SPAN: dict = {8: 96, 16: 96, 32: 96, 64: 96}
 
 
-#: the candidate epilogue by sorted per-thread heads (``_sorted_heads_rounds``: one block a program
+#: the candidate epilogue by sorted per-thread heads (``gluon_emit._sorted_heads_rounds``: one block a program
 #: of 128 tokens) instead of max-and-mask over every element (offline sm_90: 15% fewer epilogue
 #: instructions). H200, 124160 x 5120, fast argmax (session 28 call a): INT2 76.6 -> 75.2 /
 #: 77.8 -> 76.6 / 84.8 -> 83.2 / 102.0 -> 99.7 us at M = 1 / 8 / 16 / 32, INT4 106.1 -> 105.1 /
 #: 108.6 -> 107.6; the coarse pass alone faster at every M measured (0.4-2.7 us), SmolLM2's head too
 EMIT_SORTED = True
 #: the candidate rounds of a one-block program over the keys' order-preserving int32 bits
-#: (``_sorted_heads_rounds`` / ``_max_and_mask`` INTKEYS): a round's maximum by one warp
+#: (``gluon_emit._sorted_heads_rounds`` / ``_max_and_mask`` INTKEYS): a round's maximum by one warp
 #: ``redux.sync`` (as its lowest token already is) instead of five shuffle-and-compare steps; the same
 #: picks. Offline sm_90, sorted heads: NB = 8 / 16 / 32 every SHFL and FMNMX of the rounds (40 / 80 /
 #: 160 each) become 8 / 16 / 32 more REDUX, 1352 -> 1320 / 1624 -> 1568 / 2168 -> 2040 instructions
@@ -1187,8 +911,8 @@ EMIT_SORTED = True
 #: 16 / 32, INT4 +2.0 / +2.2 / +3.0 / +2.8
 EMIT_INT_KEYS = True
 #: the max-and-mask rounds (programs of two blocks: NB = 64) write the round's mask before its
-#: stores (``_max_and_mask`` MASK_FIRST): the same values, 8 bytes of spills instead of 24 at NB = 64
-#: offline (sm_90). Off: fast argmax at M = 64 INT2 -0.8 us, INT4 +1.0 (session 33 call e, medians of
+#: stores (``gluon_emit._max_and_mask`` MASK_FIRST): the same values, 8 bytes of spills instead of
+#: 24 at NB = 64 offline (sm_90). Off: fast argmax at M = 64 INT2 -0.8 us, INT4 +1.0 (session 33 call e, medians of
 #: three rounds) -- within the noise either way
 EMIT_MASK_FIRST = False
 
@@ -1362,7 +1086,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     if table and (sz.dtype != torch.int32 or sz.shape != (2 * (ell // _STAGE_BYTES), -(-n // 4) * 4)):
         raise ValueError(f"coarse_wgmma's whole-row variant takes wgmma_table's int32 words "
                          f"[{2 * (ell // _STAGE_BYTES)}, {-(-n // 4) * 4}], got {sz.dtype} {tuple(sz.shape)}")
-    sz_bytes = _sz_bytes(n, bits, ell)
+    sz_bytes = wgmma_sz_bytes(n, bits, ell)
     if not table and (sz.dtype != torch.uint8 or sz.shape != (sz_bytes,)):
         raise ValueError(f"coarse_wgmma takes wgmma_sz's uint8 buffer of scales and zeros [{sz_bytes}], "
                          f"got {sz.dtype} {tuple(sz.shape)}")
