@@ -149,6 +149,26 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w, **reg)
 
 
+class Recorder:
+    """Stands in for a jitted kernel: ``kernel[grid](*args, **kwargs)`` appends ``(kernel, args,
+    kwargs)`` to ``seen`` instead of launching (for :func:`compile_launch`)."""
+
+    def __init__(self, fn, seen: list):
+        self.fn, self.seen = fn, seen
+
+    def __getitem__(self, grid):
+        return lambda *a, **kw: self.seen.append((self.fn, a, kw))
+
+
+def x_tile_shapes(x, ell, planes, nb, perm=False, wide=False, trigger=False, neg_sums=False):
+    """``x_int8.x_int8_tiles``' outputs as empty CPU tensors of their shapes (nothing is computed)."""
+    import torch
+
+    ns = ell // 64
+    xq = torch.empty((ns * 2 * nb, 32 * planes) if wide else (ns * planes * 2 * nb, 32), dtype=torch.int8)
+    return xq, torch.empty((ns * 4, nb), dtype=torch.int32), torch.empty(nb)
+
+
 def dispatch_launches(bits: int, m: int, n: int = 124160, k: int = 5120, sms: int = 132, table: bool | None = None,
                       **options) -> list:
     """The Gluon launches ``gluon_wgmma.coarse_wgmma`` makes for an INT``bits`` head of ``n`` x ``k``
@@ -171,24 +191,12 @@ def dispatch_launches(bits: int, m: int, n: int = 124160, k: int = 5120, sms: in
     else:
         sz, r = torch.empty(g.wgmma_sz_bytes(n, bits, ell), dtype=torch.uint8), None
 
-    def x_tiles(x, ell, planes, nb, perm=False, wide=False, trigger=False, neg_sums=False):  # x_int8_tiles' shapes
-        xq = torch.empty((ns * 2 * nb, 32 * planes) if wide else (ns * planes * 2 * nb, 32), dtype=torch.int8)
-        return xq, torch.empty((ns * 4, nb), dtype=torch.int32), torch.empty(nb)
-
     seen = []
-
-    class Recorder:
-        def __init__(self, fn):
-            self.fn = fn
-
-        def __getitem__(self, grid):
-            return lambda *a, **kw: seen.append((self.fn, a, kw))
-
     saved = (g._coarse_ws_kernel, g._coarse_wgmma_kernel, g.sm_count, x_int8.x_int8_tiles, g.interpret_mode)
-    g._coarse_ws_kernel, g._coarse_wgmma_kernel = Recorder(saved[0]), Recorder(saved[1])
+    g._coarse_ws_kernel, g._coarse_wgmma_kernel = Recorder(saved[0], seen), Recorder(saved[1], seen)
     g.sm_count = lambda device, interpret: sms
     g.interpret_mode = lambda: False  # as on the GPU: the PDL launch
-    x_int8.x_int8_tiles = x_tiles
+    x_int8.x_int8_tiles = x_tile_shapes
     try:
         g.coarse_wgmma(torch.empty((m, k), dtype=torch.bfloat16), packed, sz, n=n, bits=bits, block=128, kcand=8,
                        write_logits=False, table_r=r, **options)

@@ -7,7 +7,8 @@ subprocess -- ``TRITON_INTERPRET`` must be unset before Triton is imported, and 
 has it set -- and fails on a non-zero exit or a "FAILED" line. The coarse pass is compiled from
 the launches its dispatch actually makes (``coarse_wgmma_offline.py --dispatch``: every M band of
 INT2 and INT4 as shipped, the tuning overrides and the prepared switches); the other scripts
-compile their lists of configurations (the shipped ones among them). Timing and occupancy are the
+compile their lists of configurations (the shipped ones among them), and the INT2 ring probe
+(``probe_coarse_ring.py --compile-only``) its kernels, so a device session does not find it stale. Timing and occupancy are the
 H200 tier's business; here only that it compiles, with its tensor-core instructions."""
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # (script, arguments, an opcode each compiled configuration's report line must show, or None)
 CASES = [
     ("coarse_wgmma_offline.py", ["--dispatch"], "wgmma True"),
+    ("probe_coarse_ring.py", ["--compile-only", "--ms", "1,16"], "REG:"),  # the device probe of the INT2 ring
     ("fp4_wgmma_gemv_offline.py", [], None),
     ("fp8_wgmma_gemv_offline.py", [], None),
     ("gluon_fp8_offline.py", [], None),
@@ -41,12 +43,12 @@ def _ptxas_or_skip():
         pytest.skip("this Triton has no bundled ptxas to compile for sm_90 with")
 
 
-@pytest.mark.parametrize("script,args,marker", CASES, ids=[c[0].removesuffix("_offline.py") for c in CASES])
+@pytest.mark.parametrize("script,args,marker", CASES, ids=[c[0].removesuffix(".py").removesuffix("_offline") for c in CASES])
 def test_offline_sm90_compile(script, args, marker):
     """The script compiles every configuration it lists for sm_90: exit 0, no "FAILED" line, some
     output (a script that compiled nothing would pass silently otherwise)."""
     _ptxas_or_skip()
-    if script == "coarse_wgmma_offline.py":
+    if script in ("coarse_wgmma_offline.py", "probe_coarse_ring.py"):
         from lowbit.ops.coarse_head import gluon_wgmma as g
 
         if g._GLUON_IMPORT_ERROR is not None:
