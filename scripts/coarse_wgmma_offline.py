@@ -15,7 +15,8 @@ os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import compile_gluon_sm90, loop_report, ptxas_notes  # noqa: E402
+from sm90_offline import (compile_gluon_sm90, compile_recorded, loop_report, ptxas_notes,  # noqa: E402
+                          record_launches)
 
 
 def k_loop(lines):
@@ -149,17 +150,6 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
     return compile_gluon_sm90(g._coarse_wgmma_kernel, args, constexprs, {"M", "N", "NBLK", "NS"}, num_warps=w, **reg)
 
 
-class Recorder:
-    """Stands in for a jitted kernel: ``kernel[grid](*args, **kwargs)`` appends ``(kernel, args,
-    kwargs)`` to ``seen`` instead of launching (for :func:`compile_launch`)."""
-
-    def __init__(self, fn, seen: list):
-        self.fn, self.seen = fn, seen
-
-    def __getitem__(self, grid):
-        return lambda *a, **kw: self.seen.append((self.fn, a, kw))
-
-
 def x_tile_shapes(x, ell, planes, nb, perm=False, wide=False, trigger=False, neg_sums=False):
     """``x_int8.x_int8_tiles``' outputs as empty CPU tensors of their shapes (nothing is computed)."""
     import torch
@@ -191,62 +181,23 @@ def dispatch_launches(bits: int, m: int, n: int = 124160, k: int = 5120, sms: in
     else:
         sz, r = torch.empty(g.wgmma_sz_bytes(n, bits, ell), dtype=torch.uint8), None
 
-    seen = []
-    saved = (g._coarse_ws_kernel, g._coarse_wgmma_kernel, g.sm_count, x_int8.x_int8_tiles, g.interpret_mode)
-    g._coarse_ws_kernel, g._coarse_wgmma_kernel = Recorder(saved[0], seen), Recorder(saved[1], seen)
-    g.sm_count = lambda device, interpret: sms
-    g.interpret_mode = lambda: False  # as on the GPU: the PDL launch
-    x_int8.x_int8_tiles = x_tile_shapes
-    try:
-        g.coarse_wgmma(torch.empty((m, k), dtype=torch.bfloat16), packed, sz, n=n, bits=bits, block=128, kcand=8,
-                       write_logits=False, table_r=r, **options)
-    finally:
-        g._coarse_ws_kernel, g._coarse_wgmma_kernel, g.sm_count, x_int8.x_int8_tiles, g.interpret_mode = saved
-    return seen
-
-
-_LAUNCH_OPTIONS = ("num_warps", "maxnreg", "num_stages", "num_ctas")
-
-
-def compile_launch(fn, args: tuple, kwargs: dict):
-    """Compile a recorded launch (:func:`dispatch_launches`) for sm_90: its positional and keyword
-    arguments split into runtime arguments and constexprs the way the launch specializes them
-    (None and unset parameters as constexpr defaults), ``launch_pdl`` dropped (a launch attribute)."""
-    params = {q.name: q for q in fn.params}
-    run = dict(zip(fn.arg_names, args))
-    constexprs, opts = {}, {}
-    for name, v in kwargs.items():
-        if name in _LAUNCH_OPTIONS:
-            opts[name] = v
-        elif name != "launch_pdl":
-            (constexprs if params[name].is_constexpr else run)[name] = v
-    for q in fn.params:
-        if q.name not in run and q.name not in constexprs:
-            (constexprs if q.is_constexpr or q.default is None else run)[q.name] = q.default
-    for name in [a for a, v in run.items() if v is None]:
-        constexprs[name] = run.pop(name)
-    nospec = {q.name for q in fn.params if q.do_not_specialize}
-    return compile_gluon_sm90(fn, run, constexprs, nospec, num_warps=opts.pop("num_warps", 4), **opts)
+    return record_launches(
+        lambda: g.coarse_wgmma(torch.empty((m, k), dtype=torch.bfloat16), packed, sz, n=n, bits=bits, block=128,
+                               kcand=8, write_logits=False, table_r=r, **options),
+        [(g, "_coarse_ws_kernel"), (g, "_coarse_wgmma_kernel")],
+        [(g, "sm_count", lambda device, interpret: sms), (g, "interpret_mode", lambda: False),  # PDL as on the GPU
+         (x_int8, "x_int8_tiles", x_tile_shapes)])
 
 
 def check_dispatch(cases) -> int:
-    """Compile every Gluon launch of the dispatch for ``cases`` [(bits, M, options)] for sm_90 and
-    print one line each (registers, spills, ptxas's wgmma-serialization notes); the count of
-    launches that failed to compile."""
-    from sm90_offline import cuobjdump, resource_usage, root_cause
-
+    """Compile every Gluon launch of the dispatch for ``cases`` [(bits, M, options)] for sm_90, one
+    line each (registers, spills, ptxas's wgmma notes, the wgmmas in the cubin); the count of
+    launches that failed."""
     failed = 0
     for bits, m, opts in cases:
-        for fn, args, kwargs in dispatch_launches(bits, m, **opts):
-            label = f"INT{bits} M = {m} {opts or ''} {fn.fn.__name__} NB {kwargs.get('NB')}"
-            try:
-                kern = compile_launch(fn, args, kwargs)
-                wgmma = "IGMMA" in cuobjdump(kern, "-sass")
-                print(f"{label}: {resource_usage(kern)} wgmma {wgmma} {' '.join(ptxas_notes(kern))}", flush=True)
-                failed += not wgmma
-            except Exception as e:  # noqa: BLE001 - report every configuration
-                print(f"{label}: FAILED {root_cause(e)}", flush=True)
-                failed += 1
+        failed += compile_recorded(
+            dispatch_launches(bits, m, **opts),
+            lambda fn, kw: f"INT{bits} M = {m} {opts or ''} {fn.fn.__name__} NB {kw.get('NB')}", "IGMMA")
     return failed
 
 

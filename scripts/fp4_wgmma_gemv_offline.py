@@ -69,12 +69,47 @@ def compile_sm90(m, n, k, stages, split, w, pipe, e8m0, ldsm=True, x_first=False
     return compile_gluon_sm90(g._fp4_wgmma_gemv_kernel, args, constexprs, {"M", "n_stages"}, num_warps=w)
 
 
+#: (N, K) of the benchmark's decode GEMMs (``lowbit.bench``'s fp4_gemm shapes) for ``--dispatch``
+DISPATCH_SHAPES = ((2112, 7168), (24576, 1536), (7168, 16384), (4096, 7168), (7168, 2048))
+
+
+def check_dispatch(ms=(1, 8, 16, 32)) -> int:
+    """Compile, for sm_90 and without a GPU, the launches ``fp4_wgmma_gemv`` itself makes (its own
+    config pick, split-K by the arrival counter, PDL and trigger defaults) at these M on
+    ``DISPATCH_SHAPES``, with fp32 and with UE8M0 activation scales: the launcher runs on CPU
+    stand-ins (a 132-SM GPU) with its kernel recorded. One line each; the count of failures."""
+    import torch
+
+    from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as g
+    from sm90_offline import compile_recorded, record_launches
+
+    def counters(device, n_tiles, who):  # the split-K arrival counters (CPU-only torch has no capture query)
+        return torch.zeros(n_tiles, dtype=torch.int32)
+
+    failed = 0
+    for n, k in DISPATCH_SHAPES:
+        for m in ms:
+            for e8m0 in (False, True):
+                a = torch.empty((m, k), dtype=torch.float8_e4m3fn)
+                a_s = torch.empty((m, k // 128), dtype=torch.float8_e8m0fnu if e8m0 else torch.float32)
+                b, b_s = torch.empty((n, k // 2), dtype=torch.uint8), torch.empty((n, k // 32), dtype=torch.uint8)
+                seen = record_launches(lambda: g.fp4_wgmma_gemv(a, a_s, b, b_s), [(g, "_fp4_wgmma_gemv_kernel")],
+                                       [(g, "_sm_count", lambda device: 132), (g, "arrival_counters", counters)])
+                failed += compile_recorded(seen, lambda fn, kw: f"M{m} N{n} K{k} e8m0 {e8m0} split {kw['SPLIT']} "
+                                                                f"W {kw['W']} NB {kw['NB']}", "QGMMA")
+    return failed
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None)
     ap.add_argument("--pdl", action="store_true", help="compile every config as a programmatic dependent launch")
     ap.add_argument("--wide", action="store_true", help="the M = 32 (wgmma N = 32) configs instead")
+    ap.add_argument("--dispatch", action="store_true",
+                    help="compile what fp4_wgmma_gemv launches on the benchmark shapes instead; exit 1 on a failure")
     args = ap.parse_args()
+    if args.dispatch:
+        return 1 if check_dispatch() else 0
     for cfg in WIDE_CONFIGS if args.wide else CONFIGS:
         kern = compile_sm90(*cfg, **({"pdl": True} if args.pdl else {}))
         ldsm = cfg[8] if len(cfg) > 8 else True

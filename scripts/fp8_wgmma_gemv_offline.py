@@ -55,11 +55,46 @@ def compile_sm90(m, n, k, stages, split, w, as_e8m0, bs_e8m0, pipe, pdl=False):
     return compile_gluon_sm90(g._fp8_wgmma_gemv_kernel, args, constexprs, {"M", "KB"}, num_warps=w)
 
 
+#: (N, K) of the benchmark's decode GEMMs (``lowbit.bench``'s fp8_gemm shapes) for ``--dispatch``
+DISPATCH_SHAPES = ((2112, 7168), (24576, 1536), (7168, 16384), (4096, 7168), (7168, 2048))
+
+
+def check_dispatch(ms=(1, 8, 16, 32, 64)) -> int:
+    """Compile, for sm_90 and without a GPU, the launches ``fp8_wgmma_gemv`` itself makes (its own
+    config pick, PDL and trigger defaults) at these M on ``DISPATCH_SHAPES``, with fp32 and with
+    UE8M0 scales: the launcher runs on CPU stand-ins with its kernel recorded. One line each; the
+    count of failures."""
+    import torch
+
+    from lowbit.ops.fp8_gemm import gluon_wgmma_gemv as g
+    from sm90_offline import compile_recorded, record_launches
+
+    def counters(device, n_tiles, who):  # the split-K arrival counters (CPU-only torch has no capture query)
+        return torch.zeros(n_tiles, dtype=torch.int32)
+
+    failed = 0
+    for n, k in DISPATCH_SHAPES:
+        for m in ms:
+            for e8m0 in (False, True):
+                sdt = torch.float8_e8m0fnu if e8m0 else torch.float32
+                a, b = torch.empty((m, k), dtype=torch.float8_e4m3fn), torch.empty((n, k), dtype=torch.float8_e4m3fn)
+                a_s, b_s = torch.empty((m, k // 128), dtype=sdt), torch.empty((-(-n // 128), k // 128), dtype=sdt)
+                seen = record_launches(lambda: g.fp8_wgmma_gemv(a, a_s, b, b_s), [(g, "_fp8_wgmma_gemv_kernel")],
+                                       [(g, "arrival_counters", counters)])
+                failed += compile_recorded(seen, lambda fn, kw: f"M{m} N{n} K{k} e8m0 {e8m0} split {kw['SPLIT']} "
+                                                                f"W {kw['W']} NB {kw['NB']}", "QGMMA")
+    return failed
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", default=None)
     ap.add_argument("--pdl", action="store_true", help="compile every config as a programmatic dependent launch")
+    ap.add_argument("--dispatch", action="store_true",
+                    help="compile what fp8_wgmma_gemv launches on the benchmark shapes instead; exit 1 on a failure")
     args = ap.parse_args()
+    if args.dispatch:
+        return 1 if check_dispatch() else 0
     for cfg in CONFIGS:
         kern = compile_sm90(*cfg, pdl=args.pdl)
         loop_report(kern, f"M{cfg[0]} N{cfg[1]} K{cfg[2]} stages {cfg[3]} split {cfg[4]} W {cfg[5]} pipe {cfg[8]}",

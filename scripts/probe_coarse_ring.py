@@ -327,39 +327,29 @@ def compile_only(ms, feeds, modes, n: int = 124160, k: int = 5120) -> int:
     import torch
 
     import lowbit.ops._gluon_resident as resident
-    from coarse_wgmma_offline import Recorder, compile_launch, x_tile_shapes
+    from coarse_wgmma_offline import x_tile_shapes
     from lowbit.ops.coarse_head import x_int8
-    from sm90_offline import resource_usage, root_cause
+    from sm90_offline import compile_recorded, record_launches
 
-    global _feed_kernel, _probe_kernel
     ell = k // 4
     packed = torch.empty((n, ell), dtype=torch.uint8)
     words = torch.empty((2 * (ell // 64), n), dtype=torch.int32)
-    seen = []
-    saved = (_feed_kernel, _probe_kernel, x_int8.x_int8_tiles, resident.resident_ctas, torch.cuda.get_device_properties)
-    _feed_kernel, _probe_kernel = Recorder(saved[0], seen), Recorder(saved[1], seen)
-    x_int8.x_int8_tiles = x_tile_shapes
-    resident.resident_ctas = lambda *a, **kw: 0
-    torch.cuda.get_device_properties = lambda device: types.SimpleNamespace(multi_processor_count=132)
-    try:
+
+    def run():
         for m in ms:
             x = torch.empty((m, k), dtype=torch.bfloat16)
             for feed in feeds:
                 feed_launcher(x, packed, words, n=n, feed=feed)[0]()
             for mode in modes:
                 launcher(x, packed, words, torch.empty(n), n=n, mode=mode, stages=4, kcand=8)[0]()
-    finally:
-        _feed_kernel, _probe_kernel, x_int8.x_int8_tiles, resident.resident_ctas, \
-            torch.cuda.get_device_properties = saved
-    failed = 0
-    for fn, args, kwargs in seen:
-        label = f"{fn.fn.__name__} NB {kwargs['NB']} FEED {kwargs.get('FEED')} MODE {kwargs.get('MODE')}"
-        try:
-            print(f"{label}: {resource_usage(compile_launch(fn, args, kwargs))}", flush=True)
-        except Exception as e:  # noqa: BLE001 - report every kernel
-            print(f"{label}: FAILED {root_cause(e)}", flush=True)
-            failed += 1
-    return failed
+
+    this = sys.modules[__name__]
+    seen = record_launches(run, [(this, "_feed_kernel"), (this, "_probe_kernel")],
+                           [(x_int8, "x_int8_tiles", x_tile_shapes), (resident, "resident_ctas", lambda *a, **kw: 0),
+                            (torch.cuda, "get_device_properties",
+                             lambda device: types.SimpleNamespace(multi_processor_count=132))])
+    return compile_recorded(seen, lambda fn, kw: f"{fn.fn.__name__} NB {kw['NB']} FEED {kw.get('FEED')} "
+                                                 f"MODE {kw.get('MODE')}")
 
 
 def main() -> int:
@@ -374,7 +364,8 @@ def main() -> int:
                     + ", ".join(FEEDS))
     ap.add_argument("--json", default=None)
     ap.add_argument("--compile-only", action="store_true",
-                    help="compile the kernels for sm_90 without a GPU (all FEEDS and MODES at --ms); exit 1 on a failure")
+                    help="compile the kernels for sm_90 without a GPU (all FEEDS and MODES at --ms); "
+                         "exit 1 on a failure")
     args = ap.parse_args()
     if args.compile_only:
         return 1 if compile_only([int(v) for v in args.ms.split(",")], list(FEEDS), list(MODES)) else 0

@@ -55,6 +55,84 @@ def compile_gluon_sm90(fn, args: dict, constexprs: dict, no_specialize=(), num_w
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, **options})
 
 
+class Recorder:
+    """Stands in for a jitted kernel: ``kernel[grid](*args, **kwargs)`` appends ``(kernel, args,
+    kwargs)`` to ``seen`` instead of launching -- so a library launcher run on CPU stand-ins tells
+    which kernels, with which arguments and constexprs, it would launch (:func:`compile_launch`)."""
+
+    def __init__(self, fn, seen: list):
+        self.fn, self.seen = fn, seen
+
+    def __getitem__(self, grid):
+        return lambda *a, **kw: self.seen.append((self.fn, a, kw))
+
+
+def record_launches(call, kernels: list[tuple[object, str]], patches: list[tuple[object, str, object]] = ()) -> list:
+    """Run ``call()`` with each ``(module, name)`` kernel of ``kernels`` replaced by a
+    :class:`Recorder` and the ``(module, name, value)`` of ``patches`` set (e.g. an SM count, a
+    preparation kernel's outputs), everything restored after; the recorded launches."""
+    seen = []
+    saved = [(mod, name, getattr(mod, name)) for mod, name in kernels] + [(mod, name, getattr(mod, name))
+                                                                          for mod, name, _ in patches]
+    try:
+        for mod, name in kernels:
+            setattr(mod, name, Recorder(getattr(mod, name), seen))
+        for mod, name, value in patches:
+            setattr(mod, name, value)
+        call()
+    finally:
+        for mod, name, value in reversed(saved):
+            setattr(mod, name, value)
+    return seen
+
+
+_LAUNCH_OPTIONS = ("num_warps", "maxnreg", "num_stages", "num_ctas")
+
+
+def compile_launch(fn, args: tuple, kwargs: dict):
+    """Compile a recorded launch (:class:`Recorder`) of the @gluon.jit ``fn`` for sm_90: its
+    positional and keyword arguments split into runtime arguments and constexprs the way the launch
+    specializes them (None and unset parameters as constexpr defaults), ``launch_pdl`` dropped (a
+    launch attribute, not a compile option)."""
+    params = {q.name: q for q in fn.params}
+    run, constexprs, opts = {}, {}, {}
+    for name, v in zip(fn.arg_names, args):  # a constexpr may be passed by position too
+        (constexprs if params[name].is_constexpr else run)[name] = v
+    for name, v in kwargs.items():
+        if name in _LAUNCH_OPTIONS:
+            opts[name] = v
+        elif name != "launch_pdl":
+            (constexprs if params[name].is_constexpr else run)[name] = v
+    for q in fn.params:
+        if q.name not in run and q.name not in constexprs:
+            (constexprs if q.is_constexpr or q.default is None else run)[q.name] = q.default
+    for name in [a for a, v in run.items() if v is None]:
+        constexprs[name] = run.pop(name)
+    nospec = {q.name for q in fn.params if q.do_not_specialize}
+    return compile_gluon_sm90(fn, run, constexprs, nospec, num_warps=opts.pop("num_warps", 4), **opts)
+
+
+def compile_recorded(launches: list, label, needs: str | None = None) -> int:
+    """Compile each recorded launch (:func:`record_launches`) and print one line: ``label(kernel,
+    kwargs)``, registers / spills, ptxas's wgmma notes and, with ``needs`` (a SASS opcode such as
+    "IGMMA"), whether the cubin has it. Returns how many failed to compile or lack ``needs``."""
+    failed = 0
+    for fn, args, kwargs in launches:
+        name = label(fn, kwargs)
+        try:
+            kern = compile_launch(fn, args, kwargs)
+        except Exception as e:  # noqa: BLE001 - report every launch
+            print(f"{name}: FAILED {root_cause(e)}", flush=True)
+            failed += 1
+            continue
+        has = needs is None or needs in cuobjdump(kern, "-sass")
+        notes = " ".join(ptxas_notes(kern))
+        print(f"{name}: {resource_usage(kern)}" + (f" {needs} {'yes' if has else 'MISSING'}" if needs else "")
+              + (f" {notes}" if notes else ""), flush=True)
+        failed += not has
+    return failed
+
+
 def cuobjdump(kernel, *args: str) -> str:
     """Output of Triton's bundled ``cuobjdump ARGS`` on the kernel's cubin ("" if it is missing)."""
     import triton

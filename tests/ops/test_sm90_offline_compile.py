@@ -6,10 +6,12 @@ Each case runs one of the repository's offline compile scripts (``scripts/*_offl
 subprocess -- ``TRITON_INTERPRET`` must be unset before Triton is imported, and the test session
 has it set -- and fails on a non-zero exit or a "FAILED" line. The coarse pass is compiled from
 the launches its dispatch actually makes (``coarse_wgmma_offline.py --dispatch``: every M band of
-INT2 and INT4 as shipped, the tuning overrides and the prepared switches); the other scripts
-compile their lists of configurations (the shipped ones among them), and the INT2 ring probe
-(``probe_coarse_ring.py --compile-only``) its kernels, so a device session does not find it stale. Timing and occupancy are the
-H200 tier's business; here only that it compiles, with its tensor-core instructions."""
+INT2 and INT4 as shipped, the tuning overrides and the prepared switches), the FP4 / FP8 decode
+GEMVs from their launchers on the benchmark shapes (``--dispatch``: their own config picks, split-K
+included); the scripts compile their lists of configurations too, and the INT2 ring probe
+(``probe_coarse_ring.py --compile-only``) its kernels, so a device session does not find it
+stale. Timing and occupancy are the H200 tier's business; here only that it compiles, with its
+tensor-core instructions."""
 from __future__ import annotations
 
 import os
@@ -23,10 +25,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # (script, arguments, an opcode each compiled configuration's report line must show, or None)
 CASES = [
-    ("coarse_wgmma_offline.py", ["--dispatch"], "wgmma True"),
+    ("coarse_wgmma_offline.py", ["--dispatch"], "IGMMA yes"),
     ("probe_coarse_ring.py", ["--compile-only", "--ms", "1,16"], "REG:"),  # the device probe of the INT2 ring
     ("fp4_wgmma_gemv_offline.py", [], None),
+    ("fp4_wgmma_gemv_offline.py", ["--dispatch"], "QGMMA yes"),  # what its launcher picks, split-K included
     ("fp8_wgmma_gemv_offline.py", [], None),
+    ("fp8_wgmma_gemv_offline.py", ["--dispatch"], "QGMMA yes"),
     ("gluon_fp8_offline.py", [], None),
     ("coarse_mma_offline.py", [], "HMMA"),
     ("certified_offline.py", [], None),
@@ -43,7 +47,12 @@ def _ptxas_or_skip():
         pytest.skip("this Triton has no bundled ptxas to compile for sm_90 with")
 
 
-@pytest.mark.parametrize("script,args,marker", CASES, ids=[c[0].removesuffix(".py").removesuffix("_offline") for c in CASES])
+def _case_id(case) -> str:
+    script, args, _ = case
+    return script.removesuffix(".py").removesuffix("_offline") + ("_dispatch" if "--dispatch" in args else "")
+
+
+@pytest.mark.parametrize("script,args,marker", CASES, ids=[_case_id(c) for c in CASES])
 def test_offline_sm90_compile(script, args, marker):
     """The script compiles every configuration it lists for sm_90: exit 0, no "FAILED" line, some
     output (a script that compiled nothing would pass silently otherwise)."""
@@ -60,8 +69,8 @@ def test_offline_sm90_compile(script, args, marker):
     assert run.returncode == 0, out
     assert "FAILED" not in run.stdout, out
     assert len(run.stdout.strip().splitlines()) >= 3, out
-    if script == "coarse_wgmma_offline.py":  # one line a launch, each with its wgmmas
-        lines = [ln for ln in run.stdout.splitlines() if ln.startswith("INT")]
+    if "--dispatch" in args:  # one line a recorded launch, each with its tensor-core instructions
+        lines = [ln for ln in run.stdout.splitlines() if "REG:" in ln]
         assert len(lines) >= 20 and all(marker in ln for ln in lines), out
     elif marker:
         assert marker in run.stdout, out
