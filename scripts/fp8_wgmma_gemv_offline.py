@@ -55,35 +55,23 @@ def compile_sm90(m, n, k, stages, split, w, as_e8m0, bs_e8m0, pipe, pdl=False):
     return compile_gluon_sm90(g._fp8_wgmma_gemv_kernel, args, constexprs, {"M", "KB"}, num_warps=w)
 
 
-#: (N, K) of the benchmark's decode GEMMs (``lowbit.bench``'s fp8_gemm shapes) for ``--dispatch``
-DISPATCH_SHAPES = ((2112, 7168), (24576, 1536), (7168, 16384), (4096, 7168), (7168, 2048))
-
-
 def check_dispatch(ms=(1, 8, 16, 32, 64)) -> int:
     """Compile, for sm_90 and without a GPU, the launches ``fp8_wgmma_gemv`` itself makes (its own
-    config pick, PDL and trigger defaults) at these M on ``DISPATCH_SHAPES``, with fp32 and with
-    UE8M0 scales: the launcher runs on CPU stand-ins with its kernel recorded. One line each; the
-    count of failures."""
+    config pick, PDL and trigger defaults) at these M on the benchmark's decode shapes, with fp32
+    and with UE8M0 scales (``sm90_offline.decode_gemv_launches``). One line each; the count of
+    failures."""
     import torch
 
     from lowbit.ops.fp8_gemm import gluon_wgmma_gemv as g
-    from sm90_offline import compile_recorded, record_launches
+    from sm90_offline import compile_recorded, decode_gemv_launches
 
-    def counters(device, n_tiles, who):  # the split-K arrival counters (CPU-only torch has no capture query)
-        return torch.zeros(n_tiles, dtype=torch.int32)
+    def operands(m, n, k, e8m0):
+        sdt = torch.float8_e8m0fnu if e8m0 else torch.float32
+        return (torch.empty((m, k), dtype=torch.float8_e4m3fn), torch.empty((m, k // 128), dtype=sdt),
+                torch.empty((n, k), dtype=torch.float8_e4m3fn), torch.empty((-(-n // 128), k // 128), dtype=sdt))
 
-    failed = 0
-    for n, k in DISPATCH_SHAPES:
-        for m in ms:
-            for e8m0 in (False, True):
-                sdt = torch.float8_e8m0fnu if e8m0 else torch.float32
-                a, b = torch.empty((m, k), dtype=torch.float8_e4m3fn), torch.empty((n, k), dtype=torch.float8_e4m3fn)
-                a_s, b_s = torch.empty((m, k // 128), dtype=sdt), torch.empty((-(-n // 128), k // 128), dtype=sdt)
-                seen = record_launches(lambda: g.fp8_wgmma_gemv(a, a_s, b, b_s), [(g, "_fp8_wgmma_gemv_kernel")],
-                                       [(g, "arrival_counters", counters)])
-                failed += compile_recorded(seen, lambda fn, kw: f"M{m} N{n} K{k} e8m0 {e8m0} split {kw['SPLIT']} "
-                                                                f"W {kw['W']} NB {kw['NB']}", "QGMMA")
-    return failed
+    return sum(compile_recorded(seen, lambda fn, kw: f"{case} split {kw['SPLIT']} W {kw['W']} NB {kw['NB']}", "QGMMA")
+               for case, seen in decode_gemv_launches(g.fp8_wgmma_gemv, "_fp8_wgmma_gemv_kernel", operands, ms))
 
 
 def main() -> int:
