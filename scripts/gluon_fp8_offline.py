@@ -211,11 +211,46 @@ def ptxas_notes(kernel) -> list[str]:
     return [ln.strip() for ln in (r.stdout + r.stderr).splitlines() if re.search(r"\(C7\d+\)", ln)]
 
 
+def check_dispatch(ms=(17, 32, 40, 64, 512, 4096)) -> int:
+    """Compile, for sm_90 and without a GPU, the Gluon launches ``fp8_gemm``'s own dispatch makes at
+    these M on the benchmark's decode shapes, fp32 and UE8M0 scales, on a 132-SM sm_90: the decode
+    band's 64 x 64 PDL kernel where its tile count fits, the warp-specialized prefill kernel from
+    M = 512 (``gluon_config``). The other paths (the GEMVs, the Triton kernels) are replaced by no-ops
+    here -- the GEMVs have their own ``--dispatch`` -- and the eligibility by device is taken as
+    given. One line each; the count of failures."""
+    import torch
+
+    from lowbit.ops.fp8_gemm import gluon as gmod
+    from lowbit.ops.fp8_gemm import triton as tmod
+    from sm90_offline import DECODE_SHAPES, compile_recorded, record_launches
+
+    kernels = [(gmod, "_fp8_gemm_gluon_kernel"), (gmod, "_fp8_gemm_gluon_ws_kernel")]
+    patches = [(tmod, "_props", lambda device: (132, 9)), (tmod, "_gluon_eligible", lambda a, b: True),
+               (tmod._wgmma, "fp8_wgmma_gemv_ok", lambda a, b: False), (tmod._mma, "mma_gemv_ok", lambda *a: False),
+               (tmod, "launch_gemm", lambda *a, **kw: None), (gmod, "_sm_count", lambda device: 132)]
+    failed = 0
+    for n, k in DECODE_SHAPES:
+        for m in ms:
+            for e8m0 in (False, True):
+                sdt = torch.float8_e8m0fnu if e8m0 else torch.float32
+                ops = (torch.empty((m, k), dtype=torch.float8_e4m3fn), torch.empty((m, k // 128), dtype=sdt),
+                       torch.empty((n, k), dtype=torch.float8_e4m3fn), torch.empty((-(-n // 128), k // 128), dtype=sdt))
+                seen = record_launches(lambda: tmod.fp8_gemm(*ops), kernels, patches)
+                failed += compile_recorded(
+                    seen, lambda fn, kw: f"M{m} N{n} K{k} e8m0 {e8m0} {fn.fn.__name__} stages {kw['NUM_STAGES']} "
+                                         f"warps {kw['num_warps']}", "QGMMA")
+    return failed
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dump", default=None, help="write each config's ttgir / ptx / sass to this folder")
     ap.add_argument("--verbose", action="store_true", help="also print the loop's full opcode sequence")
+    ap.add_argument("--dispatch", action="store_true",
+                    help="compile what fp8_gemm's dispatch launches on the Gluon kernels instead; exit 1 on a failure")
     args = ap.parse_args()
+    if args.dispatch:
+        return 1 if check_dispatch() else 0
     failed = False
     for name, cfg in CONFIGS:
         t = time.monotonic()

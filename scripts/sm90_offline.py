@@ -128,6 +128,8 @@ def compile_launch(fn, args: tuple, kwargs: dict):
     for name, v in kwargs.items():
         if name in _LAUNCH_OPTIONS:
             opts[name] = v
+            if name in params:  # a kernel may take ``num_warps`` as a constexpr too
+                constexprs[name] = v
         elif name != "launch_pdl":
             (constexprs if params[name].is_constexpr else run)[name] = v
     for q in fn.params:

@@ -7,8 +7,8 @@ subprocess -- ``TRITON_INTERPRET`` must be unset before Triton is imported, and 
 has it set -- and fails on a non-zero exit or a "FAILED" line. The coarse pass is compiled from
 the launches its dispatch actually makes (``coarse_wgmma_offline.py --dispatch``: every M band of
 INT2 and INT4 as shipped, the tuning overrides and the prepared switches), the FP4 / FP8 decode
-GEMVs from their launchers on the benchmark shapes (``--dispatch``: their own config picks, split-K
-included); the scripts compile their lists of configurations too, and the INT2 ring probe
+GEMVs from their launchers and the FP8 prefill / decode-band kernels from ``fp8_gemm``'s dispatch on
+the benchmark shapes (``--dispatch``: their own config picks, split-K included); the scripts compile their lists of configurations too, and the INT2 ring probe
 (``probe_coarse_ring.py --compile-only``) its kernels, so a device session does not find it
 stale. Timing and occupancy are the H200 tier's business; here only that it compiles, with its
 tensor-core instructions."""
@@ -32,6 +32,7 @@ CASES = [
     ("fp8_wgmma_gemv_offline.py", [], None),
     ("fp8_wgmma_gemv_offline.py", ["--dispatch"], "QGMMA yes"),
     ("gluon_fp8_offline.py", [], None),
+    ("gluon_fp8_offline.py", ["--dispatch"], "QGMMA yes"),  # fp8_gemm's own choice: decode band and prefill
     ("coarse_mma_offline.py", [], "HMMA"),
     ("certified_offline.py", [], None),
     ("mma_gemv_offline.py", [], None),
