@@ -168,12 +168,13 @@ def dispatch_launches(bits: int, m: int, n: int = 124160, k: int = 5120, sms: in
     ``options``: ``coarse_wgmma``'s keyword overrides (``early``, ``x_rows_box``, ``chunks``, ...)."""
     import torch
 
+    from lowbit.formats import INTx
     from lowbit.ops.coarse_head import gluon_wgmma as g
     from lowbit.ops.coarse_head import x_int8
 
     table = bits in g.TABLE_BITS if table is None else table
     p = 8 // bits
-    ell = k // p
+    ell = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=64).packed.shape[1]  # the plane as packed (padded)
     ns = ell // 64
     packed = torch.empty((n, ell), dtype=torch.uint8)
     if table:
@@ -207,7 +208,10 @@ DISPATCH_CASES = tuple((b, m, {}) for b in (2, 4) for m in (1, 8, 16, 32, 64)) +
     (2, 1, {"early": True, "x_rows_box": True}), (4, 1, {"early": True, "x_rows_box": True, "neg_xsum": True}),
     (4, 16, {"neg_xsum": True}), (4, 8, {"chunks": 2}), (4, 8, {"chunks": 2, "ws": False}),
     (2, 8, {"chunks": 2}), (2, 16, {"persist": True}), (4, 8, {"persist": True, "resident": True}),
-    (4, 1, {"ws": False}), (2, 4, {"table": False}))
+    (4, 1, {"ws": False}), (2, 4, {"table": False})) + tuple(
+    (b, m, {"n": n, "k": k}) for n, k in ((49152, 576), (128256, 4096)) for b in (2, 4) for m in (1, 16, 64))
+# (the benchmark's other heads: SmolLM2's 49152 x 576 -- 3 stages a plane (INT2), so no three CTAs
+# an SM and no spanning programs -- and 128256 x 4096)
 
 
 def main() -> int:
