@@ -13,7 +13,7 @@ timeout 200 python3 -m pytest -m cuda -q -p no:cacheprovider -n 14 --tb=short te
   -k "launch_options or split_tail or negated" > "$OUT/pytest_early.log" 2>&1; echo "rc=$?"
 tail -3 "$OUT/pytest_early.log"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_early.log" | head -20
 grep -m1 -B2 -A30 "^____" "$OUT/pytest_early.log" | head -50
-timeout 230 python3 scripts/bench_coarse_wgmma.py --bits 2,4 --ms 1,4,8,16 --no-previous --rounds 3 \
+timeout 230 python3 scripts/bench_coarse_wgmma.py --bits 2,4 --ms 1,8,16 --no-previous --rounds 3 \
   --paths "default,early ring,x rows box" --json "$OUT/head_early.json" > "$OUT/head_early.log" 2>&1
 echo "bench rc=$?"; python3 scripts/compare_head_paths.py "$OUT/head_early.log"
 timeout 110 python3 scripts/bench_coarse_wgmma.py --bits 4 --ms 1,8,16,32 --no-previous --rounds 3 \
