@@ -33,14 +33,15 @@ def compile_sm90(fn, signature: dict, constexprs: dict, divisible=(), num_warps:
 
 
 def compile_gluon_sm90(fn, args: dict, constexprs: dict, no_specialize=(), num_warps: int = 4, **options):
-    """``triton.compile`` of the @gluon.jit ``fn`` for sm_90, its signature derived from example
-    arguments the way a launch would (``args``: name -> tensor / TensorDescriptor / int, in any
-    order; ``no_specialize``: the names the kernel declares ``do_not_specialize``)."""
+    """``triton.compile`` of the @gluon.jit (or @triton.jit) ``fn`` for sm_90, its signature derived
+    from example arguments the way a launch would (``args``: name -> tensor / TensorDescriptor /
+    int, in any order; ``no_specialize``: the names the kernel declares ``do_not_specialize``)."""
     os.environ.pop("TRITON_INTERPRET", None)
     import triton
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend, GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
     signature, attrs = {}, {}
     for name, v in args.items():
@@ -51,7 +52,7 @@ def compile_gluon_sm90(fn, args: dict, constexprs: dict, no_specialize=(), num_w
     for name in constexprs:
         signature[name] = "constexpr"
     signature = {p: signature[p] for p in fn.arg_names}
-    src = GluonASTSource(fn, signature, constexprs, attrs)
+    src = (GluonASTSource if isinstance(fn, GluonJITFunction) else ASTSource)(fn, signature, constexprs, attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, **options})
 
 
@@ -113,11 +114,11 @@ def decode_gemv_launches(gemv, kernel: str, make_operands, ms, patches=()) -> li
     return out
 
 
-_LAUNCH_OPTIONS = ("num_warps", "maxnreg", "num_stages", "num_ctas")
+_LAUNCH_OPTIONS = ("num_warps", "maxnreg", "num_stages", "num_ctas", "ptx_options")
 
 
 def compile_launch(fn, args: tuple, kwargs: dict):
-    """Compile a recorded launch (:class:`Recorder`) of the @gluon.jit ``fn`` for sm_90: its
+    """Compile a recorded launch (:class:`Recorder`) of the @gluon.jit / @triton.jit ``fn`` for sm_90: its
     positional and keyword arguments split into runtime arguments and constexprs the way the launch
     specializes them (None and unset parameters as constexpr defaults), ``launch_pdl`` dropped (a
     launch attribute, not a compile option)."""
