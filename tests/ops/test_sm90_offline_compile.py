@@ -10,7 +10,8 @@ INT2 and INT4 as shipped, the tuning overrides and the prepared switches), the F
 GEMVs from their launchers and the FP8 prefill / decode-band kernels from ``fp8_gemm``'s dispatch on
 the benchmark shapes (``--dispatch``: their own config picks, split-K included), the fast mode's
 Triton kernels around the coarse pass as their launchers launch them (``fast_tail_offline.py``:
-x preparation, selection, rerank, each as a programmatic dependent launch); the scripts compile their lists of configurations too, and the INT2 ring probe
+x preparation, selection, rerank, each as a programmatic dependent launch), the tuning scripts'
+candidate sets (``tune_gemm.py``, ``tune_act_quant.py``, ``tune_sparse_decode.py --compile-only``); the scripts compile their lists of configurations too, and the INT2 ring probe
 (``probe_coarse_ring.py --compile-only``) its kernels, so a device session does not find it
 stale. Timing and occupancy are the H200 tier's business; here only that it compiles, with its
 tensor-core instructions."""
@@ -41,6 +42,11 @@ CASES = [
     ("gathered_mma_offline.py", [], None),
     ("fp4_expand_offline.py", [], None),
     ("fast_tail_offline.py", [], "ACQBULK yes"),  # the fast path's x preparation, selection, rerank (PDL)
+    # the tuning scripts' candidate sets (the shipped configurations among them); tune_sinkhorn.py
+    # --compile-only is left out: 3.5 minutes on 2 cores for one small kernel
+    ("tune_gemm.py", ["--compile-only"], None),
+    ("tune_act_quant.py", ["--compile-only"], None),
+    ("tune_sparse_decode.py", ["--compile-only"], None),
 ]
 
 
@@ -54,6 +60,11 @@ def _ptxas_or_skip():
 def _case_id(case) -> str:
     script, args, _ = case
     return script.removesuffix(".py").removesuffix("_offline") + ("_dispatch" if "--dispatch" in args else "")
+
+
+def test_cases_name_existing_scripts():
+    """Every case's script exists (a renamed script would otherwise fail only as a subprocess)."""
+    assert all((ROOT / "scripts" / script).exists() for script, _, _ in CASES)
 
 
 @pytest.mark.parametrize("script,args,marker", CASES, ids=[_case_id(c) for c in CASES])
