@@ -173,7 +173,6 @@ def dispatch_launches(bits: int, m: int, n: int = 124160, k: int = 5120, sms: in
     from lowbit.ops.coarse_head import x_int8
 
     table = bits in g.TABLE_BITS if table is None else table
-    p = 8 // bits
     ell = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=64).packed.shape[1]  # the plane as packed (padded)
     ns = ell // 64
     packed = torch.empty((n, ell), dtype=torch.uint8)

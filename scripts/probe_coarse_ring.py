@@ -39,14 +39,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
-    fence_async_shared,
     mbarrier,
     tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
 
-from lowbit.ops._gluon_wgmma import acc_layout  # noqa: E402
+from lowbit.ops._gluon_wgmma import acc_layout, invalidate_ring_barriers, ring_barriers  # noqa: E402
 from lowbit.ops.coarse_head.gluon_emit import emit_candidates  # noqa: E402
 from lowbit.ops.coarse_head.gluon_wgmma import (  # noqa: E402
     _codes_layout,
@@ -145,21 +144,14 @@ def _probe_kernel(w_desc, sz_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_pt
         x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * P, 2 * NB, 32], x_desc.layout)
         xt_bufs = x_bufs._reinterpret(gl.int8, [STAGES * P * 2, NB, 32], xt_sl)
     xs_bufs = gl.allocate_shared_memory(gl.int32, [1, 4, NB], xs_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-    fence_async_shared()
+    ready, empty, side = ring_barriers(STAGES)  # side: unused here
     gl.warp_specialize([
         (_probe_consumer, (w_bufs, code_rows, xt_bufs, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK,
                            NS, NB, P, STAGES, KCAND, W, MODE, XW)),
         (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
                               NS, GRID, STAGES, P, NB, R, XW)),
     ], [1], [PRODUCER_REGS])
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
-        mbarrier.invalidate(empty.index(i))
+    invalidate_ring_barriers(ready, empty, side, STAGES)
 
 
 @gluon.jit
@@ -192,7 +184,6 @@ def _feed_producer(w_desc, sz_desc, szb_desc, szr_desc, x_desc, w_bufs, sz_bufs,
     row0 = gl.program_id(0) * R
     if FEED & 4:  # the block's 2 NS rows of group codes as two power-of-two boxes (NSB + the rest)
         NSB: gl.constexpr = szb_desc.block_type.shape[0]
-        NSR: gl.constexpr = szr_desc.block_type.shape[0]
         mbarrier.expect(wbar.index(0), szb_desc.block_type.nbytes + szr_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(szb_desc, [0, row0], wbar.index(0), szb_buf)
         tma.async_copy_global_to_shared(szr_desc, [NSB, row0], wbar.index(0), szr_buf)
@@ -224,23 +215,13 @@ def _feed_kernel(w_desc, sz_desc, szb_desc, szr_desc, x_desc, sx_ptr, ck_ptr, ci
     szb_buf = gl.allocate_shared_memory(gl.int32, szb_desc.block_type.shape, szb_desc.layout)
     szr_buf = gl.allocate_shared_memory(gl.int32, szr_desc.block_type.shape, szr_desc.layout)
     x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * 2, NB, 128], x_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    wbar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-    mbarrier.init(wbar.index(0), count=1)
-    fence_async_shared()
+    ready, empty, wbar = ring_barriers(STAGES)  # wbar: the block's words in one load
     gl.warp_specialize([
         (_feed_consumer, (ready, empty, wbar, sx_ptr, ck_ptr, ci_ptr, M, N, NBLK, NS, NB, STAGES, KCAND, W, FEED)),
         (_feed_producer, (w_desc, sz_desc, szb_desc, szr_desc, x_desc, w_bufs, sz_bufs, szb_buf, szr_buf, x_bufs,
                           ready, empty, wbar, NS, STAGES, NB, R, FEED)),
     ], [1], [PRODUCER_REGS])
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
-        mbarrier.invalidate(empty.index(i))
-    mbarrier.invalidate(wbar.index(0))
+    invalidate_ring_barriers(ready, empty, wbar, STAGES)
 
 
 def _ring_inputs(x, packed, n: int, kcand: int, block: int, wide: bool):

@@ -27,7 +27,9 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma  # noqa: E402
+
+from lowbit.ops._gluon_wgmma import invalidate_ring_barriers, ring_barriers  # noqa: E402
 
 
 @gluon.jit
@@ -75,20 +77,13 @@ def _stream_kernel(w_desc, sz_desc, x_desc, out_ptr, NBLK, NS, GRID, NB: gl.cons
     w_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 64 * CH], w_desc.layout)
     sz_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, R, 4 * CH], sz_desc.layout)
     x_bufs = gl.allocate_shared_memory(gl.int8, [STAGES * CH * P, 2 * NB, 32], x_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-    fence_async_shared()
+    ready, empty, side = ring_barriers(STAGES)  # side: unused here
     gl.warp_specialize([
         (_stream_consumer, (ready, empty, out_ptr, NBLK, NS, GRID, STAGES)),
         (_stream_producer, (w_desc, sz_desc, x_desc, w_bufs, sz_bufs, x_bufs, ready, empty, NBLK, NS, GRID, STAGES, P,
                             NB, R, CH, WORDS, XT)),
     ], [1], [PRODUCER_REGS])
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
-        mbarrier.invalidate(empty.index(i))
+    invalidate_ring_barriers(ready, empty, side, STAGES)
 
 
 @triton.jit

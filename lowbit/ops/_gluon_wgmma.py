@@ -1,7 +1,8 @@
 """Gluon pieces shared by the wgmma kernels (``fp4_gemm/gluon_wgmma_gemv.py``,
 ``fp8_gemm/gluon_wgmma_gemv.py``, ``coarse_head/gluon_wgmma.py``): the accumulator layout, the
 per-warp row bases, the layout that hands every lane of a row its CTA's 4 per-row words, the split
-of such a [R, 4] tensor, and the swap-AB GEMVs' split-K epilogue.
+of such a [R, 4] tensor, the swap-AB GEMVs' split-K epilogue, and the mbarriers of a
+warp-specialized TMA ring (``ring_barriers`` / ``invalidate_ring_barriers``).
 
 Importing this module raises when Gluon is missing; the kernels import it inside their own
 ``try`` (``_GLUON_IMPORT_ERROR``)."""
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-__all__ = ["acc_layout", "four", "row_words_layout", "split_k_epilogue", "warp_rows"]
+__all__ = ["acc_layout", "four", "invalidate_ring_barriers", "ring_barriers", "row_words_layout", "split_k_epilogue",
+           "warp_rows"]
 
 
 @gluon.constexpr_function
@@ -66,3 +69,29 @@ def split_k_epilogue(part, c_ptr, ws_ptr, cnt_ptr, pid_n, pid_k, rows, cols, ok,
                 tot = tot + gl.load(ws_ptr + (sp * NB + cols) * N + rows, mask=ok, other=0.0, cache_modifier=".cg")
             gl.store(c_ptr + cols * N + rows, tot.to(gl.bfloat16), mask=ok)
             gl.store(cnt_ptr + pid_n, 0)
+
+
+@gluon.jit
+def ring_barriers(STAGES: gl.constexpr):
+    """(ready, empty, side): the mbarriers of a warp-specialized TMA ring of STAGES slots -- a
+    ``ready`` (the slot's TMA landed) and an ``empty`` (the consumers released it) per slot -- and
+    one ``side`` barrier for a load outside the ring (x resident, a block's words); each of count
+    1, initialized and fenced for the async proxy before the partitions start."""
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    side = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    mbarrier.init(side.index(0), count=1)
+    fence_async_shared()
+    return ready, empty, side
+
+
+@gluon.jit
+def invalidate_ring_barriers(ready, empty, side, STAGES: gl.constexpr):
+    """Invalidate :func:`ring_barriers`' barriers once the partitions have joined."""
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(empty.index(i))
+    mbarrier.invalidate(side.index(0))

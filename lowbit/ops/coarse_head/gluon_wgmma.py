@@ -71,7 +71,7 @@ try:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from lowbit.ops._gluon_pdl import gdc_launch_dependents, gdc_wait
-    from lowbit.ops._gluon_wgmma import acc_layout, warp_rows
+    from lowbit.ops._gluon_wgmma import acc_layout, invalidate_ring_barriers, ring_barriers, warp_rows
     from lowbit.ops.coarse_head.gluon_emit import block_logits, emit_candidates
 
     _GLUON_IMPORT_ERROR = None
@@ -179,10 +179,10 @@ if _GLUON_IMPORT_ERROR is None:
     def _issue_x_chunk(x_desc, xs_desc, x_bufs, xs_bufs, bar, c, u, P: gl.constexpr, NB: gl.constexpr,
                        TABLE: gl.constexpr, XW: gl.constexpr, pred):
         """TMA of 64-byte chunk c's x into x buffer u: the two side-by-side tiles (XW) or the P
-        per-plane tiles, and (not with TABLE) its x sums. XW with a box of XR < NB rows (``X_ROWS_BOX``):
-        only the tiles' first XR rows (the rows of x there are, M <= XR); the rest of the buffer is
-        left as it is -- it feeds only the wgmma columns m >= M, which the epilogue never stores."""
-        XR: gl.constexpr = x_desc.block_type.shape[0]
+        per-plane tiles, and (not with TABLE) its x sums. A side-by-side box of fewer than NB rows
+        (``X_ROWS_BOX``) lands in the tiles' first rows (TMA swizzles by shared-memory address); the
+        rest of the buffer is left as it is -- it feeds only the wgmma columns m >= M, which the
+        epilogue never stores."""
         for j in gl.static_range(2 if XW else P):
             if XW:
                 tma.async_copy_global_to_shared(x_desc, [(c * 2 + j) * NB, 0], bar, x_bufs.index(u * 2 + j), pred)
@@ -718,14 +718,7 @@ if _GLUON_IMPORT_ERROR is None:
         XC: gl.constexpr = XRES if XRES else STAGES * CH  # chunks the x buffers hold
         w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows, z_bufs, z_rows = _alloc_operands(
             w_desc, sz_desc, x_desc, xs_desc, STAGES, CH, R, NB, P, TABLE, XW, XC, True, z_desc)
-        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        xbar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):
-            mbarrier.init(ready.index(i), count=1)
-            mbarrier.init(empty.index(i), count=1)
-        mbarrier.init(xbar.index(0), count=1)
-        fence_async_shared()
+        ready, empty, xbar = ring_barriers(STAGES)  # xbar: the resident x's load
         gl.warp_specialize([
             (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr,
                             M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, XW, CH, PDL,
@@ -735,10 +728,7 @@ if _GLUON_IMPORT_ERROR is None:
                             NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB, FULL, PARTS, z_desc,
                             z_bufs, EARLY)),
         ], [1], [PRODUCER_REGS])
-        for i in gl.static_range(STAGES):
-            mbarrier.invalidate(ready.index(i))
-            mbarrier.invalidate(empty.index(i))
-        mbarrier.invalidate(xbar.index(0))
+        invalidate_ring_barriers(ready, empty, xbar, STAGES)
 
 
 def wgmma_available(device: torch.device) -> bool:
