@@ -72,7 +72,9 @@ def _paths():
     i2f": both as before the thirty-second session), the warp-specialized kernels' first ring of weight
     stages issued before / after their PDL wait ("early ring" / "no early ring", ``EARLY_RING``), their x
     boxes only as tall as M ("x rows box", ``X_ROWS_BOX``; "early ring x rows box": both), the per-group
-    kernels fed the x sums negated ("neg xsum", ``NEG_XSUM``) and none
+    kernels fed the x sums negated ("neg xsum", ``NEG_XSUM``), a spanning program's two blocks on two
+    consumer partitions ("split span", ``SPLIT_SPAN``; "split span 104": the second at 104 registers,
+    ``SPLIT_SPAN_REGS``; "span split span": also spanning at every NB) and none
     ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -126,6 +128,8 @@ def _paths():
             ("early ring", {"EARLY_RING": True}), ("no early ring", {"EARLY_RING": False}),
             ("x rows box", {"X_ROWS_BOX": True}), ("early ring x rows box", {"EARLY_RING": True, "X_ROWS_BOX": True}),
             ("neg xsum", {"NEG_XSUM": True}),
+            ("split span", {"SPLIT_SPAN": True}), ("split span 104", {"SPLIT_SPAN": True, "SPLIT_SPAN_REGS": 104}),
+            ("span split span", {"SPAN": two, "SPLIT_SPAN": True}),
             ("previous", {"WGMMA_M_RANGE": {}, "WGMMA_TABLE_BITS": ()}))
 
 
@@ -138,7 +142,7 @@ _SWITCHES = (("ch", "WGMMA_M_RANGE"), ("ch", "WGMMA_TABLE_BITS"), ("g", "PERSIST
              ("sel", "RERANK_ROWS"), ("sel", "RERANK_ROWS_WIDE"), ("x", "X_PREFETCH"), ("x", "X_PDL"),
              ("g", "SPLIT_TAIL"), ("g", "SPLIT_TAIL_GROUP"), ("g", "WS_PIPE_GROUP"), ("g", "_STAGES"),
              ("g", "WS_MAGIC_GROUP_NB"), ("g", "INT4_HIGH_NIBBLE_NB"), ("g", "EARLY_RING"), ("g", "X_ROWS_BOX"),
-             ("g", "NEG_XSUM"))
+             ("g", "NEG_XSUM"), ("g", "SPLIT_SPAN"), ("g", "SPLIT_SPAN_REGS"))
 
 
 _ALIASES = {"SEL_PDL": "PDL"}  # switch name in a path -> the module attribute it sets

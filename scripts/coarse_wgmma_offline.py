@@ -137,6 +137,7 @@ def compile_sm90(bits, nb, block, stages, kcand, pipe, magic, ch, maxnreg, table
                           GPIPE=gpipe and not whole_row, GMAGIC=0 if whole_row else int(magic),
                           HI=bits == 4 and not whole_row and (nb in g.INT4_HIGH_NIBBLE_NB if hi is None else hi),
                           EARLY=early and not xres,  # the first weight stages before the PDL wait (EARLY_RING)
+                          HALVES=1, CONSUMER_REGS=0,  # one consumer partition (SPLIT_SPAN: see --dispatch)
                           NEGXS=negxs and not whole_row)  # the x sums negated (NEG_XSUM)
         # the split tail (gluon_wgmma.SPLIT_TAIL): partial sums and tickets (unread with parts = 1)
         args.update(part_ptr=torch.empty(1, dtype=torch.int32 if whole_row else torch.float32),
@@ -207,7 +208,8 @@ DISPATCH_CASES = tuple((b, m, {}) for b in (2, 4) for m in (1, 8, 16, 32, 64)) +
     (2, 1, {"early": True, "x_rows_box": True}), (4, 1, {"early": True, "x_rows_box": True, "neg_xsum": True}),
     (4, 16, {"neg_xsum": True}), (4, 8, {"chunks": 2}), (4, 8, {"chunks": 2, "ws": False}),
     (2, 8, {"chunks": 2}), (2, 16, {"persist": True}), (4, 8, {"persist": True, "resident": True}),
-    (4, 1, {"ws": False}), (2, 4, {"table": False})) + tuple(
+    (4, 1, {"ws": False}), (2, 4, {"table": False}), (2, 64, {"split_span": True}), (4, 64, {"split_span": True}),
+    (2, 16, {"span": 2, "split_span": True}), (4, 8, {"span": 2, "split_span": True})) + tuple(
     (b, m, {"n": n, "k": k}) for n, k in ((49152, 576), (128256, 4096)) for b in (2, 4) for m in (1, 16, 64))
 # (the benchmark's other heads: SmolLM2's 49152 x 576 -- 3 stages a plane (INT2), so no three CTAs
 # an SM and no spanning programs -- and 128256 x 4096)

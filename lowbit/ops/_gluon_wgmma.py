@@ -72,17 +72,18 @@ def split_k_epilogue(part, c_ptr, ws_ptr, cnt_ptr, pid_n, pid_k, rows, cols, ok,
 
 
 @gluon.jit
-def ring_barriers(STAGES: gl.constexpr):
+def ring_barriers(STAGES: gl.constexpr, CONSUMERS: gl.constexpr = 1):
     """(ready, empty, side): the mbarriers of a warp-specialized TMA ring of STAGES slots -- a
     ``ready`` (the slot's TMA landed) and an ``empty`` (the consumers released it) per slot -- and
     one ``side`` barrier for a load outside the ring (x resident, a block's words); each of count
-    1, initialized and fenced for the async proxy before the partitions start."""
+    1 (``empty``: CONSUMERS, one arrival per consumer partition), initialized and fenced for the
+    async proxy before the partitions start."""
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     side = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
+        mbarrier.init(empty.index(i), count=CONSUMERS)
     mbarrier.init(side.index(0), count=1)
     fence_async_shared()
     return ready, empty, side

@@ -530,17 +530,20 @@ def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, monkeypatch, bits, g
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws,persist,mask_first", [(False, False, False), (True, False, False), (True, True, False),
-                                                   (True, False, True), (False, False, True)])
+@pytest.mark.parametrize("ws,persist,mask_first,halves", [
+    (False, False, False, False), (True, False, False, False), (True, True, False, False), (True, False, True, False),
+    (False, False, True, False), (True, False, False, True), (True, True, False, True), (True, False, True, True)])
 @pytest.mark.parametrize("table", [False, True])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", CASES)
 def test_cuda_coarse_wgmma_span_two_blocks(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, table, ws,
-                                           persist, mask_first):
+                                           persist, mask_first, halves):
     """Programs spanning two candidate blocks (``span=2``: 2 ``block`` rows a program, the x tiles
     shared by both): the same logits as the reference and the same per-block candidates as a
     program a block -- including an odd block count (the last program's second block past N, its
-    candidates not written) -- on both kernels, per group and whole-row, also persistent, and with
-    the max-and-mask rounds masking before their stores (``EMIT_MASK_FIRST``)."""
+    candidates not written) -- on both kernels, per group and whole-row, also persistent, with
+    the max-and-mask rounds masking before their stores (``EMIT_MASK_FIRST``), and with the two
+    blocks on two consumer partitions (``split_span``, ``SPLIT_SPAN``: each releases the ring's
+    slots on its own and emits its block alone)."""
     if table and bits not in (2,):
         pytest.skip("the whole-row variant serves INT2 only (TABLE_BITS)")
     g = _kernel_or_skip()
@@ -559,7 +562,7 @@ def test_cuda_coarse_wgmma_span_two_blocks(poison_empty, monkeypatch, bits, grou
         words, r = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1]), None
         want = (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, table_r=r, ws=ws, persist=persist, span=2)
+                         write_logits=True, table_r=r, ws=ws, persist=persist, span=2, split_span=halves)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     assert not torch.isnan(lg).any() and not torch.isnan(ck).any()
     assert rel_err(lg, want) < 1e-6
@@ -709,7 +712,8 @@ def test_cuda_coarse_wgmma_split_tail(poison_empty, table, n, m, parts, unit):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("option", [{"early": True}, {"x_rows_box": True}, {"neg_xsum": True},
-                                    {"early": True, "x_rows_box": True, "neg_xsum": True}, {"chunks": 2}])
+                                    {"early": True, "x_rows_box": True, "neg_xsum": True}, {"chunks": 2},
+                                    {"split_span": True}])
 @pytest.mark.parametrize("table", [False, True])
 @pytest.mark.parametrize("n,k,m,persist,resident,split", [
     (140 * 128 - 37, 2048, 1, False, False, (2, 1)),  # split tail: its programs' first ring issued early
@@ -725,7 +729,9 @@ def test_cuda_coarse_wgmma_launch_options_change_nothing(poison_empty, option, t
     rows keep stale bytes, which feed only columns that are never stored), the x sums negated
     (``neg_xsum``, ``NEG_XSUM``: the start tiles' integers are the same) and two 64-byte chunks a
     stage (``chunks``: the planes summed in the same order; the split shares here end on the same
-    chunk) give bit for bit
+    chunk) and a spanning program's two blocks on two consumer partitions (``split_span``, against
+    the plain spanning launch: the same sums; NB = 64 emits by the same float rounds, below it the
+    int32-key rounds store -0.0 as +0.0, equal under ``torch.equal``) give bit for bit
     the outputs of the plain launch -- the same sums in the same order -- split, persistent, x
     resident, with fewer stages than the ring, per group and whole-row; and under CUDA-graph replay
     with fresh x (the x tiles after the wait are the new ones)."""
@@ -739,9 +745,9 @@ def test_cuda_coarse_wgmma_launch_options_change_nothing(poison_empty, option, t
         words, r = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1]), None
     x = _x(m, k, seed=5, dtype=torch.bfloat16).cuda()
     args = (f.packed.cuda(), words.cuda())
-    kw = dict(n=n, bits=bits, block=128, kcand=kcand, write_logits=True, table_r=r, ws=True, span=1,
-              persist=persist, resident=resident, split=split, pdl=True)
-    plain = dict(early=False, x_rows_box=False, neg_xsum=False)
+    kw = dict(n=n, bits=bits, block=128, kcand=kcand, write_logits=True, table_r=r, ws=True,
+              span=2 if "split_span" in option else 1, persist=persist, resident=resident, split=split, pdl=True)
+    plain = dict(early=False, x_rows_box=False, neg_xsum=False, split_span=False)
     base = [t.cpu() for t in g.coarse_wgmma(x, *args, **kw, **plain)]
     got = [t.cpu() for t in g.coarse_wgmma(x, *args, **kw, **option)]
     assert not torch.isnan(got[5]).any() and not torch.isnan(got[0]).any()

@@ -264,8 +264,18 @@ if _GLUON_IMPORT_ERROR is None:
         return acc + f * gl.expand_dims(sc, 1)
 
     @gluon.jit
+    def _rows(buf, ROW0: gl.constexpr, R: gl.constexpr):
+        """``buf`` (a shared-memory buffer whose dim 0 runs along tokens) itself, or with ROW0 >= 0
+        its R rows from ROW0 -- a consumer partition's half of a spanning program's rows
+        (``_coarse_ws_kernel`` HALVES = 2)."""
+        if ROW0 >= 0:
+            buf = buf.slice(ROW0, R, dim=0)
+        return buf
+
+    @gluon.jit
     def _plane_scale(scale_rows, zb, u, J: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr,
-                     row_l: gl.constexpr, HI: gl.constexpr = False, NEGXS: gl.constexpr = False):
+                     row_l: gl.constexpr, HI: gl.constexpr = False, NEGXS: gl.constexpr = False,
+                     ROW0: gl.constexpr = -1):
         """(fp32 scale, int32 minus the zero) per token row of plane J of chunk buffer ``u``:
         ``scale_rows`` row P u + J, the zero from bits BITS J.. of the chunk's zero bytes ``zb``.
         INT4 plane 1 with HI (its codes decoded as ``16 (q - 8)``): scale / 16 and ``16 (8 - z)``,
@@ -273,7 +283,7 @@ if _GLUON_IMPORT_ERROR is None:
         integers are 16 times theirs and exact (|.| < 2^21), the scale exactly a 16th. NEGXS: the x
         sums are stored negated (``NEG_XSUM``), so the multiplier of the x sums is the zero itself
         (no negation a row and plane; HI: ``16 z - 128``)."""
-        sc = scale_rows.index(P * u + J).load(row_l).to(gl.float32)
+        sc = _rows(scale_rows.index(P * u + J), ROW0, zb.shape[0]).load(row_l).to(gl.float32)
         z = (zb >> (BITS * J)) & ((1 << BITS) - 1)
         if HI and BITS == 4 and J == 1:
             if NEGXS:
@@ -285,16 +295,17 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _plane_scales(scale_rows, z_rows, u, P: gl.constexpr, BITS: gl.constexpr, row_l: gl.constexpr,
-                      HI: gl.constexpr = False, NEGXS: gl.constexpr = False):
+                      HI: gl.constexpr = False, NEGXS: gl.constexpr = False, ROW0: gl.constexpr = -1,
+                      R: gl.constexpr = 0):
         """The 4 planes' (scale, minus zero) of chunk buffer ``u`` (:func:`_plane_scale`); planes
         j >= P repeat plane 0's (never read). All loaded before the chunk's first wgmma."""
         ZR: gl.constexpr = z_rows.shape[0] * P // scale_rows.shape[0]  # rows of a chunk's zero box
-        zb = z_rows.index(ZR * u).load(row_l).to(gl.int32)
-        s0, z0 = _plane_scale(scale_rows, zb, u, 0, P, BITS, row_l, False, NEGXS)
-        s1, z1 = _plane_scale(scale_rows, zb, u, 1, P, BITS, row_l, HI, NEGXS)
+        zb = _rows(z_rows.index(ZR * u), ROW0, R).load(row_l).to(gl.int32)
+        s0, z0 = _plane_scale(scale_rows, zb, u, 0, P, BITS, row_l, False, NEGXS, ROW0)
+        s1, z1 = _plane_scale(scale_rows, zb, u, 1, P, BITS, row_l, HI, NEGXS, ROW0)
         if P == 4:
-            s2, z2 = _plane_scale(scale_rows, zb, u, 2, P, BITS, row_l, False, NEGXS)
-            s3, z3 = _plane_scale(scale_rows, zb, u, 3, P, BITS, row_l, False, NEGXS)
+            s2, z2 = _plane_scale(scale_rows, zb, u, 2, P, BITS, row_l, False, NEGXS, ROW0)
+            s3, z3 = _plane_scale(scale_rows, zb, u, 3, P, BITS, row_l, False, NEGXS, ROW0)
         else:
             s2 = s0
             z2 = z0
@@ -305,19 +316,20 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _stage_sum(acc, w_bufs, scale_rows, xt_bufs, xs_rows, slot, xslot, NB: gl.constexpr, W: gl.constexpr,
                    P: gl.constexpr, BITS: gl.constexpr, CH: gl.constexpr, PIPE: gl.constexpr, MAGIC: gl.constexpr,
-                   XW: gl.constexpr = False, z_rows=None, HI: gl.constexpr = False, NEGXS: gl.constexpr = False):
+                   XW: gl.constexpr = False, z_rows=None, HI: gl.constexpr = False, NEGXS: gl.constexpr = False,
+                   ROW0: gl.constexpr = -1):
         """acc += the CH chunks x P planes of the stage in ``slot``, its scales in ``scale_rows`` (the
         [slots CH P, R] fp16 rows of the scale buffers) and zero bytes in ``z_rows`` ([slots CH, R]),
         its x tiles and sums in x buffer ``xslot`` (the
         ring slot, or the stage itself where x is resident). PIPE: plane
         j + 1's wgmmas are started before plane j is retired (its integer / fp32 epilogue overlaps
-        them)."""
+        them). ROW0 >= 0: the tokens are rows ROW0 .. ROW0 + 16 W - 1 of the slots (``_rows``)."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         row_l: gl.constexpr = gl.SliceLayout(1, mma)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
-        wb = w_bufs.index(slot)
+        wb = _rows(w_bufs.index(slot), ROW0, R)
         izero = gl.zeros([R, NB], gl.int32, mma)
         ST: gl.constexpr = MAGIC == 2  # the wgmmas start from _plane_start's tile
         for ch in gl.static_range(CH):
@@ -325,7 +337,7 @@ if _GLUON_IMPORT_ERROR is None:
             ux = xslot * CH + ch  # ... in the x buffers
             q0 = wb.slice(64 * ch, 32, dim=1).load(_codes_layout(W))
             q1 = wb.slice(64 * ch + 32, 32, dim=1).load(_codes_layout(W))
-            scs, nzs = _plane_scales(scale_rows, z_rows, u, P, BITS, row_l, HI, NEGXS)
+            scs, nzs = _plane_scales(scale_rows, z_rows, u, P, BITS, row_l, HI, NEGXS, ROW0, R)
             # the x sums are read where they are used -- by _start_tile before the wgmmas (MAGIC
             # 2), else by _retire_plane after them: loaded early they stay live across the wgmmas,
             # and at NB = 64 that spilled (offline sm_90, two blocks a program: 88 bytes, not 16)
@@ -384,11 +396,11 @@ if _GLUON_IMPORT_ERROR is None:
                                          pack=1)
 
     @gluon.jit
-    def _chunk_tables(code_rows, u, r_l: gl.constexpr):
+    def _chunk_tables(code_rows, u, r_l: gl.constexpr, ROW0: gl.constexpr = -1, R: gl.constexpr = 0):
         """The byte tables of planes 0..3 (int32 [R, 1] each, rows in ``r_l``) of chunk buffer
-        ``u``'s group codes (``code_rows`` rows 2 u, 2 u + 1)."""
-        t0, t1 = _tables(code_rows.index(2 * u).load(r_l))
-        t2, t3 = _tables(code_rows.index(2 * u + 1).load(r_l))
+        ``u``'s group codes (``code_rows`` rows 2 u, 2 u + 1; ROW0: see ``_rows``)."""
+        t0, t1 = _tables(_rows(code_rows.index(2 * u), ROW0, R).load(r_l))
+        t2, t3 = _tables(_rows(code_rows.index(2 * u + 1), ROW0, R).load(r_l))
         return gl.expand_dims(t0, 1), gl.expand_dims(t1, 1), gl.expand_dims(t2, 1), gl.expand_dims(t3, 1)
 
     @gluon.jit
@@ -400,7 +412,7 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, xslot, NB: gl.constexpr, W: gl.constexpr,
-                         P: gl.constexpr, CH: gl.constexpr, XW: gl.constexpr = False):
+                         P: gl.constexpr, CH: gl.constexpr, XW: gl.constexpr = False, ROW0: gl.constexpr = -1):
         """acc (int32) += the CH chunks of the stage in ``slot``, whole-row variant: per chunk the
         rows' byte tables built from their group codes (``_chunk_tables``; ``code_rows``: the
         codes buffer [slots CH, 2, R] as rows of R), both 32-byte halves decoded (``_prmt_word``: 4
@@ -409,14 +421,15 @@ if _GLUON_IMPORT_ERROR is None:
         wgmma chain; all retired on return (the caller refills the slot next). The x tiles are
         those of x buffer ``xslot`` (see ``_stage_sum``). XW: ``xt_bufs`` holds the side-by-side x
         tiles [2 buffers CH, NB, 32 P] and the B operand of (register j, half h) is the 32-byte
-        column slice j of tile h."""
+        column slice j of tile h. ROW0 >= 0: the tokens are rows ROW0 .. ROW0 + 16 W - 1 of the
+        slots (``_rows``)."""
         mma: gl.constexpr = acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         c_l: gl.constexpr = _codes_layout(W)
         r_l: gl.constexpr = gl.SliceLayout(1, c_l)
-        wb = w_bufs.index(slot)
+        wb = _rows(w_bufs.index(slot), ROW0, 16 * W)
         for ch in gl.static_range(CH):
-            t0, t1, t2, t3 = _chunk_tables(code_rows, slot * CH + ch, r_l)
+            t0, t1, t2, t3 = _chunk_tables(code_rows, slot * CH + ch, r_l, ROW0, 16 * W)
             v0 = _prmt_word(wb.slice(64 * ch, 32, dim=1).load(c_l), t0, t2, t1, t3)
             v1 = _prmt_word(wb.slice(64 * ch + 32, 32, dim=1).load(c_l), t0, t2, t1, t3)
             for h in gl.static_range(2):
@@ -537,8 +550,9 @@ if _GLUON_IMPORT_ERROR is None:
                      XRES: gl.constexpr = 0, SUB: gl.constexpr = 1, EMIT: gl.constexpr = 0,
                      LATE: gl.constexpr = False, part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1,
                      GPIPE: gl.constexpr = False, z_rows=None, GMAGIC: gl.constexpr = 0,
-                     HI: gl.constexpr = False, NEGXS: gl.constexpr = False):
-        """Default partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage (CH
+                     HI: gl.constexpr = False, NEGXS: gl.constexpr = False, HALF: gl.constexpr = 0,
+                     HALVES: gl.constexpr = 1):
+        """Consumer partition (W warps), for each row block ``pid, pid + GRID, ...``: per stage (CH
         64-byte chunks), wait for its TMA, run the stage (TABLE: the whole-row decode and wgmma
         chain into an int32 sum; else the per-group planes, ``_stage_sum``, into fp32), hand the
         slot back (partition barrier, one arrive); then the block's epilogue. PDL: nothing global
@@ -551,6 +565,11 @@ if _GLUON_IMPORT_ERROR is None:
         tiles loaded once, ``xbar``), stage i's x buffer is i itself. A row block is SUB candidate
         blocks (NBLK of those in all).
 
+        HALVES = 2 (``SPLIT_SPAN``, with SUB = 2): this partition is one of two consumer partitions
+        of a spanning program, the rows of candidate block HALF of each row block (rows HALF R ..
+        of the slots' codes, scales or group codes and zero bytes); each releases a slot on its own
+        (``empty`` counts both) and emits its block with the one-block epilogue.
+
         PARTS > 1 (one block a program, ``_split_range``): programs from FULL on each run a 1 / PARTS
         share of a block's stages; each stores its partial sum into ``part_ptr`` and takes a ticket
         of the block (``tick_ptr``), and the last to arrive adds the PARTS partial sums (in part
@@ -562,6 +581,7 @@ if _GLUON_IMPORT_ERROR is None:
         every wgmma (C7513); 2 or 4 independent accumulators measured within 1% (session 19)."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
+        ROW0: gl.constexpr = HALF * R if HALVES == 2 else -1  # this partition's rows of the slots
         if PDL:
             gdc_wait()
             if not LATE:
@@ -609,7 +629,7 @@ if _GLUON_IMPORT_ERROR is None:
         else:
             lap0 = 0  # ring laps before this block
             for blk in range(gl.program_id(0), (NBLK + SUB - 1) // SUB, GRID):
-                row0 = blk * R
+                row0 = (blk * HALVES + HALF) * R
                 acc = gl.zeros([R, NB], gl.int32 if TABLE else gl.float32, mma)
                 for i0 in range(0, NS, STAGES):
                     phase = (lap0 + i0 // STAGES) & 1
@@ -621,16 +641,25 @@ if _GLUON_IMPORT_ERROR is None:
                             else:
                                 xslot = slot
                             if TABLE:
-                                acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, xslot, NB, W, P, CH, XW)
+                                acc = _stage_sum_table(acc, w_bufs, code_rows, xt_bufs, slot, xslot, NB, W, P, CH, XW,
+                                                       ROW0)
                             else:
                                 acc = _stage_sum(acc, w_bufs, code_rows, xt_bufs, xs_rows, slot, xslot, NB, W, P, BITS,
-                                                 CH, GPIPE, GMAGIC, XW, z_rows, HI, NEGXS)
+                                                 CH, GPIPE, GMAGIC, XW, z_rows, HI, NEGXS, ROW0)
                             gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
                             mbarrier.arrive(empty.index(slot))
                 lap0 += NS // STAGES
                 out = block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
-                emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB,
-                                 EMIT)
+                if HALVES == 1:
+                    emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS,
+                                     SUB, EMIT)
+                else:  # one candidate block, none past the last (an odd NBLK's last program): no rows of x
+                    cb = blk * HALVES + HALF
+                    # at NB = 64 the float max-and-mask rounds (offline sm_90, INT2 / INT4: 14 / 16
+                    # spill instructions a block, against 133 / 85 for sorted heads on int32 keys)
+                    HEMIT: gl.constexpr = EMIT if NB <= 32 else EMIT & 4
+                    emit_candidates(out, row0, cb, ck_ptr, ci_ptr, lg_ptr, M * (cb < NBLK).to(gl.int32), N, NBLK, NB,
+                                     W, KCAND, WRITE_LOGITS, 1, HEMIT)
         if PDL and LATE:
             gdc_launch_dependents()
 
@@ -699,7 +728,8 @@ if _GLUON_IMPORT_ERROR is None:
                           SUB: gl.constexpr = 1, EMIT: gl.constexpr = 0, LATE: gl.constexpr = False,
                           part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1,
                           GPIPE: gl.constexpr = False, GMAGIC: gl.constexpr = 0, HI: gl.constexpr = False,
-                          EARLY: gl.constexpr = False, NEGXS: gl.constexpr = False):
+                          EARLY: gl.constexpr = False, NEGXS: gl.constexpr = False, HALVES: gl.constexpr = 1,
+                          CONSUMER_REGS: gl.constexpr = 0):
         """``_coarse_wgmma_kernel`` (same arguments plus GRID: the programs launched, each taking
         row blocks ``pid, pid + GRID, ...``; XW: x as side-by-side tiles; PDL: a programmatic
         dependent launch after the x preparation; TABLE: the whole-row variant, else per group
@@ -713,21 +743,43 @@ if _GLUON_IMPORT_ERROR is None:
         on split in PARTS shares of their stages, the partial sums met in ``part_ptr`` (int32 /
         fp32 [(blocks - FULL) PARTS, R, NB]) under the blocks' tickets ``tick_ptr`` (int32, zero,
         left zero) -- see ``_ws_consumer``. EARLY: the first weight stages issued before the PDL
-        wait (``_ws_producer``). NEGXS: the x sums come negated (``NEG_XSUM``, ``_plane_scale``)."""
+        wait (``_ws_producer``). NEGXS: the x sums come negated (``NEG_XSUM``, ``_plane_scale``).
+
+        HALVES = 2 (``SPLIT_SPAN``; SUB = 2, launched with W / 2 warps): two consumer partitions of
+        W / 2 warps, one a candidate block, each on its half of the program's rows (the other at
+        CONSUMER_REGS registers) -- out of step with each other, so one decodes while the other's
+        wgmmas run, where the W warps of one partition meet at a barrier every stage."""
         R: gl.constexpr = 16 * W
         XC: gl.constexpr = XRES if XRES else STAGES * CH  # chunks the x buffers hold
         w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows, z_bufs, z_rows = _alloc_operands(
             w_desc, sz_desc, x_desc, xs_desc, STAGES, CH, R, NB, P, TABLE, XW, XC, True, z_desc)
-        ready, empty, xbar = ring_barriers(STAGES)  # xbar: the resident x's load
-        gl.warp_specialize([
-            (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr,
-                            M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, XW, CH, PDL,
-                            xbar, XRES, SUB, EMIT, LATE, part_ptr, tick_ptr, FULL, PARTS, GPIPE, z_rows,
-                            GMAGIC, HI, NEGXS)),
-            (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
-                            NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB, FULL, PARTS, z_desc,
-                            z_bufs, EARLY)),
-        ], [1], [PRODUCER_REGS])
+        ready, empty, xbar = ring_barriers(STAGES, HALVES)  # xbar: the resident x's load
+        # (the producer's tuple is spelled out in both calls: a tuple held in a variable loses its constexprs)
+        if HALVES == 1:
+            gl.warp_specialize([
+                (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr,
+                                lg_ptr, M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, XW,
+                                CH, PDL, xbar, XRES, SUB, EMIT, LATE, part_ptr, tick_ptr, FULL, PARTS, GPIPE, z_rows,
+                                GMAGIC, HI, NEGXS)),
+                (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty,
+                                NBLK, NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB, FULL, PARTS,
+                                z_desc, z_bufs, EARLY)),
+            ], [1], [PRODUCER_REGS])
+        else:
+            WH: gl.constexpr = W // 2
+            gl.warp_specialize([
+                (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
+                                NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, WH, TABLE, XW, CH, PDL, xbar,
+                                XRES, SUB, EMIT, LATE, part_ptr, tick_ptr, FULL, PARTS, GPIPE, z_rows, GMAGIC, HI, NEGXS,
+                                0, 2)),
+                (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
+                                NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, WH, TABLE, XW, CH, PDL, xbar,
+                                XRES, SUB, EMIT, LATE, part_ptr, tick_ptr, FULL, PARTS, GPIPE, z_rows, GMAGIC, HI, NEGXS,
+                                1, 2)),
+                (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty,
+                                NBLK, NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB, FULL, PARTS,
+                                z_desc, z_bufs, EARLY)),
+            ], [WH, 1], [CONSUMER_REGS, PRODUCER_REGS])
         invalidate_ring_barriers(ready, empty, xbar, STAGES)
 
 
@@ -883,6 +935,17 @@ MAXNREG_SPAN: dict = {8: 128, 16: 128, 32: 128, 64: 128}
 #: (16 consumer warps + a producer warpgroup = 640 threads: 96 at launch, which Triton's register
 #: split turns into 104 for the consumers and 40 for the producer)
 MAXNREG_WS_SPAN: dict = {8: 96, 16: 96, 32: 96, 64: 96}
+#: a spanning warp-specialized program's two candidate blocks on two consumer partitions of 8 warps
+#: (``_coarse_ws_kernel`` HALVES = 2) instead of one of 16: each partition releases a ring slot on
+#: its own, so the two run out of step -- one decodes while the other's wgmmas run -- where the 16
+#: warps of one partition meet at a barrier every stage (decode, then all wgmmas, then the wait,
+#: the tensor cores idle during the decode); each emits its block with the one-block epilogue
+#: (sorted heads, int32 keys). Same candidates. Prepared offline (no H200 in session 35), off
+#: until timed: ``scripts/bench_coarse_wgmma.py --paths "default,split span"`` at M = 64
+SPLIT_SPAN = False
+#: registers of the second consumer partition (a ``setmaxnreg`` of the worker; the first, the
+#: default partition, gets what the launch's ``MAXNREG_WS_SPAN`` leaves after both workers)
+SPLIT_SPAN_REGS = 112
 
 
 #: the candidate epilogue by sorted per-thread heads (``gluon_emit._sorted_heads_rounds``: one block a program
@@ -1029,7 +1092,7 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                  maxnreg: int | None = None, ws: bool | None = None, persist: bool | None = None,
                  wide: bool | None = None, pdl: bool | None = None, resident: bool | None = None,
                  span: int | None = None, split: tuple[int, int] | None = None, early: bool | None = None,
-                 x_rows_box: bool | None = None, neg_xsum: bool | None = None):
+                 x_rows_box: bool | None = None, neg_xsum: bool | None = None, split_span: bool | None = None):
     """Launch the int8-wgmma coarse pass (fast mode). ``x`` [M, K] (M <= 64, unit stride along K),
     ``packed`` the INTx plane-split codes uint8 [N, L] (contiguous, L % 64 == 0), ``sz`` from
     :func:`wgmma_sz` -- or, with ``table_r`` (fp32 [N]), the whole-row variant's words and units
@@ -1053,7 +1116,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     (``_split_launch``); parts < 2: none. ``early`` (default ``EARLY_RING``): the PDL launch's first
     ring of weight stages issued before its wait. ``x_rows_box`` (default ``X_ROWS_BOX``): the
     warp-specialized kernel's x boxes only as tall as M rounded up to a power of two (M < 8).
-    ``neg_xsum`` (default ``NEG_XSUM``): the per-group kernels fed the x sums negated."""
+    ``neg_xsum`` (default ``NEG_XSUM``): the per-group kernels fed the x sums negated.
+    ``split_span`` (default ``SPLIT_SPAN``): a spanning warp-specialized program's two candidate
+    blocks on two consumer partitions."""
     from lowbit.ops.coarse_head.triton import coarse_outputs
     from lowbit.ops.coarse_head.x_int8 import x_int8_tiles
 
@@ -1149,6 +1214,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                 part = tick = sx  # unread
         # the first weight stages before the PDL wait (a resident x has no ring stages of x to follow)
         early = use_pdl and not xres and (EARLY_RING if early is None else early)
+        # a spanning program's blocks on two consumer partitions of w / 2 warps (launched with those)
+        halves = 2 if sub == 2 and (SPLIT_SPAN if split_span is None else split_span) else 1
         _coarse_ws_kernel[(grid,)](w_desc, sz_desc, z_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key,
                                    cand_idx, logits if write_logits else cand_key, m, n, nblk, ns, grid, NB=nb, P=p,
                                    STAGES=st, KCAND=kcand, WRITE_LOGITS=write_logits, W=w, PRODUCER_REGS=PRODUCER_REGS,
@@ -1158,7 +1225,8 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                                    GPIPE=(nb in WS_PIPE_GROUP if pipe is None else pipe) and not table,
                                    GMAGIC=0 if table else ((2 if nb in WS_MAGIC_GROUP_NB else 0) if magic is None
                                                            else int(magic)),
-                                   HI=hi, EARLY=early, NEGXS=negxs, num_warps=w, **reg,
+                                   HI=hi, EARLY=early, NEGXS=negxs, HALVES=halves,
+                                   CONSUMER_REGS=SPLIT_SPAN_REGS if halves == 2 else 0, num_warps=w // halves, **reg,
                                    **({"launch_pdl": True} if use_pdl else {}))
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
     _coarse_wgmma_kernel[(nprog,)](w_desc, sz_desc, z_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key,

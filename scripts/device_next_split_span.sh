@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Prepared in the thirty-fifth session (no H200 lent; not yet run): at M = 64 a spanning program's
+# two candidate blocks on two consumer partitions of 8 warps (SPLIT_SPAN, off) instead of one
+# partition of 16 that meets at a barrier every stage -- so one partition decodes while the other's
+# wgmmas run. Offline sm_90: no spills in either stage loop (624 instructions a 4-stage lap, as the
+# shipped 612), 14 / 16 spill instructions a block in the float max-and-mask epilogue (INT2 / INT4).
+# The cuda tests of spanning programs (split partitions against the reference and bit for bit the
+# plain spanning launch, CUDA-graph replay), then fast argmax at M = 64 against the default over
+# three alternating rounds, the second partition at 112 (shipped) and 104 registers. If it wins,
+# set SPLIT_SPAN = True, then run the whole cuda tier. (~6 min)
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+export OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
+timeout 200 python3 -m pytest -m cuda -q -p no:cacheprovider -n 14 --tb=short tests/ops/test_coarse_wgmma.py \
+  -k "span_two_blocks or launch_options" > "$OUT/pytest_split_span.log" 2>&1; echo "rc=$?"
+tail -3 "$OUT/pytest_split_span.log"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_split_span.log" | head -20
+grep -m1 -B2 -A30 "^____" "$OUT/pytest_split_span.log" | head -50
+timeout 250 python3 scripts/bench_coarse_wgmma.py --bits 2,4 --ms 64 --no-previous --rounds 3 \
+  --paths "default,split span,split span 104" --json "$OUT/head_split_span.json" > "$OUT/head_split_span.log" 2>&1
+echo "bench rc=$?"; python3 scripts/compare_head_paths.py "$OUT/head_split_span.log"
