@@ -74,7 +74,8 @@ def _paths():
     boxes only as tall as M ("x rows box", ``X_ROWS_BOX``; "early ring x rows box": both), the per-group
     kernels fed the x sums negated ("neg xsum", ``NEG_XSUM``), a spanning program's two blocks on two
     consumer partitions ("split span", ``SPLIT_SPAN``; "split span 104": the second at 104 registers,
-    ``SPLIT_SPAN_REGS``; "span split span": also spanning at every NB) and none
+    ``SPLIT_SPAN_REGS``; "span split span": also spanning at every NB), a head of 4 / 2 candidates a
+    block instead of the default 8 ("kcand 4" / "kcand 2": the head's ``kcand``, not a switch) and none
     ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -130,6 +131,7 @@ def _paths():
             ("neg xsum", {"NEG_XSUM": True}),
             ("split span", {"SPLIT_SPAN": True}), ("split span 104", {"SPLIT_SPAN": True, "SPLIT_SPAN_REGS": 104}),
             ("span split span", {"SPAN": two, "SPLIT_SPAN": True}),
+            ("kcand 4", {"KCAND": 4}), ("kcand 2", {"KCAND": 2}),
             ("previous", {"WGMMA_M_RANGE": {}, "WGMMA_TABLE_BITS": ()}))
 
 
@@ -210,6 +212,9 @@ def main() -> int:
         n, k = (int(v) for v in shape.split("x"))
         w = random_head(n, k)
         heads = {b: DraftHead(w, bits=b, mode="fast") for b in [int(v) for v in args.bits.split(",")]}
+        # paths with their own candidates a block ("KCAND"): heads over the same weight (one packing)
+        kheads = {(b, kc): DraftHead(w, bits=b, mode="fast", kcand=kc) for b in heads
+                  for kc in {s["KCAND"] for _, s in paths if "KCAND" in s}}
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             t_lin = time_us(lambda: F.linear(x, w).argmax(-1), graph=True)
@@ -225,10 +230,11 @@ def main() -> int:
 
                 def measure(name):
                     _set_path(mine[name], default)
-                    ids = h.argmax(x)
-                    return {"argmax_us": time_us(lambda: h.argmax(x), graph=True),
-                            "topk16_us": time_us(lambda: h.topk(x, 16), graph=True),
-                            "coarse_us": time_us(lambda: coarse_head(x, p, block=128, kcand=h.kcand,
+                    hh = kheads[(bits, mine[name]["KCAND"])] if "KCAND" in mine[name] else h
+                    ids = hh.argmax(x)
+                    return {"argmax_us": time_us(lambda: hh.argmax(x), graph=True),
+                            "topk16_us": time_us(lambda: hh.topk(x, 16), graph=True),
+                            "coarse_us": time_us(lambda: coarse_head(x, p, block=128, kcand=hh.kcand,
                                                                      bound=BOUND_NONE), graph=True),
                             "agree_exact": (ids == exact).float().mean().item()}
 
@@ -252,6 +258,7 @@ def main() -> int:
                          "coarse_x_floor": round(tc / floor, 2), "argmax_vs_cublas": round(t_lin / ta, 2),
                          "topk_vs_argmax": round(tt / ta, 2), "agree_exact": round(rec["agree_exact"], 4),
                          "rounds": args.rounds})
+        kheads.clear()  # (not del: measure() reads it)
         del heads, w
         torch.cuda.empty_cache()
 
