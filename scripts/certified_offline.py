@@ -3,6 +3,14 @@ accepts but the sm_90 compiler might reject) and report registers / spills (and,
 argmax, its GPU-wide fences: one is the ticket).
 
     python scripts/certified_offline.py [--k 576] [--n 49152] [--kout 1,16,64]
+    python scripts/certified_offline.py --dispatch
+
+``--dispatch`` compiles instead what the certified head's launchers launch (the coarse pass as
+``coarse_head`` dispatches it -- the tensor-core pass up to ``MMA_MAX_M_CERTIFIED``, the fp32 band
+kernels beyond and for the statistical bound and the native FP8 / NVFP4 rows --, then
+``certified_select_rerank`` for k = 1 / 16 / 64 and ``fused_argmax`` from ``FUSED_ARGMAX_MIN_M``),
+recorded on CPU stand-ins (``sm90_offline.record_launches``) for the benchmark's heads and every M
+band, each distinct launch once.
 
 Kernels: ``certified._certified_tail_kernel`` (the fused certify + rescore + fallback launch),
 ``certified._certify_rescore_kernel`` and ``certified._full_kernel`` (the two-launch form), each
@@ -21,7 +29,8 @@ os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import compile_sm90, resource_usage, root_cause, sass_opcodes  # noqa: E402
+from sm90_offline import (compile_recorded, compile_sm90, distinct_launches, record_launches,  # noqa: E402
+                          resource_usage, root_cause, sass_opcodes)
 
 TYPES = {  # argument name -> Triton type (bf16 x / weight)
     "ck_ptr": "*fp32", "clb_ptr": "*fp32", "ci_ptr": "*i64", "blb_ptr": "*fp32", "brest_ptr": "*fp32",
@@ -45,12 +54,90 @@ def _pow2(n: int) -> int:
     return 1 << (int(n) - 1).bit_length() if n > 1 else 1
 
 
+#: (N, K) of the benchmark's heads (SmolLM2's, 124160 x 5120) and M of every band (the tensor-core
+#: pass's 1 / 2-4 / 8 tiles, the band kernels' 16 / 32 / 64, the fused argmax's bands)
+DISPATCH_HEADS = ((49152, 576), (124160, 5120))
+DISPATCH_MS = (1, 4, 8, 16, 32, 64)
+
+
+def _stand_in_packing(kind: str, n: int, k: int, bits: int = 8, group: int = 64):
+    """A ``CoarsePacking`` of empty CPU tensors shaped like the real one (nothing is quantized: the
+    launches only need shapes, dtypes and strides); INTx also with its tensor-core tiling."""
+    import torch
+
+    from lowbit.formats import FP8, INTx, NVFP4
+    from lowbit.ops.coarse_head import KIND_FP8, KIND_INTX, KIND_NVFP4, CoarsePacking
+
+    if kind == "intx":
+        ell = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=group).packed.shape[1]
+        ng = ell * (8 // bits) // group
+        fmt = INTx(torch.empty(n, ell, dtype=torch.uint8), torch.empty(n, ng, dtype=torch.float16),
+                   torch.empty(n, ng, dtype=torch.uint8), bits, group, k)
+        packing = CoarsePacking(KIND_INTX, fmt, n, k, bits, group)
+        nr, ns = -(-n // 32), -(-(ell // 4) // 16)
+        packing._mma = (torch.empty(nr, ns, 4, 32, 4, dtype=torch.int32), torch.empty(nr, ng, 32, dtype=torch.int32))
+        return packing
+    if kind == "fp8":
+        fmt = FP8(torch.empty(n, k, dtype=torch.float8_e4m3fn), torch.empty(n, 1), "row")
+        return CoarsePacking(KIND_FP8, fmt, n, k, None, group)
+    fmt = NVFP4(torch.empty(n, k // 2, dtype=torch.uint8), torch.empty(n, k // 16, dtype=torch.float8_e4m3fn),
+                torch.empty(()))
+    return CoarsePacking(KIND_NVFP4, fmt, n, k, None, group)
+
+
+def dispatch_launches(n: int, k: int, m: int) -> list:
+    """The certified head's recorded launches for M rows of x against an n x k bf16 head: the INT8
+    g64 copy with the deterministic bound (the default) through ``coarse_head``, then the device
+    path's ``certified_select_rerank`` for k = 1 / 16 / 64 and, from ``FUSED_ARGMAX_MIN_M`` rows,
+    ``fused_argmax``; and the coarse pass alone for the statistical bound and for FP8 / NVFP4 rows."""
+    import torch
+
+    import lowbit.ops.coarse_head as ch
+    from lowbit.ops.coarse_head import certified as cf
+    from lowbit.ops.coarse_head import fused_argmax as fa
+    from lowbit.ops.coarse_head import triton as tr
+    from lowbit.ops.coarse_head import triton_mma as tm
+
+    x = torch.empty(m, k, dtype=torch.bfloat16)
+    w = torch.empty(n, k, dtype=torch.bfloat16)
+    intx = _stand_in_packing("intx", n, k)
+
+    def run():
+        out = ch.coarse_head(x, intx, block=128, kcand=4, bound=ch.BOUND_DET)
+        for kout in (1, 16, 64):
+            cf.certified_select_rerank(out.cand_key, out.cand_lb, out.cand_idx, out.block_lb, out.block_rest, x, w,
+                                       kout, 128, ch.new_certified_stats(x.device))
+        if m >= ch.FUSED_ARGMAX_MIN_M:
+            fa.fused_argmax(x, w, torch.empty(n), 128, ch.new_certified_stats(x.device))
+        ch.coarse_head(x, intx, block=128, kcand=4, bound=ch.BOUND_STAT)
+        for kind in ("fp8", "nvfp4"):
+            ch.coarse_head(x, _stand_in_packing(kind, n, k), block=128, kcand=4, bound=ch.BOUND_DET)
+
+    kernels = [(tm, "_x_alpha_kernel"), (tm, "_x_frag_kernel"), (tm, "_coarse_mma_kernel"),
+               (tr, "_x_stats_kernel"), (tr, "_coarse_head_kernel"), (cf, "_certified_tail_kernel"),
+               (cf, "_certify_rescore_kernel"), (cf, "_full_kernel"), (fa, "_fused_argmax_kernel")]
+    return record_launches(run, kernels, [(ch, "use_triton", lambda *tensors: True)])
+
+
+def check_dispatch() -> int:
+    """Compile every distinct recorded launch of :func:`dispatch_launches` over ``DISPATCH_HEADS`` x
+    ``DISPATCH_MS``; the count that failed."""
+    launches = [rec for n, k in DISPATCH_HEADS for m in DISPATCH_MS for rec in dispatch_launches(n, k, m)]
+    distinct = distinct_launches(launches)
+    print(f"{len(launches)} launches recorded, {len(distinct)} distinct", flush=True)
+    return compile_recorded(distinct, lambda fn, kw: f"{fn.fn.__name__} "
+                            + " ".join(f"{a}={v}" for a, v in kw.items() if a.isupper() and a != "INTERPRET"))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--k", type=int, default=576)
     ap.add_argument("--n", type=int, default=49152)
     ap.add_argument("--kout", default="1,16,64")
+    ap.add_argument("--dispatch", action="store_true", help="compile what the launchers launch (see above)")
     args = ap.parse_args()
+    if args.dispatch:
+        return 1 if check_dispatch() else 0
     from lowbit.ops.coarse_head import certified as cf
     from lowbit.ops.coarse_head import triton_mma as tm
 

@@ -43,10 +43,12 @@ def compile_gluon_sm90(fn, args: dict, constexprs: dict, no_specialize=(), num_w
     from triton.compiler import ASTSource
     from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
-    signature, attrs = {}, {}
+    signature, attrs, constexprs = {}, {}, dict(constexprs)
     for name, v in args.items():
         ty, key = native_specialize_impl(BaseBackend, v, False, name not in no_specialize, True)
         signature[name] = ty
+        if ty == "constexpr":  # an integer 1 specializes to the constant, as at launch
+            constexprs[name] = v
         if key == "D":
             attrs[(fn.arg_names.index(name),)] = [["tt.divisibility", 16]]
     for name in constexprs:
@@ -117,11 +119,11 @@ def decode_gemv_launches(gemv, kernel: str, make_operands, ms, patches=()) -> li
 _LAUNCH_OPTIONS = ("num_warps", "maxnreg", "num_stages", "num_ctas", "ptx_options")
 
 
-def compile_launch(fn, args: tuple, kwargs: dict):
-    """Compile a recorded launch (:class:`Recorder`) of the @gluon.jit / @triton.jit ``fn`` for sm_90: its
-    positional and keyword arguments split into runtime arguments and constexprs the way the launch
-    specializes them (None and unset parameters as constexpr defaults), ``launch_pdl`` dropped (a
-    launch attribute, not a compile option)."""
+def _launch_parts(fn, args: tuple, kwargs: dict) -> tuple[dict, dict, dict]:
+    """(runtime arguments, constexprs, compile options) of a recorded launch of ``fn``: its
+    positional and keyword arguments split the way the launch specializes them (None and unset
+    parameters as constexpr defaults), ``launch_pdl`` dropped (a launch attribute, not a compile
+    option)."""
     params = {q.name: q for q in fn.params}
     run, constexprs, opts = {}, {}, {}
     for name, v in zip(fn.arg_names, args):  # a constexpr may be passed by position too
@@ -138,8 +140,39 @@ def compile_launch(fn, args: tuple, kwargs: dict):
             (constexprs if q.is_constexpr or q.default is None else run)[q.name] = q.default
     for name in [a for a, v in run.items() if v is None]:
         constexprs[name] = run.pop(name)
+    return run, constexprs, opts
+
+
+def compile_launch(fn, args: tuple, kwargs: dict):
+    """Compile a recorded launch (:class:`Recorder`) of the @gluon.jit / @triton.jit ``fn`` for sm_90,
+    specialized as the launch would be (:func:`_launch_parts`)."""
+    run, constexprs, opts = _launch_parts(fn, args, kwargs)
     nospec = {q.name for q in fn.params if q.do_not_specialize}
     return compile_gluon_sm90(fn, run, constexprs, nospec, num_warps=opts.pop("num_warps", 4), **opts)
+
+
+def distinct_launches(launches: list) -> list:
+    """The recorded launches that would compile to different kernels, each once (in order): the
+    same kernel, constexprs, options and runtime-argument specialization (dtypes, 16-byte
+    alignment, integers equal to 1 or divisible by 16) compile to the same binary."""
+    import torch
+
+    def spec(v):
+        if isinstance(v, torch.Tensor):
+            return (str(v.dtype), v.data_ptr() % 16 == 0)
+        if isinstance(v, bool) or not isinstance(v, int):
+            return (type(v).__name__, v if isinstance(v, (bool, float)) else None)
+        return ("int", v == 1, v % 16 == 0)
+
+    seen, out = set(), []
+    for fn, args, kwargs in launches:
+        run, constexprs, opts = _launch_parts(fn, args, kwargs)
+        key = (id(fn), tuple((a, spec(v)) for a, v in run.items()), repr(sorted(constexprs.items())),
+               repr(sorted(opts.items())))
+        if key not in seen:
+            seen.add(key)
+            out.append((fn, args, kwargs))
+    return out
 
 
 def compile_recorded(launches: list, label, needs: str | None = None) -> int:

@@ -8,7 +8,9 @@ has it set -- and fails on a non-zero exit or a "FAILED" line. The coarse pass i
 the launches its dispatch actually makes (``coarse_wgmma_offline.py --dispatch``: every M band of
 INT2 and INT4 as shipped, the tuning overrides and the prepared switches), the FP4 / FP8 decode
 GEMVs from their launchers and the FP8 prefill / decode-band kernels from ``fp8_gemm``'s dispatch on
-the benchmark shapes (``--dispatch``: their own config picks, split-K included), the fast mode's
+the benchmark shapes (``--dispatch``: their own config picks, split-K included), the certified
+head's coarse passes, selection / rescoring / fallback and fused argmax as dispatched
+(``certified_offline.py --dispatch``), the fast mode's
 Triton kernels around the coarse pass as their launchers launch them (``fast_tail_offline.py``:
 x preparation, selection, rerank, each as a programmatic dependent launch), the tuning scripts'
 candidate sets (``tune_gemm.py``, ``tune_act_quant.py``, ``tune_sparse_decode.py --compile-only``); the scripts compile their lists of configurations too, and the INT2 ring probe
@@ -38,6 +40,7 @@ CASES = [
     ("gluon_fp8_offline.py", ["--dispatch"], "QGMMA yes"),  # fp8_gemm's own choice: decode band and prefill
     ("coarse_mma_offline.py", [], "HMMA"),
     ("certified_offline.py", [], None),
+    ("certified_offline.py", ["--dispatch"], "REG:"),  # the certified head's launches as dispatched
     ("mma_gemv_offline.py", [], None),
     ("gathered_mma_offline.py", [], None),
     ("fp4_expand_offline.py", [], None),
