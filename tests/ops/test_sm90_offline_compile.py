@@ -12,7 +12,9 @@ the benchmark shapes (``--dispatch``: their own config picks, split-K included),
 head's coarse passes, selection / rescoring / fallback and fused argmax as dispatched
 (``certified_offline.py --dispatch``), the fast mode's
 Triton kernels around the coarse pass as their launchers launch them (``fast_tail_offline.py``:
-x preparation, selection, rerank, each as a programmatic dependent launch), the tuning scripts'
+x preparation, selection, rerank, each as a programmatic dependent launch), the gathered
+projection's, sparse attention's, the Sinkhorn split's and the activation quantizers' kernels as
+their public ops launch them on the benchmark shapes (``ops_dispatch_offline.py``), the tuning scripts'
 candidate sets (``tune_gemm.py``, ``tune_act_quant.py``, ``tune_sparse_decode.py --compile-only``); the scripts compile their lists of configurations too, and the INT2 ring probe
 (``probe_coarse_ring.py --compile-only``) its kernels, so a device session does not find it
 stale. Timing and occupancy are the H200 tier's business; here only that it compiles, with its
@@ -45,6 +47,8 @@ CASES = [
     ("gathered_mma_offline.py", [], None),
     ("fp4_expand_offline.py", [], None),
     ("fast_tail_offline.py", [], "ACQBULK yes"),  # the fast path's x preparation, selection, rerank (PDL)
+    # gathered, sparse attention, Sinkhorn, act_quant: what their public ops launch on the benchmark shapes
+    ("ops_dispatch_offline.py", [], "REG:"),
     # the tuning scripts' candidate sets (the shipped configurations among them); tune_sinkhorn.py
     # --compile-only is left out: 3.5 minutes on 2 cores for one small kernel
     ("tune_gemm.py", ["--compile-only"], None),
