@@ -168,7 +168,8 @@ def main() -> int:
 
     for band, (bm, w, st, cap, bn) in fa._CONFIGS.items():
         const = dict(K=args.k, BM=bm, BN=bn, BK=64, NBP=_pow2(-(-args.n // bn)), CAP=fa.LIST_CAP,
-                     EBK=min(fa.EBK, _pow2(args.k)), TBK=fa.TBK, F32=False, SEM=fa.ROW_SEM, BLOCK_BOUND=fa.BLOCK_BOUND, RC=min(bm, fa.ANSWER_ROWS),
+                     EBK=min(fa.EBK, _pow2(args.k)), TBK=fa.TBK, F32=False, SEM=fa.ROW_SEM, BLOCK_BOUND=fa.BLOCK_BOUND,
+                     RC=min(bm, fa.ANSWER_ROWS),
                      CUT=0, **({"MT": 1} if bm >= band else {}))  # MT = 1 is specialised
         names = fa._fused_argmax_kernel.arg_names
         sig = {a: "constexpr" if a in const else TYPES.get(a, "i32") for a in names}

@@ -38,7 +38,8 @@ def _op_modules(package: str) -> list:
     import pkgutil
 
     pkg = importlib.import_module(f"lowbit.ops.{package}")
-    mods = [pkg] + [importlib.import_module(f"{pkg.__name__}.{info.name}") for info in pkgutil.iter_modules(pkg.__path__)]
+    mods = [pkg] + [importlib.import_module(f"{pkg.__name__}.{info.name}")
+                    for info in pkgutil.iter_modules(pkg.__path__)]
     return mods + [importlib.import_module("lowbit.ops._triton_pdl")]
 
 

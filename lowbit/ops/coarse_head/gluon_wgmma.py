@@ -754,7 +754,8 @@ if _GLUON_IMPORT_ERROR is None:
         w_bufs, sz_bufs, code_rows, x_bufs, xt_bufs, xs_bufs, xs_rows, z_bufs, z_rows = _alloc_operands(
             w_desc, sz_desc, x_desc, xs_desc, STAGES, CH, R, NB, P, TABLE, XW, XC, True, z_desc)
         ready, empty, xbar = ring_barriers(STAGES, HALVES)  # xbar: the resident x's load
-        # (the producer's tuple is spelled out in both calls: a tuple held in a variable loses its constexprs)
+        # (the partitions' tuples are spelled out in each call: a tuple held in a variable loses its
+        # constexprs)
         if HALVES == 1:
             gl.warp_specialize([
                 (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr,
@@ -768,14 +769,14 @@ if _GLUON_IMPORT_ERROR is None:
         else:
             WH: gl.constexpr = W // 2
             gl.warp_specialize([
-                (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
-                                NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, WH, TABLE, XW, CH, PDL, xbar,
-                                XRES, SUB, EMIT, LATE, part_ptr, tick_ptr, FULL, PARTS, GPIPE, z_rows, GMAGIC, HI, NEGXS,
-                                0, 2)),
-                (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
-                                NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, WH, TABLE, XW, CH, PDL, xbar,
-                                XRES, SUB, EMIT, LATE, part_ptr, tick_ptr, FULL, PARTS, GPIPE, z_rows, GMAGIC, HI, NEGXS,
-                                1, 2)),
+                (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr,
+                                lg_ptr, M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, WH, TABLE, XW,
+                                CH, PDL, xbar, XRES, SUB, EMIT, LATE, part_ptr, tick_ptr, FULL, PARTS, GPIPE, z_rows,
+                                GMAGIC, HI, NEGXS, 0, 2)),
+                (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr,
+                                lg_ptr, M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, WH, TABLE, XW,
+                                CH, PDL, xbar, XRES, SUB, EMIT, LATE, part_ptr, tick_ptr, FULL, PARTS, GPIPE, z_rows,
+                                GMAGIC, HI, NEGXS, 1, 2)),
                 (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty,
                                 NBLK, NS, GRID, STAGES, P, NB, R, XW, CH, PDL, TABLE, xbar, XRES, SUB, FULL, PARTS,
                                 z_desc, z_bufs, EARLY)),
