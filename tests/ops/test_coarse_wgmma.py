@@ -791,6 +791,49 @@ def test_split_launch_plan_and_buffers(monkeypatch):
         assert g._split_launch(args[0], args[1], 128, 8, True, dev, args[2]) == (args[0], 1, None, None)
 
 
+@pytest.mark.parametrize("bits", [2, 4])
+def test_split_span_launch_plan(monkeypatch, bits):
+    """What the launcher hands the warp-specialized kernel (recorded on CPU stand-ins: Gluon does
+    not run here): a spanning program with ``split_span`` gets two consumer partitions -- launched
+    with half its warps, the rows of both blocks (W), the second partition's registers -- under the
+    spanning register cap; without a span, or with ``split_span`` off, one partition as before."""
+    import lowbit.ops.coarse_head.x_int8 as x_int8
+
+    g = _gluon_or_skip()
+    seen = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append((grid, kw))
+
+    def tiles(x, ell, planes, nb, perm=False, wide=False, trigger=False, neg_sums=False):
+        ns = ell // 64  # the preparation's outputs as empty tensors of their shapes
+        return (torch.empty(ns * 2 * nb, 32 * planes, dtype=torch.int8), torch.empty(ns * 4, nb, dtype=torch.int32),
+                torch.empty(nb))
+
+    monkeypatch.setattr(g, "_coarse_ws_kernel", Recorder())
+    monkeypatch.setattr(x_int8, "x_int8_tiles", tiles)
+    n, k = 1000, 1024
+    f = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=64)
+    packed = torch.empty(n, f.packed.shape[1], dtype=torch.uint8)
+    ns = f.packed.shape[1] // 64
+    if bits == 2:
+        sz, r = torch.empty(2 * ns, -(-n // 4) * 4, dtype=torch.int32), torch.empty(n)
+    else:
+        sz, r = torch.empty(g.wgmma_sz_bytes(n, bits, f.packed.shape[1]), dtype=torch.uint8), None
+    for m, span, split in ((40, 2, True), (40, 2, False), (5, 2, True), (5, 1, True)):
+        seen.clear()
+        g.coarse_wgmma(torch.empty(m, k, dtype=torch.bfloat16), packed, sz, n=n, bits=bits, block=128, kcand=8,
+                       write_logits=False, table_r=r, ws=True, span=span, split_span=split)
+        (grid, kw), = seen
+        halves = 2 if span == 2 and split else 1
+        assert kw["HALVES"] == halves and kw["W"] == 8 * span and kw["num_warps"] == 8 * span // halves
+        assert kw["CONSUMER_REGS"] == (g.SPLIT_SPAN_REGS if halves == 2 else 0)
+        assert grid == (-(-n // (128 * span)),) and kw["SUB"] == span
+        if span == 2:  # the spanning cap holds the launch's registers either way
+            assert kw["maxnreg"] == g.MAXNREG_WS_SPAN[kw["NB"]]
+
+
 def test_coarse_wgmma_span_validated():
     """A span other than 1 or 2, or per-group words of the wrong shape / dtype, is a ValueError
     before any launch (on any device)."""
