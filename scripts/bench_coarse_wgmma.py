@@ -75,7 +75,8 @@ def _paths():
     kernels fed the x sums negated ("neg xsum", ``NEG_XSUM``), a spanning program's two blocks on two
     consumer partitions ("split span", ``SPLIT_SPAN``; "split span 104": the second at 104 registers,
     ``SPLIT_SPAN_REGS``; "span split span": also spanning at every NB), a head of 4 / 2 candidates a
-    block instead of the default 8 ("kcand 4" / "kcand 2": the head's ``kcand``, not a switch) and none
+    block instead of the default 8 ("kcand 4" / "kcand 2": the head's ``kcand``, not a switch; "early ring x
+    rows box kcand 4": with both launch options) and none
     ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -132,6 +133,7 @@ def _paths():
             ("split span", {"SPLIT_SPAN": True}), ("split span 104", {"SPLIT_SPAN": True, "SPLIT_SPAN_REGS": 104}),
             ("span split span", {"SPAN": two, "SPLIT_SPAN": True}),
             ("kcand 4", {"KCAND": 4}), ("kcand 2", {"KCAND": 2}),
+            ("early ring x rows box kcand 4", {"EARLY_RING": True, "X_ROWS_BOX": True, "KCAND": 4}),
             ("previous", {"WGMMA_M_RANGE": {}, "WGMMA_TABLE_BITS": ()}))
 
 
