@@ -165,6 +165,9 @@ def main() -> int:
     ap.add_argument("--ops", default=",".join(OPS), help="comma-separated, of " + ", ".join(OPS))
     ap.add_argument("--list", action="store_true", help="print the distinct launches, compile nothing")
     args = ap.parse_args()
+    unknown = set(args.ops.split(",")) - set(OPS)
+    if unknown:
+        ap.error(f"unknown ops {sorted(unknown)}; choose from {', '.join(OPS)}")
     failed = 0
     for op in args.ops.split(","):
         launches = OPS[op]()
