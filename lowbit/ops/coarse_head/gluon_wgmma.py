@@ -767,6 +767,8 @@ if _GLUON_IMPORT_ERROR is None:
                                 z_desc, z_bufs, EARLY)),
             ], [1], [PRODUCER_REGS])
         else:
+            gl.static_assert(HALVES == 2 and SUB == 2 and CONSUMER_REGS > 0,
+                             "two consumer partitions serve a spanning program, the second at CONSUMER_REGS")
             WH: gl.constexpr = W // 2
             gl.warp_specialize([
                 (_ws_consumer, (w_bufs, code_rows, xt_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr,
