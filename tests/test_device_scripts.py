@@ -56,6 +56,8 @@ def test_device_script_names_exist(script):
     try:
         import bench_coarse_wgmma
         import probe_coarse_ring
+    except ImportError as e:  # the ring probe is a Gluon script
+        pytest.skip(f"the device scripts' tools do not import here: {e}")
     finally:
         sys.path.pop(0)
     paths = {name for name, _ in bench_coarse_wgmma._paths()}
