@@ -76,7 +76,7 @@ def _paths():
     consumer partitions ("split span", ``SPLIT_SPAN``; "split span 104": the second at 104 registers,
     ``SPLIT_SPAN_REGS``; "span split span": also spanning at every NB), a head of 4 / 2 candidates a
     block instead of the default 8 ("kcand 4" / "kcand 2": the head's ``kcand``, not a switch; "early ring x
-    rows box kcand 4": with both launch options) and none
+    rows box kcand 4": with both launch options; "split span kcand 4": with split partitions) and none
     ("previous": the mma.sync pass up to M = 16, the band kernels beyond)."""
     from lowbit.ops.coarse_head.gluon_wgmma import MAXNREG_WS, MAXNREG_WS_GROUP, TABLE_BITS, WGMMA_BITS
 
@@ -134,6 +134,7 @@ def _paths():
             ("span split span", {"SPAN": two, "SPLIT_SPAN": True}),
             ("kcand 4", {"KCAND": 4}), ("kcand 2", {"KCAND": 2}),
             ("early ring x rows box kcand 4", {"EARLY_RING": True, "X_ROWS_BOX": True, "KCAND": 4}),
+            ("split span kcand 4", {"SPLIT_SPAN": True, "KCAND": 4}),
             ("previous", {"WGMMA_M_RANGE": {}, "WGMMA_TABLE_BITS": ()}))
 
 

@@ -6,8 +6,9 @@
 # shipped 612), 14 / 16 spill instructions a block in the float max-and-mask epilogue (INT2 / INT4).
 # The cuda tests of spanning programs (split partitions against the reference and bit for bit the
 # plain spanning launch, CUDA-graph replay), then fast argmax at M = 64 against the default over
-# three alternating rounds, the second partition at 112 (shipped) and 104 registers. If it wins,
-# set SPLIT_SPAN = True, then run the whole cuda tier. Last, at M = 16, fast heads of 4 candidates a
+# three alternating rounds, alone and with 4 candidates a block (the M = 64 epilogue is ~25 us of
+# the pass at 8; "split span 104", the second partition at 104 registers, if time allows). If it
+# wins, set SPLIT_SPAN = True, then run the whole cuda tier. Last, at M = 16, fast heads of 4 candidates a
 # block against the default 8 (INT4 M = 16: 1.35x its floor, target 1.3x; the epilogue is 8 us of
 # it) and spanning programs on split partitions. On SmolLM2's head (CPU, scripts/sim_table_coarse.py)
 # kcand 4 keeps INT4's fast argmax agreement at 100% (lowbit eval-head, 1024 positions: 99.90%;
@@ -19,7 +20,8 @@ timeout 200 python3 -m pytest -m cuda -q -p no:cacheprovider -n 14 --tb=short te
 tail -3 "$OUT/pytest_split_span.log"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_split_span.log" | head -20
 grep -m1 -B2 -A30 "^____" "$OUT/pytest_split_span.log" | head -50
 timeout 180 python3 scripts/bench_coarse_wgmma.py --bits 2,4 --ms 64 --no-previous --rounds 3 \
-  --paths "default,split span,split span 104" --json "$OUT/head_split_span.json" > "$OUT/head_split_span.log" 2>&1
+  --paths "default,split span,kcand 4,split span kcand 4" --json "$OUT/head_split_span.json" \
+  > "$OUT/head_split_span.log" 2>&1
 echo "bench rc=$?"; python3 scripts/compare_head_paths.py "$OUT/head_split_span.log"
 # at M = 16, both bits: 4 candidates a block, and spanning programs on split partitions (x tiles shared
 # by two blocks: a stage's x is 4 KB at NB = 16 beside 8 KB of INT2 codes; one 20-warp CTA an SM
