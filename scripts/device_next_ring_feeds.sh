@@ -6,8 +6,7 @@
 # (codes + group codes + x tiles a stage), without the group codes, without x, codes only, and the
 # block's group codes in one load at its start (three CTAs an SM at NB = 8, two at NB = 16).
 # If "words per block" is much faster than "shipped" at NB = 8, build it into _coarse_ws_kernel.
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
-export OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
+source scripts/device_lib.sh
 timeout 240 python3 scripts/probe_coarse_ring.py --ms 1,8,16 --modes ring --stages 4 --kcands 8 --head 0 \
   --feeds "shipped,no words,no x,codes only,words per block" --json "$OUT/ring_feeds.json" \
   > "$OUT/ring_feeds.log" 2>&1; echo "rc=$?"; cat "$OUT/ring_feeds.log" | tail -25
@@ -15,6 +14,4 @@ timeout 240 python3 scripts/probe_coarse_ring.py --ms 1,8,16 --modes ring --stag
 # epilogue is longest: INT2 M = 16 / 32 (its epilogue 7.5 / 12.7 us of the pass, session 33; the
 # persistent producer streams the next block meanwhile). Measured only at M = 1 / 8 so far (+2.7 /
 # +2.4 us, session 33 call e)
-timeout 150 python3 scripts/bench_coarse_wgmma.py --bits 2 --ms 16,32 --no-previous --rounds 3 \
-  --paths "default,table persist 3" --json "$OUT/head_persist.json" > "$OUT/head_persist.log" 2>&1
-echo "bench rc=$?"; python3 scripts/compare_head_paths.py "$OUT/head_persist.log"
+head_paths head_persist 150 --bits 2 --ms 16,32 --paths "default,table persist 3"

@@ -13,19 +13,10 @@
 # it) and spanning programs on split partitions. On SmolLM2's head (CPU, scripts/sim_table_coarse.py)
 # kcand 4 keeps INT4's fast argmax agreement at 100% (lowbit eval-head, 1024 positions: 99.90%;
 # recall@16 98.0 -> 93.7%), INT2's 89.7 -> 89.1%. (~9 min)
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
-export OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
-timeout 200 python3 -m pytest -m cuda -q -p no:cacheprovider -n 14 --tb=short tests/ops/test_coarse_wgmma.py \
-  -k "span_two_blocks or launch_options" > "$OUT/pytest_split_span.log" 2>&1; echo "rc=$?"
-tail -3 "$OUT/pytest_split_span.log"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_split_span.log" | head -20
-grep -m1 -B2 -A30 "^____" "$OUT/pytest_split_span.log" | head -50
-timeout 180 python3 scripts/bench_coarse_wgmma.py --bits 2,4 --ms 64 --no-previous --rounds 3 \
-  --paths "default,split span,kcand 4,split span kcand 4" --json "$OUT/head_split_span.json" \
-  > "$OUT/head_split_span.log" 2>&1
-echo "bench rc=$?"; python3 scripts/compare_head_paths.py "$OUT/head_split_span.log"
+source scripts/device_lib.sh
+cuda_tests pytest_split_span.log 200 tests/ops/test_coarse_wgmma.py -k "span_two_blocks or launch_options"
+head_paths head_split_span 180 --bits 2,4 --ms 64 --paths "default,split span,kcand 4,split span kcand 4"
 # at M = 16, both bits: 4 candidates a block, and spanning programs on split partitions (x tiles shared
 # by two blocks: a stage's x is 4 KB at NB = 16 beside 8 KB of INT2 codes; one 20-warp CTA an SM
 # instead of three of 12)
-timeout 160 python3 scripts/bench_coarse_wgmma.py --bits 2,4 --ms 16 --no-previous --rounds 3 \
-  --paths "default,kcand 4,span split span" --json "$OUT/head_m16.json" > "$OUT/head_m16.log" 2>&1
-echo "bench rc=$?"; python3 scripts/compare_head_paths.py "$OUT/head_m16.log"
+head_paths head_m16 160 --bits 2,4 --ms 16 --paths "default,kcand 4,span split span"

@@ -1,7 +1,9 @@
-"""The device scripts prepared for the next H200 session (``scripts/device_next_*.sh``) name only what
-exists: the benchmark's head paths (a name ``bench_coarse_wgmma.py --paths`` does not know is
-silently left out, so a typo would spend device time on nothing), the ring probe's feeds, and
-pytest ``-k`` expressions that select some cuda test. Also their shell syntax (``bash -n``)."""
+"""The device scripts prepared for the next H200 session (``scripts/device_next_*.sh``, with the
+helpers of ``scripts/device_lib.sh``: ``cuda_tests`` runs pytest's cuda tier, ``head_paths``
+``bench_coarse_wgmma.py``) name only what exists: the benchmark's head paths (a name
+``bench_coarse_wgmma.py --paths`` does not know is silently left out, so a typo would spend device
+time on nothing), the ring probe's feeds, and pytest ``-k`` expressions that select some cuda
+test. Also their shell syntax (``bash -n``)."""
 from __future__ import annotations
 
 import re
@@ -15,6 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "scripts").glob("device_next_*.sh"))
+SHELL = SCRIPTS + [ROOT / "scripts" / "device_lib.sh"]
 
 
 def _commands(script: Path) -> list[list[str]]:
@@ -40,7 +43,7 @@ def test_there_are_device_scripts():
     assert SCRIPTS, "no scripts/device_next_*.sh"
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
+@pytest.mark.parametrize("script", SHELL, ids=[s.name for s in SHELL])
 def test_device_script_syntax(script):
     if shutil.which("bash") is None:
         pytest.skip("no bash on this machine")
@@ -63,15 +66,15 @@ def test_device_script_names_exist(script):
     paths = {name for name, _ in bench_coarse_wgmma._paths()}
     for cmd in _commands(script):
         joined = " ".join(cmd)
-        if "bench_coarse_wgmma.py" in joined and _option(cmd, "--paths"):
+        if ("bench_coarse_wgmma.py" in joined or cmd[:1] == ["head_paths"]) and _option(cmd, "--paths"):
             unknown = set(_option(cmd, "--paths").split(",")) - paths
             assert not unknown, f"{script.name}: bench paths {sorted(unknown)} do not exist"
         if "probe_coarse_ring.py" in joined and _option(cmd, "--feeds"):
             unknown = set(_option(cmd, "--feeds").split(",")) - set(probe_coarse_ring.FEEDS)
             assert not unknown, f"{script.name}: ring feeds {sorted(unknown)} do not exist"
-        if "pytest" in cmd and "-k" in cmd:
+        if ("pytest" in cmd or cmd[:1] == ["cuda_tests"]) and "-k" in cmd:
             targets = [a for a in cmd if a.startswith("tests/")]
-            marks = ["-m", _option(cmd, "-m")] if "-m" in cmd else []
+            marks = ["-m", "cuda"] if cmd[0] == "cuda_tests" else ["-m", _option(cmd, "-m")] if "-m" in cmd else []
             run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                                   *marks, "-k", _option(cmd, "-k"), *targets], cwd=ROOT, capture_output=True,
                                  text=True, timeout=600)
