@@ -80,3 +80,12 @@ def test_device_script_names_exist(script):
                                  text=True, timeout=600)
             assert re.search(r"^\d+ tests? collected|^\d+/\d+ tests collected", run.stdout, re.M) and \
                 "no tests collected" not in run.stdout, f"{script.name}: -k {_option(cmd, '-k')!r} selects nothing"
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
+def test_device_script_files_exist(script):
+    """Every ``scripts/*.py`` / ``*.sh`` and ``tests/...`` path a prepared script names is in the
+    repository (a missing one would fail only on the device, after its start-up)."""
+    named = set(re.findall(r"(?<![\w/$])((?:scripts|tests)/[\w/.-]+\.(?:py|sh))", script.read_text()))
+    missing = sorted(p for p in named if not (ROOT / p).exists())
+    assert not missing, f"{script.name}: {missing} do not exist"

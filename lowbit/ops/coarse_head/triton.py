@@ -149,7 +149,7 @@ def _epilogue(acc, bnd, st_ptr, s_ptr, z_ptr, gs_ptr, ck_ptr, clb_ptr, ci_ptr, b
               o_m, m_m, o_n, m_n, i_n, M, N, NB, stride_sn, bcoef, sigma, abs_slack,
               NG: tl.constexpr, KIND: tl.constexpr, BOUND: tl.constexpr, USE_DOT: tl.constexpr,
               ZOFF: tl.constexpr, WRITE_LOGITS: tl.constexpr, KCAND: tl.constexpr, GC: tl.constexpr,
-              BN: tl.constexpr):
+              BN: tl.constexpr, EPI_STAGES: tl.constexpr = 1):
     """After the K loop, shared by the coarse kernels: ``acc`` / ``bnd`` fp32 [BM, BN] (BM = 1
     for the GEMVs) get the per-group zero-point and bound terms (INTx) or the row / global scale
     (native rows; nothing for KIND_DONE); then the logits are written if asked and the block's
@@ -157,7 +157,8 @@ def _epilogue(acc, bnd, st_ptr, s_ptr, z_ptr, gs_ptr, ck_ptr, clb_ptr, ci_ptr, b
     NBK = NB * KCAND
     if KIND == 0:
         # zero point and bound terms, per group: [BM, NG] x-statistics times [NG, BN] (s*z, s, s^2)
-        for g0 in range(0, NG, GC):
+        # EPI_STAGES (EPILOGUE_STAGES) = 1: not software-pipelined -- see EPILOGUE_STAGES
+        for g0 in tl.range(0, NG, GC, num_stages=EPI_STAGES):
             o_g = g0 + tl.arange(0, GC)
             m_g = o_g < NG
             p_sg = o_n[:, None] * stride_sn + o_g[None, :]
@@ -236,6 +237,7 @@ def _coarse_head_kernel(
     BOUND: tl.constexpr, USE_DOT: tl.constexpr, SPLIT: tl.constexpr, DT: tl.constexpr,
     MAGIC: tl.constexpr, ZOFF: tl.constexpr, WRITE_LOGITS: tl.constexpr,
     WORDS: tl.constexpr = False, UNROLL: tl.constexpr = 1, OFFS: tl.constexpr = False,
+    EPI_STAGES: tl.constexpr = 1,
 ):
     i_n = tl.program_id(0).to(tl.int64)
     i_m = tl.program_id(1).to(tl.int64)
@@ -362,7 +364,16 @@ def _coarse_head_kernel(
         bnd = tl.sum(bnd2, axis=1)[None, :]
     _epilogue(acc, bnd, st_ptr, s_ptr, z_ptr, gs_ptr, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, lg_ptr,
               o_m, m_m, o_n, m_n, i_n, M, N, NB, stride_sn, bcoef, sigma, abs_slack,
-              NG, KIND, BOUND, USE_DOT, ZOFF, WRITE_LOGITS, KCAND, GC, BN)
+              NG, KIND, BOUND, USE_DOT, ZOFF, WRITE_LOGITS, KCAND, GC, BN, EPI_STAGES)
+
+
+#: Software-pipeline stages of the epilogue's per-group loop (zero point and bound terms, NG / GC
+#: trips after the whole K loop: 5 at K = 5120). 1 = not pipelined. The pipeliner's default (the
+#: launch's num_stages) prefetches [BN, GC] scale / zero tiles and [BM, GC] x statistics across
+#: trips: offline sm_90 at K = 5120 (scripts/certified_offline.py --dispatch) that cost 220 -> 141
+#: registers at BM = 16 and spilled 416-488 bytes at BM = 32 / 64 (none with 1), for a loop with
+#: nothing to hide behind. 0 restores the launch's num_stages (for an A/B timing on the GPU).
+EPILOGUE_STAGES = 1
 
 
 # Launch configurations per M band: (BM, num_warps, num_stages, BK, VARIANT). BM = 1 is a GEMV
@@ -420,15 +431,22 @@ def _config(m: int, bits=None, fast: bool = False):
     return band, _CONFIGS_BITS.get((band, bits), _CONFIGS[band])
 
 
-def _bk(kind: int, group_size: int) -> int:
+#: Bytes a step of NVFP4 rows on the tensor-core (BM > 1) path. 64 spilled on sm_90 (255 registers:
+#: 72 / 376 / 40 bytes at BM = 16 / 32 / 64, 152 local loads / stores a step at BM = 32); 32 does
+#: not (165 / 246 / 190 registers) for 31.0 / 31.7 / 19.2 loop instructions a byte of a row
+#: against 29.8 / 33.8 / 19.1 (offline, 124160 x 5120 and 49152 x 576 alike). Not yet timed.
+NVFP4_DOT_BK = 32
+
+
+def _bk(kind: int, group_size: int, dot: bool = False) -> int:
     """Bytes per plane per step: a power of two dividing the INTx group (so a step never
-    straddles two groups), at most 64."""
+    straddles two groups), at most 64; NVFP4 rows on the dot path ``NVFP4_DOT_BK``."""
     if kind == KIND_INTX:
         bk = 64
         while group_size % bk:
             bk //= 2
         return bk
-    return 64
+    return NVFP4_DOT_BK if kind == KIND_NVFP4 and dot else 64
 
 
 def kernel_depth(padded_k: int, bk: int, group_size: int) -> int:
@@ -475,9 +493,9 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
         _, config = _config(m, bits if kind == KIND_INTX else None, fast=bound == BOUND_NONE)
     bm, warps, stages, bk = config[:4]
     variant = config[4] if len(config) > 4 else 0
-    if not bk:
-        bk = _bk(kind, group_size)
     use_dot = bm > 1
+    if not bk:
+        bk = _bk(kind, group_size, use_dot)
     aligned = (kind == KIND_INTX and group_size % bk == 0 and w.shape[1] % 4 == 0 and w.stride(1) == 1
                and w.stride(0) % 4 == 0 and w.data_ptr() % 16 == 0)
     if variant in H2_VARIANTS and not use_dot and aligned and bound == BOUND_NONE:
@@ -538,6 +556,7 @@ def coarse_head_triton(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, b
         BOUND=bound, USE_DOT=use_dot, SPLIT=split,
         DT=dt, MAGIC=magic, ZOFF=zoff if kind == KIND_INTX else 0.0,
         WRITE_LOGITS=write_logits, WORDS=words, UNROLL=2 if variant == 2 else 1, OFFS=offs,
+        EPI_STAGES=EPILOGUE_STAGES or stages,
         num_warps=warps, num_stages=stages,
     )
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
