@@ -123,7 +123,7 @@ def main() -> int:
                     rec["speedup_vs_cublas"] = cublas / rec["us"]
                 log(rec)
             del head
-        del w, packings
+        w = packings = None  # freed before the next head
         torch.cuda.empty_cache()
     log.save(args.json)
     return 0
