@@ -456,6 +456,36 @@ def test_compile_and_cuda_graph_fast():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("fmt", ["fp8", "nvfp4"])
+@pytest.mark.parametrize("bits", [None, 4])
+def test_cuda_graph_fast_quantized_weights(fmt, bits):
+    """Fast mode over an FP8-row / NVFP4 weight (its own rows as the coarse copy, or an INT4 copy of
+    it) has no host synchronization either: argmax and topk replay in a CUDA graph with fresh x and
+    give the eager answers. Such heads take the torch selection and the gathered_dot rescoring of
+    the stored rows, not the dense weights' fused select + rerank kernels."""
+    w, x = _case("random")
+    weight = FP8.quantize(w.float(), "row") if fmt == "fp8" else NVFP4.quantize(w.float())
+    weight, x = weight.to("cuda"), x.cuda()
+    head = DraftHead(weight, bits=bits, mode="fast", kcand=4, rerank=16, block=64)
+    head.warmup(max_m=M)
+    static_x = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_arg = head.argmax(static_x)
+        static_v, static_i = head.topk(static_x, 4)
+    for trial in range(2):
+        x2 = torch.randn_like(x)
+        static_x.copy_(x2)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_arg, head.argmax(x2)), trial
+        v, i = head.topk(x2, 4)
+        assert torch.equal(static_i, i) and torch.equal(static_v, v), trial
+        # the rescored values are the stored rows' exact logits
+        torch.testing.assert_close(v.double().cpu(), _exact64(x2, weight).gather(1, i.cpu()), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("m", [1, 16, 33, 64, 100])
 def test_certified_exact_bands_cuda(m):
     """Every M band's launch configuration, a realistic K, bf16 and fp32 x."""
