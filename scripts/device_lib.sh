@@ -4,6 +4,46 @@
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 export OUT="${OUT:-gpu_results}"; mkdir -p "$OUT"
 
+# Triton's kernel cache, carried from one device call to the next (each call usually starts a bare
+# machine, and the cuda tier alone compiles hundreds of kernels): a call restores the tarball
+# .device_carry/triton_cache.tar.xz if it was carried (`carry: [".device_carry"]`; copy the last
+# call's $OUT/triton_cache.tar.xz there first), and writes the cache back to $OUT when it exits.
+# Only the cubins and the metadata travel (~14 KB a kernel compressed); Triton then finds a kernel
+# by its key (source, options, compiler and ptxas versions), so a changed kernel just compiles. The
+# cache's group files name their files by absolute path: they are rewritten when the cache lands
+# under another root, else Triton would miss them and recompile (never load a partial entry).
+export TRITON_CACHE_DIR="$PWD/.triton_cache"
+restore_triton_cache() {
+  local tarball=.device_carry/triton_cache.tar.xz old
+  [ -f "$tarball" ] || return 0
+  mkdir -p "$TRITON_CACHE_DIR"
+  if ! tar -xJf "$tarball" -C "$TRITON_CACHE_DIR"; then
+    echo "triton cache: unreadable, not used"; rm -rf "$TRITON_CACHE_DIR"; return 0
+  fi
+  old=$(cat "$TRITON_CACHE_DIR/ROOT" 2>/dev/null)
+  if [ -n "$old" ] && [ "$old" != "$TRITON_CACHE_DIR" ]; then
+    find "$TRITON_CACHE_DIR" -name '__grp__*.json' -exec sed -i "s#$old/#$TRITON_CACHE_DIR/#g" {} +
+  fi
+  echo "triton cache: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l) kernels restored"
+}
+# the tarball must stay under the device tool's 16 MiB a returned file
+save_triton_cache() {
+  [ -d "$TRITON_CACHE_DIR" ] || return 0
+  local out size
+  out="$(cd "$OUT" && pwd)/triton_cache.tar.xz"
+  echo "$TRITON_CACHE_DIR" > "$TRITON_CACHE_DIR/ROOT"
+  (cd "$TRITON_CACHE_DIR" && find . \( -name '*.cubin' -o -name '*.json' -o -name ROOT \) -print0 \
+    | tar -cf - --null -T - | xz -T0 -6 > "$out")
+  size=$(stat -c %s "$out" 2>/dev/null || echo 0)
+  if [ "$size" -eq 0 ] || [ "$size" -gt 16000000 ]; then
+    echo "triton cache: $size bytes, empty or over what comes back; not saved"; rm -f "$out"
+  else
+    echo "triton cache: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l) kernels saved ($size bytes)"
+  fi
+}
+restore_triton_cache
+trap save_triton_cache EXIT
+
 # cuda_tests LOG TIMEOUT PYTEST_ARGS...: the cuda tier of the named tests (14 workers) into $OUT/LOG,
 # then its summary, the failures and the first failure's traceback
 cuda_tests() {
