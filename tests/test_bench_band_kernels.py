@@ -23,7 +23,6 @@ def test_bench_band_kernels_runs(monkeypatch, tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         import bench_band_kernels as bench
-        import head_bench
     finally:
         sys.path.pop(0)
     import lowbit.bench.timing as timing
