@@ -436,6 +436,27 @@ def test_value_errors(bad):
             head.topk(x, 6)  # 5 blocks x kcand 1 = 5 candidates: top-6 cannot be answered
 
 
+def _graph_replays_match_eager(head, x, k, xs):
+    """Capture ``head.argmax`` and ``head.topk(·, k)`` on a static copy of ``x`` in one CUDA graph,
+    replay it on each of ``xs`` copied in, and assert every replay equals the eager calls on that
+    input. Returns the replays' (argmax, topk values, topk indices), cloned."""
+    static_x = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_a = head.argmax(static_x)
+        static_v, static_i = head.topk(static_x, k)
+    out = []
+    for trial, x2 in enumerate(xs):
+        static_x.copy_(x2)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_a, head.argmax(x2)), trial
+        e_v, e_i = head.topk(x2, k)
+        assert torch.equal(static_i, e_i) and torch.equal(static_v, e_v), trial
+        out.append((static_a.clone(), static_v.clone(), static_i.clone()))
+    return out
+
+
 @pytest.mark.cuda
 def test_compile_and_cuda_graph_fast():
     w, x = _case("random")
@@ -468,19 +489,8 @@ def test_cuda_graph_fast_quantized_weights(fmt, bits):
     weight, x = weight.to("cuda"), x.cuda()
     head = DraftHead(weight, bits=bits, mode="fast", kcand=4, rerank=16, block=64)
     head.warmup(max_m=M)
-    static_x = x.clone()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_arg = head.argmax(static_x)
-        static_v, static_i = head.topk(static_x, 4)
-    for trial in range(2):
-        x2 = torch.randn_like(x)
-        static_x.copy_(x2)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(static_arg, head.argmax(x2)), trial
-        v, i = head.topk(x2, 4)
-        assert torch.equal(static_i, i) and torch.equal(static_v, v), trial
+    xs = [torch.randn_like(x) for _ in range(2)]
+    for x2, (_, v, i) in zip(xs, _graph_replays_match_eager(head, x, 4, xs)):
         # the rescored values are the stored rows' exact logits
         torch.testing.assert_close(v.double().cpu(), _exact64(x2, weight).gather(1, i.cpu()), rtol=1e-5, atol=1e-5)
 
@@ -552,21 +562,11 @@ def test_compile_and_cuda_graph_certified():
     compiled_topk = torch.compile(head.topk, fullgraph=True)
     cv, ci = compiled_topk(x, 5)
     assert torch.equal(ci, ref_i) and torch.equal(cv, ref_v)
-    static_x = x.clone()
     head.reset_stats()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_a = head.argmax(static_x)
-        static_v, static_i = head.topk(static_x, 5)
-    for trial in range(3):
-        x2 = torch.randn_like(x)
-        if trial == 2:  # rows that tie everywhere: the fallback kernel inside the graph
-            x2 = eq[:1].expand(M, K).to(x2)
-        static_x.copy_(x2)
-        graph.replay()
-        assert torch.equal(static_a, head.argmax(x2))
-        e_v, e_i = head.topk(x2, 5)
-        assert torch.equal(static_i, e_i) and torch.equal(static_v, e_v)
+    # the last trial's rows tie everywhere: the fallback kernel inside the graph
+    xs = [torch.randn_like(x), torch.randn_like(x), eq[:1].expand(M, K).to(x)]
+    _, static_v, static_i = _graph_replays_match_eager(head, x, 5, xs)[-1]
+    x2 = xs[-1]
     exact = x2.double() @ w.double().t()
     ref = exact.cpu().argsort(dim=-1, descending=True, stable=True)[:, :5]
     assert torch.equal(static_i.cpu(), ref)
