@@ -121,12 +121,32 @@ def main() -> int:
                        **recs[v], "cublas_topk_us": cublas}
                 if "us" in rec:
                     rec["speedup_vs_cublas"] = cublas / rec["us"]
+                    if v != "shipped" and "us" in recs["shipped"]:
+                        rec["vs_shipped"] = rec["us"] / recs["shipped"]["us"]
                 log(rec)
             del head
         w = packings = None  # freed before the next head
         torch.cuda.empty_cache()
     log.save(args.json)
+    print(summary(log.rows))
     return 0
+
+
+def summary(rows: list[dict]) -> str:
+    """One line per (head, M, configuration): the shipped µs and each other variant's µs and ratio
+    (and cuBLAS's for the end-to-end rows), for reading the result off the device's output tail."""
+    lines = ["head            M  configuration                    shipped us  variant: us (x shipped)"]
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["n"], r["k"], r["m"], r["coarse"]), []).append(r)
+    for (n, k, m, coarse), recs in groups.items():
+        base = next((r for r in recs if r["variant"] == "shipped"), {})
+        others = [f"{r['variant']}: " + (f"{r['us']:.1f} ({r.get('vs_shipped', 0):.3f}x)" if "us" in r else r.get("error", "?"))
+                  for r in recs if r["variant"] != "shipped"]
+        extra = f"  cuBLAS {base['cublas_topk_us']:.1f}" if "cublas_topk_us" in base else ""
+        shipped = f"{base['us']:10.1f}" if "us" in base else f"{base.get('error', '?')[:10]:>10}"
+        lines.append(f"{n:>6} x {k:<5} {m:>3}  {coarse:<32} {shipped}  " + "; ".join(others) + extra)
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

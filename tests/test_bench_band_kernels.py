@@ -62,4 +62,7 @@ def test_bench_band_kernels_runs(monkeypatch, tmp_path, capsys):
         if r["variant"] == "nvfp4 bk64":
             assert r["rel_diff"] < 1e-5, r  # other summation steps, the same logits to fp32 rounding
     assert all(calls)  # every timing by CUDA-graph replay
-    assert capsys.readouterr().out.count("\n") == len(rows)  # one printed JSON line a record
+    printed = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("{") for line in printed) == len(rows)  # one JSON line a record
+    table = printed[-(len(bench.COARSE) + 2):]  # the summary: a header, a line a configuration
+    assert table[0].startswith("head") and all("300 x 64" in line for line in table[1:]), printed[-8:]
