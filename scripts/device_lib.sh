@@ -17,7 +17,7 @@ restore_triton_cache() {
   local tarball=.device_carry/triton_cache.tar.xz old
   [ -f "$tarball" ] || return 0
   mkdir -p "$TRITON_CACHE_DIR"
-  if ! tar -xJf "$tarball" -C "$TRITON_CACHE_DIR"; then
+  if ! tar -xJf "$tarball" -C "$TRITON_CACHE_DIR" || [ ! -f "$TRITON_CACHE_DIR/ROOT" ]; then
     echo "triton cache: unreadable, not used"; rm -rf "$TRITON_CACHE_DIR"; return 0
   fi
   old=$(cat "$TRITON_CACHE_DIR/ROOT" 2>/dev/null)
@@ -26,14 +26,21 @@ restore_triton_cache() {
   fi
   echo "triton cache: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l) kernels restored"
 }
-# the tarball must stay under the device tool's 16 MiB a returned file
+# the tarball must stay under the device tool's 16 MiB a returned file, and the save inside the
+# call's 600 s: skipped past CACHE_SAVE_BY seconds of the script (a killed save leaves a truncated
+# tarball, which the next restore rejects as a whole)
 save_triton_cache() {
   [ -d "$TRITON_CACHE_DIR" ] || return 0
+  if [ "$SECONDS" -gt "${CACHE_SAVE_BY:-560}" ]; then
+    echo "triton cache: not saved, the call is at ${SECONDS} s"; return 0
+  fi
   local out size
   out="$(cd "$OUT" && pwd)/triton_cache.tar.xz"
   echo "$TRITON_CACHE_DIR" > "$TRITON_CACHE_DIR/ROOT"
-  (cd "$TRITON_CACHE_DIR" && find . \( -name '*.cubin' -o -name '*.json' -o -name ROOT \) -print0 \
-    | tar -cf - --null -T - | xz -T0 -6 > "$out")
+  if ! (cd "$TRITON_CACHE_DIR" && find . \( -name '*.cubin' -o -name '*.json' -o -name ROOT \) -print0 \
+      | tar -cf - --null -T - | timeout 30 xz -T0 -6 > "$out"); then
+    echo "triton cache: not saved (the compression failed or took over 30 s)"; rm -f "$out"; return 0
+  fi
   size=$(stat -c %s "$out" 2>/dev/null || echo 0)
   if [ "$size" -eq 0 ] || [ "$size" -gt 16000000 ]; then
     echo "triton cache: $size bytes, empty or over what comes back; not saved"; rm -f "$out"
