@@ -432,9 +432,10 @@ def _config(m: int, bits=None, fast: bool = False):
 
 
 #: Bytes a step of NVFP4 rows on the tensor-core (BM > 1) path. 64 spilled on sm_90 (255 registers:
-#: 72 / 376 / 40 bytes at BM = 16 / 32 / 64, 152 local loads / stores a step at BM = 32); 32 does
-#: not (165 / 246 / 190 registers) for 31.0 / 31.7 / 19.2 loop instructions a byte of a row
-#: against 29.8 / 33.8 / 19.1 (offline, 124160 x 5120 and 49152 x 576 alike). Not yet timed.
+#: 72 / 376 / 40 bytes at BM = 16 / 32 / 64 on 124160 x 5120, 88 / 376 / 16 on 49152 x 576; 152-160
+#: local loads / stores a loop step at BM = 32); 32 does not (165 / 246 / 190 registers) for 31.0 /
+#: 31.7 / 19.2 loop instructions a byte of a row against 29.8 / 33.8 / 19.1 (offline:
+#: scripts/band_loop_offline.py, docs/measurements/2026-12-05_session36_band_offline.log). Not yet timed.
 NVFP4_DOT_BK = 32
 
 
