@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import certified_offline as co  # noqa: E402
-from sm90_offline import compile_launch, cuobjdump, distinct_launches, loop_body, resource_usage, sass_lines  # noqa: E402
+from sm90_offline import compile_launch, distinct_launches, loop_body, loop_report  # noqa: E402
 
 
 def main() -> int:
@@ -37,11 +37,12 @@ def main() -> int:
             if fn.__name__ != "_coarse_head_kernel" or kw.get("KIND") != tr.KIND_NVFP4 or kw["BM"] == 1:
                 continue
             kern = compile_launch(fn, a, kw)
-            body = loop_body(sass_lines(cuobjdump(kern, "-sass")), "HGMMA")  # tl.dot is a wgmma (A in registers)
-            ops = Counter(o.split(".")[0] for _, o, _ in body)
-            print(f"N{args.n} K{args.k} M={m} BM={kw['BM']} BK={kw['BK']} warps={kw.get('num_warps')} "
-                  f"{resource_usage(kern)} loop={len(body)} per-row-byte={len(body) / kw['BK']:.2f} "
-                  f"LDL={ops['LDL']} STL={ops['STL']} HGMMA={ops['HGMMA']}", flush=True)
+            # the main loop: tl.dot is a wgmma here (A from registers)
+            ops = loop_report(kern, f"N{args.n} K{args.k} M={m} BM={kw['BM']} BK={kw['BK']} warps={kw.get('num_warps')}",
+                              lambda lines: [o for _, o, _ in loop_body(lines, "HGMMA")])
+            count = Counter(o.split(".")[0] for o in ops)
+            print(f"    {len(ops) / kw['BK']:.2f} loop instructions a row byte; LDL {count['LDL']}, STL {count['STL']}",
+                  flush=True)
     return 0
 
 
