@@ -20,8 +20,8 @@ restore_triton_cache() {
   if ! tar -xJf "$tarball" -C "$TRITON_CACHE_DIR" || [ ! -f "$TRITON_CACHE_DIR/ROOT" ]; then
     echo "triton cache: unreadable, not used"; rm -rf "$TRITON_CACHE_DIR"; return 0
   fi
-  old=$(cat "$TRITON_CACHE_DIR/ROOT" 2>/dev/null)
-  if [ -n "$old" ] && [ "$old" != "$TRITON_CACHE_DIR" ]; then
+  old=$(cat "$TRITON_CACHE_DIR/ROOT")
+  if [ "$old" != "$TRITON_CACHE_DIR" ]; then
     find "$TRITON_CACHE_DIR" -name '__grp__*.json' -exec sed -i "s#$old/#$TRITON_CACHE_DIR/#g" {} +
   fi
   echo "triton cache: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l) kernels restored"
@@ -41,9 +41,9 @@ save_triton_cache() {
       | tar -cf - --null -T - | timeout 30 xz -T0 -6 > "$out"); then
     echo "triton cache: not saved (the compression failed or took over 30 s)"; rm -f "$out"; return 0
   fi
-  size=$(stat -c %s "$out" 2>/dev/null || echo 0)
-  if [ "$size" -eq 0 ] || [ "$size" -gt 16000000 ]; then
-    echo "triton cache: $size bytes, empty or over what comes back; not saved"; rm -f "$out"
+  size=$(stat -c %s "$out")
+  if [ "$size" -gt 16000000 ]; then
+    echo "triton cache: $size bytes, over what comes back; not saved"; rm -f "$out"
   else
     echo "triton cache: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l) kernels saved ($size bytes)"
   fi
