@@ -7,34 +7,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lowbit._backend import use_triton
 from lowbit._validate import check_tensor, require
 from lowbit.formats.fp8 import FP8
 from lowbit.formats.nvfp4 import NVFP4
-from lowbit.ops.gathered import gathered_dot
-from lowbit.ops.coarse_head import (
-    BOUND_DET,
-    BOUND_NONE,
-    BOUND_STAT,
-    CERTIFIED_MAX_K,
-    CERTIFIED_STATS,
-    argmax_lowest,
-    certified_select_rerank,
-    certify,
-    M_BANDS,
-    coarse_head,
-    new_certified_stats,
-    exact_logits,
-    fused_certified_argmax,
-    pack,
-    select_fast,
-    topk_lowest,
-    weight_version,
-)
-from lowbit.ops import coarse_head as _coarse_mod
+from lowbit.ops.coarse_head import BOUNDS, PIPELINES, HeadConfig, HeadState, HeadStats, pack, weight_version
 
 MODES = ("fast", "certified")
-BOUNDS = {"det": BOUND_DET, "stat": BOUND_STAT}
 # Defaults per mode (measured: docs/draft_head.md). Fast: INT4 g64 with 8 candidates per block of
 # 128 and 32 reranked gave 99.8% argmax agreement on SmolLM2-135M. Certified: INT8 g64 with the
 # deterministic bound gave a median set of 2 (max 30) tokens there; a cap of 128 also covers
@@ -44,10 +22,6 @@ _DEFAULTS = {
     "certified": dict(bits=8, group_size=64, kcand=4, rerank=128),
 }
 _X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_HOST_COUNTERS = ("_calls", "_rows", "_fallbacks", "_wide", "_set_rows", "_set_sum", "_set_max")
-# host counter <- device statistic it adds (CERTIFIED_STATS names; set_max is a maximum)
-_DEVICE_SUMS = (("_calls", "calls"), ("_rows", "rows"), ("_fallbacks", "fallbacks"), ("_wide", "wide"),
-                ("_set_rows", "rows"), ("_set_sum", "set_sum"))
 
 
 def _is_all_zero(weight) -> bool:
@@ -88,7 +62,7 @@ class DraftHead(nn.Module):
     missing (a block's unemitted ``ub`` reaches the threshold, or more than ``rerank`` tokens do)
     is scored exactly in full. With a dense weight on the Triton path, ``argmax`` / ``topk`` (k <=
     64) do all of this on the device — selection, rescoring and the fallback in three launches
-    after the coarse pass (:mod:`lowbit.ops.coarse_head.certified`), no host synchronization, so
+    after the coarse pass (:mod:`lowbit.ops.coarse_head.certified_tail`), no host synchronization, so
     the call can be captured in a CUDA graph like the fast mode; ``logits`` and the other heads
     read the fallback count back (one host synchronization per call). From
     ``FUSED_ARGMAX_MIN_M`` rows on, a bf16 / fp16 head's certified ``argmax`` (x of the same
@@ -153,299 +127,109 @@ class DraftHead(nn.Module):
         self.n, self.k = n, k
         self.bits, self.group_size, self.mode = bits, group_size, mode
         self.kcand, self.rerank, self.bound, self.sigma, self.block = kcand, rerank, bound, sigma, block
+        self._config = HeadConfig(mode, kcand, rerank, bound, float(sigma), block)
+        self._topk, self._logits = PIPELINES[mode]
         # fast mode emits at most this many candidates (k larger than that cannot be answered)
         self._fast_cands = sum(min(kcand, n - b) for b in range(0, n, block))
-        self._packing = None
+        self._stats = HeadStats()
+        self._state = None  # the pipelines' HeadState, made when the weight is first packed
         self._packed_version = None
-        self._dstats = None  # int64 device counters of the sync-free certified path
-        self._norms = None  # fp32 [N] row 2-norms of a dense weight (the fused certified argmax)
-        self.reset_stats()
         if not _is_all_zero(weight):
             self._repack()
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _repack(self) -> None:
-        self._packing = pack(self.weight, self.bits, self.group_size)
+        self._state = HeadState(self.weight, pack(self.weight, self.bits, self.group_size), self._config, self._stats)
         self._packed_version = weight_version(self.weight)
-        self._norms = None
 
-    def _ensure_packed(self):
+    def _ensure_packed(self) -> HeadState:
         if torch.compiler.is_compiling():
             # traced graphs skip the version check (storage pointers are not traceable): pack
             # first (warmup) and re-trace after reloading the weight
-            require(self._packing is not None, "DraftHead: call warmup() (or the head once) before torch.compile")
-            return self._packing
-        if self._packing is None or weight_version(self.weight) != self._packed_version:
+            require(self._state is not None, "DraftHead: call warmup() (or the head once) before torch.compile")
+            return self._state
+        if self._state is None or weight_version(self.weight) != self._packed_version:
             if _is_all_zero(self.weight):
                 raise ValueError("DraftHead weight is still all zeros: load the weight before the first call "
                                  "(the coarse copy is never quantized from zeros)")
             self._repack()
-        return self._packing
+        return self._state
 
     @property
     def packing(self):
         """The coarse copy (None until the weight is non-zero and the head has been called)."""
-        return self._packing
+        return None if self._state is None else self._state.packing
 
     def reset_stats(self) -> None:
-        self._calls = self._rows = self._fallbacks = self._wide = self._set_rows = self._set_sum = self._set_max = 0
-        if self._dstats is not None:
-            self._dstats.zero_()
+        self._stats.reset()
 
     @property
     def stats(self) -> dict:
-        """calls, rows, fallbacks (rows scored in full), wide (rows whose set exceeded the cap but
-        lay among the candidates: all candidates rescored), mean/max certified-set size."""
-        c = self._counts()
-        rows = c["_rows"]
-        mean = c["_set_sum"] / c["_set_rows"] if c["_set_rows"] else float("nan")
-        return {"calls": c["_calls"], "rows": rows, "fallbacks": c["_fallbacks"], "wide": c["_wide"],
-                "fallback_rate": c["_fallbacks"] / rows if rows else 0.0,
-                "mean_set_size": mean, "max_set_size": c["_set_max"]}
-
-    def _counts(self) -> dict:
-        """The host counters plus the device path's (reading those synchronizes)."""
-        c = {name: getattr(self, name) for name in _HOST_COUNTERS}
-        if self._dstats is not None:
-            d = dict(zip(CERTIFIED_STATS, self._dstats.tolist()))
-            for name, key in _DEVICE_SUMS:
-                c[name] += d[key]
-            c["_set_max"] = max(c["_set_max"], d["set_max"])
-        return c
+        """calls, rows, fallbacks (rows scored in full), fallback_rate, wide (rows whose set exceeded
+        the cap but lay among the candidates: all candidates rescored), mean/max certified-set size.
+        Reading it synchronizes with the device."""
+        return self._stats.snapshot()
 
     def warmup(self, max_m: int = 64, ks=(1, 16)) -> None:
         """Quantize and compile every launch configuration up to ``max_m`` rows (call before
         CUDA-graph capture; nothing is autotuned or compiled lazily inside a capture)."""
-        packing = self._ensure_packed()
+        from lowbit.ops.coarse_head.coarse_fp32 import M_BANDS
+
+        state = self._ensure_packed()
+        device = state.packing.device
         dtype = self.weight.dtype if isinstance(self.weight, torch.Tensor) else torch.bfloat16
         # the M bands, and every epilogue tile of the tensor-core coarse pass (one per power of two
         # of the rows in a launch of at most 8: M = 2, 3 .. 4, 5 .. 8, and 9 for a 1-row tail)
         ms = sorted({1, *[b for b in M_BANDS if b <= max_m], *[b for b in (2, 3, 4, 5, 8, 9) if b <= max_m], max_m})
         for m in ms:
-            x = torch.randn(m, self.k, device=packing.device, dtype=dtype)
+            x = torch.randn(m, self.k, device=device, dtype=dtype)
             self.argmax(x)
             for k in ks:
                 if 1 < k <= (self._fast_cands if self.mode == "fast" else self.n):
                     self.topk(x, k)
             self.logits(x)
-        if packing.device.type == "cuda":
+        if device.type == "cuda":
             torch.cuda.synchronize()
         self.reset_stats()
 
     # -- input handling -------------------------------------------------------------------------
-    def _flat(self, x: torch.Tensor) -> torch.Tensor:
+    def _flat(self, x: torch.Tensor) -> tuple[torch.Tensor, HeadState]:
         check_tensor("x", x, dtypes=_X_DTYPES)
         require(x.dim() >= 1 and x.shape[-1] == self.k, f"x must be [..., {self.k}], got shape {tuple(x.shape)}")
         x2 = x.reshape(-1, self.k)
         require(x2.shape[0] > 0, f"x has no rows (shape {tuple(x.shape)})")
-        packing = self._ensure_packed()
-        require(torch.compiler.is_compiling() or x2.device == packing.device,
-                f"x is on {x2.device}, the head on {packing.device}")
-        return x2
-
-    def _coarse(self, x2, bound: int, write_logits=False):
-        return coarse_head(x2, self._packing, block=self.block, kcand=self.kcand, bound=bound,
-                           sigma=self.sigma, write_logits=write_logits)
-
-    def _rescore(self, x2, idx, valid):
-        exact = gathered_dot(x2, self.weight, idx)
-        return torch.where(valid, exact, torch.full_like(exact, float("-inf")))
-
-    def _certified(self, x2, k: int, write_logits=False):
-        """Rescored certified candidates, plus the rows whose set did not fit (one host sync).
-
-        Returns (coarse out, idx [M, T], exact vals [M, T], fallback) where fallback is None or
-        (rows_wide, wide_idx, wide_vals, rows_full, full_logits): rows whose certified set
-        exceeded the cap but lies among the emitted candidates get all their candidates rescored
-        (``wide``); rows where a block may hide a member are scored in full (``full``).
-        """
-        out = self._coarse(x2, BOUNDS[self.bound], write_logits)
-        idx, valid, over_block, over_cap, size = certify(out, k, self.rerank)
-        vals = self._rescore(x2, idx, valid)
-        wide = over_cap & ~over_block
-        n_full, n_wide, size_sum, size_max = (
-            int(v) for v in torch.stack([over_block.sum(), wide.sum(), size.sum(), size.max()]).tolist())
-        self._calls += 1
-        self._rows += x2.shape[0]
-        self._fallbacks += n_full
-        self._wide += n_wide
-        self._set_rows += x2.shape[0]
-        self._set_sum += size_sum
-        self._set_max = max(self._set_max, size_max)
-        if not (n_full or n_wide):
-            return out, idx, vals, None
-        rows_w = wide.nonzero().squeeze(-1)
-        w_idx = out.cand_idx[rows_w]
-        w_vals = self._rescore(x2[rows_w], w_idx, out.cand_key[rows_w] > float("-inf")) if n_wide else None
-        rows_f = over_block.nonzero().squeeze(-1)
-        full = self._exact_full(x2[rows_f]) if n_full else None
-        return out, idx, vals, (rows_w, w_idx, w_vals, rows_f, full)
-
-    def _device_path(self, x2, k: int) -> bool:
-        """Whether certified argmax / top-k runs sync-free on the device (see the class doc)."""
-        compiling = torch.compiler.is_compiling()
-        return (self.mode == "certified" and _coarse_mod.SYNC_FREE_CERTIFIED and k <= CERTIFIED_MAX_K
-                and isinstance(self.weight, torch.Tensor)
-                and (x2.is_cuda if compiling else use_triton(x2, self.weight)))
-
-    def _device_stats(self, device) -> torch.Tensor:
-        st = self._dstats
-        if st is None or st.device != device:
-            require(not torch.compiler.is_compiling(),
-                    "DraftHead: call warmup() (or the head once) before torch.compile")
-            if st is not None:  # moved to another device: keep the counts on the host
-                self._fold_device_stats()
-            st = self._dstats = new_certified_stats(device)
-        return st
-
-    def _fold_device_stats(self) -> None:
-        for name, value in self._counts().items():
-            setattr(self, name, value)
-
-    def _fused_path(self, x2) -> bool:
-        """Whether certified argmax takes the one-launch fused kernel over the stored rows
-        (:mod:`lowbit.ops.coarse_head.fused_argmax`): a dense bf16 / fp16 weight, x of the same
-        dtype, at least ``FUSED_ARGMAX_MIN_M`` rows, on the Triton path."""
-        compiling = torch.compiler.is_compiling()
-        return (x2.shape[0] >= _coarse_mod.FUSED_ARGMAX_MIN_M and self._device_path(x2, 1)
-                and _coarse_mod.fused_supported(x2, self.weight) and (self._norms is not None or not compiling))
-
-    def _fused_argmax(self, x2) -> torch.Tensor:
-        if self._norms is None:
-            self._norms = _coarse_mod.row_norms(self.weight)
-        stats = self._device_stats(x2.device)
-        op = torch.ops.lowbit.draft_fused_argmax if torch.compiler.is_compiling() else fused_certified_argmax
-        return op(x2, self.weight, self._norms, self.rerank, stats)
-
-    def _certified_device(self, x2, k: int):
-        """Certified exact top-``k`` on the device: (vals fp32 [M, k], idx int64 [M, k])."""
-        out = self._coarse(x2, BOUNDS[self.bound])
-        stats = self._device_stats(x2.device)
-        compiling = torch.compiler.is_compiling()
-        op = torch.ops.lowbit.draft_certified_select if compiling else certified_select_rerank
-        return op(out.cand_key, out.cand_lb, out.cand_idx, out.block_lb, out.block_rest, x2, self.weight, k,
-                  self.rerank, stats)
-
-    def _exact_full(self, xr):
-        """Exact fp32 logits [B, N] of whole rows: the same gathered_dot as the rerank on the GPU
-        (streams the stored rows, nothing dequantized in full), a chunked fp32 matmul on the CPU."""
-        if xr.device.type != "cuda":
-            return exact_logits(xr, self.weight, self.n)
-        ar = torch.arange(self.n, device=xr.device)
-        return torch.cat([gathered_dot(xr[i:i + 8], self.weight, ar.expand(min(8, xr.shape[0] - i), -1))
-                          for i in range(0, xr.shape[0], 8)])
-
-    def _fast_best(self, x2, k: int):
-        """Fast mode's exact top-``k`` among the reranked candidates: (vals fp32 [M, k], idx int64
-        [M, k]). Dense weights on the Triton path use the fused select + rerank kernels
-        (:mod:`lowbit.ops.coarse_head.select`, two launches); otherwise torch ops."""
-        compiling = torch.compiler.is_compiling()
-        if (_coarse_mod.FUSED_SELECT and isinstance(self.weight, torch.Tensor)
-                and (x2.is_cuda if compiling else use_triton(x2, self.weight))):
-            out = self._coarse(x2, BOUND_NONE)
-            op = torch.ops.lowbit.draft_fast_select if compiling else _coarse_mod.fast_select_rerank
-            v, i = op(out.cand_key, out.cand_idx, x2, self.weight, max(self.rerank, k), k, self.kcand)
-            if compiling:
-                self._calls += 1
-                self._rows += x2.shape[0]
-            else:  # plain ints: skip nn.Module.__setattr__ (µs of host time per call at M = 1)
-                d = self.__dict__
-                d["_calls"] += 1
-                d["_rows"] += x2.shape[0]
-            return v, i
-        _, idx, vals = self._fast(x2, k)
-        if k == 1:
-            return None, argmax_lowest(vals, idx)[:, None]
-        return topk_lowest(vals, idx, k)
-
-    def _fast(self, x2, k: int, write_logits=False):
-        out = self._coarse(x2, BOUND_NONE, write_logits)
-        idx, valid = select_fast(out, max(self.rerank, k))
-        vals = self._rescore(x2, idx, valid)
-        self._calls += 1
-        self._rows += x2.shape[0]
-        return out, idx, vals
+        state = self._ensure_packed()
+        require(torch.compiler.is_compiling() or x2.device == state.packing.device,
+                f"x is on {x2.device}, the head on {state.packing.device}")
+        return x2, state
 
     def _check_k(self, k) -> None:
         require(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= self.n,
                 f"k must be an int in [1, N={self.n}], got {k!r}")
         if self.mode == "fast":
-            require(k <= self._fast_cands, f"fast mode emits only {self._fast_cands} candidates (kcand={self.kcand} per block of {self.block}); k={k} is too large")
+            require(k <= self._fast_cands, f"fast mode emits only {self._fast_cands} candidates (kcand={self.kcand} "
+                    f"per block of {self.block}); k={k} is too large")
 
     # -- public API -----------------------------------------------------------------------------
     def argmax(self, x: torch.Tensor) -> torch.Tensor:
         """int64 [...]: the index of the largest logit per row (lower index among exact ties)."""
-        x2 = self._flat(x)
-        if self.mode == "fast":
-            return self._fast_best(x2, 1)[1][:, 0].view(x.shape[:-1])
-        if self._fused_path(x2):
-            return self._fused_argmax(x2).view(x.shape[:-1])
-        if self._device_path(x2, 1):
-            return self._certified_device(x2, 1)[1][:, 0].view(x.shape[:-1])
-        _, idx, vals, fb = self._certified(x2, 1)
-        ans = argmax_lowest(vals, idx)
-        if fb is not None:
-            rows_w, w_idx, w_vals, rows_f, full = fb
-            if w_vals is not None:
-                ans[rows_w] = argmax_lowest(w_vals, w_idx)
-            if full is not None:
-                ans[rows_f] = argmax_lowest(full, torch.arange(self.n, device=x2.device).expand(rows_f.shape[0], -1))
-        return ans.view(x.shape[:-1])
+        x2, state = self._flat(x)
+        return self._topk(state, x2, 1)[1][:, 0].view(x.shape[:-1])
 
     def topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(values fp32 [..., k], indices int64 [..., k]): exact values, sorted descending, the
         lower index first among equal values."""
         self._check_k(k)
-        x2 = self._flat(x)
-        if self.mode == "fast":
-            v, i = self._fast_best(x2, k)
-        elif self._device_path(x2, k):
-            v, i = self._certified_device(x2, k)
-        else:
-            _, idx, vals, fb = self._certified(x2, k)
-            if vals.shape[1] < k:  # fewer candidates than k: every row falls back
-                pad = k - vals.shape[1]
-                vals = torch.nn.functional.pad(vals, (0, pad), value=float("-inf"))
-                idx = torch.nn.functional.pad(idx, (0, pad))
-            v, i = topk_lowest(vals, idx, k)
-            if fb is not None:
-                rows_w, w_idx, w_vals, rows_f, full = fb
-                if w_vals is not None and w_vals.shape[1] >= k:
-                    v[rows_w], i[rows_w] = topk_lowest(w_vals, w_idx, k)
-                if full is not None:
-                    ar = torch.arange(self.n, device=x2.device).expand(rows_f.shape[0], -1)
-                    v[rows_f], i[rows_f] = topk_lowest(full, ar, k)
+        x2, state = self._flat(x)
+        v, i = self._topk(state, x2, k)
         return v.view(*x.shape[:-1], k), i.view(*x.shape[:-1], k)
 
     def logits(self, x: torch.Tensor, topk_only: bool = False) -> torch.Tensor:
         """fp32 [..., N]: coarse logits everywhere, exact on the reranked set (fast: the ``rerank``
         best candidates; certified: the rescored argmax set, or the whole row on fallback).
         ``topk_only=True`` puts -inf everywhere outside the reranked set."""
-        x2 = self._flat(x)
-        if self.mode == "fast":
-            out, idx, vals = self._fast(x2, 1, write_logits=not topk_only)
-            fb = None
-        else:
-            out, idx, vals, fb = self._certified(x2, 1, write_logits=not topk_only)
-        if topk_only:
-            base = torch.full((x2.shape[0], self.n), float("-inf"), device=x2.device)
-        else:
-            base = out.logits
-        # fillers (no token: -inf) are pointed at the row's best candidate, which is always real
-        filler = vals == float("-inf")
-        idx = torch.where(filler, idx[:, :1], idx)
-        vals = torch.where(filler, vals[:, :1], vals)
-        base = base.scatter(1, idx, vals)
-        if fb is not None:
-            rows_w, w_idx, w_vals, rows_f, full = fb
-            if w_vals is not None:  # every candidate of these rows was rescored
-                filler = w_vals == float("-inf")
-                w_idx = torch.where(filler, w_idx[:, :1], w_idx)
-                w_vals = torch.where(filler, w_vals[:, :1], w_vals)  # block 0's best: always real
-                base[rows_w] = base[rows_w].scatter(1, w_idx, w_vals)
-            if full is not None:
-                base[rows_f] = full
-        return base.view(*x.shape[:-1], self.n)
+        x2, state = self._flat(x)
+        return self._logits(state, x2, topk_only).view(*x.shape[:-1], self.n)
 
     def forward(self, x: torch.Tensor, topk_only: bool = False) -> torch.Tensor:
         return self.logits(x, topk_only=topk_only)

@@ -7,11 +7,11 @@ import torch
 import lowbit
 from lowbit.formats import FP8, NVFP4, INTx
 from lowbit.nn.draft_head import DraftHead
-from lowbit.ops import coarse_head as _ch
+from lowbit.ops.coarse_head import dispatch as _dispatch
 
 N, K, M = 317, 80, 4  # N: partial last block; K: a multiple of 16, not of 32
 #: the library's threshold of the fused certified argmax, before the fixture below moves it
-DEFAULT_FUSED_MIN_M = _ch.FUSED_ARGMAX_MIN_M
+DEFAULT_FUSED_MIN_M = _dispatch.FUSED_ARGMAX_MIN_M
 
 
 @pytest.fixture(autouse=True)
@@ -19,7 +19,7 @@ def _intx_certified_argmax(monkeypatch):
     """Certified argmax on the INTx coarse pass unless a test asks for the fused one over the
     stored rows (``_fused_only``): most cases here are about the INTx path's sets, statistics and
     fallbacks, at M = 4 (above the fused path's default threshold)."""
-    monkeypatch.setattr(_ch, "FUSED_ARGMAX_MIN_M", 2**31)
+    monkeypatch.setattr(_dispatch, "FUSED_ARGMAX_MIN_M", 2**31)
 
 
 def _dense(weight) -> torch.Tensor:
@@ -157,18 +157,16 @@ def test_certified_device_path_matches_sync_path(backend, case, bits, group, mon
     answers and statistics as the synchronizing one; all-equal rows exercise the fallback kernel,
     g64 the tensor-core coarse pass with the deterministic bound."""
     _triton_only(backend)
-    from lowbit.ops import coarse_head as ch
-
     w, x = _case(case)
     w, x = w.to(backend.device), x.to(backend.device)
     got = {}
-    for sync_free in (True, False):
-        monkeypatch.setattr(ch, "SYNC_FREE_CERTIFIED", sync_free)
+    for sync_free in (True, False):  # the synchronizing path, as FP8 / NVFP4 heads and k > 64 take it
+        monkeypatch.setattr(_dispatch, "CERTIFIED_MAX_K", 64 if sync_free else 0)
         with backend.active():
             head = DraftHead(w, bits=bits, group_size=group, mode="certified", kcand=4, rerank=64, block=64)
             got[sync_free] = (head.argmax(x), *head.topk(x, 5), head.stats)
         assert (head.packing._mma is not None) == (group == 64)  # which coarse pass ran
-        assert (head._dstats is not None) == sync_free
+        assert (head._stats.device is not None) == sync_free
     (a1, v1, i1, s1), (a0, v0, i0, s0) = got[True], got[False]
     assert torch.equal(a1, a0) and torch.equal(i1, i0)
     torch.testing.assert_close(v1, v0, rtol=1e-6, atol=1e-6)
@@ -182,24 +180,20 @@ def _assert_exact_values(x, w, am, v, i):
     torch.testing.assert_close(v.cpu().double(), ref_v, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("fused,dot,k", [(True, False, 64), (False, False, 64), (True, True, 16)])
-def test_certified_device_fallback_merge(backend, monkeypatch, fused, dot, k):
+@pytest.mark.parametrize("dot,k", [(False, 64), (True, 16)])
+def test_certified_device_fallback_merge(backend, monkeypatch, dot, k):
     """Every row scored in full (a cap of 1 on INT2 sets) by 20 fallback programs of 64 (k = 64,
-    the path's largest: their lists merged in two chunks) or 16 tokens; in one ticketed launch
-    with the rescoring or in a launch of their own; one row at a time or 16 rows per weight tile
-    on the tensor cores (``FULL_DOT``)."""
+    the path's largest: their lists merged in two chunks) or 16 tokens, in the ticketed launch with
+    the rescoring; one row at a time or 16 rows per weight tile on the tensor cores (as from
+    ``FULL_DOT_MIN_M`` rows)."""
     _triton_only(backend)
-    if backend.name == "interpret" and not fused:
-        pytest.skip("interpreter time budget: the two-launch form runs the same program bodies; "
-                    "the cuda tier runs it")
     if backend.name == "interpret" and k == 64:
         pytest.skip("interpreter time budget (about a minute): k = 16 runs the same fused launch and "
                     "merge here; the two-chunk merge of k = 64 runs on the cuda tier")
-    from lowbit.ops.coarse_head import certified
+    from lowbit.ops.coarse_head import certified_tail
 
-    monkeypatch.setattr(certified, "FULL_BN", 16)
-    monkeypatch.setattr(certified, "FUSED_TAIL", fused)
-    monkeypatch.setattr(certified, "FULL_DOT", dot)
+    monkeypatch.setattr(certified_tail, "FULL_BN", 16)
+    monkeypatch.setattr(certified_tail, "FULL_DOT_MIN_M", 0 if dot else 2**31)
     w, x = _case("random")
     w, x = w.to(backend.device), x.to(backend.device)
     with backend.active():
@@ -222,7 +216,7 @@ def test_certified_k_above_device_limit(backend):
     with backend.active():
         head = DraftHead(w, bits=8, group_size=32, mode="certified", kcand=8, rerank=256, block=64)
         v, i = head.topk(x, k)
-    assert head._dstats is None  # no device-path call
+    assert head._stats.device is None  # no device-path call
     ref_v, ref_i = _topk64(_exact64(x, w), k)
     assert torch.equal(i.cpu(), ref_i)
     torch.testing.assert_close(v.cpu().double(), ref_v, rtol=1e-5, atol=1e-5)
@@ -231,10 +225,9 @@ def test_certified_k_above_device_limit(backend):
 def _fused_only(backend, monkeypatch, min_m=1, cap=None):
     """Certified argmax through the one-launch fused kernel from ``min_m`` rows (Triton tiers)."""
     _triton_only(backend)
-    from lowbit.ops import coarse_head as ch
     from lowbit.ops.coarse_head import fused_argmax
 
-    monkeypatch.setattr(ch, "FUSED_ARGMAX_MIN_M", min_m)
+    monkeypatch.setattr(_dispatch, "FUSED_ARGMAX_MIN_M", min_m)
     if cap is not None:
         monkeypatch.setattr(fused_argmax, "LIST_CAP", cap)
 
@@ -269,7 +262,7 @@ def test_fused_argmax_exact(backend, monkeypatch, poison_fused, case, dtype):
         head = DraftHead(w, mode="certified", block=64)
         am = head.argmax(x)
         am2 = head.argmax(x)  # the scratch is left clean: a second call agrees
-    assert head._norms is not None and head._dstats is not None  # the fused path ran
+    assert head._state.norms is not None and head._stats.device is not None  # the fused path ran
     assert torch.equal(am, am2)
     assert torch.equal(am.cpu(), _topk64(_exact64(x, w), 1)[1][:, 0])
     st = head.stats
@@ -280,15 +273,11 @@ def test_fused_argmax_exact(backend, monkeypatch, poison_fused, case, dtype):
         assert st["fallbacks"] == 2 * M, st
 
 
-@pytest.mark.parametrize("block_bound", [True, False])
 @pytest.mark.parametrize("case,cap", [("all_equal", 2), ("near_ties", 1), ("random", 1)])
-def test_fused_argmax_list_overflow(backend, monkeypatch, poison_fused, case, cap, block_bound):
+def test_fused_argmax_list_overflow(backend, monkeypatch, poison_fused, case, cap):
     """More registered blocks than a row's list holds: the row's per-block records decide, still
-    exact; with the bound per block (the default) and per token."""
+    exact."""
     _fused_only(backend, monkeypatch, cap=cap)
-    from lowbit.ops.coarse_head import fused_argmax
-
-    monkeypatch.setattr(fused_argmax, "BLOCK_BOUND", block_bound)
     w, x = _case(case)
     w, x = w.to(backend.device), x.to(backend.device)
     with backend.active():
@@ -323,7 +312,7 @@ def test_fused_argmax_m_tiles(backend, monkeypatch, m, tile):
     with backend.active():
         head = DraftHead(w, mode="certified")
         am = head.argmax(x)
-        assert head._norms is not None  # fused
+        assert head._state.norms is not None  # fused
         assert torch.equal(head.argmax(x.float()).cpu(), ref)
     assert torch.equal(am.cpu(), ref)
     assert head.stats["rows"] == 2 * m
@@ -514,7 +503,7 @@ def test_certified_exact_bands_cuda(m):
 def test_compile_and_cuda_graph_fused_argmax(monkeypatch):
     """The fused certified argmax compiles fullgraph and replays in a CUDA graph with new inputs,
     rows that tie everywhere (the in-launch rescoring) included; the statistics count replays."""
-    monkeypatch.setattr(_ch, "FUSED_ARGMAX_MIN_M", DEFAULT_FUSED_MIN_M)
+    monkeypatch.setattr(_dispatch, "FUSED_ARGMAX_MIN_M", DEFAULT_FUSED_MIN_M)
     g = torch.Generator().manual_seed(3)
     w = (torch.randn(3000, 576, generator=g) * 0.02)
     w[2000:] = w[2000]  # a tied tail: rows of x along it tie across many blocks
@@ -524,7 +513,7 @@ def test_compile_and_cuda_graph_fused_argmax(monkeypatch):
     head.warmup(max_m=m, ks=(1,))
     x = torch.randn(m, 576, device="cuda").bfloat16()
     ref = head.argmax(x)
-    assert head._norms is not None
+    assert head._state.norms is not None
     assert torch.equal(torch.compile(head.argmax, fullgraph=True)(x), ref)
     static_x = x.clone()
     head.reset_stats()

@@ -142,14 +142,17 @@ def test_pack_is_shared_and_weak():
 
 @pytest.mark.cuda
 def test_opcheck_cuda():
-    from lowbit.ops.coarse_head import _raw
+    from lowbit.ops.coarse_head import coarse, dispatch
+    from lowbit.ops.coarse_head.packing import raw_tensors
 
     w = (torch.randn(300, 128, device="cuda") * 0.02).bfloat16()
     p = pack(w, 4, 64)
     x = torch.randn(3, 128, device="cuda", dtype=torch.bfloat16)
-    t = _raw(p)
+    t = raw_tensors(p)
+    route = coarse._ROUTES.index("coarse_fp32")
+    assert dispatch.coarse_route(coarse.call_of(p, x, BOUND_STAT, 64, False)) == "coarse_fp32"
     torch.library.opcheck(torch.ops.lowbit.coarse_head.default,
-                          (x, *t, p.kind, 4, 64, 300, p.padded_k, 64, 3, BOUND_DET, 4.0, True))
+                          (x, *t, route, p.kind, 4, 64, 300, p.padded_k, 64, 3, BOUND_STAT, 4.0, True))
 
 
 @pytest.mark.parametrize("kind", ["int2", "fp8", "nvfp4"])
@@ -157,17 +160,12 @@ def test_gemv_path_matches_dot_path(backend, kind):
     """The M = 1 GEMV variant (config BM = 1) against the tl.dot variant, same inputs."""
     if not backend.is_triton:
         pytest.skip("launch configurations exist on the Triton tiers only")
-    from lowbit.ops.coarse_head import _raw
-    from lowbit.ops.coarse_head.triton import coarse_head_triton
+    from lowbit.ops.coarse_head.coarse_fp32 import Fp32Config
 
     weight, bits = _weight(kind)
     p = pack(weight.to(backend.device), bits, 32)
     x = torch.randn(1, K, device=backend.device, dtype=torch.bfloat16)
-    outs = []
-    for cfg in ((1, 4, 3, 32), (16, 4, 3, 32)):
-        outs.append(coarse_head_triton(x, p.kind, *_raw(p), n=N, bits=bits, group_size=p.group_size,
-                                       padded_k=p.padded_k, block=BLOCK, kcand=KCAND, bound=BOUND_DET,
-                                       sigma=4.0, write_logits=True, config=cfg))
+    outs = [_fp32_run(x, p, Fp32Config(*cfg), BOUND_DET) for cfg in ((1, 4, 3, 32), (16, 4, 3, 32))]
     (k1, lb1, i1, _, _, lg1), (k2, lb2, i2, _, _, lg2) = outs
     assert rel_err(lg1, lg2) < 1e-5
     # bounds agree up to the rounding slack: the GPU dot path's bf16 decode of q + 128 has a
@@ -177,21 +175,30 @@ def test_gemv_path_matches_dot_path(backend, kind):
     torch.testing.assert_close(k1 - b1, k2 - b2, rtol=1e-4, atol=1e-4)  # the coarse logits
 
 
-@pytest.mark.parametrize("token_keys,rerank_rows", [(False, 1), (True, 1), (True, 4)])
+def _fp32_run(x, p, config, bound, n=None, block=BLOCK, kcand=KCAND, tensors=None):
+    """The fp32 coarse kernel with an explicit launch configuration (the dispatch picks one per M band)."""
+    from lowbit.ops.coarse_head.coarse_fp32 import coarse_fp32
+    from lowbit.ops.coarse_head.packing import raw_tensors
+
+    with lowbit.backend("triton"):
+        return coarse_fp32(x, p.kind, *(tensors or raw_tensors(p)), n=n or p.n, bits=p.bits, group_size=p.group_size,
+                           padded_k=p.padded_k, block=block, kcand=kcand, bound=bound, sigma=4.0, write_logits=True,
+                           config=config)
+
+
+@pytest.mark.parametrize("rerank_rows", [1, 4])
 @pytest.mark.parametrize("k", [1, 3])
-def test_fused_select_matches_torch_path(backend, monkeypatch, k, token_keys, rerank_rows):
+def test_fused_select_matches_torch_path(backend, monkeypatch, k, rerank_rows):
     """Fused fast select + rerank (select.py) against select_fast + gathered_dot + topk_lowest:
     same indices, same exact values; fillers (the partial last block emits -inf keys), a row with
-    tied coarse keys and tied exact values (duplicated weight rows) included; the selection's
-    second stage keyed by position and by token (``TOKEN_KEYS``); one pick a rerank program and
-    four (``RERANK_ROWS``: R = 7, so the last program holds three)."""
+    tied coarse keys and tied exact values (duplicated weight rows) included; one pick a rerank
+    program and four (``RERANK_ROWS``, as from M = 33: R = 7, so the last program holds three)."""
     if not backend.is_triton:
         pytest.skip("the fused selection kernels exist on the Triton tiers only")
     from lowbit.ops.coarse_head import fast_select_rerank, select_fast, topk_lowest
-    from lowbit.ops.coarse_head import select as sel_mod
+    from lowbit.ops.coarse_head import fast_select as sel_mod
     from lowbit.ops.gathered import gathered_dot
 
-    monkeypatch.setattr(sel_mod, "TOKEN_KEYS", token_keys)
     monkeypatch.setattr(sel_mod, "RERANK_ROWS", rerank_rows)
 
     n, kdim, block, kcand, r = 300, 96, 64, 3, 7  # 5 blocks; the last holds 44 tokens
@@ -257,61 +264,56 @@ def _select_keeping_sel(monkeypatch, sel_mod, *args):
 @pytest.mark.parametrize("token_order", [False, True])
 @pytest.mark.parametrize("nb, kcand, r", [(97, 8, 32), (5, 3, 7), (3, 4, 10), (40, 2, 1)])
 def test_select_forms_agree(backend, monkeypatch, nb, kcand, r, token_order):
-    """The selection forms (bitonic top-k, two-stage successive max, flat successive max; with
-    tokens in position order also the bitonic form keyed by token, ``TOKEN_KEYS``) pick the same
-    tokens in the same order, from candidate keys with ties (equal keys: the lower position wins),
-    -inf fillers, more picks than blocks (3 blocks, 10 picks) and R = 1."""
+    """The two selection forms (bitonic top-k of block heads then candidates, keyed by token; flat
+    successive max, the form for an unknown candidate count) pick the same tokens in the same
+    order, from candidate keys with ties (equal keys: the lower position wins), -inf fillers, more
+    picks than blocks (3 blocks, 10 picks) and R = 1. With tokens out of position order the
+    bitonic form's token keys may order equal keys differently, so only the flat form's picks are
+    checked against a sort there."""
     if not backend.is_triton:
         pytest.skip("the fused selection kernels exist on the Triton tiers only")
-    from lowbit.ops.coarse_head import select as sel_mod
+    from lowbit.ops.coarse_head import fast_select as sel_mod
 
     m, c = 3, nb * kcand
     key, idx, w, x = _emitted_candidates(backend.device, m, nb, kcand, 64, token_order)
     w = w.to(backend.device)
-    forms = [("bitonic", False), ("two_stage", False), ("flat", False)] + ([("bitonic", True)] if token_order else [])
-    sels = []
-    for form, token_keys in forms:
-        monkeypatch.setattr(sel_mod, "SELECT", form)
-        monkeypatch.setattr(sel_mod, "TOKEN_KEYS", token_keys)
-        sels.append(_select_keeping_sel(monkeypatch, sel_mod, key, idx, x, w, r, 1,
-                                        kcand if form != "flat" else 0)[0])
+    sels = [_select_keeping_sel(monkeypatch, sel_mod, key, idx, x, w, r, 1, kc)[0]
+            for kc in ((kcand, 0) if token_order else (0,))]
     assert sels[0].shape == (m, min(r, c))
     assert (sels[0][:, :min(r, c - kcand + kcand // 2)] >= 0).all()  # real picks before the fillers
     for other in sels[1:]:
         assert torch.equal(sels[0], other)
 
 
-@pytest.mark.parametrize("bits,m,variants", [(2, 1, (1, 2, 4)), (8, 1, (1, 4)), (2, 5, (3,)), (4, 5, (3,))])
-def test_word_variants_match_byte_path(backend, bits, m, variants):
-    """The word-load kernel variants (GEMV 1 / 2 / 4, word-dot 3) against the byte path (variant 0)
-    of the same band: same candidates, coarse logits and bounds (certified keys)."""
+@pytest.mark.parametrize("bits,steps", [(2, ("words2", "words_offset")), (4, ("words_offset",)), (8, ("words2",))])
+def test_word_steps_match_byte_path(backend, bits, steps):
+    """The word-load GEMV steps (two words in flight; the exact 2^bits offset) against the byte
+    step of the same band: same candidates, coarse logits and bounds (certified keys)."""
     if not backend.is_triton:
         pytest.skip("launch configurations exist on the Triton tiers only")
-    from lowbit.ops.coarse_head import _raw
-    from lowbit.ops.coarse_head.triton import coarse_head_triton
+    from lowbit.ops.coarse_head.coarse_fp32 import Fp32Config
+
+    m = 1
 
     n, kdim = 200, 320  # K: padded to 512 for INT2 (zero groups at the end)
     w = (torch.randn(n, kdim) * 0.02).bfloat16().to(backend.device)
     p = pack(w, bits, 64)
     x = torch.randn(m, kdim, device=backend.device, dtype=torch.bfloat16)
-    bm = 1 if m == 1 else 16
 
-    def run(variant):
-        return coarse_head_triton(x, p.kind, *_raw(p), n=n, bits=bits, group_size=64, padded_k=p.padded_k,
-                                  block=64, kcand=3, bound=BOUND_DET, sigma=4.0, write_logits=True,
-                                  config=(bm, 4, 3, 0, variant))
-    k0, lb0, i0, blb0, _, lg0 = run(0)
-    for v in variants:
+    def run(step):
+        return _fp32_run(x, p, Fp32Config(1, 4, 3, 0, step), BOUND_DET, block=64, kcand=3)
+    k0, lb0, i0, blb0, _, lg0 = run("bytes")
+    for v in steps:
         k1, lb1, i1, blb1, _, lg1 = run(v)
         # the GPU dot paths multiply q + 128 (see test_matches_reference): summation order matters more
         magic = backend.name == "cuda" and m > 1
         assert rel_err(lg1, lg0) < (2e-3 if magic else 1e-5)
         if not magic:
             assert torch.equal(i1, i0)
-        # 2 x bound: equal up to the rounding slack, larger where a variant computes with
-        # q + offset (variant 4: q + 2^bits; eps = (4 (qmax + offset) + 4) gamma(depth))
+        # 2 x bound: equal up to the rounding slack, larger where a step computes with
+        # q + offset ("words_offset": q + 2^bits; eps = (4 (qmax + offset) + 4) gamma(depth))
         torch.testing.assert_close(k1 - lb1, k0 - lb0, rtol=5e-2 if bits == 8 else 3e-3, atol=1e-6)
-        assert ((k1 - lb1) >= (k0 - lb0) * (1 - 1e-6)).all() or v != 4
+        assert ((k1 - lb1) >= (k0 - lb0) * (1 - 1e-6)).all() or v != "words_offset"
 
 
 @pytest.mark.cuda
@@ -322,19 +324,17 @@ def test_fused_select_opcheck_cuda():
     torch.library.opcheck(torch.ops.lowbit.draft_fast_select.default, (out.cand_key, out.cand_idx, x, w, 6, 2, 3))
 
 
-# --- the packed-half GEMV (variants 7-10: fast mode, M rows one per program) ----------------
+# --- the packed-half GEMV (fast mode, M = 1 on the dispatch; one row of x a program) ----------
 
 TRITON_TIERS = [pytest.param("interpret", marks=pytest.mark.interpret), pytest.param("cuda", marks=pytest.mark.cuda)]
-H2_CONFIG = (1, 8, 1, 0, 9)  # the wide step (the default); groups < 64 take the split step
-H2_SPLIT_CONFIGS = [(1, 4, 1, 0, 8)]  # the split step at every group size
 
 
 @pytest.fixture
 def no_wgmma(monkeypatch):
     """Fast mode without the int8-wgmma pass (tests of the mma.sync pass it would take over on sm_90)."""
-    from lowbit.ops import coarse_head as ch
+    from lowbit.ops.coarse_head import dispatch
 
-    monkeypatch.setattr(ch, "WGMMA_M_RANGE", {})
+    monkeypatch.setattr(dispatch, "WGMMA_M_RANGE", {})
 
 
 @pytest.fixture
@@ -351,16 +351,15 @@ def poison_int32(monkeypatch, poison_empty):
     monkeypatch.setattr(torch, "empty", empty)
 
 
-def _h2_run(tier, packing, x, n, block=64, kcand=3, config=H2_CONFIG):
-    from lowbit.ops.coarse_head import _raw
-    from lowbit.ops.coarse_head.triton import coarse_head_triton
+def _h2_run(tier, packing, x, n, block=64, kcand=3):
+    from lowbit.ops.coarse_head.gemv_half2 import coarse_gemv_half2
 
     dev = "cuda" if tier == "cuda" else "cpu"
     p = packing.to(dev) if dev == "cuda" else packing
+    f = p.fmt
     with lowbit.backend("triton"):
-        out = coarse_head_triton(x.to(dev), p.kind, *_raw(p), n=n, bits=p.bits, group_size=p.group_size,
-                                 padded_k=p.padded_k, block=block, kcand=kcand, bound=BOUND_NONE, sigma=4.0,
-                                 write_logits=True, config=config)
+        out = coarse_gemv_half2(x.to(dev), f.packed, f.scale, f.zero, n=n, bits=p.bits, group_size=p.group_size,
+                                block=block, kcand=kcand, write_logits=True)
     return [t.cpu() for t in out]
 
 
@@ -372,16 +371,14 @@ H2_CASES = [(2, 64, 160, 1, BF16), (2, 64, 576, 3, FP32), (2, 16, 96, 2, BF16), 
 
 
 @pytest.mark.parametrize("tier", TRITON_TIERS)
-@pytest.mark.parametrize("bits,g,k,m,xdtype,config",
-                         [c + (H2_CONFIG,) for c in H2_CASES]
-                         + [c + (cfg,) for cfg in H2_SPLIT_CONFIGS for c in (H2_CASES[1], H2_CASES[3], H2_CASES[6])])
-def test_packed_half_gemv_matches_reference(tier, poison_int32, bits, g, k, m, xdtype, config):
+@pytest.mark.parametrize("bits,g,k,m,xdtype", H2_CASES)
+def test_packed_half_gemv_matches_reference(tier, poison_int32, bits, g, k, m, xdtype):
     w = (torch.randn(N, k) * 0.02).to(torch.bfloat16)
     x = torch.randn(m, k).to(xdtype)
     packing = pack(w, bits, g)
     with lowbit.backend("reference"):
         ref = coarse_head(x, packing, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
-    cand_key, _, cand_idx, _, _, logits = _h2_run(tier, packing, x, N, BLOCK, KCAND, config=config)
+    cand_key, _, cand_idx, _, _, logits = _h2_run(tier, packing, x, N, BLOCK, KCAND)
     # fp16 products and partial sums of at most 32 terms: ~2^-11 relative each, so the logits
     # agree to a few 1e-4 (measured 2e-4 .. 6e-4 at these shapes); fp32 kernels agree to 1e-5
     assert not logits.isnan().any() and not cand_key.isnan().any()
@@ -412,24 +409,26 @@ def test_packed_half_gemv_scales_x(tier, poison_int32):
 
 
 def test_packed_half_gemv_only_for_fast_mode():
-    """Certified keys need the fp32 kernels' rounding proof: variant 9 falls back to the word
-    GEMV there (the bound then matches the reference's)."""
+    """Certified keys need the fp32 kernels' rounding proof: at M = 1 the dispatch sends fast mode to
+    the packed-half GEMV and certified mode to the fp32 word GEMV, whose bound matches the
+    reference's."""
+    from lowbit.ops.coarse_head import coarse, dispatch
+
     w = torch.randn(N, 576) * 0.02
     packing = pack(w, 4, 64)
     x = torch.randn(1, 576)
+    routes = {b: dispatch.coarse_route(coarse.call_of(packing, x, b, BLOCK, False)) for b in (BOUND_NONE, BOUND_DET)}
+    assert routes == {BOUND_NONE: "gemv_half2", BOUND_DET: "mma_f16"}
+    big = pack(w, 4, 32)  # g32: no mma.sync pass, so certified M = 1 takes the fp32 kernel
+    assert dispatch.coarse_route(coarse.call_of(big, x, BOUND_DET, BLOCK, False)) == "coarse_fp32"
     if not lowbit._backend.interpret_mode():
         pytest.skip("calls the Triton launcher on CPU tensors: interpreter tier only")
-    from lowbit.ops.coarse_head import _raw
-    from lowbit.ops.coarse_head.triton import coarse_head_triton
-
     with lowbit.backend("triton"):
-        out = coarse_head_triton(x, packing.kind, *_raw(packing), n=N, bits=4, group_size=64, padded_k=packing.padded_k,
-                                 block=BLOCK, kcand=KCAND, bound=BOUND_DET, sigma=4.0, write_logits=True,
-                                 config=H2_CONFIG)
+        out = coarse_head(x, big, block=BLOCK, kcand=KCAND, bound=BOUND_DET, write_logits=True)
     with lowbit.backend("reference"):
-        ref = coarse_head(x, packing, block=BLOCK, kcand=KCAND, bound=BOUND_DET, write_logits=True)
-    assert rel_err(out[5], ref.logits) < 1e-5
-    assert out[1].shape == ref.cand_lb.shape
+        ref = coarse_head(x, big, block=BLOCK, kcand=KCAND, bound=BOUND_DET, write_logits=True)
+    assert rel_err(out.logits, ref.logits) < 1e-5
+    assert out.cand_lb.shape == ref.cand_lb.shape
 
 
 def test_word_gemv_tail_reads_no_scale_past_the_rows():
@@ -438,31 +437,29 @@ def test_word_gemv_tail_reads_no_scale_past_the_rows():
     past the tensor a NaN logit (it was flaky before: whatever followed the scales on the heap)."""
     if not lowbit._backend.interpret_mode():
         pytest.skip("calls the Triton launcher on CPU tensors: interpreter tier only")
-    from lowbit.ops.coarse_head import _raw
-    from lowbit.ops.coarse_head.triton import coarse_head_triton
+    from lowbit.ops.coarse_head.coarse_fp32 import Fp32Config
+    from lowbit.ops.coarse_head.packing import raw_tensors
 
     packing = pack(torch.randn(N, K) * 0.02, 4, 32)
     x = torch.randn(1, K)
-    w, sc, z, gs = _raw(packing)
+    w, sc, z, gs = raw_tensors(packing)
     guarded = torch.full((sc.shape[0] + 2, sc.shape[1]), float("nan"), dtype=sc.dtype)
     guarded[: sc.shape[0]] = sc
-    with lowbit.backend("triton"):
-        out = coarse_head_triton(x, packing.kind, w, guarded[: sc.shape[0]], z, gs, n=N, bits=4, group_size=32,
-                                 padded_k=packing.padded_k, block=BLOCK, kcand=KCAND, bound=BOUND_DET, sigma=4.0,
-                                 write_logits=True, config=(1, 4, 1, 32, 2))
+    out = _fp32_run(x, packing, Fp32Config(1, 4, 1, 32, "words2"), BOUND_DET, n=N,
+                    tensors=(w, guarded[: sc.shape[0]], z, gs))
     with lowbit.backend("reference"):
         ref = coarse_head(x, packing, block=BLOCK, kcand=KCAND, bound=BOUND_DET, write_logits=True)
     assert not torch.isnan(out[5]).any()
     assert rel_err(out[5], ref.logits) < 1e-5
 
 
-# --- the tensor-core coarse pass (triton_mma.py: fast mode, M <= 8) ----------------------------
+# --- the tensor-core coarse pass (mma_f16.py: fast M <= 16, certified M <= 8) ---------------------
 
 def test_mma_tile_layout():
     """words[b, s, 2 t + qh, 4 g + c, 2 qi + rh] is word 16 s + 4 (2 qh + qi) + c of row
     32 b + 16 t + 8 rh + g; the scale-zero word of (row, group) holds the fp16 scale and the fp16
     1024 + z 2^(bits j) of the group's plane j."""
-    from lowbit.ops.coarse_head.triton_mma import mma_tile
+    from lowbit.ops.coarse_head.mma_pack import mma_tile
 
     bits, g = 2, 64
     n, ell = 70, 136  # 34 words a row (a partial third step), 3 row blocks, the last partial
@@ -525,7 +522,7 @@ def test_mma_coarse_prefetch_modes_agree(tier, poison_int32, no_wgmma, monkeypat
     """The K-loop schedules of the tensor-core pass (PREFETCH 0: loads at the top of each step;
     1: one step ahead through a register buffer, the last prefetch masked off) run the same MMAs
     in the same order: identical outputs, whichever the table picks for these bits."""
-    from lowbit.ops.coarse_head import triton_mma
+    from lowbit.ops.coarse_head import mma_f16
 
     w = (torch.randn(300, k) * 0.02).to(torch.bfloat16)
     x = torch.randn(m, k).to(torch.bfloat16)
@@ -534,7 +531,7 @@ def test_mma_coarse_prefetch_modes_agree(tier, poison_int32, no_wgmma, monkeypat
     p = p.to(dev) if dev == "cuda" else p
     outs = []
     for mode in (0, 1):
-        monkeypatch.setattr(triton_mma, "PREFETCH", mode)
+        monkeypatch.setattr(mma_f16, "_PREFETCH_TABLE", {(bits, 1): mode, (bits, 2): mode})
         with lowbit.backend("triton"):
             outs.append(coarse_head(x.to(dev), p, block=64, kcand=KCAND, bound=BOUND_NONE, write_logits=True))
     assert p._mma is not None
@@ -567,9 +564,9 @@ def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, no_wgmma, monkey
         out = coarse_head(x.to(dev), p, block=BLOCK, kcand=KCAND, bound=BOUND_NONE, write_logits=True)
         assert p._mma is not None
         x19 = torch.randn(19, k)
-        import lowbit.ops.coarse_head as ch
+        from lowbit.ops.coarse_head import dispatch
 
-        monkeypatch.setattr(ch, "MMA_MAX_M", 32)  # (the default stops at 16)
+        monkeypatch.setitem(dispatch.MMA_MAX_M, BOUND_NONE, 32)  # (the default stops at 16)
         # under the interpreter 100 rows (two blocks, the last partial) stand in for the whole head:
         # enough for the 16 + 3 row split, and this part a third as long
         if dev == "cuda":
@@ -590,30 +587,6 @@ def test_mma_coarse_scales_x_and_falls_back(tier, poison_int32, no_wgmma, monkey
     assert torch.equal(logits[2], torch.zeros(N))
 
 
-@pytest.mark.parametrize("tier", TRITON_TIERS)
-def test_mma_fused_alpha_agrees(tier, poison_int32, no_wgmma, monkeypatch):
-    """``FUSED_ALPHA`` (the x-fragment kernel finds each row's power of two itself) gives the same
-    alpha, so bit-identical outputs, as the separate alpha launch; fast and certified keys."""
-    from lowbit.ops.coarse_head import triton_mma
-
-    dev = "cuda" if tier == "cuda" else "cpu"
-    w = (torch.randn(300, 160) * 0.02).to(torch.bfloat16)
-    x = torch.randn(3, 160)
-    x[0] *= 1e4
-    x[2] = 0.0
-    p = pack(w, 4, 64)
-    p = p.to(dev) if dev == "cuda" else p
-    for bound in (BOUND_NONE, BOUND_DET):
-        outs = []
-        for fused in (False, True):
-            monkeypatch.setattr(triton_mma, "FUSED_ALPHA", fused)
-            with lowbit.backend("triton"):
-                outs.append(coarse_head(x.to(dev), p, block=64, kcand=KCAND, bound=bound, write_logits=True))
-        assert p._mma is not None and not outs[0].logits.isnan().any()
-        for a, b in zip(outs[0], outs[1]):
-            assert torch.equal(a, b)
-
-
 # bits, g, K, M, x dtype: NS = 9 / 2 / 4 K steps; M = 19 is a launch of 16 rows and one of 3;
 # fp32 x loses bits to fp16 (the bound's ||x - x~|| term covers it)
 MMA_CERT_CASES = [(8, 64, 576, 1, BF16), (2, 64, 512, 3, FP16), (4, 128, 256, 19, FP32)]
@@ -626,9 +599,9 @@ def test_mma_certified_bound_is_sound(tier, poison_int32, bits, g, k, m, xdtype,
     token, block lower bounds and unemitted keys sound, on rows scaled by 1e4 / 1e-5 and an
     all-zero row; the bound within a few % of the reference's (its rounding slack is larger:
     the decode offset 1024, at a shallower summation depth)."""
-    import lowbit.ops.coarse_head as ch
+    from lowbit.ops.coarse_head import dispatch
 
-    monkeypatch.setattr(ch, "MMA_MAX_M_CERTIFIED", 32)
+    monkeypatch.setitem(dispatch.MMA_MAX_M, BOUND_DET, 32)
     n = 300
     dev = "cuda" if tier == "cuda" else "cpu"
     w = (torch.randn(n, k) * 0.02).to(torch.bfloat16)
@@ -676,8 +649,12 @@ def test_opcheck_mma_tiling(tier, write_logits):
     p = pack(w, 2, 64)
     p = p.to(dev) if dev == "cuda" else p
     x = torch.randn(2, 128, dtype=torch.bfloat16).to(dev)
+    from lowbit.ops.coarse_head import coarse
+
     words, sz = p.mma_tiled()
-    args = (x, words, sz, sz, p.fmt.scale, p.kind, 2, 64, 300, p.padded_k, 64, 3, BOUND_NONE, 4.0, write_logits)
+    route = coarse._ROUTES.index("mma_f16")
+    args = (x, words, sz, sz, p.fmt.scale, route, p.kind, 2, 64, 300, p.padded_k, 64, 3, BOUND_NONE, 4.0,
+            write_logits)
     with lowbit.backend("triton"):
         torch.library.opcheck(torch.ops.lowbit.coarse_head.default, args,
                               test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
@@ -689,7 +666,7 @@ def test_device_state_grows_and_keeps_the_replaced_state():
     still points at its memory)."""
     import weakref
 
-    from lowbit.ops.coarse_head import _state
+    from lowbit.ops.coarse_head import scratch as _state
 
     cache, dev = {}, torch.device("cpu")
 

@@ -3,15 +3,14 @@ coarse pass ("native"), the selection runs in the last program to finish.
 
 Why: on a short-K head at M >= 16 (SmolLM2's 49152 x 576) the coarse pass is latency-bound, not
 byte-bound — a plain ``tl.dot`` over the bf16 rows takes about as long as one over the INT8 copy
-(H200, graph replay, cold L2: 25.9 vs 25.0 µs at M = 16, 28.3 vs 32.6 at M = 64;
-``scripts/probe_wide_m.py``) — while the INT8 pass's candidate epilogue and the separate
+(H200, graph replay, cold L2: 25.9 vs 25.0 µs at M = 16, 28.3 vs 32.6 at M = 64) — while the INT8 pass's candidate epilogue and the separate
 selection launch cost 10-60 µs more. Here the products are exact (bf16 x bf16 in fp32), so the
 only error is the fp32 accumulation's and the certified sets are the near-ties alone; the
 selection needs no launch of its own.
 
 Program ``(i_mt, i_n)``: tokens ``[i_n BN, (i_n + 1) BN)`` against rows ``[i_mt BM, (i_mt + 1)
 BM)`` of x. It computes ``c = x . w`` on the tensor cores (fp32 accumulator) and the bound ``b``
-(:func:`native_bound_coef`; per block with ``BLOCK_BOUND``, from the block's largest row norm),
+(:func:`native_bound_coef`; one per block, from the block's largest row norm),
 writes per row the block's best upper bound ``ub = c + b`` with its token and the best ``ub`` of
 the block's other tokens ("rest"), folds the block's best lower bound ``c - b`` into the row's
 running best (``atomic_max``), and registers the block in the row's list (at most ``LIST_CAP``
@@ -38,7 +37,7 @@ like the other sync-free path, two calls must not run concurrently on different 
 Memory order: the ticket is the one ``acq_rel`` atomic (it publishes every program's records
 to the last one). Everything else is ``relaxed``: on sm_90 an ``acq_rel`` atomic is a GPU-wide
 fence, a round trip and an L1 invalidation, and the eight the answer code once had cost 7-14 µs
-of the launch's critical path (H200, tenth session, docs/draft_head.md).
+of the launch's critical path (H200, docs/draft_head.md).
 """
 from __future__ import annotations
 
@@ -47,10 +46,10 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
-from lowbit.ops.coarse_head._state import device_state
-from lowbit.ops.coarse_head.certified import _INT64_MIN, _exact_block, _exact_one, _ordered, _pack
+from lowbit.ops.coarse_head.epilogue import pow2
+from lowbit.ops.coarse_head.exact_keys import INT64_MIN, exact_dot_block, exact_dot_one, ordered_bits, pack_key
 from lowbit.ops.coarse_head.reference import ABS_SLACK, gamma
-from lowbit.ops.coarse_head.triton import _pow2
+from lowbit.ops.coarse_head.scratch import device_state
 
 #: rows of x per program at most (more rows: more M tiles)
 MAX_BM = 64
@@ -59,32 +58,16 @@ MAX_BM = 64
 #: one token block are neighbours in the grid (M tile fastest), so the second read of a weight
 #: block hits L2 instead of DRAM while the epilogue per program stays that of the smaller tile.
 #: The last program's code shares the kernel's register allocation, so its tiles are small (TBK,
-#: EBK, ANSWER_ROWS below): sm_90 offline (``scripts/certified_offline.py``) BM 16 / 4 warps 78
-#: registers, BM 32 / 4 warps 87. H200, SmolLM2's head, graph replay, cold L2
-#: (``scripts/probe_wide_m.py --fused``, docs/measurements/2026-12-01_session10_c_probe_fused.json,
-#: cuBLAS + argmax 36.2-37.6 µs in the same run): band 16 28.2 µs at M = 16 (maxnreg 64 the
-#: same, 2 stages 29.0); band 32 29.7 (2 stages 30.7); band 64: two BM 32 tiles, 2 stages, capped
-#: at 64 registers 33.3 µs (72: 33.4; uncapped 41.4; 3 stages 38.0-39.8; one BM 64 tile of 8
-#: warps capped at 80, the ninth session's choice, 37.9).
+#: EBK, ANSWER_ROWS below): sm_90 offline BM 16 / 4 warps 78 registers, BM 32 / 4 warps 87. Timed
+#: on the H200 on SmolLM2's head (graph replay, cold L2; docs/draft_head.md): band 64 as two BM 32
+#: tiles, 2 stages, capped at 64 registers beat one BM 64 tile and the uncapped / 3-stage forms.
 _CONFIGS = {16: (16, 4, 3, None, 128), 32: (32, 4, 3, None, 128), 64: (32, 4, 2, 64, 128)}
 #: K step of the coarse pass
 BK = 64
-#: measurement only (``scripts/probe_wide_m.py --fused``; wrong answers when > 0): 1 = the last
-#: program only resets the scratch (no answers), 2 = also no registration. (Cutting the per-block
-#: records too leaves no result, and the compiler then drops the whole coarse pass.)
-PROBE_CUT = 0
 #: K chunk of the last program's exact whole-block scoring, and of its single-token dots
 TBK, EBK = 8, 256
-#: memory semantics of the per-row atomics (running best lower bound, registration count):
-#: "relaxed" (the ticket's acq_rel publishes them) or "acq_rel" (Triton's default; for A/B)
-ROW_SEM = "relaxed"
 #: rows the last program answers at a time
 ANSWER_ROWS = 32
-#: the bound per block (the block's largest row norm: the epilogue reduces the coarse values
-#: themselves, no [BN, BM] bound tile) or per token (False: the form measured first)
-BLOCK_BOUND = True
-
-
 def native_bound_coef(k: int) -> float:
     """``beta`` with ``|c - x.w| <= beta ||x||_2 ||w||_2`` for the kernel's ``c``.
 
@@ -110,7 +93,7 @@ def _rescore(x_ptr, w_ptr, m, thr, ub, rest, tok, live, N, stride_xm, stride_wn,
     need = live & ((ub >= thr) | offend)
     slot = tl.cumsum(need.to(tl.int32), axis=0) - 1
     n_need = tl.sum(need.to(tl.int32), axis=0)
-    best = tl.full([], _INT64_MIN, dtype=tl.int64)
+    best = tl.full([], INT64_MIN, dtype=tl.int64)
     o_t = tl.arange(0, BN)
     for j in range(0, n_need):
         pick = need & (slot == j)
@@ -118,10 +101,10 @@ def _rescore(x_ptr, w_ptr, m, thr, ub, rest, tok, live, N, stride_xm, stride_wn,
         if tl.sum(tl.where(pick, offend.to(tl.int32), 0), axis=0) > 0:  # the whole block of t
             tt = (t // BN) * BN + o_t
             m_t = tt < N
-            v = _exact_block(x_ptr, w_ptr, m, tt, m_t, stride_xm, stride_wn, K, TBK)
-            best = tl.maximum(best, tl.max(tl.where(m_t, _pack(v, tt), _INT64_MIN), axis=0))
+            v = exact_dot_block(x_ptr, w_ptr, m, tt, m_t, stride_xm, stride_wn, K, TBK)
+            best = tl.maximum(best, tl.max(tl.where(m_t, pack_key(v, tt), INT64_MIN), axis=0))
         else:  # the block's best token only
-            best = tl.maximum(best, _pack(_exact_one(x_ptr, w_ptr, m, t, stride_xm, stride_wn, K, EBK), t))
+            best = tl.maximum(best, pack_key(exact_dot_one(x_ptr, w_ptr, m, t, stride_xm, stride_wn, K, EBK), t))
     return best
 
 
@@ -146,7 +129,7 @@ def _answer_rows(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub
     ub_all = tl.load(lub_ptr + p, mask=m_m[:, None], other=neg, cache_modifier=".cg")
     rest_all = tl.load(lrest_ptr + p, mask=m_m[:, None], other=neg, cache_modifier=".cg")
     tok_all = tl.load(ltok_ptr + p, mask=m_m[:, None], other=0, cache_modifier=".cg")
-    thr = _ordered(lgv).to(tl.float32, bitcast=True)
+    thr = ordered_bits(lgv).to(tl.float32, bitcast=True)
     live = m_m[:, None] & (o_c[None, :] < cnt[:, None])
     ub = tl.where(live, ub_all, neg)
     rest = tl.where(live, rest_all, neg)
@@ -214,8 +197,7 @@ def _fused_argmax_kernel(x_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_
                          lrest_ptr, cnt_ptr, st_ptr, out_ptr, M, N, NB, R, MT, stride_xm, stride_wn, beta, abs_slack,
                          K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                          NBP: tl.constexpr, CAP: tl.constexpr, EBK: tl.constexpr, TBK: tl.constexpr,
-                         F32: tl.constexpr, SEM: tl.constexpr, BLOCK_BOUND: tl.constexpr, RC: tl.constexpr,
-                         CUT: tl.constexpr):
+                         F32: tl.constexpr, RC: tl.constexpr):
     # one grid axis, M tile fastest: the MT M tiles of one token block run side by side. MT is
     # specialised when it is 1 (Triton's rule for an int argument of 1), which keeps the one-tile
     # bands at their measured registers (sm_90 offline, BM 32: 87 with MT = 1, 98 with MT
@@ -247,52 +229,39 @@ def _fused_argmax_kernel(x_ptr, w_ptr, wn_ptr, bub_ptr, btok_ptr, brest_ptr, lg_
     wn = tl.load(wn_ptr + o_n, mask=m_n, other=0.0)
     neg = float("-inf")
     tok = (i_n * BN).to(tl.int32) + tl.arange(0, BN)  # int32: the reductions below stay 32-bit
-    if BLOCK_BOUND:
-        # one bound for the whole block (its largest row norm): the reductions run on the coarse
-        # values themselves, and no [BN, BM] bound tile is formed; rounding is monotone, so
-        # fl(c_max + b) bounds every fl(c_t + b) and fl(c_max - b) <= fl(c_loc - b)
-        b = beta * (xn * tl.max(wn, axis=0)) + abs_slack  # [BM]
-        c = tl.where(m_n[:, None], acc, neg)
-        cmax = tl.max(c, axis=0)
-        loc = tl.min(tl.where(c == cmax[None, :], tok[:, None], N + BN), axis=0)
-        c2 = tl.max(tl.where(tok[:, None] == loc[None, :], neg, c), axis=0)
-        blb = cmax - b
-        best = cmax + b
-        rest = c2 + b
-    else:
-        b = beta * (wn[:, None] * xn[None, :]) + abs_slack
-        blb = tl.max(tl.where(m_n[:, None], acc - b, neg), axis=0)  # [BM]
-        ub = tl.where(m_n[:, None], acc + b, neg)
-        best = tl.max(ub, axis=0)  # [BM]
-        loc = tl.min(tl.where(ub == best[None, :], tok[:, None], N + BN), axis=0)
-        rest = tl.max(tl.where(tok[:, None] == loc[None, :], neg, ub), axis=0)
+    # one bound for the whole block (its largest row norm): the reductions run on the coarse
+    # values themselves, and no [BN, BM] bound tile is formed; rounding is monotone, so
+    # fl(c_max + b) bounds every fl(c_t + b) and fl(c_max - b) <= fl(c_loc - b)
+    b = beta * (xn * tl.max(wn, axis=0)) + abs_slack  # [BM]
+    c = tl.where(m_n[:, None], acc, neg)
+    cmax = tl.max(c, axis=0)
+    loc = tl.min(tl.where(c == cmax[None, :], tok[:, None], N + BN), axis=0)
+    c2 = tl.max(tl.where(tok[:, None] == loc[None, :], neg, c), axis=0)
+    blb = cmax - b
+    best = cmax + b
+    rest = c2 + b
     p = o_m * NB + i_n
     tl.store(bub_ptr + p, best, mask=m_m)
     tl.store(btok_ptr + p, loc, mask=m_m)
     tl.store(brest_ptr + p, rest, mask=m_m)
     # the row's running best lower bound; a block whose best upper bound does not reach it
     # cannot hold the argmax (the final threshold is at least as high) and is not registered
-    # (in the ordered-int domain: the untouched value INT32_MIN is no float). ``SEM``: these
-    # atomics need no ordering of their own — the ticket's release below publishes them
-    own = _ordered(blb.to(tl.int32, bitcast=True))
-    seen = tl.maximum(tl.atomic_max(lg_ptr + o_m, own, mask=m_m, sem=SEM), own)
-    if CUT < 2:
-        reg = m_m & (best >= _ordered(seen).to(tl.float32, bitcast=True))
-        slot = tl.atomic_add(rc_ptr + o_m, 1, mask=reg, sem=SEM)
-        q = o_m * CAP + slot
-        keep = reg & (slot < CAP)
-        tl.store(lub_ptr + q, best, mask=keep)
-        tl.store(ltok_ptr + q, loc, mask=keep)
-        tl.store(lrest_ptr + q, rest, mask=keep)
+    # (in the ordered-int domain: the untouched value INT32_MIN is no float). These atomics are
+    # relaxed: they need no ordering of their own -- the ticket's release below publishes them
+    own = ordered_bits(blb.to(tl.int32, bitcast=True))
+    seen = tl.maximum(tl.atomic_max(lg_ptr + o_m, own, mask=m_m, sem="relaxed"), own)
+    reg = m_m & (best >= ordered_bits(seen).to(tl.float32, bitcast=True))
+    slot = tl.atomic_add(rc_ptr + o_m, 1, mask=reg, sem="relaxed")
+    q = o_m * CAP + slot
+    keep = reg & (slot < CAP)
+    tl.store(lub_ptr + q, best, mask=keep)
+    tl.store(ltok_ptr + q, loc, mask=keep)
+    tl.store(lrest_ptr + q, rest, mask=keep)
     tl.debug_barrier()  # every thread's stores are issued before the ticket
     done = tl.atomic_add(cnt_ptr + i_mt, 1, sem="acq_rel")
     if done == NB - 1:
-        if CUT == 0:
-            _answer_tile(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub_ptr, ltok_ptr, lrest_ptr,
-                         st_ptr, out_ptr, i_mt, M, N, NB, R, stride_xm, stride_wn, K, BM, RC, BN, NBP, CAP, EBK, TBK)
-        else:  # measurement only: the scratch as the next call expects it, no answers
-            tl.store(lg_ptr + o_m, tl.full([BM], -2147483648, dtype=tl.int32), mask=m_m)
-            tl.store(rc_ptr + o_m, tl.zeros([BM], dtype=tl.int32), mask=m_m)
+        _answer_tile(x_ptr, w_ptr, bub_ptr, btok_ptr, brest_ptr, lg_ptr, rc_ptr, lub_ptr, ltok_ptr, lrest_ptr,
+                     st_ptr, out_ptr, i_mt, M, N, NB, R, stride_xm, stride_wn, K, BM, RC, BN, NBP, CAP, EBK, TBK)
         tl.atomic_xchg(cnt_ptr + i_mt, 0, sem="relaxed")  # every ticket of this launch is taken
 
 
@@ -328,7 +297,7 @@ def fused_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap
     if x.stride(1) != 1:
         x = x.contiguous()
     dev = x.device
-    bm, warps, stages, maxnreg, block = _CONFIGS[min(MAX_BM, max(16, _pow2(m)))]
+    bm, warps, stages, maxnreg, block = _CONFIGS[min(MAX_BM, max(16, pow2(m)))]
     mt = -(-m // bm)
     nb = -(-n // block)
     sc = _scratch(dev, m)
@@ -341,8 +310,8 @@ def fused_argmax(x: torch.Tensor, weight: torch.Tensor, norms: torch.Tensor, cap
     _fused_argmax_kernel[(mt * nb,)](
         x, weight, norms, bub, btok, brest, sc.best, sc.count, lub, ltok, lrest, sc.tickets, stats, out,
         m, n, nb, cap, mt, x.stride(0), weight.stride(0), native_bound_coef(k), ABS_SLACK,
-        K=k, BM=bm, BN=block, BK=BK, NBP=_pow2(nb), CAP=LIST_CAP, EBK=min(EBK, _pow2(k)), TBK=TBK,
-        F32=interpret_mode(), SEM=ROW_SEM, BLOCK_BOUND=BLOCK_BOUND, RC=min(bm, ANSWER_ROWS), CUT=PROBE_CUT,
+        K=k, BM=bm, BN=block, BK=BK, NBP=pow2(nb), CAP=LIST_CAP, EBK=min(EBK, pow2(k)), TBK=TBK,
+        F32=interpret_mode(), RC=min(bm, ANSWER_ROWS),
         num_warps=warps, num_stages=stages, **({"maxnreg": maxnreg} if maxnreg else {}))
     return out
 

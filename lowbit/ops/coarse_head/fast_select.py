@@ -8,13 +8,12 @@ each, more than the whole INT2 byte floor at M = 1. Here:
 * selection (grid ``(M,)``): the ``R`` best of the row's ``C`` candidate keys, ordered by one
   packed int64 key ``(order-preserving key bits << 32) | (CP - 1 - pos)`` (ties go to the lower
   candidate position, i.e. the lower token index, because blocks are emitted in token order and
-  each block's candidates in key order, lower index first among equals). Three forms with the
-  same output: ``_select_topk_kernel`` (default: the R best block heads, then the R best of those
-  blocks' candidates, each stage one bitonic top-k), ``_select2_kernel`` (the same two stages by
-  successive maxima) and ``_select_kernel`` (successive maxima over all C candidates; the path
-  when blocks emit no known candidate count). Writes the picked token indices ``sel [M, R]``
-  (-1: no token). The bitonic form's second stage may key the candidates by token instead of
-  position (``TOKEN_KEYS``): the same picks, since equal keys have tokens in position order.
+  each block's candidates in key order, lower index first among equals). Two forms with the
+  same output: ``_select_topk_kernel`` (the R best block heads, then the R best of those blocks'
+  candidates, each stage one bitonic top-k) and ``_select_kernel`` (successive maxima over all C
+  candidates: the path when blocks emit no known candidate count). Writes the picked token
+  indices ``sel [M, R]`` (-1: no token). The bitonic form's second stage keys the candidates by
+  token instead of position: the same picks, since equal keys have tokens in position order.
 * ``_rerank_kernel`` (grid ``(M, R / picks)``): a program's exact fp32 dots ``x[m] . W[sel[m,
   r]]`` of ``RERANK_ROWS`` picks (``RERANK_ROWS_WIDE`` from M = 33) into ``vals [M, R]``; the
   last program of each row (an atomic counter, reset by that program so the buffer is reusable
@@ -34,17 +33,8 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from lowbit.ops._triton_pdl import launch_options
-from lowbit.ops.coarse_head._state import device_state
-
-
-def _pow2(n: int) -> int:
-    """Smallest power of two >= n (plain Python: triton.next_power_of_2 is a constexpr function
-    whose call costs several µs of host time, which matters at M = 1 in eager mode)."""
-    return 1 << (int(n) - 1).bit_length() if n > 1 else 1
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-int(a) // int(b))
+from lowbit.ops.coarse_head.epilogue import cdiv, pow2
+from lowbit.ops.coarse_head.scratch import device_state
 
 
 _INT64_MIN = tl.constexpr(-(2**63))
@@ -116,49 +106,15 @@ def _select_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, CP: tl.constexpr, RP: tl.const
 
 
 @triton.jit
-def _select2_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.constexpr, NBP: tl.constexpr,
-                    RP: tl.constexpr, KCP: tl.constexpr, PDL: tl.constexpr = False, TRIGGER: tl.constexpr = False):
-    """Two-stage version of :func:`_select_kernel` (same result): each block's candidates are
-    emitted best first, so the block holding any of the row's R best candidates has its first
-    candidate ("head") among the R best too. Stage 1: the R best heads (successive max over NB
-    heads instead of all C candidates); stage 2: the R best of those R blocks' R * KC
-    candidates."""
-    _pdl_prologue(PDL, TRIGGER)
-    m = tl.program_id(0).to(tl.int64)
-    NB = C // KC
-    o_b = tl.arange(0, NBP)
-    m_b = o_b < NB
-    head = tl.load(ck_ptr + m * C + o_b * KC, mask=m_b, other=float("-inf"))
-    packed = tl.where(m_b, _pack_key(head, o_b * KC, CP), _INT64_MIN)
-    o_r = tl.arange(0, RP)
-    blk = tl.full([RP], -1, dtype=tl.int64)  # -1: no block (R > NB)
-    for r in range(0, R):
-        best = tl.max(packed, axis=0)
-        p = CP - 1 - (best & 0xFFFFFFFF)
-        blk = tl.where((o_r == r) & (best != _INT64_MIN), p // KC, blk)
-        packed = tl.where(packed == best, _INT64_MIN, packed)
-    o_k = tl.arange(0, KCP)
-    m2 = (blk >= 0)[:, None] & (o_k < KC)[None, :]
-    pos2 = blk[:, None] * KC + o_k[None, :]
-    key2 = tl.load(ck_ptr + m * C + pos2, mask=m2, other=float("-inf"))
-    pk = tl.where(m2, _pack_key(key2, pos2, CP), _INT64_MIN)
-    pos = tl.full([RP], 0, dtype=tl.int64)
-    for r in range(0, R):
-        best = tl.max(tl.max(pk, axis=1), axis=0)
-        p = CP - 1 - (best & 0xFFFFFFFF)
-        pos = tl.where(o_r == r, p, pos)
-        pk = tl.where(pk == best, _INT64_MIN, pk)
-    _store_selected(ck_ptr, ci_ptr, sel_ptr, m, C, R, pos, o_r)
-
-
-@triton.jit
 def _select_topk_kernel(ck_ptr, ci_ptr, sel_ptr, C, R, KC: tl.constexpr, CP: tl.constexpr, NBP: tl.constexpr,
                         RP: tl.constexpr, KCP: tl.constexpr, PDL: tl.constexpr = False,
                         TRIGGER: tl.constexpr = False, TOKKEY: tl.constexpr = False):
-    """:func:`_select2_kernel`'s two stages (same result, same order), each a bitonic top-RP
-    (``tl.topk``: log2 steps of compare-exchange over the whole tile at once) instead of R
-    successive block-wide maxima: every maximum is a reduction across the program's warps, and
-    R = 32 of them in a row (twice) is a ~17 µs chain of barriers at M = 1. The packed keys are
+    """Two stages, the same result as :func:`_select_kernel`: each block's candidates are emitted
+    best first, so the block holding any of the row's R best candidates has its first candidate
+    ("head") among the R best too. Stage 1: the R best heads; stage 2: the R best of those R
+    blocks' R * KC candidates. Each stage is one bitonic top-RP (``tl.topk``: log2 steps of
+    compare-exchange over the whole tile at once) rather than R successive block-wide maxima
+    (each a reduction across the program's warps: R = 32 of them in a row is a chain of barriers). The packed keys are
     distinct (they carry the position), so the RP largest are well defined; the first R of them
     are the R picks of the successive-max form, in the same order.
 
@@ -253,37 +209,17 @@ def _counter(device: torch.device, m: int) -> torch.Tensor:
     return device_state(_COUNTERS, device, m, make, torch.Tensor.numel)
 
 
-#: "bitonic" (_select_topk_kernel: the two stages of two_stage as bitonic top-k), "two_stage"
-#: (_select2_kernel: R best block heads, then R best of their candidates, by successive maxima:
-#: 17.2 µs per call on the H200 at C = 7760, R = 32, M = 1) or "flat" (_select_kernel: R successive
-#: maxima over all C candidates; 25.7 µs).
-SELECT = "bitonic"
-#: warps of the bitonic selection program (one program per row of x). 8: selection + rerank 8.4 /
-#: 9.2 / 10.0 / 11.4 us at M = 1 / 8 / 16 / 32 against 10.0 / 10.9 / 11.4 / 13.1 with 4 (H200,
-#: C = 7760, R = 32; session 25 call d)
+#: warps of the bitonic selection program (one program per row of x): 8 measured 1.5-1.7 us faster
+#: than 4 at M = 1..32 (H200, C = 7760, R = 32; docs/draft_head.md)
 SELECT_WARPS = 8
 #: the rerank program's K chunk at most (a 5120-wide row: two chunks of 4096 at 4096, one masked
 #: chunk of 8192 at 8192)
 RERANK_MAX_BKK = 4096
 #: picks a rerank program rescores (a power of two; its K chunk is ``RERANK_MAX_BKK`` / picks): 1 up
-#: to M = 32, ``RERANK_ROWS_WIDE`` from M = 33. H200, 124160 x 5120, fast argmax, same run (session
-#: 29 call d, 1 / 2 / 4 picks): M = 1..8 1 fastest (4: +0.7-1.9 us), M = 32 within 0.3 us, M = 64 4
-#: fastest (INT2 153.3 -> 150.7 us, INT4 231.3 -> 228.8: a quarter of the M x R programs)
+#: to M = 32, ``RERANK_ROWS_WIDE`` from M = 33 (a quarter of the M x R programs: fastest at M = 64,
+#: 0.7-1.9 us slower at M <= 8; docs/draft_head.md)
 RERANK_ROWS = 1
 RERANK_ROWS_WIDE = 4
-#: the bitonic selection's second stage keyed by token (``_select_topk_kernel`` TOKKEY): the picks'
-#: tokens without a dependent load after the top-k. H200, fast argmax, same run (session 29 calls
-#: b / c / d): 0.1-0.5 us faster at most (shape, bits, M) up to M = 16 on 124160 x 5120 and
-#: 49152 x 576; at M = 32 / 64 -0.9..+0.7 us, the noise there
-TOKEN_KEYS = True
-#: the selection and rerank launches as programmatic dependent launches (sm_90+): each places its
-#: CTAs while the kernel before it drains and waits on ``griddepcontrol.wait`` before reading
-PDL = True
-#: the selection lets the rerank launch place its CTAs at once (``griddepcontrol.launch_dependents``
-#: first thing) instead of when the selection exits
-SELECT_TRIGGER = True
-
-
 def fast_select_rerank(cand_key: torch.Tensor, cand_idx: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                        r: int, k: int, kcand: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """The exact top-``k`` (values fp32 [M, k] descending, indices int64 [M, k]; ties: lower
@@ -313,18 +249,16 @@ def launch_select(cand_key: torch.Tensor, cand_idx: torch.Tensor, sel: torch.Ten
     of ``n`` rows."""
     m, c = cand_key.shape
     r = sel.shape[1]
-    cp = _pow2(c)
-    rp = _pow2(r)
-    staged = kcand > 0 and c % kcand == 0 and rp * _pow2(kcand) <= 4096
-    sel_opts = launch_options(sel.device, PDL, SELECT_TRIGGER, None)  # the rerank launch may place its CTAs early
-    if staged and SELECT == "bitonic":
+    cp = pow2(c)
+    rp = pow2(r)
+    staged = kcand > 0 and c % kcand == 0 and rp * pow2(kcand) <= 4096
+    # programmatic dependent launch where the GPU has it; the rerank launch may place its CTAs at once
+    sel_opts = launch_options(sel.device, True, True, None)
+    if staged:
         rp2 = max(2, rp)  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
-        _select_topk_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=max(rp2, _pow2(c // kcand)),
-                                  RP=rp2, KCP=_pow2(kcand), TOKKEY=TOKEN_KEYS and n < 2**31,
+        _select_topk_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=max(rp2, pow2(c // kcand)),
+                                  RP=rp2, KCP=pow2(kcand), TOKKEY=n < 2**31,
                                   num_warps=SELECT_WARPS, **sel_opts)
-    elif staged and SELECT == "two_stage":
-        _select2_kernel[(m,)](cand_key, cand_idx, sel, c, r, KC=kcand, CP=cp, NBP=_pow2(c // kcand),
-                              RP=rp, KCP=_pow2(kcand), num_warps=4, **sel_opts)
     else:
         _select_kernel[(m,)](cand_key, cand_idx, sel, c, r, CP=cp, RP=rp, num_warps=8 if cp >= 4096 else 4,
                              **sel_opts)
@@ -341,11 +275,11 @@ def launch_rerank(x: torch.Tensor, weight: torch.Tensor, sel: torch.Tensor, vals
     # so the ~10 KB of a 5120-wide bf16 row are in flight at once (the kernel is latency-bound);
     # beyond, RERANK_ROWS_WIDE picks a program (fewer programs; the same bytes in flight)
     rpp = RERANK_ROWS_WIDE if m > 32 else RERANK_ROWS
-    bkk = min(RERANK_MAX_BKK // rpp, _pow2(kk))
-    _rerank_kernel[(m, _cdiv(r, rpp))](x, weight, sel, vals, _counter(x.device, m), out_v, out_i, r, x.stride(0),
-                                       weight.stride(0), K=kk, BKK=bkk, RP=_pow2(r), KOUT=out_v.shape[1],
+    bkk = min(RERANK_MAX_BKK // rpp, pow2(kk))
+    _rerank_kernel[(m, cdiv(r, rpp))](x, weight, sel, vals, _counter(x.device, m), out_v, out_i, r, x.stride(0),
+                                       weight.stride(0), K=kk, BKK=bkk, RP=pow2(r), KOUT=out_v.shape[1],
                                        BIG=weight.shape[0] + 1, RPP=rpp, num_warps=8 if rpp * bkk >= 2048 else 4,
-                                       **launch_options(x.device, PDL, False, None))
+                                       **launch_options(x.device, True, False, None))
 
 
 __all__ = ["fast_select_rerank", "launch_rerank", "launch_select"]

@@ -1,31 +1,28 @@
 """Certified mode's selection, exact rescoring and fallback without a host synchronization.
 
 After the certified coarse pass (keys ``ub = c + b``, lower bounds, per-block ``rest``; see
-:class:`~lowbit.ops.coarse_head.CoarseOut`) two stages finish a call, in stream order, with no
-value ever read back by the host — so the whole certified call can be captured in a CUDA graph:
+:class:`~lowbit.ops.coarse_head.CoarseOut`) one launch of ``M S + G`` programs finishes a call, with
+no value ever read back by the host -- so the whole certified call can be captured in a CUDA graph.
+Each program takes a ticket as it starts and plays one of two roles (:func:`_certified_tail_kernel`;
+one launch measured 12.9 us against 16.7 for the two roles as two launches, H200, M = 1):
 
-1. ``_certify_rescore_kernel`` (grid ``(M, S)``): every program of row m computes the row's
-   threshold ``L`` (k = 1: the best block lower bound; k > 1: the k-th best candidate lower
-   bound), its certified set (candidates with ``ub >= L``, compacted in candidate order into
-   ``sel [M, R]``) and its verdict: certified when no block may hide a member (``rest < L``
-   everywhere), it has at most ``R`` members and at least ``k``. Program ``(m, s)`` then computes
-   the exact fp32 dots of x[m] with members ``s, s + S, ...`` against the stored dense rows; the
-   row's last program to finish (an arrival counter, reset by it) writes the best ``k``. Program
-   ``(m, 0)`` appends an uncertified row to the fallback list (an atomic slot counter) and adds
-   the row to the device statistics (rows, fallbacks, "wide" rows whose set exceeded ``R`` but
-   lay among the candidates, set-size sum and maximum, calls: an int64 buffer, layout
-   ``CERTIFIED_STATS``, that the host reads only when asked). (Certifying in the rescoring
-   launch, S times over, costs less than a launch of its own: ~5 µs each in a graph.)
-2. ``_full_kernel`` (grid ``(G,)``): reads the fallback count; with none (the usual case) every
-   program only checks in. Otherwise program ``g`` scores tokens ``[g BN, (g + 1) BN)``,
-   ``(g + G) BN ...`` of every fallback row exactly (one row at a time, or with ``FULL_DOT`` 16
-   rows per weight tile on the tensor cores) and keeps its best ``k``; the last program to
-   check in merges the ``G`` partial lists per fallback row, writes the answer and resets the
-   counters for the next call.
-
-With ``FUSED_TAIL`` (default) both stages run in one launch of ``M S + G`` programs that pick
-their role by a ticket taken at start (:func:`_certified_tail_kernel`): 12.9 µs against 16.7
-for the two launches at M = 1 on the H200 (graph replay, SmolLM2's head; no fallback).
+1. rescoring (tickets below ``M S``, program ``(m, s)``): computes row m's threshold ``L`` (k = 1:
+   the best block lower bound; k > 1: the k-th best candidate lower bound), its certified set
+   (candidates with ``ub >= L``, compacted in candidate order into ``sel [M, R]``) and its
+   verdict: certified when no block may hide a member (``rest < L`` everywhere), it has at most
+   ``R`` members and at least ``k``. It then computes the exact fp32 dots of x[m] with members
+   ``s, s + S, ...`` against the stored dense rows; the row's last program to finish (an arrival
+   counter, reset by it) writes the best ``k``. Program ``(m, 0)`` appends an uncertified row to
+   the fallback list (an atomic slot counter) and adds the row to the device statistics (rows,
+   fallbacks, "wide" rows whose set exceeded ``R`` but lay among the candidates, set-size sum and
+   maximum, calls: an int64 buffer, layout ``CERTIFIED_STATS``, that the host reads only when
+   asked).
+2. fallback (the last ``G`` tickets): waits until every row's verdict is published, reads the
+   fallback count; with none (the usual case) only checks in. Otherwise program ``g`` scores
+   tokens ``[g BN, (g + 1) BN)``, ``(g + G) BN ...`` of every fallback row exactly (one row at a
+   time, or from ``FULL_DOT_MIN_M`` rows 16 rows per weight tile on the tensor cores) and keeps
+   its best ``k``; the last program to check in merges the ``G`` partial lists per fallback row,
+   writes the answer and resets the counters for the next call.
 
 Ordering: ``(value desc, token asc)`` as one int64 ``(order-preserving value bits << 32) |
 (2^31 - 1 - token)``; ties go to the lower token index, as everywhere in the draft head. Exact
@@ -44,80 +41,26 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
-from lowbit.ops.coarse_head._state import device_state
-from lowbit.ops.coarse_head.triton import _pow2
+from lowbit.ops.coarse_head.epilogue import pow2
+from lowbit.ops.coarse_head.exact_keys import (INT64_MIN, exact_dot_block, exact_dot_one, pack_key,
+                                               unpack_key)
+from lowbit.ops.coarse_head.scratch import device_state
 
 #: tokens one fallback program scores per step, and at most this many fallback programs
 FULL_BN = 128
 FULL_PROGRAMS = 264
 #: programs per row of the rescoring launch (each takes every S-th member of the set)
 RESCORE_SPLIT = 4
-#: the fallback scores 16 rows per weight tile on the tensor cores (True) or one row at a time
-#: (False); None: by the call's M, tensor cores from ``FULL_DOT_MIN_M`` rows. H200, SmolLM2's head,
-#: certified topk(16) with kcand 4 (falls back on most rows), graph replay
-#: (``scripts/profile_certified_stages.py --set certified.FULL_DOT=1``, ninth session,
-#: docs/measurements/2026-12-01_session9_b_*): 138.7 vs 92.7 µs at M = 1, 288 vs 406 at M = 16,
-#: 1051 vs 1582 at M = 64.
-FULL_DOT = None
+#: the fallback scores 16 rows per weight tile on the tensor cores from this many rows of x on, one
+#: row at a time below (H200, SmolLM2's head, certified topk(16) falling back on most rows: 92.7 vs
+#: 138.7 us at M = 1, 288 vs 406 at M = 16; docs/draft_head.md)
 FULL_DOT_MIN_M = 16
-#: one launch for both stages (ticketed programs: the fallback programs wait for the verdicts)
-#: instead of two; False keeps the two launches (for A/B)
-FUSED_TAIL = True
-
-_INT64_MIN = tl.constexpr(-(2**63))
-
-
-@triton.jit
-def _ordered(bits):
-    """The int32 bits of an fp32 as an int32 with the float's order (the negative ones'
-    magnitude bits flipped); its own inverse."""
-    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
-
-
-@triton.jit
-def _pack(val, tok):
-    """int64 key ordering (val desc, tok asc): order-preserving fp32 bits high, 2^31-1-tok low."""
-    return (_ordered(val.to(tl.int32, bitcast=True)).to(tl.int64) << 32) | (2147483647 - tok.to(tl.int64))
-
-
-@triton.jit
-def _unpack(key):
-    """(val fp32, tok int64) of :func:`_pack` keys."""
-    bits = _ordered((key >> 32).to(tl.int32))
-    return bits.to(tl.float32, bitcast=True), 2147483647 - (key & 0xFFFFFFFF)
-
-
-@triton.jit
-def _exact_one(x_ptr, w_ptr, m, t, stride_xm, stride_wn, K: tl.constexpr, BK: tl.constexpr):
-    """fp32 scalar: the exact dot of row m of x with token t (fp32 products summed in fp32)."""
-    o_k = tl.arange(0, BK)
-    acc = tl.zeros([BK], dtype=tl.float32)
-    for k0 in range(0, K, BK):
-        m_k = (k0 + o_k) < K
-        b_w = tl.load(w_ptr + t * stride_wn + k0 + o_k, mask=m_k, other=0.0).to(tl.float32)
-        b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=m_k, other=0.0).to(tl.float32)
-        acc += b_w * b_x
-    return tl.sum(acc, axis=0)
-
-
-@triton.jit
-def _exact_block(x_ptr, w_ptr, m, o_t, m_t, stride_xm, stride_wn, K: tl.constexpr, BK: tl.constexpr):
-    """fp32 [T]: exact dots of row m of x with tokens ``o_t`` (``m_t``: the real ones)."""
-    o_k = tl.arange(0, BK)
-    acc = tl.zeros([o_t.shape[0], BK], dtype=tl.float32)
-    for k0 in range(0, K, BK):
-        m_k = (k0 + o_k) < K
-        b_w = tl.load(w_ptr + o_t.to(tl.int64)[:, None] * stride_wn + k0 + o_k[None, :],
-                      mask=m_t[:, None] & m_k[None, :], other=0.0).to(tl.float32)
-        b_x = tl.load(x_ptr + m * stride_xm + k0 + o_k, mask=m_k, other=0.0).to(tl.float32)
-        acc += b_w * b_x[None, :]
-    return tl.sum(acc, axis=1)
 
 
 @triton.jit
 def _store_best(keys, ov_ptr, oi_ptr, m, KOUT: tl.constexpr, KP: tl.constexpr):
     """Write the KOUT best of ``keys`` [KP] (descending) as values and token indices of row m."""
-    v, t = _unpack(keys)
+    v, t = unpack_key(keys)
     o = tl.arange(0, KP)
     tl.store(ov_ptr + m * KOUT + o, v, mask=o < KOUT)
     tl.store(oi_ptr + m * KOUT + o, t, mask=o < KOUT)
@@ -172,29 +115,19 @@ def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
     # -- exact rescoring of members s, s + S, ... --
     for r in range(s, n_set, S):
         t_r = tl.load(sel_ptr + m * R + r).to(tl.int64)
-        tl.store(val_ptr + m * R + r, _exact_one(x_ptr, w_ptr, m, t_r, stride_xm, stride_wn, K, BKK))
+        tl.store(val_ptr + m * R + r, exact_dot_one(x_ptr, w_ptr, m, t_r, stride_xm, stride_wn, K, BKK))
     tl.debug_barrier()
     # the row's last program to arrive (acq_rel: it sees every other program's values)
     done = tl.atomic_add(cnt_ptr + m, 1, sem="acq_rel")
     if done == S - 1:
-        if n_set > 0:  # fallback rows (n_set = 0) are answered by _full_kernel
+        if n_set > 0:  # fallback rows (n_set = 0) are answered by the fallback programs
             o_r = tl.arange(0, RP)
             live = o_r < n_set
             vals = tl.load(val_ptr + m * R + o_r, mask=live, other=0.0, cache_modifier=".cg")
             toks = tl.load(sel_ptr + m * R + o_r, mask=live, other=0, cache_modifier=".cg")
-            keys = tl.where(live, _pack(vals, toks), _INT64_MIN)
+            keys = tl.where(live, pack_key(vals, toks), INT64_MIN)
             _store_best(tl.topk(keys, KP), ov_ptr, oi_ptr, m, KOUT, KP)
         tl.atomic_xchg(cnt_ptr + m, 0, sem="relaxed")  # every program of the row has arrived
-
-
-@triton.jit
-def _certify_rescore_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr,
-                            fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R, stride_xm, stride_wn,
-                            K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, CP: tl.constexpr,
-                            NBP: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr, KP: tl.constexpr):
-    _certify_rescore(tl.program_id(0).to(tl.int64), tl.program_id(1), ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr,
-                     x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr,
-                     C, NB, R, stride_xm, stride_wn, K, BKK, S, CP, NBP, RP, KOUT, KP)
 
 
 @triton.jit
@@ -236,7 +169,7 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
         for f0 in range(0, n_fb, FB):
             m_f = (f0 + o_f) < n_fb
             rows = tl.load(fbrow_ptr + f0 + o_f, mask=m_f, other=0).to(tl.int64)
-            best = tl.full([FB, KP], _INT64_MIN, dtype=tl.int64)
+            best = tl.full([FB, KP], INT64_MIN, dtype=tl.int64)
             for n0 in range(g * BN, N, G * BN):
                 tok = n0 + o_n
                 m_n = tok < N
@@ -248,19 +181,19 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
                     b_w = tl.load(w_ptr + tok.to(tl.int64)[:, None] * stride_wn + k0 + o_k[None, :],
                                   mask=m_n[:, None] & mk[None, :], other=0.0)
                     acc = _dot_acc(b_x, tl.trans(b_w), acc, F32)
-                keys = tl.where(m_n[None, :], _pack(acc, tok[None, :]), _INT64_MIN)
+                keys = tl.where(m_n[None, :], pack_key(acc, tok[None, :]), INT64_MIN)
                 best = _merge_rows(best, tl.topk(keys, KP), FB, KP)
             tl.store(part_ptr + ((f0 + o_f)[:, None] * G + g) * KP + tl.arange(0, KP)[None, :], best,
                      mask=m_f[:, None])
     else:
         for f in range(0, n_fb):
             m = tl.load(fbrow_ptr + f).to(tl.int64)
-            best = tl.full([KP], _INT64_MIN, dtype=tl.int64)
+            best = tl.full([KP], INT64_MIN, dtype=tl.int64)
             for n0 in range(g * BN, N, G * BN):
                 tok = n0 + o_n
                 m_n = tok < N
-                v = _exact_block(x_ptr, w_ptr, m, tok, m_n, stride_xm, stride_wn, K, BK)
-                keys = tl.where(m_n, _pack(v, tok), _INT64_MIN)
+                v = exact_dot_block(x_ptr, w_ptr, m, tok, m_n, stride_xm, stride_wn, K, BK)
+                keys = tl.where(m_n, pack_key(v, tok), INT64_MIN)
                 best = _merge(best, tl.topk(keys, KP), KP)
             tl.store(part_ptr + (f * G + g) * KP + tl.arange(0, KP), best)
     tl.debug_barrier()
@@ -270,11 +203,11 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
         o_p = tl.arange(0, KP)
         for f in range(0, n_fb):
             m = tl.load(fbrow_ptr + f).to(tl.int64)
-            best = tl.full([KP], _INT64_MIN, dtype=tl.int64)
+            best = tl.full([KP], INT64_MIN, dtype=tl.int64)
             for g0 in range(0, G, GC):  # GC programs' lists at a time
                 gg = g0 + o_g
                 keys = tl.load(part_ptr + (f * G + gg[:, None]) * KP + o_p[None, :], mask=(gg < G)[:, None],
-                               other=_INT64_MIN, cache_modifier=".cg")
+                               other=INT64_MIN, cache_modifier=".cg")
                 best = _merge(best, tl.topk(tl.reshape(keys, [GC * KP]), KP), KP)
             _store_best(best, ov_ptr, oi_ptr, m, KOUT, KP)
         # the next launch's state (every program of this one has taken its ticket and arrived)
@@ -282,14 +215,6 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
         tl.atomic_xchg(fbcnt_ptr, 0, sem="relaxed")
         tl.atomic_xchg(done_ptr, 0, sem="relaxed")
         tl.atomic_xchg(tk_ptr, 0, sem="relaxed")
-
-
-@triton.jit
-def _full_kernel(x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr, oi_ptr, N,
-                 stride_xm, stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KOUT: tl.constexpr,
-                 KP: tl.constexpr, GC: tl.constexpr, FB: tl.constexpr, F32: tl.constexpr, DOT: tl.constexpr):
-    _full(tl.program_id(0), tl.num_programs(0), x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr,
-          arrive_ptr, ov_ptr, oi_ptr, N, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC, FB, F32, DOT)
 
 
 @triton.jit
@@ -373,35 +298,27 @@ def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_
         weight = weight.contiguous()
     dev = x.device
     r = max(1, min(cap, c))
-    kp = max(2, _pow2(k))  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
+    kp = max(2, pow2(k))  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
     sc = _scratch(dev, m)
     sel = torch.empty(m, r, dtype=torch.int32, device=dev)
     fb_rows = torch.empty(m, dtype=torch.int32, device=dev)
     vals = torch.empty(m, r, dtype=torch.float32, device=dev)
     out_v = torch.empty(m, k, dtype=torch.float32, device=dev)
     out_i = torch.empty(m, k, dtype=torch.int64, device=dev)
-    cp = max(kp, _pow2(c))
-    bkk = min(4096, _pow2(kk))
+    cp = max(kp, pow2(c))
+    bkk = min(4096, pow2(kk))
     g = max(1, min(FULL_PROGRAMS, -(-n // FULL_BN)))
     part = torch.empty(m * g * kp, dtype=torch.int64, device=dev)
-    rp = max(kp, _pow2(r))
+    rp = max(kp, pow2(r))
     # the fallback's dot: exact products on the tensor cores for two bf16 / two fp16 operands
     f32 = interpret_mode() or x.dtype != weight.dtype or x.dtype == torch.float32
-    dot = FULL_DOT if FULL_DOT is not None else m >= FULL_DOT_MIN_M
-    full = dict(BN=max(FULL_BN, kp), BK=32, GC=min(_pow2(g), max(1, 1024 // kp)), FB=16, F32=f32, DOT=dot)
-    if FUSED_TAIL:
-        _certified_tail_kernel[(m * RESCORE_SPLIT + g,)](
-            cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, sel, vals, sc.rescore, fb_rows, sc.fb_count,
-            sc.done, sc.ticket, part, sc.arrive, stats, out_v, out_i, c, nb, r, n, m, g, x.stride(0), weight.stride(0),
-            K=kk, BKK=bkk, S=RESCORE_SPLIT, CP=cp, NBP=_pow2(nb), RP=rp, KOUT=k, KP=kp, **full,
-            num_warps=8 if max(cp, bkk) >= 2048 else 4)
-        return out_v, out_i
-    _certify_rescore_kernel[(m, RESCORE_SPLIT)](
+    full = dict(BN=max(FULL_BN, kp), BK=32, GC=min(pow2(g), max(1, 1024 // kp)), FB=16, F32=f32,
+                DOT=m >= FULL_DOT_MIN_M)
+    _certified_tail_kernel[(m * RESCORE_SPLIT + g,)](
         cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, sel, vals, sc.rescore, fb_rows, sc.fb_count,
-        sc.done, stats, out_v, out_i, c, nb, r, x.stride(0), weight.stride(0), K=kk, BKK=bkk, S=RESCORE_SPLIT, CP=cp,
-        NBP=_pow2(nb), RP=rp, KOUT=k, KP=kp, num_warps=8 if max(cp, bkk) >= 2048 else 4)
-    _full_kernel[(g,)](x, weight, fb_rows, sc.fb_count, sc.done, sc.ticket, part, sc.arrive, out_v, out_i, n,
-                       x.stride(0), weight.stride(0), K=kk, KOUT=k, KP=kp, **full, num_warps=4)
+        sc.done, sc.ticket, part, sc.arrive, stats, out_v, out_i, c, nb, r, n, m, g, x.stride(0), weight.stride(0),
+        K=kk, BKK=bkk, S=RESCORE_SPLIT, CP=cp, NBP=pow2(nb), RP=rp, KOUT=k, KP=kp, **full,
+        num_warps=8 if max(cp, bkk) >= 2048 else 4)
     return out_v, out_i
 
 

@@ -1,6 +1,6 @@
 """Packed-half GEMV of the coarse pass (INTx, fast mode, one row of x per program).
 
-Why a second GEMV: the fp32 word GEMV (``triton.py``, variants 1/2/4) spends a shift, an and-or
+Why a second GEMV: the fp32 word GEMV (``coarse_fp32.py``) spends a shift, an and-or
 and an fp32 FMA on every code and waits for each K step's load before computing it, so it runs
 near 0.9 TB/s on the H200. This kernel halves the arithmetic with paired fp16 math and keeps
 the next step's load in flight while it computes the current one:
@@ -18,10 +18,10 @@ the next step's load in flight while it computes the current one:
   j's code position;
 * four threads share a row and each holds one 16-byte vector of it per K step (a warp's load
   reads 8 rows x 64 contiguous bytes: one thread per row, 32 rows x 16 bytes, caps the read
-  near 2.3 TB/s on the H200, see ``scripts/probe_stream.py``);
+  near 2.3 TB/s on the H200);
 * the fp16 pairs of one (row, plane, vector) — 8 products per half — are widened to fp32 and
   multiplied by the group scale once per K step; the candidates and the logits are the shared
-  epilogue of ``triton.py``.
+  epilogue of ``epilogue.py``.
 
 Two forms of the step (``WIDE``): the *wide* one (g64 and coarser groups) decodes the [BN, 16]
 word tile in place and sums a thread's four words in fp16; the *split* one (any group size)
@@ -47,7 +47,7 @@ from lowbit._backend import interpret_mode
 
 from lowbit.ops._lanes import half_pair as _half_pair
 from lowbit.ops._lanes import pack_halves as _pack_halves
-from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue, coarse_outputs
+from lowbit.ops.coarse_head.epilogue import KIND_DONE, block_epilogue, coarse_outputs
 
 #: fp16 1024.0 in both halves of a word: the decode's magic and its exact offset
 _MAGIC = 0x64006400
@@ -213,13 +213,13 @@ def _coarse_gemv_h2_kernel(
     M, N, NB, stride_wn, stride_sn,
     L: tl.constexpr, LW: tl.constexpr, NS: tl.constexpr, NG: tl.constexpr, P: tl.constexpr, SHIFT: tl.constexpr,
     MASK: tl.constexpr, G: tl.constexpr, BN: tl.constexpr, KCAND: tl.constexpr,
-    WRITE_LOGITS: tl.constexpr, WIDE: tl.constexpr, CG: tl.constexpr, INTERPRET: tl.constexpr,
+    WRITE_LOGITS: tl.constexpr, WIDE: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Grid (ceil(N / BN), M). Per program: BN tokens of one row of x; 16 words per row per K
     step as a [BN, 16] tile (four threads per row), the next step's tile loaded before this one
     is decoded. Outputs as the main coarse kernel's fast mode (candidates, optional logits).
-    ``WIDE`` (G % 64 == 0 only): the wide step, else the split one. ``CG``: the word loads
-    bypass L1 (``.cg``)."""
+    ``WIDE`` (G % 64 == 0 only): the wide step, else the split one. The word loads bypass L1
+    (``.cg``): they are streamed once, and L1 keeps the x pairs and scale lines instead."""
     i_n = tl.program_id(0).to(tl.int64)
     i_m = tl.program_id(1).to(tl.int64)
     o_n = i_n * BN + tl.arange(0, BN)
@@ -230,18 +230,11 @@ def _coarse_gemv_h2_kernel(
     m_w = m_n[:, None]
     p_x2 = x2_ptr + i_m * (P * NS * 32)
     acc = tl.zeros([BN, 4], dtype=tl.float32)
-    # streamed once (.cg: L1 keeps the x pairs and scale lines instead)
-    if CG:
-        b_next = tl.load(p_w, mask=m_w & (o_w < LW), other=0, cache_modifier=".cg")
-    else:
-        b_next = tl.load(p_w, mask=m_w & (o_w < LW), other=0)
+    b_next = tl.load(p_w, mask=m_w & (o_w < LW), other=0, cache_modifier=".cg")
     for i_s in range(0, NS):
         j0 = 16 * i_s
         b_cur = b_next
-        if CG:
-            b_next = tl.load(p_w + j0 + 16, mask=m_w & (j0 + 16 + o_w < LW), other=0, cache_modifier=".cg")
-        else:
-            b_next = tl.load(p_w + j0 + 16, mask=m_w & (j0 + 16 + o_w < LW), other=0)
+        b_next = tl.load(p_w + j0 + 16, mask=m_w & (j0 + 16 + o_w < LW), other=0, cache_modifier=".cg")
         if WIDE:
             b_h = b_cur >> 8
             for j in tl.static_range(P):
@@ -257,9 +250,9 @@ def _coarse_gemv_h2_kernel(
     alpha = tl.load(alpha_ptr + i_m)
     row = (tl.sum(acc, axis=1) / alpha)[None, :]  # [1, BN]
     o_m = i_m + tl.arange(0, 1)
-    _epilogue(row, row, s_ptr, s_ptr, z_ptr, s_ptr, ck_ptr, ck_ptr, ci_ptr, ck_ptr, ck_ptr, lg_ptr,
-              o_m, o_m < M, o_n, m_n, i_n, M, N, NB, stride_sn, 0.0, 0.0, 0.0,
-              NG, KIND_DONE, 0, False, 0.0, WRITE_LOGITS, KCAND, 16, BN)
+    block_epilogue(row, row, s_ptr, s_ptr, z_ptr, s_ptr, ck_ptr, ck_ptr, ci_ptr, ck_ptr, ck_ptr, lg_ptr,
+                   o_m, o_m < M, o_n, m_n, i_n, M, N, NB, stride_sn, 0.0, 0.0, 0.0,
+                   NG, KIND_DONE, 0, False, 0.0, WRITE_LOGITS, KCAND, 16, BN)
 
 
 def _limit(bits: int) -> float:
@@ -268,14 +261,13 @@ def _limit(bits: int) -> float:
     return 512.0 / ((1 << bits) - 1)
 
 
-def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logits, num_warps=4, num_stages=1,
-                   wide=True, cg=True):
+def coarse_gemv_half2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logits, num_warps=8, num_stages=1):
     """Launch the packed-half GEMV (fast mode). ``x`` [M, K] (unit stride along K), ``w`` the INTx
     plane-split codes uint8 [N, L] (L % 4 == 0, 16-byte aligned rows), ``s`` fp16 / ``z`` uint8
-    [N, NG]. ``wide`` takes effect for ``group_size % 64 == 0`` only. Returns the six
-    ``CoarseOut`` tensors (certified outputs empty)."""
+    [N, NG]. The wide step serves ``group_size % 64 == 0``, the split step any group. Returns the
+    six ``CoarseOut`` tensors (certified outputs empty)."""
     m, k = x.shape
-    wide = wide and group_size % 64 == 0
+    wide = group_size % 64 == 0
     ell = w.shape[1]
     lw = ell // 4
     p = 8 // bits
@@ -293,10 +285,10 @@ def coarse_gemv_h2(x, w, s, z, *, n, bits, group_size, block, kcand, write_logit
         x2, alpha, wq, s, z, cand_key, cand_idx, logits,
         m, n, nb, wq.stride(0), s.stride(0),
         L=ell, LW=lw, NS=ns, NG=s.shape[1], P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
-        KCAND=kcand, WRITE_LOGITS=write_logits, WIDE=wide, CG=cg, INTERPRET=interpret_mode(),
+        KCAND=kcand, WRITE_LOGITS=write_logits, WIDE=wide, INTERPRET=interpret_mode(),
         num_warps=num_warps, num_stages=num_stages,
     )
     return outs
 
 
-__all__ = ["coarse_gemv_h2"]
+__all__ = ["coarse_gemv_half2"]

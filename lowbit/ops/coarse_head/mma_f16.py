@@ -3,7 +3,7 @@ bound, see :func:`mma_bound_coef`): ``mma.sync.m16n8k16`` with the codes
 decoded straight into the A fragment and the rows of x as the B fragment (``NCT`` column tiles
 of 8 rows in one launch: one for M <= 8, two for M <= 16; more rows take more launches).
 
-Why: the packed-half GEMV (``triton_h2.py``; a re-tiled one-thread-per-row form measured at
+Why: the packed-half GEMV (``gemv_half2.py``; a re-tiled one-thread-per-row form measured at
 2.2 and was dropped) spend an and-or, a pair subtract
 and a pair FMA on every two codes, per row of x, and end instruction-bound near 2.2-2.9
 instructions per code at M = 1 (and M times that for M rows). A tensor-core MMA takes the decoded
@@ -52,92 +52,24 @@ from lowbit.ops._lanes import half_pair as _half_pair
 from lowbit.ops._lanes import mma16816_f16x2, tuple_replace, zeros_tuple
 from lowbit.ops._lanes import split4 as _split4
 from lowbit.ops.coarse_head.reference import ABS_SLACK, BOUND_DET, BOUND_NONE, rounding_eps
-from lowbit.ops.coarse_head.triton import KIND_DONE, _epilogue, coarse_outputs
+from lowbit.ops.coarse_head.epilogue import KIND_DONE, block_epilogue, coarse_outputs
+from lowbit.ops.coarse_head.mma_pack import STEP_WORDS
 
 #: fp16 1024.0 in both halves of a word: the decode's magic
 _MAGIC = tl.constexpr(0x64006400)
-#: words per row per K step (64 bytes: one g64 group of each plane)
-_STEP_WORDS = 16
 #: rows of x one launch serves: two 8-column B tiles (more rows: more launches). The kernel
 #: takes any power-of-two NCT, but four tiles measured 1.7-1.9x slower than two launches of two
-#: (H200, 124160 x 5120, coarse pass at M = 32: INT2 585.8 vs 345.3 µs, INT4 681.9 vs 355.4, INT8
-#: 530.0 vs 485.0; INT2 needs 255 registers: 2 programs per SM; scripts/bench_coarse_ab.py --set wide_m,
-#: docs/measurements/2026-12-01_session7_coarse_wide_m.json) and eight spill (sm_90 offline:
-#: INT2 888 bytes of stack; scripts/coarse_mma_offline.py --nct 4,8)
+#: (INT2 needs 255 registers there) and eight spill (docs/draft_head.md)
 MAX_M = 16
-#: K-loop schedule. 0: each K step's loads at the top of its iteration; 1: step s + 1's loads
-#: issued before step s's MMAs (a register double buffer). None: per (bits, column tiles) from
-#: _PREFETCH_TABLE. Triton's software pipeliner (cp.async into shared memory) was measured 3-4x
-#: slower on the H200 in the twelfth session and removed (see docs/draft_head.md).
-PREFETCH = None
-#: (bits, NCT) -> schedule, from H200 same-run A/Bs (scripts/bench_coarse_ab.py --set schedule,
-#: docs/measurements/2026-12-01_session7_coarse_{prefetch,schedule}_ab.json). Where the buffer's
-#: registers cost few programs per SM it wins: coarse pass INT2 M = 1 91.0 -> 83.2 µs, M = 8
-#: 114.2 -> 108.1 (100 -> 128 registers, 5 -> 4 programs); INT8 M = 1 193.4 -> 170.4, M = 8
-#: 218.0 -> 191.0 (56 -> 63, 8 programs). INT4 (64 -> 86 registers, 8 -> 5 programs: M = 1 110.8
-#: -> 119.2) and two column tiles (M = 16 INT2 172 -> 208, INT4 178 -> 190, INT8 241 -> 280) lose.
-#: Tried and dropped in the same runs: the loop unrolled by two with one variable per buffer (no
-#: copies, but 168 registers for INT2: slower everywhere), B-fragment loads masked to the lanes
-#: whose column is a row of x (no change), ``.cg`` code loads (no change).
+#: K-loop schedule per (bits, column tiles): 1 issues step s + 1's loads (code vectors and
+#: scale-zero words) before step s's MMAs, a register double buffer; 0 loads each step at the top of
+#: its iteration. The buffer pays only where its registers cost no programs per SM: INT2 / INT8 with
+#: one column tile (H200 A/B in docs/draft_head.md); INT4 and two column tiles lose with it.
 _PREFETCH_TABLE = {(2, 1): 1, (8, 1): 1}
-#: extra ptxas options of the coarse pass (None: Triton's -O3). sm_90 offline compile
-#: (``scripts/coarse_mma_offline.py --nct 1 --prefetch 0,1 --ptxas=-O1``): under the INT4 one-tile
-#: cap of 64 registers -O1 halves the prefetch schedule's spill stack (104 -> 56 bytes) but adds 24
-#: bytes and 14 loop instructions to the shipped prefetch-0 one; INT2 / INT8 take 19-24 more
-#: registers (fewer programs an SM). Off: H200, INT4 fast argmax 122.3 -> 124.6 us at M = 1, 133.8
-#: -> 136.8 at M = 4 (``scripts/bench_coarse_ab.py --set schedule --variants "table,table o1"``,
-#: docs/measurements/2026-12-03_session22_b_coarse_o1.log)
-PTXAS_OPTIONS = None
-
-
-def _schedule(bits: int, nct: int) -> int:
-    """The K-loop schedule of a launch: ``PREFETCH`` if set, else the measured table's."""
-    sched = PREFETCH if PREFETCH is not None else _PREFETCH_TABLE.get((bits, nct), 0)
-    if sched not in (0, 1):
-        raise ValueError(f"triton_mma.PREFETCH must be None, 0 or 1, got {sched!r}")
-    return sched
 
 
 #: |x| alpha is kept <= this: x' = x alpha 2^-(SHIFT j) stays a normal fp16 for every plane
 _LIMIT = tl.constexpr(4096.0)
-
-
-def mma_tile(packed: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int):
-    """Re-tile INTx plane-split tensors for :func:`coarse_mma`. ``packed`` uint8 [N, L] (L % 4 ==
-    0), ``scale`` fp16 / ``zero`` uint8 [N, NG]. Returns (words int32 [NR, NS, 4, 32, 4],
-    scale-zero int32 [NR, NG, 32]) with NR = ceil(N / 32), NS = ceil(L / 64); zero past N and past
-    a row's words. The scale-zero word holds the fp16 scale in its low half and, in its high
-    half, the fp16 ``1024 + z 2^(bits j)`` (j: the group's plane; an integer <= 2047, exact) that
-    the kernel subtracts times the step's sum of x."""
-    n, ell = packed.shape
-    if ell % 4:
-        raise ValueError(f"mma_tile: the packed rows must hold whole int32 words, got L = {ell}")
-    nr = -(-n // 32)
-    ns = -(-(ell // 4) // _STEP_WORDS)
-    w = torch.zeros(nr * 32, ns * _STEP_WORDS, dtype=torch.int32, device=packed.device)
-    w[:n, : ell // 4] = packed.contiguous().view(torch.int32)
-    # row = 32 b + 16 t + 8 rh + g, word = 16 s + 8 qh + 4 qi + c  ->  [b, s, (t, qh), (g, c), (qi, rh)]
-    w = w.view(nr, 2, 2, 8, ns, 2, 2, 4).permute(0, 4, 1, 5, 3, 7, 6, 2).reshape(nr, ns, 4, 32, 4).contiguous()
-    ng = scale.shape[1]
-    plane = torch.arange(ng, device=packed.device) * group_size // ell  # [NG]
-    zz = (1024 + (zero.to(torch.int32) << (bits * plane)[None, :])).to(torch.float16)
-    sz = torch.zeros(nr * 32, ng, dtype=torch.int32, device=packed.device)
-    sz[:n] = (scale.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF) | (zz.view(torch.int16).to(torch.int32) << 16)
-    sz = sz.view(nr, 32, scale.shape[1]).transpose(1, 2).contiguous()
-    return w, sz
-
-
-# Sizes that vary per call are not specialized (== 1, divisibility): one compiled kernel per
-# head serves every M <= 8 (MP only takes 1, 2, 4, 8; DraftHead.warmup compiles each).
-@triton.jit(do_not_specialize=["K"])
-def _x_alpha_kernel(x_ptr, alpha_ptr, stride_xm, K, BLK: tl.constexpr):
-    """alpha[m]: the largest power of two with amax |x[m]| alpha <= _LIMIT (1 for a zero row)."""
-    i_m = tl.program_id(0).to(tl.int64)
-    b_amax = tl.zeros([BLK], dtype=tl.float32)
-    for k0 in range(0, K, BLK):
-        o_k = k0 + tl.arange(0, BLK)
-        b_amax = tl.maximum(b_amax, tl.abs(tl.load(x_ptr + i_m * stride_xm + o_k, mask=o_k < K, other=0.0).to(tl.float32)))
-    tl.store(alpha_ptr + i_m, _alpha_of(tl.max(b_amax, axis=0)))
 
 
 @triton.jit
@@ -148,18 +80,10 @@ def _alpha_of(amax):
     return tl.where(amax > 0.0, alpha, 1.0)
 
 
-#: the x-fragment kernel finds alpha itself (one launch less per call: True) or reads it from
-#: ``_x_alpha_kernel`` (False). H200, SmolLM2's head, certified INT8 under graph replay
-#: (``scripts/profile_certified_stages.py --set triton_mma.FUSED_ALPHA=1``, ninth session,
-#: docs/measurements/2026-12-01_session9_b_*): coarse pass 20.8 vs 21.7 µs at M = 1, 38.9 vs 39.7
-#: at M = 16; the whole argmax 31.7 vs 32.7 at M = 1.
-FUSED_ALPHA = True
-
-
 @triton.jit
 def _row_alpha(x_ptr, o_r, m_r, stride_xm, K, BLK: tl.constexpr):
-    """alpha of rows ``o_r`` [R] (as :func:`_x_alpha_kernel`, for R rows at once; 1 for a zero row
-    or a row past M)."""
+    """alpha of rows ``o_r`` [R]: the largest power of two with amax |x[r]| alpha <= _LIMIT (1 for a
+    zero row or a row past M)."""
     o_k = tl.arange(0, BLK)
     b_amax = tl.zeros([o_r.shape[0], BLK], dtype=tl.float32)
     for k0 in range(0, K, BLK):
@@ -172,7 +96,7 @@ def _row_alpha(x_ptr, o_r, m_r, stride_xm, K, BLK: tl.constexpr):
 @triton.jit(do_not_specialize=["M", "K"])
 def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, sb_ptr, M, K, stride_xm,
                    L: tl.constexpr, NS: tl.constexpr, SHIFT: tl.constexpr, NCT: tl.constexpr,
-                   BOUND: tl.constexpr, QMAX2: tl.constexpr, ABLK: tl.constexpr, OWN_ALPHA: tl.constexpr):
+                   BOUND: tl.constexpr, QMAX2: tl.constexpr, ABLK: tl.constexpr):
     """Program (plane j, step s, column tile ct): the B fragments ``xb[j, s, ct, L, 2 q + h]``
     (int32 fp16 pairs) of lane L = 4 g + c, chunk q: column g = row 8 ct + g of x, h = 0 the
     bytes (0, 2), h = 1 the bytes (1, 3) of word 16 s + 4 q + c, each value ``x' = fp16(x alpha
@@ -181,17 +105,16 @@ def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, sb_ptr, M, K, stride_xm,
     the zero point are removed with it). ``BOUND``: also ``sb[j, s, 8 ct + m]`` = ``sum |x| +
     QMAX2 sum |x - x~|`` over the same elements in x's own units (x~ = x' / (alpha 2^-(SHIFT j)),
     the value the MMAs see): the deterministic bound's per-step weight (see :func:`coarse_mma`).
-    ``OWN_ALPHA``: every program finds the per-row power of two ``alpha`` of its 8 rows itself (a
-    pass over those rows of x, which L2 holds, instead of ``_x_alpha_kernel``'s launch); programs
-    (0, 0, ct) store it for the main kernel. Else alpha is read from ``alpha_ptr``."""
+    Every program finds the per-row power of two ``alpha`` of its 8 rows itself (a pass over those
+    rows of x, which L2 holds, instead of a launch of its own); programs (0, 0, ct) store it for
+    the main kernel."""
     ct = tl.program_id(0) % NCT
     j = tl.program_id(0) // (NS * NCT)
     s = (tl.program_id(0) // NCT) % NS
-    if OWN_ALPHA:
-        o_r = 8 * ct + tl.arange(0, 8)
-        alpha8 = _row_alpha(x_ptr, o_r, o_r < M, stride_xm, K, ABLK)  # [8]
-        if (j == 0) & (s == 0):
-            tl.store(alpha_ptr + o_r, alpha8, mask=o_r < M)
+    o_r = 8 * ct + tl.arange(0, 8)
+    alpha8 = _row_alpha(x_ptr, o_r, o_r < M, stride_xm, K, ABLK)  # [8]
+    if (j == 0) & (s == 0):
+        tl.store(alpha_ptr + o_r, alpha8, mask=o_r < M)
     # fragments: [32 lanes, 8 (q, h)] -> pairs (lo, hi)
     o_l = tl.arange(0, 32)[:, None]
     o_e = tl.arange(0, 8)[None, :]
@@ -202,10 +125,8 @@ def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, sb_ptr, M, K, stride_xm,
     byte_lo = 4 * (16 * s + 4 * q + c) + h  # byte 0 or 1 of the word
     byte_hi = byte_lo + 2  # byte 2 or 3
     m_g = g < M
-    if OWN_ALPHA:  # this lane's row's alpha, picked out of the 8 (one-hot over [32, 8])
-        a = tl.max(tl.where(o_l // 4 == tl.arange(0, 8)[None, :], alpha8[None, :], 0.0), axis=1)[:, None]
-    else:
-        a = tl.load(alpha_ptr + g, mask=m_g, other=1.0)
+    # this lane's row's alpha, picked out of the 8 (one-hot over [32, 8])
+    a = tl.max(tl.where(o_l // 4 == tl.arange(0, 8)[None, :], alpha8[None, :], 0.0), axis=1)[:, None]
     f = a * ((127 - SHIFT * j) << 23).to(tl.float32, bitcast=True)  # alpha 2^-(SHIFT j), exact
     k_lo = j * L + byte_lo
     k_hi = j * L + byte_hi
@@ -219,10 +140,7 @@ def _x_frag_kernel(x_ptr, alpha_ptr, xb_ptr, sx_ptr, sb_ptr, M, K, stride_xm,
     o_m = 8 * ct + tl.arange(0, 8)[:, None]
     o_b = 64 * s + tl.arange(0, 64)[None, :]
     m_m = o_m < M
-    if OWN_ALPHA:
-        am = alpha8[:, None]
-    else:
-        am = tl.load(alpha_ptr + o_m, mask=m_m, other=1.0)
+    am = alpha8[:, None]
     fm = am * ((127 - SHIFT * j) << 23).to(tl.float32, bitcast=True)
     k = j * L + o_b
     xo = tl.load(x_ptr + o_m * stride_xm + k, mask=m_m & (o_b < L) & (k < K), other=0.0).to(tl.float32)
@@ -474,21 +392,15 @@ def _coarse_mma_kernel(
             sc, _ = _half_pair(tl.load(sz_ptr + (blk_n * NG + grp) * 32 + o_n % 32, mask=m_n, other=0))
             sbv = tl.load(sb_ptr + js * (8 * NCT) + o_m, mask=m_m, other=0.0)
             bnd += sbv[:, None] * sc[None, :]
-        _epilogue(row, bnd, sz_ptr, sz_ptr, sz_ptr, sz_ptr, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, lg_ptr,
+        block_epilogue(row, bnd, sz_ptr, sz_ptr, sz_ptr, sz_ptr, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, lg_ptr,
                   o_m, m_m, o_n, m_n, i_n, M, N, NB, 0, bcoef, 0.0, abs_slack,
                   NG, KIND_DONE, 1, False, 0.0, False, KCAND, 16, BN)
     else:
-        _epilogue(row, row, sz_ptr, sz_ptr, sz_ptr, sz_ptr, ck_ptr, ck_ptr, ci_ptr, ck_ptr, ck_ptr, lg_ptr,
+        block_epilogue(row, row, sz_ptr, sz_ptr, sz_ptr, sz_ptr, ck_ptr, ck_ptr, ci_ptr, ck_ptr, ck_ptr, lg_ptr,
                   o_m, m_m, o_n, m_n, i_n, M, N, NB, 0, 0.0, 0.0, 0.0,
                   NG, KIND_DONE, 0, False, 0.0, False, KCAND, 16, BN)
 
 
-#: certified launches (the bound's [MP, BN] accumulator in the epilogue): INT8 with one column
-#: tile takes 72 registers (fast: 56-63), 7 programs of 4 warps per SM instead of 8 — a second
-#: wave for 60 of a 124160-token head's 970 programs; capped at 64 it has no spills (sm_90
-#: offline: ``scripts/coarse_mma_offline.py --bits 8 --nct 1 --bound 1 --maxnreg 64``). Empty
-#: until timed on the GPU (the real head's 384 programs are one wave either way).
-_CERTIFIED_CAP: dict = {}  # candidate: {(8, 1): 64}
 
 
 def _register_cap(bits: int, nct: int) -> dict:
@@ -497,7 +409,7 @@ def _register_cap(bits: int, nct: int) -> dict:
     takes the kernel from 64 to 68 registers, 8 -> 7 programs of 4 warps per SM, and a
     124160-token head's 970 programs then need a second wave for 46 of them: the whole pass took
     2x as long (ncu, H200: 223 vs 119 µs at M = 8 / M = 1, SM active 70%;
-    docs/measurements/2026-12-01_ncu_head4_m8.txt; with the cap 138 µs). At 64 the compiler
+    with the cap 138 µs). At 64 the compiler
     spills 8 bytes outside the K loop. INT2 with two column tiles: 128 (from 131: 3 -> 4
     programs per SM, 3 -> 2 waves of 970; 24 bytes spilled, 7 more instructions in the loop;
     sm_90 offline compile). INT2 with one tile (100) would spill in the loop; INT8 fits."""
@@ -549,12 +461,10 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
         xc = x[r0:r1]
         alpha = torch.empty(mc, dtype=torch.float32, device=dev)
         xb = torch.empty(p * ns * nct * 256, dtype=torch.int32, device=dev)
-        if not FUSED_ALPHA:
-            _x_alpha_kernel[(mc,)](xc, alpha, xc.stride(0), k, BLK=1024, num_warps=4)
         sx = torch.empty(p * ns * nct * 8, dtype=torch.float32, device=dev)
         sb = torch.empty(p * ns * nct * 8 if cert else 1, dtype=torch.float32, device=dev)
         _x_frag_kernel[(p * ns * nct,)](xc, alpha, xb, sx, sb, mc, k, xc.stride(0), L=ell, NS=ns, SHIFT=bits, NCT=nct,
-                                        BOUND=cert, QMAX2=2.0 * (1 << bits), ABLK=1024, OWN_ALPHA=FUSED_ALPHA,
+                                        BOUND=cert, QMAX2=2.0 * (1 << bits), ABLK=1024,
                                         num_warps=4)
         # certified outputs of these rows (0-row tensors in fast mode: any pointer will do)
         lb_c, blb_c, brest_c = ((cand_lb[r0:r1], block_lb[r0:r1], block_rest[r0:r1]) if cert
@@ -564,15 +474,14 @@ def coarse_mma(x, words, sz, *, n, ell, bits, group_size, block, kcand, write_lo
             xb, sx, sb, alpha, words, sz, cand_key[r0:r1], lb_c, cand_idx[r0:r1], blb_c, brest_c, logits[r0:r1], mc,
             n, nb, words.shape[0], bcoef, ABS_SLACK,
             L=ell, NS=ns, NG=ng, P=p, SHIFT=bits, MASK=(1 << bits) - 1, G=group_size, BN=block,
-            MP=triton.next_power_of_2(mc), KCAND=kcand, NCT=nct, PREFETCH=_schedule(bits, nct), BOUND=cert,
+            MP=triton.next_power_of_2(mc), KCAND=kcand, NCT=nct, PREFETCH=_PREFETCH_TABLE.get((bits, nct), 0), BOUND=cert,
             INTERPRET=interpret_mode(), num_warps=block // 32,
-            num_stages=1, **launch_options(dev, False, False, PTXAS_OPTIONS),
-            **({"maxnreg": _CERTIFIED_CAP[(bits, nct)]} if cert and (bits, nct) in _CERTIFIED_CAP
-               else _register_cap(bits, nct)),
+            num_stages=1, **launch_options(dev, False, False, None),
+            **_register_cap(bits, nct),
         )
     if not write_logits:  # a fresh empty tensor, not a view (custom ops may not return views)
         logits = torch.empty(0, n, dtype=torch.float32, device=dev)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
 
 
-__all__ = ["MAX_M", "coarse_mma", "mma_bound_coef", "mma_tile"]
+__all__ = ["MAX_M", "coarse_mma", "mma_bound_coef"]

@@ -1,0 +1,301 @@
+"""The draft head's pipelines: coarse pass -> select or certify -> exact rescoring -> fallback.
+
+One function per (mode, answer): :func:`fast_topk`, :func:`certified_topk` (argmax is k = 1),
+:func:`fast_logits`, :func:`certified_logits`. Each takes a :class:`HeadState` (the weight, its
+coarse packing, the configuration and the statistics) and the rows ``x2 [M, K]``, asks
+:mod:`.dispatch` which tail runs, and returns the exact answer; :class:`lowbit.nn.DraftHead`
+validates, keeps the state and calls one of them once.
+
+Ties: equal exact values are ordered by the lower token index first. Exact values are fp32 dot
+products of the stored x and weight rows (fp32 accumulation).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from lowbit._backend import use_triton
+from lowbit.ops.coarse_head import dispatch
+from lowbit.ops.coarse_head.coarse import coarse_head
+from lowbit.ops.coarse_head.packing import CoarsePacking, exact_logits
+from lowbit.ops.coarse_head.reference import BOUND_DET, BOUND_NONE, BOUND_STAT
+from lowbit.ops.coarse_head.selection import argmax_lowest, certify, row_norms, select_fast, topk_lowest
+from lowbit.ops.gathered import gathered_dot
+
+#: bound names of :class:`HeadConfig` -> the coarse pass's bound
+BOUNDS = {"det": BOUND_DET, "stat": BOUND_STAT}
+#: the sync-free certified tails' int64 statistics buffer, by position
+CERTIFIED_STATS = ("rows", "fallbacks", "wide", "set_sum", "set_max", "calls")
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """A draft head's settings (validated by :class:`lowbit.nn.DraftHead`)."""
+
+    mode: str  # "fast" | "certified"
+    kcand: int
+    rerank: int
+    bound: str  # "det" | "stat"
+    sigma: float
+    block: int
+
+
+@dataclass
+class HeadStats:
+    """Calls, rows, fallbacks (rows scored in full), wide (rows whose certified set exceeded the cap
+    but lay among the candidates: all candidates rescored) and the certified-set sizes. The
+    sync-free tails count on the device (``device``: int64 ``CERTIFIED_STATS``), so replays of a
+    captured graph count too; :meth:`snapshot` reads it back (a host synchronization)."""
+
+    calls: int = 0
+    rows: int = 0
+    fallbacks: int = 0
+    wide: int = 0
+    set_rows: int = 0
+    set_sum: int = 0
+    set_max: int = 0
+    device: torch.Tensor | None = None
+
+    def device_buffer(self, device: torch.device) -> torch.Tensor:
+        """The device counters on ``device`` (made zero on first use; moved: the old counts are
+        folded into the host counters first)."""
+        if self.device is None or self.device.device != device:
+            if torch.compiler.is_compiling():
+                raise ValueError("DraftHead: call warmup() (or the head once) before torch.compile")
+            self._fold()
+            self.device = torch.zeros(len(CERTIFIED_STATS), dtype=torch.int64, device=device)
+        return self.device
+
+    def _fold(self) -> None:
+        if self.device is not None:
+            d = dict(zip(CERTIFIED_STATS, self.device.tolist()))
+            self.calls += d["calls"]
+            self.rows += d["rows"]
+            self.fallbacks += d["fallbacks"]
+            self.wide += d["wide"]
+            self.set_rows += d["rows"]
+            self.set_sum += d["set_sum"]
+            self.set_max = max(self.set_max, d["set_max"])
+            self.device = None
+
+    def reset(self) -> None:
+        self.calls = self.rows = self.fallbacks = self.wide = self.set_rows = self.set_sum = self.set_max = 0
+        if self.device is not None:
+            self.device.zero_()
+
+    def snapshot(self) -> dict:
+        """The counts as a dict (reads the device counters back)."""
+        d = dict(zip(CERTIFIED_STATS, self.device.tolist())) if self.device is not None else {}
+        rows = self.rows + d.get("rows", 0)
+        set_rows = self.set_rows + d.get("rows", 0)
+        set_sum = self.set_sum + d.get("set_sum", 0)
+        fallbacks = self.fallbacks + d.get("fallbacks", 0)
+        return {"calls": self.calls + d.get("calls", 0), "rows": rows, "fallbacks": fallbacks,
+                "wide": self.wide + d.get("wide", 0), "fallback_rate": fallbacks / rows if rows else 0.0,
+                "mean_set_size": set_sum / set_rows if set_rows else float("nan"),
+                "max_set_size": max(self.set_max, d.get("set_max", 0))}
+
+
+@dataclass
+class HeadState:
+    """What a pipeline reads: the weight (dense ``[N, K]``, FP8 rows or NVFP4; the exact rows),
+    its coarse packing, the configuration, the statistics and, for a dense weight on the fused
+    certified argmax, its row norms (built on first use)."""
+
+    weight: object
+    packing: CoarsePacking
+    config: HeadConfig
+    stats: HeadStats = field(default_factory=HeadStats)
+    norms: torch.Tensor | None = None
+
+    @property
+    def n(self) -> int:
+        return self.packing.n
+
+
+def _tail(state: HeadState, x2: torch.Tensor, k: int) -> str:
+    w = state.weight
+    compiling = torch.compiler.is_compiling()
+    dense = isinstance(w, torch.Tensor)
+    triton = x2.is_cuda if compiling else use_triton(x2, *((w,) if dense else ()), *state.packing.tensors)
+    fused_ready = state.norms is not None or not compiling
+    return dispatch.tail_route(dispatch.TailCall(state.config.mode, k, x2.shape[0], dense,
+                                                 dispatch.same_16bit(x2, w) and fused_ready, triton))
+
+
+def _coarse(state: HeadState, x2: torch.Tensor, bound: int, write_logits: bool = False):
+    c = state.config
+    return coarse_head(x2, state.packing, block=c.block, kcand=c.kcand, bound=bound, sigma=c.sigma,
+                       write_logits=write_logits)
+
+
+def _rescore(state: HeadState, x2: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    exact = gathered_dot(x2, state.weight, idx)
+    return torch.where(valid, exact, torch.full_like(exact, float("-inf")))
+
+
+def _count(stats: HeadStats, rows: int) -> None:
+    stats.calls += 1
+    stats.rows += rows
+
+
+def fast_topk(state: HeadState, x2: torch.Tensor, k: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Fast mode: the exact top-``k`` among the ``max(rerank, k)`` best coarse candidates
+    (values fp32 [M, k] or None where only k = 1 indices were formed, indices int64 [M, k])."""
+    c = state.config
+    r = max(c.rerank, k)
+    if _tail(state, x2, k) == "fast_select":
+        out = _coarse(state, x2, BOUND_NONE)
+        if torch.compiler.is_compiling():
+            v, i = torch.ops.lowbit.draft_fast_select(out.cand_key, out.cand_idx, x2, state.weight, r, k, c.kcand)
+        else:
+            from lowbit.ops.coarse_head.fast_select import fast_select_rerank
+
+            v, i = fast_select_rerank(out.cand_key, out.cand_idx, x2, state.weight, r, k, c.kcand)
+        _count(state.stats, x2.shape[0])
+        return v, i
+    _, idx, vals = _fast_candidates(state, x2, r)
+    if k == 1:
+        return None, argmax_lowest(vals, idx)[:, None]
+    return topk_lowest(vals, idx, k)
+
+
+def _fast_candidates(state: HeadState, x2: torch.Tensor, r: int, write_logits: bool = False):
+    out = _coarse(state, x2, BOUND_NONE, write_logits)
+    idx, valid = select_fast(out, r)
+    vals = _rescore(state, x2, idx, valid)
+    _count(state.stats, x2.shape[0])
+    return out, idx, vals
+
+
+def certified_topk(state: HeadState, x2: torch.Tensor, k: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Certified mode: the exact top-``k`` (values fp32 [M, k] or None where the fused argmax
+    formed only indices, indices int64 [M, k]), exact for every finite input."""
+    tail = _tail(state, x2, k)
+    c = state.config
+    compiling = torch.compiler.is_compiling()
+    if tail == "fused_argmax":
+        if state.norms is None:
+            state.norms = row_norms(state.weight)
+        stats = state.stats.device_buffer(x2.device)
+        if compiling:
+            idx = torch.ops.lowbit.draft_fused_argmax(x2, state.weight, state.norms, c.rerank, stats)
+        else:
+            from lowbit.ops.coarse_head.fused_argmax import fused_argmax
+
+            idx = fused_argmax(x2, state.weight, state.norms, c.rerank, stats)
+        return None, idx[:, None]
+    if tail == "certified_tail":
+        out = _coarse(state, x2, BOUNDS[c.bound])
+        stats = state.stats.device_buffer(x2.device)
+        if compiling:
+            op = torch.ops.lowbit.draft_certified_select
+        else:
+            from lowbit.ops.coarse_head.certified_tail import certified_select_rerank as op
+        return op(out.cand_key, out.cand_lb, out.cand_idx, out.block_lb, out.block_rest, x2, state.weight, k,
+                  c.rerank, stats)
+    _, idx, vals, fb = _certified_sync(state, x2, k)
+    if k == 1:
+        ans = argmax_lowest(vals, idx)
+        if fb is not None:
+            rows_w, w_idx, w_vals, rows_f, full = fb
+            if w_vals is not None:
+                ans[rows_w] = argmax_lowest(w_vals, w_idx)
+            if full is not None:
+                ans[rows_f] = argmax_lowest(full, torch.arange(state.n, device=x2.device).expand(rows_f.shape[0], -1))
+        return None, ans[:, None]
+    if vals.shape[1] < k:  # fewer candidates than k: every row falls back
+        pad = k - vals.shape[1]
+        vals = torch.nn.functional.pad(vals, (0, pad), value=float("-inf"))
+        idx = torch.nn.functional.pad(idx, (0, pad))
+    v, i = topk_lowest(vals, idx, k)
+    if fb is not None:
+        rows_w, w_idx, w_vals, rows_f, full = fb
+        if w_vals is not None and w_vals.shape[1] >= k:
+            v[rows_w], i[rows_w] = topk_lowest(w_vals, w_idx, k)
+        if full is not None:
+            ar = torch.arange(state.n, device=x2.device).expand(rows_f.shape[0], -1)
+            v[rows_f], i[rows_f] = topk_lowest(full, ar, k)
+    return v, i
+
+
+def _certified_sync(state: HeadState, x2: torch.Tensor, k: int, write_logits: bool = False):
+    """Rescored certified candidates, plus the rows whose set did not fit (one host sync).
+
+    Returns (coarse out, idx [M, T], exact vals [M, T], fallback) where fallback is None or
+    (rows_wide, wide_idx, wide_vals, rows_full, full_logits): rows whose certified set exceeded
+    the cap but lies among the emitted candidates get all their candidates rescored (``wide``);
+    rows where a block may hide a member are scored in full (``full``).
+    """
+    c, st = state.config, state.stats
+    out = _coarse(state, x2, BOUNDS[c.bound], write_logits)
+    idx, valid, over_block, over_cap, size = certify(out, k, c.rerank)
+    vals = _rescore(state, x2, idx, valid)
+    wide = over_cap & ~over_block
+    n_full, n_wide, size_sum, size_max = (
+        int(v) for v in torch.stack([over_block.sum(), wide.sum(), size.sum(), size.max()]).tolist())
+    st.calls += 1
+    st.rows += x2.shape[0]
+    st.fallbacks += n_full
+    st.wide += n_wide
+    st.set_rows += x2.shape[0]
+    st.set_sum += size_sum
+    st.set_max = max(st.set_max, size_max)
+    if not (n_full or n_wide):
+        return out, idx, vals, None
+    rows_w = wide.nonzero().squeeze(-1)
+    w_idx = out.cand_idx[rows_w]
+    w_vals = _rescore(state, x2[rows_w], w_idx, out.cand_key[rows_w] > float("-inf")) if n_wide else None
+    rows_f = over_block.nonzero().squeeze(-1)
+    full = _exact_full(state, x2[rows_f]) if n_full else None
+    return out, idx, vals, (rows_w, w_idx, w_vals, rows_f, full)
+
+
+def _exact_full(state: HeadState, xr: torch.Tensor) -> torch.Tensor:
+    """Exact fp32 logits [B, N] of whole rows: the same gathered_dot as the rerank on the GPU
+    (streams the stored rows, nothing dequantized in full), a chunked fp32 matmul on the CPU."""
+    if xr.device.type != "cuda":
+        return exact_logits(xr, state.weight, state.n)
+    ar = torch.arange(state.n, device=xr.device)
+    return torch.cat([gathered_dot(xr[i:i + 8], state.weight, ar.expand(min(8, xr.shape[0] - i), -1))
+                      for i in range(0, xr.shape[0], 8)])
+
+
+def _scatter_exact(base: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
+    """``base`` with the exact ``vals`` at ``idx``; fillers (-inf: no token) are pointed at the
+    row's best candidate, which is always real."""
+    filler = vals == float("-inf")
+    idx = torch.where(filler, idx[:, :1], idx)
+    vals = torch.where(filler, vals[:, :1], vals)
+    return base.scatter(1, idx, vals)
+
+
+def fast_logits(state: HeadState, x2: torch.Tensor, topk_only: bool) -> torch.Tensor:
+    """Fast mode's fp32 [M, N]: coarse logits everywhere (or -inf with ``topk_only``), exact on the
+    ``rerank`` best candidates."""
+    out, idx, vals = _fast_candidates(state, x2, state.config.rerank, write_logits=not topk_only)
+    base = torch.full((x2.shape[0], state.n), float("-inf"), device=x2.device) if topk_only else out.logits
+    return _scatter_exact(base, idx, vals)
+
+
+def certified_logits(state: HeadState, x2: torch.Tensor, topk_only: bool) -> torch.Tensor:
+    """Certified mode's fp32 [M, N]: coarse logits everywhere (or -inf with ``topk_only``), exact on
+    the certified argmax set, or on the whole row where it fell back (one host sync)."""
+    out, idx, vals, fb = _certified_sync(state, x2, 1, write_logits=not topk_only)
+    base = torch.full((x2.shape[0], state.n), float("-inf"), device=x2.device) if topk_only else out.logits
+    base = _scatter_exact(base, idx, vals)
+    if fb is not None:
+        rows_w, w_idx, w_vals, rows_f, full = fb
+        if w_vals is not None:  # every candidate of these rows was rescored
+            base[rows_w] = _scatter_exact(base[rows_w], w_idx, w_vals)
+        if full is not None:
+            base[rows_f] = full
+    return base
+
+
+#: mode -> (top-k pipeline, logits pipeline)
+PIPELINES = {"fast": (fast_topk, fast_logits), "certified": (certified_topk, certified_logits)}
+
+__all__ = ["BOUNDS", "CERTIFIED_STATS", "PIPELINES", "HeadConfig", "HeadState", "HeadStats", "certified_logits",
+           "certified_topk", "fast_logits", "fast_topk"]
