@@ -409,18 +409,18 @@ def test_packed_half_gemv_scales_x(tier, poison_int32):
 
 
 def test_packed_half_gemv_only_for_fast_mode():
-    """Certified keys need the fp32 kernels' rounding proof: at M = 1 the dispatch sends fast mode to
-    the packed-half GEMV and certified mode to the fp32 word GEMV, whose bound matches the
-    reference's."""
+    """Certified keys need the fp32 kernels' rounding proof: at M = 1 on a g32 copy (no tensor-core
+    pass) the dispatch sends fast mode to the packed-half GEMV and certified mode to the fp32 word
+    GEMV, whose bound matches the reference's; g64 takes the mma.sync pass in both modes."""
     from lowbit.ops.coarse_head import coarse, dispatch
 
     w = torch.randn(N, 576) * 0.02
-    packing = pack(w, 4, 64)
     x = torch.randn(1, 576)
-    routes = {b: dispatch.coarse_route(coarse.call_of(packing, x, b, BLOCK, False)) for b in (BOUND_NONE, BOUND_DET)}
-    assert routes == {BOUND_NONE: "gemv_half2", BOUND_DET: "mma_f16"}
-    big = pack(w, 4, 32)  # g32: no mma.sync pass, so certified M = 1 takes the fp32 kernel
-    assert dispatch.coarse_route(coarse.call_of(big, x, BOUND_DET, BLOCK, False)) == "coarse_fp32"
+    for g, want in ((32, {BOUND_NONE: "gemv_half2", BOUND_DET: "coarse_fp32"}),
+                    (64, {BOUND_NONE: "mma_f16", BOUND_DET: "mma_f16"})):
+        p = pack(w, 4, g)
+        assert {b: dispatch.coarse_route(coarse.call_of(p, x, b, BLOCK, False)) for b in want} == want
+    big = pack(w, 4, 32)
     if not lowbit._backend.interpret_mode():
         pytest.skip("calls the Triton launcher on CPU tensors: interpreter tier only")
     with lowbit.backend("triton"):

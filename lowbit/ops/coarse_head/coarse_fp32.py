@@ -111,7 +111,6 @@ def _coarse_head_kernel(
     BOUND: tl.constexpr, USE_DOT: tl.constexpr, SPLIT: tl.constexpr, DT: tl.constexpr,
     MAGIC: tl.constexpr, ZOFF: tl.constexpr, WRITE_LOGITS: tl.constexpr,
     WORDS: tl.constexpr = False, UNROLL: tl.constexpr = 1, OFFS: tl.constexpr = False,
-    EPI_STAGES: tl.constexpr = 1,
 ):
     i_n = tl.program_id(0).to(tl.int64)
     i_m = tl.program_id(1).to(tl.int64)
@@ -225,15 +224,7 @@ def _coarse_head_kernel(
         bnd = tl.sum(bnd2, axis=1)[None, :]
     block_epilogue(acc, bnd, st_ptr, s_ptr, z_ptr, gs_ptr, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, lg_ptr,
                    o_m, m_m, o_n, m_n, i_n, M, N, NB, stride_sn, bcoef, sigma, abs_slack,
-                   NG, KIND, BOUND, USE_DOT, ZOFF, WRITE_LOGITS, KCAND, GC, BN, EPI_STAGES)
-
-
-#: Software-pipeline stages of the epilogue's per-group loop (zero point and bound terms, NG / GC
-#: trips after the whole K loop). 1 = not pipelined: pipelining at the launch's num_stages
-#: prefetches [BN, GC] scale / zero tiles and [BM, GC] x statistics across trips, which took
-#: 220 -> 141 registers at BM = 16 and spilled 416-488 bytes at BM = 32 / 64 on a 5120-wide head
-#: (offline sm_90), for a loop with nothing to hide behind.
-EPILOGUE_STAGES = 1
+                   NG, KIND, BOUND, USE_DOT, ZOFF, WRITE_LOGITS, KCAND, GC, BN)
 
 
 @dataclass(frozen=True)
@@ -278,9 +269,9 @@ def fp32_config(m: int, bits: int | None) -> Fp32Config:
     return CONFIGS_BITS.get((band, bits), CONFIGS[band])
 
 
-#: Bytes a step of NVFP4 rows on the dot (BM > 1) path: 64 spilled on sm_90 (255 registers,
-#: 40-376 bytes at BM = 16 / 32 / 64); 32 does not (165 / 246 / 190 registers), for about the
-#: same loop instructions a byte of a row.
+#: Bytes a step of NVFP4 rows on the dot (BM > 1) path: 64 spills on sm_90 (255 registers,
+#: 40-376 bytes at BM = 16 / 32 / 64), 32 does not, and 32 is faster at every M band on both
+#: benchmark heads but one (docs/design-notes.md).
 NVFP4_DOT_BK = 32
 
 
@@ -364,7 +355,6 @@ def coarse_fp32(x, kind, w, s, z, gs, *, n, bits, group_size, padded_k, block, k
         BOUND=bound, USE_DOT=use_dot, SPLIT=split,
         DT=dt, MAGIC=magic, ZOFF=zoff if kind == KIND_INTX else 0.0,
         WRITE_LOGITS=write_logits, WORDS=words, UNROLL=2 if config.step == "words2" else 1, OFFS=offs,
-        EPI_STAGES=EPILOGUE_STAGES or stages,
         num_warps=warps, num_stages=stages,
     )
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits

@@ -42,7 +42,7 @@ def block_epilogue(acc, bnd, st_ptr, s_ptr, z_ptr, gs_ptr, ck_ptr, clb_ptr, ci_p
               o_m, m_m, o_n, m_n, i_n, M, N, NB, stride_sn, bcoef, sigma, abs_slack,
               NG: tl.constexpr, KIND: tl.constexpr, BOUND: tl.constexpr, USE_DOT: tl.constexpr,
               ZOFF: tl.constexpr, WRITE_LOGITS: tl.constexpr, KCAND: tl.constexpr, GC: tl.constexpr,
-              BN: tl.constexpr, EPI_STAGES: tl.constexpr = 1):
+              BN: tl.constexpr):
     """After the K loop, shared by the coarse kernels: ``acc`` / ``bnd`` fp32 [BM, BN] (BM = 1
     for the GEMVs) get the per-group zero-point and bound terms (INTx) or the row / global scale
     (native rows; nothing for KIND_DONE); then the logits are written if asked and the block's
@@ -50,8 +50,9 @@ def block_epilogue(acc, bnd, st_ptr, s_ptr, z_ptr, gs_ptr, ck_ptr, clb_ptr, ci_p
     NBK = NB * KCAND
     if KIND == 0:
         # zero point and bound terms, per group: [BM, NG] x-statistics times [NG, BN] (s*z, s, s^2)
-        # EPI_STAGES: software-pipeline stages of this loop (see coarse_fp32.EPILOGUE_STAGES)
-        for g0 in tl.range(0, NG, GC, num_stages=EPI_STAGES):
+        # not software-pipelined: prefetching the [BN, GC] / [BM, GC] tiles across trips costs
+        # registers (spills at BM = 32 / 64 on long heads) and measured slower (docs/design-notes.md)
+        for g0 in tl.range(0, NG, GC, num_stages=1):
             o_g = g0 + tl.arange(0, GC)
             m_g = o_g < NG
             p_sg = o_n[:, None] * stride_sn + o_g[None, :]
