@@ -5,18 +5,13 @@ still draining: its CTAs are placed as soon as the previous kernel's CTAs have a
 triggered ``griddepcontrol.launch_dependents``), and ``griddepcontrol.wait`` blocks until that
 kernel has completed and its memory is visible. Everything before the wait therefore overlaps the
 previous kernel's tail and this kernel's own launch latency; at decode sizes, where a GEMV is a
-few microseconds, that is a large share of its time (measured: docs/gemm.md, "Seventeenth
-session").
+few microseconds, that is a large share of its time (docs/gemm.md).
 
 The rule the kernels keep: **no global load or store before** :func:`gdc_wait`, not even of the
 weights (the previous kernel may be the one that wrote them: a freshly quantized layer). Both
-instructions are no-ops in a launch without the PDL attribute.
-
-Tried and dropped (H200, seventeenth session): an L2 prefetch of the CTA's weights before the
-wait (``cp.async.bulk.prefetch.L2``, safe because L2 is the point of coherence). It made the FP4
-GEMV much slower (M = 16 N24576 K1536 18.1 against 11.6 us): the prefetches queue in the SM's
-TMA unit ahead of the real loads, and the wait is short when the previous kernel does not
-trigger early.
+instructions are no-ops in a launch without the PDL attribute. An L2 prefetch of the CTA's weights
+before the wait made the FP4 GEMV much slower (the prefetches queue in the SM's TMA unit ahead of
+the real loads; docs/design-notes.md).
 """
 from __future__ import annotations
 

@@ -1,19 +1,22 @@
-"""Gluon pieces shared by the wgmma kernels (``fp4_gemm/gluon_wgmma_gemv.py``,
-``fp8_gemm/gluon_wgmma_gemv.py``, ``coarse_head/gluon_wgmma.py``): the accumulator layout, the
-per-warp row bases, the layout that hands every lane of a row its CTA's 4 per-row words, the split
-of such a [R, 4] tensor, the swap-AB GEMVs' split-K epilogue, and the mbarriers of a
-warp-specialized TMA ring (``ring_barriers`` / ``invalidate_ring_barriers``).
+"""Gluon pieces shared by the wgmma kernels (``fp8_gemm/wgmma_gemm.py``, ``fp8_gemm/wgmma_gemv.py``,
+``fp4_gemm/wgmma_gemv.py``, ``coarse_head/gluon_wgmma.py``): the accumulator layout, the per-warp
+row bases, the layout that hands every lane of a row its CTA's 4 per-row words, the split of
+such a [R, 4] tensor, the UE8M0 scale decode, the swap-AB GEMVs' split-K epilogue, and the
+mbarriers of a warp-specialized TMA ring (``ring_barriers`` / ``invalidate_ring_barriers``).
 
 Importing this module raises when Gluon is missing; the kernels import it inside their own
-``try`` (``_GLUON_IMPORT_ERROR``)."""
+``try`` (``GLUON_ERROR``)."""
 from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-__all__ = ["acc_layout", "four", "invalidate_ring_barriers", "ring_barriers", "row_words_layout", "split_k_epilogue",
-           "warp_rows"]
+__all__ = ["acc_layout", "e8m0_decode", "four", "invalidate_ring_barriers", "ring_barriers", "row_words_layout",
+           "split_k_epilogue", "warp_rows"]
+
+_F32_NAN_BITS = gl.constexpr(0x7FC00000)
+_F32_2M127_BITS = gl.constexpr(0x00400000)  # 2^-127: UE8M0 byte 0 is an fp32 subnormal
 
 
 @gluon.constexpr_function
@@ -35,6 +38,14 @@ def row_words_layout(W):
     return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0]],
                                       lane_bases=[[0, 0], [0, 0], [1, 0], [2, 0], [4, 0]],
                                       warp_bases=warp_rows(W), block_bases=[], shape=[16 * W, 4])
+
+
+@gluon.jit
+def e8m0_decode(e):
+    """UE8M0 byte (int32 0..255) -> fp32 2^(e-127); 0 -> 2^-127 (subnormal), 255 -> NaN."""
+    bits = gl.where(e == 0, _F32_2M127_BITS, e << 23)
+    bits = gl.where(e == 255, _F32_NAN_BITS, bits)
+    return bits.to(gl.float32, bitcast=True)
 
 
 @gluon.jit

@@ -1,4 +1,4 @@
-"""Helpers of the inline-PTX MMA kernels (``coarse_head/``, ``fp8_gemm/``, ``gathered/triton_mma.py``),
+"""Helpers of the inline-PTX MMA kernels (``coarse_head/``, ``fp8_gemm/mma_gemv.py``, ``gathered/mma_nvfp4.py``),
 which keep one value per thread in ``[NT]`` tensors and a thread's short vectors in ``[NT, n]``
 tensors: splitting such a vector into its columns stays inside the thread (no layout change).
 Also the tuple-of-zeros builder of their accumulator tiles and the interpreter's m16n8k16 MMA."""

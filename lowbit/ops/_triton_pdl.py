@@ -1,5 +1,6 @@
 """Launch options shared by the Triton decode kernels that can run as a programmatic dependent
-launch (PDL) or with extra ptxas options (``gathered/triton_mma.py``, ``fp8_gemm/triton_mma.py``).
+launch (PDL) or with extra ptxas options (``gathered/mma_nvfp4.py``, ``fp8_gemm/mma_gemv.py``,
+``act_quant``, ``coarse_head``).
 
 A kernel taking part declares ``PDL`` / ``TRIGGER`` constexprs (default False) and, under ``PDL``,
 calls ``triton.language.extra.cuda.gdc_wait()`` before any global access (then, under

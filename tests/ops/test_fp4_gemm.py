@@ -8,7 +8,8 @@ import triton.language as tl
 
 from lowbit.formats import FP8, MXFP4
 from lowbit.ops.fp4_gemm import fp4_gemm
-from lowbit.ops.fp4_gemm.triton import shift_table_words
+from lowbit.ops.fp4_gemm.expand import fp4_weight_to_fp8
+from lowbit.ops.fp4_gemm.tiled import shift_table_words
 from tests._helpers import capture, poisoned, rel_err
 from tests.ops.test_fp8_gemm import opcheck_no_mutation
 
@@ -78,21 +79,24 @@ def test_fp4_gemm_scale_spread(backend, m, n):
 
 
 def test_fp4_gemm_scale_spread_needs_far_groups(backend):
-    """The spread test can fail: without the far-group pass the aligned kernel loses them."""
+    """Operands whose every nonzero product comes from a group more than 8 binades below its
+    block's largest scale: the aligned step is right only through its far-group pass (a result
+    without those groups is far off), and so is the four-dot step."""
     if not backend.is_triton:
-        pytest.skip("the far-group switch is a Triton launch parameter")
-    from lowbit.ops.fp4_gemm import triton as tr
+        pytest.skip("the step is a Triton launch parameter")
+    from lowbit.ops.fp4_gemm import tiled
 
     a, b = _spread_operands(3, 64, 512, d_min=9)  # every nonzero product is from a far group
     dev = backend.device
     args = (a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev))
     with backend.active():
-        c_far = tr.fp4_gemm(*args, aligned=True)
-        c_drop = tr.fp4_gemm(*args, aligned=True, far=False)
-        c_old = tr.fp4_gemm(*args, aligned=False)
+        c_far = tiled.fp4_gemm_tiled(*args, aligned=True)
+        c_old = tiled.fp4_gemm_tiled(*args, aligned=False)
     ref = _fp64_ref(a, b)
     assert rel_err(c_far, ref) < TOL and rel_err(c_old, ref) < TOL
-    assert rel_err(c_drop, ref) > 0.5
+    near = b.scale.int() >= 140 - 8  # groups within 8 binades of their block's largest
+    w_near = b.dequantize(torch.float64) * near.repeat_interleave(32, 1)
+    assert rel_err(a.dequantize(torch.float64) @ w_near.T, ref) > 0.5
 
 
 @pytest.mark.parametrize("cfg", [(16, 64, 4, 4, False), (64, 64, 4, 4, False), (16, 64, 4, 4, True)],
@@ -102,16 +106,16 @@ def test_fp4_gemm_aligned_orientations(backend, cfg):
     or as the shared-memory B operand), with scale spreads that need the far-group pass."""
     if not backend.is_triton:
         pytest.skip("the launch configuration is a Triton parameter")
-    from lowbit.ops.fp4_gemm import triton as tr
+    from lowbit.ops.fp4_gemm import tiled
 
     a, b = _spread_operands(5, 96, 512, seed=3)
     dev = backend.device
+    args = (a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev))
     with backend.active():
-        c = tr.fp4_gemm(a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev), config=cfg)
+        c = tiled.fp4_gemm_tiled(*args, config=cfg)
     assert rel_err(c, _fp64_ref(a, b)) < TOL
     with pytest.raises(ValueError, match="swap-AB"):
-        tr.fp4_gemm(a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev), config=(16, 64, 4, 4, False),
-                    aligned=False)
+        tiled.fp4_gemm_tiled(*args, config=(16, 64, 4, 4, False), aligned=False)
 
 
 @triton.jit
@@ -126,7 +130,7 @@ def test_shift_table_words_match_the_tables(backend):
     """The in-register table words of the aligned kernel equal shift_tables() row for row."""
     if not backend.is_triton:
         pytest.skip("a Triton helper")
-    from lowbit.ops.fp4_gemm.triton import shift_tables
+    from lowbit.ops.fp4_gemm.tiled import shift_tables
 
     out = torch.full((16, 2), -1, dtype=torch.int32, device=backend.device)
     with backend.active():
@@ -137,7 +141,7 @@ def test_shift_table_words_match_the_tables(backend):
 
 def test_shift_tables_are_exact():
     """Row d of the upcast tables is E2M1 * 2^-d in E4M3, decoded back exactly; row 9 is zero."""
-    from lowbit.ops.fp4_gemm.triton import shift_tables
+    from lowbit.ops.fp4_gemm.tiled import shift_tables
 
     t = shift_tables().to(torch.int64) & 0xFFFFFFFF
     mags = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
@@ -150,12 +154,12 @@ def test_shift_tables_are_exact():
 def test_fp4_gemm_split_k(backend):
     if not backend.is_triton:
         pytest.skip("split-K is a Triton launch parameter; the reference has none")
-    from lowbit.ops.fp4_gemm import triton as tr
+    from lowbit.ops.fp4_gemm import tiled
 
     a, b = _operands(2, 64, 384)
     dev = backend.device
     with backend.active():
-        c = tr.fp4_gemm(a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev), split_k=2)
+        c = tiled.fp4_gemm_tiled(a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev), split_k=2)
     assert rel_err(c, _fp64_ref(a, b)) < TOL
 
 
@@ -187,34 +191,31 @@ def test_cuda_shapes(m, n, k):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("m,e8m0,wide", [(17, False, False), (32, True, False), (25, False, True), (64, False, True),
-                                         (40, True, False)])
-def test_cuda_wgmma_gemv_row_chunks(monkeypatch, m, e8m0, wide):
-    """M = 17..WGMMA_GEMV_CHUNK_MAX_M (set to 64 here) on sm_90: the wgmma GEMV once per 16 rows
-    (or 32 with WGMMA_GEMV_WIDE, the wgmma's N = 32), every output row written (NaN-poisoned
-    chunks), right against fp64 and equal row for row to the GEMV run on each chunk alone; off,
-    the Triton kernel; captured in a CUDA graph it replays with new activations."""
+@pytest.mark.parametrize("m,e8m0", [(17, False), (32, True), (25, False), (64, False), (40, True)])
+def test_cuda_wgmma_gemv_row_chunks(monkeypatch, m, e8m0):
+    """M = 17..64 on sm_90: the wgmma GEMV once per 32 rows (the wgmma's N = 32), every output row
+    written (NaN-poisoned chunks), right against fp64 and equal row for row to the GEMV run on each
+    chunk alone; the tiled kernel agrees; captured in a CUDA graph it replays with new activations."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Gluon wgmma GEMV runs on sm_90 only")
-    from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as gw
-    from lowbit.ops.fp4_gemm import triton as tr
+    from lowbit.ops.fp4_gemm import dispatch, tiled
+    from lowbit.ops.fp4_gemm import wgmma_gemv as gw
 
-    monkeypatch.setattr(tr, "WGMMA_GEMV_CHUNK_MAX_M", 64)
-    monkeypatch.setattr(tr, "WGMMA_GEMV_WIDE", wide)
-    step = 32 if wide else 16
+    step = gw.MAX_M
     n, k = 520, 1536
     fmt = "ue8m0" if e8m0 else None  # power-of-two activation scales, passed as e8m0
     _, b = _operands(1, n, k)
     a = FP8.quantize(torch.randn(m, k), "group", 128, scale_fmt=fmt)
     a_s = a.scale.to(torch.float8_e8m0fnu) if e8m0 else a.scale
     args = [t.cuda() for t in (a.data, a_s, b.packed, b.scale)]
+    assert dispatch.route(dispatch.problem(*args))[0].kernel == "wgmma_gemv_chunks"
     launches = []
     real = gw.fp4_wgmma_gemv
 
-    def poisoned_launch(x, xs, w, ws, out=None, **kw):
+    def poisoned_launch(x, xs, w, ws, config=None, out=None):
         launches.append(x.shape[0])
         out.fill_(float("nan"))
-        return real(x, xs, w, ws, out=out, **kw)
+        return real(x, xs, w, ws, config, out=out)
 
     monkeypatch.setattr(gw, "fp4_wgmma_gemv", poisoned_launch)
     c = fp4_gemm(*args)
@@ -222,10 +223,7 @@ def test_cuda_wgmma_gemv_row_chunks(monkeypatch, m, e8m0, wide):
     assert not torch.isnan(c).any() and rel_err(c, _fp64_ref(a, b)) < TOL
     for r0 in range(0, m, step):
         assert torch.equal(c[r0:r0 + step], real(args[0][r0:r0 + step], args[1][r0:r0 + step], args[2], args[3]))
-    monkeypatch.setattr(tr, "WGMMA_GEMV_CHUNK_MAX_M", 16)  # off: the Triton kernel, same values to bf16
-    launches.clear()
-    assert rel_err(fp4_gemm(*args), _fp64_ref(a, b)) < TOL and not launches
-    monkeypatch.setattr(tr, "WGMMA_GEMV_CHUNK_MAX_M", 64)
+    assert rel_err(tiled.fp4_gemm_tiled(*args), _fp64_ref(a, b)) < TOL
     static = [t.clone() for t in args]
     fp4_gemm(*static)
     graph, out = capture(lambda: fp4_gemm(*static))
@@ -256,22 +254,20 @@ def test_cuda_compile_opcheck_graph():
 
 
 @pytest.mark.parametrize("aligned", [False, True])
-def test_fp4_gemm_without_scale_prefetch(backend, aligned):
-    """The kernel that loads each block's scales where they are used (PREFETCH off) gives the same
-    result as the default that loads them one iteration ahead."""
+def test_fp4_gemm_steps_over_split_k(backend, aligned):
+    """Both steps over split-K ranges that end before the last block (the next block's scales are
+    loaded one iteration ahead, clamped at the end), on operands with far groups."""
     if not backend.is_triton:
         pytest.skip("a Triton launch parameter")
-    from lowbit.ops.fp4_gemm import triton as tr
-    from lowbit.ops.fp8_gemm.triton import GemmConfig
+    from lowbit.ops.fp4_gemm import tiled
+    from lowbit.ops.fp8_gemm.tiled import GemmConfig
 
     a, b = _spread_operands(3, 64, 512, seed=5)
     dev = backend.device
     args = (a.data.to(dev), a.scale.to(dev), b.packed.to(dev), b.scale.to(dev))
     with backend.active():
-        on = tr.fp4_gemm(*args, config=GemmConfig(16, 64, 4, 4, True), aligned=aligned, split_k=2)
-        off = tr.fp4_gemm(*args, config=GemmConfig(16, 64, 4, 4, True, prefetch=False), aligned=aligned, split_k=2)
-    assert torch.equal(on, off)
-    assert rel_err(on, _fp64_ref(a, b)) < TOL
+        c = tiled.fp4_gemm_tiled(*args, config=GemmConfig(16, 64, 4, 4, True), aligned=aligned, split_k=2)
+    assert rel_err(c, _fp64_ref(a, b)) < TOL
 
 
 def _expand_operands(n, k, seed=0):
@@ -328,39 +324,28 @@ def test_fp4_weight_to_fp8_flags(backend, case):
 
 
 @pytest.mark.parametrize("spread", [False, True])
-def test_fp4_gemm_via_fp8(backend, monkeypatch, spread):
-    """fp4_gemm at M >= EXPAND_MIN_M (and M N K >= EXPAND_MIN_MNK) re-encodes the weight as FP8 and
-    runs the FP8 GEMM; a weight whose re-encoding is not exact (groups 9-12 binades down are fine,
-    the spread operands' d up to 12; a far group of 20 is not) gets the fused kernel's result from
-    the guarded launch that follows, decided on the device. Both agree with fp64; the guarded
-    launch writes nothing for an exact weight (its output poisoned with NaN stays NaN)."""
+def test_fp4_gemm_via_fp8(backend, spread):
+    """The re-encode path (``dispatch.fp4_via_fp8``): the weight re-encoded as FP8 and the FP8 GEMM;
+    a weight whose re-encoding is not exact (groups 9-12 binades down are fine, the spread
+    operands' d up to 12; a far group of 20 is not) gets the tiled kernel's result from the
+    guarded launch that follows, decided on the device. Both agree with fp64; the guarded launch
+    writes nothing for an exact weight (its output poisoned with NaN stays NaN)."""
     if not backend.is_triton:
-        pytest.skip("the dispatch switch is on the Triton path")
-    from lowbit.ops.fp4_gemm import triton as tr
+        pytest.skip("a Triton path")
+    from lowbit.ops.fp4_gemm import dispatch, tiled
 
-    monkeypatch.setattr(tr, "EXPAND_MIN_M", 128)  # above the decode paths' M bands
-    monkeypatch.setattr(tr, "EXPAND_MIN_MNK", 0)
-    monkeypatch.setattr(tr, "EXPAND_MIN_MNK_GRAPH", 0)
-    taken = []
-    real = tr._fp4_via_fp8
-    monkeypatch.setattr(tr, "_fp4_via_fp8", lambda *args: taken.append(1) or real(*args))
     a, b = _spread_operands(130, 96, 256)
     if spread:
-        b.scale[3, 5] = 140 - 20  # a far nonzero group: the guarded fused launch serves this weight
+        b.scale[3, 5] = 140 - 20  # a far nonzero group: the guarded tiled launch serves this weight
     dev = backend.device
     args = [t.to(dev) for t in (a.data, a.scale, b.packed, b.scale)]
     with backend.active():
-        c = fp4_gemm(*args)
-        c3 = fp4_gemm(args[0][:3], args[1][:3], args[2], args[3])
+        c = dispatch.fp4_via_fp8(*args)
         # the guarded launch alone, on a poisoned output: it writes every element or none
-        _, _, bad = tr.fp4_weight_to_fp8(args[2], args[3])
+        _, _, bad = fp4_weight_to_fp8(args[2], args[3])
         out = poisoned((130, 96), torch.bfloat16, dev)
-        cfg, aligned = tr.pick_fp4_config(130)
-        tr.launch_gemm(tr._fp4_gemm_kernel, args[0], args[1], args[2], args[3], 96, 2,
-                       {"ASM": False, "ALIGNED": aligned, "FAR": True, "GUARD": True, "guard_ptr": bad}, 1, cfg, out=out)
+        tiled.fp4_gemm_tiled(*args, split_k=1, out=out, guard=bad)
     assert rel_err(c, _fp64_ref(a, b)) < TOL
-    assert rel_err(c3, _fp64_ref(a, b)[:3]) < TOL
-    assert taken == [1]  # M = 3 is below the switch
     assert not torch.isnan(c).any()
     if spread:
         assert int(bad.item()) == 1 and rel_err(out, _fp64_ref(a, b)) < TOL
@@ -371,32 +356,23 @@ def test_fp4_gemm_via_fp8(backend, monkeypatch, spread):
 @pytest.mark.cuda
 @pytest.mark.parametrize("m,n,k", [(256, 2112, 7168), (1024, 300, 1024)])
 @pytest.mark.parametrize("spread", [False, True])
-def test_cuda_fp4_gemm_via_fp8_and_in_a_graph(monkeypatch, m, n, k, spread):
-    """The re-encode + FP8 GEMM path on the GPU against fp64 and the fused kernel, for an exact
-    weight and for one the guarded fused launch has to serve (a far group); it needs no host read,
+def test_cuda_fp4_gemm_via_fp8_and_in_a_graph(m, n, k, spread):
+    """The re-encode + FP8 GEMM path on the GPU against fp64 and the tiled kernel, for an exact
+    weight and for one the guarded tiled launch has to serve (a far group); it needs no host read,
     so CUDA-graph capture takes it too, and replays with new activations are right."""
-    from lowbit.ops.fp4_gemm import triton as tr
+    from lowbit.ops.fp4_gemm import dispatch, tiled
 
-    monkeypatch.setattr(tr, "EXPAND_MIN_M", 128)
-    monkeypatch.setattr(tr, "EXPAND_MIN_MNK", 0)
-    monkeypatch.setattr(tr, "EXPAND_MIN_MNK_GRAPH", 0)
-    taken = []
-    real = tr._fp4_via_fp8
-    monkeypatch.setattr(tr, "_fp4_via_fp8", lambda *args: taken.append(1) or real(*args))
     a, b = _operands(m, n, k)
     if spread:
         b.scale[3, 1] = max(int(b.scale[3].max()) - 20, 1)  # 20 binades below: not exact in E4M3
     args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
-    _, _, bad = tr.fp4_weight_to_fp8(args[2], args[3])
+    _, _, bad = fp4_weight_to_fp8(args[2], args[3])
     assert int(bad.item()) == int(spread)
-    c = fp4_gemm(*args)
+    c = dispatch.fp4_via_fp8(*args)
     ref = _fp64_ref(a, b)
-    assert rel_err(c, ref) < TOL and taken == [1]
-    monkeypatch.setattr(tr, "EXPAND_MIN_M", None)
-    assert rel_err(fp4_gemm(*args), ref) < TOL  # the fused kernel alone
-    monkeypatch.setattr(tr, "EXPAND_MIN_M", 128)
-    graph, g = capture(lambda: fp4_gemm(*args))
-    assert taken == [1, 1]  # the eager call (the warm-up) and the capture both took the path
+    assert rel_err(c, ref) < TOL
+    assert rel_err(tiled.fp4_gemm_tiled(*args), ref) < TOL
+    graph, g = capture(lambda: dispatch.fp4_via_fp8(*args))
     new = FP8.quantize(torch.randn(m, k), "group", 128)
     args[0].copy_(new.data.cuda())
     args[1].copy_(new.scale.cuda())
@@ -405,20 +381,16 @@ def test_cuda_fp4_gemm_via_fp8_and_in_a_graph(monkeypatch, m, n, k, spread):
     assert rel_err(g, new.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
 
 
-@pytest.mark.parametrize("spread", [11, 12])
-def test_fp4_weight_to_fp8_word_parallel_path(backend, monkeypatch, spread):
-    """Tiles whose groups lie within SWAR_MAX_SHIFT = 11 binades of their block's largest scale are
-    re-encoded four codes at a time (``expand._swar_words``), others code by code: with every code
-    and every shift up to ``spread`` (11: the word-parallel path, 12: the per-code one), both settings
-    of the switch give the reference's bits, partial row blocks and negative zeros included."""
+def test_fp4_weight_to_fp8_every_code(backend):
+    """The re-encoding with every code in both nibbles and every shift up to 12 binades, partial
+    row blocks and negative zeros: the reference's bits."""
     if not backend.is_triton:
         pytest.skip("the re-encoding is a Triton kernel")
     from lowbit.ops.fp4_gemm import expand
     from lowbit.ops.fp4_gemm.reference import fp4_weight_to_fp8_ref
 
-    assert expand.SWAR_MAX_SHIFT == 11
     g = torch.Generator().manual_seed(3)
-    n, k = 150, 256
+    n, k, spread = 150, 256, 12
     packed = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8)
     packed[0, :8] = torch.arange(0, 256, 34, dtype=torch.uint8)[:8]  # nibbles 0..15 both halves
     packed[1, :8] = torch.tensor([0x80, 0x08, 0x88, 0x18, 0x81, 0x91, 0x19, 0xF7], dtype=torch.uint8)
@@ -428,36 +400,65 @@ def test_fp4_weight_to_fp8_word_parallel_path(backend, monkeypatch, spread):
     rq, rqs, rbad = fp4_weight_to_fp8_ref(packed, scale)
     assert not rbad
     dev = backend.device
-    for swar in (True, False):
-        monkeypatch.setattr(expand, "SWAR", swar)
-        q, qs, bad = expand.fp4_weight_to_fp8(packed.to(dev), scale.to(dev))
-        assert torch.equal(q.cpu().view(torch.uint8), rq.view(torch.uint8)), f"SWAR={swar}"
-        assert torch.equal(qs.cpu(), rqs) and int(bad.item()) == 0
+    q, qs, bad = expand.fp4_weight_to_fp8(packed.to(dev), scale.to(dev))
+    assert torch.equal(q.cpu().view(torch.uint8), rq.view(torch.uint8))
+    assert torch.equal(qs.cpu(), rqs) and int(bad.item()) == 0
     assert (rq.view(torch.uint8) == 0x80).any()  # negative zeros kept
+
+
+def _route(m, n, k, arch=(9, 0), aligned=True, **kw):
+    from lowbit.ops.fp4_gemm import dispatch
+
+    return dispatch.route(dispatch.Problem(m, n, k, arch, 132, aligned, **kw))[0].kernel
+
+
+def test_dispatch_routes():
+    """Which kernel serves which M (H200: 132 SMs, aligned operands): the table's bands."""
+    assert [_route(m, 7168, 2048) for m in (1, 16, 17, 64, 65, 4096)] == [
+        "wgmma_gemv", "wgmma_gemv", "wgmma_gemv_chunks", "wgmma_gemv_chunks", "tiled", "expand_fp8"]
+    # K % 512 != 0, no Gluon, a capture without counters: mma_gemv at M <= 16, the tiled kernel above
+    assert [_route(m, 7168, 384) for m in (1, 16, 17)] == ["mma_gemv", "mma_gemv", "tiled"]
+    assert _route(16, 7168, 2048, gluon=False) == "mma_gemv" and _route(16, 7168, 2048, counters=False) == "mma_gemv"
+    assert [_route(m, 7168, 2048, arch=(8, 9)) for m in (1, 16, 17, 4096)] == ["mma_gemv", "mma_gemv", "tiled",
+                                                                              "expand_fp8"]
+    assert [_route(m, 7168, 2048, arch=None) for m in (0, 1, 16, 64)] == ["tiled"] * 4
+    assert _route(1, 7168, 2048, aligned=False) == "tiled"
 
 
 def test_expand_rule():
     """The re-encode path's size rule (measured, see ``EXPAND_MIN_M``): M >= 512 and M N K >= 2^35 in
-    eager calls (2^33 inside capture: the cuda test below); CPU tensors (the interpreter path)
-    follow the eager rule."""
-    from lowbit.ops.fp4_gemm import triton as tr
-
-    def ok(m, n, k):
-        return tr._expand_ok(torch.empty(m, k, dtype=torch.float8_e4m3fn), n)
+    eager calls, >= 2^33 inside CUDA-graph capture; the interpreter follows the eager rule; not
+    before sm_89."""
+    def ok(m, n, k, **kw):
+        return _route(m, n, k, **kw) == "expand_fp8"
 
     assert ok(4096, 7168, 2048) and ok(1024, 24576, 1536) and ok(512, 7168, 16384)
     assert not ok(1024, 4096, 7168) and not ok(1024, 7168, 2048) and not ok(512, 24576, 1536)  # under 2^35
     assert not ok(256, 7168, 16384)  # below EXPAND_MIN_M whatever the size
+    assert not ok(512, 4096, 7168) and ok(512, 4096, 7168, capturing=True) and not ok(512, 2112, 7168, capturing=True)
+    assert ok(4096, 7168, 2048, arch=None) and not ok(4096, 7168, 2048, arch=(8, 0))
 
 
 @pytest.mark.cuda
-def test_cuda_expand_rule_under_capture(monkeypatch):
-    """Inside CUDA-graph capture (faked: the rule only asks the stream) the bar is M N K >= 2^33."""
+def test_cuda_problem_reads_the_capture_state(monkeypatch):
+    """The call's problem knows whether it is being captured (faked here: the rule only asks the
+    stream), so the re-encode path's capture bar applies."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU: this tier runs on the H200 (pytest -m cuda)")
-    from lowbit.ops.fp4_gemm import triton as tr
+    from lowbit.ops.fp4_gemm import dispatch
 
     a = torch.empty(512, 7168, dtype=torch.float8_e4m3fn, device="cuda")
-    assert not tr._expand_ok(a, 4096)  # eager: under 2^35
+    args = (a, torch.empty(512, 56, device="cuda"), torch.empty(4096, 3584, dtype=torch.uint8, device="cuda"),
+            torch.empty(4096, 224, dtype=torch.uint8, device="cuda"))
+    assert not dispatch.problem(*args).capturing
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    assert tr._expand_ok(a, 4096) and not tr._expand_ok(a, 2112)
+    p = dispatch.problem(*args)
+    assert p.capturing and dispatch.route(p)[0].kernel == "expand_fp8"
+
+
+def test_dispatch_table_rows():
+    from lowbit.ops.fp4_gemm import dispatch
+
+    rows = dispatch.dispatch_table()
+    assert [r["kernel"] for r in rows] == [r.kernel for r in dispatch.RULES]
+    assert rows[2]["m"] == "512+" and rows[-1]["m"] == "any"

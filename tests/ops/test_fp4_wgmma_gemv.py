@@ -1,6 +1,6 @@
-"""The Gluon wgmma decode GEMV for fp4_gemm (``lowbit/ops/fp4_gemm/gluon_wgmma_gemv.py``), against
-an fp64 reference of the dequantized operands. GPU tier only: Gluon does not run under the
-interpreter (``scripts/fp4_wgmma_gemv_offline.py`` compiles it for sm_90 without a GPU)."""
+"""The Gluon wgmma decode GEMV for fp4_gemm (``lowbit/ops/fp4_gemm/wgmma_gemv.py``), against an fp64
+reference of the dequantized operands. GPU tier only: Gluon does not run under the interpreter
+(``tests/sm90`` compiles it for sm_90 without a GPU)."""
 from __future__ import annotations
 
 import pytest
@@ -16,10 +16,10 @@ TOL = 2.0**-8  # bf16 output rounding dominates (products exact, fp32 sums)
 def _kernel_or_skip():
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the wgmma GEMV is sm_90 only (Gluon, wgmma, TMA); the interpreter cannot run Gluon")
-    from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as g
+    from lowbit.ops.fp4_gemm import wgmma_gemv as g
 
-    if g._GLUON_IMPORT_ERROR is not None:
-        pytest.skip(f"triton.experimental.gluon is not available: {g._GLUON_IMPORT_ERROR}")
+    if g.GLUON_ERROR is not None:
+        pytest.skip(f"triton.experimental.gluon is not available: {g.GLUON_ERROR}")
     return g
 
 
@@ -31,32 +31,30 @@ def _operands(m, n, k, seed=0, scale_fmt=None):
     return a, MXFP4.quantize(w)
 
 
-def _run(g, a, b, config, e8m0=False, nan_ok=False, pipe=False):
+def _run(g, a, b, config, e8m0=False, nan_ok=False):
     m, n = a.data.shape[0], b.packed.shape[0]
     out = poisoned((m, n), torch.bfloat16, "cuda")
     a_s = a.scale.to(torch.float8_e8m0fnu) if e8m0 else a.scale
-    c = g.fp4_wgmma_gemv(a.data.cuda(), a_s.cuda(), b.packed.cuda(), b.scale.cuda(), config=config, out=out,
-                         pipe=pipe)
+    c = g.fp4_wgmma_gemv(a.data.cuda(), a_s.cuda(), b.packed.cuda(), b.scale.cuda(), config=config, out=out)
     assert c is out and (nan_ok or not torch.isnan(c).any())
     return c
 
 
-# (m, n, k, (STAGES, SPLIT[, W]), pipe): N not a multiple of the CTA's rows, every wgmma N width
-# (8, 16, 32), a CTA's stages fewer than / more than the ring (TMA refills), splits with a short last
-# split, 4 and 8 warps, the pipelined wgmma schedule, K = 1536 / 2048 / 7168 as in the benchmark
-CASES = [(1, 64, 512, (2, 1), False), (3, 100, 1536, (2, 1), True), (8, 200, 2048, (4, 2), False),
-         (9, 64, 2560, (3, 3), False), (16, 136, 1536, (2, 2, 8), True), (16, 520, 4096, (2, 1), False),
-         (5, 2112, 7168, (2, 7), False), (12, 200, 4096, (2, 1, 8), False),
-         # the wgmma's N = 32 (M = 17..32; prepared in the twenty-second session, not yet run on the H200)
-         (17, 136, 1536, (2, 1), False), (32, 520, 2048, (2, 2), False), (24, 200, 4096, (2, 1, 8), True)]
+# (m, n, k, (STAGES, SPLIT[, W[, X_FIRST]])): N not a multiple of the CTA's rows, every wgmma N
+# width (8, 16, 32), a CTA's stages fewer than / more than the ring (TMA refills), splits with a
+# short last split, 4 and 8 warps, both prologue orders, K = 1536 / 2048 / 7168 as in the benchmark
+CASES = [(1, 64, 512, (2, 1)), (3, 100, 1536, (2, 1)), (8, 200, 2048, (4, 2)), (9, 64, 2560, (3, 3, 4, True)),
+         (16, 136, 1536, (2, 2, 8)), (16, 520, 4096, (2, 1, 4, True)), (5, 2112, 7168, (2, 7)),
+         (12, 200, 4096, (2, 1, 8, True)), (17, 136, 1536, (2, 1)), (32, 520, 2048, (2, 2, 4, True)),
+         (24, 200, 4096, (2, 1, 8))]
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("m,n,k,cfg,pipe", CASES)
-def test_cuda_wgmma_gemv_vs_fp64(m, n, k, cfg, pipe):
+@pytest.mark.parametrize("m,n,k,cfg", CASES)
+def test_cuda_wgmma_gemv_vs_fp64(m, n, k, cfg):
     g = _kernel_or_skip()
     a, b = _operands(m, n, k)
-    c = _run(g, a, b, cfg, pipe=pipe)
+    c = _run(g, a, b, cfg)
     assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
 
 
@@ -72,39 +70,22 @@ def test_cuda_wgmma_gemv_fresh_inputs_and_counters():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("m,n,k,cfg", [(16, 136, 2048, (1, 4, 8)), (1, 2112, 7168, (2, 7)), (9, 520, 4096, (2, 4))])
-def test_cuda_wgmma_gemv_spin_and_arrival_reductions_agree(m, n, k, cfg):
-    """The two split reductions (the last split waits for the others / the last to arrive
-    reduces) add the same partials in the same order: bit-identical, and right, over repeated
-    launches (the counters come back to zero)."""
-    g = _kernel_or_skip()
-    a, b = _operands(m, n, k)
-    args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
-    ref = a.dequantize(torch.float64) @ b.dequantize(torch.float64).T
-    for _ in range(3):
-        spun = g.fp4_wgmma_gemv(*args, config=cfg, spin=True)
-        arrived = g.fp4_wgmma_gemv(*args, config=cfg, spin=False)
-        assert torch.equal(spun, arrived)
-        assert rel_err(spun, ref) < TOL
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("m,n,k,cfg", [(16, 200, 1536, (2, 1)), (4, 136, 2048, (4, 1, 8)), (16, 320, 4096, (2, 2))])
-def test_cuda_wgmma_gemv_ldsm_ahead_and_x_first_agree(m, n, k, cfg):
-    """The weight fragments loaded a block ahead (the default) are the same words as loaded at
-    their block, and the activation loads issued before the weight TMAs stage the same bytes:
-    bit-identical outputs, and right."""
+@pytest.mark.parametrize("m,n,k,cfg", [(16, 200, 1536, (2, 1)), (4, 136, 2048, (4, 1, 8)), (16, 320, 4096, (2, 2)),
+                                       (1, 2112, 7168, (2, 7))])
+def test_cuda_wgmma_gemv_schedules_agree(m, n, k, cfg):
+    """The activation loads issued before the weight TMAs stage the same bytes, and the early
+    trigger changes only when the next kernel starts: bit-identical outputs, and right; the
+    picked config too."""
     g = _kernel_or_skip()
     a, b = _operands(m, n, k, seed=3)
     args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
-    ahead = g.fp4_wgmma_gemv(*args, config=cfg)
-    at_block = g.fp4_wgmma_gemv(*args, config=cfg, ldsm_ahead=False)
-    x_first = g.fp4_wgmma_gemv(*args, config=cfg, x_first=True)
-    pdl = g.fp4_wgmma_gemv(*args, config=cfg, pdl=True)
-    assert torch.equal(ahead, at_block)
-    assert torch.equal(ahead, x_first)
-    assert torch.equal(ahead, pdl)
-    assert rel_err(ahead, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+    base = g.fp4_wgmma_gemv(*args, config=g.WgmmaGemvConfig(*cfg))
+    for x_first in (False, True):
+        for trigger in (False, True):
+            assert torch.equal(base, g.fp4_wgmma_gemv(*args, config=g.WgmmaGemvConfig(*cfg)._replace(
+                x_first=x_first, trigger=trigger)))
+    assert rel_err(base, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
+    assert rel_err(g.fp4_wgmma_gemv(*args), a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
 
 
 @pytest.mark.cuda
@@ -186,8 +167,8 @@ def test_cuda_wgmma_gemv_graph_replay(cfg):
 @pytest.mark.parametrize("cfg", [(2, 1), (4, 2)])
 @pytest.mark.parametrize("trigger", [False, True])
 def test_cuda_wgmma_gemv_pdl_sees_the_previous_kernels_writes(cfg, trigger):
-    """Programmatic dependent launches inside a CUDA graph: the weights and activations are
-    written by the kernel just before each GEMV (an elementwise copy), two GEMVs follow each other
+    """Programmatic dependent launches (every launch of this kernel) inside a CUDA graph: the
+    weights and activations are written by the kernel just before each GEMV (an elementwise copy), two GEMVs follow each other
     (the second's split counters are reset by the first), and the inputs change between replays:
     every output is the product of the data written right before it."""
     g = _kernel_or_skip()
@@ -201,8 +182,8 @@ def test_cuda_wgmma_gemv_pdl_sees_the_previous_kernels_writes(cfg, trigger):
         for d, s_ in zip(buf, src):
             torch.bitwise_xor(s_.view(torch.uint8), 0, out=d.view(torch.uint8))  # a kernel, not a memcpy
         for o in outs:
-            g.fp4_wgmma_gemv(buf[0].view(torch.float8_e4m3fn), buf[1], buf[2], buf[3], config=cfg, out=o, pdl=True,
-                             trigger=trigger)
+            g.fp4_wgmma_gemv(buf[0].view(torch.float8_e4m3fn), buf[1], buf[2], buf[3],
+                             config=g.WgmmaGemvConfig(*cfg)._replace(trigger=trigger), out=o)
 
     step()  # compile outside the capture
     torch.cuda.synchronize()
@@ -223,12 +204,11 @@ def test_cuda_wgmma_gemv_pdl_sees_the_previous_kernels_writes(cfg, trigger):
 
 
 def test_wgmma_gemv_checks():
-    """Shapes it does not serve are ValueErrors before any launch; the eligibility test says no
-    to CPU tensors and to K that is not a multiple of 512."""
-    from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as g
+    """Shapes it does not serve are ValueErrors before any launch."""
+    from lowbit.ops.fp4_gemm import wgmma_gemv as g
 
-    if g._GLUON_IMPORT_ERROR is not None:
-        pytest.skip(f"triton.experimental.gluon is not available: {g._GLUON_IMPORT_ERROR}")
+    if g.GLUON_ERROR is not None:
+        pytest.skip(f"triton.experimental.gluon is not available: {g.GLUON_ERROR}")
     a, b = _operands(33, 64, 512)
     with pytest.raises(ValueError, match="M <= 32"):
         g.fp4_wgmma_gemv(a.data, a.scale, b.packed, b.scale)
@@ -247,17 +227,16 @@ def test_wgmma_gemv_checks():
         g.fp4_wgmma_gemv(wide[:, ::2], a2.scale, b2.packed, b2.scale)
     with pytest.raises(ValueError, match=r"out must be a contiguous bf16 \[1, 64\]"):
         g.fp4_wgmma_gemv(a2.data, a2.scale, b2.packed, b2.scale, out=torch.empty(1, 64))
-    assert not g.fp4_wgmma_gemv_ok(a2.data, b2.packed, b2.scale)  # CPU tensors
 
 
 @pytest.mark.cuda
 def test_cuda_fp4_gemm_dispatches_decode_sizes_to_wgmma_gemv(monkeypatch):
     """fp4_gemm takes the wgmma GEMV at M <= 16 when K % 512 == 0, and at M = 17..64 over 32-row
-    chunks (one launch at M = 17); not at M = 65, K = 384, or with WGMMA_GEMV off (the Triton
-    kernel / mma.sync GEMV then); every route agrees with fp64."""
+    chunks (one launch at M = 17); not at M = 65 or K = 384 (the tiled kernel / mma.sync GEMV
+    then); every route agrees with fp64, and with mma_gemv where both serve."""
     g = _kernel_or_skip()
     from lowbit.ops.fp4_gemm import fp4_gemm
-    from lowbit.ops.fp4_gemm import triton as tr
+    from lowbit.ops.fp8_gemm.mma_gemv import mma_gemv
 
     calls = []
     real = g.fp4_wgmma_gemv
@@ -267,11 +246,9 @@ def test_cuda_fp4_gemm_dispatches_decode_sizes_to_wgmma_gemv(monkeypatch):
         c = fp4_gemm(a.data.cuda(), a.scale.cuda(), b.packed.cuda(), b.scale.cuda())
         assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
     assert calls == [(16, 2048), (1, 1024), (17, 2048)]
-    monkeypatch.setattr(tr, "WGMMA_GEMV", False)
     a, b = _operands(4, 96, 1024)
-    c = fp4_gemm(a.data.cuda(), a.scale.cuda(), b.packed.cuda(), b.scale.cuda())
-    assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
-    assert len(calls) == 3
+    args = [t.cuda() for t in (a.data, a.scale, b.packed, b.scale)]
+    assert rel_err(mma_gemv(*args, fp4=True), a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
 
 
 @pytest.mark.cuda

@@ -66,31 +66,29 @@ def test_fp8_gemm_split_k_matches(backend, split_k):
     """Every split-K factor (incl. one that does not divide K/128 = 3) gives the same answer."""
     if not backend.is_triton:
         pytest.skip("split-K is a Triton launch parameter; the reference has none")
-    from lowbit.ops.fp8_gemm import triton as tr
+    from lowbit.ops.fp8_gemm import tiled
 
     a, b = _operands(3, 80, 384)
     dev = backend.device
     with backend.active():
-        c = tr.fp8_gemm(a.data.to(dev), a.scale.to(dev), b.data.to(dev), b.scale.to(dev), split_k=split_k)
+        c = tiled.fp8_gemm_tiled(a.data.to(dev), a.scale.to(dev), b.data.to(dev), b.scale.to(dev), split_k=split_k)
     assert rel_err(c, _fp64_ref(a, b)) < TOL
 
 
 @pytest.mark.parametrize("swap_ab", [True, False])
-def test_fp8_gemm_without_scale_prefetch(backend, swap_ab):
-    """Loading each block's scales where they are used (PREFETCH off) and one iteration ahead (the
-    default) give the same bits, over split-K ranges that end before the last block."""
+def test_fp8_gemm_tile_orientations(backend, swap_ab):
+    """Both tile orientations of the tiled kernel, over split-K ranges that end before the last
+    block (the scales of the next block are loaded one iteration ahead, clamped at the end)."""
     if not backend.is_triton:
         pytest.skip("a Triton launch parameter")
-    from lowbit.ops.fp8_gemm import triton as tr
+    from lowbit.ops.fp8_gemm import tiled
 
     a, b = _operands(3, 80, 384)
     dev = backend.device
     args = (a.data.to(dev), a.scale.to(dev), b.data.to(dev), b.scale.to(dev))
     with backend.active():
-        on = tr.fp8_gemm(*args, split_k=2, config=tr.GemmConfig(16, 64, 4, 2, swap_ab))
-        off = tr.fp8_gemm(*args, split_k=2, config=tr.GemmConfig(16, 64, 4, 2, swap_ab, prefetch=False))
-    assert torch.equal(on, off)
-    assert rel_err(on, _fp64_ref(a, b)) < TOL
+        c = tiled.fp8_gemm_tiled(*args, split_k=2, config=tiled.GemmConfig(16, 64, 4, 2, swap_ab))
+    assert rel_err(c, _fp64_ref(a, b)) < TOL
 
 
 def test_fp8_gemm_reference_two_level():
@@ -151,16 +149,76 @@ def test_cuda_compile_opcheck_graph():
     assert rel_err(out, _fp64_ref(a2, b)) < TOL
 
 
-# ---- the Gluon prefill kernel (sm_90; gluon.py) ----------------------------------------------
+# ---- the dispatch table ---------------------------------------------------------------------
+
+def _route(m, n, k, arch=(9, 0), **kw):
+    from lowbit.ops.fp8_gemm import dispatch
+
+    return dispatch.route(dispatch.Problem(m, n, k, arch, 132, True, **kw))
+
+
+def test_dispatch_routes():
+    """Which kernel serves which M (H200: 132 SMs, aligned operands): the table's bands."""
+    kernel = lambda *a, **kw: _route(*a, **kw)[0].kernel  # noqa: E731
+    assert [kernel(m, 7168, 2048) for m in (1, 8, 9, 16, 17, 32, 33, 64, 65, 511, 512, 4096)] == [
+        "mma_gemv", "mma_gemv", "wgmma_gemv", "wgmma_gemv", "wgmma_gemm", "wgmma_gemm", "wgmma_gemm", "wgmma_gemm",
+        "tiled", "tiled", "wgmma_gemm", "wgmma_gemm"]
+    # M = 17..32 only for a short weight; too few (N2112: 33) or too many (N24576: 384) 64-row tiles
+    assert kernel(17, 7168, 16384) == "tiled" and kernel(33, 7168, 16384) == "wgmma_gemm"
+    assert kernel(64, 2112, 7168) == "tiled" and kernel(64, 24576, 1536) == "tiled"
+    # no Gluon, an unaligned operand, a capture without counters, sm_89, the interpreter
+    assert kernel(16, 7168, 2048, gluon=False) == "tiled" and kernel(4096, 7168, 2048, gluon=False) == "tiled"
+    assert kernel(16, 7168, 2048, counters=False) == "tiled"
+    assert kernel(1, 7168, 2048, scales_aligned=False) == "tiled"
+    assert [kernel(m, 7168, 2048, arch=(8, 9)) for m in (1, 16, 64, 4096)] == ["mma_gemv", "tiled", "tiled", "tiled"]
+    assert [kernel(m, 7168, 2048, arch=None) for m in (0, 1, 16, 4096)] == ["tiled"] * 4
+
+
+def test_dispatch_configs():
+    """The configuration each rule hands its kernel."""
+    from lowbit.ops.fp8_gemm import mma_gemv, tiled, wgmma_gemm, wgmma_gemv
+
+    assert _route(4096, 7168, 16384)[1] == wgmma_gemm.WgmmaGemmConfig(128, 128, 8, 5, 8, True, False)
+    assert _route(512, 7168, 2048)[1] == wgmma_gemm.WgmmaGemmConfig(128, 128, 8, 4, 8, True, False)
+    assert _route(64, 7168, 512)[1] == wgmma_gemm.WgmmaGemmConfig(64, 64, 4, 4, 8, False, True)
+    assert _route(64, 7168, 16384)[1].stages == 8
+    assert _route(16, 7168, 2048)[1] == wgmma_gemv.pick_config(7168, 2048, 16, 132)
+    assert _route(1, 2112, 7168)[1] == mma_gemv.pick_config(2112, 7168, 1, fp4=False)
+    assert _route(65, 7168, 2048)[1] == tiled.pick_config(65)  # 64 x 128 with TMA
+    assert not _route(65, 7168, 2048, arch=(8, 9))[1].tma and not _route(65, 7168, 2048, arch=None)[1].tma
+    assert not _route(1, 7168, 2048, arch=None)[1].tma
+
+
+def test_dispatch_table_rows():
+    """``dispatch_table()``: one row per rule, in order, with the fields ``lowbit info`` prints."""
+    from lowbit.ops.fp8_gemm import dispatch
+
+    rows = dispatch.dispatch_table()
+    assert [r["kernel"] for r in rows] == [r.kernel for r in dispatch.RULES]
+    assert rows[0]["m"] == "9-16" and rows[-1]["m"] == "any"
+    assert all(set(r) == {"op", "kernel", "m", "gpu", "when", "config"} for r in rows)
+
+
+def test_dispatch_on_cpu_tensors_is_the_tiled_kernel():
+    """CPU tensors (the interpreter) never reach a GPU-only kernel."""
+    from lowbit.ops.fp8_gemm import dispatch
+
+    a = torch.zeros(512, 128, dtype=torch.float8_e4m3fn)
+    b = torch.zeros(128, 128, dtype=torch.float8_e4m3fn)
+    p = dispatch.problem(a, torch.ones(512, 1), b, torch.ones(1, 1))
+    assert p.arch is None and dispatch.route(p)[0].kernel == "tiled"
+
+
+# ---- the async-wgmma kernel (sm_90; wgmma_gemm.py) -------------------------------------------
 
 def _gluon_or_skip():
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon kernel is sm_90 only (wgmma); the interpreter cannot run Gluon")
-    from lowbit.ops.fp8_gemm import gluon
+    from lowbit.ops.fp8_gemm import wgmma_gemm
 
-    if not gluon.gluon_available():
-        pytest.skip("triton.experimental.gluon is not available in this Triton")
-    return gluon
+    if wgmma_gemm.GLUON_ERROR is not None:
+        pytest.skip(f"triton.experimental.gluon is not available: {wgmma_gemm.GLUON_ERROR}")
+    return wgmma_gemm
 
 
 @pytest.mark.cuda
@@ -169,111 +227,28 @@ def _gluon_or_skip():
 @pytest.mark.parametrize("ws", [True, False])
 @pytest.mark.parametrize("scale_fmt", [None, "ue8m0"])
 def test_cuda_gluon_kernel(m, n, k, ws, scale_fmt):
-    """Both Gluon variants at tile edges (M, N not multiples of 128; N % 8 != 0 takes the masked
-    store; K = 128..384: fewer K blocks than stages) with fp32 and UE8M0 scales, output pre-filled
-    with NaN."""
-    gluon = _gluon_or_skip()
+    """Both forms of the kernel at tile edges (M, N not multiples of 128; N % 8 != 0 takes the
+    masked store; K = 128..384: fewer K blocks than stages) with fp32 and UE8M0 scales, output
+    pre-filled with NaN."""
+    g = _gluon_or_skip()
     a, b = _operands(m, n, k, scale_fmt)
     a_s, b_s = a.scale, b.scale
     if scale_fmt == "ue8m0":
         a_s, b_s = a_s.to(torch.float8_e8m0fnu), b_s.to(torch.float8_e8m0fnu)
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    args = (a.data.cuda(), a_s.cuda(), b.data.cuda(), b_s.cuda())
     for stages in (4, 5):
-        c = gluon.fp8_gemm_gluon(a.data.cuda(), a_s.cuda(), b.data.cuda(), b_s.cuda(), warp_specialize=ws,
-                                 stages=stages, group_m=8, out=out)
+        cfg = g.WgmmaGemmConfig(stages=stages, group_m=8, warp_specialize=ws)
+        c = g.fp8_gemm_wgmma(*args, cfg, out=out)
         assert not torch.isnan(c).any()
         assert rel_err(c, _fp64_ref(a, b)) < TOL
         if not ws:  # a programmatic dependent launch computes the same bits
             c = c.clone()
             out.fill_(float("nan"))
-            assert torch.equal(gluon.fp8_gemm_gluon(a.data.cuda(), a_s.cuda(), b.data.cuda(), b_s.cuda(),
-                                                    stages=stages, group_m=8, pdl=True, out=out), c)
+            assert torch.equal(g.fp8_gemm_wgmma(*args, cfg._replace(pdl=True), out=out), c)
 
 
-@pytest.mark.cuda
-def test_cuda_gluon_dispatch_compile_graph(monkeypatch):
-    """fp8_gemm takes the Gluon kernel from GLUON_MIN_M rows (and the Triton one below it, or with
-    GLUON off): same results; torch.compile and CUDA-graph capture / replay on the Gluon path."""
-    _gluon_or_skip()
-    from lowbit.ops.fp8_gemm import gluon
-    from lowbit.ops.fp8_gemm import triton as tr
-
-    a, b = _operands(tr.GLUON_MIN_M, 384, 1024)
-    args = [t.cuda() for t in (a.data, a.scale, b.data, b.scale)]
-    calls = []
-    real = gluon.fp8_gemm_gluon
-    monkeypatch.setattr(gluon, "fp8_gemm_gluon", lambda *x, **kw: calls.append(1) or real(*x, **kw))
-    c = fp8_gemm(*args)
-    assert calls and rel_err(c, _fp64_ref(a, b)) < TOL
-    monkeypatch.setattr(tr, "GLUON", False)
-    calls.clear()
-    c_triton = fp8_gemm(*args)
-    assert not calls and rel_err(c_triton, _fp64_ref(a, b)) < TOL
-    monkeypatch.setattr(tr, "GLUON", True)
-    f = torch.compile(fp8_gemm, fullgraph=True)
-    assert torch.equal(f(*args), c)
-    static = [t.clone() for t in args]
-    fp8_gemm(*static)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fp8_gemm(*static)
-    a2, _ = _operands(tr.GLUON_MIN_M, 384, 1024)
-    static[0].copy_(a2.data.cuda())
-    static[1].copy_(a2.scale.cuda())
-    graph.replay()
-    assert rel_err(out, _fp64_ref(a2, b)) < TOL
-
-
-def test_gluon_never_on_cpu_or_interpreter():
-    """CPU tensors (and the interpreter) never reach the Gluon dispatch."""
-    from lowbit.ops.fp8_gemm import triton as tr
-
-    a = torch.zeros(tr.GLUON_MIN_M, 128, dtype=torch.float8_e4m3fn)
-    assert not tr._gluon_ok(a, torch.zeros(128, 128, dtype=torch.float8_e4m3fn))
-
-
-def test_decode_gluon_band_rule():
-    """M = 33..64 always; M = 17..32 only for a short weight (<= SHORT_LAUNCH_BYTES); M <= 16 never."""
-    from lowbit.ops.fp8_gemm import triton as tr
-
-    assert tr.decode_gluon_band(64, 7168, 16384) and tr.decode_gluon_band(33, 7168, 16384)
-    assert tr.decode_gluon_band(17, 7168, 2048) and tr.decode_gluon_band(32, 7168, 2048)
-    assert not tr.decode_gluon_band(32, 7168, 16384) and not tr.decode_gluon_band(17, 7168, 16384)
-    assert not tr.decode_gluon_band(16, 7168, 2048) and not tr.decode_gluon_band(65, 7168, 2048)
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("m,n,k", [(33, 7057, 1024), (64, 7168, 2048), (47, 6600, 128), (64, 7000, 16384),
-                                   (40, 2112, 1024), (17, 7168, 2048), (32, 7057, 1024)])
-def test_cuda_decode_gluon_band(monkeypatch, m, n, k):
-    """M in the decode band (``decode_gluon_band``) with 3/4 SMs..SMs row tiles of 64 runs the
-    prefill Gluon kernel with 64 x 64 tiles (N edges, K of one block: no persistence; N = 2112
-    keeps the Triton kernel), NaN-poisoned output fully written; the same call with GLUON off (the
-    Triton kernel) agrees; it captures in a CUDA graph."""
-    _gluon_or_skip()
-    from lowbit.ops.fp8_gemm import gluon
-    from lowbit.ops.fp8_gemm import triton as tr
-
-    if not tr.decode_gluon_band(m, n, k):
-        pytest.skip(f"M = {m} with a {n} x {k} weight is outside the decode band (DECODE_GLUON_M / _SHORT_M)")
-    a, b = _operands(m, n, k)
-    args = [t.cuda() for t in (a.data, a.scale, b.data, b.scale)]
-    calls = []
-    real = gluon.fp8_gemm_gluon
-    monkeypatch.setattr(gluon, "fp8_gemm_gluon",
-                        lambda *x, **kw: calls.append(1) or real(*x, **kw, out=torch.full((m, n), float("nan"),
-                                                                                            dtype=torch.bfloat16,
-                                                                                            device="cuda")))
-    c = fp8_gemm(*args)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    assert bool(calls) == (3 * sms // 4 <= -(-n // 64) <= sms)
-    if sms == 132:  # the H200: every case but N = 2112 is in the band
-        assert bool(calls) == (n != 2112)
-    assert not torch.isnan(c).any() and rel_err(c, _fp64_ref(a, b)) < TOL
-    monkeypatch.setattr(tr, "GLUON", False)
-    calls.clear()
-    assert rel_err(fp8_gemm(*args), _fp64_ref(a, b)) < TOL and not calls
-    monkeypatch.setattr(tr, "GLUON", True)
+def _graph_replay_ok(args, m, n, k, b):
     static = [t.clone() for t in args]
     fp8_gemm(*static)
     torch.cuda.synchronize()
@@ -285,4 +260,49 @@ def test_cuda_decode_gluon_band(monkeypatch, m, n, k):
     static[1].copy_(a2.scale.cuda())
     graph.replay()
     torch.cuda.synchronize()
-    assert rel_err(out, _fp64_ref(a2, b)) < TOL
+    return rel_err(out, _fp64_ref(a2, b)) < TOL
+
+
+@pytest.mark.cuda
+def test_cuda_gluon_dispatch_compile_graph():
+    """fp8_gemm takes the async-wgmma kernel at prefill sizes (and agrees with the tiled kernel);
+    torch.compile and CUDA-graph capture / replay on that path."""
+    _gluon_or_skip()
+    from lowbit.ops.fp8_gemm import dispatch, tiled
+
+    m, n, k = dispatch.PREFILL_MIN_M, 384, 1024
+    a, b = _operands(m, n, k)
+    args = [t.cuda() for t in (a.data, a.scale, b.data, b.scale)]
+    assert dispatch.route(dispatch.problem(*args))[0].kernel == "wgmma_gemm"
+    c = fp8_gemm(*args)
+    assert rel_err(c, _fp64_ref(a, b)) < TOL
+    assert rel_err(tiled.fp8_gemm_tiled(*args), _fp64_ref(a, b)) < TOL
+    f = torch.compile(fp8_gemm, fullgraph=True)
+    assert torch.equal(f(*args), c)
+    assert _graph_replay_ok(args, m, n, k, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("m,n,k", [(33, 7057, 1024), (64, 7168, 2048), (47, 6600, 128), (64, 7000, 16384),
+                                   (40, 2112, 1024), (17, 7168, 2048), (32, 7057, 1024)])
+def test_cuda_decode_gluon_band(m, n, k):
+    """M in the decode band with 3/4 SMs..SMs row tiles of 64 runs the async-wgmma kernel with
+    64 x 64 tiles (N edges, K of one block: no persistence; N = 2112 stays on the tiled kernel),
+    NaN-poisoned output fully written; the tiled kernel agrees; it captures in a CUDA graph."""
+    g = _gluon_or_skip()
+    from lowbit.ops.fp8_gemm import dispatch, tiled
+
+    a, b = _operands(m, n, k)
+    args = [t.cuda() for t in (a.data, a.scale, b.data, b.scale)]
+    rule, cfg = dispatch.route(dispatch.problem(*args))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert (rule.kernel == "wgmma_gemm") == (3 * sms // 4 <= -(-n // 64) <= sms)
+    if sms == 132:  # the H200: every case but N = 2112 is in the band
+        assert (rule.kernel == "wgmma_gemm") == (n != 2112)
+    if rule.kernel == "wgmma_gemm":
+        out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        c = g.fp8_gemm_wgmma(*args, cfg, out=out)
+        assert not torch.isnan(c).any() and torch.equal(c, fp8_gemm(*args))
+    assert rel_err(fp8_gemm(*args), _fp64_ref(a, b)) < TOL
+    assert rel_err(tiled.fp8_gemm_tiled(*args), _fp64_ref(a, b)) < TOL
+    assert _graph_replay_ok(args, m, n, k, b)

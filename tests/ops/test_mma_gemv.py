@@ -1,4 +1,4 @@
-"""The decode-size tensor-core GEMV (``fp8_gemm/triton_mma.py``) behind fp8_gemm / fp4_gemm at
+"""The decode-size tensor-core GEMV (``fp8_gemm/mma_gemv.py``) behind fp8_gemm / fp4_gemm at
 M <= 16, against an fp64 reference of the dequantized operands (interpreter and cuda tiers)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lowbit.formats import FP8, MXFP4
-from lowbit.ops.fp8_gemm.triton_mma import MMA_MAX_M, mma_gemv, mma_gemv_ok
+from lowbit.ops.fp8_gemm.mma_gemv import MAX_M, MmaGemvConfig, mma_gemv, pick_config
 from tests._helpers import poisoned, rel_err
 from tests.ops.test_fp4_gemm import _spread_operands
 
@@ -48,7 +48,7 @@ def _run(backend, a, b_data, b_scale, fp4, cfg, e8m0=False, nan_ok=False):
     return c
 
 
-# (m, n, k, (RT, W)): one / two column tiles, partial row tiles, K blocks not a multiple of W,
+# (m, n, k, (RT, W[, decode])): one / two column tiles, partial row tiles, K blocks not a multiple of W,
 # FP8 scale rows changing inside a program's rows (n = 136), five column tiles (m = 33)
 CASES = [(1, 64, 256, (1, 1)), (3, 40, 384, (1, 2)), (8, 33, 128, (2, 1)), (9, 72, 512, (2, 4)),
          (16, 136, 256, (2, 2)), (33, 40, 256, (1, 2))]
@@ -119,65 +119,76 @@ def test_mma_gemv_fp4_decodes_agree(backend, m, cfg):
         out = poisoned((m, n), torch.bfloat16, dev)
         with backend.active():
             outs[decode] = mma_gemv(a.data.to(dev), a.scale.to(dev), packed.to(dev), scale.to(dev), fp4=True,
-                                    config=cfg, out=out, decode=decode)
+                                    config=MmaGemvConfig(*cfg, decode), out=out)
         assert not torch.isnan(outs[decode]).any()
         assert rel_err(outs[decode], ref) < TOL
     if backend.name == "cuda":
         assert torch.equal(outs["f16"], outs["e4m3"])
     with pytest.raises(ValueError, match="decode must be one of"):
-        mma_gemv(a.data, a.scale, packed, scale, fp4=True, decode="bf16")
+        mma_gemv(a.data, a.scale, packed, scale, fp4=True, config=MmaGemvConfig(1, 2, "bf16"))
 
 
-def test_mma_gemv_checks(monkeypatch):
-    a = FP8.quantize(torch.randn(MMA_MAX_M + 1, 128), "group", 128)
+def test_mma_gemv_checks():
+    a = FP8.quantize(torch.randn(MAX_M + 1, 128), "group", 128)
     b = FP8.quantize(torch.randn(16, 128), "block", 128)
-    with pytest.raises(ValueError, match=f"M <= {MMA_MAX_M}"):
+    with pytest.raises(ValueError, match=f"M <= {MAX_M}"):
         mma_gemv(a.data, a.scale, b.data, b.scale, fp4=False)
     a1 = FP8.quantize(torch.randn(1, 128), "group", 128)
-    with pytest.raises(ValueError, match="RT in"):
+    with pytest.raises(ValueError, match="rt in"):
         mma_gemv(a1.data, a1.scale, b.data, b.scale, fp4=False, config=(3, 1))
-    with pytest.raises(ValueError, match=r"config is \(RT, W\)"):
-        mma_gemv(a1.data, a1.scale, b.data, b.scale, fp4=False, config=(1, 2, 3))
-    # which operands the dispatch may send it (on the GPU tier: real CUDA tensors)
-    from lowbit.ops.fp8_gemm import triton_mma as tm
-
-    monkeypatch.setattr(tm, "INTERPRET_DISPATCH", True)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    bd, bs = b.data.to(dev), b.scale.to(dev)
-    assert mma_gemv_ok(a1.data.to(dev), bd, bs)
-    assert not mma_gemv_ok(a.data.to(dev), bd, bs)  # too many rows
-    # an activation view 1 byte into its storage cannot be read as aligned int32 words
-    buf = torch.empty(129, dtype=torch.uint8, device=dev).view(torch.float8_e4m3fn)
-    assert not mma_gemv_ok(buf[1:].view(1, 128), bd, bs)
+    with pytest.raises(ValueError, match="warps a power of two"):
+        mma_gemv(a1.data, a1.scale, b.data, b.scale, fp4=False, config=(1, 3))
 
 
 @pytest.mark.parametrize("op", ["fp8", "fp4"])
-def test_gemm_dispatch_uses_mma_gemv_at_decode_sizes(backend, op, monkeypatch):
-    """fp8_gemm routes M <= MMA_GEMV_MAX_M_FP8 and fp4_gemm M <= MMA_GEMV_MAX_M_FP4 through
-    mma_gemv on the Triton tiers, one row more to the wgmma kernels; both agree with fp64."""
-    if not backend.is_triton:
-        pytest.skip(NEEDS_TRITON)
+def test_gemm_dispatch_uses_mma_gemv_at_decode_sizes(op):
+    """fp8_gemm routes M <= 8 and fp4_gemm M <= 16 through mma_gemv on an sm_89 GPU (and on sm_90
+    where the wgmma GEMV does not take them), one row more to other kernels; not under the
+    interpreter, not for storage the int32 views cannot read."""
+    if op == "fp8":
+        from lowbit.ops.fp8_gemm import dispatch
+
+        bound = 8
+        kernel = lambda m, **kw: dispatch.route(dispatch.Problem(m, 2112, 7168, kw.pop("arch", (8, 9)), 132, True,  # noqa: E731
+                                                                 **kw))[0].kernel
+    else:
+        from lowbit.ops.fp4_gemm import dispatch
+
+        bound = 16
+        kernel = lambda m, **kw: dispatch.route(dispatch.Problem(m, 2112, 7168, kw.pop("arch", (8, 9)), 132,  # noqa: E731
+                                                                 kw.pop("aligned", True)))[0].kernel
+    assert [kernel(m) for m in (1, bound, bound + 1)] == ["mma_gemv", "mma_gemv", "tiled"]
+    assert kernel(1, arch=None) == "tiled" and kernel(1, arch=(8, 0)) == "tiled"
+    if op == "fp8":
+        assert kernel(1, scales_aligned=False) == "tiled"
+    else:
+        assert kernel(1, aligned=False) == "tiled"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("op", ["fp8", "fp4"])
+def test_cuda_gemm_dispatch_uses_mma_gemv(monkeypatch, op):
+    """On the GPU the public ops run mma_gemv where the table says (fp8 M <= 8; fp4 M <= 16 with K
+    not a multiple of 512) and agree with fp64."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("mma_gemv needs E4M3 (sm_89+)")
     from lowbit.ops.fp4_gemm import fp4_gemm
     from lowbit.ops.fp8_gemm import fp8_gemm
-    from lowbit.ops.fp8_gemm import triton as fp8_triton
-    from lowbit.ops.fp8_gemm import triton_mma as tm
+    from lowbit.ops.fp8_gemm import mma_gemv as tm
 
     calls = []
     real = tm.mma_gemv
-    monkeypatch.setattr(tm, "INTERPRET_DISPATCH", True)  # (live on a GPU anyway)
     monkeypatch.setattr(tm, "mma_gemv", lambda *args, **kw: calls.append(args[0].shape[0]) or real(*args, **kw))
-    dev = backend.device
-    bound = fp8_triton.MMA_GEMV_MAX_M_FP8 if op == "fp8" else fp8_triton.MMA_GEMV_MAX_M_FP4
+    bound = 8 if op == "fp8" else 16
     for m in (bound, bound + 1):
-        a = FP8.quantize(torch.randn(m, 256), "group", 128)
+        a = FP8.quantize(torch.randn(m, 384), "group", 128)
         if op == "fp8":
-            b = FP8.quantize(torch.randn(32, 256), "block", 128)
+            b = FP8.quantize(torch.randn(32, 384), "block", 128)
             args, fn = (b.data, b.scale), fp8_gemm
         else:
-            _, b = _fp4_operands(1, 32, 256)
+            _, b = _fp4_operands(1, 32, 384)
             args, fn = (b.packed, b.scale), fp4_gemm
-        with backend.active():
-            c = fn(a.data.to(dev), a.scale.to(dev), *(t.to(dev) for t in args))
+        c = fn(a.data.cuda(), a.scale.cuda(), *(t.cuda() for t in args))
         assert rel_err(c, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
     assert calls == [bound]
 
@@ -208,49 +219,40 @@ def test_mma_gemv_fp4_scale_bytes_0_and_255(backend):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("fp4", [False, True])
-def test_cuda_mma_gemv_ptxas_o1_and_pdl(fp4, monkeypatch):
-    """The launch switches: ``PDL`` (a programmatic dependent launch with the early trigger) gives
-    the same bits; ``PTXAS_OPTIONS = "-O1"`` (every load before the first MMA) is right against
-    fp64 and within one bf16 ulp of the -O3 build (ptxas may fuse the epilogue's multiply-adds
-    differently); the shipped rule (this weight is a short launch: both) gives the -O1 bits."""
+def test_cuda_mma_gemv_ptxas_o1_and_pdl(fp4):
+    """The launch options: a programmatic dependent launch (with the early trigger) gives the same
+    bits; the ptxas -O1 build (every load before the first MMA) is right against fp64 and within
+    one bf16 ulp of the -O3 build (ptxas may fuse the epilogue's multiply-adds differently); the
+    picked config (this weight is a short launch: both) gives the -O1 bits."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("ptxas options only apply to a GPU build (sm_90 here)")
-    from lowbit.ops.fp8_gemm import triton_mma
-
     m, n, k = 5, 520, 1536
     a, b, data, scale = _either_operands(fp4, m, n, k)
     args = [t.cuda() for t in (a.data, a.scale, data, scale)]
-    assert triton_mma.launch_flags(n, k, fp4) == (True, "-O1")
-    shipped = mma_gemv(*args, fp4=fp4, config=(1, 8))
-    monkeypatch.setattr(triton_mma, "PDL", False)
-    monkeypatch.setattr(triton_mma, "PTXAS_OPTIONS", "")  # forces Triton's -O3 build
-    plain = mma_gemv(*args, fp4=fp4, config=(1, 8))
-    monkeypatch.setattr(triton_mma, "PDL", True)  # a programmatic dependent launch: the same bits
-    assert torch.equal(mma_gemv(*args, fp4=fp4, config=(1, 8)), plain)
-    monkeypatch.setattr(triton_mma, "PTXAS_OPTIONS", "-O1")
-    o1 = mma_gemv(*args, fp4=fp4, config=(1, 8))
+    picked = pick_config(n, k, m, fp4)
+    assert picked.pdl and picked.ptxas == "-O1"
+    cfg = MmaGemvConfig(1, 8, picked.decode)
+    shipped = mma_gemv(*args, fp4=fp4, config=cfg._replace(pdl=True, ptxas="-O1"))
+    plain = mma_gemv(*args, fp4=fp4, config=cfg)
+    assert torch.equal(mma_gemv(*args, fp4=fp4, config=cfg._replace(pdl=True)), plain)
+    o1 = mma_gemv(*args, fp4=fp4, config=cfg._replace(ptxas="-O1"))
     assert torch.equal(shipped, o1)
     assert rel_err(o1, a.dequantize(torch.float64) @ b.dequantize(torch.float64).T) < TOL
     torch.testing.assert_close(o1.float(), plain.float(), rtol=2**-7, atol=0)
 
 
-def test_mma_gemv_launch_flags_rule(monkeypatch):
-    """Short launches (weight bytes <= SHORT_LAUNCH_BYTES) get PDL and -O1, long ones neither;
-    a set switch wins over the rule ("" forces the default ptxas build)."""
-    from lowbit.ops.fp8_gemm import triton_mma
+def test_mma_gemv_config_rule():
+    """Short launches (weight bytes <= SHORT_LAUNCH_BYTES) get PDL and -O1, long ones neither; the
+    FP4 decode is "f16" from two column tiles (M > 8)."""
+    from lowbit.ops.fp8_gemm import mma_gemv as tm
 
-    monkeypatch.setattr(triton_mma, "PDL", None)
-    monkeypatch.setattr(triton_mma, "PTXAS_OPTIONS", None)
-    assert triton_mma.weight_bytes(7168, 2048, False) == 7168 * 2048 + 4 * 56 * 16
-    assert triton_mma.weight_bytes(7168, 2048, True) == 7168 * 1024 + 7168 * 64
+    assert tm.weight_bytes(7168, 2048, False) == 7168 * 2048 + 4 * 56 * 16
+    assert tm.weight_bytes(7168, 2048, True) == 7168 * 1024 + 7168 * 64
     for n, k, fp4, short in ((2112, 7168, False, True), (4096, 7168, False, True), (7168, 2048, False, True),
                              (24576, 1536, False, False), (7168, 16384, False, False), (7168, 16384, True, False),
                              (24576, 1536, True, True)):
-        assert triton_mma.launch_flags(n, k, fp4) == ((True, "-O1") if short else (False, None)), (n, k, fp4)
-    monkeypatch.setattr(triton_mma, "PDL", False)
-    monkeypatch.setattr(triton_mma, "PTXAS_OPTIONS", "")
-    assert triton_mma.launch_flags(2112, 7168, False) == (False, None)
-    monkeypatch.setattr(triton_mma, "PDL", True)
-    monkeypatch.setattr(triton_mma, "PTXAS_OPTIONS", "-O1")
-    assert triton_mma.launch_flags(7168, 16384, False) == (True, "-O1")
-
+        cfg = pick_config(n, k, 1, fp4)
+        assert (cfg.pdl, cfg.ptxas) == ((True, "-O1") if short else (False, None)), (n, k, fp4)
+    assert pick_config(7168, 16384, 1).decode == "e4m3" and pick_config(7168, 16384, 9).decode == "f16"
+    assert pick_config(7168, 16384, 1)[:2] == (2, 8) and pick_config(7168, 16384, 16)[:2] == (2, 4)
+    assert pick_config(7168, 2048, 1, fp4=False)[:2] == (1, 4)

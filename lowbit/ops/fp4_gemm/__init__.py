@@ -1,9 +1,8 @@
 """``fp4_gemm``: FP8 activations x packed-E2M1 weights with UE8M0 1x32 scales, ``C = A @ B^T`` -> bf16.
 
 Hopper has no FP4 tensor cores, but every E2M1 value is an E4M3 value: the kernels upcast the
-weight tile to E4M3 in registers (exact) and feed the FP8 tensor cores (wgmma); at decode sizes
-(M <= 16) a GEMV that converts the same E4M3 values exactly to fp16 for ``mma.sync`` is faster
-(``lowbit/ops/fp8_gemm/triton_mma.py``, docs/gemm.md). Registered as
+weight to E4M3 in registers (exact) and feed the FP8 tensor cores; which kernel runs for which M
+and GPU is decided in ``dispatch.py`` (``dispatch_table()``; docs/gemm.md). Registered as
 ``lowbit::fp4_gemm`` (used under ``torch.compile``; bypassed in eager mode).
 """
 from __future__ import annotations
@@ -22,11 +21,11 @@ _PACKED_DTYPES = (torch.uint8,) + ((_FP4X2,) if _FP4X2 is not None else ())
 
 def _impl(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> torch.Tensor:
     if use_triton(a, a_s, b, b_s):
-        from lowbit.ops.fp4_gemm import triton as _tr
+        from lowbit.ops.fp4_gemm import dispatch
 
         k = a.shape[-1]
-        c = _tr.fp4_gemm(a.reshape(-1, k).contiguous(), a_s.reshape(-1, k // 128).contiguous(),
-                         b.view(torch.uint8).contiguous(), b_s.view(torch.uint8).contiguous())
+        c = dispatch.fp4_gemm(a.reshape(-1, k).contiguous(), a_s.reshape(-1, k // 128).contiguous(),
+                              b.view(torch.uint8).contiguous(), b_s.view(torch.uint8).contiguous())
         return c.reshape(*a.shape[:-1], b.shape[0])
     return fp4_gemm_ref(a, a_s, b, b_s)
 
@@ -67,8 +66,8 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     Math: per 32-wide K block ``acc += dot(a, e2m1(b)) * a_s[m, k // 128] * 2^(b_s[n, k // 32] - 127)``
     in fp32; bf16 at the end. Returns a new bf16 ``[..., N]``; nothing is mutated.
 
-    On the GPU from ``triton.EXPAND_MIN_M`` (512) rows on where ``M * N * K >=
-    triton.EXPAND_MIN_MNK`` (2^35; 2^33 inside CUDA-graph capture), the weight is re-encoded per
+    On the GPU from ``dispatch.EXPAND_MIN_M`` (512) rows on where ``M * N * K >=
+    dispatch.EXPAND_MIN_MNK`` (2^35; 2^33 inside CUDA-graph capture), the weight is re-encoded per
     call into a temporary E4M3 ``[N, K]`` copy (``expand.py``) for the FP8 GEMM; the fused kernel
     follows as a launch that computes only where that re-encoding was not exact (decided on the
     device: no host wait, CUDA graphs capture it).

@@ -1,23 +1,23 @@
-"""Triton kernel for ``fp4_gemm``: FP8 activations x packed E2M1 weights (UE8M0 per 32), Hopper.
+"""The tiled ``tl.dot`` GEMM of ``fp4_gemm``: FP8 activations x packed E2M1 weights (UE8M0 per 32),
+every M, every GPU with FP8 tensor cores, and the Triton interpreter.
 
 Hopper has no FP4 MMA, but every E2M1 value is exactly an E4M3 value, so the packed weight tile is
-upcast in registers (a byte-permute table lookup, ``PRMT``) and fed to the FP8 tensor cores. The
-weight scale changes every 32 along K per row, so it cannot simply be applied after a 128-wide dot.
-Two steps per 128-wide K block exist:
+upcast in registers (a byte-permute table lookup, ``PRMT``; integer arithmetic under the
+interpreter) and fed to the FP8 tensor cores. The weight scale changes every 32 along K per row,
+so it cannot simply be applied after a 128-wide dot. Two steps per 128-wide K block, chosen per M
+band (:data:`CONFIGS`):
 
-* **aligned** (default): each row's four groups are shifted to the row's largest exponent of the
-  block — group g is upcast to ``e2m1 * 2^-(e_max - e_g)``, exact in E4M3 while the shift is at
-  most 8 — so the block is ONE 128-wide dot scaled by ``2^(e_max - 127) * a_s``, as in
-  ``fp8_gemm``. A group more than 8 binades below its block's largest is left out of that dot and
-  added exactly by a second pass over the tile, which runs only when the tile has such a group.
-* **four dots** (``aligned=False``, the first design): four dependent 32-wide dots (32 is the
-  wgmma K of FP8), each scaled by its own power of two.
+* **four dots** (small M, swap-AB): four dependent 32-wide dots (32 is the wgmma K of FP8), each
+  scaled by its own power of two, then by the activation scale.
+* **aligned**: each row's four groups are shifted to the row's largest exponent of the block --
+  group g is upcast to ``e2m1 * 2^-(e_max - e_g)``, exact in E4M3 while the shift is at most 8 --
+  so the block is ONE 128-wide dot scaled by ``2^(e_max - 127) * a_s``, as in ``fp8_gemm``. A
+  group more than 8 binades below its block's largest is left out of that dot and added exactly
+  by a second pass over the tile, which runs only when the tile has such a group. Works in both
+  orientations (swap-AB: the weight is the register A operand; not swapped: the shared-memory B
+  operand).
 
 Both are exact reorderings of the spec's ``acc += dot32 * a_s * b_s`` up to fp32 summation order.
-
-The kernel always runs swap-AB (tile of ``C^T = B @ A^T``): the decoded weight is the register
-operand and fills the MMA's M (64+ rows), the activation rows the narrow N — the right shape for
-decode, where the op is bandwidth-bound on half the bytes of FP8.
 """
 from __future__ import annotations
 
@@ -25,13 +25,11 @@ import torch
 import triton
 import triton.language as tl
 
-from lowbit._backend import capability_at_least, interpret_mode
-from lowbit.ops.act_quant.triton import _e8m0_decode
-from lowbit.ops.fp8_gemm import triton as fp8_triton
-from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as _wgmma
-from lowbit.ops.fp4_gemm.expand import fp4_weight_to_fp8
-from lowbit.ops.fp8_gemm import triton_mma as _mma
-from lowbit.ops.fp8_gemm.triton import GemmConfig, _load_scale, launch_gemm, split_range, store_tile, tile_coords
+from lowbit._backend import interpret_mode
+from lowbit.ops._scales import e8m0_decode, load_scale
+from lowbit.ops.fp8_gemm.tiled import GemmConfig, launch_gemm, split_range, store_tile, tile_coords
+
+__all__ = ["CONFIGS", "fp4_gemm_tiled", "pick_config", "shift_table_words", "shift_tables"]
 
 
 @triton.jit
@@ -181,10 +179,10 @@ def _fp4_block(kb, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K):
 @triton.jit
 def _fp4_scales(kb, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0: tl.constexpr):
     """(a_s fp32 [BLOCK_M], the four 32-wide groups' UE8M0 exponents int32 [BLOCK_N, 4]) of K
-    block kb, clamped to the last block. Called one iteration ahead (PREFETCH): plain loads are
-    not software-pipelined by Triton, and loaded where they are used they stall every step."""
+    block kb, clamped to the last block. Called one iteration ahead: plain loads are not
+    software-pipelined by Triton, and loaded where they are used they stall every step."""
     kbc = tl.minimum(kb, n_kb - 1)
-    s_a = _load_scale(as_ptr + o_m * n_kb + kbc, m_m, AS_E8M0)
+    s_a = load_scale(as_ptr + o_m * n_kb + kbc, m_m, AS_E8M0)
     o_g = tl.arange(0, 4)
     e = tl.load(bs_ptr + o_n[:, None] * (K // 32) + kbc * 4 + o_g[None, :], mask=m_n[:, None], other=127).to(tl.int32)
     return s_a, e
@@ -203,7 +201,7 @@ def _fp4_step_aligned(acc, far, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K,
     d = e_max[:, None] - e
     ta, tb = _group_tables(tl.minimum(d, 9), BLOCK_N)
     b_w = _upcast_e2m1x2_table(b_p, ta, tb, BLOCK_N, 64, ASM)
-    acc = acc + _scaled_wdot(b_w, b_a, _e8m0_decode(e_max), s_a, SWAP_AB)
+    acc = acc + _scaled_wdot(b_w, b_a, e8m0_decode(e_max), s_a, SWAP_AB)
     return acc, tl.maximum(far, tl.max(tl.max(d, 1), 0))
 
 
@@ -235,7 +233,7 @@ def _fp4_step_far(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, 
     e = tl.load(bs_ptr + o_n[:, None] * (K // 32) + kb * 4 + o_g[None, :], mask=m_n[:, None], other=127).to(tl.int32)
     e_max = tl.max(e, 1)
     if tl.max(e_max[:, None] - e) > 8:
-        s_a = _load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
+        s_a = load_scale(as_ptr + o_m * n_kb + kb, m_m, AS_E8M0)
         for j in tl.static_range(4):
             e_j = tl.sum(tl.where(o_g[None, :] == j, e, 0), 1)
             far_j = e_max - e_j > 8
@@ -246,7 +244,7 @@ def _fp4_step_far(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, 
             b_w = _upcast_e2m1x2(b_p, BLOCK_N, 16, ASM)
             # rows where group j is not far: bytes zeroed above and a zero scale (their own scale
             # may be 0xFF = NaN); a NaN activation makes the row NaN on the main path anyway
-            acc = acc + _scaled_wdot(b_w, b_a, tl.where(far_j, _e8m0_decode(e_j), 0.0), s_a, SWAP_AB)
+            acc = acc + _scaled_wdot(b_w, b_a, tl.where(far_j, e8m0_decode(e_j), 0.0), s_a, SWAP_AB)
     return acc
 
 
@@ -268,7 +266,7 @@ def _fp4_step(acc, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K,
         b_p = tl.load(b_ptr + o_n[:, None] * (K // 2) + o_p[None, :], mask=m_n[:, None], other=0)
         b_w = _upcast_e2m1x2(b_p, BLOCK_N, 16, ASM)
         # [BLOCK_N] UE8M0 scale of this 32-wide block
-        s_b = _e8m0_decode(tl.sum(tl.where(o_g[None, :] == j, e, 0), 1))
+        s_b = e8m0_decode(tl.sum(tl.where(o_g[None, :] == j, e, 0), 1))
         acc = acc + (tl.dot(b_w, tl.trans(b_a)) * s_b[:, None]) * s_a[None, :]
     return acc
 
@@ -276,15 +274,10 @@ def _fp4_step(acc, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K,
 @triton.jit
 def _fp4_iteration(acc, far, kb, s_a, e, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
                    AS_E8M0: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr,
-                   SWAP_AB: tl.constexpr, ALIGNED: tl.constexpr, PREFETCH: tl.constexpr):
-    """One K block of the main loop: returns (acc, far, the scales to carry). PREFETCH: (s_a, e)
-    were loaded one iteration ago and block kb + 1's are loaded now; otherwise block kb's are
-    loaded here, where they are used."""
-    if PREFETCH:
-        s_a_n, e_n = _fp4_scales(kb + 1, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
-    else:
-        s_a, e = _fp4_scales(kb, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
-        s_a_n, e_n = s_a, e
+                   SWAP_AB: tl.constexpr, ALIGNED: tl.constexpr):
+    """One K block of the main loop with (s_a, e) loaded one iteration ago: loads block kb + 1's
+    scales, returns (acc, far, those scales)."""
+    s_a_n, e_n = _fp4_scales(kb + 1, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
     if ALIGNED:
         acc, far = _fp4_step_aligned(acc, far, kb, s_a, e, a_ptr, b_ptr, o_m, o_n, m_m, m_n, K, BLOCK_M, BLOCK_N, ASM,
                                      SWAP_AB)
@@ -293,17 +286,17 @@ def _fp4_iteration(acc, far, kb, s_a, e, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n,
     return acc, far, s_a_n, e_n
 
 
-@triton.jit(do_not_specialize=["M", "n_kb", "kb_per_split"])  # see _fp8_gemm_kernel
+@triton.jit(do_not_specialize=["M", "n_kb", "kb_per_split"])  # see fp8_gemm/tiled.py
 def _fp4_gemm_kernel(
     a_ptr, as_ptr, b_ptr, bs_ptr, out_ptr, M, N, K, n_kb, kb_per_split,
     AS_E8M0: tl.constexpr, SWAP_AB: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, INTERPRET: tl.constexpr,
-    ASM: tl.constexpr, ALIGNED: tl.constexpr, FAR: tl.constexpr, PREFETCH: tl.constexpr = True,
-    guard_ptr=None, GUARD: tl.constexpr = False,
+    ASM: tl.constexpr, ALIGNED: tl.constexpr, guard_ptr=None, GUARD: tl.constexpr = False,
 ):
-    """GUARD: every program first reads the int32 ``guard_ptr[0]`` and returns at once when it is 0
-    (the re-encode path's exactness flag, :func:`_fp4_via_fp8`: the kernel then only fills in a
-    result the FP8 GEMM could not give exactly, decided on the device)."""
+    """ASM: the PRMT upcast (GPU), else integer arithmetic (the interpreter). GUARD: every program
+    first reads the int32 ``guard_ptr[0]`` and returns at once when it is 0 (the re-encode path's
+    exactness flag, ``dispatch.fp4_via_fp8``: the kernel then only fills in a result the FP8 GEMM
+    could not give exactly, decided on the device)."""
     if GUARD:
         if tl.load(guard_ptr) == 0:
             return
@@ -321,57 +314,47 @@ def _fp4_gemm_kernel(
     # the scales of the current block, carried through the loop (see _fp4_iteration)
     s_a, e = _fp4_scales(kb0, as_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb, AS_E8M0)
     if INTERPRET:
-        # see _fp8_gemm_kernel: range() over a runtime bound fails in the 3.6 interpreter
+        # see fp8_gemm/tiled.py: range() over a runtime bound fails in the 3.6 interpreter
         kb = kb0
         while kb < kb1:
             acc, far, s_a, e = _fp4_iteration(acc, far, kb, s_a, e, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K,
-                                              n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB, ALIGNED, PREFETCH)
+                                              n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB, ALIGNED)
             kb += 1
-        if FAR:
-            if far > 8:
-                kb = kb0
-                while kb < kb1:
-                    acc = _fp4_step_far(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
-                                        AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB)
-                    kb += 1
+        if far > 8:
+            kb = kb0
+            while kb < kb1:
+                acc = _fp4_step_far(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
+                                    AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB)
+                kb += 1
     else:
         for kb in range(kb0, kb1):
             acc, far, s_a, e = _fp4_iteration(acc, far, kb, s_a, e, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K,
-                                              n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB, ALIGNED, PREFETCH)
-        if FAR:
-            # a second pass over the tile's K range, after the main loop so its registers are
-            # not live during it; taken only when some group was more than 8 binades down
-            if far > 8:
-                for kb in range(kb0, kb1):
-                    acc = _fp4_step_far(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
-                                        AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB)
+                                              n_kb, AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB, ALIGNED)
+        # a second pass over the tile's K range, after the main loop so its registers are not
+        # live during it; taken only when some group was more than 8 binades down
+        if far > 8:
+            for kb in range(kb0, kb1):
+                acc = _fp4_step_far(acc, kb, a_ptr, as_ptr, b_ptr, bs_ptr, o_m, o_n, m_m, m_n, K, n_kb,
+                                    AS_E8M0, BLOCK_M, BLOCK_N, ASM, SWAP_AB)
     store_tile(out_ptr, acc, o_m, o_n, m_m, m_n, M, N, i_split, SWAP_AB)
 
 
 # Launch configs by M band (first band with m <= max M wins): (max M, config, aligned step). The
-# packed weight tile is [block_n, 64] bytes per 128-wide K block. Chosen by scripts/tune_gemm.py
-# on the H200, cold L2 (docs/measurements/2026-11-29_tune_fp4_*.log, docs/gemm.md):
-#   M 1, N7168 K16384: four-dot step, PRMT upcast, swap-AB 16x64: 78.8 us (_scaled_mm row-wise
-#     70.8, per-tensor 37.2): 0.90x of row-wise FP8, far from the 1.6x target. The aligned step
-#     (one 128-wide dot) is slower here: 93.2 us not swapped, 99.9 swapped — the dots were not
-#     the bottleneck; the decode / layout path per K block is (~750 GB/s either way).
-#   M 64: aligned swap-AB 64x64: 128.5 / 22.5 / 38.7 us on N7168 K16384 / N2112 K7168 /
-#     N24576 K1536 vs 158.2 / 24.8 / 46.2 for the four-dot step (2026-11-29_tune_fp4_prefetch.log).
-#   Loading the next block's scales one iteration ahead (PREFETCH, all bands): M 1 N7168 K16384
-#     85.1 -> 77.0 us, M 4096 N4096 K7168 1045 -> 944 us (same run).
-#   M 4096: aligned, not swapped, 128x64 4 warps: 966 us (N4096 K7168) / 506 us (N7168 K2048) vs
-#     1409 / 740 for the four-dot 128x128 swap-AB (0.12x -> 0.18-0.20x of _scaled_mm; no target).
-_CONFIGS = (
+# packed weight tile is [block_n, 64] bytes per 128-wide K block. Chosen by ``lowbit tune
+# fp4_gemm`` on the H200, cold L2 (docs/gemm.md): at M = 1 the four-dot step beat the aligned one
+# (the decode / layout path per K block is the bound, not the dots), from M = 64 on the aligned step
+# wins; M = 4096 runs not swapped, 128x64 on 4 warps. The M <= 32 row has no benchmark shape.
+CONFIGS = (
     (16, GemmConfig(16, 64, 4, 4, True), False),
-    (32, GemmConfig(32, 64, 4, 4, True), False),  # not measured (no benchmark shape)
+    (32, GemmConfig(32, 64, 4, 4, True), False),
     (64, GemmConfig(64, 64, 4, 4, True), True),
     (None, GemmConfig(128, 64, 4, 4, False), True),
 )
 
 
-def pick_fp4_config(m: int) -> tuple[GemmConfig, bool]:
+def pick_config(m: int) -> tuple[GemmConfig, bool]:
     """(launch config, aligned step) of the M band of ``m``."""
-    for max_m, cfg, aligned in _CONFIGS:
+    for max_m, cfg, aligned in CONFIGS:
         if max_m is None or m <= max_m:
             return cfg, aligned
     raise AssertionError("unreachable: the last band has no M bound")
@@ -397,115 +380,23 @@ def shift_tables() -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.int64).to(torch.int32)
 
 
-#: Decode sizes (M <= MMA_GEMV_MAX_M_FP4) on sm_90 with K % 512 == 0 take the Gluon wgmma GEMV
-#: (``gluon_wgmma_gemv.py``: TMA-fed weights, E4M3 wgmma), else the ``mma.sync`` GEMV. Same-run
-#: H200 layer-stack timings: 1.05-1.5x faster than ``mma_gemv`` on the benchmark's ten decode cases
-#: (docs/gemm.md, "thirteenth session").
-WGMMA_GEMV = True
-#: fp4_gemm at M = 17..WGMMA_GEMV_CHUNK_MAX_M on sm_90 runs the wgmma GEMV over row chunks (each
-#: launch reads the weight again) of 32 rows (``WGMMA_GEMV_WIDE``: the wgmma's N = 32, so M <= 32 is
-#: one launch) or, with it off, of 16 rows (N = 16). H200 layer stack (twenty-third session, call b,
-#: docs/gemm.md): 32-row chunks take 0.52-0.71x the time of the Triton aligned-step kernel that served
-#: M = 17..64 before at M = 17 / 32 (N7168 K16384 M = 32: 53.6 against 90.8 us), 0.72-1.08x at
-#: M = 48 and 0.75-1.18x at M = 64 (0.82x / 0.90x summed over the five shapes; slower only on N2112 K7168 and,
-#: at M = 64, N24576 K1536); 16-row chunks are slower than 32-row ones on 18 of the 20 cases.
-#: 16 turns the chunked path off (M = 17..64 back on the Triton kernel).
-WGMMA_GEMV_CHUNK_MAX_M = 64
-WGMMA_GEMV_WIDE = True
-
-
-def _wgmma_gemv_chunks(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
-                       step: int) -> torch.Tensor:
-    """The wgmma GEMV over row chunks of ``step`` (16 or 32) rows: each chunk of a / a_s is a
-    contiguous row range (16-byte aligned: a row is K % 512 == 0 bytes, 16 scale rows a multiple
-    of 16 bytes), written straight into its rows of one [M, N] output."""
-    m = a.shape[0]
-    c = torch.empty(m, b.shape[0], dtype=torch.bfloat16, device=a.device)
-    for r0 in range(0, m, step):
-        _wgmma.fp4_wgmma_gemv(a[r0:r0 + step], a_s[r0:r0 + step], b, b_s, out=c[r0:r0 + step])
-    return c
-
-
-#: from this many activation rows on, and where M * N * K reaches :data:`EXPAND_MIN_MNK` (eager) or
-#: :data:`EXPAND_MIN_MNK_GRAPH` (inside CUDA-graph capture), fp4_gemm re-encodes the weight as
-#: block-scaled FP8 (one launch, ``expand.py``), runs the FP8 GEMM (``fp8_gemm``'s dispatch) and
-#: then the fused kernel as a guarded launch that only computes where the re-encoding was not exact
-#: (:func:`_fp4_via_fp8`; no host read, so graphs capture it). None: never. Measured on the H200,
-#: twenty-fourth session (docs/gemm.md "Twenty-fourth session", docs/measurements/2026-12-03_session24_*):
-#:
-#: * GPU time, a 4-layer stack in one graph (call f, ``scripts/bench_fp4_expand.py --stack 4``), this
-#:   path against the fused kernel on the five benchmark weights: M = 512 1.66-2.00x, M = 1024
-#:   1.75-2.53x, M = 4096 3.19-3.87x faster; M = 256 0.86-1.23x.
-#: * Host time of one call (call h, ``scripts/probe_fp4_path_host.py``): 250-335 us for the path's
-#:   three launches and allocations (fp8_gemm's dispatch alone 83-124 us) against 100-110 us for the
-#:   fused kernel. Eager code is bound by the larger of the two, so eagerly the path pays only
-#:   where the fused kernel runs for well over 300 us: M N K >= 2^35 (at about 250 TFLOP/s).
-#:   Replaying a graph costs no host time, hence the lower bar under capture.
-EXPAND_MIN_M: int | None = 512
-#: the least M * N * K for the re-encode path in eager calls (with :data:`EXPAND_MIN_M`); see there
-EXPAND_MIN_MNK: int = 2**35
-#: the same inside CUDA-graph capture (GPU time alone decides)
-EXPAND_MIN_MNK_GRAPH: int = 2**33
-
-
-def _expand_ok(a: torch.Tensor, n: int) -> bool:
-    """Whether fp4_gemm takes the re-encode + FP8 GEMM path for these activations and N weight rows."""
-    m, k = a.shape
-    if EXPAND_MIN_M is None or m < EXPAND_MIN_M:
-        return False
-    if a.is_cuda:  # FP8 tensor cores from sm_89
-        graph = torch.cuda.is_current_stream_capturing()
-        least = EXPAND_MIN_MNK_GRAPH if graph else EXPAND_MIN_MNK
-        return m * n * k >= least and capability_at_least(a.device, (8, 9))
-    return m * n * k >= EXPAND_MIN_MNK  # CPU tensors sent down the Triton path: the interpreter
-
-
-def _fp4_via_fp8(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> torch.Tensor:
-    """The re-encode + FP8 GEMM path: C from the FP8 GEMM on the re-encoded weight, then the fused
-    kernel as a guarded launch over the same C, whose programs return at once unless the
-    re-encoding flagged the weight as not exact (a nonzero group more than 14 binades below its
-    block's largest scale, or a NaN scale), in which case it overwrites C with the exact result.
-    All on the device: no host synchronization (the twenty-third session's version read the flag on
-    the host, so every call paid the host's launch time of its kernels), and capturable in a CUDA
-    graph. The guarded launch costs one grid of programs that read one int32 each."""
-    q, qs, bad = fp4_weight_to_fp8(b, b_s)
-    c = fp8_triton.fp8_gemm(a, a_s, q, qs)
-    cfg, aligned = pick_fp4_config(a.shape[0])
-    extra = {"ASM": not interpret_mode(), "ALIGNED": aligned, "FAR": True, "GUARD": True, "guard_ptr": bad}
-    launch_gemm(_fp4_gemm_kernel, a, a_s, b, b_s, b.shape[0], a.shape[1] // 128, extra, 1, cfg, out=c)
-    return c
-
-
-def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, split_k: int | None = None,
-             config=None, asm: bool = True, aligned: bool | None = None, far: bool = True) -> torch.Tensor:
+def fp4_gemm_tiled(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
+                   config: GemmConfig | None = None, aligned: bool | None = None, split_k: int | None = None,
+                   out: torch.Tensor | None = None, guard: torch.Tensor | None = None) -> torch.Tensor:
     """a e4m3 [M, K], a_s [M, K/128]; b uint8 [N, K/2], b_s uint8 UE8M0 [N, K/32] -> bf16 [M, N].
 
-    ``config`` (:class:`GemmConfig`; ``swap_ab=False`` needs the aligned step) and ``split_k``
-    override the tables;
-    ``asm=False`` selects the integer-arithmetic upcast (always used by the interpreter);
-    ``aligned`` picks the step (None: the band's choice in ``_CONFIGS``; False: four 32-wide dots,
-    swap-AB only); ``far=False`` drops the exact handling of groups
-    more than 8 binades below their row's largest scale (tuning only: wrong for such weights)."""
-    m = a.shape[0]
-    # the shipped dispatch by M band; any tuning argument selects the Triton kernel below
-    dispatch = config is None and split_k is None and aligned is None and asm and far
-    if dispatch and m <= fp8_triton.MMA_GEMV_MAX_M_FP4:
-        if WGMMA_GEMV and _wgmma.fp4_wgmma_gemv_ok(a, b, b_s) and _wgmma.counters_ready(a.device):
-            return _wgmma.fp4_wgmma_gemv(a, a_s, b, b_s)
-        if _mma.mma_gemv_ok(a, b, b_s):
-            return _mma.mma_gemv(a, a_s, b, b_s, fp4=True)
-    if dispatch and _expand_ok(a, b.shape[0]):
-        return _fp4_via_fp8(a, a_s, b, b_s)
-    step = 32 if WGMMA_GEMV_WIDE else 16
-    if (dispatch and WGMMA_GEMV and fp8_triton.MMA_GEMV_MAX_M_FP4 < m <= WGMMA_GEMV_CHUNK_MAX_M
-            and a_s.is_contiguous() and _wgmma.fp4_wgmma_gemv_ok(a[:step], b, b_s)
-            and _wgmma.counters_ready(a.device)):
-        return _wgmma_gemv_chunks(a, a_s, b, b_s, step)
-    band_cfg, band_aligned = pick_fp4_config(a.shape[0])
+    ``config`` (:class:`GemmConfig`; ``swap_ab=False`` needs the aligned step) and ``aligned``
+    (None: the band's step in :data:`CONFIGS`, or the aligned one with an explicit config; False:
+    four 32-wide dots, swap-AB only) and ``split_k`` are the launch parameters. ``out``: write
+    there (needs no split). ``guard``: an int32 [1] device flag; the launch computes only where it
+    is nonzero (``dispatch.fp4_via_fp8``)."""
+    band_cfg, band_aligned = pick_config(a.shape[0])
     cfg = GemmConfig(*config) if config is not None else band_cfg
     if aligned is None:
         aligned = band_aligned if config is None else True
     if not cfg.swap_ab and not aligned:
         raise ValueError(f"the four-dot fp4_gemm step runs swap-AB only, got config {cfg}")
-    extra = {"ASM": asm and not interpret_mode(), "ALIGNED": aligned, "FAR": far}
-    return launch_gemm(_fp4_gemm_kernel, a, a_s, b, b_s, b.shape[0], a.shape[1] // 128, extra, split_k, cfg)
+    extra = {"ASM": not interpret_mode(), "ALIGNED": aligned}
+    if guard is not None:
+        extra.update(GUARD=True, guard_ptr=guard)
+    return launch_gemm(_fp4_gemm_kernel, a, a_s, b, b_s, b.shape[0], a.shape[1] // 128, extra, cfg, split_k, out=out)

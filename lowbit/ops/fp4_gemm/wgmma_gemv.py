@@ -1,7 +1,8 @@
-"""``fp4_gemm`` at decode sizes (M <= 16) on Hopper's FP8 wgmma, weights decoded in registers
-(Gluon): ``C[M, N] bf16 = A[M, K] e4m3 (1x128 scales) @ dequant(B[N, K/2] E2M1, UE8M0 1x32)^T``.
+"""The FP4 wgmma GEMV of ``fp4_gemm`` on sm_90 (Gluon), weights decoded in registers:
+``C[M, N] bf16 = A[M, K] e4m3 (1x128 scales) @ dequant(B[N, K/2] E2M1, UE8M0 1x32)^T`` for M <= 32
+(the dispatch also runs it over 32-row chunks of a larger M).
 
-Why: the ``mma.sync`` GEMV (``lowbit/ops/fp8_gemm/triton_mma.py``) spends most of its issue slots
+Why: the ``mma.sync`` GEMV (``lowbit/ops/fp8_gemm/mma_gemv.py``) spends most of its issue slots
 per 16 x 128 weight tile on work that is not the weight stream itself: at M = 16 every row tile
 re-loads and re-converts the activations (their B fragments: 8 loads, 32 F2FP and 16 PRMT a
 tile), and sm_90's fp16 ``HMMA`` needs every operand converted. Here:
@@ -25,31 +26,30 @@ even-indexed bytes, then its 16 odd ones (two ``prmt`` per 8 bytes while staging
 
 Scales: one wgmma per group (K = 32 = one UE8M0 group) from a zero accumulator; the block's sum
 is ``sum_s 2^(e_s - 127) d_s`` (per weight row = per accumulator row), then times the activation
-scale of its column (two-level accumulation as in ``triton_mma``). A 255 scale byte makes the
+scale of its column (two-level accumulation as in ``mma_gemv``). A 255 scale byte makes the
 whole output row NaN (the reference's rule).
 
 Parallelism: a CTA is W = 4 or 8 warps (one or two warpgroups) and 16 W weight rows; ``SPLIT``
 CTAs split the K stages of a row tile so that small N still fills the GPU. With SPLIT > 1 the
 partials meet in one launch, deterministically (split order): the last CTA of a row tile to
-arrive at an ``acq_rel`` counter adds them all, or (``spin=True``, only for a grid that is
-resident at once, so waiting cannot deadlock) the last split waits for the others' release
-increments and adds theirs to its own, still in registers. The counters are reset by the reducing CTA for the next
-launch or graph replay. Measured (H200, against ``mma_gemv`` and row-wise ``_scaled_mm``):
-docs/gemm.md, "Thirteenth session".
+arrive at an ``acq_rel`` counter adds them all. The counters are reset by the reducing CTA for the
+next launch or graph replay. Every launch is a programmatic dependent launch (the CTAs are placed
+while the previous kernel of the stream drains; ``lowbit/ops/_gluon_pdl.py``). Measured against
+``mma_gemv`` and row-wise ``_scaled_mm``: docs/gemm.md.
 
 Gluon does not run under ``TRITON_INTERPRET``: this kernel is tested on the GPU tier
-(tests/ops/test_fp4_wgmma_gemv.py); ``scripts/fp4_wgmma_gemv_offline.py`` compiles it for sm_90
-without a GPU.
+(tests/ops/test_fp4_wgmma_gemv.py) and compiled for sm_90 without a GPU by ``tests/sm90``.
 """
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 import triton
 
-from lowbit.ops._arrival_counters import arrival_counters, counters_ready  # noqa: F401 - re-exported for the dispatch
-from lowbit.ops._gluon_resident import resident_ctas
+from lowbit._backend import sm_count
+from lowbit.ops._arrival_counters import arrival_counters
 
 try:
     from triton.experimental import gluon
@@ -64,31 +64,30 @@ try:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from lowbit.ops._gluon_pdl import gdc_launch_dependents, gdc_wait
-    from lowbit.ops._gluon_wgmma import acc_layout, four, row_words_layout, split_k_epilogue, warp_rows
-    from lowbit.ops.fp8_gemm.gluon import _e8m0_decode, _sm_count
+    from lowbit.ops._gluon_wgmma import (
+        acc_layout,
+        e8m0_decode,
+        four,
+        row_words_layout,
+        split_k_epilogue,
+        warp_rows,
+    )
 
-    _GLUON_IMPORT_ERROR = None
+    GLUON_ERROR = None
 except Exception as e:  # noqa: BLE001 - any failure means "no Gluon path"
-    _GLUON_IMPORT_ERROR = e
+    GLUON_ERROR = e
 
-__all__ = ["WGMMA_GEMV_MAX_M", "fp4_wgmma_gemv", "fp4_wgmma_gemv_ok", "pick_wgmma_gemv_config", "wgmma_n"]
+__all__ = ["GLUON_ERROR", "MAX_M", "STAGE_K", "WgmmaGemvConfig", "fp4_wgmma_gemv", "pick_config", "wgmma_n"]
 
 #: most activation rows one launch serves (the wgmma's N, :func:`wgmma_n`: 8 up to M = 8, 16 up
-#: to 16, 32 up to 32). M = 17..32 (N = 32) compiles for sm_90 at 157-168 registers and 100 KB of
-#: shared memory (offline, twenty-second session: ``scripts/fp4_wgmma_gemv_offline.py --wide``),
-#: against 117 / 67 KB at N = 16; fp4_gemm runs it over 32-row chunks at M = 17..64 since the
-#: twenty-third session (``fp4_gemm.triton.WGMMA_GEMV_WIDE``). N = 64 would hold 64 staged
-#: activation words a stage per thread in registers (253-255 registers, spills).
-WGMMA_GEMV_MAX_M = 32
-_STAGE_K = 512  # K per pipeline stage: four 128-wide blocks (two [64, 128 B] weight boxes, one [64, 16 B] scale box)
-#: launch as a programmatic dependent launch by default: the CTAs are placed while the previous
-#: kernel of the stream drains. H200, layer stack, same run: never slower, 1-4% faster on the
-#: benchmark's decode cases (M = 16 N7168 K2048 6.99 vs 7.19 us; docs/gemm.md, "Seventeenth session")
-PDL = True
+#: to 16, 32 up to 32). N = 64 would hold 64 staged activation words a stage per thread in
+#: registers (253-255 registers, spills).
+MAX_M = 32
+STAGE_K = 512  # K per pipeline stage: four 128-wide blocks (two [64, 128 B] weight boxes, one [64, 16 B] scale box)
 #: what the result is multiplied by: the decoded weights are E2M1 x 2^-6
 _RESULT_SCALE = 64.0
 
-if _GLUON_IMPORT_ERROR is None:
+if GLUON_ERROR is None:
     # E2M1 nibbles -> E4M3 bytes (x 2^-6): low nibbles (k even) and high nibbles (k odd) of a word
     _DEC_LO = gl.constexpr("{.reg .b32 a, b; shl.b32 a, $1, 2; and.b32 a, a, 0x1C1C1C1C; shl.b32 b, $1, 4; "
                            "and.b32 b, b, 0x80808080; or.b32 $0, a, b;}")
@@ -158,7 +157,7 @@ if _GLUON_IMPORT_ERROR is None:
         m = (r < M) & (kb < KB)
         if AS_E8M0:
             e = gl.load(as_ptr + r * KB + kb, mask=m, other=0).to(gl.int32)
-            s = gl.where(m, _e8m0_decode(e), 0.0)
+            s = gl.where(m, e8m0_decode(e), 0.0)
         else:
             s = gl.load(as_ptr + r * KB + kb, mask=m, other=0.0)
         return s
@@ -198,12 +197,6 @@ if _GLUON_IMPORT_ERROR is None:
         return d
 
     @gluon.jit
-    def _issue_block(w_bufs, x_bufs, slot, j, b: gl.constexpr, zero, a_l: gl.constexpr, R: gl.constexpr,
-                     W: gl.constexpr):
-        """Decode block b of the stage in ``slot`` and start its 4 group wgmmas (in-flight tokens)."""
-        return _issue_codes(_load_codes(w_bufs, slot, b, W), x_bufs, j, b, zero, a_l, R)
-
-    @gluon.jit
     def _retire_block(acc, flags, d, v, sa, row_l: gl.constexpr, col_l: gl.constexpr):
         """acc += (sum_s 2^(e_s - 127) d_s) * sa for one block (``v``: the rows' UE8M0 words)."""
         v = gl.convert_layout(v, row_l, assert_trivial=True)
@@ -216,10 +209,10 @@ if _GLUON_IMPORT_ERROR is None:
         return acc, flags
 
     @gluon.jit
-    def _stage_sum(acc, flags, w_bufs, s_bufs, x_bufs, as_smem, slot, j, NB: gl.constexpr, W: gl.constexpr,
-                   PIPE: gl.constexpr, LDSM_AHEAD: gl.constexpr):
-        """acc += the 4 K blocks of the CTA's stage j (weights in ring slot ``slot``). PIPE: block
-        b + 1's wgmmas are issued before block b's are retired (its FFMAs overlap them)."""
+    def _stage_sum(acc, flags, w_bufs, s_bufs, x_bufs, as_smem, slot, j, NB: gl.constexpr, W: gl.constexpr):
+        """acc += the 4 K blocks of the CTA's stage j (weights in ring slot ``slot``). Every
+        ``ldmatrix`` of a block is issued before its first decode, and the next block's before this
+        block's wgmmas are waited for: the shared-memory latency leaves the decode chain."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
@@ -228,33 +221,13 @@ if _GLUON_IMPORT_ERROR is None:
         sw = s_bufs.index(slot)._reinterpret(gl.int32, [R, 4], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
         v_blocks = four(sw.load(row_words_layout(W)))
         zero = gl.zeros([R, NB], gl.float32, mma)
-        if PIPE:
-            d = _issue_block(w_bufs, x_bufs, slot, j, 0, zero, a_l, R, W)
-            for b in gl.static_range(1, 4):
-                d_next = _issue_block(w_bufs, x_bufs, slot, j, b, zero, a_l, R, W)
-                d = warpgroup_mma_wait(num_outstanding=4, deps=d)
-                acc, flags = _retire_block(acc, flags, d, v_blocks[b - 1], as_smem.index(4 * j + b - 1).load(col_l),
-                                           row_l, col_l)
-                d = d_next
+        q = _load_codes(w_bufs, slot, 0, W)
+        for b in gl.static_range(4):
+            d = _issue_codes(q, x_bufs, j, b, zero, a_l, R)
+            if b < 3:
+                q = _load_codes(w_bufs, slot, b + 1, W)
             d = warpgroup_mma_wait(num_outstanding=0, deps=d)
-            acc, flags = _retire_block(acc, flags, d, v_blocks[3], as_smem.index(4 * j + 3).load(col_l), row_l, col_l)
-        elif LDSM_AHEAD:
-            # every ldmatrix of a block issued before its first decode, and the next block's before
-            # this block's wgmmas are waited for: the shared-memory latency leaves the decode chain
-            q = _load_codes(w_bufs, slot, 0, W)
-            for b in gl.static_range(4):
-                d = _issue_codes(q, x_bufs, j, b, zero, a_l, R)
-                if b < 3:
-                    q = _load_codes(w_bufs, slot, b + 1, W)
-                d = warpgroup_mma_wait(num_outstanding=0, deps=d)
-                acc, flags = _retire_block(acc, flags, d, v_blocks[b], as_smem.index(4 * j + b).load(col_l), row_l,
-                                           col_l)
-        else:
-            for b in gl.static_range(4):
-                d = _issue_block(w_bufs, x_bufs, slot, j, b, zero, a_l, R, W)
-                d = warpgroup_mma_wait(num_outstanding=0, deps=d)
-                acc, flags = _retire_block(acc, flags, d, v_blocks[b], as_smem.index(4 * j + b).load(col_l), row_l,
-                                           col_l)
+            acc, flags = _retire_block(acc, flags, d, v_blocks[b], as_smem.index(4 * j + b).load(col_l), row_l, col_l)
         return acc, flags
 
     @gluon.jit
@@ -262,8 +235,7 @@ if _GLUON_IMPORT_ERROR is None:
                         STAGES: gl.constexpr):
         """The weight TMAs issued before the K loop: all the CTA's stages when they fit the ring,
         else STAGES - 1 (the last slot is filled at the top of the loop: filling the whole ring
-        before the activations are staged measured 5-15% slower, docs/gemm.md "Sixteenth
-        session")."""
+        before the activations are staged measured 5-15% slower, docs/gemm.md)."""
         if PER_SPLIT <= STAGES:
             for j in gl.static_range(PER_SPLIT):
                 _issue_stage(w_desc, s_desc, w_bufs, s_bufs, bars, j, j0, row0, STAGES, j < n_my)
@@ -287,10 +259,8 @@ if _GLUON_IMPORT_ERROR is None:
     @gluon.jit(do_not_specialize=["M", "n_stages"])
     def _fp4_wgmma_gemv_kernel(w_desc, s_desc, a_ptr, as_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, n_stages,
                                K: gl.constexpr, NB: gl.constexpr, PER_SPLIT: gl.constexpr, STAGES: gl.constexpr,
-                               SPLIT: gl.constexpr, AS_E8M0: gl.constexpr, PIPE: gl.constexpr, W: gl.constexpr,
-                               SPIN: gl.constexpr = False, LDSM_AHEAD: gl.constexpr = True,
-                               X_FIRST: gl.constexpr = False, PDL: gl.constexpr = False,
-                               TRIGGER: gl.constexpr = False):
+                               SPLIT: gl.constexpr, AS_E8M0: gl.constexpr, W: gl.constexpr,
+                               X_FIRST: gl.constexpr = False, TRIGGER: gl.constexpr = False):
         """Program (row tile, split): weight rows R p .. R p + R - 1 (R = 16 W), stages [split *
         PER_SPLIT, min(+ PER_SPLIT, n_stages)). ``w_desc``: TMA descriptor of the packed weight
         uint8 [N, K/2], box [R, 128]; ``s_desc``: of its UE8M0 scales uint8 [N, K/32], box [R, 16];
@@ -302,7 +272,7 @@ if _GLUON_IMPORT_ERROR is None:
         all its stages; the weight stages stream through a TMA ring of STAGES slots (no refills
         when PER_SPLIT <= STAGES: every load is issued before the first wait).
 
-        PDL (a launch with ``launch_pdl=True``): nothing global is read or written before
+        Launched with ``launch_pdl=True``: nothing global is read or written before
         ``griddepcontrol.wait`` (lowbit/ops/_gluon_pdl.py); TRIGGER lets the next PDL kernel place
         its CTAs from then on."""
         R: gl.constexpr = 16 * W
@@ -319,10 +289,9 @@ if _GLUON_IMPORT_ERROR is None:
         row0 = pid_n * R
         j0 = pid_k * PER_SPLIT
         n_my = gl.minimum(PER_SPLIT, n_stages - j0)
-        if PDL:
-            gdc_wait()
-            if TRIGGER:
-                gdc_launch_dependents()
+        gdc_wait()
+        if TRIGGER:
+            gdc_launch_dependents()
 
         w_bufs = gl.allocate_shared_memory(gl.uint8, [2 * STAGES, R, 128], w_desc.layout)
         s_bufs = gl.allocate_shared_memory(gl.uint8, [STAGES, R, 16], s_desc.layout)
@@ -338,12 +307,10 @@ if _GLUON_IMPORT_ERROR is None:
             mbarrier.init(bars.index(i), count=1)
         fence_async_shared()  # barrier inits visible to the TMA unit before the first copy
 
-        # Every activation load of the CTA is issued before the first is used: staged a stage at a
-        # time, each stage's permute-and-store waited for its loads before the next stage's were
-        # issued (one global round trip per stage, 50% of the stall samples at M = 16 N24576 K1536
-        # on the H200: docs/gemm.md, "Sixteenth session"). X_FIRST: those loads go out before the
-        # weight TMAs (Gluon puts a CTA barrier after each TMA issue of the prologue, which the
-        # loads would otherwise queue behind).
+        # Every activation load of the CTA is issued before the first is used (staged a stage at a
+        # time, the CTA paid one global round trip per stage: docs/gemm.md). X_FIRST: those loads
+        # go out before the weight TMAs (Gluon puts a CTA barrier after each TMA issue of the
+        # prologue, which the loads would otherwise queue behind).
         if X_FIRST:
             raw_x, raw_s = _load_acts(a_ptr, as_ptr, M, K, KB, j0, PER_SPLIT, NB, W, AS_E8M0)
             _issue_prologue(w_desc, s_desc, w_bufs, s_bufs, bars, j0, row0, n_my, PER_SPLIT, STAGES)
@@ -366,7 +333,7 @@ if _GLUON_IMPORT_ERROR is None:
                              j + STAGES - 1 < n_my)
             slot = j % STAGES
             mbarrier.wait(bars.index(slot), (j // STAGES) & 1)
-            acc, flags = _stage_sum(acc, flags, w_bufs, s_bufs, x_bufs, as_rows, slot, j, NB, W, PIPE, LDSM_AHEAD)
+            acc, flags = _stage_sum(acc, flags, w_bufs, s_bufs, x_bufs, as_rows, slot, j, NB, W)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -375,49 +342,42 @@ if _GLUON_IMPORT_ERROR is None:
         rows = row0 + gl.expand_dims(gl.arange(0, R, layout=row_l), 1)  # weight row n
         cols = gl.expand_dims(gl.arange(0, NB, layout=col_l), 0)  # activation row m
         ok = (rows < N) & (cols < M)
-        if SPIN and SPLIT > 1:
-            # The last split of a row tile reduces: the others publish their partials with a
-            # release increment (fire-and-forget), it polls the counter with acquire loads until
-            # all SPLIT - 1 arrived, then adds their partials (.cg: from L2) and its own, still in
-            # registers, in split order -- the same sums as the arrival-order path. Waiting is safe
-            # only because the launcher keeps every CTA of the grid resident at once.
-            if pid_k == SPLIT - 1:
-                seen = gl.atomic_add(cnt_ptr + pid_n, 0, sem="acquire", scope="gpu")
-                while seen < SPLIT - 1:
-                    seen = gl.atomic_add(cnt_ptr + pid_n, 0, sem="acquire", scope="gpu")
-                tot = gl.zeros([R, NB], gl.float32, mma)
-                for sp in gl.static_range(SPLIT - 1):
-                    tot = tot + gl.load(ws_ptr + (sp * NB + cols) * N + rows, mask=ok, other=0.0,
-                                        cache_modifier=".cg")
-                tot = tot + out
-                gl.store(c_ptr + cols * N + rows, tot.to(gl.bfloat16), mask=ok)
-                gl.store(cnt_ptr + pid_n, 0)
-            else:
-                gl.store(ws_ptr + (pid_k * NB + cols) * N + rows, out, mask=ok)
-                gl.thread_barrier()
-                gl.atomic_add(cnt_ptr + pid_n, 1, sem="release", scope="gpu")
-        else:
-            split_k_epilogue(out, c_ptr, ws_ptr, cnt_ptr, pid_n, pid_k, rows, cols, ok, N, NB, SPLIT)
+        split_k_epilogue(out, c_ptr, ws_ptr, cnt_ptr, pid_n, pid_k, rows, cols, ok, N, NB, SPLIT)
 
 
-def pick_wgmma_gemv_config(n: int, k: int, m: int = 1) -> tuple[int, int, int]:
-    """(STAGES, SPLIT, W) from the same-run sweep of ``scripts/bench_wgmma_gemv.py`` on the H200
-    with every activation load issued up front (docs/measurements/2026-12-02_session16_{b,c}_*;
-    the benchmark's five (N, K), layer-stack timer; within 4% of the best config swept on all ten
-    cases).
+class WgmmaGemvConfig(NamedTuple):
+    """Launch configuration of :func:`fp4_wgmma_gemv`: a ring of ``stages`` 512-wide K stages,
+    ``split`` CTAs a row tile along K, ``warps`` (4 or 8) warps a CTA, 16 ``warps`` weight rows a
+    CTA; ``x_first``: the activation loads issued before the weight TMAs; ``trigger``: let the next
+    PDL kernel place its CTAs as soon as every CTA of this one has begun."""
+
+    stages: int
+    split: int
+    warps: int = 4
+    x_first: bool = False
+    trigger: bool = False
+
+
+def pick_config(n: int, k: int, m: int = 1, sms: int = 132) -> WgmmaGemvConfig:
+    """The launch configuration from same-run sweeps on the H200 (the benchmark's five (N, K),
+    layer-stack timer, within 4% of the best config swept on all ten decode cases; docs/gemm.md):
 
     * A ring of two 512-wide stages, four stages a CTA (SPLIT = K / 2048): the activations of a
-      CTA are staged in one round trip, so fewer, longer CTAs now win (M = 1, N7168 K16384: 23.1
-      against 26.3 us with two stages a CTA).
+      CTA are staged in one round trip, so fewer, longer CTAs win.
     * M <= 8 and fewer than 64 row tiles (N2112): two stages a CTA, so that the split fills the
-      GPU (231 CTAs instead of 132).
+      GPU.
     * 8 warps (128 rows a CTA) at M > 8 when K is split and the grid still has >= 100 CTAs of
-      128 rows, else 4 (N2112 K7168 at M = 16: 9.9 us with 4 warps, 11.9 with 8)."""
-    n_st = -(-k // _STAGE_K)
+      128 rows, else 4.
+    * ``x_first`` at M > 8, where the CTA's activation loads are many (at M = 1 it was slower).
+    * ``trigger`` where the grid has at most one CTA an SM: faster on every such grid, up to 20%
+      slower on some grids of two or three (the next grid's CTAs then land unevenly)."""
+    n_st = -(-k // STAGE_K)
     per = 2 if m <= 8 and -(-n // 64) < 64 else 4
     split = -(-n_st // per)
-    wide = m > 8 and split > 1 and -(-n // 128) * split >= 100
-    return 2, split, 8 if wide else 4
+    warps = 8 if m > 8 and split > 1 and -(-n // 128) * split >= 100 else 4
+    per_split = triton.next_power_of_2(-(-n_st // split))
+    tiles = -(-n // (16 * warps))
+    return WgmmaGemvConfig(2, split, warps, m > 8, tiles * -(-n_st // per_split) <= sms)
 
 
 def wgmma_n(m: int) -> int:
@@ -425,50 +385,19 @@ def wgmma_n(m: int) -> int:
     return 8 if m <= 8 else 16 if m <= 16 else 32
 
 
-def fp4_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bool:
-    """Whether :func:`fp4_wgmma_gemv` can run these operands: Gluon importable, CUDA sm_90,
-    1 <= M <= WGMMA_GEMV_MAX_M, K a multiple of 512 (the scale rows' TMA pitch), contiguous 16-byte aligned
-    storage."""
-    if _GLUON_IMPORT_ERROR is not None or not a.is_cuda:
-        return False
-    if not 1 <= a.shape[0] <= WGMMA_GEMV_MAX_M or a.shape[1] % _STAGE_K:
-        return False
-    if any(t.data_ptr() % 16 or not t.is_contiguous() for t in (a, b, b_s)):
-        return False
-    return torch.cuda.get_device_capability(a.device) == (9, 0)
-
-
 def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
-                   config: tuple[int, ...] | None = None, out: torch.Tensor | None = None,
-                   pipe: bool = False, spin: bool = False, ldsm_ahead: bool = True,
-                   x_first: bool | None = None, pdl: bool | None = None,
-                   trigger: bool | None = None) -> torch.Tensor:
-    """a e4m3 [M, K] (1 <= M <= WGMMA_GEMV_MAX_M, K % 512 == 0, contiguous), a_s [M, K/128] fp32 or
+                   config: WgmmaGemvConfig | tuple | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """a e4m3 [M, K] (1 <= M <= MAX_M, K % 512 == 0, contiguous), a_s [M, K/128] fp32 or
     float8_e8m0fnu (contiguous); b packed E2M1 uint8 [N, K/2] with UE8M0 uint8 b_s [N, K/32],
-    contiguous. Returns bf16 [M, N] (``out`` if given). ``config`` = (STAGES, SPLIT[, W])
-    overrides :func:`pick_wgmma_gemv_config` (W: 4 or 8 warps, 16 W weight rows a CTA);
-    ``pipe``: overlap each block's scale FMAs with the next block's wgmmas. ``spin`` (SPLIT > 1):
-    the last split of a row tile waits for the others instead of the last to arrive reducing
-    (its own partial stays in registers); a ValueError unless the whole grid is resident at once.
-    Off by default: it measured the same as the arrival counter (docs/gemm.md). Launches with
-    SPLIT > 1 share a per-device counter buffer: do not run two of them concurrently on
-    different streams.
-    ``ldsm_ahead`` (without ``pipe``; on by default, 1-5% faster on 9 of the benchmark's 10 decode
-    cases): a block's shared-memory fragment loads are issued before its decode starts and
-    before the previous block's wgmmas are waited for. ``x_first`` (default: M > 8, where the
-    CTA's activation loads are many): the activation loads are issued before the weight TMAs
-    instead of after them.
-    ``pdl`` (default :data:`PDL`): launched as a programmatic dependent launch, so that the CTAs
-    start while the previous kernel of the stream drains; ``trigger`` (default: with ``pdl``
-    when the grid has at most one CTA an SM) lets the next PDL kernel place its CTAs as soon as
-    every CTA of this one has begun (lowbit/ops/_gluon_pdl.py). All three change the schedule
-    only: the results are bit-identical."""
-    if _GLUON_IMPORT_ERROR is not None:
-        raise RuntimeError(f"fp4_wgmma_gemv needs triton.experimental.gluon: {_GLUON_IMPORT_ERROR}")
+    contiguous. Returns bf16 [M, N] (``out`` if given). ``config``: a :class:`WgmmaGemvConfig` or
+    its fields as a tuple (default :func:`pick_config`). Launches with SPLIT > 1 share a
+    per-device counter buffer: do not run two of them concurrently on different streams."""
+    if GLUON_ERROR is not None:
+        raise RuntimeError(f"fp4_wgmma_gemv needs triton.experimental.gluon: {GLUON_ERROR}")
     m, k = a.shape
     n = b.shape[0]
-    if not 1 <= m <= WGMMA_GEMV_MAX_M or k % _STAGE_K:
-        raise ValueError(f"fp4_wgmma_gemv serves 1 <= M <= {WGMMA_GEMV_MAX_M} and K % {_STAGE_K} == 0, "
+    if not 1 <= m <= MAX_M or k % STAGE_K:
+        raise ValueError(f"fp4_wgmma_gemv serves 1 <= M <= {MAX_M} and K % {STAGE_K} == 0, "
                          f"got a of shape {tuple(a.shape)}")
     if b.shape != (n, k // 2) or b_s.shape != (n, k // 32):
         raise ValueError(f"fp4_wgmma_gemv needs b [N, K/2] and b_s [N, K/32] for K = {k}, got {tuple(b.shape)} "
@@ -476,13 +405,13 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     bad = [name for name, t in (("a", a), ("a_s", a_s), ("b", b), ("b_s", b_s)) if not t.is_contiguous()]
     if bad:
         raise ValueError(f"fp4_wgmma_gemv needs contiguous operands, got non-contiguous {', '.join(bad)}")
-    cfg = tuple(config) if config is not None else pick_wgmma_gemv_config(n, k, m)
-    stages, split, w = (cfg + (4,))[:3]
-    if stages < 1 or split < 1 or w not in (4, 8):
+    cfg = WgmmaGemvConfig(*config) if config is not None else pick_config(n, k, m, sm_count(a.device, interpret=132))
+    if cfg.stages < 1 or cfg.split < 1 or cfg.warps not in (4, 8):
         raise ValueError(f"fp4_wgmma_gemv config (STAGES, SPLIT[, W]) needs STAGES >= 1, SPLIT >= 1 and W in "
-                         f"(4, 8), got {config}")
-    n_st = k // _STAGE_K
-    per_split = triton.next_power_of_2(-(-n_st // split))  # shared-memory shapes must be powers of two
+                         f"(4, 8), got {tuple(cfg)}")
+    w = cfg.warps
+    n_st = k // STAGE_K
+    per_split = triton.next_power_of_2(-(-n_st // cfg.split))  # shared-memory shapes must be powers of two
     split = -(-n_st // per_split)  # no empty splits
     nb = wgmma_n(m)
     rows = 16 * w
@@ -502,24 +431,10 @@ def fp4_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         ws = c
         cnt = c
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
-    pdl = PDL if pdl is None else pdl
-    x_first = m > 8 if x_first is None else x_first
-    if trigger is None:
-        # an early trigger lets the next kernel's CTAs take SM room while this grid runs: measured
-        # faster on every grid of at most one CTA an SM, but up to 20% slower on some grids of two
-        # or three (the next grid's CTAs then land unevenly; docs/gemm.md, "Seventeenth session")
-        trigger = tiles * split <= _sm_count(a.device)
-    args = (w_desc, s_desc, a.view(torch.uint8).view(torch.int32), a_s.view(torch.uint8) if as_e8m0 else a_s, c, ws,
-            cnt, m, n, n_st, k)
-    meta = dict(NB=nb, PER_SPLIT=per_split, STAGES=stages, SPLIT=split, AS_E8M0=as_e8m0, PIPE=pipe, W=w, num_warps=w,
-                LDSM_AHEAD=ldsm_ahead, X_FIRST=x_first, PDL=pdl, TRIGGER=pdl and trigger)
-    if pdl:
-        meta["launch_pdl"] = True
-    if split > 1 and spin:
-        if tiles * split > resident_ctas(_fp4_wgmma_gemv_kernel, a.device, args, {**meta, "SPIN": True}, w):
-            raise ValueError(f"fp4_wgmma_gemv spin=True needs every CTA resident: {tiles} x {split} CTAs do not fit")
-        meta["SPIN"] = True
-    _fp4_wgmma_gemv_kernel[(tiles, split)](*args, **meta)
+    _fp4_wgmma_gemv_kernel[(tiles, split)](
+        w_desc, s_desc, a.view(torch.uint8).view(torch.int32), a_s.view(torch.uint8) if as_e8m0 else a_s, c, ws,
+        cnt, m, n, n_st, k, NB=nb, PER_SPLIT=per_split, STAGES=cfg.stages, SPLIT=split, AS_E8M0=as_e8m0, W=w,
+        X_FIRST=cfg.x_first, TRIGGER=cfg.trigger, num_warps=w, launch_pdl=True)
     return c
 
 

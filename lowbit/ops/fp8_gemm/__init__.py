@@ -1,8 +1,9 @@
 """``fp8_gemm``: block-scaled FP8 GEMM (DeepSeek layout), ``C = A @ B^T`` -> bf16.
 
 Registered as ``lowbit::fp8_gemm`` (used under ``torch.compile``; bypassed in eager mode to save
-the dispatch cost at decode sizes). CUDA tensors run the Triton kernel (FP8 tensor cores),
-CPU tensors the PyTorch reference.
+the dispatch cost at decode sizes). CUDA tensors run a Triton / Gluon kernel on the FP8 tensor
+cores, chosen by M and GPU in ``dispatch.py`` (``dispatch_table()``); CPU tensors the PyTorch
+reference.
 """
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ _SCALE_DTYPES = (torch.float32, torch.float8_e8m0fnu)
 
 def _impl(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> torch.Tensor:
     if use_triton(a, a_s, b, b_s):
-        from lowbit.ops.fp8_gemm import triton as _tr
+        from lowbit.ops.fp8_gemm import dispatch
 
         k = a.shape[-1]
-        c = _tr.fp8_gemm(a.reshape(-1, k).contiguous(), a_s.reshape(-1, k // 128).contiguous(), b.contiguous(), b_s.contiguous())
+        c = dispatch.fp8_gemm(a.reshape(-1, k).contiguous(), a_s.reshape(-1, k // 128).contiguous(), b.contiguous(),
+                              b_s.contiguous())
         return c.reshape(*a.shape[:-1], b.shape[0])
     return fp8_gemm_ref(a, a_s, b, b_s)
 

@@ -10,7 +10,7 @@ conversion (``cvt.rn.f16x2.e4m3x2``, exact: every E4M3 value is an fp16 value) a
 chained fp16 MMAs are spelled out, which saves the FADDs (``_MMA_E4M3_PTX``).
 
 Why: at decode sizes the GEMM is a stream over the weight, and the work per byte decides the
-speed. The wgmma kernels (``triton.py``) stage every tile through shared memory and, for FP4,
+speed. The tiled kernels (``tiled.py``, ``fp4_gemm/tiled.py``) stage every tile through shared memory and, for FP4,
 re-lay the upcast tile there; here each lane loads exactly the bytes of its own A fragments from
 global memory, decodes them in registers (FP4: about seven integer ops per eight codes) and issues the
 MMA — no shared memory, no layout conversion, and the grid splits K over the warps of a program
@@ -31,7 +31,7 @@ The order of k inside an MMA is free (A and B only have to agree), and so is the
   takes the 4 bytes ``16 s + 4 t`` (8 codes: k ``32 s + 8 t .. + 7``, code 2i in the low nibble
   of byte i) of each row. The low nibbles (k even) become a0 / a1 and the high nibbles (k odd)
   a2 / a3; the activation's 8 bytes are split into even and odd bytes by two ``prmt``. Two
-  bit-identical decodes (``FP4_DECODE``): an E2M1 code ``s e1 e0 m`` re-encoded as the E4M3 byte
+  bit-identical decodes (``MmaGemvConfig.decode``): an E2M1 code ``s e1 e0 m`` re-encoded as the E4M3 byte
   ``s 0 0 e1 e0 m 0 0`` is exactly its value times 2^-6 (normals and the subnormal 0.5 alike),
   two shifts and masks per word, then the MMA's E4M3 -> fp16 conversion; or the code written
   straight as the high byte of the fp16 ``s 000 e1e0 m 0...`` (its value times 2^-14) and
@@ -44,36 +44,29 @@ per thread, every address computed from the element index, so no layout conversi
 between lanes); the MMA is inline PTX, emulated with tensor arithmetic under the interpreter.
 Warp w of a program takes the K blocks w, w + W, w + 2 W, ... of the program's 16 RT rows,
 loading block i + W before it runs block i's MMAs (a register double buffer; deeper or
-shared-memory staged schedules all measured slower, docs/gemm.md "twelfth session"); the warps' sums
+shared-memory staged schedules all measured slower, docs/gemm.md); the warps' sums
 are added at the end (``tl.sum`` over the warp axis) and written as bf16. Accumulator tiles are
 Triton tuples (``_lanes.tuple_replace`` rebuilds one with an element changed), so RT and NCT are plain
-compile-time loops. Measured numbers: docs/gemm.md, "fourth round".
+compile-time loops. Measured numbers: docs/gemm.md.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from lowbit._backend import capability_at_least, interpret_mode
-from lowbit.ops._lanes import split2 as _split2
-from lowbit.ops._lanes import split4 as _split4
-from lowbit.ops._lanes import pack_halves as _pack_halves
-from lowbit.ops._lanes import i32, mma16816_f16x2, tuple_replace, zeros_tuple
+from lowbit._backend import interpret_mode
+from lowbit.ops._lanes import i32, mma16816_f16x2, pack_halves, split2, split4, tuple_replace, zeros_tuple
+from lowbit.ops._scales import load_scale
 from lowbit.ops._triton_pdl import launch_options
-from lowbit.ops.act_quant.triton import _load_scale
+
+__all__ = ["MAX_M", "SHORT_LAUNCH_BYTES", "MmaGemvConfig", "mma_gemv", "pick_config", "weight_bytes"]
 
 #: rows of x one launch serves (NCT = ceil(M / 8) <= 8 column tiles of 8)
-MMA_MAX_M = 64
-#: how the FP4 weight reaches the MMA: "f16" decodes each code straight to the fp16 bits of its
-#: value x 2^-14 by integer ops and one ``prmt`` per pair (no conversion instruction); "e4m3"
-#: re-encodes it as an E4M3 byte (x 2^-6) and converts that with ``cvt.rn.f16x2.e4m3x2`` (F2FP).
-#: Bit-identical results. None: per launch, "f16" from two column tiles (M > 8) on, where it
-#: measured 1-5% faster, else "e4m3" (0-3% faster at M = 1; H200 same-run A/B,
-#: docs/measurements/2026-12-02_session11_a_mma_gemv_decode_ab.json). Removing 32 of the 40-48
-#: F2FP per 16 x 128 tile changing so little says the GEMV is not bound by the conversion pipe.
-FP4_DECODE = None
+MAX_M = 64
 #: what the FP4 kernel multiplies its sums by, per decode: the decoded weights are E2M1 x 2^-14 / 2^-6
 FP4_RESULT_SCALE = {"f16": 16384.0, "e4m3": 64.0}
 
@@ -210,7 +203,7 @@ def _e4m3_f16_pairs(w, INTERPRET: tl.constexpr):
     """int32 of 4 E4M3 bytes -> f16x2 of (bytes 0, 1) and (bytes 2, 3), exact (``cvt.rn.f16x2.e4m3x2``)."""
     if INTERPRET:
         v0, v1, v2, v3 = _e4m3_byte_values(w)
-        return _pack_halves(v0, v1), _pack_halves(v2, v3)
+        return pack_halves(v0, v1), pack_halves(v2, v3)
     return tl.inline_asm_elementwise(
         "{.reg .b16 l, h; mov.b32 {l, h}, $2; cvt.rn.f16x2.e4m3x2 $0, l; cvt.rn.f16x2.e4m3x2 $1, h;}", "=r,=r,r",
         [w], dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
@@ -260,7 +253,7 @@ def _even_odd_bytes(lo, hi, INTERPRET: tl.constexpr):
 def _fp4_words(b_ptr, row, kb, t, m, KW, NT: tl.constexpr):
     """Words ``16 s + 4 t`` bytes into block kb of row ``row`` for s = 0..3 (the codes of MMA s)."""
     o_4 = tl.arange(0, 4)[None, :]
-    return _split4(tl.load(b_ptr + (row * KW + kb * 16 + t)[:, None] + 4 * o_4, mask=m[:, None], other=0), NT)
+    return split4(tl.load(b_ptr + (row * KW + kb * 16 + t)[:, None] + 4 * o_4, mask=m[:, None], other=0), NT)
 
 
 @triton.jit
@@ -269,8 +262,8 @@ def _fp8_words(b_ptr, row, kb, t, m, KW, NT: tl.constexpr):
     16-byte loads (an [NT, 8] load would be split over two threads and re-laid out)."""
     o_4 = tl.arange(0, 4)[None, :]
     base = (row * KW + kb * 32 + 8 * t)[:, None] + o_4
-    w0, w1, w2, w3 = _split4(tl.load(b_ptr + base, mask=m[:, None], other=0), NT)
-    w4, w5, w6, w7 = _split4(tl.load(b_ptr + base + 4, mask=m[:, None], other=0), NT)
+    w0, w1, w2, w3 = split4(tl.load(b_ptr + base, mask=m[:, None], other=0), NT)
+    w4, w5, w6, w7 = split4(tl.load(b_ptr + base + 4, mask=m[:, None], other=0), NT)
     return w0, w1, w2, w3, w4, w5, w6, w7
 
 
@@ -280,10 +273,10 @@ def _x_words_fp4(a_ptr, col, kb, t, m, AW, NT: tl.constexpr):
     MMA s reads bytes ``32 s + 8 t .. + 7`` (words 2 s, 2 s + 1 of the result)."""
     o_2 = tl.arange(0, 2)[None, :]
     base = (col * AW + kb * 32 + 2 * t)[:, None] + o_2
-    l0, h0 = _split2(tl.load(a_ptr + base, mask=m[:, None], other=0), NT)
-    l1, h1 = _split2(tl.load(a_ptr + base + 8, mask=m[:, None], other=0), NT)
-    l2, h2 = _split2(tl.load(a_ptr + base + 16, mask=m[:, None], other=0), NT)
-    l3, h3 = _split2(tl.load(a_ptr + base + 24, mask=m[:, None], other=0), NT)
+    l0, h0 = split2(tl.load(a_ptr + base, mask=m[:, None], other=0), NT)
+    l1, h1 = split2(tl.load(a_ptr + base + 8, mask=m[:, None], other=0), NT)
+    l2, h2 = split2(tl.load(a_ptr + base + 16, mask=m[:, None], other=0), NT)
+    l3, h3 = split2(tl.load(a_ptr + base + 24, mask=m[:, None], other=0), NT)
     return l0, h0, l1, h1, l2, h2, l3, h3
 
 
@@ -448,7 +441,7 @@ def _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, kb, r_base, g, t, M, N, KB: tl.con
             wq = wq + ((_fp8_words(b_ptr, ra, kb, t, m_k & (ra < N), KW, NT),
                         _fp8_words(b_ptr, rb, kb, t, m_k & (rb < N), KW, NT)),)
             # one weight scale per 128 rows: a 16-row tile never straddles two
-            ws = ws + (_load_scale(bs_ptr + (ra // 128) * KB + kb, m_k & (ra < N), BS_E8M0),)
+            ws = ws + (load_scale(bs_ptr + (ra // 128) * KB + kb, m_k & (ra < N), BS_E8M0),)
     xs = ()
     sa = ()
     for ct in tl.static_range(NCT):
@@ -458,8 +451,8 @@ def _load_block(a_ptr, as_ptr, b_ptr, bs_ptr, kb, r_base, g, t, M, N, KB: tl.con
             xs = xs + (_x_words_fp4(a_ptr, xr, kb, t, m_k & (xr < M), AW, NT),)
         else:
             xs = xs + (_fp8_words(a_ptr, xr, kb, t, m_k & (xr < M), AW, NT),)  # same byte order as the weight
-        sa = sa + ((_load_scale(as_ptr + ca * KB + kb, m_k & (ca < M), AS_E8M0),
-                    _load_scale(as_ptr + (ca + 1) * KB + kb, m_k & (ca + 1 < M), AS_E8M0)),)
+        sa = sa + ((load_scale(as_ptr + ca * KB + kb, m_k & (ca < M), AS_E8M0),
+                    load_scale(as_ptr + (ca + 1) * KB + kb, m_k & (ca + 1 < M), AS_E8M0)),)
     return wq, ws, xs, sa
 
 
@@ -505,9 +498,9 @@ def _mma_gemv_kernel(
 
     The loads of block i + W are issued before the MMAs of block i (a register double buffer):
     one block's loads per warp in flight is too little to cover the memory latency (measured:
-    FP4 at M = 1 ran at 1.5 TB/s without it). Two blocks ahead (a triple buffer) measured slower or
-    equal on every shape and config (twenty-second session; the variant is in commit 82b86bc). PDL (a launch with ``launch_pdl=True``): nothing
-    global is touched before ``griddepcontrol.wait``; TRIGGER: then the next PDL launch may start."""
+    FP4 at M = 1 ran at 1.5 TB/s without it); two blocks ahead measured slower or equal
+    (docs/design-notes.md). PDL (a launch with ``launch_pdl=True``): nothing global is touched
+    before ``griddepcontrol.wait``; TRIGGER: then the next PDL launch may start."""
     if PDL:
         gdc_wait()
     if TRIGGER:
@@ -548,42 +541,29 @@ def _mma_gemv_kernel(
                         M, N, SCALE, W)
 
 
-def pick_mma_config(n: int, k: int, m: int = 1, fp4: bool = True) -> tuple[int, int]:
-    """(RT row tiles per program, W warps splitting K), from the same-run sweep of
-    ``scripts/bench_mma_gemv.py`` on the H200 (docs/measurements/2026-12-01_mma_gemv_sweep.json;
-    the five (N, K) of the benchmark at M = 1 and 16, RT in {1, 2}, W in {2, 4, 8, 16}): about four
-    to seven K blocks per warp (W = 8 from 32 blocks, 4 from 16, else 2) was best or within 3% of
-    it everywhere; FP4 at K >= 12288 wants two row tiles (34.1 vs 37.3 µs at M = 1, N7168 K16384),
-    and half the warps when it also has two column tiles (46.2 vs 53.4 µs at M = 16)."""
-    kb = k // 128
-    w = 8 if kb >= 32 else 4 if kb >= 16 else 2
-    rt = 1
-    if fp4 and kb >= 96:
-        rt = 2
-        if m > 8:
-            w = max(1, w // 2)
-    return rt, w
-
-
-#: Weight bytes (codes and scales) up to which a :func:`mma_gemv` launch counts as short: its
-#: launch, first DRAM round trip and tail are a large share of it (the small decode shapes take
-#: 7-11 us). Short launches run as a programmatic dependent launch with the early trigger (the
-#: kernel waits for the previous one before its first load and lets the next PDL launch start
-#: early) and are compiled with ptxas -O1 (ptxas -O3 sinks the next K block's loads below this
-#: block's MMAs; at -O1 every load is issued first, 84 registers against 62: found offline with
-#: ``scripts/mma_gemv_offline.py --ptxas=-O1``). H200, fp8 layer stack at M = 1 / 8, same run
-#: (``scripts/bench_gemm_stack.py --variants default,o1,pdl,o1pdl``, twenty-second session, call a,
-#: docs/measurements/2026-12-03_session22_a_gemm_stack.log): both together N2112 K7168 8.78 ->
-#: 7.96 / 9.33 -> 8.15 us, N4096 K7168 11.12 -> 10.35 / 11.24 -> 10.40, N7168 K2048 7.17 -> 6.56 /
-#: 7.20 -> 6.61 (each alone gives about half); on the long launches both lose (N24576 K1536 11.85
-#: -> 13.42, N7168 K16384 30.64 -> 33.78: the extra registers cost occupancy over several waves).
+#: Weight bytes (codes and scales) up to which a launch counts as short: its launch, first DRAM
+#: round trip and tail are a large share of it. Short launches run as a programmatic dependent
+#: launch with the early trigger and are compiled with ptxas -O1 (at -O3 ptxas sinks the next K
+#: block's loads below this block's MMAs; at -O1 every load is issued first, 84 registers against
+#: 62). Both together were 7-11% faster on the short benchmark weights and slower on the long
+#: ones, where the extra registers cost occupancy over several waves (docs/gemm.md).
 SHORT_LAUNCH_BYTES = 32 << 20
-#: None: PDL on short launches (see ``SHORT_LAUNCH_BYTES``); True / False: on / off everywhere.
-PDL: bool | None = None
-TRIGGER = True
-#: Extra ptxas options. None: "-O1" on short launches, Triton's default (-O3) otherwise; a string
-#: is used everywhere ("" forces the default).
-PTXAS_OPTIONS: str | None = None
+
+
+class MmaGemvConfig(NamedTuple):
+    """Launch configuration of :func:`mma_gemv`.
+
+    ``rt`` row tiles of 16 a program (1 or 2), ``warps`` (a power of two) splitting K; ``decode``
+    (FP4 only): "f16" decodes each code straight to the fp16 bits of its value x 2^-14 by integer
+    ops and one ``prmt`` a pair, "e4m3" re-encodes it as an E4M3 byte (x 2^-6) and converts that
+    with ``cvt.rn.f16x2.e4m3x2`` -- bit-identical results; ``pdl``: a programmatic dependent launch
+    with the early trigger; ``ptxas``: extra ptxas options (None: Triton's -O3)."""
+
+    rt: int
+    warps: int
+    decode: str = "e4m3"
+    pdl: bool = False
+    ptxas: str | None = None
 
 
 def weight_bytes(n: int, k: int, fp4: bool) -> int:
@@ -594,35 +574,44 @@ def weight_bytes(n: int, k: int, fp4: bool) -> int:
     return n * k + 4 * (-(-n // 128)) * (k // 128)
 
 
-def launch_flags(n: int, k: int, fp4: bool) -> tuple[bool, str | None]:
-    """(PDL, ptxas options) of a launch over an [N, K] weight: the module switches where they are
-    set, else the short-launch rule of ``SHORT_LAUNCH_BYTES``."""
+def pick_config(n: int, k: int, m: int = 1, fp4: bool = True) -> MmaGemvConfig:
+    """The launch configuration for M rows against an [N, K] weight, from same-run sweeps on the
+    H200 (the five (N, K) of the benchmark at M = 1 and 16; docs/gemm.md):
+
+    * W: about four to seven K blocks per warp (W = 8 from 32 blocks, 4 from 16, else 2), best or
+      within 3% of the best everywhere; FP4 at K >= 12288 wants two row tiles, and half the warps
+      when it also has two column tiles.
+    * decode: "f16" from two column tiles (M > 8), where it measured 1-5% faster, else "e4m3"
+      (0-3% faster at M = 1).
+    * pdl / ptxas: a short launch (:data:`SHORT_LAUNCH_BYTES`) runs as a PDL launch built with
+      ptxas -O1."""
+    kb = k // 128
+    w = 8 if kb >= 32 else 4 if kb >= 16 else 2
+    rt = 1
+    if fp4 and kb >= 96:
+        rt = 2
+        if m > 8:
+            w = max(1, w // 2)
     short = weight_bytes(n, k, fp4) <= SHORT_LAUNCH_BYTES
-    pdl = short if PDL is None else PDL
-    ptxas = ("-O1" if short else None) if PTXAS_OPTIONS is None else (PTXAS_OPTIONS or None)
-    return pdl, ptxas
+    return MmaGemvConfig(rt, w, "f16" if m > 8 else "e4m3", short, "-O1" if short else None)
 
 
 def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, fp4: bool,
-             config: tuple[int, ...] | None = None, out: torch.Tensor | None = None,
-             decode: str | None = None) -> torch.Tensor:
-    """a e4m3 [M, K] (M <= 16, K % 128 == 0, contiguous), a_s [M, K/128] fp32 / e8m0 (contiguous);
+             config: MmaGemvConfig | tuple | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """a e4m3 [M, K] (M <= 64, K % 128 == 0, contiguous), a_s [M, K/128] fp32 / e8m0 (contiguous);
     b: FP8 e4m3 [N, K] with b_s [ceil(N/128), K/128], or (``fp4``) packed uint8 [N, K/2] with UE8M0
-    uint8 b_s [N, K/32], contiguous. Returns bf16 [M, N] (``out`` if given: every element is
-    written). ``config`` = (RT, W) overrides :func:`pick_mma_config`; ``decode`` the FP4 decode
-    ("f16" / "e4m3", see ``FP4_DECODE``; both give the same result)."""
+    uint8 b_s [N, K/32], contiguous; the int32 views of a, b and (FP4) b_s need 16-byte aligned
+    storage. Returns bf16 [M, N] (``out`` if given: every element is written). ``config``: a
+    :class:`MmaGemvConfig` (or its fields as a tuple; default :func:`pick_config`)."""
     m, k = a.shape
     n = b.shape[0]
-    if not 1 <= m <= MMA_MAX_M:
-        raise ValueError(f"mma_gemv serves 1 <= M <= {MMA_MAX_M}, got a of shape {tuple(a.shape)}")
-    if config is not None and len(config) != 2:
-        raise ValueError(f"mma_gemv config is (RT, W), got {config}")
-    rt, w = config if config is not None else pick_mma_config(n, k, m, fp4)
-    decode = decode or FP4_DECODE or ("f16" if m > 8 else "e4m3")
-    if decode not in FP4_RESULT_SCALE:
-        raise ValueError(f"mma_gemv decode must be one of {sorted(FP4_RESULT_SCALE)}, got {decode!r}")
-    if rt not in (1, 2) or w < 1 or w & (w - 1):
-        raise ValueError(f"mma_gemv config (RT, W) needs RT in (1, 2) and W a power of two, got {config}")
+    if not 1 <= m <= MAX_M:
+        raise ValueError(f"mma_gemv serves 1 <= M <= {MAX_M}, got a of shape {tuple(a.shape)}")
+    cfg = MmaGemvConfig(*config) if config is not None else pick_config(n, k, m, fp4)
+    if cfg.decode not in FP4_RESULT_SCALE:
+        raise ValueError(f"mma_gemv decode must be one of {sorted(FP4_RESULT_SCALE)}, got {cfg.decode!r}")
+    if cfg.rt not in (1, 2) or cfg.warps < 1 or cfg.warps & (cfg.warps - 1):
+        raise ValueError(f"mma_gemv config needs rt in (1, 2) and warps a power of two, got {tuple(cfg)}")
     c = torch.empty(m, n, dtype=torch.bfloat16, device=a.device) if out is None else out
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
     bs_e8m0 = b_s.dtype == torch.float8_e8m0fnu
@@ -633,34 +622,10 @@ def mma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     else:
         bs = b_s.view(torch.uint8) if bs_e8m0 else b_s
     asv = a_s.view(torch.uint8) if as_e8m0 else a_s
-    grid = (triton.cdiv(n, 16 * rt),)
-    pdl, ptxas = launch_flags(n, k, fp4)
-    _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4, SCALE=FP4_RESULT_SCALE[decode] if fp4 else 1.0,
-                           AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, RT=rt, NCT=-(-m // 8), W=w, INTERPRET=interpret_mode(),
-                           F16=decode == "f16", num_warps=w, num_stages=1,
-                           **launch_options(a.device, pdl, TRIGGER, ptxas))
+    grid = (triton.cdiv(n, 16 * cfg.rt),)
+    _mma_gemv_kernel[grid](a32, asv, b32, bs, c, m, n, k, FP4=fp4,
+                           SCALE=FP4_RESULT_SCALE[cfg.decode] if fp4 else 1.0, AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0,
+                           RT=cfg.rt, NCT=-(-m // 8), W=cfg.warps, INTERPRET=interpret_mode(),
+                           F16=cfg.decode == "f16", num_warps=cfg.warps, num_stages=1,
+                           **launch_options(a.device, cfg.pdl, cfg.pdl, cfg.ptxas))
     return c
-
-
-#: Whether the public fp8_gemm / fp4_gemm dispatch to :func:`mma_gemv` under the interpreter.
-#: Off: the interpreter emulates every MMA lane by lane (milliseconds per MMA), and the tiny
-#: model's interpreter self-test (tests/models/test_tiny.py), whose Linear layers run at decode
-#: sizes, took 254 s instead of seconds with it on. tests/ops/test_mma_gemv.py calls the kernel
-#: directly and turns this on to test the dispatch; on a GPU the dispatch is always live.
-INTERPRET_DISPATCH = False
-
-
-def mma_gemv_ok(a: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> bool:
-    """Whether :func:`mma_gemv` can take these operands: 1 <= M <= MMA_MAX_M, the int32 views
-    aligned, and on CUDA a GPU with E4M3 ``mma.sync`` (sm_89+); under the interpreter only when
-    ``INTERPRET_DISPATCH`` is set."""
-    if a.shape[0] > MMA_MAX_M or a.shape[0] == 0:
-        return False
-    if any(t.data_ptr() % 16 for t in (a, b, b_s)):
-        return False
-    if interpret_mode():
-        return INTERPRET_DISPATCH
-    return capability_at_least(a.device, (8, 9))
-
-
-__all__ = ["MMA_MAX_M", "mma_gemv", "mma_gemv_ok", "pick_mma_config"]

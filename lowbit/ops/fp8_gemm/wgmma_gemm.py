@@ -1,4 +1,5 @@
-"""Gluon (``triton.experimental.gluon``) kernels for the prefill band of ``fp8_gemm`` on sm_90.
+"""The async-wgmma GEMM of ``fp8_gemm`` on sm_90 (Gluon, ``triton.experimental.gluon``): the prefill
+band and, with 64 x 64 tiles, the M = 17..64 decode band (the route: ``dispatch.py``).
 
 ``C[M, N] bf16 = A[M, K] e4m3 @ B[N, K]^T e4m3`` with DeepSeek block scales: ``a_s [M, K/128]``
 (one per row and 128-wide K block) and ``b_s [ceil(N/128), K/128]`` (one per 128x128 block of B),
@@ -7,7 +8,7 @@ accumulator (two-level accumulation)::
 
     acc += dot(A[:, kb], B[:, kb]^T) * a_s[:, kb, None] * b_s[n_block, kb]
 
-Why Gluon: the plain-Triton kernel (``_fp8_gemm_tma_kernel``) lowers ``tl.dot`` to a wgmma that
+Why Gluon: the tiled ``tl.dot`` kernel (``tiled.py``) lowers ``tl.dot`` to a wgmma that
 each warpgroup waits for (``WARPGROUP.DEPBAR``) before its 64 scale FFMAs per thread, so the
 tensor cores idle during the scale accumulation (~150 of ~640 cycles per K block). Here each K
 block's wgmma is issued asynchronously into its own fp32 tile and retired with
@@ -50,12 +51,12 @@ Triton 3.6's shared-memory barrier analysis also puts a CTA barrier between cons
 operations (expect / TMA / wait: ``canSkipBarSync`` returns in 3.7), about 4 ``bar.sync`` per K
 block in this kernel; they cost issue slots, not tensor-core time, as wgmma kb+1 is queued.
 
-Persistence: one program per SM (``persistent=True``) walks tiles p, p + P, ... in grouped order
+Persistence: one program per SM walks tiles p, p + P, ... in grouped order
 (``GROUP_M`` row tiles share a weight tile in L2, as ``tile_coords``); its K blocks form one
 stream through the ring, so the refills of a tile's last blocks load the next tile's first ones
 and the epilogue (bf16 -> shared -> TMA store, not waited for until the buffer is reused)
-overlaps those loads. Needs NUM_STAGES <= K/128 (refills reach at most one tile ahead); else, or
-with ``persistent=False``, one program per tile.
+overlaps those loads. Needs NUM_STAGES <= K/128 (refills reach at most one tile ahead); else one
+program per tile.
 
 Warp-specialized variant (``warp_specialize=True``): a 1-warp producer partition issues all TMA
 loads (``ready`` / ``empty`` mbarrier pair per stage); the 8 consumer warps run the same wgmma /
@@ -69,9 +70,12 @@ layout.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 import triton
+
+from lowbit._backend import sm_count
 
 try:
     from triton.experimental import gluon
@@ -86,31 +90,19 @@ try:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from lowbit.ops._gluon_pdl import gdc_launch_dependents, gdc_wait
+    from lowbit.ops._gluon_pdl import gdc_wait
+    from lowbit.ops._gluon_wgmma import e8m0_decode
 
-    _GLUON_IMPORT_ERROR = None
-except Exception as e:  # noqa: BLE001 - any failure means "no gluon path"
-    _GLUON_IMPORT_ERROR = e
+    GLUON_ERROR = None
+except Exception as e:  # noqa: BLE001 - any failure means "no Gluon path"
+    GLUON_ERROR = e
 
-__all__ = ["fp8_gemm_gluon", "gluon_available"]
+__all__ = ["GLUON_ERROR", "WgmmaGemmConfig", "fp8_gemm_wgmma"]
 
 _BLOCK_K = 128  # the scale block along K: one wgmma group and one scale FMA per K block
 
 
-def gluon_available() -> bool:
-    """True when Gluon imports and the current CUDA device is sm_90 or newer."""
-    if _GLUON_IMPORT_ERROR is not None:
-        return False
-    try:
-        return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
-    except Exception:  # noqa: BLE001
-        return False
-
-
-if _GLUON_IMPORT_ERROR is None:
-    _F32_NAN_BITS = gl.constexpr(0x7FC00000)
-    _F32_2M127_BITS = gl.constexpr(0x00400000)  # 2^-127: UE8M0 byte 0 is an fp32 subnormal
-
+if GLUON_ERROR is None:
     @gluon.constexpr_function
     def _mma_layout(BLOCK_M, BLOCK_N, num_warps):
         """wgmma accumulator layout: warps stacked along M so each warpgroup owns
@@ -120,17 +112,10 @@ if _GLUON_IMPORT_ERROR is None:
         return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_N, 32])
 
     @gluon.jit
-    def _e8m0_decode(e):
-        """UE8M0 byte (int32 0..255) -> fp32 2^(e-127); 0 -> 2^-127 (subnormal), 255 -> NaN."""
-        bits = gl.where(e == 0, _F32_2M127_BITS, e << 23)
-        bits = gl.where(e == 255, _F32_NAN_BITS, bits)
-        return bits.to(gl.float32, bitcast=True)
-
-    @gluon.jit
     def _row_scales(p, mask, E8M0: gl.constexpr):
         """a_s of the tile's rows at pointers p ([BLOCK_M], rows >= M read as 1)."""
         if E8M0:
-            s = _e8m0_decode(gl.load(p, mask=mask, other=127).to(gl.int32))
+            s = e8m0_decode(gl.load(p, mask=mask, other=127).to(gl.int32))
         else:
             s = gl.load(p, mask=mask, other=1.0)
         return s
@@ -139,7 +124,7 @@ if _GLUON_IMPORT_ERROR is None:
     def _block_scale(p, E8M0: gl.constexpr):
         """The scalar b_s at p."""
         if E8M0:
-            s = _e8m0_decode(gl.load(p).to(gl.int32))
+            s = e8m0_decode(gl.load(p).to(gl.int32))
         else:
             s = gl.load(p)
         return s
@@ -265,7 +250,6 @@ if _GLUON_IMPORT_ERROR is None:
         a_desc, as_ptr, b_desc, bs_ptr, c_ptr, c_desc, M, N, n_kb,
         AS_E8M0: gl.constexpr, BS_E8M0: gl.constexpr, TMA_STORE: gl.constexpr,
         GROUP_M: gl.constexpr, NUM_STAGES: gl.constexpr, num_warps: gl.constexpr, PDL: gl.constexpr = False,
-        TRIGGER: gl.constexpr = False,
     ):
         """a_desc: TMA descriptor of A [M, K] e4m3, box [BLOCK_M, 128]; b_desc: B [N, K], box
         [BLOCK_N, 128]; as_ptr: a_s [M, n_kb]; bs_ptr: b_s [ceil(N/128), n_kb] (fp32, or UE8M0
@@ -276,7 +260,7 @@ if _GLUON_IMPORT_ERROR is None:
         each). Its K blocks form one stream through the ring, so the loads of the next tile's
         first blocks are in flight during this tile's last blocks and its epilogue. PDL (a launch
         with ``launch_pdl=True``): nothing global is touched before ``griddepcontrol.wait``
-        (lowbit/ops/_gluon_pdl.py); TRIGGER lets the next PDL kernel place its CTAs from then on."""
+        (lowbit/ops/_gluon_pdl.py)."""
         BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
         BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -292,8 +276,6 @@ if _GLUON_IMPORT_ERROR is None:
         n_my = (n_tiles - pid + n_prog - 1) // n_prog
         if PDL:
             gdc_wait()
-            if TRIGGER:
-                gdc_launch_dependents()
 
         a_bufs = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
         b_bufs = gl.allocate_shared_memory(b_desc.dtype, [NUM_STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
@@ -343,7 +325,7 @@ if _GLUON_IMPORT_ERROR is None:
             mbarrier.invalidate(bars.index(i))
 
 
-    # ------------------------------------------------------------------ warp-specialized variant
+    # warp-specialized form: a 1-warp TMA producer partition, the consumer warps as above
     @gluon.jit
     def _release(empty, g, NUM_STAGES: gl.constexpr, pred):
         """Block g has retired: hand its stage back to the producer. The barrier (over the consumer
@@ -485,21 +467,31 @@ if _GLUON_IMPORT_ERROR is None:
             mbarrier.invalidate(empty.index(i))
 
 
+class WgmmaGemmConfig(NamedTuple):
+    """Launch configuration of :func:`fp8_gemm_wgmma`.
+
+    ``block_m`` must be 16 * ``warps``; ``block_n`` must divide 128. ``warp_specialize``: the form
+    with a 1-warp TMA producer partition. ``pdl`` (single-partition form only): a programmatic
+    dependent launch, its start overlapping the previous kernel's tail (lowbit/ops/_gluon_pdl.py)."""
+
+    block_m: int = 128
+    block_n: int = 128
+    warps: int = 8
+    stages: int = 4
+    group_m: int = 16
+    warp_specialize: bool = False
+    pdl: bool = False
+
+
+_PRODUCER_REGS = 40  # registers of the warp-specialized form's 1-warp TMA producer
+
+
 @functools.lru_cache(maxsize=None)
 def _smem_layouts(block_m: int, block_n: int):
     a_l = gl.NVMMASharedLayout.get_default_for([block_m, _BLOCK_K], gl.float8e4nv)
     b_l = gl.NVMMASharedLayout.get_default_for([block_n, _BLOCK_K], gl.float8e4nv)
     c_l = gl.NVMMASharedLayout.get_default_for([block_m, block_n], gl.bfloat16)
     return a_l, b_l, c_l
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count_of(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def _sm_count(device: torch.device) -> int:
-    return _sm_count_of(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _scale_arg(s: torch.Tensor):
@@ -509,31 +501,20 @@ def _scale_arg(s: torch.Tensor):
     return s, s.dtype == torch.uint8
 
 
-def fp8_gemm_gluon(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor, *, block_m: int = 128,
-                   block_n: int = 128, stages: int = 4, group_m: int = 16, num_warps: int = 8,
-                   persistent: bool = True, warp_specialize: bool = False, producer_regs: int = 40,
-                   pdl: bool = False, trigger: bool = False,
-                   out: torch.Tensor | None = None) -> torch.Tensor:
-    """``C = A @ B^T`` (bf16 ``[M, N]``) with the Gluon async-wgmma kernel (sm_90+).
+def fp8_gemm_wgmma(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
+                   config: WgmmaGemmConfig = WgmmaGemmConfig(), out: torch.Tensor | None = None) -> torch.Tensor:
+    """``C = A @ B^T`` (bf16 ``[M, N]``) with the async-wgmma kernel (sm_90).
 
     a: e4m3 ``[M, K]``, a_s: ``[M, K/128]``; b: e4m3 ``[N, K]``, b_s: ``[ceil(N/128), K/128]``.
     Scales fp32 or UE8M0 (``torch.float8_e8m0fnu``). Inputs are assumed validated: contiguous,
-    16-byte aligned, K % 128 == 0, on one CUDA device. ``block_m`` must be 16 * ``num_warps``;
-    ``block_n`` must divide 128.
-
-    ``persistent``: one program per SM looping over tiles, so the next tile's loads overlap this
-    tile's tail and epilogue (the single-partition kernel needs stages <= K/128 for it, else it
-    runs one program per tile). ``warp_specialize``: the variant with a 1-warp TMA producer
-    partition (``producer_regs`` registers). ``pdl`` (single-partition kernel only): a
-    programmatic dependent launch, its start overlapping the previous kernel's tail
-    (lowbit/ops/_gluon_pdl.py); ``trigger`` (with ``pdl``; off by default) lets the next PDL kernel
-    place its CTAs as soon as every program has begun: on the H200 it was 1% faster at M = 64
-    N7168 K16384, 5% at N7168 K2048, but 9% slower at M = 40 N7168 K16384 (docs/gemm.md,
-    "Seventeenth session").
+    16-byte aligned, K % 128 == 0, on one CUDA device. The grid is persistent (one program per SM
+    looping over tiles, so the next tile's loads overlap this tile's tail and epilogue); the
+    single-partition form needs stages <= K/128 for that and otherwise runs one program per tile.
     ``out``: optional contiguous bf16 ``[M, N]`` to write (tests pre-fill it with NaN to catch
     unwritten elements); returned."""
-    if pdl and warp_specialize:
-        raise ValueError("fp8_gemm_gluon: pdl=True is for the single-partition kernel (warp_specialize=False)")
+    cfg = WgmmaGemmConfig(*config)
+    if cfg.pdl and cfg.warp_specialize:
+        raise ValueError("fp8_gemm_wgmma: pdl=True is for the single-partition kernel (warp_specialize=False)")
     m, k = a.shape
     n = b.shape[0]
     c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device) if out is None else out
@@ -541,24 +522,24 @@ def fp8_gemm_gluon(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         return c
     a_s, as_e8m0 = _scale_arg(a_s)
     b_s, bs_e8m0 = _scale_arg(b_s)
-    a_l, b_l, c_l = _smem_layouts(block_m, block_n)
-    a_desc = TensorDescriptor.from_tensor(a, [block_m, _BLOCK_K], a_l)
-    b_desc = TensorDescriptor.from_tensor(b, [block_n, _BLOCK_K], b_l)
+    a_l, b_l, c_l = _smem_layouts(cfg.block_m, cfg.block_n)
+    a_desc = TensorDescriptor.from_tensor(a, [cfg.block_m, _BLOCK_K], a_l)
+    b_desc = TensorDescriptor.from_tensor(b, [cfg.block_n, _BLOCK_K], b_l)
     # TMA store needs a 16-byte row pitch; otherwise the kernel stores with masks.
     tma_store = n % 8 == 0 and c.data_ptr() % 16 == 0
-    c_desc = TensorDescriptor.from_tensor(c, [block_m, block_n], c_l) if tma_store else None
+    c_desc = TensorDescriptor.from_tensor(c, [cfg.block_m, cfg.block_n], c_l) if tma_store else None
     n_kb = k // _BLOCK_K
-    tiles = triton.cdiv(m, block_m) * triton.cdiv(n, block_n)
-    meta = dict(AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, TMA_STORE=tma_store, GROUP_M=group_m, NUM_STAGES=stages,
-                num_warps=num_warps)
+    tiles = triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n)
+    meta = dict(AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, TMA_STORE=tma_store, GROUP_M=cfg.group_m, NUM_STAGES=cfg.stages,
+                num_warps=cfg.warps)
     args = (a_desc, a_s, b_desc, b_s, c, c_desc, m, n, n_kb)
-    if warp_specialize:
-        progs = min(tiles, _sm_count(a.device)) if persistent else tiles
-        _fp8_gemm_gluon_ws_kernel[(progs, )](*args, PRODUCER_REGS=producer_regs, **meta)
+    sms = sm_count(a.device, interpret=1)
+    if cfg.warp_specialize:
+        _fp8_gemm_gluon_ws_kernel[(min(tiles, sms), )](*args, PRODUCER_REGS=_PRODUCER_REGS, **meta)
     else:
         # The refill of the single-partition kernel reaches at most one tile ahead: stages <= n_kb.
-        progs = min(tiles, _sm_count(a.device)) if persistent and stages <= n_kb else tiles
-        if pdl:
-            meta.update(PDL=True, TRIGGER=trigger, launch_pdl=True)
+        progs = min(tiles, sms) if cfg.stages <= n_kb else tiles
+        if cfg.pdl:
+            meta.update(PDL=True, launch_pdl=True)
         _fp8_gemm_gluon_kernel[(progs, )](*args, **meta)
     return c

@@ -1,8 +1,8 @@
-"""``fp8_gemm`` at decode sizes (M <= 64) on Hopper's FP8 wgmma, both operands fed by TMA (Gluon):
-``C[M, N] bf16 = A[M, K] e4m3 (1x128 scales) @ B[N, K] e4m3 (128x128 scales)^T``.
+"""The FP8 wgmma GEMV of ``fp8_gemm`` on sm_90 (Gluon), both operands fed by TMA:
+``C[M, N] bf16 = A[M, K] e4m3 (1x128 scales) @ B[N, K] e4m3 (128x128 scales)^T`` for M <= 64.
 
-Why: at M <= 64 the GEMM is a weight stream (N K bytes; A is K M bytes, 64x less at M = 64). The
-Triton kernels (``triton.py``) load their tiles through the LSU and wait for every ``tl.dot``.
+Why: at small M the GEMM is a weight stream (N K bytes; A is K M bytes, 64x less at M = 64). The
+tiled kernels (``tiled.py``) load their tiles through the LSU and wait for every ``tl.dot``.
 Here, swap-AB:
 
 * a CTA owns R = 16 W weight rows (W = 4 or 8 warps: one or two warpgroups) and a K range of
@@ -10,35 +10,31 @@ Here, swap-AB:
   shared memory** and the activations' tile [NB, 128] (NB = M rounded up to 8 / 16 / 32 / 64) its
   B operand, both written by **TMA** into a ring of ``STAGES`` slots (no LSU instructions, no
   registers while in flight; rows past N or M arrive as zeros);
-* each block is one ``wgmma.m64nNBk32`` chain (K = 128) from a zero accumulator, then one FFMA an
-  element adds it to the fp32 accumulator times ``a_s[m, kb] * b_s[n / 128, kb]`` -- the
-  two-level accumulation of the Triton kernels. A CTA's rows lie in one 128-row scale block, so
-  that factor is a per-column vector, computed once per CTA for its whole K range in the
+* each block is one ``wgmma.m64nNBk32`` chain (K = 128) from a zero accumulator, waited for, then
+  one FFMA an element adds it to the fp32 accumulator times ``a_s[m, kb] * b_s[n / 128, kb]`` --
+  the two-level accumulation of the tiled kernels. A CTA's rows lie in one 128-row scale block,
+  so that factor is a per-column vector, computed once per CTA for its whole K range in the
   prologue (shared memory, ``[PER_SPLIT, NB]`` fp32);
 * ``SPLIT`` CTAs split the K blocks of a row tile so that small N still fills the GPU; their
   partials meet in the same launch, deterministically: the last CTA of a row tile to arrive at
-  an ``acq_rel`` counter adds them all in split order (the pattern of the FP4 GEMV,
-  ``lowbit/ops/fp4_gemm/gluon_wgmma_gemv.py``).
+  an ``acq_rel`` counter adds them all in split order (as the FP4 GEMV,
+  ``lowbit/ops/fp4_gemm/wgmma_gemv.py``).
 
-A 255 (NaN) UE8M0 scale byte makes its products NaN, as in the reference.
-
-Measured (H200, layer stack, docs/gemm.md "Fifteenth session"): equal to or faster than the
-Triton kernel and ``mma_gemv`` at M = 16 on the benchmark's five shapes, so ``fp8_gemm`` runs it
-at M = 9..16 (``triton.WGMMA_GEMV_M``); at M = 64 it is slower than the prefill kernel's 64 x 64
-schedule (40.9 against 36.4-37.2 us on N7168 K16384: with the split, the grid is not resident at
-once). Gluon does not run
-under ``TRITON_INTERPRET``: the kernel is tested on the GPU tier (tests/ops/test_fp8_wgmma_gemv.py);
-``scripts/fp8_wgmma_gemv_offline.py`` compiles it for sm_90 without a GPU.
+A 255 (NaN) UE8M0 scale byte makes its products NaN, as in the reference. Measured against the
+other decode kernels: docs/gemm.md. Gluon does not run under ``TRITON_INTERPRET``: the kernel is
+tested on the GPU tier (tests/ops/test_fp8_wgmma_gemv.py) and compiled for sm_90 without a GPU by
+``tests/sm90``.
 """
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 import triton
 
 from lowbit._backend import sm_count
-from lowbit.ops._arrival_counters import arrival_counters, counters_ready  # noqa: F401 - re-exported for the dispatch
+from lowbit.ops._arrival_counters import arrival_counters
 
 try:
     from triton.experimental import gluon
@@ -48,25 +44,22 @@ try:
         mbarrier,
         tma,
         warpgroup_mma,
-        warpgroup_mma_init,
         warpgroup_mma_wait,
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from lowbit.ops._gluon_pdl import gdc_launch_dependents, gdc_wait
-    from lowbit.ops._gluon_wgmma import acc_layout, split_k_epilogue
-    from lowbit.ops.fp8_gemm.gluon import _e8m0_decode
+    from lowbit.ops._gluon_wgmma import acc_layout, e8m0_decode, split_k_epilogue
 
-    _GLUON_IMPORT_ERROR = None
+    GLUON_ERROR = None
 except Exception as e:  # noqa: BLE001 - any failure means "no Gluon path"
-    _GLUON_IMPORT_ERROR = e
+    GLUON_ERROR = e
 
-__all__ = ["WGMMA_GEMV_MAX_M", "fp8_wgmma_gemv", "fp8_wgmma_gemv_ok", "pick_fp8_wgmma_gemv_config"]
+__all__ = ["GLUON_ERROR", "MAX_M", "WgmmaGemvConfig", "fp8_wgmma_gemv", "pick_config"]
 
 #: most activation rows one launch serves (the wgmma's N)
-WGMMA_GEMV_MAX_M = 64
+MAX_M = 64
 
-if _GLUON_IMPORT_ERROR is None:
+if GLUON_ERROR is None:
 
     @gluon.jit
     def _issue_block(w_desc, x_desc, w_bufs, x_bufs, bars, j, kb0, row0, STAGES: gl.constexpr, pred):
@@ -87,34 +80,14 @@ if _GLUON_IMPORT_ERROR is None:
         m = gl.expand_dims(gl.arange(0, NB, layout=gl.SliceLayout(0, sl)), 0)
         ok = (j < n_my) & (m < M)
         if AS_E8M0:
-            sa = _e8m0_decode(gl.load(as_ptr + m * KB + kb0 + j, mask=ok, other=127).to(gl.int32))
+            sa = e8m0_decode(gl.load(as_ptr + m * KB + kb0 + j, mask=ok, other=127).to(gl.int32))
         else:
             sa = gl.load(as_ptr + m * KB + kb0 + j, mask=ok, other=1.0)
         if BS_E8M0:
-            sb = _e8m0_decode(gl.load(bs_ptr + bs_row * KB + kb0 + j, mask=j < n_my, other=127).to(gl.int32))
+            sb = e8m0_decode(gl.load(bs_ptr + bs_row * KB + kb0 + j, mask=j < n_my, other=127).to(gl.int32))
         else:
             sb = gl.load(bs_ptr + bs_row * KB + kb0 + j, mask=j < n_my, other=1.0)
         sc_smem.store(gl.where(ok, sa * sb, 0.0))
-
-    @gluon.jit
-    def _issue_mma(w_bufs, x_bufs, bars, j, tile, use_acc, STAGES: gl.constexpr):
-        """Wait for block j's tiles and start its wgmma into ``tile``'s registers (``use_acc``,
-        false at run time, discards their value); returns the in-flight token."""
-        slot = j % STAGES
-        mbarrier.wait(bars.index(slot), (j // STAGES) & 1)
-        return warpgroup_mma(w_bufs.index(slot), x_bufs.index(slot).permute((1, 0)), tile, use_acc=use_acc,
-                             is_async=True)
-
-    @gluon.jit
-    def _retire(acc, d, sc, NUM_OUTSTANDING: gl.constexpr):
-        """Wait until at most NUM_OUTSTANDING wgmmas are in flight (``d``, the older, is done);
-        returns (acc + d * sc[None, :], d). The second, no-op wait on acc pins the FFMAs before the
-        next wgmma issue that reuses d's registers (else LLVM copies d and ptxas serializes every
-        wgmma: see ``gluon.py``)."""
-        d = warpgroup_mma_wait(num_outstanding=NUM_OUTSTANDING, deps=(d, ))
-        acc = acc + d * gl.expand_dims(sc, 0)
-        acc = warpgroup_mma_wait(num_outstanding=NUM_OUTSTANDING, deps=(acc, ))
-        return acc, d
 
     @gluon.jit
     def _refill(w_desc, x_desc, w_bufs, x_bufs, bars, j, kb0, row0, n_my, STAGES: gl.constexpr,
@@ -127,39 +100,10 @@ if _GLUON_IMPORT_ERROR is None:
                          pred & (j + STAGES < n_my))
 
     @gluon.jit
-    def _pipelined_sum(w_desc, x_desc, w_bufs, x_bufs, bars, sc_rows, kb0, row0, n_my, never, R: gl.constexpr,
-                       NB: gl.constexpr, mma: gl.constexpr, STAGES: gl.constexpr, PER_SPLIT: gl.constexpr):
-        """sum_j d_j * sc[j] over the CTA's blocks with block j + 1's wgmma in flight during block
-        j's FFMAs: the prefill kernel's schedule (``gluon.py``, ``_tile_product``) -- two register
-        tiles in fixed registers, the loop unrolled by two, tile A entering as a zero "block -1"
-        with scale 0, each wgmma naming the tile it overwrites with a run-time-false use_acc."""
-        col_l: gl.constexpr = gl.SliceLayout(0, mma)
-        acc = gl.zeros([R, NB], gl.float32, mma)
-        d_a = warpgroup_mma_init(gl.zeros([R, NB], gl.float32, mma))
-        tile_b = gl.zeros([R, NB], gl.float32, mma)
-        sc_a = gl.zeros([NB], gl.float32, col_l)
-        for i in range(0, n_my // 2):
-            j = 2 * i  # tile B: block j; tile A: block j - 1 (retired here), then j + 1
-            d_b = _issue_mma(w_bufs, x_bufs, bars, j, tile_b, never, STAGES)
-            acc, tile_a = _retire(acc, d_a, sc_a, 1)
-            _refill(w_desc, x_desc, w_bufs, x_bufs, bars, j - 1, kb0, row0, n_my, STAGES, PER_SPLIT, j > 0)
-            d_a = _issue_mma(w_bufs, x_bufs, bars, j + 1, tile_a, never, STAGES)
-            acc, tile_b = _retire(acc, d_b, sc_rows.index(j).load(col_l), 1)
-            _refill(w_desc, x_desc, w_bufs, x_bufs, bars, j, kb0, row0, n_my, STAGES, PER_SPLIT, True)
-            sc_a = sc_rows.index(j + 1).load(col_l)
-        if n_my % 2 == 1:  # tile A holds block n_my - 2 (or the zero stand-in); one block is left
-            d_b = _issue_mma(w_bufs, x_bufs, bars, n_my - 1, tile_b, never, STAGES)
-            acc, tile_a = _retire(acc, d_a, sc_a, 1)
-            acc, tile_b = _retire(acc, d_b, sc_rows.index(n_my - 1).load(col_l), 0)
-        else:
-            acc, tile_a = _retire(acc, d_a, sc_a, 0)
-        return acc
-
-    @gluon.jit
-    def _plain_sum(w_desc, x_desc, w_bufs, x_bufs, bars, sc_rows, kb0, row0, n_my, R: gl.constexpr,
+    def _block_sum(w_desc, x_desc, w_bufs, x_bufs, bars, sc_rows, kb0, row0, n_my, R: gl.constexpr,
                    NB: gl.constexpr, mma: gl.constexpr, STAGES: gl.constexpr, PER_SPLIT: gl.constexpr):
         """sum_j d_j * sc[j] over the CTA's blocks, each block's wgmma waited for before its FFMAs
-        (fewer registers than the pipelined schedule: other CTAs of the SM fill the gaps)."""
+        (few registers: other CTAs of the SM fill the gaps)."""
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
         acc = gl.zeros([R, NB], gl.float32, mma)
         zero = gl.zeros([R, NB], gl.float32, mma)
@@ -177,18 +121,14 @@ if _GLUON_IMPORT_ERROR is None:
     def _fp8_wgmma_gemv_kernel(w_desc, x_desc, as_ptr, bs_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, KB,
                                NB: gl.constexpr, PER_SPLIT: gl.constexpr, PER_ALLOC: gl.constexpr,
                                STAGES: gl.constexpr, SPLIT: gl.constexpr, AS_E8M0: gl.constexpr,
-                               BS_E8M0: gl.constexpr, W: gl.constexpr, PIPE: gl.constexpr,
-                               PDL: gl.constexpr = False, TRIGGER: gl.constexpr = False):
+                               BS_E8M0: gl.constexpr, W: gl.constexpr):
         """Program (row tile, split): weight rows R p .. R p + R - 1 (R = 16 W), K blocks [split *
         PER_SPLIT, min(+ PER_SPLIT, KB)). ``w_desc``: TMA descriptor of the weight e4m3 [N, K], box
         [R, 128]; ``x_desc``: of the activations e4m3 [M, K], box [NB, 128]; ``as_ptr``: [M, KB]
         fp32 (or UE8M0 bytes); ``bs_ptr``: [ceil(N / 128), KB] fp32 (or UE8M0 bytes); ``c_ptr``:
         bf16 [M, N]; ``ws_ptr``: fp32 [SPLIT, NB, N] partials and ``cnt_ptr``: int32 [N / R]
         arrival counters (zero between launches; SPLIT > 1 only). PER_ALLOC: PER_SPLIT rounded up to
-        a power of two (shared-memory shapes must be). PIPE: block j + 1's wgmma in flight during
-        block j's FFMAs (``_pipelined_sum``), else each block's wgmma is waited for. PDL (a launch
-        with ``launch_pdl=True``): nothing global is read or written before ``griddepcontrol.wait``
-        (lowbit/ops/_gluon_pdl.py); TRIGGER then lets the next PDL kernel place its CTAs."""
+        a power of two (shared-memory shapes must be)."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         row_l: gl.constexpr = gl.SliceLayout(1, mma)
@@ -209,22 +149,14 @@ if _GLUON_IMPORT_ERROR is None:
         for i in gl.static_range(STAGES):
             mbarrier.init(bars.index(i), count=1)
         fence_async_shared()  # barrier inits visible to the TMA unit before the first copy
-        if PDL:
-            gdc_wait()
-            if TRIGGER:
-                gdc_launch_dependents()
 
         for j in gl.static_range(STAGES):
             _issue_block(w_desc, x_desc, w_bufs, x_bufs, bars, j, kb0, row0, STAGES, j < n_my)
         _stage_scales(sc_smem, as_ptr, bs_ptr, M, KB, kb0, n_my, row0 // 128, PER_ALLOC, NB, W, AS_E8M0, BS_E8M0)
         gl.thread_barrier()  # the scales' stores before any warp reads them
 
-        if PIPE:
-            acc = _pipelined_sum(w_desc, x_desc, w_bufs, x_bufs, bars, sc_rows, kb0, row0, n_my, KB < 0, R, NB, mma,
-                                 STAGES, PER_SPLIT)
-        else:
-            acc = _plain_sum(w_desc, x_desc, w_bufs, x_bufs, bars, sc_rows, kb0, row0, n_my, R, NB, mma, STAGES,
-                             PER_SPLIT)
+        acc = _block_sum(w_desc, x_desc, w_bufs, x_bufs, bars, sc_rows, kb0, row0, n_my, R, NB, mma, STAGES,
+                         PER_SPLIT)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -234,48 +166,31 @@ if _GLUON_IMPORT_ERROR is None:
         split_k_epilogue(acc, c_ptr, ws_ptr, cnt_ptr, pid_n, pid_k, rows, cols, ok, N, NB, SPLIT)
 
 
-#: block j + 1's wgmma in flight during block j's FFMAs (``_pipelined_sum``). Off: within +-3% of the
-#: plain schedule on the M = 64 / 32 sweep (session 15 call c); the tensor work is not the bound
-PIPE = False
-#: ``maxnreg`` per (NB, W) (none: the compiler's choice)
-MAXNREG: dict = {}
-#: launch as a programmatic dependent launch (the CTAs placed while the previous kernel drains),
-#: with the early trigger where the grid has at most one CTA an SM (the FP4 GEMV's rule). Off: on
-#: the H200 it was within 0.2 us of the plain launch on all 15 layer-stack cases at M = 16 / 32 /
-#: 64 (twenty-third session, ``scripts/bench_gemm_stack.py --variants default,wgpdl``)
-PDL = False
+class WgmmaGemvConfig(NamedTuple):
+    """Launch configuration of :func:`fp8_wgmma_gemv`: a ring of ``stages`` K blocks, ``split`` CTAs
+    a row tile along K, ``warps`` (4 or 8) warps a CTA, 16 ``warps`` weight rows a CTA."""
+
+    stages: int
+    split: int
+    warps: int = 4
 
 
 def _nb(m: int) -> int:
+    """Activation rows of the TMA box and the wgmma's N: M rounded up to 8, 16, 32 or 64 (rows
+    past M arrive as zeros; a box much taller than M measured slower, docs/gemm.md)."""
     return max(8, triton.next_power_of_2(m))
 
 
-def pick_fp8_wgmma_gemv_config(n: int, k: int, m: int = 1, sms: int = 132) -> tuple[int, int, int]:
-    """(STAGES, SPLIT, W): 8 warps (128 rows a CTA) where that still gives the GPU a CTA an SM,
-    else 4; K split until the grid holds about two CTAs an SM, each with >= 8 blocks; a ring of 4
-    slots (fewer when the CTA has fewer blocks). Measured where it is used, M = 16 (and M = 1):
-    equal to or faster than the shipped paths on the five benchmark shapes; at M = 64 the split
-    leaves the grid not resident at once (docs/gemm.md, "Fifteenth session")."""
+def pick_config(n: int, k: int, m: int = 1, sms: int = 132) -> WgmmaGemvConfig:
+    """8 warps (128 rows a CTA) where that still gives the GPU a CTA an SM, else 4; K split until
+    the grid holds about two CTAs an SM, each with >= 8 blocks; a ring of 4 slots (fewer when the
+    CTA has fewer blocks). Measured where it is used (M = 9..16) and at M = 1 / 64: docs/gemm.md."""
     kb = k // 128
     w = 8 if -(-n // 128) >= sms // 2 else 4
     tiles = -(-n // (16 * w))
     split = max(1, min(-(-2 * sms // tiles), kb // 8))
     per = -(-kb // split)
-    return min(4, per), -(-kb // per), w
-
-
-def fp8_wgmma_gemv_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether :func:`fp8_wgmma_gemv` can run these operands: Gluon importable, CUDA sm_90,
-    1 <= M <= 64, contiguous 16-byte aligned a and b."""
-    if _GLUON_IMPORT_ERROR is not None or not a.is_cuda:
-        return False
-    if not 1 <= a.shape[0] <= WGMMA_GEMV_MAX_M or a.shape[1] % 128:
-        return False
-    if any(t.data_ptr() % 16 or not t.is_contiguous() for t in (a, b)):
-        return False
-    return torch.cuda.get_device_capability(a.device) == (9, 0)
-
-
+    return WgmmaGemvConfig(min(4, per), -(-kb // per), w)
 @functools.cache
 def _box_layouts(rows: int, nb: int):
     """Shared layouts of the TMA boxes (weights [rows, 128], activations [nb, 128]; 128-byte
@@ -285,27 +200,19 @@ def _box_layouts(rows: int, nb: int):
 
 
 def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor,
-                   config: tuple[int, ...] | None = None, out: torch.Tensor | None = None, pipe: bool | None = None,
-                   maxnreg: int | None = None, nb: int | None = None, pdl: bool | None = None,
-                   trigger: bool | None = None) -> torch.Tensor:
+                   config: WgmmaGemvConfig | tuple | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """a e4m3 [M, K] (1 <= M <= 64, K % 128 == 0, contiguous), a_s [M, K/128]; b e4m3 [N, K]
     (contiguous), b_s [ceil(N/128), K/128]; scales fp32 or float8_e8m0fnu. Returns bf16 [M, N]
-    (``out`` if given).
-    ``config`` = (STAGES, SPLIT[, W]) overrides :func:`pick_fp8_wgmma_gemv_config` (W: 4 or 8
-    warps, 16 W weight rows a CTA); ``pipe`` / ``maxnreg`` override ``PIPE`` / ``MAXNREG`` and ``nb``
-    the activation box's rows (8, 16, 32 or 64, >= M; rows past M arrive as TMA zero fill) -- for
-    tuning and probes. ``pdl`` (default :data:`PDL`): a programmatic dependent launch; ``trigger``
-    (default: with ``pdl`` when the grid has at most one CTA an SM) lets the next PDL kernel start
-    early. Both change the schedule only: the results are bit-identical.
-    Launches with SPLIT > 1 share a per-device counter buffer:
-    do not run two of them concurrently on different streams."""
-    if _GLUON_IMPORT_ERROR is not None:
-        raise RuntimeError(f"fp8_wgmma_gemv needs triton.experimental.gluon: {_GLUON_IMPORT_ERROR}")
+    (``out`` if given). ``config`` (a :class:`WgmmaGemvConfig` or its fields as a tuple; default
+    :func:`pick_config`). Launches with SPLIT > 1 share a per-device counter buffer: do not run
+    two of them concurrently on different streams."""
+    if GLUON_ERROR is not None:
+        raise RuntimeError(f"fp8_wgmma_gemv needs triton.experimental.gluon: {GLUON_ERROR}")
     m, k = a.shape
     n = b.shape[0]
     kb = k // 128
-    if not 1 <= m <= WGMMA_GEMV_MAX_M or k % 128:
-        raise ValueError(f"fp8_wgmma_gemv serves 1 <= M <= {WGMMA_GEMV_MAX_M} and K % 128 == 0, "
+    if not 1 <= m <= MAX_M or k % 128:
+        raise ValueError(f"fp8_wgmma_gemv serves 1 <= M <= {MAX_M} and K % 128 == 0, "
                          f"got a of shape {tuple(a.shape)}")
     if b.shape != (n, k) or a_s.shape != (m, kb) or b_s.shape != (-(-n // 128), kb):
         raise ValueError(f"fp8_wgmma_gemv needs b [N, K], a_s [M, K/128] and b_s [ceil(N/128), K/128] for "
@@ -313,18 +220,14 @@ def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     bad = [name for name, t in (("a", a), ("a_s", a_s), ("b", b), ("b_s", b_s)) if not t.is_contiguous()]
     if bad:
         raise ValueError(f"fp8_wgmma_gemv needs contiguous operands, got non-contiguous {', '.join(bad)}")
-    sms = sm_count(a.device, interpret=132)
-    cfg = tuple(config) if config is not None else pick_fp8_wgmma_gemv_config(n, k, m, sms)
-    stages, split, w = (cfg + (4,))[:3]
-    if stages < 1 or split < 1 or w not in (4, 8):
+    cfg = WgmmaGemvConfig(*config) if config is not None else pick_config(n, k, m, sm_count(a.device, interpret=132))
+    if cfg.stages < 1 or cfg.split < 1 or cfg.warps not in (4, 8):
         raise ValueError(f"fp8_wgmma_gemv config (STAGES, SPLIT[, W]) needs STAGES >= 1, SPLIT >= 1 and W in "
-                         f"(4, 8), got {config}")
-    per = -(-kb // split)
+                         f"(4, 8), got {tuple(cfg)}")
+    w = cfg.warps
+    per = -(-kb // cfg.split)
     split = -(-kb // per)  # no empty splits
-    if nb is None:
-        nb = _nb(m)
-    elif nb not in (8, 16, 32, 64) or nb < m:
-        raise ValueError(f"fp8_wgmma_gemv nb must be 8, 16, 32 or 64 and >= M = {m}, got {nb}")
+    nb = _nb(m)
     rows = 16 * w
     if out is not None and (out.shape != (m, n) or out.dtype != torch.bfloat16 or not out.is_contiguous()
                             or out.device != a.device):
@@ -343,19 +246,8 @@ def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
         cnt = c
     as_e8m0 = a_s.dtype == torch.float8_e8m0fnu
     bs_e8m0 = b_s.dtype == torch.float8_e8m0fnu
-    pipe = PIPE if pipe is None else pipe
-    cap = MAXNREG.get((nb, w)) if maxnreg is None else maxnreg
-    # the pipelined schedule issues block j + 1 before block j's slot is refilled: it needs two slots
-    ring = min(max(stages, 2) if pipe else stages, per)
-    pdl = PDL if pdl is None else pdl
-    if trigger is None:
-        trigger = tiles * split <= sms
-    launch = {"maxnreg": cap} if cap else {}
-    if pdl:
-        launch["launch_pdl"] = True
     _fp8_wgmma_gemv_kernel[(tiles, split)](
         w_desc, x_desc, a_s.view(torch.uint8) if as_e8m0 else a_s, b_s.view(torch.uint8) if bs_e8m0 else b_s, c,
-        ws, cnt, m, n, kb, NB=nb, PER_SPLIT=per, PER_ALLOC=triton.next_power_of_2(per), STAGES=ring,
-        SPLIT=split, AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w, PIPE=pipe, PDL=pdl, TRIGGER=pdl and trigger,
-        num_warps=w, **launch)
+        ws, cnt, m, n, kb, NB=nb, PER_SPLIT=per, PER_ALLOC=triton.next_power_of_2(per), STAGES=min(cfg.stages, per),
+        SPLIT=split, AS_E8M0=as_e8m0, BS_E8M0=bs_e8m0, W=w, num_warps=w)
     return c
