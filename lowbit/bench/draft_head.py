@@ -7,8 +7,8 @@ Impls, all timed in this run on the same inputs:
 
 * ``lowbit int{2,4,8} fast|certified argmax|top16`` — :class:`lowbit.DraftHead`, timed by
   CUDA-graph replay (both modes are capturable on dense heads, which is how a drafter runs them;
-  certified also eagerly: ``extra["eager_us"]``, host launch cost included; until the eighth
-  session certified was timed eagerly only, it had a host sync). Certified set sizes depend on the data:
+  certified also eagerly: ``extra["eager_us"]``, host launch cost included). Certified set sizes
+  depend on the data:
   random heads have flat logit tails (sets of ~30-120 tokens at INT8), real heads far smaller;
   INT2 / INT4 certified sets on random data overflow the cap, so those rows fall back to exact
   scoring (reported in ``extra["fallback_rate"]``).
