@@ -2,23 +2,19 @@
 cannot run (Gluon) or runs only through an emulation (inline PTX such as ``mma.sync``, whose
 operand constraints only ptxas checks).
 
-Each case runs one of the repository's offline compile scripts (``scripts/*_offline.py``) in a
-subprocess -- ``TRITON_INTERPRET`` must be unset before Triton is imported, and the test session
+Each case runs one of the offline compile checks in ``tests/sm90/`` (``python -m tests.sm90.<module>``)
+in a subprocess -- ``TRITON_INTERPRET`` must be unset before Triton is imported, and the test session
 has it set -- and fails on a non-zero exit or a "FAILED" line. The coarse pass is compiled from
-the launches its dispatch actually makes (``coarse_wgmma_offline.py --dispatch``: every M band of
-INT2 and INT4 as shipped, the tuning overrides and the prepared switches), the FP4 / FP8 decode
-GEMVs from their launchers and the FP8 prefill / decode-band kernels from ``fp8_gemm``'s dispatch on
-the benchmark shapes (``--dispatch``: their own config picks, split-K included), the certified
-head's coarse passes, selection / rescoring / fallback and fused argmax as dispatched
-(``certified_offline.py --dispatch``), the fast mode's
-Triton kernels around the coarse pass as their launchers launch them (``fast_tail_offline.py``:
-x preparation, selection, rerank, each as a programmatic dependent launch), the gathered
-projection's, sparse attention's, the Sinkhorn split's and the activation quantizers' kernels as
-their public ops launch them on the benchmark shapes (``ops_dispatch_offline.py``), the tuning scripts'
-candidate sets (``tune_gemm.py``, ``tune_act_quant.py``, ``tune_sparse_decode.py --compile-only``); the scripts compile their lists of configurations too, and the INT2 ring probe
-(``probe_coarse_ring.py --compile-only``) its kernels, so a device session does not find it
-stale. Timing and occupancy are the H200 tier's business; here only that it compiles, with its
-tensor-core instructions."""
+the launches its dispatch actually makes (``coarse_wgmma --dispatch``: every M band of INT2 and
+INT4 as shipped), the FP4 / FP8 decode GEMVs from their launchers and the FP8 prefill / decode-band
+kernels from ``fp8_gemm``'s dispatch on the benchmark shapes (``--dispatch``: their own config
+picks, split-K included), the certified head's coarse passes, selection / rescoring / fallback and
+fused argmax as dispatched (``certified_head --dispatch``), the fast mode's Triton kernels around
+the coarse pass as their launchers launch them (``fast_tail``: x preparation, selection, rerank,
+each as a programmatic dependent launch), and the gathered projection's, sparse attention's, the
+Sinkhorn split's and the activation quantizers' kernels as their public ops launch them on the
+benchmark shapes (``ops_dispatch``). Timing and occupancy are the GPU tier's business; here only
+that it compiles, with its tensor-core instructions."""
 from __future__ import annotations
 
 import os
@@ -30,30 +26,24 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# (script, arguments, an opcode each compiled configuration's report line must show, or None)
+# (module under tests/sm90, arguments, an opcode each compiled configuration's report line must show, or None)
 CASES = [
-    ("coarse_wgmma_offline.py", ["--dispatch"], "IGMMA yes"),
-    ("probe_coarse_ring.py", ["--compile-only", "--ms", "1,16"], "REG:"),  # the device probe of the INT2 ring
-    ("fp4_wgmma_gemv_offline.py", [], None),
-    ("fp4_wgmma_gemv_offline.py", ["--dispatch"], "QGMMA yes"),  # what its launcher picks, split-K included
-    ("fp8_wgmma_gemv_offline.py", [], None),
-    ("fp8_wgmma_gemv_offline.py", ["--dispatch"], "QGMMA yes"),
-    ("gluon_fp8_offline.py", [], None),
-    ("gluon_fp8_offline.py", ["--dispatch"], "QGMMA yes"),  # fp8_gemm's own choice: decode band and prefill
-    ("coarse_mma_offline.py", [], "HMMA"),
-    ("certified_offline.py", [], None),
-    ("certified_offline.py", ["--dispatch"], "REG:"),  # the certified head's launches as dispatched
-    ("mma_gemv_offline.py", [], None),
-    ("gathered_mma_offline.py", [], None),
-    ("fp4_expand_offline.py", [], None),
-    ("fast_tail_offline.py", [], "ACQBULK yes"),  # the fast path's x preparation, selection, rerank (PDL)
+    ("coarse_wgmma", ["--dispatch"], "IGMMA yes"),
+    ("fp4_wgmma_gemv", [], None),
+    ("fp4_wgmma_gemv", ["--dispatch"], "QGMMA yes"),  # what its launcher picks, split-K included
+    ("fp8_wgmma_gemv", [], None),
+    ("fp8_wgmma_gemv", ["--dispatch"], "QGMMA yes"),
+    ("fp8_gemm_gluon", [], None),
+    ("fp8_gemm_gluon", ["--dispatch"], "QGMMA yes"),  # fp8_gemm's own choice: decode band and prefill
+    ("coarse_mma", [], "HMMA"),
+    ("certified_head", [], None),
+    ("certified_head", ["--dispatch"], "REG:"),  # the certified head's launches as dispatched
+    ("mma_gemv", [], None),
+    ("gathered_mma", [], None),
+    ("fp4_expand", [], None),
+    ("fast_tail", [], "ACQBULK yes"),  # the fast path's x preparation, selection, rerank (PDL)
     # gathered, sparse attention, Sinkhorn, act_quant: what their public ops launch on the benchmark shapes
-    ("ops_dispatch_offline.py", [], "REG:"),
-    # the tuning scripts' candidate sets (the shipped configurations among them); tune_sinkhorn.py
-    # --compile-only is left out: 3.5 minutes on 2 cores for one small kernel
-    ("tune_gemm.py", ["--compile-only"], None),
-    ("tune_act_quant.py", ["--compile-only"], None),
-    ("tune_sparse_decode.py", ["--compile-only"], None),
+    ("ops_dispatch", [], "REG:"),
 ]
 
 
@@ -65,27 +55,27 @@ def _ptxas_or_skip():
 
 
 def _case_id(case) -> str:
-    script, args, _ = case
-    return script.removesuffix(".py").removesuffix("_offline") + ("_dispatch" if "--dispatch" in args else "")
+    module, args, _ = case
+    return module + ("_dispatch" if "--dispatch" in args else "")
 
 
-def test_cases_name_existing_scripts():
-    """Every case's script exists (a renamed script would otherwise fail only as a subprocess)."""
-    assert all((ROOT / "scripts" / script).exists() for script, _, _ in CASES)
+def test_cases_name_existing_modules():
+    """Every case's module exists (a renamed module would otherwise fail only as a subprocess)."""
+    assert all((ROOT / "tests" / "sm90" / f"{module}.py").exists() for module, _, _ in CASES)
 
 
-@pytest.mark.parametrize("script,args,marker", CASES, ids=[_case_id(c) for c in CASES])
-def test_offline_sm90_compile(script, args, marker):
-    """The script compiles every configuration it lists for sm_90: exit 0, no "FAILED" line, some
-    output (a script that compiled nothing would pass silently otherwise)."""
+@pytest.mark.parametrize("module,args,marker", CASES, ids=[_case_id(c) for c in CASES])
+def test_offline_sm90_compile(module, args, marker):
+    """The module compiles every configuration it lists for sm_90: exit 0, no "FAILED" line, some
+    output (a check that compiled nothing would pass silently otherwise)."""
     _ptxas_or_skip()
-    if script in ("coarse_wgmma_offline.py", "probe_coarse_ring.py"):
+    if module == "coarse_wgmma":
         from lowbit.ops.coarse_head import gluon_wgmma as g
 
         if g._GLUON_IMPORT_ERROR is not None:
             pytest.skip(f"triton.experimental.gluon is not available: {g._GLUON_IMPORT_ERROR}")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], cwd=ROOT, env=env,
+    run = subprocess.run([sys.executable, "-m", f"tests.sm90.{module}", *args], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=1200)
     out = run.stdout + run.stderr[-4000:]
     assert run.returncode == 0, out

@@ -2,14 +2,14 @@
 accepts but the sm_90 compiler might reject) and report registers / spills (and, for the fused
 argmax, its GPU-wide fences: one is the ticket).
 
-    python scripts/certified_offline.py [--k 576] [--n 49152] [--kout 1,16,64]
-    python scripts/certified_offline.py --dispatch
+    python -m tests.sm90.certified_head [--k 576] [--n 49152] [--kout 1,16,64]
+    python -m tests.sm90.certified_head --dispatch
 
 ``--dispatch`` compiles instead what the certified head's launchers launch (the coarse pass as
 ``coarse_head`` dispatches it -- the tensor-core pass up to ``MMA_MAX_M_CERTIFIED``, the fp32 band
 kernels beyond and for the statistical bound and the native FP8 / NVFP4 rows --, then
 ``certified_select_rerank`` for k = 1 / 16 / 64 and ``fused_argmax`` from ``FUSED_ARGMAX_MIN_M``),
-recorded on CPU stand-ins (``sm90_offline.record_launches``) for the benchmark's heads and every M
+recorded on CPU stand-ins (``compiler.record_launches``) for the benchmark's heads and every M
 band, each distinct launch once.
 
 Kernels: ``certified._certified_tail_kernel`` (the fused certify + rescore + fallback launch),
@@ -26,11 +26,9 @@ import os
 import sys
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import (compile_recorded, compile_sm90, distinct_launches, record_launches,  # noqa: E402
-                          resource_usage, root_cause, sass_opcodes)
+from tests.sm90.compiler import (compile_recorded, compile_sm90, distinct_launches, record_launches,  # noqa: E402
+                                resource_usage, root_cause, sass_opcodes)
 
 TYPES = {  # argument name -> Triton type (bf16 x / weight)
     "ck_ptr": "*fp32", "clb_ptr": "*fp32", "ci_ptr": "*i64", "blb_ptr": "*fp32", "brest_ptr": "*fp32",

@@ -2,7 +2,7 @@
 without a GPU and report what decides its speed: registers / spills (and so programs per SM and
 waves over a 124160-token head), and the SASS instructions of the K-step loop per code.
 
-    python scripts/coarse_mma_offline.py [--bits 2,4,8] [--nct 1,2] [--prefetch 0,1] [--bound 0,1] [--maxnreg N] [--ptxas=-O1]
+    python -m tests.sm90.coarse_mma [--bits 2,4,8] [--nct 1,2] [--prefetch 0,1] [--bound 0,1] [--maxnreg N] [--ptxas=-O1]
 
 Per (bits, column tiles, prefetch): ``REG / STACK / LOCAL`` of the cubin (with the launcher's
 ``maxnreg`` cap unless ``--maxnreg`` overrides it: 0 = none), programs of 4 warps per SM that the
@@ -18,10 +18,8 @@ import re
 import sys
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import compile_sm90, cuobjdump, loop_body, resource_usage, root_cause, sass_lines  # noqa: E402
+from tests.sm90.compiler import compile_sm90, cuobjdump, loop_body, resource_usage, root_cause, sass_lines  # noqa: E402
 
 N, K, G, BLOCK = 124160, 5120, 64, 128
 SMS = 132

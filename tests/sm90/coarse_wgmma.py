@@ -2,7 +2,7 @@
 a GPU and report per config: registers / spills / shared memory, the SASS opcode counts of
 the stage loop and ptxas's performance notes (a serialized wgmma chain shows as C7513).
 
-Run from the repository root: ``python scripts/coarse_wgmma_offline.py [--dump DIR]``.
+Run from the repository root: ``python -m tests.sm90.coarse_wgmma [--dump DIR]``.
 """
 from __future__ import annotations
 
@@ -12,11 +12,9 @@ import sys
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import (compile_gluon_sm90, compile_recorded, loop_report, ptxas_notes,  # noqa: E402
-                          record_launches)
+from tests.sm90.compiler import (compile_gluon_sm90, compile_recorded, loop_report, ptxas_notes,  # noqa: E402
+                                record_launches)
 
 
 def k_loop(lines):
@@ -59,7 +57,7 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
     (2, 32, 128, 4, 8, False, False, 1, 64, "wsx"),
     (2, 8, 128, 3, 8, False, False, 2, 64, "wsx"),  # two 64-byte chunks a stage (WS_CHUNKS)
     (2, 16, 128, 3, 8, False, False, 2, 64, "wsx"),
-    (2, 16, 128, 4, 8, False, False, 1, 80, "wsx"),  # the shipped configs (session 25)
+    (2, 16, 128, 4, 8, False, False, 1, 80, "wsx"),  # the shipped configs
     (2, 32, 128, 4, 8, False, False, 1, 80, "wsx"),
     (2, 64, 128, 3, 8, False, False, 1, None, "tx"),  # single-partition whole-row loop, x side by side
     (4, 8, 128, 4, 8, False, False, 1, 80, "wsg"),  # per group, warp-specialized (MAXNREG_WS_GROUP)
@@ -67,7 +65,7 @@ CONFIGS = (  # (bits, NB, block, STAGES, KCAND, PIPE, MAGIC, CH, maxnreg, TABLE)
     (4, 32, 128, 4, 8, False, False, 1, 80, "wsg"),
     (4, 64, 128, 3, 8, False, False, 1, 80, "wsg"),
     (2, 8, 128, 4, 8, False, False, 1, 80, "wsg"),
-    (2, 8, 128, 4, 8, False, False, 1, 56, "wsx"),  # three CTAs an SM (session 28: MAXNREG_WS 8 / 16,
+    (2, 8, 128, 4, 8, False, False, 1, 56, "wsx"),  # three CTAs an SM (MAXNREG_WS 8 / 16,
     (2, 16, 128, 4, 8, False, False, 1, 56, "wsx"),  # MAXNREG_WS_GROUP 16)
     (4, 16, 128, 4, 8, False, False, 1, 56, "wsg"),
     (2, 8, 128, 4, 8, False, False, 1, 64, "wsxr"),  # x resident (X_RESIDENT)

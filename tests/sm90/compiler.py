@@ -1,9 +1,9 @@
 """Compile Triton kernels for sm_90 on a machine without a GPU, and read the cubin back.
 
-Shared by the ``--compile-only`` modes of the tuning scripts (``tune_gemm.py``,
-``tune_act_quant.py``, ``tune_sinkhorn.py``, ``tune_sparse_decode.py``): they catch what the
-interpreter accepts but the sm_90 compiler rejects, and report registers / spills before a GPU
-session. ``TRITON_INTERPRET`` must be unset before Triton is imported (``compile_sm90`` drops it).
+Shared by the offline compile checks in this folder (``tests/ops/test_sm90_offline_compile.py``
+runs them): they catch what the interpreter accepts but the sm_90 compiler rejects, and report
+registers / spills. ``TRITON_INTERPRET`` must be unset before Triton is imported (``compile_sm90``
+drops it).
 """
 from __future__ import annotations
 

@@ -3,11 +3,11 @@ the x preparation (``coarse_head/x_int8.py``), the selection and the exact reran
 (``coarse_head/select.py``), as their launchers launch them on the H200 -- programmatic dependent
 launches with their triggers, the bitonic selection over the pass's candidates, one or four picks a
 rerank program -- at every M band of the 124160 x 5120 benchmark head (and SmolLM2's 49152 x 576).
-The launchers run on CPU stand-ins with their kernels recorded (``sm90_offline.record_launches``);
+The launchers run on CPU stand-ins with their kernels recorded (``compiler.record_launches``);
 the interpreter tier runs these kernels in CI, but only ptxas sees their inline PTX
 (``mul.rn.f32``, ``griddepcontrol``) and the int64 ``tl.topk`` as sm_90 code.
 
-Run from the repository root: ``python scripts/fast_tail_offline.py`` (exit 1 on a failure).
+Run from the repository root: ``python -m tests.sm90.fast_tail`` (exit 1 on a failure).
 """
 from __future__ import annotations
 
@@ -16,10 +16,8 @@ import sys
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import compile_recorded, record_launches  # noqa: E402
+from tests.sm90.compiler import compile_recorded, record_launches  # noqa: E402
 
 #: (N, K) of the heads; M of every band; the fast mode's defaults (kcand 8, rerank 32, block 128)
 HEADS = ((124160, 5120), (49152, 576))

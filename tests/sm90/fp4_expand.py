@@ -2,7 +2,7 @@
 a GPU: registers, shared memory, SASS instructions a thread and its memory instructions, for the
 per-code path, the word-parallel (SWAR) path alone, and the shipped kernel (both branches).
 
-    python3 scripts/fp4_expand_offline.py [--warps 4,8]
+    python -m tests.sm90.fp4_expand [--warps 4,8]
 
 The kernel is bound by its instruction count (H200: 1752 a thread for a 128 x 128 tile at 8 warps,
 ~158 us on N7168 K16384 -- about what 132 SMs issue in that time), so fewer instructions a tile is
@@ -18,11 +18,9 @@ import re
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 
-from scripts.sm90_offline import compile_sm90, resource_usage, sass_opcodes  # noqa: E402
+from tests.sm90.compiler import compile_sm90, resource_usage, sass_opcodes  # noqa: E402
 
 SIG = {"b_ptr": "*u8", "b32_ptr": "*i32", "bs_ptr": "*u8", "q_ptr": "*u8", "q32_ptr": "*i32", "qs_ptr": "*fp32",
        "bad_ptr": "*i32", "N": "i32", "K": "i32", "FAR": "constexpr", "SWAR_MAX": "constexpr", "USE_SWAR": "constexpr"}
@@ -31,7 +29,9 @@ SIG = {"b_ptr": "*u8", "b32_ptr": "*i32", "bs_ptr": "*u8", "q_ptr": "*u8", "q32_
 def _swar_only_module():
     """A copy of expand.py whose kernel takes the word-parallel branch unconditionally (so the other
     branch is not compiled), to count that branch alone."""
-    src = open(os.path.join(ROOT, "lowbit", "ops", "fp4_gemm", "expand.py")).read()
+    from lowbit.ops.fp4_gemm import expand
+
+    src = open(expand.__file__).read()
     src = src.replace("    if USE_SWAR and spread <= SWAR_MAX:", "    if USE_SWAR:")
     assert "    if USE_SWAR:\n        # the tile as" in src, "expand.py changed: update this script"
     d = tempfile.mkdtemp()

@@ -2,7 +2,7 @@
 a GPU and report per config: registers / spills / shared memory, ptxas's wgmma notes, and the
 SASS opcode counts of one stage (the K loop), per 64 x 128 block.
 
-Run from the repository root: ``python scripts/fp4_wgmma_gemv_offline.py [--dump DIR]``.
+Run from the repository root: ``python -m tests.sm90.fp4_wgmma_gemv [--dump DIR]``.
 """
 from __future__ import annotations
 
@@ -12,11 +12,9 @@ import sys
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gluon_fp8_offline import ptxas_notes  # noqa: E402
-from sm90_offline import compile_gluon_sm90, loop_report, qgmma_loop  # noqa: E402
+from tests.sm90.fp8_gemm_gluon import ptxas_notes  # noqa: E402
+from tests.sm90.compiler import compile_gluon_sm90, loop_report, qgmma_loop  # noqa: E402
 
 CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, PIPE, a_s e8m0[, LDSM_AHEAD (default True)[, X_FIRST]])
     (16, 24576, 1536, 2, 1, 4, False, False),
@@ -33,7 +31,7 @@ CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, PIPE, a_s e8m0[, LDSM_AHEAD (default 
     (16, 4096, 7168, 3, 7, 4, True, True),
     (16, 7168, 16384, 3, 16, 4, False, False),
 )
-#: the wgmma's N = 32 (M = 17..32), prepared in the twenty-second session: ``--wide``
+#: the wgmma's N = 32 (M = 17..32): ``--wide``
 WIDE_CONFIGS = (
     (32, 7168, 2048, 2, 1, 4, False, False, True, True),
     (32, 24576, 1536, 2, 1, 4, False, False, True, True),
@@ -73,11 +71,11 @@ def check_dispatch(ms=(1, 8, 16, 32)) -> int:
     """Compile, for sm_90 and without a GPU, the launches ``fp4_wgmma_gemv`` itself makes (its own
     config pick, split-K by the arrival counter, PDL and trigger defaults) at these M on the
     benchmark's decode shapes, with fp32 and with UE8M0 activation scales, on a 132-SM GPU
-    (``sm90_offline.decode_gemv_launches``). One line each; the count of failures."""
+    (``compiler.decode_gemv_launches``). One line each; the count of failures."""
     import torch
 
     from lowbit.ops.fp4_gemm import gluon_wgmma_gemv as g
-    from sm90_offline import compile_recorded, decode_gemv_launches
+    from tests.sm90.compiler import compile_recorded, decode_gemv_launches
 
     def operands(m, n, k, e8m0):
         return (torch.empty((m, k), dtype=torch.float8_e4m3fn),

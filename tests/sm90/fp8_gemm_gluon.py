@@ -10,10 +10,10 @@ holds: every run of scale FFMAs (one K block) comes after the wgmma issue of the
 (QGMMA) and a ``WARPGROUP.DEPBAR.LE 1`` that retires its own block, and no ``DEPBAR.LE 0``
 drains the tensor cores inside the loop. Exit status 1 if any config fails.
 
-Compiled like ``sm90_offline.compile_sm90`` but from a ``GluonASTSource``; the signature comes
+Compiled like ``compiler.compile_sm90`` but from a ``GluonASTSource``; the signature comes
 from the JIT's own specializer applied to CPU stand-ins of the launch arguments.
 
-Run from the repository root: ``python scripts/gluon_fp8_offline.py [--verbose] [--dump DIR]``.
+Run from the repository root: ``python -m tests.sm90.fp8_gemm_gluon [--verbose] [--dump DIR]``.
 """
 from __future__ import annotations
 
@@ -27,10 +27,8 @@ import time
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import cuobjdump, resource_usage, root_cause, sass_lines, sass_opcodes  # noqa: E402
+from tests.sm90.compiler import cuobjdump, resource_usage, root_cause, sass_lines, sass_opcodes  # noqa: E402
 
 # (name, constexpr / launcher overrides)
 CONFIGS = (
@@ -222,7 +220,7 @@ def check_dispatch(ms=(17, 32, 40, 64, 512, 4096)) -> int:
 
     from lowbit.ops.fp8_gemm import gluon as gmod
     from lowbit.ops.fp8_gemm import triton as tmod
-    from sm90_offline import DECODE_SHAPES, compile_recorded, record_launches
+    from tests.sm90.compiler import DECODE_SHAPES, compile_recorded, record_launches
 
     kernels = [(gmod, "_fp8_gemm_gluon_kernel"), (gmod, "_fp8_gemm_gluon_ws_kernel")]
     patches = [(tmod, "_props", lambda device: (132, 9)), (tmod, "_gluon_eligible", lambda a, b: True),

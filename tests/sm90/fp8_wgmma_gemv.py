@@ -2,7 +2,7 @@
 GPU and report per config: registers / spills / shared memory, ptxas's wgmma notes and the SASS
 opcode counts of the K loop.
 
-Run from the repository root: ``python scripts/fp8_wgmma_gemv_offline.py [--dump DIR]``.
+Run from the repository root: ``python -m tests.sm90.fp8_wgmma_gemv [--dump DIR]``.
 """
 from __future__ import annotations
 
@@ -12,11 +12,9 @@ import sys
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gluon_fp8_offline import ptxas_notes  # noqa: E402
-from sm90_offline import compile_gluon_sm90, loop_report, qgmma_loop  # noqa: E402
+from tests.sm90.fp8_gemm_gluon import ptxas_notes  # noqa: E402
+from tests.sm90.compiler import compile_gluon_sm90, loop_report, qgmma_loop  # noqa: E402
 
 CONFIGS = (  # (M, N, K, STAGES, SPLIT, W, a_s e8m0, b_s e8m0, PIPE)
     (64, 7168, 16384, 4, 4, 8, False, False, False),
@@ -58,12 +56,12 @@ def compile_sm90(m, n, k, stages, split, w, as_e8m0, bs_e8m0, pipe, pdl=False):
 def check_dispatch(ms=(1, 8, 16, 32, 64)) -> int:
     """Compile, for sm_90 and without a GPU, the launches ``fp8_wgmma_gemv`` itself makes (its own
     config pick, PDL and trigger defaults) at these M on the benchmark's decode shapes, with fp32
-    and with UE8M0 scales (``sm90_offline.decode_gemv_launches``). One line each; the count of
+    and with UE8M0 scales (``compiler.decode_gemv_launches``). One line each; the count of
     failures."""
     import torch
 
     from lowbit.ops.fp8_gemm import gluon_wgmma_gemv as g
-    from sm90_offline import compile_recorded, decode_gemv_launches
+    from tests.sm90.compiler import compile_recorded, decode_gemv_launches
 
     def operands(m, n, k, e8m0):
         sdt = torch.float8_e8m0fnu if e8m0 else torch.float32

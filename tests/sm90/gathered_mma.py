@@ -5,7 +5,7 @@ length and mix (none when the loop is fully unrolled or peeled). Strides are spe
 (contiguous rows, 16-divisible row strides), which decides whether the row loads are 16 bytes
 wide.
 
-    python scripts/gathered_mma_offline.py [--configs 4096:1x8x1x1,4096:1x8x1x0,...] [--dump DIR] [--pdl] [--ptxas=-O1]
+    python -m tests.sm90.gathered_mma [--configs 4096:1x8x1x1,4096:1x8x1x0,...] [--dump DIR] [--pdl] [--ptxas=-O1]
 
 A config is ``K:RTxWxDxSPLIT``.
 """
@@ -16,13 +16,10 @@ import collections
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 os.environ.pop("TRITON_INTERPRET", None)
 
-from scripts.mma_gemv_offline import kind  # noqa: E402
-from scripts.sm90_offline import compile_sm90, cuobjdump, load_mma_order, loop_body, resource_usage, sass_lines  # noqa: E402
+from tests.sm90.mma_gemv import kind  # noqa: E402
+from tests.sm90.compiler import compile_sm90, cuobjdump, load_mma_order, loop_body, resource_usage, sass_lines  # noqa: E402
 
 
 def main() -> int:

@@ -3,7 +3,7 @@ count its SASS: registers, spills, and per K-loop iteration the instructions by 
 conversions ``F2FP``, the integer ALU ops, the MMAs), the numbers that decide an issue- or
 pipe-bound GEMV.
 
-    python scripts/mma_gemv_offline.py [--k 16384] [--configs fp4:2x8x1,fp4:1x4x2,...] [--ptxas=-O1] [--pdl]
+    python -m tests.sm90.mma_gemv [--k 16384] [--configs fp4:2x8x1,fp4:1x4x2,...] [--ptxas=-O1] [--pdl]
 
 A config is ``op:RTxWxNCT[:decode]`` (row tiles per program, warps, 8-column tiles, the FP4
 decode: ``f16`` or ``e4m3``). Also printed: the order of the global loads (L) and MMAs (M) in the
@@ -16,12 +16,9 @@ import collections
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 os.environ.pop("TRITON_INTERPRET", None)
 
-from scripts.sm90_offline import compile_sm90, cuobjdump, load_mma_order, loop_body, resource_usage, sass_lines  # noqa: E402
+from tests.sm90.compiler import compile_sm90, cuobjdump, load_mma_order, loop_body, resource_usage, sass_lines  # noqa: E402
 
 #: opcode prefixes grouped by the SM sub-partition pipe they occupy (sm_90)
 KINDS = {

@@ -2,17 +2,17 @@
 the activation quantizers for sm_90 without a GPU, as their public ops dispatch them on the
 benchmark's shapes (``lowbit.bench``): the ops run on CPU stand-ins (empty tensors of the real
 shapes and dtypes) with every kernel of their modules replaced by a recorder
-(``sm90_offline.record_launches``), and each distinct recorded launch is compiled once. CI runs
+(``compiler.record_launches``), and each distinct recorded launch is compiled once. CI runs
 these kernels only in the interpreter, which accepts what the sm_90 compiler may reject and never
 sees the configurations the launchers pick for a GPU (tile tables by size, split counts by SM
 count, the tensor-core gathered kernel, programmatic dependent launches).
 
 The GEMMs (``fp8_gemm`` / ``fp4_gemm``) are not here: their dispatch reads the device itself
-(TMA, capability, Gluon) -- ``gluon_fp8_offline.py`` / ``fp*_wgmma_gemv_offline.py --dispatch`` and
-``tune_gemm.py --compile-only`` cover them; nor the draft head (``coarse_wgmma_offline.py
---dispatch``, ``fast_tail_offline.py``, ``certified_offline.py --dispatch``).
+(TMA, capability, Gluon) -- ``fp8_gemm_gluon.py`` / ``fp*_wgmma_gemv.py --dispatch`` and
+``tune_gemm.py --compile-only`` cover them; nor the draft head (``coarse_wgmma.py
+--dispatch``, ``fast_tail.py``, ``certified_head.py --dispatch``).
 
-Run from the repository root: ``python scripts/ops_dispatch_offline.py [--ops gathered,sparse_attn,
+Run from the repository root: ``python -m tests.sm90.ops_dispatch [--ops gathered,sparse_attn,
 hc_sinkhorn,act_quant] [--list]`` (exit 1 on a failure).
 """
 from __future__ import annotations
@@ -23,10 +23,8 @@ import sys
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sm90_offline import compile_recorded, distinct_launches, record_launches  # noqa: E402
+from tests.sm90.compiler import compile_recorded, distinct_launches, record_launches  # noqa: E402
 
 #: an H200's streaming multiprocessors (the launchers size split counts and grids by them)
 SMS = 132
