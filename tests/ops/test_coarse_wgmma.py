@@ -6,9 +6,10 @@ definition, bit for bit), the (scale, zero) words, and a torch emulation of the 
 arithmetic over exactly those tensors against the dequantized INTx rows -- so the layouts are
 checked in CI. The whole-row variant: its byte-permute decode (a bit-level mirror of the PTX on
 random words, and the kernel's sums emulated over the permuted x tiles), its words and row units,
-and its reference against rows with the rounded scales. GPU tier: the Gluon kernel itself (Gluon does not run under the interpreter;
-``scripts/coarse_wgmma_offline.py`` compiles it for sm_90 without a GPU), the dispatch from
-``DraftHead``, CUDA-graph replay and ``torch.compile``."""
+and its reference against rows with the rounded scales. The launch configuration and the launches
+the launcher makes (recorded on CPU stand-ins). GPU tier: the Gluon kernels themselves (Gluon does
+not run under the interpreter), the dispatch from ``DraftHead``, CUDA-graph replay and
+``torch.compile``."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,9 +19,9 @@ import torch
 import lowbit
 from lowbit.formats import INTx
 from lowbit.ops.coarse_head import reference as ref
-from lowbit.ops.coarse_head.gluon_wgmma import (table_coefficients, table_reference, wgmma_sz, wgmma_sz_views,
-                                                wgmma_table)
 from lowbit.ops.coarse_head import x_int8
+from lowbit.ops.coarse_head.wgmma_pack import (table_coefficients, table_reference, wgmma_sz, wgmma_sz_bytes,
+                                               wgmma_sz_views, wgmma_table)
 from lowbit.ops.coarse_head.x_int8 import prmt_k_order, prmt_source, tile_reference, x_int8_reference, x_int8_tiles
 from tests._helpers import rel_err
 
@@ -58,32 +59,28 @@ def test_x_int8_reference_is_the_ieee_fp32_definition():
     assert np.array_equal(sx.numpy(), amax / np.float32(127.0))
 
 
-@pytest.mark.parametrize("bits,k,m,dtype,perm,wide,pairs", [
-    (2, 640, 3, torch.float32, False, False, 16), (4, 576, 9, torch.bfloat16, False, False, 16),
-    (2, 208, 8, torch.float16, False, False, 16), (4, 1024, 1, torch.float32, False, False, 16),
-    (2, 640, 3, torch.bfloat16, True, False, 16), (2, 208, 5, torch.float32, True, False, 16),
-    (2, 640, 3, torch.bfloat16, True, True, 16), (2, 1008, 9, torch.float32, True, True, 2),
-    (4, 576, 2, torch.float16, False, True, 4), (2, 640, 1, torch.bfloat16, False, False, 4),
-    (2, 5120, 2, torch.bfloat16, True, True, 2)])
-@pytest.mark.parametrize("prefetch", [True, False])
-def test_x_int8_tiles_match_the_definition(backend, monkeypatch, bits, k, m, dtype, perm, wide, pairs, prefetch):
+@pytest.mark.parametrize("bits,k,m,dtype,perm,pairs", [
+    (2, 640, 3, torch.float32, False, 16), (4, 576, 9, torch.bfloat16, False, 16),
+    (2, 208, 8, torch.float16, False, 16), (4, 1024, 1, torch.float32, False, 16),
+    (2, 640, 3, torch.bfloat16, True, 16), (2, 208, 5, torch.float32, True, 16),
+    (2, 1008, 9, torch.float32, True, 2), (4, 576, 2, torch.float16, False, 4),
+    (2, 640, 1, torch.bfloat16, False, 4), (2, 5120, 2, torch.bfloat16, True, 2)])
+def test_x_int8_tiles_match_the_definition(backend, monkeypatch, bits, k, m, dtype, perm, pairs):
     """The kernel's codes, 64-sums and scales equal the torch definition bit for bit (interpreter
-    and GPU), in plane order and in the byte-permute order, in the per-plane and the side-by-side
-    (``wide``) tile layouts, with one or several programs a row (``pairs``: the (stage, plane) pairs
-    a program step takes; at K = 5120 and 2 a step, five steps a program), the first step's x loaded
-    before or after the row's amax (``X_PREFETCH``); rows past M and K positions past K are zero."""
+    and GPU), in plane order and in the byte-permute order, with one or several programs a row
+    (``pairs``: the (stage, plane) pairs a program step takes; at K = 5120 and 2 a step, five
+    steps a program); rows past M and K positions past K are zero."""
     if not backend.is_triton:
         pytest.skip("a Triton kernel: the interpret / cuda tiers run it (the reference tier has nothing to compare)")
     monkeypatch.setattr(x_int8, "X_TILE_PAIRS", pairs)
-    monkeypatch.setattr(x_int8, "X_PREFETCH", prefetch)
     p = 8 // bits
     ell = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=64).packed.shape[1]
     nb = max(8, 1 << (m - 1).bit_length())
     x = _x(m, k, dtype=dtype).to(backend.device)
     with backend.active():
-        xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=perm, wide=wide)
+        xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=perm)
     q, s = x_int8_reference(x.cpu())
-    tq, ts = tile_reference(q, ell, p, nb, perm=perm, wide=wide)
+    tq, ts = tile_reference(q, ell, p, nb, perm=perm)
     assert torch.equal(xq.cpu(), tq)
     ns = ell // 64
     rows = torch.tensor([si * 4 + j for si in range(ns) for j in range(p)])
@@ -91,8 +88,8 @@ def test_x_int8_tiles_match_the_definition(backend, monkeypatch, bits, k, m, dty
     assert torch.equal(sx.cpu()[:m], s) and (sx.cpu()[m:] == 0).all()
 
 
-@pytest.mark.parametrize("bits,k,m,wide", [(4, 576, 3, True), (4, 1024, 9, False), (2, 640, 1, True)])
-def test_x_int8_tiles_negated_sums(backend, bits, k, m, wide):
+@pytest.mark.parametrize("bits,k,m", [(4, 576, 3), (4, 1024, 9), (2, 640, 1)])
+def test_x_int8_tiles_negated_sums(backend, bits, k, m):
     """``neg_sums`` (``gluon_wgmma.NEG_XSUM``): the same codes and scales, the 64-sums negated."""
     if not backend.is_triton:
         pytest.skip("a Triton kernel: the interpret / cuda tiers run it (the reference tier has nothing to compare)")
@@ -101,29 +98,35 @@ def test_x_int8_tiles_negated_sums(backend, bits, k, m, wide):
     nb = max(8, 1 << (m - 1).bit_length())
     x = _x(m, k, seed=4, dtype=torch.bfloat16).to(backend.device)
     with backend.active():
-        xq, xs, sx = x_int8_tiles(x, ell, p, nb, wide=wide, neg_sums=True)
+        xq, xs, sx = x_int8_tiles(x, ell, p, nb, neg_sums=True)
     q, s = x_int8_reference(x.cpu())
-    tq, ts = tile_reference(q, ell, p, nb, wide=wide)
+    tq, ts = tile_reference(q, ell, p, nb)
     rows = torch.tensor([si * 4 + j for si in range(ell // 64) for j in range(p)])
     assert torch.equal(xq.cpu(), tq) and torch.equal(sx.cpu()[:m], s)
     assert torch.equal(xs.cpu()[rows], -ts[rows]) and ts[rows].abs().sum() > 0
 
 
 @pytest.mark.parametrize("planes,perm", [(4, True), (4, False), (2, False)])
-def test_wide_tiles_are_the_tiles_side_by_side(planes, perm):
-    """xq_wide[(s 2 + c) NB + m, 32 j + b] = xq_tiles[((s P + j) 2 + c) NB + m, b] (the module
-    docstring's definition), element by element."""
+def test_tile_reference_is_the_definition(planes, perm):
+    """xq_tiles[(s 2 + c) NB + m, 32 j + b] = xq[m, j L + 64 s + 32 c + b] and xsum[s 4 + j, m] its
+    64-sum (the module docstring's definition; with ``perm`` the K positions of
+    ``prmt_k_order``), element by element; zeros past M and K."""
     g = torch.Generator().manual_seed(5)
-    ell, nb = 192, 8
-    q = torch.randint(-127, 128, (3, planes * ell - 7), generator=g).to(torch.int8)
+    ell, nb, m = 192, 8, 3
+    q = torch.randint(-127, 128, (m, planes * ell - 7), generator=g).to(torch.int8)
     t, xs = tile_reference(q, ell, planes, nb, perm=perm)
-    tw, xs_w = tile_reference(q, ell, planes, nb, perm=perm, wide=True)
-    assert tw.shape == (ell // 64 * 2 * nb, 32 * planes) and torch.equal(xs, xs_w)
+    assert t.shape == (ell // 64 * 2 * nb, 32 * planes) and xs.shape == (ell // 64 * 4, nb)
+    full = torch.zeros(nb, planes * ell, dtype=torch.int64)
+    full[:m, : q.shape[1]] = q.long()
+    order = prmt_k_order(ell) if perm else torch.arange(planes * ell)
     for s_ in range(ell // 64):
-        for c in range(2):
-            for j in range(planes):
-                for m in (0, 2, 5):
-                    assert torch.equal(tw[(s_ * 2 + c) * nb + m, 32 * j:32 * j + 32], t[((s_ * planes + j) * 2 + c) * nb + m])
+        for j in range(planes):
+            pos = order[j * ell + 64 * s_ + torch.arange(64)]
+            for mm in (0, 2, 5):
+                for c in range(2):
+                    got = t[(s_ * 2 + c) * nb + mm, 32 * j:32 * j + 32].long()
+                    assert torch.equal(got, full[mm, pos[32 * c:32 * c + 32]])
+                assert xs[s_ * 4 + j, mm] == full[mm, pos].sum()
 
 
 def test_x_int8_tiles_validates():
@@ -171,22 +174,18 @@ def test_wgmma_words(bits, group):
             assert torch.equal(zj, f.zero[:, g].to(torch.int32))
 
 
-def _emulate(f: INTx, x: torch.Tensor, high_nibble: bool = False, neg_sums: bool = False) -> torch.Tensor:
+def _emulate(f: INTx, x: torch.Tensor, neg_sums: bool = False) -> torch.Tensor:
     """fp64 logits [M, N] computed the kernel's way from the kernel's own inputs: per (stage,
     plane), the integer dot of the plane's codes with the x tile minus zero x 64-sum, times the
-    word's scale; times sx at the end. ``high_nibble`` (INT4): plane 1 the way
-    ``INT4_HIGH_NIBBLE_NB`` reads it -- the int8 byte ``(b ^ 0x80) & 0xF0`` (16 (q - 8)), the zero
-    term ``(128 - 16 z) xsum``, the scale over 16 -- checked to be 16 times the plain integer sum
-    and inside the magic-number conversion's exact range (< 2^22). ``neg_sums``: the x sums as
-    ``NEG_XSUM`` stores them (negated), the zero term ``z (-xsum)`` (high nibble: ``(16 z - 128)
-    (-xsum)``) -- checked to be the same integers."""
+    word's scale; times sx at the end. ``neg_sums``: the x sums as ``NEG_XSUM`` stores them
+    (negated), the zero term ``z (-xsum)`` -- checked to be the same integers."""
     bits, p = f.bits, 8 // f.bits
     ell = f.packed.shape[1]
     ns, m = ell // 64, x.shape[0]
     nb = max(8, 1 << (m - 1).bit_length())
     q, sx = x_int8_reference(x)
     tiles, xsum = tile_reference(q, ell, p, nb)
-    tiles = tiles.view(ns, p, 2, nb, 32).long()
+    tiles = tiles.view(ns, 2, nb, p, 32).long()  # [stage, half, row of x, plane, byte]
     xsum = xsum.view(ns, 4, nb).long()
     nsum = -xsum  # what the x preparation stores with neg_sums
     n = f.packed.shape[0]
@@ -199,30 +198,21 @@ def _emulate(f: INTx, x: torch.Tensor, high_nibble: bool = False, neg_sums: bool
         byte = codes[:, 64 * s: 64 * s + 64]  # [N, 64]
         for j in range(p):
             plane = (byte >> (bits * j)) & ((1 << bits) - 1)
-            xt = torch.cat([tiles[s, j, 0], tiles[s, j, 1]], dim=1)  # [NB, 64]
+            xt = torch.cat([tiles[s, 0, :, j], tiles[s, 1, :, j]], dim=1)  # [NB, 64]
             z = (zeros[s] >> (bits * j)) & ((1 << bits) - 1)
             d = plane @ xt.T - z[:, None] * xsum[s, j][None, :]
             if neg_sums:  # the kernel's start tile with the sums stored negated: the zero itself multiplies them
                 assert torch.equal(plane @ xt.T + z[:, None] * nsum[s, j][None, :], d)
-            if high_nibble and bits == 4 and j == 1:
-                a16 = ((byte ^ 0x80) & 0xF0).to(torch.uint8).view(torch.int8).long()  # the LOP3's bytes as int8
-                d16 = a16 @ xt.T + (128 - 16 * z)[:, None] * xsum[s, j][None, :]
-                assert torch.equal(d16, 16 * d) and int(d16.abs().max()) < 2 ** 22
-                if neg_sums:
-                    assert torch.equal(a16 @ xt.T + (16 * z - 128)[:, None] * nsum[s, j][None, :], d16)
-                acc += d16.double() * (scales[s, j] / 16)[:, None]
-            else:
-                acc += d.double() * scales[s, j][:, None]
+            acc += d.double() * scales[s, j][:, None]
     return (acc * torch.cat([sx, torch.zeros(nb - m)]).double()[None, :]).T[:m]
 
 
 @pytest.mark.parametrize("neg_sums", [False, True])
-@pytest.mark.parametrize("bits,group,k,m,high_nibble", [(2, 64, 640, 5, False), (4, 128, 1008, 17, False),
-                                                         (4, 64, 1024, 9, True), (2, 128, 576, 1, False)])
-def test_emulated_kernel_arithmetic_matches_the_dequantized_rows(bits, group, k, m, high_nibble, neg_sums):
+@pytest.mark.parametrize("bits,group,k,m", [(2, 64, 640, 5), (4, 128, 1008, 17), (4, 64, 1024, 9), (2, 128, 576, 1)])
+def test_emulated_kernel_arithmetic_matches_the_dequantized_rows(bits, group, k, m, neg_sums):
     """The stage layout, words and x sums carry exactly the dot of the dequantized INTx rows with
-    the int8-rounded x (so the kernel only has to follow them); INT4 also with plane 1 read in its
-    high nibble; either with the x sums stored negated (``NEG_XSUM``)."""
+    the int8-rounded x (so the kernel only has to follow them); either with the x sums stored
+    negated (``NEG_XSUM``)."""
     w = torch.randn(37, k) * 0.05
     w[0] = torch.linspace(-1, 1, k)  # every code of a row
     f = INTx.quantize(w, bits=bits, group_size=group)
@@ -230,14 +220,7 @@ def test_emulated_kernel_arithmetic_matches_the_dequantized_rows(bits, group, k,
     x[0] = x[0].abs() * 100  # sums of x at the int8 extreme
     q, sx = x_int8_reference(x)
     want = (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T
-    assert rel_err(_emulate(f, x, high_nibble, neg_sums), want) < 1e-12
-
-
-def test_high_nibble_byte_is_sixteen_times_code_minus_eight():
-    """Every packed INT4 byte: ``(b ^ 0x80) & 0xF0`` as int8 is 16 (high code - 8) (``_P1_4_HI``)."""
-    b = torch.arange(256, dtype=torch.int64)
-    got = ((b ^ 0x80) & 0xF0).to(torch.uint8).view(torch.int8).long()
-    assert torch.equal(got, 16 * ((b >> 4) - 8))
+    assert rel_err(_emulate(f, x, neg_sums), want) < 1e-12
 
 
 def _prmt(a: np.ndarray, b: np.ndarray, sel: np.ndarray) -> np.ndarray:
@@ -301,7 +284,7 @@ def _emulate_prmt_kernel(packed: torch.Tensor, words: torch.Tensor, tiles: torch
     t2, t3 = (t[:, :, None, None] for t in _tables_mirror(cw[..., 1]))
     regs = _prmt_decode(pw, t0, t2, t1, t3)  # 4 x [N, NS, 2, 8]
     a = np.stack([r.view(np.int8).reshape(n, ns, 2, 32) for r in regs], axis=2)  # [N, NS, v, half, slot]
-    xt = tiles.view(ns, 4, 2, nb, 32).numpy()  # [NS, v, half, NB, slot]
+    xt = tiles.view(ns, 2, nb, 4, 32).permute(0, 3, 1, 2, 4).numpy()  # [NS, v, half, NB, slot]
     return torch.from_numpy(np.einsum("nsvhk,svhmk->nm", a.astype(np.int64), xt.astype(np.int64)))
 
 
@@ -383,8 +366,8 @@ def _gluon_or_skip():
     """The kernel module where Gluon imports (its launcher validates on any device), else a skip."""
     from lowbit.ops.coarse_head import gluon_wgmma as g
 
-    if g._GLUON_IMPORT_ERROR is not None:
-        pytest.skip(f"triton.experimental.gluon is not available: {g._GLUON_IMPORT_ERROR}")
+    if g.GLUON_ERROR is not None:
+        pytest.skip(f"triton.experimental.gluon is not available: {g.GLUON_ERROR}")
     return g
 
 
@@ -416,77 +399,46 @@ def _kernel_or_skip():
     return _gluon_or_skip()
 
 
-def _record_ws_launches(monkeypatch, g) -> list:
-    """Record (grid, XRES) of every warp-specialized launch (the kernel stays the real one)."""
-    seen = []
-    real = g._coarse_ws_kernel
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*a, **kw):
-                seen.append((grid[0], kw["XRES"]))
-                return real[grid](*a, **kw)
-            return launch
-
-    monkeypatch.setattr(g, "_coarse_ws_kernel", Spy())
-    return seen
+def _operands(bits, group, n, k, table, seed=0):
+    """(INTx copy, words, row units or None) of a random [n, k] head; groups of very different scales."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g) * 0.05
+    w[: n // 3, : k // 5] *= 8.0
+    f = INTx.quantize(w, bits=bits, group_size=group)
+    if table:
+        words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
+        return f, words, r
+    return f, wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1]), None
 
 
-def _check_resident(seen, g, resident, n, block, nb, p, ell, table):
-    """With ``resident`` a persistent launch keeps x resident wherever it fits; otherwise never
-    (a program covers ``SPAN`` blocks at this NB where the plane has ``SPAN_MIN_STAGES``)."""
-    span = g.SPAN.get(nb, 1) if ell // 64 >= g.SPAN_MIN_STAGES else 1
-    rows = block * span
-    stages = (g._STAGES_SPAN if span == 2 else g._STAGES)[nb]
-    for grid, xres in seen:
-        fits = g._resident_fits(rows, nb, p, ell // 64, 1, stages, table)
-        assert xres == (ell // 64 if resident and grid < -(-n // rows) and fits else 0)
+def _config(g, bits, n, k, m, block, table, group=64):
+    ell = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=group).packed.shape[1]
+    return g.launch_config(bits, m, n, ell, block, table)
 
 
 # (bits, group, n, k, m, block, kcand): N not a multiple of the block, K padded inside a plane,
 # every NB band (8, 16, 32, 64) and the odd M inside them, 64- and 128-token blocks, more stages
-# than the ring and fewer
+# than the ring and fewer; NB = 64 on the single-partition kernel (< SPAN_MIN_STAGES stages) and
+# spanning two blocks (odd block counts: the last program's second block past N)
 CASES = [(2, 64, 1000, 640, 1, 128, 8), (4, 64, 777, 576, 3, 128, 4), (2, 128, 4100, 2048, 9, 128, 8),
          (4, 128, 1536, 1024, 16, 64, 2), (2, 64, 640, 5120, 17, 128, 8), (4, 64, 2000, 768, 33, 128, 8),
-         (2, 64, 3000, 1280, 64, 128, 16), (4, 256, 300, 4096, 64, 64, 1), (2, 64, 64, 64, 2, 64, 64)]
+         (2, 64, 3000, 1280, 64, 128, 16), (4, 256, 300, 4096, 64, 64, 1), (2, 64, 64, 64, 2, 64, 64),
+         (2, 64, 2900, 2048, 40, 128, 8), (4, 64, 1600, 1024, 57, 128, 16), (2, 128, 999, 2048, 64, 64, 4)]
+SPAN_CASES = [c for c in CASES if c[4] > 32 and c[3] // (8 // c[0]) >= 8 * 64]
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws,persist,resident,pipe,magic,hi", [
-    (False, False, False, None, None, True), (True, False, False, None, None, True),
-    (True, True, False, None, None, True), (True, True, True, None, None, True),
-    (True, False, False, False, None, True), (True, True, False, True, None, True),
-    (True, False, False, None, 2, True), (False, False, False, None, 2, True), (True, True, False, True, 1, True),
-    (True, False, False, None, 0, False), (True, False, False, True, 2, False)])
-@pytest.mark.parametrize("wide", [True, False])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", CASES)
-def test_cuda_coarse_wgmma_vs_reference(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, wide, ws,
-                                        persist, resident, pipe, magic, hi):
-    """Logits against fp64 (dequantized INTx rows x int8-rounded x), candidates against the
-    per-block top-kcand of the kernel's own logits (ties to the lower index); every output written.
-    x in side-by-side tiles (``wide``) and per plane; the single-partition loop and the
-    warp-specialized kernel (``ws``), also persistent on 2 "SMs" (each program loops over many row
-    blocks where the ring divides the stages), also with x resident in shared memory where it fits,
-    also with every plane's wgmmas of a stage issued before the first is waited for (``pipe``: True
-    forces it at every NB, False turns it off where ``WS_PIPE_GROUP`` has it on), with each
-    int32 -> fp32 conversion of the planes' sums (``magic``: 0 I2F, 1 the magic-number add, 2 the
-    wgmmas started from the zero point and the magic offset) and INT4's plane 1 read in its high
-    nibble or shifted down at every NB (``hi``, ``INT4_HIGH_NIBBLE_NB``)."""
+def test_cuda_coarse_wgmma_vs_reference(poison_empty, bits, group, n, k, m, block, kcand):
+    """Per group: logits against fp64 (dequantized INTx rows x int8-rounded x), candidates against
+    the per-block top-kcand of the kernel's own logits (ties to the lower index); every output
+    written. The cases take both kernels and, per NB, the planes pipelined (``WS_PIPE_GROUP``) or
+    not and each int32 -> fp32 conversion (``WS_MAGIC_GROUP_NB``)."""
     g = _kernel_or_skip()
-    monkeypatch.setattr(g, "sm_count", lambda device, interpret: 2)
-    monkeypatch.setattr(g, "INT4_HIGH_NIBBLE_NB", (8, 16, 32, 64) if hi else ())
-    seen = _record_ws_launches(monkeypatch, g)
-    w = torch.randn(n, k) * 0.05
-    w[: n // 3, : k // 5] *= 8.0  # groups of very different scales
-    f = INTx.quantize(w, bits=bits, group_size=group)
+    f, words, _ = _operands(bits, group, n, k, False)
     x = _x(m, k, seed=2, dtype=torch.bfloat16)
-    words = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1])
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, wide=wide, ws=ws, persist=persist, resident=resident, pipe=pipe,
-                         magic=magic)
-    assert len(seen) == int(ws)
-    _check_resident(seen, g, resident and wide, n, block, max(8, 1 << (m - 1).bit_length()), 8 // bits,
-                    f.packed.shape[1], False)
+                         write_logits=True)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     q, sx = x_int8_reference(x)
     want = (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T
@@ -497,30 +449,15 @@ def test_cuda_coarse_wgmma_vs_reference(poison_empty, monkeypatch, bits, group, 
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws,persist,wide,resident", [(True, False, True, False), (True, False, False, False),
-                                                      (False, False, False, False), (True, True, True, False),
-                                                      (True, True, False, False), (True, True, True, True)])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[0] == 2])
-def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, ws,
-                                              persist, wide, resident):
-    """The whole-row variant (warp-specialized kernel with x in side-by-side tiles or per plane,
-    also persistent -- here on 2 "SMs", so each program loops over many row blocks where the ring
-    divides the stages -- and the single-partition loop): logits against its reference from the
-    same words (exact int64 sums), candidates against the per-block top-kcand of its own logits;
-    every output written. Also with x resident in shared memory where it fits."""
+def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m, block, kcand):
+    """The whole-row variant: logits against its reference from the same words (exact int64
+    sums), candidates against the per-block top-kcand of its own logits; every output written."""
     g = _kernel_or_skip()
-    monkeypatch.setattr(g, "sm_count", lambda device, interpret: 2)
-    seen = _record_ws_launches(monkeypatch, g)
-    w = torch.randn(n, k) * 0.05
-    w[: n // 3, : k // 5] *= 8.0  # groups of very different scales
-    f = INTx.quantize(w, bits=bits, group_size=group)
+    f, words, r = _operands(bits, group, n, k, True)
     x = _x(m, k, seed=2, dtype=torch.bfloat16)
-    words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, table_r=r.cuda(), ws=ws, persist=persist, wide=wide, resident=resident)
-    assert len(seen) == int(ws)
-    _check_resident(seen, g, resident and wide, n, block, max(8, 1 << (m - 1).bit_length()), 8 // bits,
-                    f.packed.shape[1], True)
+                         write_logits=True, table_r=r.cuda())
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     q, sx = x_int8_reference(x)
     assert not torch.isnan(lg).any()
@@ -530,39 +467,33 @@ def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, monkeypatch, bits, g
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("ws,persist,mask_first,halves", [
-    (False, False, False, False), (True, False, False, False), (True, True, False, False), (True, False, True, False),
-    (False, False, True, False), (True, False, False, True), (True, True, False, True), (True, False, True, True)])
+@pytest.mark.parametrize("split_span", [False, True])
 @pytest.mark.parametrize("table", [False, True])
-@pytest.mark.parametrize("bits,group,n,k,m,block,kcand", CASES)
-def test_cuda_coarse_wgmma_span_two_blocks(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, table, ws,
-                                           persist, mask_first, halves):
-    """Programs spanning two candidate blocks (``span=2``: 2 ``block`` rows a program, the x tiles
-    shared by both): the same logits as the reference and the same per-block candidates as a
-    program a block -- including an odd block count (the last program's second block past N, its
-    candidates not written) -- on both kernels, per group and whole-row, also persistent, with
-    the max-and-mask rounds masking before their stores (``EMIT_MASK_FIRST``), and with the two
-    blocks on two consumer partitions (``split_span``, ``SPLIT_SPAN``: each releases the ring's
-    slots on its own and emits its block alone)."""
+@pytest.mark.parametrize("bits,group,n,k,m,block,kcand", SPAN_CASES)
+def test_cuda_coarse_wgmma_span_two_blocks(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, table,
+                                           split_span):
+    """Programs spanning two candidate blocks (NB = 64 on heads of ``SPAN_MIN_STAGES`` stages: 2
+    ``block`` rows a program, the x tiles shared by both): the same logits as the reference and
+    the same per-block candidates as a program a block -- including an odd block count (the last
+    program's second block past N, its candidates not written) -- per group and whole-row, also
+    with the two blocks on two consumer partitions (``SPLIT_SPAN``: each releases the ring's slots
+    on its own and emits its block alone)."""
     if table and bits not in (2,):
         pytest.skip("the whole-row variant serves INT2 only (TABLE_BITS)")
     g = _kernel_or_skip()
-    monkeypatch.setattr(g, "sm_count", lambda device, interpret: 2)
-    monkeypatch.setattr(g, "EMIT_MASK_FIRST", mask_first)
-    w = torch.randn(n, k) * 0.05
-    w[: n // 3, : k // 5] *= 8.0
-    f = INTx.quantize(w, bits=bits, group_size=group)
+    monkeypatch.setattr(g, "SPLIT_SPAN", split_span)
+    cfg = _config(g, bits, n, k, m, block, table, group)
+    assert cfg.span == 2 and cfg.halves == (2 if split_span else 1)
+    f, words, r = _operands(bits, group, n, k, table, seed=5)
     x = _x(m, k, seed=5, dtype=torch.bfloat16)
     q, sx = x_int8_reference(x)
     if table:
-        words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
         want = table_reference(f.packed, words, r, q, sx, bits)
         r = r.cuda()
     else:
-        words, r = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1]), None
         want = (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, table_r=r, ws=ws, persist=persist, span=2, split_span=halves)
+                         write_logits=True, table_r=r)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     assert not torch.isnan(lg).any() and not torch.isnan(ck).any()
     assert rel_err(lg, want) < 1e-6
@@ -576,15 +507,13 @@ def _ordered_bits(key: torch.Tensor) -> torch.Tensor:
     return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
 
 
-def _sorted_heads_mirror(key: torch.Tensor, tok: torch.Tensor, big: int, kcand: int, int_keys: bool = False):
+def _sorted_heads_mirror(key: torch.Tensor, tok: torch.Tensor, big: int, kcand: int):
     """``gluon_emit._sorted_heads_rounds`` step by step in torch on a [128, NB] tile: thread l
     holds tokens 4 l .. 4 l + 3 of a column, sorts them (the same 5 compare-exchanges), then each
-    round takes the best head (lowest token among equal keys), pops it. Returns (keys, tokens)
-    [kcand, NB] as the kernel stores them (token 0 where the key is -inf). ``int_keys``: over the
-    keys' order-preserving int32 bits (INTKEYS), converted back to fp32 when stored."""
-    neg = float("-inf")
-    if int_keys:
-        key, neg = _ordered_bits(key), int(_ordered_bits(torch.tensor(neg)))
+    round takes the best head (lowest token among equal keys), pops it -- over the keys'
+    order-preserving int32 bits, converted back to fp32 when stored. Returns (keys, tokens)
+    [kcand, NB] as the kernel stores them (token 0 where the key is -inf)."""
+    key, neg = _ordered_bits(key), int(_ordered_bits(torch.tensor(float("-inf"))))
     v = [key.view(32, 4, -1)[:, j].clone() for j in range(4)]
     t = [tok.view(32, 4, -1)[:, j].clone() for j in range(4)]
 
@@ -599,8 +528,7 @@ def _sorted_heads_mirror(key: torch.Tensor, tok: torch.Tensor, big: int, kcand: 
     for _ in range(kcand):
         best = v[0].max(dim=0).values
         loc = torch.where(v[0] == best, t[0], torch.full_like(t[0], big)).min(dim=0).values
-        if int_keys:  # the map is its own inverse on the bits
-            best = torch.where(best < 0, best ^ 0x7FFFFFFF, best).view(torch.float32)
+        best = torch.where(best < 0, best ^ 0x7FFFFFFF, best).view(torch.float32)  # the map is its own inverse
         keys.append(best)
         toks.append(torch.where(best == float("-inf"), torch.zeros_like(loc), loc))
         win = t[0] == loc
@@ -611,14 +539,13 @@ def _sorted_heads_mirror(key: torch.Tensor, tok: torch.Tensor, big: int, kcand: 
     return torch.stack(keys), torch.stack(toks)
 
 
-@pytest.mark.parametrize("int_keys", [False, True])
 @pytest.mark.parametrize("kcand", [1, 4, 8, 16])
-def test_sorted_heads_rounds_mirror_matches_max_and_mask(kcand, int_keys):
-    """The sorted-heads candidate rounds (``EMIT_SORTED``, over float keys or their int32 bits:
-    ``EMIT_INT_KEYS``) pick exactly the keys and tokens of successive max-and-mask (ties to the
-    lower token, -inf past N giving token 0): keys on a coarse grid (many ties, within and across
-    threads), a column of equal keys, a column of zeros of both signs (equal keys), a column of
-    negatives only, -inf tails, kcand beyond a thread's 4 tokens."""
+def test_sorted_heads_rounds_mirror_matches_max_and_mask(kcand):
+    """The sorted-heads candidate rounds (over the keys' int32 bits, as the kernel runs them) pick
+    exactly the keys and tokens of successive max-and-mask (ties to the lower token, -inf past N
+    giving token 0): keys on a coarse grid (many ties, within and across threads), a column of
+    equal keys, a column of zeros of both signs (equal keys), a column of negatives only, -inf
+    tails, kcand beyond a thread's 4 tokens."""
     torch.manual_seed(kcand)
     nb, row0, n = 8, 256, 256 + 100
     key = torch.randint(-6, 6, (128, nb)).float() / 4
@@ -627,7 +554,7 @@ def test_sorted_heads_rounds_mirror_matches_max_and_mask(kcand, int_keys):
     key[:, 6] = -torch.rand(128) - 1e-3  # negatives only
     tok = (row0 + torch.arange(128))[:, None].expand(128, nb).contiguous()
     key = torch.where(tok < n, key, torch.full_like(key, float("-inf")))
-    got_k, got_t = _sorted_heads_mirror(key, tok, n + 128, kcand, int_keys)
+    got_k, got_t = _sorted_heads_mirror(key, tok, n + 128, kcand)
     k, t = key.clone(), tok
     for c in range(kcand):
         best = k.max(dim=0).values
@@ -638,22 +565,17 @@ def test_sorted_heads_rounds_mirror_matches_max_and_mask(kcand, int_keys):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("sorted_heads", [0, 1, 2])
-@pytest.mark.parametrize("ws", [False, True])
 @pytest.mark.parametrize("table", [False, True])
-@pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[5] == 128])
-def test_cuda_coarse_wgmma_epilogue_forms(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, table, ws,
-                                          sorted_heads):
-    """The candidate epilogues of a one-block program -- sorted per-thread heads over the keys'
-    int32 bits (``EMIT_SORTED`` + ``EMIT_INT_KEYS``, the default, 2) or over float keys (1), and
-    successive max-and-mask rounds (0) -- emit exactly the candidates of the per-block reference
-    over the kernel's own logits (ties to the lower index, -inf past N) on both kernels, per group
-    and whole-row; kcand up to 16 (more than a thread's 4 tokens, so threads run dry)."""
+@pytest.mark.parametrize("bits,group,n,k,m,block,kcand", CASES)
+def test_cuda_coarse_wgmma_epilogue_forms(poison_empty, bits, group, n, k, m, block, kcand, table):
+    """The candidate epilogues -- sorted per-thread heads over the keys' int32 bits (blocks of 128
+    tokens), max-and-mask rounds over them (64) and over the fp32 keys (two blocks a program) --
+    emit exactly the candidates of the per-block reference over the kernel's own logits with many
+    equal logits (ties to the lower index, -inf past N), per group and whole-row; kcand up to 64
+    (more than a thread's 4 tokens, so threads run dry)."""
     if table and bits not in (2,):
         pytest.skip("the whole-row variant serves INT2 only (TABLE_BITS)")
     g = _kernel_or_skip()
-    monkeypatch.setattr(g, "EMIT_SORTED", sorted_heads > 0)
-    monkeypatch.setattr(g, "EMIT_INT_KEYS", sorted_heads == 2)
     w = torch.randn(n, k) * 0.05
     w[5:9] = w[1]  # equal rows: equal coarse logits, the lower token first
     f = INTx.quantize(w, bits=bits, group_size=group)
@@ -664,186 +586,233 @@ def test_cuda_coarse_wgmma_epilogue_forms(poison_empty, monkeypatch, bits, group
     else:
         words, r = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1]), None
     out = g.coarse_wgmma(x.cuda(), f.packed.cuda(), words.cuda(), n=n, bits=bits, block=block, kcand=kcand,
-                         write_logits=True, table_r=r, ws=ws, span=1)
+                         write_logits=True, table_r=r)
     ck, _, ci, _, _, lg = (t.cpu() for t in out)
     assert not torch.isnan(lg).any() and not torch.isnan(ck).any()
     cands = ref.block_candidates_reference(lg, None, block=block, kcand=kcand, write_logits=False)
     assert torch.equal(ck, cands.cand_key) and torch.equal(ci, cands.cand_idx)
 
 
+def _spy_ws_grids(monkeypatch, g) -> list:
+    """Record the grid of every warp-specialized launch (the kernel stays the real one)."""
+    seen = []
+    real = g._coarse_ws_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*a, **kw):
+                seen.append((grid[0], kw["PARTS"]))
+                return real[grid](*a, **kw)
+            return launch
+
+    monkeypatch.setattr(g, "_coarse_ws_kernel", Spy())
+    return seen
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize("parts,unit", [(2, 1), (3, 1), (4, 1), (3, 2)])
-@pytest.mark.parametrize("table", [False, True])
 @pytest.mark.parametrize("n,m", [(140 * 128 - 37, 1), (140 * 128 - 37, 13), (20 * 128, 5)])
-def test_cuda_coarse_wgmma_split_tail(poison_empty, table, n, m, parts, unit):
-    """The last row blocks split in ``parts`` shares of their stages (``split``, ``SPLIT_TAIL``) give
-    the candidates and logits of the unsplit launch: the whole-row variant's int32 sums exactly, the
-    per-group fp32 sums to rounding (the shares are added in share order, so a second call is
-    bit-identical). 140 blocks on 132 SMs: 132 whole and 8 split (with unit 2: all 140 split);
-    20 blocks: all split; the tickets are left at zero for the next call."""
-    from lowbit.ops.coarse_head import gluon_wgmma as g0
-
+def test_cuda_coarse_wgmma_split_tail(poison_empty, monkeypatch, n, m):
+    """The whole-row variant's last row blocks split in shares of their stages (``SPLIT_TAIL``) give
+    the candidates and logits of the unsplit launch bit for bit (int32 sums; the shares are added
+    in share order, so a second call is bit-identical too). 140 blocks on 132 SMs: 132 whole and 8
+    split; 20 blocks: all split; unsplit: one "SM" (no remainder). The tickets are left at zero for
+    the next call."""
     g = _kernel_or_skip()
-    bits, group, k, kcand = 2 if table else 4, 64, 2048, 8
-    w = torch.randn(n, k) * 0.05
-    f = INTx.quantize(w, bits=bits, group_size=group)
+    seen = _spy_ws_grids(monkeypatch, g)
+    bits, group, k, kcand = 2, 64, 2048, 8
+    f, words, r = _operands(bits, group, n, k, True, seed=3)
     x = _x(m, k, seed=3, dtype=torch.bfloat16).cuda()
-    if table:
-        words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
-        r = r.cuda()
-    else:
-        words, r = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1]), None
     args = (x, f.packed.cuda(), words.cuda())
-    kw = dict(n=n, bits=bits, block=128, kcand=kcand, write_logits=True, table_r=r, ws=True, span=1, persist=False)
-    base = [t.cpu() for t in g.coarse_wgmma(*args, **kw, split=(0, 1))]
-    split = [t.cpu() for t in g.coarse_wgmma(*args, **kw, split=(parts, unit))]
-    again = [t.cpu() for t in g.coarse_wgmma(*args, **kw, split=(parts, unit))]
-    ck, ci, lg = split[0], split[2], split[5]
-    assert not torch.isnan(lg).any() and not torch.isnan(ck).any()
-    if table:
-        assert torch.equal(lg, base[5]) and torch.equal(ck, base[0]) and torch.equal(ci, base[2])
-    else:
-        torch.testing.assert_close(lg, base[5], rtol=1e-5, atol=1e-5)
-        cands = ref.block_candidates_reference(lg, None, block=128, kcand=kcand, write_logits=False)
-        assert torch.equal(ck, cands.cand_key) and torch.equal(ci, cands.cand_idx)
+    kw = dict(n=n, bits=bits, block=128, kcand=kcand, write_logits=True, table_r=r.cuda())
+    monkeypatch.setattr(g, "sm_count", lambda device, interpret: 1)
+    base = [t.cpu() for t in g.coarse_wgmma(*args, **kw)]
+    monkeypatch.setattr(g, "sm_count", lambda device, interpret: 132)
+    split = [t.cpu() for t in g.coarse_wgmma(*args, **kw)]
+    again = [t.cpu() for t in g.coarse_wgmma(*args, **kw)]
+    blocks, (parts, _) = -(-n // 128), g.SPLIT_TAIL
+    assert seen[0] == (blocks, 1) and seen[1] == (blocks + (blocks % 132) * (parts - 1), parts)
+    assert not torch.isnan(split[5]).any() and not torch.isnan(split[0]).any()
+    assert all(torch.equal(a, b) for a, b in zip(split, base) if a.numel())
     assert all(torch.equal(a, b) for a, b in zip(split, again) if a.numel())
-    assert not g0._TICKETS[x.device].any()
+    assert not g._TICKETS[x.device].any()
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("option", [{"early": True}, {"x_rows_box": True}, {"neg_xsum": True},
-                                    {"early": True, "x_rows_box": True, "neg_xsum": True}, {"chunks": 2},
-                                    {"split_span": True}])
+@pytest.mark.parametrize("switches", [("EARLY_RING",), ("X_ROWS_BOX",), ("NEG_XSUM",),
+                                      ("EARLY_RING", "X_ROWS_BOX", "NEG_XSUM"), ("SPLIT_SPAN",)])
 @pytest.mark.parametrize("table", [False, True])
-@pytest.mark.parametrize("n,k,m,persist,resident,split", [
-    (140 * 128 - 37, 2048, 1, False, False, (2, 1)),  # split tail: its programs' first ring issued early
-    (140 * 128 - 37, 2048, 3, False, False, (0, 1)),
-    (300 * 128 + 50, 2048, 5, True, False, (0, 1)),  # persistent (301 blocks): a program's first block early
-    (300 * 128 + 50, 2048, 2, True, True, (0, 1)),  # x resident (nothing early: no x in the ring)
-    (700, 256, 4, False, False, (0, 1)),  # fewer stages than the ring (INT2: 1, INT4: 2)
-    (2000, 1024, 13, False, False, (0, 1)), (900, 1024, 40, False, False, (0, 1))])
-def test_cuda_coarse_wgmma_launch_options_change_nothing(poison_empty, option, table, n, k, m, persist, resident,
-                                                          split):
-    """The weight stages of the first ring issued before the PDL wait (``early``, ``EARLY_RING``),
-    x boxes of only the rows of x there are (``x_rows_box``, ``X_ROWS_BOX``: the x buffers' other
-    rows keep stale bytes, which feed only columns that are never stored), the x sums negated
-    (``neg_xsum``, ``NEG_XSUM``: the start tiles' integers are the same) and two 64-byte chunks a
-    stage (``chunks``: the planes summed in the same order; the split shares here end on the same
-    chunk) and a spanning program's two blocks on two consumer partitions (``split_span``, against
-    the plain spanning launch: the same sums; NB = 64 emits by the same float rounds, below it the
-    int32-key rounds store -0.0 as +0.0, equal under ``torch.equal``) give bit for bit
-    the outputs of the plain launch -- the same sums in the same order -- split, persistent, x
-    resident, with fewer stages than the ring, per group and whole-row; and under CUDA-graph replay
-    with fresh x (the x tiles after the wait are the new ones)."""
+@pytest.mark.parametrize("n,k,m", [
+    (140 * 128 - 37, 2048, 1),  # the whole-row split tail: its programs' first ring issued early
+    (140 * 128 - 37, 2048, 3), (2000, 1024, 13),
+    (700, 256, 4),  # fewer stages than the ring (INT2: 1, INT4: 2)
+    (900, 1024, 40),  # NB = 64 on the single-partition kernel (INT2, 4 stages) / spanning (INT4, 8)
+    (2900, 2048, 40)])  # spanning, an odd block count
+def test_cuda_coarse_wgmma_prepared_variants_change_nothing(poison_empty, monkeypatch, switches, table, n, k, m):
+    """The prepared variants (``EARLY_RING``: the weight stages of the first ring issued before the
+    PDL wait; ``X_ROWS_BOX``: x boxes of only the rows of x there are -- the x buffers' other rows
+    keep stale bytes, which feed only columns never stored; ``NEG_XSUM``: the x sums negated, the
+    start tiles' integers the same; ``SPLIT_SPAN``: a spanning program's two blocks on two
+    consumer partitions, NB = 64 emitting by the same float rounds) give bit for bit the outputs
+    of the default launch -- the same sums in the same order -- per group and whole-row; and under
+    CUDA-graph replay with fresh x (the x tiles after the wait are the new ones)."""
     g = _kernel_or_skip()
+    monkeypatch.setattr(g, "sm_count", lambda device, interpret: 132)
     bits, group, kcand = 2 if table else 4, 64, 8
-    f = INTx.quantize(torch.randn(n, k) * 0.05, bits=bits, group_size=group)
-    if table:
-        words, r = wgmma_table(f.scale, f.zero, bits, group, f.packed.shape[1])
-        r = r.cuda()
-    else:
-        words, r = wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1]), None
+    f, words, r = _operands(bits, group, n, k, table, seed=5)
     x = _x(m, k, seed=5, dtype=torch.bfloat16).cuda()
     args = (f.packed.cuda(), words.cuda())
-    kw = dict(n=n, bits=bits, block=128, kcand=kcand, write_logits=True, table_r=r, ws=True,
-              span=2 if "split_span" in option else 1, persist=persist, resident=resident, split=split, pdl=True)
-    plain = dict(early=False, x_rows_box=False, neg_xsum=False, split_span=False)
-    base = [t.cpu() for t in g.coarse_wgmma(x, *args, **kw, **plain)]
-    got = [t.cpu() for t in g.coarse_wgmma(x, *args, **kw, **option)]
+    kw = dict(n=n, bits=bits, block=128, kcand=kcand, write_logits=True, table_r=None if r is None else r.cuda())
+
+    def run(xx, on):
+        for s in switches:
+            monkeypatch.setattr(g, s, on)
+        return g.coarse_wgmma(xx, *args, **kw)
+
+    base = [t.cpu() for t in run(x, False)]
+    got = [t.cpu() for t in run(x, True)]
     assert not torch.isnan(got[5]).any() and not torch.isnan(got[0]).any()
     assert all(torch.equal(a, b) for a, b in zip(base, got) if a.numel())
     x_in = x.clone()
-    g.coarse_wgmma(x_in, *args, **kw, **option)  # compile and warm up outside the capture
+    run(x_in, True)  # compile and warm up outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = g.coarse_wgmma(x_in, *args, **kw, **option)
+        out = run(x_in, True)
     for seed in (11, 12):
         x_new = _x(m, k, seed=seed, dtype=torch.bfloat16).cuda()
         x_in.copy_(x_new)
         graph.replay()
-        want = [t.cpu() for t in g.coarse_wgmma(x_new, *args, **kw, **plain)]
+        want = [t.cpu() for t in run(x_new, False)]
         assert all(torch.equal(a.cpu(), b) for a, b in zip(out, want) if b.numel())
 
 
 def test_split_launch_plan_and_buffers(monkeypatch):
     """The split tail's plan (``_split_launch``; two SMs stand for the GPU's on CPU tensors): the
     ``blocks % (unit x SMs)`` last blocks split, nothing where there is no remainder, too few
-    stages or fewer than two parts; the scratch and tickets kept per device (no allocation per
-    call, grown when a launch needs more; the partial sums viewed as fp32 per group)."""
-    from lowbit.ops.coarse_head import _state
-    from lowbit.ops.coarse_head import gluon_wgmma as g
+    stages or fewer than two parts; the int32 scratch and tickets kept per device (no allocation
+    per call, grown when a launch needs more)."""
+    from lowbit.ops.coarse_head import scratch
 
+    g = _gluon_or_skip()
     dev = torch.device("cpu")
     # fresh per-device states, and the scratch this test outgrows retired into a list of its own
     monkeypatch.setattr(g, "_PARTS", {})
     monkeypatch.setattr(g, "_TICKETS", {})
-    monkeypatch.setattr(_state, "_RETIRED", [])
-    full, parts, part, tick = g._split_launch(5, 8, 128, 8, True, dev, (2, 1))
+    monkeypatch.setattr(scratch, "_RETIRED", [])
+    full, parts, part, tick = g._split_launch(5, 8, 128, 8, dev, (2, 1))
     assert (full, parts) == (4, 2) and part.dtype == torch.int32 and part.numel() >= 2 * 128 * 8
     assert tick.dtype == torch.int32 and not tick.any() and tick.numel() >= 1
-    full2, _, part2, tick2 = g._split_launch(7, 8, 128, 8, False, dev, (2, 2))  # 7 % 4 = 3 blocks split
-    assert full2 == 4 and part2.dtype == torch.float32 and part2.numel() >= 3 * 2 * 128 * 8
+    full2, _, part2, tick2 = g._split_launch(7, 8, 128, 16, dev, (2, 2))  # 7 % 4 = 3 blocks split
+    assert full2 == 4 and part2.numel() >= 3 * 2 * 128 * 16
     assert part2.data_ptr() != part.data_ptr() and tick2 is tick  # the scratch grew, the tickets served
-    _, _, part3, _ = g._split_launch(5, 8, 128, 8, True, dev, (2, 1))
+    _, _, part3, _ = g._split_launch(5, 8, 128, 8, dev, (2, 1))
     assert part3 is g._PARTS[dev]  # the grown scratch serves the smaller launch
     for args in ((4, 8, (2, 1)), (5, 3, (2, 1)), (5, 8, (1, 1)), (5, 8, (0, 1))):
-        assert g._split_launch(args[0], args[1], 128, 8, True, dev, args[2]) == (args[0], 1, None, None)
+        assert g._split_launch(args[0], args[1], 128, 8, dev, args[2]) == (args[0], 1, None, None)
 
 
-@pytest.mark.parametrize("bits", [2, 4])
-def test_split_span_launch_plan(monkeypatch, bits):
-    """What the launcher hands the warp-specialized kernel (recorded on CPU stand-ins: Gluon does
-    not run here): a spanning program with ``split_span`` gets two consumer partitions -- launched
-    with half its warps, the rows of both blocks (W), the second partition's registers -- under the
-    spanning register cap; without a span, or with ``split_span`` off, one partition as before."""
-    import lowbit.ops.coarse_head.x_int8 as x_int8
+# (bits, M, N, K, block) -> (kernel, NB, span, stages, maxnreg, split): both heads the docs time,
+# every M band, both blocks
+ROUTES = [
+    ((2, 1, 124160, 5120, 128), ("ws", 8, 1, 4, 56, (2, 1))),
+    ((2, 16, 124160, 5120, 128), ("ws", 16, 1, 4, 56, (2, 1))),
+    ((2, 17, 124160, 5120, 128), ("ws", 32, 1, 4, 80, None)),
+    ((2, 64, 124160, 5120, 128), ("ws", 64, 2, 4, 96, None)),
+    ((2, 33, 124160, 5120, 64), ("ws", 64, 2, 4, 96, None)),
+    ((4, 1, 124160, 5120, 128), ("ws", 8, 1, 4, 80, None)),
+    ((4, 9, 124160, 5120, 128), ("ws", 16, 1, 4, 56, None)),
+    ((4, 64, 124160, 5120, 128), ("ws", 64, 2, 4, 96, None)),
+    ((2, 1, 49152, 576, 128), ("ws", 8, 1, 4, 64, (2, 1))),
+    ((2, 16, 49152, 576, 64), ("ws", 16, 1, 4, 80, (2, 1))),
+    ((2, 64, 49152, 576, 128), ("single", 64, 1, 3, None, None)),
+    ((4, 16, 49152, 576, 128), ("ws", 16, 1, 4, 80, None)),
+    ((4, 33, 49152, 576, 64), ("single", 64, 1, 3, 128, None)),
+]
 
+
+@pytest.mark.parametrize("case,want", ROUTES)
+def test_launch_config_routes(case, want):
+    """Which kernel, NB, span, ring, register cap and split tail each call gets (the tables of
+    ``gluon_wgmma``), and the settings that follow from them."""
     g = _gluon_or_skip()
+    bits, m, n, k, block = case
+    cfg = _config(g, bits, n, k, m, block, bits == 2)
+    assert (cfg.kernel, cfg.nb, cfg.span, cfg.stages, cfg.maxnreg, cfg.split) == want
+    ell = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=64).packed.shape[1]
+    assert cfg == g.launch_config(bits, m, n, ell, block)  # the whole-row variant for TABLE_BITS by default
+    assert cfg.rows == block * cfg.span and cfg.programs == -(-n // cfg.rows)
+    assert cfg.num_warps == cfg.rows // 16 and cfg.halves == 1 and cfg.consumer_regs == 0
+    assert cfg.pdl == (cfg.kernel == "ws") and cfg.late == (cfg.kernel == "ws" and cfg.nb >= g.LATE_TRIGGER_MIN_NB)
+    assert cfg.pipe == (bits == 4 and cfg.kernel == "ws" and cfg.nb in g.WS_PIPE_GROUP)
+    assert cfg.magic == (bits == 4 and cfg.kernel == "ws" and cfg.nb in g.WS_MAGIC_GROUP_NB)
+    assert not cfg.early and not cfg.neg_xsum and cfg.x_rows == cfg.nb  # the prepared variants are off
+
+
+def _record_launches(monkeypatch, g, bits, m, n, k, block):
+    """[(kernel, grid, kwargs)] that ``coarse_wgmma`` makes (Gluon does not run here: the kernels are
+    recorded; the x preparation runs, its kernel recorded too)."""
     seen = []
 
     class Recorder:
+        def __init__(self, name):
+            self.name = name
+
         def __getitem__(self, grid):
-            return lambda *a, **kw: seen.append((grid, kw))
+            return lambda *a, **kw: seen.append((self.name, grid, kw))
 
-    def tiles(x, ell, planes, nb, perm=False, wide=False, trigger=False, neg_sums=False):
-        ns = ell // 64  # the preparation's outputs as empty tensors of their shapes
-        return (torch.empty(ns * 2 * nb, 32 * planes, dtype=torch.int8), torch.empty(ns * 4, nb, dtype=torch.int32),
-                torch.empty(nb))
-
-    monkeypatch.setattr(g, "_coarse_ws_kernel", Recorder())
-    monkeypatch.setattr(x_int8, "x_int8_tiles", tiles)
-    n, k = 1000, 1024
-    f = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=64)
-    packed = torch.empty(n, f.packed.shape[1], dtype=torch.uint8)
-    ns = f.packed.shape[1] // 64
+    for name in ("_coarse_ws_kernel", "_coarse_wgmma_kernel"):
+        monkeypatch.setattr(g, name, Recorder(name))
+    monkeypatch.setattr(x_int8, "_x_int8_kernel", Recorder("_x_int8_kernel"))
+    monkeypatch.setattr(g, "sm_count", lambda device, interpret: 132)
+    ell = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=64).packed.shape[1]
+    packed = torch.empty(n, ell, dtype=torch.uint8)
     if bits == 2:
-        sz, r = torch.empty(2 * ns, -(-n // 4) * 4, dtype=torch.int32), torch.empty(n)
+        sz, r = torch.empty(2 * (ell // 64), -(-n // 4) * 4, dtype=torch.int32), torch.empty(n)
     else:
-        sz, r = torch.empty(g.wgmma_sz_bytes(n, bits, f.packed.shape[1]), dtype=torch.uint8), None
-    for m, span, split in ((40, 2, True), (40, 2, False), (5, 2, True), (5, 1, True)):
-        seen.clear()
-        g.coarse_wgmma(torch.empty(m, k, dtype=torch.bfloat16), packed, sz, n=n, bits=bits, block=128, kcand=8,
-                       write_logits=False, table_r=r, ws=True, span=span, split_span=split)
-        (grid, kw), = seen
-        halves = 2 if span == 2 and split else 1
-        assert kw["HALVES"] == halves and kw["W"] == 8 * span and kw["num_warps"] == 8 * span // halves
-        assert kw["CONSUMER_REGS"] == (g.SPLIT_SPAN_REGS if halves == 2 else 0)
-        assert grid == (-(-n // (128 * span)),) and kw["SUB"] == span
-        if span == 2:  # the spanning cap holds the launch's registers either way
-            assert kw["maxnreg"] == g.MAXNREG_WS_SPAN[kw["NB"]]
+        sz, r = torch.empty(wgmma_sz_bytes(n, bits, ell), dtype=torch.uint8), None
+    g.coarse_wgmma(torch.empty(m, k, dtype=torch.bfloat16), packed, sz, n=n, bits=bits, block=block, kcand=8,
+                   write_logits=False, table_r=r)
+    return seen, g.launch_config(bits, m, n, ell, block)
 
 
-def test_coarse_wgmma_span_validated():
-    """A span other than 1 or 2, or per-group words of the wrong shape / dtype, is a ValueError
-    before any launch (on any device)."""
+@pytest.mark.parametrize("split_span", [False, True])
+@pytest.mark.parametrize("case", [c for c, _ in ROUTES])
+def test_launcher_follows_launch_config(monkeypatch, case, split_span):
+    """What the launcher hands the kernels (recorded on CPU stand-ins; 132 SMs) is what
+    ``launch_config`` says: the kernel, grid (a split tail's shares added), NB, ring, register cap, warps and the
+    per-group settings; with ``SPLIT_SPAN`` a spanning program gets two consumer partitions --
+    launched with half its warps, the rows of both blocks (W), the second partition's registers --
+    under the spanning register cap, other launches are unchanged."""
+    g = _gluon_or_skip()
+    monkeypatch.setattr(g, "SPLIT_SPAN", split_span)
+    seen, cfg = _record_launches(monkeypatch, g, *case)
+    (prep, prep_grid, prep_kw), (kern, (grid,), kw) = seen
+    assert prep == "_x_int8_kernel" and prep_grid[0] == cfg.nb and prep_kw["PERM"] == cfg.table
+    assert kern == ("_coarse_ws_kernel" if cfg.kernel == "ws" else "_coarse_wgmma_kernel")
+    assert kw["NB"] == cfg.nb and kw["STAGES"] == cfg.stages and kw["W"] == cfg.rows // 16
+    assert kw["num_warps"] == cfg.num_warps and kw.get("maxnreg") == cfg.maxnreg
+    assert kw["TABLE"] == cfg.table and kw["NEGXS"] == cfg.neg_xsum
+    if cfg.kernel == "single":
+        assert grid == cfg.programs and "launch_pdl" not in kw
+        return
+    parts = kw["PARTS"]
+    assert grid == kw["FULL"] + (cfg.programs - kw["FULL"]) * parts and kw["launch_pdl"]
+    ns = INTx.quantize(torch.zeros(1, case[3]), bits=case[0], group_size=64).packed.shape[1] // 64
+    # a split needs a remainder past the SMs and two stages a share (49152 x 576 INT2: 3 stages, none)
+    assert parts == (cfg.split[0] if cfg.split and cfg.programs % 132 and ns >= 2 * cfg.split[0] else 1)
+    assert (kw["SUB"], kw["LATE"], kw["PIPE"], kw["MAGIC"], kw["EARLY"]) == (cfg.span, cfg.late, cfg.pipe, cfg.magic,
+                                                                          cfg.early)
+    halves = 2 if cfg.span == 2 and split_span else 1
+    assert kw["HALVES"] == cfg.halves == halves and kw["num_warps"] == cfg.rows // 16 // halves
+    assert kw["CONSUMER_REGS"] == (g.SPLIT_SPAN_REGS if halves == 2 else 0)
+
+
+def test_coarse_wgmma_validates_words():
+    """Per-group words of the wrong shape / dtype are a ValueError before any launch (on any
+    device)."""
     g = _gluon_or_skip()
     f = INTx.quantize(torch.randn(10, 256), bits=4, group_size=64)
     words = wgmma_sz(f.scale, f.zero, 4, 64, f.packed.shape[1])
-    with pytest.raises(ValueError, match="span"):
-        g.coarse_wgmma(torch.randn(2, 256), f.packed, words, n=10, bits=4, block=128, kcand=1, write_logits=False,
-                       span=3)
-    # the per-group scales and zeros: wgmma_sz's uint8 buffer only (not the earlier int32 words)
     for bad in (torch.zeros(10, 8, dtype=torch.int32), words[:-16].contiguous(), words.view(torch.int8),
                 words.view(-1, 16)):
         with pytest.raises(ValueError, match="wgmma_sz's uint8 buffer"):
@@ -874,13 +843,14 @@ def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("bits,table,persist,m", [(2, True, False, 40), (2, True, True, 24), (2, False, False, 40),
-                                                  (4, False, False, 40), (4, False, True, 24), (2, False, True, 24)])
-def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, persist, m, monkeypatch):
+@pytest.mark.parametrize("bits,table,m", [(2, True, 40), (2, True, 24), (2, False, 40), (4, False, 40),
+                                          (4, False, 24)])
+def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, m, monkeypatch):
     """A fast DraftHead on the int8-wgmma pass (INT2: the whole-row variant and the per-group one;
-    M = 24 on the warp-specialized kernel, here also per group, persistent or not):
-    every row with a clear winner gets it, with exact values; the top-k values are the exact logits
-    of the returned tokens; graph replay and torch.compile give the same answers."""
+    M = 24 on the warp-specialized kernel, NB = 32; M = 40 with K = 1024 the single-partition
+    kernel for INT2 (4 stages), a spanning program for INT4 (8 stages)): every row with a clear
+    winner gets it, with exact values; the top-k values are the exact logits of the returned
+    tokens; graph replay and torch.compile give the same answers."""
     _kernel_or_skip()
     from lowbit.ops import coarse_head as ch
 
@@ -888,10 +858,6 @@ def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, persist, m, mon
     monkeypatch.setattr(ch, "WGMMA_TABLE_BITS", (2,) if table else ())
     from lowbit.ops.coarse_head import gluon_wgmma
 
-    monkeypatch.setattr(gluon_wgmma, "PERSIST_WS", persist)
-    monkeypatch.setattr(gluon_wgmma, "X_RESIDENT", persist)  # x resident where the launch is persistent
-    monkeypatch.setattr(gluon_wgmma, "WS_GROUP_MAX_NB", 32)
-    monkeypatch.setattr(gluon_wgmma, "sm_count", lambda device, interpret: 3)  # several row blocks a program
     calls = []
     real_fn = gluon_wgmma.coarse_wgmma
 
@@ -901,7 +867,7 @@ def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, persist, m, mon
         return real_fn(*a, **kw)
 
     monkeypatch.setattr(gluon_wgmma, "coarse_wgmma", spy)
-    n, k = 5000, 1024  # M = 24: the warp-specialized kernel (NB = 32); 40: the single-partition loop
+    n, k = 5000, 1024
     w = (torch.randn(n, k) * 0.02).to(torch.bfloat16).cuda()
     winners = torch.randint(0, n, (m,))
     x = torch.randn(m, k).to(torch.bfloat16).cuda()

@@ -2,21 +2,21 @@
 a row block's logits from its accumulator (:func:`block_logits`), then the block's ``KCAND`` best
 keys and their tokens for every row of x (:func:`emit_candidates`) -- by sorted per-thread heads
 (:func:`_sorted_heads_rounds`) or successive max-and-mask rounds (:func:`_max_and_mask`), over the
-fp32 keys or their order-preserving int32 bits (:func:`_ordered_bits`). Ties go to the lower token;
-the contract is ``triton.py``'s fast-mode candidates. Tested on the GPU tier against the per-block
-reference (tests/ops/test_coarse_wgmma.py, ``epilogue_forms``) and, as torch mirrors of the rounds,
-on the CPU."""
+keys' order-preserving int32 bits (:func:`_ordered_bits`) or the fp32 keys. Ties go to the lower
+token; the contract is the other coarse kernels' fast-mode candidates. Tested on the GPU tier
+against the per-block reference (tests/ops/test_coarse_wgmma.py) and, as a torch mirror of the
+rounds, on the CPU."""
 from __future__ import annotations
 
 try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
 
-    _GLUON_IMPORT_ERROR = None
+    GLUON_ERROR = None
 except Exception as e:  # noqa: BLE001 - any failure means "no Gluon path"
-    _GLUON_IMPORT_ERROR = e
+    GLUON_ERROR = e
 
-if _GLUON_IMPORT_ERROR is None:
+if GLUON_ERROR is None:
     _ORD_NEG_INF = gl.constexpr(-2139095041)  # _ordered_bits(-inf)
 
     @gluon.jit
@@ -33,55 +33,49 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB: gl.constexpr, W: gl.constexpr,
-                         KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, SUB: gl.constexpr = 1,
-                         EMIT: gl.constexpr = 0):
+                        KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, SUB: gl.constexpr = 1,
+                        FLOAT_KEYS: gl.constexpr = False):
         """The KCAND best keys of every row m < M in each of the program's SUB candidate blocks
         (``16 W / SUB`` tokens each; candidate block ``pid SUB + s``, ``NBLK`` of them in all) from
         its logits ``out`` fp32 [16 W, NB] (and the logits themselves if WRITE_LOGITS): the tile
         re-laid out with each row of x in one warp (tokens along its lanes and registers), so the
-        reductions along tokens stay inside it. EMIT bit 0 (one block a program of 128 tokens):
-        ``_sorted_heads_rounds`` instead of max-and-mask over every element; bit 1: either over the
-        keys' order-preserving int32 bits (``_ordered_bits``; one block a program); bit 2: the
-        max-and-mask rounds mask before they store (``_max_and_mask`` MASK_FIRST). KCAND 0: no
-        candidates (the pass timed without its epilogue, ``scripts/probe_fast_tail.py``)."""
-        if KCAND == 0:
-            # no candidates asked for: a timing probe of the pass without its epilogue. The sums stay
-            # live through a store under a condition no launch meets (M >= 1), so the stage loop and
-            # its wgmmas are not removed as dead code
-            if M < 0:
-                gl.store(ck_ptr + gl.arange(0, NB, layout=gl.SliceLayout(0, out.type.layout)), gl.sum(out, axis=0))
+        reductions along tokens stay inside it. One block a program: over the keys' int32 bits
+        (a round's maximum is one warp ``redux.sync``), by ``_sorted_heads_rounds`` where the block
+        is 128 tokens (fewer instructions than max-and-mask over every element), else by
+        ``_max_and_mask``; FLOAT_KEYS: max-and-mask over the fp32 keys (fewer spills at NB = 64).
+        Two blocks a program: max-and-mask over the fp32 keys along the token axis of [SUB, R /
+        SUB, NB]."""
+        R: gl.constexpr = 16 * W
+        bl: gl.constexpr = gl.BlockedLayout([R // 32, 1], [32, 1], [1, W], [0, 1])
+        key = gl.convert_layout(out, bl)
+        tok = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, bl))
+        mrow = gl.arange(0, NB, layout=gl.SliceLayout(0, bl))
+        tok2 = gl.expand_dims(tok, 1)
+        m_ok = mrow < M
+        if WRITE_LOGITS:
+            gl.store(lg_ptr + gl.expand_dims(mrow, 0).to(gl.int64) * N + tok2, key,
+                     mask=gl.expand_dims(m_ok, 0) & (tok2 < N))
+        neg = float("-inf")
+        key = gl.where(tok2 < N, key, neg)
+        big = N + R
+        if SUB == 1 and not FLOAT_KEYS and R == 128:
+            _sorted_heads_rounds(key, tok2 + gl.expand_dims(mrow, 0) * 0, big, ck_ptr, ci_ptr, pid, M, NBLK, NB,
+                                 KCAND)
+        elif SUB == 1:
+            o_c = mrow.to(gl.int64) * (NBLK * KCAND) + pid * KCAND
+            _max_and_mask(key, tok2, big, ck_ptr, ci_ptr, o_c, m_ok, 0, KCAND, not FLOAT_KEYS)
         else:
-            R: gl.constexpr = 16 * W
-            bl: gl.constexpr = gl.BlockedLayout([R // 32, 1], [32, 1], [1, W], [0, 1])
-            key = gl.convert_layout(out, bl)
-            tok = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, bl))
-            mrow = gl.arange(0, NB, layout=gl.SliceLayout(0, bl))
-            tok2 = gl.expand_dims(tok, 1)
-            m_ok = mrow < M
-            if WRITE_LOGITS:
-                gl.store(lg_ptr + gl.expand_dims(mrow, 0).to(gl.int64) * N + tok2, key,
-                         mask=gl.expand_dims(m_ok, 0) & (tok2 < N))
-            neg = float("-inf")
-            key = gl.where(tok2 < N, key, neg)
-            big = N + R
-            if SUB == 1 and (EMIT & 1) and R == 128:
-                _sorted_heads_rounds(key, tok2 + gl.expand_dims(mrow, 0) * 0, big, ck_ptr, ci_ptr, pid, M, NBLK, NB,
-                                     KCAND, (EMIT & 2) != 0)
-            elif SUB == 1:
-                o_c = mrow.to(gl.int64) * (NBLK * KCAND) + pid * KCAND
-                _max_and_mask(key, tok2, big, ck_ptr, ci_ptr, o_c, m_ok, 0, KCAND, (EMIT & 2) != 0, (EMIT & 4) != 0)
-            else:
-                # [SUB, R / SUB, NB]: candidate block s holds tokens s R / SUB .. (s + 1) R / SUB - 1
-                key3 = gl.reshape(key, [SUB, R // SUB, NB])
-                tok3 = gl.reshape(tok2 + gl.expand_dims(mrow, 0) * 0, [SUB, R // SUB, NB])
-                l2: gl.constexpr = gl.SliceLayout(1, key3.type.layout)  # [SUB, NB]
-                sub = gl.expand_dims(pid * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, l2)), 1)
-                mcol = gl.expand_dims(gl.arange(0, NB, layout=gl.SliceLayout(0, l2)), 0)
-                ok = (mcol < M) & (sub < NBLK)
-                o_c = mcol.to(gl.int64) * (NBLK * KCAND) + sub * KCAND
-                # float keys: over this layout's token axis the int32 form finds no warp redux (offline
-                # sm_90, NB = 64: the same 256 SHFL, and 80-112 bytes of spills instead of 8)
-                _max_and_mask(key3, tok3, big, ck_ptr, ci_ptr, o_c, ok, 1, KCAND, False, (EMIT & 4) != 0)
+            # [SUB, R / SUB, NB]: candidate block s holds tokens s R / SUB .. (s + 1) R / SUB - 1
+            key3 = gl.reshape(key, [SUB, R // SUB, NB])
+            tok3 = gl.reshape(tok2 + gl.expand_dims(mrow, 0) * 0, [SUB, R // SUB, NB])
+            l2: gl.constexpr = gl.SliceLayout(1, key3.type.layout)  # [SUB, NB]
+            sub = gl.expand_dims(pid * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, l2)), 1)
+            mcol = gl.expand_dims(gl.arange(0, NB, layout=gl.SliceLayout(0, l2)), 0)
+            ok = (mcol < M) & (sub < NBLK)
+            o_c = mcol.to(gl.int64) * (NBLK * KCAND) + sub * KCAND
+            # float keys: over this layout's token axis the int32 form finds no warp redux (offline
+            # sm_90, NB = 64: the same 256 SHFL, and 80-112 bytes of spills instead of 8)
+            _max_and_mask(key3, tok3, big, ck_ptr, ci_ptr, o_c, ok, 1, KCAND, False)
 
     @gluon.jit
     def _split4(v):
@@ -110,23 +104,19 @@ if _GLUON_IMPORT_ERROR is None:
         return gl.where(o < 0, o ^ 0x7FFFFFFF, o).to(gl.float32, bitcast=True)
 
     @gluon.jit
-    def _sorted_heads_rounds(key, tok, big, ck_ptr, ci_ptr, pid, M, NBLK, NB: gl.constexpr, KCAND: gl.constexpr,
-                             INTKEYS: gl.constexpr = False):
+    def _sorted_heads_rounds(key, tok, big, ck_ptr, ci_ptr, pid, M, NBLK, NB: gl.constexpr, KCAND: gl.constexpr):
         """``_max_and_mask`` over a [128, NB] tile whose thread holds 4 consecutive tokens of a column
         (``emit_candidates``' layout), same keys and order: each thread first sorts its 4 (key,
         token) pairs (5 compare-exchanges, ties to the lower token), then every round reduces the
         threads' heads only and the winning thread pops its head (3 selects a value) -- instead of
         comparing and masking every element every round. Ties stay exact: a thread's head is its
         lowest token among its best keys, so the lowest token among the heads equal to the maximum
-        is the lowest among all elements equal to it.
-
-        INTKEYS: the keys as their order-preserving int32 bits (``_ordered_bits``) throughout, so a
-        round's maximum is one warp ``redux.sync`` (as the lowest token's already is) instead of
-        five shuffle-and-compare steps; the same picks (a zero key is stored as +0.0)."""
-        neg = float("-inf")
-        if INTKEYS:
-            key = _ordered_bits(key)
-            neg = _ORD_NEG_INF
+        is the lowest among all elements equal to it. The keys are their order-preserving int32
+        bits (``_ordered_bits``) throughout, so a round's maximum is one warp ``redux.sync`` (as
+        the lowest token's already is) instead of five shuffle-and-compare steps; the same picks
+        (a zero key is stored as +0.0)."""
+        key = _ordered_bits(key)
+        neg = _ORD_NEG_INF
         k4 = gl.permute(gl.reshape(key, [32, 4, NB]), (0, 2, 1))  # [lane, column, register]
         t4 = gl.permute(gl.reshape(tok, [32, 4, NB]), (0, 2, 1))
         v0, v1, v2, v3 = _split4(k4)
@@ -142,8 +132,7 @@ if _GLUON_IMPORT_ERROR is None:
         for c in gl.static_range(KCAND):
             best = gl.max(v0, axis=0)
             loc = gl.min(gl.where(v0 == gl.expand_dims(best, 0), t0, big), axis=0)
-            if INTKEYS:
-                best = _float_of_ordered(best)
+            best = _float_of_ordered(best)
             gl.store(ck_ptr + o_c + c, best, mask=ok)
             gl.store(ci_ptr + o_c + c, gl.where(best == float("-inf"), 0, loc).to(gl.int64), mask=ok)
             win = t0 == gl.expand_dims(loc, 0)
@@ -158,14 +147,12 @@ if _GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _max_and_mask(key, tok, big, ck_ptr, ci_ptr, o_c, ok, AXIS: gl.constexpr, KCAND: gl.constexpr,
-                      INTKEYS: gl.constexpr = False, MASK_FIRST: gl.constexpr = False):
+                      INTKEYS: gl.constexpr = False):
         """KCAND rounds of successive maxima of ``key`` along AXIS (its token axis; ``tok`` the
         tokens, ``big`` above all of them): round c stores the best key at ``ck_ptr + o_c + c`` and
         its token (ties to the lower; 0 where the key is -inf) at ``ci_ptr + o_c + c`` where ``ok``,
         then masks that token out. INTKEYS: over the keys' order-preserving int32 bits (a warp's
-        maximum one ``redux.sync``, see ``_sorted_heads_rounds``). MASK_FIRST: the mask written before
-        the round's stores (the same values; offline sm_90 at NB = 64, two blocks a program: 8 bytes
-        of spills instead of 24)."""
+        maximum one ``redux.sync``, see ``_sorted_heads_rounds``)."""
         neg = float("-inf")
         if INTKEYS:
             key = _ordered_bits(key)
@@ -173,13 +160,10 @@ if _GLUON_IMPORT_ERROR is None:
         for c in gl.static_range(KCAND):
             best = gl.max(key, axis=AXIS)
             loc = gl.min(gl.where(key == gl.expand_dims(best, AXIS), tok, big), axis=AXIS)
-            if MASK_FIRST:
-                key = gl.where(tok == gl.expand_dims(loc, AXIS), neg, key)
             if INTKEYS:
                 kf = _float_of_ordered(best)
             else:
                 kf = best
             gl.store(ck_ptr + o_c + c, kf, mask=ok)
             gl.store(ci_ptr + o_c + c, gl.where(kf == float("-inf"), 0, loc).to(gl.int64), mask=ok)
-            if not MASK_FIRST:
-                key = gl.where(tok == gl.expand_dims(loc, AXIS), neg, key)
+            key = gl.where(tok == gl.expand_dims(loc, AXIS), neg, key)

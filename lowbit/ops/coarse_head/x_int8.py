@@ -2,25 +2,17 @@
 
 Per row m: ``sx[m] = amax_k |x[m, k]| / 127`` and ``xq[m, k] = round_half_even(x[m, k] * 127 /
 amax)`` (0 for an all-zero row), so ``x ~= xq * sx`` to within ``sx / 2`` per element. The codes
-are stored for the coarse kernel's TMA boxes, per (stage s, plane j) of the INTx plane-split
-copy (plane length ``L``, 64 packed bytes a stage)::
+are stored for the coarse kernel's TMA boxes, per stage s (64 packed bytes of the INTx
+plane-split copy, plane length ``L``) and half c, the P planes side by side in one row of ``32 P``
+bytes::
 
-    xq_tiles[((s * P + j) * 2 + c) * NB + m, b] = xq[m, j * L + 64 s + 32 c + b]    (b < 32)
-    xsum[s * 4 + j, m] = sum_{b < 64} xq[m, j * L + 64 s + b]                        (int32)
+    xq_tiles[(s * 2 + c) * NB + m, 32 j + b] = xq[m, j * L + 64 s + 32 c + b]    (b < 32)
+    xsum[s * 4 + j, m] = sum_{b < 64} xq[m, j * L + 64 s + b]                    (int32)
 
 with zeros for rows m >= M (up to NB, the wgmma's N) and for K positions >= K (the INTx
-padding). ``xsum`` lets the kernel remove the zero point exactly in integers.
-
-With ``wide`` the same tiles are stored side by side, the P planes of a (stage, half) in one row
-of ``32 P`` bytes::
-
-    xq_wide[(s * 2 + c) * NB + m, 32 j + b] = xq_tiles[((s * P + j) * 2 + c) * NB + m, b]
-
-so a stage's x arrives in two TMA boxes of NB rows x 32 P bytes instead of P boxes of 2 NB rows x
-32 bytes. Why: every CTA of the coarse pass re-reads all of x from L2, and boxes of 32-byte rows
-made that the largest part of the pass's stream (H200, a read-only ring of the INT2 pass's
-operands at M = 1: codes + words 49 us, + x in 32-byte rows 64 us; session 25,
-``scripts/probe_coarse_stream.py``).
+padding). A stage's x arrives in two TMA boxes of NB rows x 32 P bytes: every CTA of the coarse
+pass re-reads all of x from L2, and boxes of 32-byte rows made x the largest part of the pass's
+stream (docs/draft_head.md). ``xsum`` lets the kernel remove the zero point exactly in integers.
 
 With ``perm`` (INT2, the whole-row variant's byte-permute decode) the tile of (stage s, plane j)
 holds instead the K positions that decode emits for its j-th output register: the sources are
@@ -81,11 +73,11 @@ def prmt_k_order(ell: int) -> torch.Tensor:
     return (j * ell + 64 * s + byte).reshape(-1)
 
 
-def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = False,
-                   wide: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """``xq`` int8 [M, K] -> (xq_tiles int8 [NS * P * 2 * NB, 32], xsum int32 [NS * 4, NB]) as in
-    the module docstring (NS = ell / 64; ``perm``: the byte-permute decode's order, P = 4;
-    ``wide``: the tiles as xq_wide int8 [NS * 2 * NB, 32 P])."""
+def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int,
+                   perm: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``xq`` int8 [M, K] -> (xq_tiles int8 [NS * 2 * NB, 32 P], xsum int32 [NS * 4, NB]) as in
+    the module docstring (NS = ell / 64, P = ``planes``; ``perm``: the byte-permute decode's
+    order, P = 4)."""
     if perm and planes != 4:
         raise ValueError(f"the byte-permute order serves 4 planes (INT2), got {planes}")
     m, k = xq.shape
@@ -94,10 +86,7 @@ def tile_reference(xq: torch.Tensor, ell: int, planes: int, nb: int, perm: bool 
     full[:m, :k] = xq
     if perm:
         full = full[:, prmt_k_order(ell).to(xq.device)]
-    if wide:
-        t = full.view(nb, planes, ns, 2, 32).permute(2, 3, 0, 1, 4).reshape(ns * 2 * nb, planes * 32)
-    else:
-        t = full.view(nb, planes, ns, 2, 32).permute(2, 1, 3, 0, 4).reshape(ns * planes * 2 * nb, 32)
+    t = full.view(nb, planes, ns, 2, 32).permute(2, 3, 0, 1, 4).reshape(ns * 2 * nb, planes * 32)
     sums = full.view(nb, planes, ns, 64).to(torch.int32).sum(-1)  # [NB, P, NS]
     xsum = torch.zeros(ns, 4, nb, dtype=torch.int32, device=xq.device)
     xsum[:, :planes] = sums.permute(2, 1, 0)
@@ -125,26 +114,23 @@ def _load_tile(x_ptr, stride_xm, t0, t, b, m, M, K, L: tl.constexpr, P: tl.const
 
 @triton.jit
 def _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L: tl.constexpr, P: tl.constexpr, NB: tl.constexpr,
-                INTERPRET: tl.constexpr, WIDE: tl.constexpr, NEG: tl.constexpr = False):
+                INTERPRET: tl.constexpr, NEG: tl.constexpr = False):
     """Quantize the loaded x values ``xv`` [TB, 64] of pairs ``tt`` with the row's ``inv`` and store
-    their codes (tile layout; WIDE: side by side) and 64-sums (NEG: negated)."""
+    their codes (side by side) and 64-sums (NEG: negated)."""
     NS: tl.constexpr = L // 64
     if INTERPRET:
         v = xv * inv
     else:
         # mul.rn is never contracted with the add below into an FMA (the PTX rule for an explicit
         # rounding mode), so the product is rounded to fp32 first, as in the definition; plain
-        # arithmetic was fused on the H200 and rounded some ties differently
+        # arithmetic gets fused into an FMA, which rounds some ties differently
         v = tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [xv, inv + tl.zeros_like(xv)],
                                       dtype=tl.float32, is_pure=True, pack=1)
     q = (v + 12582912.0) - 12582912.0  # round half to even (|v| <= 127)
     q = tl.minimum(tl.maximum(q, -127.0), 127.0)
     qi = q.to(tl.int32)
     c = b // 32
-    if WIDE:
-        dst = ((s[:, None] * 2 + c[None, :]) * NB + m) * (32 * P) + j[:, None] * 32 + b[None, :] % 32
-    else:
-        dst = ((tt[:, None] * 2 + c[None, :]) * NB + m) * 32 + b[None, :] % 32
+    dst = ((s[:, None] * 2 + c[None, :]) * NB + m) * (32 * P) + j[:, None] * 32 + b[None, :] % 32
     tl.store(xq_ptr + dst, qi.to(tl.int8), mask=tt[:, None] < NS * P)
     xs_at = xs_ptr + (s * 4 + j) * NB + m
     xsum = tl.sum(qi, axis=1)
@@ -156,17 +142,16 @@ def _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L: tl.constexpr, P: tl.
 @triton.jit(do_not_specialize=["M", "K"])
 def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constexpr, P: tl.constexpr,
                    NB: tl.constexpr, BLK: tl.constexpr, TB: tl.constexpr, INTERPRET: tl.constexpr,
-                   PERM: tl.constexpr = False, WIDE: tl.constexpr = False, TRIGGER: tl.constexpr = False,
-                   PREFETCH: tl.constexpr = False, PDL: tl.constexpr = False, NEG: tl.constexpr = False):
+                   PERM: tl.constexpr = False, TRIGGER: tl.constexpr = False, PDL: tl.constexpr = False,
+                   NEG: tl.constexpr = False):
     """Program (m < NB, t): row m's scale (every program of the row computes it; program t = 0
     stores it), then its codes and 64-sums of the (stage, plane) pairs t TB .. t TB + TB - 1,
     t + G .., ... (G = the grid's second size; PERM: the tile of (s, j) gathers the K positions of
-    ``prmt_source``; WIDE: the side-by-side tile layout; TRIGGER: the next kernel, a programmatic
-    dependent launch, may place its CTAs at once -- it still waits for this one's writes).
-    PREFETCH: the first step's x is loaded before the row's amax (it does not depend on it), so
-    both loads are in flight at once instead of one after the other. PDL: launched as a
-    programmatic dependent launch itself -- nothing global is touched before
-    ``griddepcontrol.wait`` (x is the previous kernel's output). NEG: the 64-sums stored negated."""
+    ``prmt_source``). The first step's x is loaded before the row's amax (it does not depend on
+    it), so both loads are in flight at once. PDL: launched as a programmatic dependent launch --
+    nothing global is touched before ``griddepcontrol.wait`` (x is the previous kernel's output);
+    TRIGGER: the next kernel, a programmatic dependent launch, may place its CTAs at once (it
+    still waits for this one's writes). NEG: the 64-sums stored negated."""
     if PDL:
         gdc_wait()
     if TRIGGER:
@@ -178,8 +163,7 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
     t = tl.arange(0, TB)
     b = tl.arange(0, 64)
     first = part * TB
-    if PREFETCH:
-        tt, s, j, xv = _load_tile(x_ptr, stride_xm, first, t, b, m, M, K, L, P, PERM)
+    tt, s, j, xv = _load_tile(x_ptr, stride_xm, first, t, b, m, M, K, L, P, PERM)
     o = tl.arange(0, BLK)
     amax = tl.zeros([BLK], dtype=tl.float32)
     for k0 in range(0, K, BLK):
@@ -190,27 +174,26 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
     if part == 0:
         tl.store(sx_ptr + m, tl.div_rn(a, tl.full([], 127.0, tl.float32)))
     NS: tl.constexpr = L // 64
-    if PREFETCH:
-        _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET, WIDE, NEG)
-        first += parts * TB
+    _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET, NEG)
+    first += parts * TB
     for t0 in range(first, NS * P, parts * TB):
         tt, s, j, xv = _load_tile(x_ptr, stride_xm, t0, t, b, m, M, K, L, P, PERM)
-        _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET, WIDE, NEG)
+        _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET, NEG)
 
 
-def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = False, wide: bool = False,
-                 trigger: bool = False, neg_sums: bool = False):
+def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = False, trigger: bool = False,
+                 neg_sums: bool = False):
     """Launch the quantize-and-tile kernel: ``x`` [M, K] (bf16 / fp16 / fp32, unit stride along
-    K, M <= nb) -> (xq_tiles int8 [NS * P * 2 * NB, 32] -- with ``wide`` xq_wide int8
-    [NS * 2 * NB, 32 P] --, xsum int32 [NS * 4, NB], sx fp32 [NB]).
+    K, M <= nb) -> (xq_tiles int8 [NS * 2 * NB, 32 P], xsum int32 [NS * 4, NB], sx fp32 [NB]).
     Rows of ``xsum`` for the unused planes j >= P are left unwritten (never read). ``perm``: the
     byte-permute decode's K order (:func:`prmt_k_order`; 4 planes only).
 
     Grid: NB rows x up to ``X_PARTS`` programs a row, each with a share of the (stage, plane)
-    pairs -- one program a row walked them all in sequence (5.2 us at M = 1, K = 5120 on the H200,
-    session 25: a chain of dependent loads, not bytes). ``trigger``: the next launch may be a
-    programmatic dependent one (the coarse pass) and may place its CTAs at once. ``neg_sums``: the
-    64-sums stored negated (``xsum`` = -sum; ``gluon_wgmma.NEG_XSUM``)."""
+    pairs: one program a row walking them all in sequence is a chain of dependent loads, not
+    bytes. ``trigger``: a PDL chain follows (the coarse pass), so the launch is itself a
+    programmatic dependent one -- its CTAs placed while the kernel before it drains -- and lets
+    the next launch place its CTAs at once. ``neg_sums``: the 64-sums stored negated (``xsum`` =
+    -sum; ``gluon_wgmma.NEG_XSUM``)."""
     m, k = x.shape
     if m > nb or x.stride(1) != 1:
         raise ValueError(f"x_int8_tiles needs M <= {nb} rows with unit stride along K, got shape {tuple(x.shape)} "
@@ -218,21 +201,16 @@ def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = F
     if perm and planes != 4:
         raise ValueError(f"x_int8_tiles: the byte-permute order serves 4 planes (INT2), got {planes}")
     ns = ell // 64
-    if wide:
-        xq = torch.empty(ns * 2 * nb, 32 * planes, dtype=torch.int8, device=x.device)
-    else:
-        xq = torch.empty(ns * planes * 2 * nb, 32, dtype=torch.int8, device=x.device)
+    xq = torch.empty(ns * 2 * nb, 32 * planes, dtype=torch.int8, device=x.device)
     xs = torch.empty(ns * 4, nb, dtype=torch.int32, device=x.device)
     sx = torch.empty(nb, dtype=torch.float32, device=x.device)
     tb = X_TILE_PAIRS
     parts = max(1, min(X_PARTS, -(-ns * planes // tb)))
     blk = min(triton.next_power_of_2(k), 8192)  # the row's amax in one load up to K = 8192
     trigger = trigger and not interpret_mode()
-    # with the trigger (a PDL chain follows) and X_PDL, the launch itself programmatic: its CTAs
-    # are placed while the kernel before it drains (the shared options; TRIGGER stands without it)
-    opts = {"TRIGGER": trigger, **launch_options(x.device, trigger and X_PDL, trigger, None)}
+    opts = {"TRIGGER": trigger, **launch_options(x.device, trigger, trigger, None)}
     _x_int8_kernel[(nb, parts)](x, xq, xs, sx, m, k, x.stride(0), L=ell, P=planes, NB=nb, BLK=blk, TB=tb,
-                                INTERPRET=interpret_mode(), PERM=perm, WIDE=wide, PREFETCH=X_PREFETCH, NEG=neg_sums,
+                                INTERPRET=interpret_mode(), PERM=perm, NEG=neg_sums,
                                 num_warps=8 if blk >= 4096 else 4, **opts)
     return xq, xs, sx
 
@@ -241,13 +219,3 @@ def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = F
 X_PARTS = 8
 #: (stage, plane) pairs a program tiles per step
 X_TILE_PAIRS = 16
-#: a program's first step of x loaded before the row's amax (``_x_int8_kernel`` PREFETCH). H200,
-#: 124160 x 5120 fast argmax, same run (session 29 call e): 0.1-0.8 us faster at 9 of 12 (bits, M)
-X_PREFETCH = True
-#: the preparation launched as a programmatic dependent launch when a PDL chain follows it
-#: (``x_int8_tiles`` with ``trigger``): its CTAs are placed while the kernel before it drains. H200,
-#: same run (session 29 call g, against the plain launch): the coarse pass alone 0.3-0.9 us faster
-#: (INT4 M = 64 2.6), fast argmax faster at 11 of 16 (shape, bits, M) by up to 0.9 us, slower at
-#: three by up to 0.3 (SmolLM2's head 0.2-0.4 faster at every M). On since session 30 (the whole
-#: cuda tier with it: call a)
-X_PDL = True
