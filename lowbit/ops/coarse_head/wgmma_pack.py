@@ -26,7 +26,7 @@ def wgmma_sz(scale: torch.Tensor, zero: torch.Tensor, bits: int, group_size: int
     points [NS, NP] uint8, byte (s, n) holding the P planes' zeros of stage s, plane j's in bits
     ``bits j .. bits (j + 1) - 1`` (P ``bits``-bit zeros fill a byte exactly). Views:
     :func:`wgmma_sz_views`. A stage's share for a block of rows is two TMA boxes, [P, rows] fp16 and
-    ``gluon_wgmma._zero_box(rows)`` uint8: 2 P + 1 bytes a row and stage (INT4 5, INT2 9), against 3 P of the
+    a 128-byte box of zero bytes: 2 P + 1 bytes a row and stage (INT4 5, INT2 9), against 3 P of the
     format's (fp16, uint8) pairs. ``scale`` fp16 / ``zero`` uint8 [N, NG], ``ell`` the plane length (a
     multiple of ``group_size``, itself a multiple of 64)."""
     n = scale.shape[0]
