@@ -179,22 +179,23 @@ def test_duplicate_indices(backend):
     assert int(torch.isfinite(logits).sum()) == 4  # two distinct columns per row
 
 
-@pytest.fixture(params=["tier", "gpu-configs"])
-def launch_table(request, monkeypatch):
-    """Under the interpreter, "gpu-configs" launches with the GPU config table (one index per
-    program, wide K tiles) instead of the interpreter's tall tiles, so both launch geometries
-    are checked on CPU. On other tiers the two params are the same run."""
-    if request.param == "gpu-configs":
-        from lowbit.ops.gathered import triton as kernels
+def _with_gpu_config(x, weight, idx, values, logits):
+    """gathered_dot / gathered_bias on the CUDA-core kernel with the GPU's config-table row (the
+    interpreter otherwise runs taller tiles), so both launch geometries are checked on CPU."""
+    from lowbit.ops.gathered import cuda_core, dispatch, unpack_weight
 
-        monkeypatch.setattr(kernels, "_GPU_CONFIGS_UNDER_INTERPRETER", True)
-    return request.param
+    fmt, data, scale, aux, _, k, bits, gs = unpack_weight(weight)
+    cfg = cuda_core.dot_config(*idx.shape)
+    out = dispatch.gathered_dot(x, fmt, data, scale, aux, idx, k, bits, gs, config=cfg)
+    dispatch.gathered_bias(x, fmt, data, scale, aux, values, idx, logits, 1.0, k, bits, gs, config=cfg)
+    return out
 
 
+@pytest.mark.parametrize("launch_table", ["tier", "gpu-configs"])
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "nvfp4", "mxfp4", "int4"])
 def test_strided_views(backend, fmt, launch_table):
     if launch_table == "gpu-configs" and backend.name != "interpret":
-        pytest.skip("the config-table switch only changes the interpreter tier")
+        pytest.skip("the GPU config table is what the other tiers run anyway")
     v, k, b, t = 40, 64, 2, 3
     full, full64 = make_weight(fmt, v, k, backend.device)
     weight, w64 = row_view(full), full64[1::2]
@@ -209,8 +210,11 @@ def test_strided_views(backend, fmt, launch_table):
     logits = lbig[:, 2: 2 + v // 2]
     values = torch.randn(t, b, device=backend.device).t()
     with backend.active():
-        out = gathered_dot(x, weight, idx)
-        gathered_bias(x, weight, values, idx, logits, 1.0)
+        if launch_table == "gpu-configs":
+            out = _with_gpu_config(x, weight, idx, values, logits)
+        else:
+            out = gathered_dot(x, weight, idx)
+            gathered_bias(x, weight, values, idx, logits, 1.0)
     torch.testing.assert_close(out.double().cpu(), ref_dot(x, w64, idx), rtol=1e-5, atol=1e-5)
     expect = values.double().cpu() + ref_dot(x, w64, idx)
     torch.testing.assert_close(logits.cpu().gather(1, idx.long().cpu()).double(), expect, rtol=1e-5, atol=1e-5)
@@ -347,10 +351,10 @@ def test_validation_errors():
 
 
 def _op_args(fmt, device):
-    from lowbit.ops.gathered import _unpack
+    from lowbit.ops.gathered import unpack_weight
 
     weight, _ = make_weight(fmt, 20, 64, device)
-    f, data, scale, aux, v, k, bits, gs = _unpack(weight)
+    f, data, scale, aux, v, k, bits, gs = unpack_weight(weight)
     x = torch.randn(3, 64, device=device)
     idx = torch.randint(0, 20, (3, 4), device=device)
     return (f, data, scale, aux, k, bits, gs), x, idx

@@ -11,7 +11,8 @@ with ``granularity="row"``, ``NVFP4``, ``MXFP4``, ``INTx``):
 Each is validated here (``ValueError`` before any launch), then runs a ``torch.library`` op
 (``lowbit::gathered_dot`` / ``lowbit::gathered_bias`` / ``lowbit::gathered_rows``) whose
 implementation picks Triton for CUDA tensors and the PyTorch reference elsewhere
-(:func:`lowbit._backend.use_triton`). In eager mode the op wrapper is bypassed (it costs several
+(:func:`lowbit._backend.use_triton`); which Triton kernel runs is decided in ``dispatch.py``
+(``dispatch_table()``). In eager mode the op wrapper is bypassed (it costs several
 µs of Python per call, which is the whole budget of a small gathered projection); under
 ``torch.compile`` the registered op is traced, so ``fullgraph=True`` and CUDA graphs work.
 
@@ -40,7 +41,7 @@ from lowbit.formats.nvfp4 import NVFP4
 from lowbit.ops.gathered import reference as _ref
 from lowbit.ops.gathered.reference import DENSE, FORMAT_NAMES, FP8_ROW, INTX, MXFP4_CODE, NVFP4_CODE
 
-__all__ = ["gathered_bias", "gathered_dot", "gathered_rows", "get_debug", "set_debug"]
+__all__ = ["gathered_bias", "gathered_dot", "gathered_rows", "get_debug", "set_debug", "unpack_weight"]
 
 _FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 _INDEX = (torch.int32, torch.int64)
@@ -65,8 +66,9 @@ def _fail(msg: str):
     raise ValueError(msg)
 
 
-def _unpack(weight):
-    """Split a weight into ``(fmt, data, scale, aux, V, K, bits, group_size)``, validating it."""
+def unpack_weight(weight):
+    """Split a weight into ``(fmt, data, scale, aux, V, K, bits, group_size)``, validating it: the
+    form the kernels (``dispatch.py``) take."""
     if isinstance(weight, torch.Tensor):
         if weight.dim() != 2:
             _fail(f"dense weight must be 2-D [V, K], got shape {tuple(weight.shape)}")
@@ -143,9 +145,9 @@ def _check_range(index: torch.Tensor, v: int) -> None:
 
 
 def _kernels():
-    from lowbit.ops.gathered import triton as kernels
+    from lowbit.ops.gathered import dispatch
 
-    return kernels
+    return dispatch
 
 
 def _dot_impl(x, data, scale, aux, index, fmt, k, bits, group_size):
@@ -234,7 +236,7 @@ def gathered_dot(x: torch.Tensor, weight, index: torch.Tensor) -> torch.Tensor:
     ``[0, V)``. Returns fp32 ``[B, T]``, ``out[b, t] = sum_k x[b, k] * W[index[b, t], k]`` with
     the rows dequantized per the format (SPEC §2) and fp32 accumulation. Nothing is mutated.
     """
-    fmt, data, scale, aux, v, k, bits, gs = _unpack(weight)
+    fmt, data, scale, aux, v, k, bits, gs = unpack_weight(weight)
     _check_x_index(x, index, k)
     _check_devices(x=x, weight=data, weight_scale=scale, weight_aux=aux, index=index)
     if _eager():
@@ -253,7 +255,7 @@ def gathered_bias(x: torch.Tensor, weight, values: torch.Tensor, index: torch.Te
     rounding to ``logits.dtype``); every other entry of ``logits`` is untouched. Mutates
     ``logits`` only (never ``values`` or ``x``). Duplicate indices: see the module docstring.
     """
-    fmt, data, scale, aux, v, k, bits, gs = _unpack(weight)
+    fmt, data, scale, aux, v, k, bits, gs = unpack_weight(weight)
     _check_x_index(x, index, k)
     _check("values", values, _FLOAT, 2)
     _check("logits", logits, _FLOAT, 2)
@@ -278,7 +280,7 @@ def gathered_rows(weight, index: torch.Tensor, dtype: torch.dtype = torch.bfloat
     rounding to ``dtype``), the table is never materialized. index: int32/int64, any shape, values
     in ``[0, V)``. Nothing is mutated.
     """
-    fmt, data, scale, aux, v, k, bits, gs = _unpack(weight)
+    fmt, data, scale, aux, v, k, bits, gs = unpack_weight(weight)
     _check("index", index, _INDEX)
     if dtype not in _FLOAT:
         _fail(f"dtype must be one of {list(_FLOAT)}, got {dtype}")
@@ -290,4 +292,4 @@ def gathered_rows(weight, index: torch.Tensor, dtype: torch.dtype = torch.bfloat
 
 def format_name(weight) -> str:
     """Short name of a weight's format ("dense", "fp8-row", "nvfp4", "mxfp4", "intx")."""
-    return FORMAT_NAMES[_unpack(weight)[0]]
+    return FORMAT_NAMES[unpack_weight(weight)[0]]

@@ -1,4 +1,4 @@
-"""Bit-level decoders shared by the gathered kernels (``triton.py``, ``triton_mma.py``): E2M1 codes,
+"""Bit-level decoders shared by the gathered kernels (``cuda_core.py``, ``mma_nvfp4.py``): E2M1 codes,
 E4M3 / UE8M0 scale bytes and E4M3 weight bytes to fp32 by integer arithmetic (NaN codes
 included, identical on the GPU and in the interpreter), and the round-to-nearest-even cast of a
 result to the output dtype."""
@@ -7,9 +7,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+__all__ = ["cast_rne", "e2m1", "e2m1_f16", "e4m3", "fp8_data", "ue8m0"]
+
 
 @triton.jit
-def _e2m1(c):
+def e2m1(c):
     """E2M1 codes (int32, low 4 bits) -> fp32. Codes 2..7 are normal: exponent (m>>1)-1, mantissa m&1."""
     m = c & 7
     normal = (((m >> 1) + 126) << 23) | ((m & 1) << 22)
@@ -19,7 +21,7 @@ def _e2m1(c):
 
 
 @triton.jit
-def _e2m1_f16(c):
+def e2m1_f16(c):
     """E2M1 codes (int32, low 4 bits) -> fp32 value * 2^-14, in 5 integer ops and one convert:
     the 3 magnitude bits placed at fp16 bits 9..11 give exponent e and mantissa m, i.e.
     2^(e-15) (1 + m/2) for e >= 1 and the fp16 subnormal m * 2^-15 for e = 0, both exactly the
@@ -30,7 +32,7 @@ def _e2m1_f16(c):
 
 
 @triton.jit
-def _e4m3(b):
+def e4m3(b):
     """E4M3 bits (int32 0..255) -> fp32; exponent bias 7, subnormals m * 2^-9, 0x7F/0xFF NaN."""
     e = (b >> 3) & 15
     m = b & 7
@@ -41,7 +43,7 @@ def _e4m3(b):
 
 
 @triton.jit
-def _fp8_data(b):
+def fp8_data(b):
     """E4M3 weight elements (uint8 bits): the hardware convert (cvt on Hopper) plus the NaN code,
     which the interpreter would otherwise decode as 480."""
     v = b.to(tl.float8e4nv, bitcast=True).to(tl.float32)
@@ -49,14 +51,14 @@ def _fp8_data(b):
 
 
 @triton.jit
-def _ue8m0(e):
+def ue8m0(e):
     """UE8M0 exponent bytes (int32) -> fp32 2^(e-127); e=0 is the subnormal 2^-127, 0xFF NaN."""
     v = tl.where(e == 0, 0x400000, e << 23).to(tl.float32, bitcast=True)
     return tl.where(e == 255, float("nan"), v)
 
 
 @triton.jit
-def _cast(v, ty, INTERPRET: tl.constexpr):
+def cast_rne(v, ty, INTERPRET: tl.constexpr):
     """fp32 -> the output dtype, round-to-nearest-even. The interpreter truncates fp32 -> bf16,
     so there the rounding is done on the bits (the GPU's cvt.rn is already RNE)."""
     if INTERPRET:

@@ -1,4 +1,5 @@
-"""Triton kernels for the gathered projection: gather rows -> decode -> scale -> dot -> scatter.
+"""The CUDA-core kernels of the gathered projection, every format: gather rows -> decode -> scale ->
+dot -> scatter (``gathered_dot`` / ``gathered_bias``), and the decoded rows (``gathered_rows``).
 
 One kernel family, the weight format a compile-time specialization (``FORMAT``, codes from
 :mod:`lowbit.ops.gathered.reference`). A row is walked in *units*: elements for dense / FP8,
@@ -18,20 +19,21 @@ import triton
 import triton.language as tl
 
 from lowbit._backend import interpret_mode
-from lowbit.ops.gathered import triton_mma
-from lowbit.ops.gathered.decode import _cast, _e2m1, _e2m1_f16, _e4m3, _fp8_data, _ue8m0
+from lowbit.ops.gathered.decode import cast_rne, e2m1, e2m1_f16, e4m3, fp8_data, ue8m0
 from lowbit.ops.gathered.reference import DENSE, FP8_ROW, INTX, MXFP4_CODE, NVFP4_CODE
+
+__all__ = ["DOT_CONFIGS", "ROWS_CONFIG", "dot_config", "launch_dot", "launch_rows"]
 
 
 @triton.jit
 def _dot_tile(
     acc, u0, p_xb, p_wr, p_s, p_a, rows, m_r, o_g, o_u, m_e, K, U,
     s_xk, s_wu, s_sn, s_sg, s_an, s_ag,
-    FORMAT: tl.constexpr, BITS: tl.constexpr, GB: tl.constexpr, F16_DECODE: tl.constexpr,
+    FORMAT: tl.constexpr, BITS: tl.constexpr, GB: tl.constexpr,
 ):
-    """acc[BT, NG] += the partial dots of the K tile starting at unit u0. F16_DECODE: E2M1 via
-    :func:`_e2m1_f16` (fewer ALU ops; the partial dots are then 2^-14 times too small and the
-    caller multiplies the final dot by 2^14)."""
+    """acc[BT, NG] += the partial dots of the K tile starting at unit u0. E2M1 codes decode by
+    :func:`e2m1_f16` (five integer ops and a convert; the partial dots are then 2^-14 times too
+    small and the caller multiplies the final dot by 2^14, exactly)."""
     u = u0 + o_u  # [NG, GBP]
     m_u = (u < U) & m_e
     m_w = m_r[:, None, None] & m_u[None, :, :]
@@ -43,24 +45,21 @@ def _dot_tile(
         if FORMAT == 0:
             w = b_w.to(tl.float32)
         else:
-            w = _fp8_data(b_w)
+            w = fp8_data(b_w)
         acc += tl.sum(w * b_x[None, :, :], axis=2)
     elif FORMAT == 2 or FORMAT == 3:  # NVFP4, MXFP4: byte u holds elements 2u (low), 2u+1 (high)
         c = b_w.to(tl.int32)
         b_xe = tl.load(p_xb + (2 * u) * s_xk, mask=m_u, other=0).to(tl.float32)
         b_xo = tl.load(p_xb + (2 * u + 1) * s_xk, mask=m_u, other=0).to(tl.float32)
-        if F16_DECODE:
-            part = tl.sum(_e2m1_f16(c & 15) * b_xe[None, :, :] + _e2m1_f16(c >> 4) * b_xo[None, :, :], axis=2)
-        else:
-            part = tl.sum(_e2m1(c & 15) * b_xe[None, :, :] + _e2m1(c >> 4) * b_xo[None, :, :], axis=2)
+        part = tl.sum(e2m1_f16(c & 15) * b_xe[None, :, :] + e2m1_f16(c >> 4) * b_xo[None, :, :], axis=2)
         g = u0 // GB + o_g
         m_g = m_r[:, None] & (g < U // GB)[None, :]
         # [BT, NG]
         b_s = tl.load(p_s + rows[:, None] * s_sn + g[None, :] * s_sg, mask=m_g, other=0).to(tl.int32)
         if FORMAT == 2:
-            sc = _e4m3(b_s)
+            sc = e4m3(b_s)
         else:
-            sc = _ue8m0(b_s)
+            sc = ue8m0(b_s)
         acc += part * sc
     else:  # INTX, plane-split: byte u holds the code of element i*U + u in bits [i*BITS, (i+1)*BITS)
         c = b_w.to(tl.int32)
@@ -88,7 +87,6 @@ def _gathered_dot_kernel(
     s_ib, s_it, s_vb, s_vt, s_ob, s_ot,
     FORMAT: tl.constexpr, BITS: tl.constexpr, GB: tl.constexpr, GBP: tl.constexpr,
     NG: tl.constexpr, BT: tl.constexpr, BIAS: tl.constexpr, INTERPRET: tl.constexpr,
-    F16_DECODE: tl.constexpr,
 ):
     """One program per (b, block of BT indices). BIAS: scatter values + alpha*dot into logits
     (p_out) at the indices; else store the dots to out[b, t]."""
@@ -114,15 +112,15 @@ def _gathered_dot_kernel(
         u0 = 0
         while u0 < U:
             acc = _dot_tile(acc, u0, p_xb, p_wr, p_s, p_a, rows, m_r, o_g, o_u, m_e, K, U,
-                            s_xk, s_wu, s_sn, s_sg, s_an, s_ag, FORMAT, BITS, GB, F16_DECODE)
+                            s_xk, s_wu, s_sn, s_sg, s_an, s_ag, FORMAT, BITS, GB)
             u0 += NG * GB
     else:
         for u0 in range(0, U, NG * GB):
             acc = _dot_tile(acc, u0, p_xb, p_wr, p_s, p_a, rows, m_r, o_g, o_u, m_e, K, U,
-                            s_xk, s_wu, s_sn, s_sg, s_an, s_ag, FORMAT, BITS, GB, F16_DECODE)
+                            s_xk, s_wu, s_sn, s_sg, s_an, s_ag, FORMAT, BITS, GB)
     dot = tl.sum(acc, axis=1)  # [BT]
-    if F16_DECODE and (FORMAT == 2 or FORMAT == 3):
-        dot = dot * 16384.0  # undo _e2m1_f16's 2^-14 (exact)
+    if FORMAT == 2 or FORMAT == 3:
+        dot = dot * 16384.0  # undo e2m1_f16's 2^-14 (exact)
     if FORMAT == 1:
         dot = dot * tl.load(p_s + rows * s_sn, mask=m_r, other=0)
     if FORMAT == 2:
@@ -130,7 +128,7 @@ def _gathered_dot_kernel(
     if BIAS:
         b_v = tl.load(p_val + i_b * s_vb + o_t * s_vt, mask=m_t, other=0).to(tl.float32)
         res = b_v + alpha * dot
-        tl.store(p_out + i_b * s_ob + rows * s_ot, _cast(res, p_out.dtype.element_ty, INTERPRET), mask=m_r)
+        tl.store(p_out + i_b * s_ob + rows * s_ot, cast_rne(res, p_out.dtype.element_ty, INTERPRET), mask=m_r)
     else:
         tl.store(p_out + i_b * s_ob + o_t * s_ot, tl.where(m_r, dot, float("nan")), mask=m_t)
 
@@ -169,23 +167,23 @@ def _gathered_rows_kernel(
         if FORMAT == 0:
             w = b_w.to(tl.float32)
         else:
-            w = _fp8_data(b_w) * tl.load(p_s + rows * s_sn, mask=m_r, other=0)[:, None, None]
+            w = fp8_data(b_w) * tl.load(p_s + rows * s_sn, mask=m_r, other=0)[:, None, None]
         w = tl.where(bad, float("nan"), w)
-        tl.store(p_o + u[None, :, :], _cast(w, ty, INTERPRET), mask=m_o)
+        tl.store(p_o + u[None, :, :], cast_rne(w, ty, INTERPRET), mask=m_o)
     elif FORMAT == 2 or FORMAT == 3:
         c = b_w.to(tl.int32)
         g = u0 // GB + o_g
         m_g = m_r[:, None] & (g < U // GB)[None, :]
         b_s = tl.load(p_s + rows[:, None] * s_sn + g[None, :] * s_sg, mask=m_g, other=0).to(tl.int32)
         if FORMAT == 2:
-            sc = _e4m3(b_s) * tl.load(p_a)
+            sc = e4m3(b_s) * tl.load(p_a)
         else:
-            sc = _ue8m0(b_s)
+            sc = ue8m0(b_s)
         sc = sc[:, :, None]  # [BM, NG, 1]
-        lo = tl.where(bad, float("nan"), _e2m1(c & 15) * sc)
-        hi = tl.where(bad, float("nan"), _e2m1(c >> 4) * sc)
-        tl.store(p_o + (2 * u)[None, :, :], _cast(lo, ty, INTERPRET), mask=m_o)
-        tl.store(p_o + (2 * u + 1)[None, :, :], _cast(hi, ty, INTERPRET), mask=m_o)
+        lo = tl.where(bad, float("nan"), e2m1(c & 15) * sc)
+        hi = tl.where(bad, float("nan"), e2m1(c >> 4) * sc)
+        tl.store(p_o + (2 * u)[None, :, :], cast_rne(lo, ty, INTERPRET), mask=m_o)
+        tl.store(p_o + (2 * u + 1)[None, :, :], cast_rne(hi, ty, INTERPRET), mask=m_o)
     else:
         c = b_w.to(tl.int32)
         for i in tl.static_range(8 // BITS):
@@ -196,30 +194,21 @@ def _gathered_rows_kernel(
             b_z = tl.load(p_a + rows[:, None] * s_an + g[None, :] * s_ag, mask=m_g, other=0).to(tl.float32)
             w = tl.where(bad, float("nan"), (q - b_z[:, :, None]) * b_sc[:, :, None])
             k = i * U + u
-            tl.store(p_o + k[None, :, :], _cast(w, ty, INTERPRET), mask=m_o & (k < K)[None, :, :])
+            tl.store(p_o + k[None, :, :], cast_rne(w, ty, INTERPRET), mask=m_o & (k < K)[None, :, :])
 
 
-# Launch configs, keyed by B*T. A program's tile is BT rows (of one batch row, sharing x) x TILE
-# units (bytes for the packed formats). F16: the cheaper E2M1 decode (_e2m1_f16).
-# Rows: (max B*T, dict(BT, TILE, num_warps, num_stages, F16)). Set from
-# scripts/tune_sparse_gathered.py on the H200 (NVFP4, V = 131072, CUDA-graph replay, 63 configs
-# per shape; best / this row / old table):
-#   K256  B1   T8   1.68 / 1.85 / 1.87 us   (launch-bound: one launch is 1.1 us)
-#   K1024 B16  T32  2.45 / 2.45 / 2.73 us
-#   K1024 B64  T64  4.93 / 5.06 / 5.82 us
-#   K4096 B16  T64  5.56 / 5.56 / 7.66 us
-#   K4096 B256 T64 47.34 / 47.34 / 67.42 us (the old decode at the new geometry: 57.98)
-# BT = 4 rows at 4 warps won everywhere past a handful of rows: taller tiles (8-16 rows) spill or
-# starve the grid; BT 1-2 leave x reuse and bytes in flight on the table.
-_DOT_CONFIGS = (
-    (256, dict(BT=2, TILE=1024, num_warps=4, num_stages=2, F16=True)),
-    (4096, dict(BT=4, TILE=1024, num_warps=4, num_stages=2, F16=True)),
-    (1 << 62, dict(BT=4, TILE=512, num_warps=4, num_stages=2, F16=True)),
+# Launch configs of the dot kernel, keyed by B*T: (max B*T, dict(BT, TILE, num_warps, num_stages)).
+# A program's tile is BT rows (of one batch row, sharing x) x TILE units (bytes for the packed
+# formats). Set by ``lowbit tune gathered`` on the H200 (NVFP4, V = 131072, CUDA-graph replay;
+# docs/gathered.md): BT = 4 rows at 4 warps won everywhere past a handful of rows; taller tiles
+# (8-16 rows) spill or starve the grid, BT 1-2 leave x reuse and bytes in flight on the table.
+DOT_CONFIGS = (
+    (256, dict(BT=2, TILE=1024, num_warps=4, num_stages=2)),
+    (4096, dict(BT=4, TILE=1024, num_warps=4, num_stages=2)),
+    (1 << 62, dict(BT=4, TILE=512, num_warps=4, num_stages=2)),
 )
-# True: the interpreter launches with the GPU table (tests use it to check the GPU geometry).
-_GPU_CONFIGS_UNDER_INTERPRETER = False
 # gathered_rows: (BM rows, TILE units, num_warps); it is a pure gather + decode + store.
-_ROWS_CONFIG = (4, 256, 4)
+ROWS_CONFIG = (4, 256, 4)
 
 
 def _next_pow2(n: int) -> int:
@@ -258,23 +247,18 @@ def _strides2(t):
 
 def dot_config(b: int, t: int) -> dict:
     """The launch config of the table row for B*T = b*t."""
-    return next(c for n, c in _DOT_CONFIGS if b * t <= n)
+    return next(c for n, c in DOT_CONFIGS if b * t <= n)
 
 
-def _launch_dot(x, fmt, data, scale, aux, index, k, bits, group_size, out, values, alpha, bias, config=None):
+def launch_dot(x, fmt, data, scale, aux, index, k, bits, group_size, out, values, alpha, bias, config: dict) -> None:
+    """Run the dot kernel with ``config`` (a :data:`DOT_CONFIGS` dict): ``out`` fp32 [B, T] dots, or
+    (``bias``) the logits that receive ``values + alpha * dot`` at the indices."""
     b, t = index.shape
     if b == 0 or t == 0:
         return
-    mma_cfg = None if config is None else config.get("MMA")
-    if fmt == NVFP4_CODE and (config is None or mma_cfg is not None) and triton_mma.usable(x, data, scale, k):
-        # NVFP4 with bf16 x: the tensor-core kernel (``config={"MMA": (RT, W, D, SPLIT)}`` pins its geometry)
-        triton_mma.launch(x, data, scale, aux, index, k, out, values, alpha, bias, mma_cfg)
-        return
     u, gb, gbp = _units(fmt, data, k, bits, group_size)
-    cfg = config if config is not None else dot_config(b, t)
+    cfg = config
     bt, tile_units, warps = cfg["BT"], cfg["TILE"], cfg["num_warps"]
-    if interpret_mode() and not _GPU_CONFIGS_UNDER_INTERPRETER:
-        bt = 8  # the interpreter's cost is per program: fewer, taller programs
     bt = min(bt, _next_pow2(t))
     gb, gbp, ng = _tile(fmt, u, gb, gbp, tile_units)
     s_sn, s_sg = _strides2(scale)
@@ -291,26 +275,12 @@ def _launch_dot(x, fmt, data, scale, aux, index, k, bits, group_size, out, value
         x.stride(0), x.stride(1), data.stride(0), data.stride(1), s_sn, s_sg, s_an, s_ag,
         index.stride(0), index.stride(1), s_vb, s_vt, out.stride(0), out.stride(1),
         FORMAT=fmt, BITS=bits if fmt == INTX else 4, GB=gb, GBP=gbp, NG=ng, BT=bt, BIAS=bias,
-        INTERPRET=interpret_mode(), F16_DECODE=bool(cfg.get("F16", False)), num_warps=warps,
-        num_stages=cfg.get("num_stages", 2),
+        INTERPRET=interpret_mode(), num_warps=warps, num_stages=cfg.get("num_stages", 2),
     )
 
 
-def gathered_dot(x, fmt, data, scale, aux, index, k, bits, group_size) -> torch.Tensor:
-    """Launcher: fp32 ``[B, T]`` dots (see :func:`lowbit.ops.gathered.gathered_dot`)."""
-    out = torch.empty(index.shape, dtype=torch.float32, device=x.device)
-    _launch_dot(x, fmt, data, scale, aux, index, k, bits, group_size, out, None, 1.0, False)
-    return out
-
-
-def gathered_bias(x, fmt, data, scale, aux, values, index, logits, alpha, k, bits, group_size, config=None) -> None:
-    """Launcher: scatter ``values + alpha * dot`` into ``logits`` in place. ``config`` overrides
-    the table row (tuning)."""
-    _launch_dot(x, fmt, data, scale, aux, index, k, bits, group_size, logits, values, alpha, True, config)
-
-
-def gathered_rows(fmt, data, scale, aux, index, k, bits, group_size, dtype) -> torch.Tensor:
-    """Launcher: ``[*index.shape, K]`` decoded rows in ``dtype``."""
+def launch_rows(fmt, data, scale, aux, index, k, bits, group_size, dtype) -> torch.Tensor:
+    """Run the rows kernel: ``[*index.shape, K]`` decoded rows in ``dtype``."""
     out = torch.empty((*index.shape, k), dtype=dtype, device=data.device)
     flat = index.reshape(-1)
     if not flat.is_contiguous():
@@ -319,7 +289,7 @@ def gathered_rows(fmt, data, scale, aux, index, k, bits, group_size, dtype) -> t
     if m == 0 or k == 0:
         return out
     u, gb, gbp = _units(fmt, data, k, bits, group_size)
-    bm, tile_units, warps = _ROWS_CONFIG
+    bm, tile_units, warps = ROWS_CONFIG
     if interpret_mode():
         bm = min(16, _next_pow2(m))
     gb, gbp, ng = _tile(fmt, u, gb, gbp, tile_units)
