@@ -111,28 +111,23 @@ def _same_f32(a, b):
 def _aq_configs():
     from lowbit.ops.act_quant.triton import ActQuantConfig as C
 
-    # [7, 640] has 35 groups of 128: 256 elements per program -> 18 blocks, the last one half full;
-    # persistent k launches 2k programs in the interpreter (2 "SMs"), so each loops
+    # [7, 640] has 35 groups of 128: 256 elements per program -> 18 blocks, the last one half full
     return {
         "table": None,
         "pair 256 w2": (256, 2),
+        "256 w4": C(256, 4),
+        "512 w4": C(512, 4),
         "1024 w8": C(1024, 8),
-        "persistent 1": C(256, 4, persistent=1),
-        "persistent 2 stages 3": C(256, 4, persistent=2, stages=3),
-        "evict loads": C(512, 4, evict=1),
-        "evict loads+stores": C(512, 4, evict=2),
-        "fast": C(256, 4, fast=True),
-        "fast 2048 w16": C(2048, 16, fast=True),
-        "fast persistent evict stages 2": C(256, 2, persistent=1, evict=2, fast=True, stages=2),
+        "2048 w16": C(2048, 16),
     }
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy on inf / NaN
 @pytest.mark.parametrize("tier", TRITON_TIERS)
 @pytest.mark.parametrize("cfg_name,dtype", [(name, torch.bfloat16) for name in _aq_configs()] + [
-    (name, torch.float32) for name in ("table", "persistent 1", "fast", "fast persistent evict stages 2")])
+    (name, torch.float32) for name in ("table", "256 w4", "2048 w16")])
 def test_act_quant_config_variants(tier, poison_empty, cfg_name, dtype):
-    """Every launch-config knob of the FP8 kernel is bit-exact with the reference (fp32 and UE8M0
+    """Every launch config of the FP8 kernel is bit-exact with the reference (fp32 and UE8M0
     scales, UE8M0 bytes, in place), on awkward groups, with every output element written."""
     from lowbit.ops.act_quant import triton as aq
 
@@ -174,7 +169,7 @@ def _fma32(a, b, c):
 
 
 def _div_exact_emulated(x, s, pow2):
-    """lowbit.ops.act_quant.triton._div_exact with the GPU's fp32 operations."""
+    """The FP8 kernel's division-free quotient (``_div_exact``) with the GPU's fp32 operations."""
     r = 1.0 / s
     q = x * r
     if not pow2:
@@ -186,7 +181,7 @@ def _div_exact_emulated(x, s, pow2):
 
 @pytest.mark.parametrize("n_scales,n", [(8, 1 << 17), pytest.param(200, 1 << 22, marks=pytest.mark.slow)])
 def test_div_exact_sequence_is_true_division(n_scales, n):
-    """The division-free quotient of the ``fast`` variant (two Markstein corrections from the
+    """The FP8 kernel's division-free quotient (two Markstein corrections from the
     correctly rounded reciprocal; a multiply for power-of-two scales) equals IEEE x / s bit for bit
     wherever |x / s| >= 2^-60, and gives the same E4M3 byte everywhere. The interpreter tier cannot
     show this (its fma rounds twice): this emulates the GPU's exact fp32 fma. Cases: every bf16 x
@@ -349,14 +344,12 @@ def test_cuda_compile_opcheck_graph():
 
 
 @pytest.mark.cuda
-def test_cuda_act_quant_pdl_sees_the_previous_kernels_writes(monkeypatch):
-    """act_quant as a programmatic dependent launch (``triton.PDL``) inside a CUDA graph, right
+def test_cuda_act_quant_pdl_sees_the_previous_kernels_writes():
+    """act_quant as a programmatic dependent launch (8 rows: ``pdl_launch``) inside a CUDA graph, right
     after a kernel that writes its input and followed by an fp8_gemm: bit-exact with the reference
     on every replay's new data, and the GEMM sees act_quant's output."""
-    from lowbit.ops.act_quant import triton as aq
     from lowbit.ops.fp8_gemm import fp8_gemm
 
-    monkeypatch.setattr(aq, "PDL", True)
     src = torch.randn(8, 2048, device="cuda", dtype=torch.bfloat16)
     buf = torch.empty_like(src)
     w = FP8.quantize(torch.randn(256, 2048) * 0.05, "block", 128)
@@ -395,16 +388,15 @@ def test_cuda_large_bit_exact():
 
 @pytest.mark.cuda
 def test_cuda_large_config_variants():
-    """Some of scripts/tune_act_quant.py's candidates on 1024 benchmark rows, fp32 and UE8M0
-    scales and UE8M0 bytes, bit-exact with the reference computed on the CPU."""
+    """Some of the tuner's candidates (``lowbit tune act_quant``) on 1024 benchmark rows, fp32 and
+    UE8M0 scales and UE8M0 bytes, bit-exact with the reference computed on the CPU."""
     from lowbit.ops.act_quant import triton as aq
     from lowbit.ops.act_quant.triton import ActQuantConfig as C
 
     x = torch.randn(1024, 7168, device="cuda", dtype=torch.bfloat16) * 4
     xc = x.cpu()
     refs = {fmt: act_quant_ref(xc, 128, *fmt) for fmt in [(None, False), ("ue8m0", False), ("ue8m0", True)]}
-    for cfg in [None, C(4096, 4, fast=True), C(8192, 8, evict=2, fast=True), C(4096, 4, persistent=8, stages=2),
-                C(4096, 4, persistent=4, stages=3, evict=1, fast=True), C(16384, 16, persistent=1, stages=2, fast=True)]:
+    for cfg in [None, C(4096, 4), C(8192, 8), C(16384, 16), C(1024, 1)]:
         for (scale_fmt, e8m0), (ry, rs) in refs.items():
             y, s = aq.act_quant(x, 128, scale_fmt == "ue8m0", e8m0, config=cfg)
             assert torch.equal(_bits(y.cpu()), _bits(ry)), (cfg, scale_fmt, e8m0)
@@ -458,11 +450,9 @@ def _fp4_configs():
     return {
         "table": None,
         "pair 256 w2": (256, 2),
-        "fast": F(256, 4, fast=1),
-        "fast 1024 w1": F(1024, 1, fast=1),
-        "fast 2048 w8 evict": F(2048, 8, fast=1, evict=2),
-        "markstein": F(256, 4, fast=2),
-        "markstein 1024 evict": F(1024, 2, fast=2, evict=1),
+        "256 w4": F(256, 4),
+        "1024 w1": F(1024, 1),
+        "2048 w8": F(2048, 8),
     }
 
 
@@ -472,7 +462,7 @@ def _fp4_configs():
 @pytest.mark.parametrize("scale_fmt,block", [("ue8m0", 32), ("e4m3", 16)])
 @pytest.mark.parametrize("cfg_name", list(_fp4_configs()))
 def test_fp4_act_quant_config_variants(tier, cfg_name, scale_fmt, block, dtype):
-    """Every fp4_act_quant launch variant is bit-exact with the reference (codes, scale bytes, in
+    """Every fp4_act_quant launch config is bit-exact with the reference (codes, scale bytes, in
     place) on awkward groups, every output written (NaN-poisoned buffers, 0xFF-filled codes)."""
     from lowbit.ops.act_quant import triton as aq
     from lowbit.ops.act_quant.reference import fp4_act_quant_dequant_ref
@@ -480,10 +470,6 @@ def test_fp4_act_quant_config_variants(tier, cfg_name, scale_fmt, block, dtype):
     cfg = _fp4_configs()[cfg_name]
     device = "cuda" if tier == "cuda" else "cpu"
     x = _fp4_hard_input(dtype)
-    if dtype == torch.bfloat16 and tier == "interpret" and not (cfg and aq.fp4_act_quant_config(cfg).fast):
-        # the original kernel casts bf16 with the interpreter's cast, which mangles subnormals (the
-        # fast kernel widens the bits itself there)
-        x = torch.where((x.float().abs() < 2.0**-126) & (x != 0), torch.zeros_like(x), x)
     e4m3 = scale_fmt == "e4m3"
     real_empty = torch.empty
 
@@ -510,7 +496,7 @@ def test_fp4_act_quant_config_variants(tier, cfg_name, scale_fmt, block, dtype):
 
 
 def test_e2m1_bit_encode_matches_thresholds():
-    """_fp4_fast_kernel's E2M1 magnitude encode (fp32 magic add below 2, integer mantissa rounding
+    """_fp4_act_quant_kernel's E2M1 magnitude encode (fp32 magic add below 2, integer mantissa rounding
     above) equals the reference's threshold encode on every fp32 magnitude class: all bf16 values,
     the neighbours of every decision point, 0, subnormals, huge values and inf."""
     from lowbit.formats.e2m1 import e2m1_encode
@@ -528,16 +514,11 @@ def test_e2m1_bit_encode_matches_thresholds():
     assert torch.equal(got, e2m1_encode(a).long())
 
 
-def test_act_quant_pdl_rule(monkeypatch):
+def test_act_quant_pdl_rule():
     """act_quant runs as a PDL launch at decode sizes only (x with at most PDL_MAX_ROWS rows,
-    whatever its leading shape) unless the ``PDL`` switch forces it either way."""
+    whatever its leading shape)."""
     from lowbit.ops.act_quant import triton as aq
 
-    monkeypatch.setattr(aq, "PDL", None)
     assert aq.pdl_launch(torch.empty(1, 7168)) and aq.pdl_launch(torch.empty(2, 4, 128))
     assert not aq.pdl_launch(torch.empty(aq.PDL_MAX_ROWS + 1, 128))
     assert not aq.pdl_launch(torch.empty(3, 3, 256))
-    monkeypatch.setattr(aq, "PDL", False)
-    assert not aq.pdl_launch(torch.empty(1, 128))
-    monkeypatch.setattr(aq, "PDL", True)
-    assert aq.pdl_launch(torch.empty(64, 128))

@@ -1,12 +1,11 @@
 """Triton kernels for ``act_quant`` / ``fp4_act_quant`` / ``weight_dequant``.
 
 One pass over x: each program owns ``BLOCK_G`` consecutive groups of ``BS`` elements of the
-flattened (contiguous) input (the FP8 kernel can also loop over blocks: ``ActQuantConfig``).
-Bit-exact with :mod:`.reference`: divisions are IEEE (``tl.div_rn``; Triton's ``/`` on fp32 is
+flattened (contiguous) input. Bit-exact with :mod:`.reference`: quotients are IEEE (``tl.div_rn``,
+or the same bits from one reciprocal a group: :func:`_div_exact`; Triton's ``/`` on fp32 is
 approximate), the power-of-two scales are exponent-bit arithmetic, clamps are written with
-``tl.where`` so a NaN survives them as in torch, and a NaN anywhere in a group is propagated to its
-amax explicitly (``tl.max`` may drop NaN). The FP8 kernel's ``fast`` variant gets the same bits
-with one reciprocal per group instead of a division per element (:func:`_div_exact`).
+``tl.where`` so a NaN survives them as in torch, and a NaN anywhere in a group reaches its amax
+through a NaN-propagating max (``tl.max`` may drop NaN).
 """
 from __future__ import annotations
 
@@ -17,14 +16,16 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from lowbit._backend import interpret_mode, sm_count
+from lowbit._backend import interpret_mode
+from lowbit.ops._scales import e8m0_decode
 from lowbit.ops._triton_pdl import launch_options
+
+__all__ = ["ACT_QUANT_CONFIG", "FP4_ACT_QUANT_CONFIG", "PDL_MAX_ROWS", "ActQuantConfig", "Fp4ActQuantConfig", "act_quant",
+           "act_quant_inplace", "fp4_act_quant", "fp4_act_quant_inplace", "pdl_launch", "weight_dequant"]
 
 # constexpr: a @triton.jit function may only read module globals that are tl.constexpr
 _E4M3_MAX = tl.constexpr(448.0)
 _E2M1_MAX = tl.constexpr(6.0)
-_F32_NAN_BITS = tl.constexpr(0x7FC00000)
-_F32_2M127_BITS = tl.constexpr(0x00400000)  # 2^-127, the fp32 subnormal UE8M0 byte 0 decodes to
 
 
 @triton.jit
@@ -35,24 +36,6 @@ def _pow2_ceil_byte(t):
     e = exp + ((b & 0x7FFFFF) != 0).to(tl.int32)
     bad = (exp == 0xFF) | (e > 254) | (t != t)
     return tl.where(bad, 255, e)
-
-
-@triton.jit
-def _e8m0_decode(e):
-    """UE8M0 byte (int32 0..255) -> fp32 2^(e-127); 0 -> 2^-127 (subnormal), 255 -> NaN."""
-    bits = tl.where(e == 0, _F32_2M127_BITS, e << 23)
-    bits = tl.where(e == 255, _F32_NAN_BITS, bits)
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _load_scale(p, mask, E8M0: tl.constexpr):
-    """fp32 scales at p; E8M0: UE8M0 bytes decoded to 2^(e-127)."""
-    if E8M0:
-        s = _e8m0_decode(tl.load(p, mask=mask, other=127).to(tl.int32))
-    else:
-        s = tl.load(p, mask=mask, other=1.0)
-    return s
 
 
 @triton.jit
@@ -132,105 +115,49 @@ def _nanmax(a, b):
 
 
 @triton.jit
-def _act_quant_block(
-    i_blk, x_ptr, y_ptr, s_ptr, n_groups,
-    BS: tl.constexpr, BLOCK_G: tl.constexpr, UE8M0: tl.constexpr, S_E8M0: tl.constexpr, INPLACE: tl.constexpr,
-    EVICT: tl.constexpr, FAST: tl.constexpr, INTERPRET: tl.constexpr,
-):
-    """Groups [i_blk * BLOCK_G, (i_blk + 1) * BLOCK_G) of x."""
-    o_g = i_blk.to(tl.int64) * BLOCK_G + tl.arange(0, BLOCK_G)
-    m_g = o_g < n_groups
-    o_x = o_g[:, None] * BS + tl.arange(0, BS)[None, :]
-    # [BLOCK_G, BS]
-    if EVICT >= 1:
-        b_x = tl.load(x_ptr + o_x, mask=m_g[:, None], other=0.0, eviction_policy="evict_first").to(tl.float32)
-    else:
-        b_x = tl.load(x_ptr + o_x, mask=m_g[:, None], other=0.0).to(tl.float32)
-    if FAST:
-        # NaN-propagating amax (one max.NaN per element): a NaN group gets a NaN amax, hence a
-        # NaN scale (UE8M0 byte 255) and NaN values without a separate NaN reduction; the 1e-4
-        # floor is a where() so it keeps the NaN
-        amax = tl.reduce(tl.abs(b_x), 1, _nanmax)
-        has_nan = amax != amax
-        amax = tl.where(amax < 1e-4, 1e-4, amax)
-    else:
-        amax = tl.maximum(tl.max(tl.abs(b_x), axis=1), 1e-4)
-    if UE8M0:
-        e = _pow2_ceil_byte(amax * (1.0 / 448.0))
-        s = _e8m0_decode(e)
-    else:
-        s = tl.div_rn(amax, _E4M3_MAX)
-    if FAST:
-        s = tl.where(has_nan, float("nan"), s)  # the NaN the default path stores (per group: cheap)
-        v = _div_exact(b_x, s[:, None], tl.div_rn(1.0, s)[:, None], UE8M0, INTERPRET)
-        if INTERPRET:  # the GPU's cvt.rn.satfinite already saturates to +-448 and keeps NaN
-            v = _clamp_keep_nan(v, _E4M3_MAX)
-        b_y = _to_e4m3(v, INTERPRET)
-    else:
-        # amax of a group with a NaN is NaN (tl.maximum above may have dropped it)
-        has_nan = tl.max((b_x != b_x).to(tl.int32), axis=1) > 0
-        s = tl.where(has_nan, float("nan"), s)
-        if UE8M0:
-            e = tl.where(has_nan, 255, e)
-        b_y = _to_e4m3(_clamp_keep_nan(tl.div_rn(b_x, s[:, None]), _E4M3_MAX), INTERPRET)
-    if INPLACE:
-        b_q = b_y.to(tl.float32) * s[:, None]
-        tl.store(x_ptr + o_x, _to_out(b_q, x_ptr.dtype.element_ty, INTERPRET), mask=m_g[:, None])
-    else:
-        if EVICT >= 2:
-            tl.store(y_ptr + o_x, b_y, mask=m_g[:, None], eviction_policy="evict_first")
-        else:
-            tl.store(y_ptr + o_x, b_y, mask=m_g[:, None])
-        if S_E8M0:
-            tl.store(s_ptr + o_g, e.to(tl.uint8), mask=m_g)
-        else:
-            tl.store(s_ptr + o_g, s, mask=m_g)
-
-
-@triton.jit
 def _act_quant_kernel(
-    x_ptr, y_ptr, s_ptr, n_groups, n_blocks,
+    x_ptr, y_ptr, s_ptr, n_groups,
     BS: tl.constexpr, BLOCK_G: tl.constexpr, UE8M0: tl.constexpr, S_E8M0: tl.constexpr, INPLACE: tl.constexpr,
-    PERSISTENT: tl.constexpr, STAGES: tl.constexpr, EVICT: tl.constexpr, FAST: tl.constexpr, INTERPRET: tl.constexpr,
-    PDL: tl.constexpr = False, TRIGGER: tl.constexpr = False,
+    INTERPRET: tl.constexpr, PDL: tl.constexpr = False, TRIGGER: tl.constexpr = False,
 ):
-    """One block of BLOCK_G groups per program, or (PERSISTENT) a grid-stride loop over the
-    n_blocks blocks, software-pipelined over STAGES (cp.async prefetch of x; 1: none). EVICT: 1
-    loads x evict_first, 2 also stores y evict_first. FAST: the division-free arithmetic of
-    :func:`_div_exact` and a NaN-propagating amax (same bits). PDL (a launch with
+    """Groups [pid * BLOCK_G, (pid + 1) * BLOCK_G) of x, division-free (:func:`_div_exact`: one
+    reciprocal a group, the same bits as a division per element). PDL (a launch with
     ``launch_pdl=True``): nothing global is touched before ``griddepcontrol.wait`` (the previous
     kernel may have written x); TRIGGER then lets the next PDL launch (the GEMM) start early."""
     if PDL:
         gdc_wait()
         if TRIGGER:
             gdc_launch_dependents()
-    if PERSISTENT:
-        i_blk = tl.program_id(0)
-        step = tl.num_programs(0)
-        # The interpreter (Triton 3.6 with NumPy 2.4) cannot run `range` over a runtime bound, so
-        # it gets the equivalent while loop; the GPU keeps the for loop, which Triton pipelines.
-        if INTERPRET:
-            while i_blk < n_blocks:
-                _act_quant_block(i_blk, x_ptr, y_ptr, s_ptr, n_groups, BS, BLOCK_G, UE8M0, S_E8M0, INPLACE, EVICT,
-                                 FAST, INTERPRET)
-                i_blk += step
-        else:
-            for i in tl.range(i_blk, n_blocks, step, num_stages=STAGES):
-                _act_quant_block(i, x_ptr, y_ptr, s_ptr, n_groups, BS, BLOCK_G, UE8M0, S_E8M0, INPLACE, EVICT,
-                                 FAST, INTERPRET)
+    o_g = tl.program_id(0).to(tl.int64) * BLOCK_G + tl.arange(0, BLOCK_G)
+    m_g = o_g < n_groups
+    o_x = o_g[:, None] * BS + tl.arange(0, BS)[None, :]
+    # [BLOCK_G, BS]
+    b_x = tl.load(x_ptr + o_x, mask=m_g[:, None], other=0.0).to(tl.float32)
+    # NaN-propagating amax (one max.NaN per element): a NaN group gets a NaN amax, hence a NaN
+    # scale (UE8M0 byte 255) and NaN values without a separate NaN reduction; the 1e-4 floor is a
+    # where() so it keeps the NaN
+    amax = tl.reduce(tl.abs(b_x), 1, _nanmax)
+    has_nan = amax != amax
+    amax = tl.where(amax < 1e-4, 1e-4, amax)
+    if UE8M0:
+        e = _pow2_ceil_byte(amax * (1.0 / 448.0))
+        s = e8m0_decode(e)
     else:
-        _act_quant_block(tl.program_id(0), x_ptr, y_ptr, s_ptr, n_groups, BS, BLOCK_G, UE8M0, S_E8M0, INPLACE,
-                         EVICT, FAST, INTERPRET)
-
-
-@triton.jit
-def _e2m1_code(v):
-    """RNE E2M1 code (int32 0..15) of fp32 v already clamped to [-6, 6]; NaN -> 0."""
-    a = tl.abs(v)
-    mag = ((a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32)
-           + (a >= 1.75).to(tl.int32) + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32)
-           + (a > 5.0).to(tl.int32))
-    return mag | ((v < 0).to(tl.int32) << 3)
+        s = tl.div_rn(amax, _E4M3_MAX)
+    s = tl.where(has_nan, float("nan"), s)  # per group: cheap
+    v = _div_exact(b_x, s[:, None], tl.div_rn(1.0, s)[:, None], UE8M0, INTERPRET)
+    if INTERPRET:  # the GPU's cvt.rn.satfinite already saturates to +-448 and keeps NaN
+        v = _clamp_keep_nan(v, _E4M3_MAX)
+    b_y = _to_e4m3(v, INTERPRET)
+    if INPLACE:
+        b_q = b_y.to(tl.float32) * s[:, None]
+        tl.store(x_ptr + o_x, _to_out(b_q, x_ptr.dtype.element_ty, INTERPRET), mask=m_g[:, None])
+    else:
+        tl.store(y_ptr + o_x, b_y, mask=m_g[:, None])
+        if S_E8M0:
+            tl.store(s_ptr + o_g, e.to(tl.uint8), mask=m_g)
+        else:
+            tl.store(s_ptr + o_g, s, mask=m_g)
 
 
 @triton.jit
@@ -241,48 +168,6 @@ def _e2m1_value(code):
     val = tl.where(mag < 4.0, mag * 0.5, tl.where(mag < 6.0, mag - 2.0, (mag - 4.0) * 2.0))
     # sign by bit so code 0x8 gives -0.0 (negation as 0 - x would give +0.0)
     return (val.to(tl.int32, bitcast=True) | ((code & 8) << 28)).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _fp4_act_quant_kernel(
-    x_ptr, q_ptr, s_ptr, n_groups,
-    BS: tl.constexpr, BLOCK_G: tl.constexpr, E4M3_SCALE: tl.constexpr, INPLACE: tl.constexpr,
-    INTERPRET: tl.constexpr,
-):
-    HALF: tl.constexpr = BS // 2
-    i_g = tl.program_id(0).to(tl.int64)
-    o_g = i_g * BLOCK_G + tl.arange(0, BLOCK_G)
-    m_g = (o_g < n_groups)[:, None]
-    o_pair = o_g[:, None] * HALF + tl.arange(0, HALF)[None, :]
-    # even / odd elements of each group: [BLOCK_G, BS/2] each (they share cache lines)
-    b_xe = tl.load(x_ptr + 2 * o_pair, mask=m_g, other=0.0).to(tl.float32)
-    b_xo = tl.load(x_ptr + 2 * o_pair + 1, mask=m_g, other=0.0).to(tl.float32)
-    amax = tl.maximum(tl.max(tl.abs(b_xe), axis=1), tl.max(tl.abs(b_xo), axis=1))
-    has_nan = (tl.max((b_xe != b_xe).to(tl.int32), axis=1) + tl.max((b_xo != b_xo).to(tl.int32), axis=1)) > 0
-    if E4M3_SCALE:
-        # a NaN group stores the E4M3 NaN scale (0x7F), as the reference: NaN before the cast, and
-        # clamps by where() so that it survives them
-        t = tl.where(has_nan, float("nan"), tl.div_rn(amax, _E2M1_MAX))
-        s8 = _to_e4m3(_clamp_keep_nan(tl.where(t < 2.0**-9, 2.0**-9, t), _E4M3_MAX), INTERPRET)
-        s = tl.where(has_nan, float("nan"), s8.to(tl.float32))
-    else:
-        e = _pow2_ceil_byte(tl.maximum(amax, 6.0 * 2.0**-126) * (1.0 / 6.0))
-        e = tl.where(has_nan, 255, e)
-        s = _e8m0_decode(e)
-    v_e = _clamp_keep_nan(tl.div_rn(b_xe, s[:, None]), _E2M1_MAX)
-    v_o = _clamp_keep_nan(tl.div_rn(b_xo, s[:, None]), _E2M1_MAX)
-    c_e = _e2m1_code(v_e)
-    c_o = _e2m1_code(v_o)
-    if INPLACE:
-        tl.store(x_ptr + 2 * o_pair, _to_out(_e2m1_value(c_e) * s[:, None], x_ptr.dtype.element_ty, INTERPRET), mask=m_g)
-        tl.store(x_ptr + 2 * o_pair + 1, _to_out(_e2m1_value(c_o) * s[:, None], x_ptr.dtype.element_ty, INTERPRET), mask=m_g)
-    else:
-        tl.store(q_ptr + o_pair, (c_e | (c_o << 4)).to(tl.uint8), mask=m_g)
-        o_s = o_g
-        if E4M3_SCALE:
-            tl.store(s_ptr + o_s, s8, mask=o_g < n_groups)
-        else:
-            tl.store(s_ptr + o_s, e.to(tl.uint8), mask=o_g < n_groups)
 
 
 @triton.jit
@@ -304,10 +189,10 @@ def _e2m1_mag(a):
 
 
 @triton.jit
-def _fp4_fast_kernel(
+def _fp4_act_quant_kernel(
     x_ptr, q_ptr, s_ptr, n_groups,
     BS: tl.constexpr, BLOCK_G: tl.constexpr, E4M3_SCALE: tl.constexpr, INPLACE: tl.constexpr,
-    MARKSTEIN: tl.constexpr, EVICT: tl.constexpr, INTERPRET: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """``fp4_act_quant`` with contiguous group loads and no division per element (UE8M0), same bits.
 
@@ -323,12 +208,7 @@ def _fp4_fast_kernel(
       is not flushed to zero). The amax floor keeps e >= 1 and a finite amax keeps e <= 253
       (fp32 max * f32(1/6) < 2^126), so 1/s is a normal fp32; the unreachable e = 254 would still
       be exact (2^-127 is the subnormal 0x00400000).
-    * E4M3 scales: IEEE division per element (``tl.div_rn``), or with MARKSTEIN the corrected
-      reciprocal of :func:`_div_exact` (bit-exact wherever |x / s| >= 2^-60, far below the first
-      E2M1 threshold 0.25). The code's sign is ``x / s < 0``, which for quotients that underflow
-      depends on the rounding, so MARKSTEIN decides it exactly instead: x < 0 and |x| / s > 2^-150
-      (the rounded quotient is nonzero), i.e. |x| * 2^75 * 2^75 > s (exact power-of-two scaling).
-      An inf x gives NaN in the corrections: it is put back (inf / s = inf).
+    * E4M3 scales: IEEE division per element (``tl.div_rn``).
     """
     HALF: tl.constexpr = BS // 2
     o_g = tl.program_id(0).to(tl.int64) * BLOCK_G + tl.arange(0, BLOCK_G)
@@ -340,8 +220,6 @@ def _fp4_fast_kernel(
         # GPU's cast is this shift)
         b_x = tl.load(x_ptr.to(tl.pointer_type(tl.int16)) + o_x, mask=m_g[:, None], other=0)
         b_x = (b_x.to(tl.int32) << 16).to(tl.float32, bitcast=True)
-    elif EVICT >= 1:
-        b_x = tl.load(x_ptr + o_x, mask=m_g[:, None], other=0.0, eviction_policy="evict_first").to(tl.float32)
     else:
         b_x = tl.load(x_ptr + o_x, mask=m_g[:, None], other=0.0).to(tl.float32)
     amax = tl.reduce(tl.abs(b_x), 1, _nanmax)
@@ -353,19 +231,13 @@ def _fp4_fast_kernel(
         bad = t != t  # a NaN in the group (an inf gives s = 448)
         s = tl.where(bad, float("nan"), s)  # the interpreter's E4M3 -> fp32 cast makes NaN finite
         s2 = s[:, None]
-        if MARKSTEIN:
-            v = _div_exact(b_x, s2, tl.div_rn(1.0, s)[:, None], False, INTERPRET)
-            a_x = tl.abs(b_x)
-            v = tl.where(a_x == float("inf"), b_x, v)
-            neg = (b_x < 0) & (a_x * 2.0**75 * 2.0**75 > s2)
-        else:
-            v = tl.div_rn(b_x, s2)
-            neg = v < 0
+        v = tl.div_rn(b_x, s2)
+        neg = v < 0
     else:
         e = _pow2_ceil_byte(tl.where(amax < 6.0 * 2.0**-126, 6.0 * 2.0**-126, amax) * (1.0 / 6.0))
         bad = e == 255  # NaN or inf in the group: NaN scale
-        s2 = _e8m0_decode(e)[:, None]
-        v = b_x * _e8m0_decode(tl.where(bad, 255, 254 - e))[:, None]
+        s2 = e8m0_decode(e)[:, None]
+        v = b_x * e8m0_decode(tl.where(bad, 255, 254 - e))[:, None]
         neg = v < 0
     c = _e2m1_mag(tl.abs(v)) | (neg.to(tl.int32) << 3)
     if INPLACE:
@@ -376,10 +248,7 @@ def _fp4_fast_kernel(
         c_e, c_o = tl.split(tl.reshape(c, (BLOCK_G, HALF, 2)))
         byte = tl.where(bad[:, None], 0, c_e | (c_o << 4))
         o_q = o_g[:, None] * HALF + tl.arange(0, HALF)[None, :]
-        if EVICT >= 2:
-            tl.store(q_ptr + o_q, byte.to(tl.uint8), mask=m_g[:, None], eviction_policy="evict_first")
-        else:
-            tl.store(q_ptr + o_q, byte.to(tl.uint8), mask=m_g[:, None])
+        tl.store(q_ptr + o_q, byte.to(tl.uint8), mask=m_g[:, None])
         if E4M3_SCALE:
             tl.store(s_ptr + o_g, s8, mask=m_g)
         else:
@@ -400,86 +269,53 @@ def _weight_dequant_kernel(
     b_w = tl.load(w_ptr + o_n[:, None] * K + o_k[None, :], mask=m, other=0.0).to(tl.float32)
     p_s = s_ptr + (o_n // BS)[:, None] * n_sk + (o_k // BS)[None, :]
     if S_E8M0:
-        b_s = _e8m0_decode(tl.load(p_s, mask=m, other=127).to(tl.int32))
+        b_s = e8m0_decode(tl.load(p_s, mask=m, other=127).to(tl.int32))
     else:
         b_s = tl.load(p_s, mask=m, other=1.0)
     tl.store(out_ptr + o_n[:, None] * K + o_k[None, :], _to_out(b_w * b_s, out_ptr.dtype.element_ty, INTERPRET), mask=m)
 
 
-# Launch config of the memory-bound act-quant kernels: (elements per program, num_warps), or an
-# ActQuantConfig (the FP8 kernel's other knobs; a plain pair leaves them off).
-# scripts/tune_gemm.py on the H200, act_quant of [8192, 7168] bf16 (fp32 scales), cold L2, copy of
-# the same tensor 60.8 us (3865 GB/s): (4096, 4) 60.5 us = 76% of copy bandwidth; (2048, 4) 59.3;
-# (4096, 8) 60.6; (8192, 4) 72.8; (8192, 8) 65.9; (16384, 8) 75.6; (32768, 16) 83.6 us.
-# scripts/tune_act_quant.py sweeps every knob; its H200 run (copy_bandwidth_gbps 4267 GB/s; bytes
-# read + written / time): the table's old (4096, 4) 60.4 us = 69% (fp32 scales), 56.4 us = 74%
-# (ue8m0); with the fast exact division (2048, 2, fast) 46.9 us = 88.9% / 46.5-47.4 us = 88-90%,
-# the best worst case of both formats (docs/measurements/2026-11-29_tune_act_quant.log).
-# Fields: (elems, warps, persistent, evict, fast).
-ACT_QUANT_CONFIG = (2048, 2, 0, 0, True)
-#: launch :func:`act_quant` as a programmatic dependent launch with the early trigger, so that in a
-#: decode step's ``Linear`` (act_quant -> fp8_gemm / fp4_gemm) the GEMM, itself a PDL launch at
-#: decode sizes, is placed while act_quant runs and act_quant while the previous kernel drains.
-#: None: PDL when x has at most ``PDL_MAX_ROWS`` rows; True / False: on / off everywhere.
-#: H200 (twenty-third session, calls b / c, ``scripts/bench_gemm_stack.py --chain``, act_quant ->
-#: GEMM in a stack of 8 layers): at M = 1 / 4 PDL saves 0.8-1.4 us a layer on 15 of the 20 fp8 /
-#: fp4 cases and costs at most 0.25 us on the others; at M = 16 it is 0.1-0.3 us slower on fp8 and
-#: -1.4..+4.0 us on fp4 (the wgmma GEMVs' own launches differ), so the rule stops at 8 rows
-#: (mma_gemv's M band).
-PDL: bool | None = None
-PDL_MAX_ROWS = 8
-# fp4_act_quant: (elems, warps) or an Fp4ActQuantConfig (elems, warps, fast, evict; a pair leaves
-# fast / evict at 0 = the original kernel). Same run, [8192, 7168] bf16, fast=0: (4096, 4) 133.6 us
-# was the best of (2048, 4) 186, (4096, 8) 179, (8192, 8) 142, (16384, 16) 155. scripts/
-# tune_act_quant.py sweeps fast / evict and prints the line to paste here. Its H200 run
-# (docs/measurements/2026-11-29_tune_act_quant_fp4.log): the fast contiguous-group kernel at
-# (4096, 4) takes 70.5 us (UE8M0 / 32, 49.7% of copy bandwidth) and 78.0 us (E4M3 / 16), the
-# lowest worst case of both formats; the original kernel 134.2 / 126.4 us.
-FP4_ACT_QUANT_CONFIG = (4096, 4, 1, 0)
-
-
 class ActQuantConfig(NamedTuple):
-    """Launch config of :func:`act_quant`; ``ActQuantConfig(*pair)`` reads an (elements, warps) pair.
+    """Launch config of :func:`act_quant`: ``elems`` elements per program (a multiple of the block
+    size), ``warps`` num_warps."""
 
-    * ``elems``: elements per program (per loop step when persistent), a multiple of the block size.
-    * ``warps``: num_warps.
-    * ``persistent``: 0 launches one program per block; k launches k x SM-count programs (at most
-      one per block) that loop over the blocks with a grid stride.
-    * ``evict``: 1 loads x with ``evict_first`` (x is read once); 2 also stores y ``evict_first``.
-    * ``fast``: division-free arithmetic, same bits (:func:`_div_exact`, NaN-propagating amax).
-    * ``stages``: software-pipelining depth of the persistent loop (1: none; 2+: x is prefetched
-      with cp.async into shared memory ``stages - 1`` blocks ahead).
-    """
+    elems: int = 2048
+    warps: int = 2
+
+
+class Fp4ActQuantConfig(NamedTuple):
+    """Launch config of :func:`fp4_act_quant`: ``elems`` elements per program (a multiple of the
+    block size), ``warps`` num_warps."""
 
     elems: int = 4096
     warps: int = 4
-    persistent: int = 0
-    evict: int = 0
-    fast: bool = False
-    stages: int = 1
 
 
-def act_quant_config(config=None) -> ActQuantConfig:
-    """``config`` (a pair, a tuple of the fields in order, or an ActQuantConfig; None: the table)."""
-    return ActQuantConfig(*(config or ACT_QUANT_CONFIG))
+# Launch configs of the memory-bound quantizers, from ``lowbit tune act_quant`` on the H200 ([8192,
+# 7168] bf16, cold L2): act_quant 46.9 us = 89% of copy bandwidth (fp32 scales; UE8M0 alike), the
+# lowest worst case of both scale formats; fp4_act_quant 70.5 us (UE8M0 / 32) and 78.0 us (E4M3 /
+# 16), 50% / 46% of copy bandwidth (docs/gemm.md).
+ACT_QUANT_CONFIG = ActQuantConfig(2048, 2)
+FP4_ACT_QUANT_CONFIG = Fp4ActQuantConfig(4096, 4)
+#: act_quant of x with at most this many rows runs as a programmatic dependent launch with the
+#: early trigger, so that in a decode step's ``Linear`` (act_quant -> fp8_gemm / fp4_gemm) the GEMM,
+#: itself a PDL launch at decode sizes, is placed while act_quant runs and act_quant while the
+#: previous kernel drains: at M = 1 / 4 0.8-1.4 us a layer faster on 15 of 20 layer-stack cases, at
+#: most 0.25 us slower on the others; at M = 16 up to 4 us slower on fp4 (docs/gemm.md).
+PDL_MAX_ROWS = 8
 
 
 def pdl_launch(x: torch.Tensor) -> bool:
-    """Whether act_quant of x runs as a PDL launch: ``PDL`` where set, else x has at most
-    ``PDL_MAX_ROWS`` rows (x.numel() / x.shape[-1])."""
-    if PDL is not None:
-        return bool(PDL)
+    """Whether act_quant of x runs as a PDL launch: x has at most ``PDL_MAX_ROWS`` rows
+    (x.numel() / x.shape[-1])."""
     return x.numel() <= PDL_MAX_ROWS * x.shape[-1]
 
 
 def _launch_act_quant(x, y, s, n_groups, block_size, ue8m0, e8m0_scale, inplace, config):
-    cfg = act_quant_config(config)
+    cfg = ActQuantConfig(*(config or ACT_QUANT_CONFIG))
     bg = max(1, cfg.elems // block_size)
-    n_blocks = triton.cdiv(n_groups, bg)
-    grid = min(n_blocks, cfg.persistent * sm_count(x.device, interpret=2)) if cfg.persistent else n_blocks
-    _act_quant_kernel[(grid,)](
-        x, y, s, n_groups, n_blocks, BS=block_size, BLOCK_G=bg, UE8M0=ue8m0, S_E8M0=e8m0_scale, INPLACE=inplace,
-        PERSISTENT=cfg.persistent > 0, STAGES=cfg.stages, EVICT=cfg.evict, FAST=bool(cfg.fast),
+    _act_quant_kernel[(triton.cdiv(n_groups, bg),)](
+        x, y, s, n_groups, BS=block_size, BLOCK_G=bg, UE8M0=ue8m0, S_E8M0=e8m0_scale, INPLACE=inplace,
         INTERPRET=interpret_mode(), num_warps=cfg.warps, **launch_options(x.device, pdl_launch(x), True, None),
     )
 
@@ -487,7 +323,8 @@ def _launch_act_quant(x, y, s, n_groups, block_size, ue8m0, e8m0_scale, inplace,
 def act_quant(x: torch.Tensor, block_size: int, ue8m0: bool, e8m0_scale: bool, config=None):
     """Launch on a contiguous x; returns (y e4m3 like x, s [..., K/bs] fp32 or float8_e8m0fnu).
 
-    ``config`` (see :class:`ActQuantConfig`) overrides ``ACT_QUANT_CONFIG`` (tuning)."""
+    ``config`` (an :class:`ActQuantConfig` or an (elements, warps) pair) overrides
+    ``ACT_QUANT_CONFIG`` (tuning)."""
     n_groups = x.numel() // block_size
     y = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     s_shape = (*x.shape[:-1], x.shape[-1] // block_size)
@@ -508,48 +345,20 @@ def act_quant_inplace(x: torch.Tensor, block_size: int, ue8m0: bool, config=None
         _launch_act_quant(x, x, x, n_groups, block_size, ue8m0, False, True, config)
 
 
-class Fp4ActQuantConfig(NamedTuple):
-    """Launch config of :func:`fp4_act_quant`; ``Fp4ActQuantConfig(*pair)`` reads an (elements, warps) pair.
-
-    * ``elems``: elements per program, a multiple of the block size; ``warps``: num_warps.
-    * ``fast``: 0 the original kernel (even / odd strided loads, a division per element);
-      1 :func:`_fp4_fast_kernel` (contiguous group loads, packed in registers, UE8M0 by an exact
-      reciprocal multiply, bit-arithmetic E2M1 encode; E4M3 scales keep the IEEE division);
-      2 as 1, and E4M3 scales by the Markstein-corrected reciprocal (:func:`_div_exact`). Same bits.
-    * ``evict`` (fast >= 1): 1 loads x ``evict_first``; 2 also stores the codes ``evict_first``.
-    """
-
-    elems: int = 4096
-    warps: int = 4
-    fast: int = 0
-    evict: int = 0
-
-
-def fp4_act_quant_config(config=None) -> Fp4ActQuantConfig:
-    """``config`` (a pair, a tuple of the fields in order, or an Fp4ActQuantConfig; None: the table)."""
-    return Fp4ActQuantConfig(*(config or FP4_ACT_QUANT_CONFIG))
-
-
 def _launch_fp4(x, q, s, n_groups, block_size, e4m3_scale, inplace, config):
-    cfg = fp4_act_quant_config(config)
+    cfg = Fp4ActQuantConfig(*(config or FP4_ACT_QUANT_CONFIG))
     bg = max(1, cfg.elems // block_size)
-    grid = (triton.cdiv(n_groups, bg),)
-    if cfg.fast:
-        _fp4_fast_kernel[grid](
-            x, q, s, n_groups, BS=block_size, BLOCK_G=bg, E4M3_SCALE=e4m3_scale, INPLACE=inplace,
-            MARKSTEIN=cfg.fast >= 2, EVICT=cfg.evict, INTERPRET=interpret_mode(), num_warps=cfg.warps,
-        )
-    else:
-        _fp4_act_quant_kernel[grid](
-            x, q, s, n_groups, BS=block_size, BLOCK_G=bg, E4M3_SCALE=e4m3_scale, INPLACE=inplace,
-            INTERPRET=interpret_mode(), num_warps=cfg.warps,
-        )
+    _fp4_act_quant_kernel[(triton.cdiv(n_groups, bg),)](
+        x, q, s, n_groups, BS=block_size, BLOCK_G=bg, E4M3_SCALE=e4m3_scale, INPLACE=inplace,
+        INTERPRET=interpret_mode(), num_warps=cfg.warps,
+    )
 
 
 def fp4_act_quant(x: torch.Tensor, block_size: int, e4m3_scale: bool, config=None):
     """Launch on a contiguous x; returns (packed uint8 [..., K/2], s [..., K/bs] e8m0 or e4m3).
 
-    ``config`` (see :class:`Fp4ActQuantConfig`) overrides ``FP4_ACT_QUANT_CONFIG`` (tuning)."""
+    ``config`` (an :class:`Fp4ActQuantConfig` or an (elements, warps) pair) overrides
+    ``FP4_ACT_QUANT_CONFIG`` (tuning)."""
     n_groups = x.numel() // block_size
     q = torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=torch.uint8, device=x.device)
     s_shape = (*x.shape[:-1], x.shape[-1] // block_size)
