@@ -383,10 +383,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         report.print_table(derived, console, title=f"lowbit bench on {device} (copy {ctx.copy_gbps:.0f} GB/s, "
                            f"bf16 {ctx.bf16_tflops:.0f} TFLOP/s" + (f", fp8 {ctx.fp8_tflops:.0f}" if ctx.fp8_tflops else "") + ")")
     os.makedirs(args.out, exist_ok=True)
-    meta = {"device": device, "lowbit": lowbit.__version__, "failures": outcome.failures}
+    meta = {"device": device, "lowbit": lowbit.__version__, "failures": outcome.failures, "skipped": outcome.skipped}
     report.write_json(derived, ctx, os.path.join(args.out, "bench.json"), meta)
     if derived:
         report.plot(derived, os.path.join(args.out, "bench.png"), title=f"lowbit bench on {device}")
+    for name, reason in outcome.skipped.items():
+        console.print(f"[yellow]benchmark {name} skipped:[/] {reason}")
     for name, err in outcome.failures.items():
         console.print(f"[red]benchmark {name} failed:[/] {err}")
     console.print(f"wrote {os.path.join(args.out, 'bench.json')}" + (f" and {os.path.join(args.out, 'bench.png')}" if derived else ""))

@@ -13,7 +13,8 @@ An op's benchmark lives in ``lowbit/bench/<op>.py`` and registers itself::
 Rules: the lowbit implementation's ``impl`` is ``"lowbit"`` (or starts with ``"lowbit"``, e.g.
 ``"lowbit int2"``); every other impl is a baseline measured in the same run. ``bytes`` counts each
 input read once and each output written once; ``flops`` the arithmetic (2 per multiply-add).
-``ctx.quick`` asks for a few representative shapes only.
+``ctx.quick`` asks for a few representative shapes only. A benchmark that cannot run here for a
+reason the user can fix (a data file it needs is absent) raises :class:`Skip` with that reason.
 """
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ import pkgutil
 from typing import Callable
 
 _REGISTRY: dict[str, "BenchSpec"] = {}
+
+
+class Skip(Exception):
+    """Raised by a benchmark that cannot run here; the message says why and how to fix it. The run
+    reports it and goes on (not a failure)."""
 
 
 @dataclasses.dataclass

@@ -3,7 +3,8 @@
 :func:`run` is what ``lowbit bench`` calls. The order matters: the device's copy bandwidth,
 bf16 matmul peak and FP8 peak are measured first, in the same process as the ops, so "% of floor"
 is relative to this card today (BENCHMARKS.md: measure a kernel and its baselines in the same run).
-A benchmark that raises is reported as a failed row and the run goes on with the next op.
+A benchmark that raises is reported as a failure and the run goes on with the next op; one that
+raises :class:`~lowbit.bench.registry.Skip` is reported as skipped, with its reason.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import dataclasses
 import traceback
 from typing import Callable
 
-from lowbit.bench.registry import BenchContext, BenchSpec, Result, discover
+from lowbit.bench.registry import BenchContext, BenchSpec, Result, Skip, discover
 
 
 class NoGPU(RuntimeError):
@@ -66,18 +67,23 @@ class RunOutcome:
     ctx: BenchContext
     results: list[Result]
     failures: dict[str, str]  # op name -> error text
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # op name -> the reason
 
 
 def run_specs(specs: list[BenchSpec], ctx: BenchContext, on_op: Callable[[str], None] | None = None,
               on_done: Callable[[str, int], None] | None = None) -> RunOutcome:
-    """Run each spec with ``ctx``; collect its rows; record (not raise) a benchmark's failure."""
+    """Run each spec with ``ctx``; collect its rows; record (not raise) a benchmark's failure or skip."""
     results: list[Result] = []
     failures: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     for spec in specs:
         if on_op is not None:
             on_op(spec.name)
         try:
             rows = list(spec.fn(ctx))
+        except Skip as e:
+            skipped[spec.name] = str(e)
+            rows = []
         except Exception as e:  # a broken benchmark must not hide the others' numbers
             failures[spec.name] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
             rows = []
@@ -89,4 +95,4 @@ def run_specs(specs: list[BenchSpec], ctx: BenchContext, on_op: Callable[[str], 
             results.extend(rows)
         if on_done is not None:
             on_done(spec.name, len(rows))
-    return RunOutcome(ctx, results, failures)
+    return RunOutcome(ctx, results, failures, skipped)

@@ -5,6 +5,8 @@
 * :func:`rotating` — cycle through several input copies whose total exceeds L2 (60 MB on H200).
 * :func:`copy_bandwidth_gbps`, :func:`bf16_matmul_tflops`, :func:`fp8_matmul_tflops` — ceilings.
 * :func:`interleaved_medians` — several variants timed over rounds of alternating order, medians.
+* :func:`cold_graph_us` — one CUDA-graph replay per input of a list, L2 flushed before each, for
+  calls whose work depends on the data (the certified draft head's sets and fallbacks).
 """
 from __future__ import annotations
 
@@ -32,10 +34,10 @@ def interleaved_medians(variants: list, measure: Callable[[object], dict], round
     """Time every variant ``rounds`` times, in the given order on even rounds and reversed on odd
     ones, and return ``{variant: record}`` with each numeric field the median over its rounds
     (other fields from the first round). ``measure(variant)`` returns a dict of timings; if it
-    raises in any round, that variant's record is ``{"error": "Type: message"}``. Why: in one run
-    a path timed right after another measured ~1 us slower at the same code (H200, draft-head
-    bench, M = 8, session 32), so a fixed order biases differences of that size; alternating
-    spreads the drift over every variant. Works without a GPU (``measure`` does the timing)."""
+    raises in any round, that variant's record is ``{"error": "Type: message"}``. Why: a path
+    timed right after another can measure ~1 us slower at the same code, so a fixed order biases
+    differences of that size; alternating spreads the drift over every variant. Works without a
+    GPU (``measure`` does the timing)."""
     if rounds < 1:
         raise ValueError(f"interleaved_medians needs rounds >= 1, got {rounds}")
     samples: dict = {v: [] for v in variants}
@@ -97,3 +99,33 @@ def fp8_matmul_tflops(n: int = 8192) -> float | None:
     except (RuntimeError, AttributeError):
         return None
     return 2 * n**3 / (us * 1e6)
+
+
+_FLUSH: list = []
+
+
+def cold_graph_us(fn: Callable[[torch.Tensor], object], xs: list, reps: int = 3) -> float:
+    """Median GPU µs of one CUDA-graph replay of ``fn(static)`` over the inputs ``xs`` (one shape):
+    per input, the input is copied into the captured buffer and L2 flushed outside the timed
+    region, then one replay is timed by CUDA events, so data-dependent work is what each input
+    makes it."""
+    if not _FLUSH:
+        _FLUSH.append(torch.empty(256 * 2**20, dtype=torch.int8, device="cuda"))  # > L2
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    static = xs[0].clone()
+    fn(static)  # every kernel compiled before the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn(static)
+    times = []
+    for _ in range(reps):
+        for x in xs:
+            static.copy_(x)
+            _FLUSH[0].zero_()
+            ev[0].record()
+            g.replay()
+            ev[1].record()
+            torch.cuda.synchronize()
+            times.append(ev[0].elapsed_time(ev[1]) * 1e3)
+    return statistics.median(times)

@@ -199,3 +199,112 @@ def test_interleaved_medians_alternates_order_and_takes_medians():
     assert list(out) == ["a", "b", "c"]
     with pytest.raises(ValueError, match="rounds"):
         interleaved_medians(["a"], measure, rounds=0)
+
+
+def test_new_benchmarks_are_registered():
+    names = runner.available_ops()
+    assert {"read_floor", "read_floor_gathered", "draft_head_real", "parallel_head"} <= names.keys()
+
+
+def test_run_specs_reports_a_skip_apart_from_failures():
+    """A benchmark that raises Skip is reported with its reason, not as a failure; the run goes on."""
+    from lowbit.bench.registry import BenchSpec, Skip
+
+    def skips(ctx):
+        raise Skip("no data file at x: write it with y")
+
+    out = runner.run_specs([BenchSpec("skips", skips), BenchSpec("good", lambda ctx: _rows()[:1])], CTX)
+    assert out.skipped == {"skips": "no data file at x: write it with y"}
+    assert out.failures == {} and len(out.results) == 1
+
+
+def test_draft_head_real_skips_without_its_data(tmp_path, monkeypatch):
+    """Without the data file the benchmark raises Skip naming the file and the command that writes
+    it (before touching a GPU); a file that is not such data is a Skip too; save / load round-trip."""
+    from lowbit.bench import draft_head_real as dhr
+    from lowbit.bench.registry import Skip
+
+    missing = tmp_path / "none.pt.xz"
+    monkeypatch.setenv(dhr.ENV, str(missing))
+    assert dhr.data_path() == str(missing)
+    with pytest.raises(Skip, match=rf"no real-head data at {missing}: write it with `python scripts/real_head_data.py"):
+        dhr.run(CTX)
+    out = runner.run_specs([runner.available_ops()["draft_head_real"]], CTX)
+    assert "draft_head_real" in out.skipped and not out.failures
+    junk = tmp_path / "junk.pt.xz"
+    junk.write_bytes(b"not xz")
+    with pytest.raises(Skip, match="is not a real-head data file"):
+        dhr.load_or_skip(str(junk))
+    monkeypatch.delenv(dhr.ENV)
+    assert dhr.data_path() == dhr.DEFAULT_PATH
+    hidden, weight = torch.randn(8, 16), torch.randn(32, 16)
+    path = tmp_path / "real.pt.xz"
+    dhr.save(str(path), hidden, weight, "tiny")
+    blob = dhr.load_or_skip(str(path))
+    assert blob["model"] == "tiny" and blob["hidden"].dtype == torch.bfloat16
+    assert torch.equal(blob["weight"], weight.to(torch.bfloat16))
+
+
+@pytest.mark.interpret
+def test_stream_read_kernel_reads_every_word():
+    """The streaming bare read XOR-reduces each program's words (a partial last block included)."""
+    import numpy as np
+
+    from lowbit.bench.read_floor import stream_read
+
+    buf = torch.randint(-2**31, 2**31 - 1, (2048 * 2 + 300,), dtype=torch.int32)
+    out = torch.zeros(3, dtype=torch.int32)
+    stream_read(buf, out, block=2048, warps=4)()
+    words = np.concatenate([buf.numpy(), np.zeros(3 * 2048 - buf.numel(), dtype=np.int32)]).reshape(3, 2048)
+    assert out.tolist() == np.bitwise_xor.reduce(words, axis=1).tolist()
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("tt,s", [(4, 1), (2, 2), (8, 4)])
+def test_gathered_read_kernel_reads_the_rows(tt, s):
+    """The gathered bare read stores, at each index, the XOR of that row's packed and scale words and
+    x's words (low byte) plus the value: it reads what it claims, for split rows too."""
+    import numpy as np
+
+    from lowbit.bench.read_floor import gathered_geometries, gathered_read
+    from lowbit.formats import NVFP4
+
+    k, v, b, t = 256, 64, 2, 8
+    assert (tt, s, 4) in gathered_geometries(k, t) or (tt, s, 8) in gathered_geometries(k, t)
+    w = NVFP4.quantize(torch.randn(v, k))
+    x = torch.randn(b, k, dtype=torch.bfloat16)
+    values = torch.zeros(b, t)
+    idx = torch.stack([torch.randperm(v)[:t] for _ in range(b)])
+    logits = torch.zeros(b, v, dtype=torch.bfloat16)
+    gathered_read(w, [(x, values, idx)], logits, tt, s, 4)()
+    pk, sc, xw = (a.contiguous().view(torch.int32).numpy() for a in (w.packed, w.scale, x))
+    for bi in range(b):
+        for ti in range(t):
+            r = int(idx[bi, ti])
+            if s == 1:
+                want = np.bitwise_xor.reduce(pk[r]) ^ np.bitwise_xor.reduce(sc[r]) ^ np.bitwise_xor.reduce(xw[bi])
+            else:  # each part stores its own share; the last part's lands
+                part = s - 1
+                kw, sw, xn = pk.shape[1] // s, sc.shape[1], xw.shape[1] // s
+                want = (np.bitwise_xor.reduce(pk[r, part * kw:(part + 1) * kw])
+                        ^ (np.bitwise_xor.reduce(sc[r, part * (sw // s):(part + 1) * (sw // s)]) if sw >= s else 0)
+                        ^ np.bitwise_xor.reduce(xw[bi, part * xn:(part + 1) * xn]))
+            assert float(logits[bi, r]) == float(torch.tensor(float(want & 0xFF)).to(torch.bfloat16)), (bi, ti)
+
+
+def test_parallel_head_on_cpu_world_of_one(tmp_path, capsys):
+    """``python -m lowbit.bench.parallel_head`` as a gloo world of one on CPU (small head): the JSON
+    it writes, and its rows as benchmark results (one lowbit and one baseline row per (M, k))."""
+    from lowbit.bench import parallel_head as ph
+
+    out = tmp_path / "tp1.json"
+    assert ph.main(["--device", "cpu", "--vocab", "512", "--k-dim", "128", "--iters", "2", "--warmup", "1",
+                    "--ms", "1,4", "--topk", "1,4", "--out", str(out)]) == 0
+    body = json.loads(out.read_text())
+    assert body["config"]["world"] == 1 and len(body["results"]) == 2 * 2 * 5
+    assert all(r["top1_agreement_vs_bf16_baseline"] == 1.0 for r in body["results"])
+    rows = ph.to_results(body["results"], "V512 K128", 1)
+    assert [r.impl for r in rows[:2]] == ["lowbit ParallelDraftHead.topk", "linear + all-gather + topk"]
+    assert len(rows) == 8 and rows[0].case == "V512 K128 M1 k1 world 1" and "comm lowbit keys us" in rows[0].extra
+    d = report.derive(rows, CTX)
+    assert d[0]["speedup"]["linear + all-gather + topk"] > 0 and d[0]["floor_us"] is None

@@ -15,12 +15,13 @@ reported time is the slowest rank's median. Rank 0 prints a table and writes JSO
 
 Run (one process a GPU)::
 
-    torchrun --nproc-per-node 2 scripts/bench_parallel_head.py --out parallel_head_tp2.json
+    torchrun --standalone --nproc-per-node 2 -m lowbit.bench.parallel_head --out parallel_head_tp2.json
 
-Single process (world size 1, a dry run on one GPU), and a CPU dry run with gloo::
+Single process (world size 1 on one GPU; also ``lowbit bench --op parallel_head``), and a CPU dry
+run with gloo::
 
-    python scripts/bench_parallel_head.py --out tp1.json
-    torchrun --nproc-per-node 2 scripts/bench_parallel_head.py --backend gloo --device cpu \\
+    python -m lowbit.bench.parallel_head --out tp1.json
+    torchrun --standalone --nproc-per-node 2 -m lowbit.bench.parallel_head --backend gloo --device cpu \\
         --vocab 4096 --k-dim 256 --iters 5 --warmup 2 --out cpu.json
 
 NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
@@ -35,21 +36,13 @@ import statistics
 import sys
 import time
 
-for _var, _val in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
-    os.environ.setdefault(_var, _val)
+from lowbit.bench.registry import BenchContext, Result, register
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # run from a checkout
-
-from lowbit.distributed import ParallelDraftHead, vocab_boundaries  # noqa: E402
-from lowbit.distributed.head import _all_gather_flat  # noqa: E402
+_NO_MULTICAST = (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1"))
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m lowbit.bench.parallel_head", description=__doc__.split("\n")[0])
     p.add_argument("--vocab", type=int, default=248320, help="full vocabulary rows (default 248320)")
     p.add_argument("--k-dim", type=int, default=5120, help="hidden size K (default 5120)")
     p.add_argument("--ms", default="1,16,64", help="comma-separated batch rows M")
@@ -73,6 +66,11 @@ def parse_args(argv=None):
 
 def init(args):
     """Process group from torchrun's environment, or a world of one when run directly."""
+    import torch
+    import torch.distributed as dist
+
+    for var, val in _NO_MULTICAST:
+        os.environ.setdefault(var, val)
     if "RANK" in os.environ:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local = int(os.environ.get("LOCAL_RANK", rank))
@@ -89,8 +87,19 @@ def init(args):
     return dist.get_rank(), dist.get_world_size(), device
 
 
+def _all_gather(out, inp) -> None:
+    """All-gather a contiguous 1-D ``inp [n]`` into ``out [world * n]`` (1-D: gloo chunks the output
+    along dim 0); ``all_gather_single`` where this torch has it."""
+    import torch.distributed as dist
+
+    (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, inp)
+
+
 def timed(fn, iters: int, warmup: int, device) -> float:
     """Median µs of ``fn()`` over ``iters`` calls (every rank makes the same calls)."""
+    import torch
+    import torch.distributed as dist
+
     for _ in range(warmup):
         fn()
     dist.barrier()
@@ -113,14 +122,22 @@ def timed(fn, iters: int, warmup: int, device) -> float:
 
 
 def slowest(us: float, device) -> float:
+    import torch
+    import torch.distributed as dist
+
     t = torch.tensor([us], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    rank, world, device = init(args)
+def measure(args, rank: int, world: int, device, log=print) -> tuple[list[dict], dict | None]:
+    """Every (M, k, impl) of ``args`` timed on this rank's shard: ([{"m", "k", "impl", "us",
+    "bytes_received", "top1_agreement_vs_bf16_baseline"}], the local head's stats)."""
+    import torch
+    import torch.nn.functional as F
+
+    from lowbit.distributed import ParallelDraftHead, vocab_boundaries
+
     bounds = vocab_boundaries(args.vocab, world)
     start, rows = bounds[rank], bounds[rank + 1] - bounds[rank]
     gen = torch.Generator(device=device).manual_seed(args.seed + 1000 * (rank + 1))  # each rank its own rows
@@ -132,7 +149,7 @@ def main(argv=None):
         full = torch.empty(world * x.shape[0] * bounds[1], dtype=local.dtype, device=device)
         # ceil split: pad the short last shard to the common width so one all-gather suffices
         padded = F.pad(local, (0, bounds[1] - rows), value=float("-inf")) if rows < bounds[1] else local
-        _all_gather_flat(full, padded.contiguous().view(-1), None)
+        _all_gather(full, padded.contiguous().view(-1))
         logits = full.view(world, x.shape[0], bounds[1]).permute(1, 0, 2).reshape(x.shape[0], -1)
         return torch.topk(logits.float(), k, dim=-1)
 
@@ -141,8 +158,8 @@ def main(argv=None):
         gx = torch.Generator(device=device).manual_seed(args.seed)  # identical x on every rank
         x = torch.randn(m, args.k_dim, generator=gx, device=device).to(torch.bfloat16)
         for k in args.topk:
-            ours_v, ours_i = head.topk(x, k)
-            base_v, base_i = baseline(x, k)
+            ours_i = head.topk(x, k)[1]
+            base_i = baseline(x, k)[1]
             agree = float((ours_i[:, 0] == base_i[:, 0]).float().mean())  # bf16 logits may reorder near-ties
             keys = torch.zeros(m * k, dtype=torch.int64, device=device)
             keys_out = torch.empty(world * m * k, dtype=torch.int64, device=device)
@@ -151,39 +168,84 @@ def main(argv=None):
             cases = {
                 "lowbit ParallelDraftHead.topk": (lambda: head.topk(x, k), world * m * k * 8),
                 "baseline linear+gather+topk": (lambda: baseline(x, k), world * m * bounds[1] * 2),
-                "comm lowbit keys": (lambda: _all_gather_flat(keys_out, keys, None), world * m * k * 8),
-                "comm baseline logits": (lambda: _all_gather_flat(logits_out, logits_in, None), world * m * bounds[1] * 2),
+                "comm lowbit keys": (lambda: _all_gather(keys_out, keys), world * m * k * 8),
+                "comm baseline logits": (lambda: _all_gather(logits_out, logits_in), world * m * bounds[1] * 2),
                 "local DraftHead.topk": (lambda: head.local_head.topk(x, min(k, rows)) if rows else None, 0),
             }
-            row = {"m": m, "k": k, "top1_agreement_vs_bf16_baseline": agree}
+            row = {}
             for name, (fn, nbytes) in cases.items():
                 us = slowest(timed(fn, args.iters, args.warmup, device), device)
-                results.append({"m": m, "k": k, "impl": name, "us": us, "bytes_received": nbytes})
+                results.append({"m": m, "k": k, "impl": name, "us": us, "bytes_received": nbytes,
+                                "top1_agreement_vs_bf16_baseline": agree})
                 row[name] = us
-            row["speedup"] = row["baseline linear+gather+topk"] / row["lowbit ParallelDraftHead.topk"]
             if rank == 0:
-                print(f"M={m:<3} k={k:<3} lowbit {row['lowbit ParallelDraftHead.topk']:9.1f} us | baseline "
-                      f"{row['baseline linear+gather+topk']:9.1f} us | x{row['speedup']:.2f} | comm "
-                      f"{row['comm lowbit keys']:7.1f} vs {row['comm baseline logits']:7.1f} us | local head "
-                      f"{row['local DraftHead.topk']:8.1f} us | top1 agree {agree:.2f}", flush=True)
-            del ours_v, base_v
-    if rank == 0:
+                lo, base = row["lowbit ParallelDraftHead.topk"], row["baseline linear+gather+topk"]
+                log(f"M={m:<3} k={k:<3} lowbit {lo:9.1f} us | baseline {base:9.1f} us | x{base / lo:.2f} | comm "
+                    f"{row['comm lowbit keys']:7.1f} vs {row['comm baseline logits']:7.1f} us | local head "
+                    f"{row['local DraftHead.topk']:8.1f} us | top1 agree {agree:.2f}")
+    return results, getattr(head.local_head, "stats", None)
+
+
+def main(argv=None) -> int:
+    import torch
+    import torch.distributed as dist
+
+    args = parse_args(argv)
+    rank, world, device = init(args)
+    results, stats = measure(args, rank, world, device, log=lambda s: print(s, flush=True))
+    if rank == 0 and args.out:
+        from lowbit.distributed import vocab_boundaries
+
+        bounds = vocab_boundaries(args.vocab, world)
         config = {"vocab": args.vocab, "k_dim": args.k_dim, "world": world, "rows_per_rank": bounds[1],
                   "backend": args.backend, "device": str(device), "mode": args.mode, "bits": args.bits,
                   "group_size": args.group_size, "iters": args.iters, "warmup": args.warmup,
                   "torch": torch.__version__,
                   "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
                   "timing": "median of per-call times, slowest rank",
-                  "env": {v: os.environ.get(v) for v in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")}}
-        stats = getattr(head.local_head, "stats", None)
-        payload = {"config": config, "results": results, "local_head_stats_rank0": stats}
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(payload, f, indent=2)
-            print(f"wrote {args.out}")
+                  "env": {v: os.environ.get(v) for v, _ in _NO_MULTICAST}}
+        with open(args.out, "w") as f:
+            json.dump({"config": config, "results": results, "local_head_stats_rank0": stats}, f, indent=2)
+        print(f"wrote {args.out}")
     dist.barrier()
     dist.destroy_process_group()
+    return 0
+
+
+def to_results(rows: list[dict], shape: str, world: int) -> list[Result]:
+    """:func:`measure`'s rows as benchmark results: a lowbit and a baseline row per (M, k); the
+    exchanges and the local head alone (parts of those calls, not baselines) go into the lowbit
+    row's ``extra``. Bytes received over the network are not memory traffic: kept in ``extra``, so
+    no memory floor is derived from them."""
+    out = []
+    for m, k in dict.fromkeys((r["m"], r["k"]) for r in rows):
+        by = {r["impl"]: r for r in rows if (r["m"], r["k"]) == (m, k)}
+        lo, base = by.pop("lowbit ParallelDraftHead.topk"), by.pop("baseline linear+gather+topk")
+        case = f"{shape} M{m} k{k} world {world}"
+        extra = {"timing": "CUDA events per call, median", "bytes_received": lo["bytes_received"],
+                 "top1_agreement_vs_bf16_baseline": lo["top1_agreement_vs_bf16_baseline"],
+                 **{f"{name} us": r["us"] for name, r in by.items()}}
+        out.append(Result("parallel_head", case, "lowbit ParallelDraftHead.topk", lo["us"], extra=extra))
+        out.append(Result("parallel_head", case, "linear + all-gather + topk", base["us"],
+                          extra={"timing": extra["timing"], "bytes_received": base["bytes_received"]}))
+    return out
+
+
+@register("parallel_head", description="vocab-parallel DraftHead exact top-k vs linear + all-gather + topk, "
+                                       "world size 1 (torchrun -m lowbit.bench.parallel_head for more GPUs)")
+def run(ctx: BenchContext) -> list[Result]:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        raise RuntimeError("parallel_head starts its own world-of-one process group; one is already running")
+    args = parse_args(["--iters", "20"] + (["--ms", "1,16"] if ctx.quick else []))
+    rank, world, device = init(args)
+    try:
+        rows, _ = measure(args, rank, world, device, log=lambda s: None)
+    finally:
+        dist.destroy_process_group()
+    return to_results(rows, f"V{args.vocab} K{args.k_dim}", world)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Benchmark: :class:`lowbit.DraftHead` on a real model's LM head and hidden states (SmolLM2-135M:
+a 49152 x 576 head) against cuBLAS bf16 ``F.linear`` + ``argmax``, same run, same rows.
+
+The data file holds ``{"hidden": bf16 [P, 576], "weight": bf16 [49152, 576], "model": str}``:
+the model's final hidden states over a shipped text sample and its own greedy continuations, and
+its head. A GPU machine usually cannot load the model, so write the file where it can
+(``python scripts/real_head_data.py .realhead/smollm2_head.pt.xz``) and bring it along. It is
+read from ``$LOWBIT_REAL_HEAD``, else ``.realhead/smollm2_head.pt.xz`` under the working
+directory; without it the benchmark is skipped with that instruction.
+
+Per M, 32 batches of M consecutive positions; every implementation answers every batch. Timed by
+CUDA-graph replay (:func:`lowbit.bench.timing.cold_graph_us`: per batch the rows are copied in and
+L2 flushed outside the timed region, so certified set sizes and fallbacks are what the real data
+make them), and eagerly (``extra["eager_us"]``: one call between two synchronizations, host
+launch cost included). ``extra`` also carries the argmax agreement with the fp32 logits, and for
+certified heads the set sizes, fallback rows, recall of the exact top-16 (and the top-16 call's
+graph time), and the argmax agreement with the fp64 logits over every position in batches of M.
+"""
+from __future__ import annotations
+
+import os
+
+from lowbit.bench.registry import BenchContext, Result, Skip, register
+
+#: the environment variable naming the data file, and where it is looked for otherwise
+ENV = "LOWBIT_REAL_HEAD"
+DEFAULT_PATH = os.path.join(".realhead", "smollm2_head.pt.xz")
+#: the configurations timed (DraftHead keyword arguments)
+CONFIGS = {
+    "certified int8 g64": dict(mode="certified", bits=8, group_size=64),
+    "fast int4 g64": dict(mode="fast", bits=4, group_size=64),
+    "fast int2 g64 k8 r64": dict(mode="fast", bits=2, group_size=64, kcand=8, rerank=64),
+}
+MS = (1, 4, 16, 32, 64)
+QUICK_MS = (1, 16, 64)
+BATCHES = 32
+TOPK = 16
+
+
+def data_path() -> str:
+    return os.environ.get(ENV) or DEFAULT_PATH
+
+
+def save(path: str, hidden, weight, model: str) -> int:
+    """Write hidden states and head weight (both as contiguous bf16) xz-compressed; the bytes written."""
+    import io
+    import lzma
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"hidden": hidden.to(torch.bfloat16).contiguous(), "weight": weight.to(torch.bfloat16).contiguous(),
+                "model": model}, buf)
+    with lzma.open(path, "wb", preset=6) as f:
+        f.write(buf.getvalue())
+    return len(buf.getvalue())
+
+
+def load(path: str) -> dict:
+    """The dict :func:`save` wrote (CPU tensors)."""
+    import io
+    import lzma
+
+    import torch
+
+    with lzma.open(path, "rb") as f:
+        return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
+
+
+def load_or_skip(path: str | None = None) -> dict:
+    """:func:`load` of ``path`` (default :func:`data_path`), or :class:`~lowbit.bench.registry.Skip`
+    saying how to write the file when it is absent or not such a file."""
+    path = path or data_path()
+    how = (f"write it with `python scripts/real_head_data.py {path}` on a machine that can load SmolLM2 "
+           f"(or point ${ENV} at one)")
+    if not os.path.isfile(path):
+        raise Skip(f"no real-head data at {path}: {how}")
+    try:
+        blob = load(path)
+    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same instruction
+        raise Skip(f"{path} is not a real-head data file ({type(e).__name__}: {e}): {how}") from None
+    if not (isinstance(blob, dict) and {"hidden", "weight"} <= blob.keys()):
+        raise Skip(f"{path} is not a real-head data file (needs 'hidden' and 'weight'): {how}")
+    return blob
+
+
+def _eager_us(fn, xs) -> float:
+    """Median µs of one ``fn(x)`` between two synchronizations (host launch cost included)."""
+    import statistics
+
+    import torch
+
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    times = []
+    for _ in range(3):
+        for x in xs:
+            torch.cuda.synchronize()
+            ev[0].record()
+            fn(x)
+            ev[1].record()
+            torch.cuda.synchronize()
+            times.append(ev[0].elapsed_time(ev[1]) * 1e3)
+    return statistics.median(times)
+
+
+@register("draft_head_real", description="DraftHead on SmolLM2-135M's real head and hidden states vs cuBLAS bf16 "
+                                         "(needs the file of scripts/real_head_data.py)")
+def run(ctx: BenchContext) -> list[Result]:
+    blob = load_or_skip()
+    import torch
+    import torch.nn.functional as F
+
+    from lowbit import DraftHead
+    from lowbit.bench.timing import cold_graph_us
+
+    w = blob["weight"].cuda()
+    hidden = blob["hidden"].cuda()
+    n, k = w.shape
+    model = str(blob.get("model", "real head"))
+    ms = QUICK_MS if ctx.quick else MS
+    heads = {name: DraftHead(w, **kw) for name, kw in CONFIGS.items()}
+    for h in heads.values():
+        h.warmup(max_m=max(ms), ks=(1, TOPK))
+    ref64 = (hidden.double() @ w.double().t()).argmax(-1)  # ties to the lower index, as the head's
+    results: list[Result] = []
+    for m in ms:
+        case = f"{n}x{k} M{m}"
+        starts = torch.linspace(0, hidden.shape[0] - m, BATCHES).long().tolist()
+        xs = [hidden[s:s + m] for s in starts]
+        exact = [(x.float() @ w.float().t()).argmax(-1) for x in xs]
+
+        def agreement(fn) -> float:
+            return sum(int((fn(x) == e).sum()) for x, e in zip(xs, exact)) / (m * BATCHES)
+
+        def lin(x):
+            return F.linear(x, w).argmax(-1)
+
+        bf16_bytes = n * k * 2 + m * k * 2
+        t_lin = cold_graph_us(lin, xs)
+        results.append(Result("draft_head_real", case, "cuBLAS bf16 + argmax", t_lin, bf16_bytes, 2 * m * n * k,
+                              extra={"eager_us": _eager_us(lin, xs), "agreement_vs_fp32": agreement(lin),
+                                     "timing": "graph, cold L2", "model": model}))
+        for name, h in heads.items():
+            h.reset_stats()
+            extra = {"agreement_vs_fp32": agreement(h.argmax)}
+            st = h.stats
+            extra.update(eager_us=_eager_us(h.argmax, xs), timing="graph, cold L2", model=model)
+            if h.mode == "certified":
+                extra.update(mean_set=st["mean_set_size"], max_set=st["max_set_size"], fallback_rows=st["fallbacks"])
+                hits = 0
+                for x in xs:
+                    ref16 = (x.float() @ w.float().t()).topk(TOPK, dim=-1).indices
+                    hits += int((h.topk(x, TOPK)[1][:, :, None] == ref16[:, None, :]).any(-1).sum())
+                extra[f"recall{TOPK}"] = hits / (TOPK * m * BATCHES)
+                extra[f"top{TOPK}_graph_us"] = cold_graph_us(lambda x: h.topk(x, TOPK), xs)
+                agree = sum(int((h.argmax(hidden[s:s + m]) == ref64[s:s + m]).sum())
+                            for s in range(0, hidden.shape[0] - m + 1, m))
+                extra["agreement_vs_fp64_all_positions"] = agree / (hidden.shape[0] // m * m)
+            us = cold_graph_us(h.argmax, xs)
+            results.append(Result("draft_head_real", case, f"lowbit {name} argmax", us, h.packing.nbytes + m * k * 2,
+                                  2 * m * n * k, extra=extra))
+    return results
