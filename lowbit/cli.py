@@ -9,6 +9,7 @@
   JSON, PNG).
 * ``lowbit bench`` — the benchmark registry on a GPU (table, JSON, PNG).
 * ``lowbit convert`` — quantize a safetensors checkpoint's linear weights.
+* ``lowbit tune <op>`` — the tuner behind an op's shipped launch-configuration table (GPU).
 
 User errors (bad option values, missing files, a format that does not fit a tensor) print one
 ``lowbit: error: ...`` line and exit with status 2; a missing GPU for ``bench`` exits with 1.
@@ -423,6 +424,41 @@ def _replot_bench(args: argparse.Namespace, console) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------------- tune
+def tuners() -> dict[str, str]:
+    """{op: what its tuner tunes} for every ``lowbit.ops.<op>`` package with a ``tune`` module (a
+    ``main(argv) -> int``): the docstring's first paragraph, markup dropped, cut to 100 characters.
+    Read from the source files: listing imports no op."""
+    import ast
+    import pathlib
+    import re
+
+    import lowbit.ops
+
+    out = {}
+    for path in sorted(pathlib.Path(lowbit.ops.__path__[0]).glob("*/tune.py")):
+        doc = (ast.get_docstring(ast.parse(path.read_text())) or "").strip().split("\n\n")[0]
+        doc = " ".join(re.sub(r"(:\w+:)?`+([^`]*)`+", r"\2", doc).split())
+        out[path.parent.name] = doc if len(doc) <= 100 else doc[:97].rsplit(" ", 1)[0] + " ..."
+    return out
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    import importlib
+
+    known = tuners()
+    if args.list:
+        console = _console()
+        for op, doc in known.items():
+            console.print(f"{op:16s} {doc}")
+        return 0
+    if not args.op:
+        raise UserError("name an op to tune (lowbit tune --list shows them)")
+    if args.op not in known:
+        raise UserError(f"no tuner for op {args.op!r}; ops with a tuner: {', '.join(known) or '(none)'}")
+    return int(importlib.import_module(f"lowbit.ops.{args.op}.tune").main(list(args.args)) or 0)
+
+
 # -------------------------------------------------------------------------------------- convert
 def _cmd_convert(args: argparse.Namespace) -> int:
     from rich.table import Table
@@ -559,6 +595,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replot", metavar="FILE", help="print the table and draw the PNG of a saved bench.json into --out "
                    "(no GPU needed; --op selects its ops)")
     p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("tune", help="run the tuner behind an op's shipped launch-configuration table (GPU)",
+                       description="Run the sweep that generated an op's launch-configuration table and print the "
+                                   "best configuration per regime. Arguments after the op go to its tuner "
+                                   "(lowbit tune OP --help). Needs a CUDA GPU unless the tuner says otherwise.")
+    p.add_argument("--list", action="store_true", help="list the ops that have a tuner and exit")
+    p.add_argument("op", nargs="?", metavar="OP", help="the op to tune (see --list)")
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="...", help="arguments of the op's tuner")
+    p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("convert", help="quantize a safetensors checkpoint's linear weights",
                        description="Quantize every 2-D Linear / lm_head *.weight (not embeddings or norms) of a safetensors "
