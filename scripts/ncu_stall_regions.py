@@ -6,8 +6,7 @@ stall reasons overall.
 
     python scripts/ncu_stall_regions.py F.csv [--chunk 60] [--top 1.2]
 
-Used on the FP4 decode GEMV (docs/gemm.md, "Sixteenth session": 51% of the samples in the
-activation staging of the prologue).
+``scripts/ncu_kernel.sh`` runs it on the page it exports.
 """
 from __future__ import annotations
 
