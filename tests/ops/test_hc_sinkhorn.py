@@ -61,93 +61,75 @@ def test_matches_fp64_reference(backend, poison_empty, hc, iters):
     check_close(out, mixes, hc_scale, hc_base, hc, iters, 1e-6)
 
 
-# hc = 4 kernel variants: config keys of HC4_DEFAULTS (lowbit/ops/hc_sinkhorn/triton.py), the
-# default first. The interpreter runs FAST_RCP's formulas with plain division (no inline PTX);
-# the cuda tier checks the rcp.approx numerics against the same tolerance.
-HC4_VARIANTS = [
-    dict(),
-    dict(JOIN_STORE=False),
-    dict(JOIN_STORE=2),
-    dict(FAST_RCP=True),
-    dict(SCALED=True),
-    dict(SCALED=True, PAIR_RCP=True, FAST_RCP=True),
-    dict(FLAT_ROWS=True, JOIN_STORE=2),
-    dict(FLAT_ROWS=True, VEC_LOAD=True, JOIN_STORE=2, FAST_RCP=True, SCALED=True),
-    dict(BLOCK_R=32, num_warps=1, FLAT_ROWS=True, VEC_LOAD=True, FAST_RCP=True),
-    dict(BLOCK_R=128, num_warps=4, FLAT_ROWS=True, VEC_LOAD=True, JOIN_STORE=False),
-]
+# hc = 4 launch configs (the table's first) and the eps that select the kernel's forms: 1e-6 the
+# fast reciprocal and the scaling vectors, 1e-9 the fast reciprocal alone, 0 neither. The
+# interpreter runs the fast reciprocal's formulas with plain division (no inline PTX); the cuda
+# tier checks the rcp.approx numerics against the same tolerance.
+HC4_CONFIGS = [None, dict(BLOCK_R=64, num_warps=2), dict(BLOCK_R=128, num_warps=4), dict(BLOCK_R=32, num_warps=1)]
 
 
-def _variant_id(cfg):
-    return "-".join(f"{k}={v}" for k, v in cfg.items()) or "default"
+def _config_id(cfg):
+    return "-".join(f"{k}={v}" for k, v in cfg.items()) if cfg else "table"
 
 
-@pytest.mark.parametrize("cfg", HC4_VARIANTS, ids=_variant_id)
-def test_hc4_variants(backend, poison_empty, cfg):
-    """Every launch-time variant against the fp64 reference, on contiguous rows (2 x 37: partial
-    last programs; FLAT_ROWS compiles the strides in) and on strided rows (a flat runtime stride)."""
+@pytest.mark.parametrize("eps", [1e-6, 1e-9, 0.0])
+@pytest.mark.parametrize("cfg", HC4_CONFIGS, ids=_config_id)
+def test_hc4_configs(backend, poison_empty, cfg, eps):
+    """Every launch config and form against the fp64 reference, on contiguous rows (2 x 37:
+    partial last programs; flat addressing with the strides compiled in, 16-byte loads) and on
+    strided rows (a flat runtime stride, scalar loads)."""
     if not backend.is_triton:
         pytest.skip("launch configurations exist on the Triton tiers only")
     from lowbit.ops.hc_sinkhorn.triton import hc_split_sinkhorn_triton
 
     mixes, hc_scale, hc_base = make_inputs(2, 37, 4, backend.device)
-    out = hc_split_sinkhorn_triton(mixes, hc_scale, hc_base, 4, 20, 1e-6, config=cfg)
-    check_close(out, mixes, hc_scale, hc_base, 4, 20, 1e-6)
+    out = hc_split_sinkhorn_triton(mixes, hc_scale, hc_base, 4, 20, eps, config=cfg)
+    check_close(out, mixes, hc_scale, hc_base, 4, 20, eps)
     strided = torch.randn(3, 20, 30, device=backend.device)[:, ::2, 3:27]
-    out = hc_split_sinkhorn_triton(strided, hc_scale, hc_base, 4, 3, 1e-6, config=cfg)
-    check_close(out, strided, hc_scale, hc_base, 4, 3, 1e-6)
+    out = hc_split_sinkhorn_triton(strided, hc_scale, hc_base, 4, 3, eps, config=cfg)
+    check_close(out, strided, hc_scale, hc_base, 4, 3, eps)
 
 
-@pytest.mark.parametrize("cfg", [dict(FAST_RCP=True), dict(SCALED=True, FAST_RCP=True),
-                                 dict(SCALED=True, PAIR_RCP=True, FAST_RCP=True)], ids=_variant_id)
-@pytest.mark.parametrize("eps", [1e-6, 1e-8])
-@pytest.mark.filterwarnings("ignore:overflow encountered in exp2")  # FAST_RCP's sigmoid: 1 / (1 + inf) = 0
-def test_hc4_variants_extreme_logits(backend, cfg, eps):
+@pytest.mark.parametrize("eps", [1e-6, 1e-8, 1e-9])
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp2")  # the fast sigmoid: 1 / (1 + inf) = 0
+def test_hc4_extreme_logits(backend, eps):
     """Logits of +-100: near-one-hot softmax rows, K entries down to eps, slow Sinkhorn; the scaling
-    vectors of SCALED span ~1/eps (eps = 1e-8 is the smallest eps that runs SCALED)."""
+    vectors span ~1/eps (eps = 1e-8 is the smallest eps that runs them; 1e-9 runs the plain form)."""
     if not backend.is_triton:
         pytest.skip("launch configurations exist on the Triton tiers only")
     from lowbit.ops.hc_sinkhorn.triton import hc_split_sinkhorn_triton
 
     mixes, hc_scale, hc_base = make_inputs(1, 40, 4, backend.device)
     mixes = mixes * 50
-    out = hc_split_sinkhorn_triton(mixes, hc_scale, hc_base, 4, 20, eps, config=cfg)
+    out = hc_split_sinkhorn_triton(mixes, hc_scale, hc_base, 4, 20, eps)
     check_close(out, mixes, hc_scale, hc_base, 4, 20, eps)
 
 
 def test_hc4_launch_resolution():
-    """What the launcher compiles for a config: row addressing by layout, the eps guard of SCALED,
-    VEC_LOAD only on contiguous rows, old configs (a subset of the keys) and unknown keys."""
+    """What the launcher compiles for a config: row addressing and 16-byte loads by layout, the
+    eps guards of the fast reciprocal and the scaling vectors, partial and unknown keys."""
     from lowbit.ops.hc_sinkhorn.triton import _SCALED_MIN_EPS, HC4_CONFIG, hc4_launch
 
-    flat = dict(FLAT_ROWS=True, VEC_LOAD=True)
     contiguous = torch.empty(2, 5, 24, device="meta")
-    br, kw, strides = hc4_launch(flat, contiguous, 1e-6)
+    br, kw, strides = hc4_launch(dict(BLOCK_R=64), contiguous, 1e-6)
     assert (br, kw["ROW_ADDR"], kw["VEC_LOAD"], strides) == (64, 2, True, (120, 24, 1))
     strided = torch.empty(3, 20, 30, device="meta")[:, ::2, 3:27]  # batch stride = s * row stride
-    _, kw, strides = hc4_launch(flat, strided, 1e-6)
+    _, kw, strides = hc4_launch(None, strided, 1e-6)
     assert (kw["ROW_ADDR"], kw["VEC_LOAD"], strides) == (1, False, (600, 60, 1))
     gappy = torch.empty(3, 20, 24, device="meta")[:, :10]  # batch stride 480 != 10 rows
-    _, kw, strides = hc4_launch(flat, gappy, 1e-6)
+    _, kw, strides = hc4_launch(None, gappy, 1e-6)
     assert (kw["ROW_ADDR"], kw["VEC_LOAD"], strides) == (0, False, (480, 24, 1))
-    _, kw, strides = hc4_launch(flat, torch.empty(3, 2, 24, device="meta")[:, :1], 1e-6)  # s == 1
+    _, kw, strides = hc4_launch(None, torch.empty(3, 2, 24, device="meta")[:, :1], 1e-6)  # s == 1
     assert (kw["ROW_ADDR"], strides) == (1, (48, 48, 1))
     br, kw, _ = hc4_launch(None, contiguous, 1e-6)
     assert br == HC4_CONFIG["BLOCK_R"] and kw["num_warps"] == HC4_CONFIG["num_warps"]
-    # the table's config resolves to exactly its own keys on contiguous input
-    expect = (2 if HC4_CONFIG.get("FLAT_ROWS") else 0, HC4_CONFIG.get("FAST_RCP", False), HC4_CONFIG.get("SCALED", False),
-              HC4_CONFIG.get("JOIN_STORE"))
-    assert (kw["ROW_ADDR"], kw["FAST_RCP"], kw["SCALED"], kw["JOIN_STORE"]) == expect
-    _, kw, _ = hc4_launch(dict(SCALED=True, PAIR_RCP=True), contiguous, _SCALED_MIN_EPS / 2)
-    assert not kw["SCALED"] and not kw["PAIR_RCP"]
-    _, kw, _ = hc4_launch(dict(PAIR_RCP=True), contiguous, 1e-6)  # PAIR_RCP needs SCALED
-    assert not kw["PAIR_RCP"]
-    _, kw, _ = hc4_launch(dict(FAST_RCP=True, SCALED=True), contiguous, 0.0)  # no subnormal flush at eps = 0
-    assert not kw["FAST_RCP"] and not kw["SCALED"]
-    _, kw, _ = hc4_launch(dict(FAST_RCP=True, SCALED=True), contiguous, 1e-6)
     assert kw["FAST_RCP"] and kw["SCALED"]
+    _, kw, _ = hc4_launch(None, contiguous, _SCALED_MIN_EPS / 2)
+    assert kw["FAST_RCP"] and not kw["SCALED"]
+    _, kw, _ = hc4_launch(None, contiguous, 0.0)  # no subnormal flush at eps = 0
+    assert not kw["FAST_RCP"] and not kw["SCALED"]
     with pytest.raises(ValueError, match="unknown hc=4 config keys"):
-        hc4_launch(dict(FAST_RCPP=True), contiguous, 1e-6)
+        hc4_launch(dict(FAST_RCP=True), contiguous, 1e-6)
 
 
 def test_strided_mixes(backend, poison_empty):

@@ -283,16 +283,13 @@ def test_cuda_compile_opcheck_graph():
     assert rel_err(out, fp64_reference(q2, kv2, sink2, idx2, d**-0.5)) < TOL
 
 
-# ---- fused merge: the last split program merges (one launch), every tier that runs Triton -------
+# ---- the split path on hard inputs, every tier that runs Triton --------------------------------
 
-def _fused_cfg(splits, merge_d=None, block_h=16, block_n=16):
-    cfg = dict(BLOCK_H=block_h, BLOCK_N=block_n, num_warps=4, num_stages=1, SPLITS=splits, FUSED_MERGE=True)
-    if merge_d is not None:
-        cfg["MERGE_D"] = merge_d
-    return cfg
+def _split_cfg(splits, block_h=16, block_n=16):
+    return dict(BLOCK_H=block_h, BLOCK_N=block_n, num_warps=4, num_stages=1, SPLITS=splits)
 
 
-def _fused_inputs(h, fp8, device):
+def _split_inputs(h, fp8, device):
     # topk 250 = 16 tiles of 16 (the last one partial): 2, 3, 16 splits give 2, 3, 16 programs
     q, kv, sink, idx, kv_scale = make_inputs(1, 2, h, 64, 80, 250, device, fp8_group=64 if fp8 else None)
     idx[0, 1] = -1  # a row with no valid index
@@ -301,7 +298,7 @@ def _fused_inputs(h, fp8, device):
     return q, kv, sink, idx, kv_scale
 
 
-def _fused_ref(q, kv, sink, idx, scale, kv_scale):
+def _split_ref(q, kv, sink, idx, scale, kv_scale):
     if kv_scale is not None:
         kv = FP8(kv, kv_scale, "group", 64).dequantize(torch.float64)
     return sparse_attn_reference(q.double(), kv.double(), sink.double(), idx, scale)
@@ -310,71 +307,45 @@ def _fused_ref(q, kv, sink, idx, scale, kv_scale):
 @pytest.mark.parametrize("splits", [2, 3, 16])
 @pytest.mark.parametrize("h", [1, 16, 64])
 @pytest.mark.parametrize("fp8", [False, True])
-def test_fused_merge(backend, poison_empty, splits, h, fp8):
-    """FUSED_MERGE: partials, an arrival counter, the last program merges with the sink."""
+def test_split_merge_hard_inputs(backend, poison_empty, splits, h, fp8):
+    """Split top-k lists merged by the second kernel: splits that see no valid index, a row with
+    none at all, duplicates, two head blocks (h = 64), with a finite and a -inf sink."""
     if not backend.is_triton:
-        pytest.skip("the fused merge is a Triton launch detail; the reference has no splits")
+        pytest.skip("the split is a Triton launch detail; the reference has no splits")
     from lowbit.ops.sparse_attn import triton as sk
 
-    q, kv, sink, idx, kv_scale = _fused_inputs(h, fp8, backend.device)
-    # h 64: two head blocks (two counters a row), and the merge walks d in two steps
-    cfg = _fused_cfg(splits, merge_d=32, block_h=32) if h == 64 else _fused_cfg(splits)
+    q, kv, sink, idx, kv_scale = _split_inputs(h, fp8, backend.device)
+    cfg = _split_cfg(splits, block_h=32) if h == 64 else _split_cfg(splits)
     for s in (sink, torch.full_like(sink, float("-inf"))):
         out = sk.sparse_attn_triton(q, kv, s, idx, 0.1, kv_scale, config=cfg)
         assert not out.isnan().any() and (out[0, 1] == 0).all()
-        assert rel_err(out, _fused_ref(q, kv, s, idx, 0.1, kv_scale)) < TOL
-    unfused = sk.sparse_attn_triton(q, kv, s, idx, 0.1, kv_scale, config=dict(cfg, FUSED_MERGE=False))
-    assert rel_err(out, unfused) < 1e-3  # same partials, same merge math
-    assert (sk._COUNTERS[q.device] == 0).all()
-
-
-def test_fused_merge_twice_resets_counters(backend, poison_empty, monkeypatch):
-    """Back-to-back calls with new inputs: each leaves the counters at zero for the next; a too
-    small counter buffer is replaced by a larger one."""
-    if not backend.is_triton:
-        pytest.skip("the fused merge is a Triton launch detail")
-    from lowbit.ops.sparse_attn import triton as sk
-
-    dev = backend.device
-    monkeypatch.setattr(sk, "_COUNTERS", {torch.device(dev.type, 0) if dev.type == "cuda" else dev:
-                                          torch.zeros(2, dtype=torch.int32, device=dev)})
-    for seed in (1, 2):
-        torch.manual_seed(seed)
-        q, kv, sink, idx, _ = _fused_inputs(32, False, dev)
-        out = sk.sparse_attn_triton(q, kv, sink, idx, 0.1, config=_fused_cfg(3))
-        assert rel_err(out, _fused_ref(q, kv, sink, idx, 0.1, None)) < TOL
-        counters = sk._COUNTERS[q.device]
-        assert counters.numel() >= 2 * 2 and (counters == 0).all()
+        assert rel_err(out, _split_ref(q, kv, s, idx, 0.1, kv_scale)) < TOL
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("splits", [8, 16, 32])
 @pytest.mark.parametrize("fp8", [False, True])
 @pytest.mark.parametrize("b, h, topk", [(1, 64, 2048), (2, 128, 2048), (1, 64, 777)])
-def test_cuda_fused_merge_large(poison_empty, splits, fp8, b, h, topk):
+def test_cuda_split_merge_large(poison_empty, splits, fp8, b, h, topk):
     from lowbit.ops.sparse_attn.triton import sparse_attn_triton
 
     d = 512
     q, kv, sink, idx, kv_scale = make_inputs(b, 1, h, d, 8192, topk, "cuda", fp8_group=64 if fp8 else None)
-    cfg = dict(BLOCK_H=16, BLOCK_N=64, num_warps=4, num_stages=2, SPLITS=splits, FUSED_MERGE=True)
+    cfg = dict(BLOCK_H=16, BLOCK_N=64, num_warps=4, num_stages=2, SPLITS=splits)
     for _ in range(2):
         out = sparse_attn_triton(q, kv, sink, idx, d**-0.5, kv_scale, config=cfg)
         assert rel_err(out, fp64_reference(q, kv, sink, idx, d**-0.5, kv_scale)) < TOL
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("warm", [True, False])
-def test_cuda_fused_merge_graph(monkeypatch, warm):
-    """Captured in a CUDA graph and replayed with new inputs: the counters reset every replay.
-    warm=False: no counter buffer yet at capture, so the call allocates (and zeroes) its own."""
+def test_cuda_split_merge_graph():
+    """The split path captured in a CUDA graph and replayed with new inputs."""
     from lowbit.ops.sparse_attn import triton as sk
 
     d = 512
-    cfg = dict(BLOCK_H=16, BLOCK_N=64, num_warps=4, num_stages=2, SPLITS=16, FUSED_MERGE=True)
+    cfg = dict(BLOCK_H=16, BLOCK_N=64, num_warps=4, num_stages=2, SPLITS=16)
     q, kv, sink, idx, _ = make_inputs(1, 1, 64, d, 4096, 2048, "cuda")
     sk.sparse_attn_triton(q, kv, sink, idx, d**-0.5, config=cfg)  # compile outside capture
-    if not warm:
-        monkeypatch.setattr(sk, "_COUNTERS", {})
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = sk.sparse_attn_triton(q, kv, sink, idx, d**-0.5, config=cfg)
@@ -386,5 +357,3 @@ def test_cuda_fused_merge_graph(monkeypatch, warm):
         graph.replay()
         torch.cuda.synchronize()
         assert rel_err(out, fp64_reference(q, kv, sink, idx, d**-0.5)) < TOL
-    if warm:
-        assert (sk._COUNTERS[q.device] == 0).all()

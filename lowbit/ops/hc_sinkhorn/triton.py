@@ -152,50 +152,21 @@ def _comb_row(p_row, i, stride_mk, m_r, s2, base_ptr, BLOCK_R: tl.constexpr, VEC
 
 
 @triton.jit
-def _join4(a, b, c, d, BLOCK_R: tl.constexpr):
-    """[BLOCK_R] x 4 -> [BLOCK_R, 4] in registers (a, b, c, d in order): tl.join adds a new last
-    axis, so join(join(a, c), join(b, d))[r, p, q] is element 2p + q."""
-    return tl.reshape(tl.join(tl.join(a, c), tl.join(b, d)), [BLOCK_R, 4])
-
-
-@triton.jit
-def _store4(ptr, a, b, c, d, m_r, BLOCK_R: tl.constexpr):
-    """Store 4 consecutive fp32 per row at ptr [BLOCK_R] as one 16-byte vector per lane."""
-    o4 = tl.arange(0, 4)
-    tl.store(ptr[:, None] + o4[None, :], _join4(a, b, c, d, BLOCK_R), mask=m_r[:, None])
-
-
-@triton.jit
 def _dot4(k0, k1, k2, k3, x0, x1, x2, x3, u, eps):
     """Scaled Sinkhorn half-step for one row (column): k . x + eps * u, as an FMA chain."""
     return tl.fma(k3, x3, tl.fma(k2, x2, tl.fma(k1, x1, tl.fma(k0, x0, eps * u))))
 
 
 @triton.jit
-def _rcp2(u0, u1, FAST_RCP: tl.constexpr, INTERPRET: tl.constexpr):
-    """(1 / u0, 1 / u1) from one reciprocal: q = 1 / (u0 u1); (u1 q, u0 q). Three roundings, and
-    u0 u1 must stay a normal fp32: the launcher only takes this path for eps >= _SCALED_MIN_EPS."""
-    q = _rcp(u0 * u1, FAST_RCP, INTERPRET)
-    return u1 * q, u0 * q
-
-
-@triton.jit
-def _rcp4(a, b, c, d, PAIR_RCP: tl.constexpr, FAST_RCP: tl.constexpr, INTERPRET: tl.constexpr):
-    if PAIR_RCP:
-        ra, rb = _rcp2(a, b, FAST_RCP, INTERPRET)
-        rc, rd = _rcp2(c, d, FAST_RCP, INTERPRET)
-    else:
-        ra = _rcp(a, FAST_RCP, INTERPRET)
-        rb = _rcp(b, FAST_RCP, INTERPRET)
-        rc = _rcp(c, FAST_RCP, INTERPRET)
-        rd = _rcp(d, FAST_RCP, INTERPRET)
-    return ra, rb, rc, rd
+def _rcp4(a, b, c, d, FAST_RCP: tl.constexpr, INTERPRET: tl.constexpr):
+    return (_rcp(a, FAST_RCP, INTERPRET), _rcp(b, FAST_RCP, INTERPRET), _rcp(c, FAST_RCP, INTERPRET),
+            _rcp(d, FAST_RCP, INTERPRET))
 
 
 @triton.jit
 def _sinkhorn4_scaled(k00, k01, k02, k03, k10, k11, k12, k13, k20, k21, k22, k23, k30, k31, k32, k33,
-                      eps, ITERS: tl.constexpr, BLOCK_R: tl.constexpr, PAIR_RCP: tl.constexpr,
-                      FAST_RCP: tl.constexpr, INTERPRET: tl.constexpr):
+                      eps, ITERS: tl.constexpr, BLOCK_R: tl.constexpr, FAST_RCP: tl.constexpr,
+                      INTERPRET: tl.constexpr):
     """The Sinkhorn steps on scaling vectors: c = diag(r) K diag(s) with K (softmax + eps) fixed.
 
     The reference's row step c / (rowsum(c) + eps) is r_i <- r_i / (r_i t_i + eps)
@@ -205,15 +176,13 @@ def _sinkhorn4_scaled(k00, k01, k02, k03, k10, k11, k12, k13, k20, k21, k22, k23
     reciprocal) instead of 4 x (4 adds + 1 reciprocal + 4 multiplies); c_ij = K_ij r_i s_j (32
     multiplies) is formed once at the end.
     Range: K_ij is in [eps, 1 + eps] and r_i s_j = c_ij / K_ij, so r, s, u, v stay within about
-    [eps^2, 1 / eps^2]: normal fp32 (pair products of PAIR_RCP included) for eps >=
-    _SCALED_MIN_EPS, which the launcher checks.
-    PAIR_RCP: a half-step's four reciprocals as two _rcp2 (2 MUFU instead of 4, 6 more FMULs)."""
+    [eps^2, 1 / eps^2]: normal fp32 for eps >= _SCALED_MIN_EPS, which the launcher checks."""
     # first column step, from r = 1
     v0 = k00 + k10 + k20 + k30 + eps
     v1 = k01 + k11 + k21 + k31 + eps
     v2 = k02 + k12 + k22 + k32 + eps
     v3 = k03 + k13 + k23 + k33 + eps
-    s0, s1, s2, s3 = _rcp4(v0, v1, v2, v3, PAIR_RCP, FAST_RCP, INTERPRET)
+    s0, s1, s2, s3 = _rcp4(v0, v1, v2, v3, FAST_RCP, INTERPRET)
     one = tl.full([BLOCK_R], 1.0, tl.float32)
     u0, u1, u2, u3 = one, one, one, one
     r0, r1, r2, r3 = one, one, one, one
@@ -222,12 +191,12 @@ def _sinkhorn4_scaled(k00, k01, k02, k03, k10, k11, k12, k13, k20, k21, k22, k23
         u1 = _dot4(k10, k11, k12, k13, s0, s1, s2, s3, u1, eps)
         u2 = _dot4(k20, k21, k22, k23, s0, s1, s2, s3, u2, eps)
         u3 = _dot4(k30, k31, k32, k33, s0, s1, s2, s3, u3, eps)
-        r0, r1, r2, r3 = _rcp4(u0, u1, u2, u3, PAIR_RCP, FAST_RCP, INTERPRET)
+        r0, r1, r2, r3 = _rcp4(u0, u1, u2, u3, FAST_RCP, INTERPRET)
         v0 = _dot4(k00, k10, k20, k30, r0, r1, r2, r3, v0, eps)
         v1 = _dot4(k01, k11, k21, k31, r0, r1, r2, r3, v1, eps)
         v2 = _dot4(k02, k12, k22, k32, r0, r1, r2, r3, v2, eps)
         v3 = _dot4(k03, k13, k23, k33, r0, r1, r2, r3, v3, eps)
-        s0, s1, s2, s3 = _rcp4(v0, v1, v2, v3, PAIR_RCP, FAST_RCP, INTERPRET)
+        s0, s1, s2, s3 = _rcp4(v0, v1, v2, v3, FAST_RCP, INTERPRET)
     return (k00 * r0 * s0, k01 * r0 * s1, k02 * r0 * s2, k03 * r0 * s3,
             k10 * r1 * s0, k11 * r1 * s1, k12 * r1 * s2, k13 * r1 * s3,
             k20 * r2 * s0, k21 * r2 * s1, k22 * r2 * s2, k23 * r2 * s3,
@@ -238,22 +207,18 @@ def _sinkhorn4_scaled(k00, k01, k02, k03, k10, k11, k12, k13, k20, k21, k22, k23
 def _hc4_sinkhorn_kernel(
     mixes_ptr, scale_ptr, base_ptr, pre_ptr, post_ptr, comb_ptr,
     R, S, stride_mb, stride_ms, stride_mk, eps,
-    ITERS: tl.constexpr, BLOCK_R: tl.constexpr, JOIN_STORE: tl.constexpr, FAST_RCP: tl.constexpr,
-    SCALED: tl.constexpr, PAIR_RCP: tl.constexpr, ROW_ADDR: tl.constexpr, VEC_LOAD: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    ITERS: tl.constexpr, BLOCK_R: tl.constexpr, FAST_RCP: tl.constexpr, SCALED: tl.constexpr,
+    ROW_ADDR: tl.constexpr, VEC_LOAD: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """hc = 4, one row per lane: each of the 16 matrix entries is its own [BLOCK_R] vector, so
     a lane holds whole matrices and every row/column sum is plain in-thread arithmetic (no
     cross-lane reduction, no layout conversion through shared memory). Every input is read once
     and every output written once; the iterations touch only registers.
 
-    Launch-time variants (HC4_DEFAULTS documents the config keys that set them):
-    JOIN_STORE: 0 = 16 scalar comb stores; 1 = comb as one [BLOCK_R, 16] tile (tl.join) for
-      16-byte vector stores (the compiler moves it through shared memory into a coalesced layout);
-      2 = each comb row, pre and post as a [BLOCK_R, 4] tile: a 16-byte store per lane, no
-      shared memory.
+    The launcher picks the forms by eps and by the layout of ``mixes`` (:func:`hc4_launch`);
+    comb leaves as one [BLOCK_R, 16] tile (tl.join) for 16-byte vector stores.
     FAST_RCP: every reciprocal (normalisers, softmax, sigmoid) one rcp.approx (see _rcp).
-    SCALED / PAIR_RCP: Sinkhorn on scaling vectors (see _sinkhorn4_scaled).
+    SCALED: Sinkhorn on scaling vectors (see _sinkhorn4_scaled).
     ROW_ADDR: 0 = row r at (r // S) * stride_mb + (r % S) * stride_ms (64-bit division);
       1 = row r at r * stride_ms (the launcher passes the flat row stride);
       2 = contiguous rows: r * 24, element stride 1 (compile-time, so alignment is known).
@@ -280,19 +245,6 @@ def _hc4_sinkhorn_kernel(
         x = tl.load(p_row[:, None] + 4 + o4[None, :], mask=m_r[:, None], other=0.0)
         post = 2.0 * _sigmoid(x * s1 + tl.load(base_ptr + 4 + o4)[None, :], FAST_RCP, INTERPRET)
         tl.store(post_ptr + o_r[:, None] * 4 + o4[None, :], post, mask=m_r[:, None])
-    elif JOIN_STORE == 2:
-        _store4(pre_ptr + o_r * 4,
-                _sigmoid(_ld(p_row, 0, stride_mk, m_r) * s0 + tl.load(base_ptr), FAST_RCP, INTERPRET) + eps,
-                _sigmoid(_ld(p_row, 1, stride_mk, m_r) * s0 + tl.load(base_ptr + 1), FAST_RCP, INTERPRET) + eps,
-                _sigmoid(_ld(p_row, 2, stride_mk, m_r) * s0 + tl.load(base_ptr + 2), FAST_RCP, INTERPRET) + eps,
-                _sigmoid(_ld(p_row, 3, stride_mk, m_r) * s0 + tl.load(base_ptr + 3), FAST_RCP, INTERPRET) + eps,
-                m_r, BLOCK_R)
-        _store4(post_ptr + o_r * 4,
-                2.0 * _sigmoid(_ld(p_row, 4, stride_mk, m_r) * s1 + tl.load(base_ptr + 4), FAST_RCP, INTERPRET),
-                2.0 * _sigmoid(_ld(p_row, 5, stride_mk, m_r) * s1 + tl.load(base_ptr + 5), FAST_RCP, INTERPRET),
-                2.0 * _sigmoid(_ld(p_row, 6, stride_mk, m_r) * s1 + tl.load(base_ptr + 6), FAST_RCP, INTERPRET),
-                2.0 * _sigmoid(_ld(p_row, 7, stride_mk, m_r) * s1 + tl.load(base_ptr + 7), FAST_RCP, INTERPRET),
-                m_r, BLOCK_R)
     else:
         for j in tl.static_range(4):
             pre = _sigmoid(_ld(p_row, j, stride_mk, m_r) * s0 + tl.load(base_ptr + j), FAST_RCP, INTERPRET) + eps
@@ -313,7 +265,7 @@ def _hc4_sinkhorn_kernel(
         (c00, c01, c02, c03, c10, c11, c12, c13,
          c20, c21, c22, c23, c30, c31, c32, c33) = _sinkhorn4_scaled(
             c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33,
-            eps, ITERS, BLOCK_R, PAIR_RCP, FAST_RCP, INTERPRET)
+            eps, ITERS, BLOCK_R, FAST_RCP, INTERPRET)
     else:
         c00, c10, c20, c30 = _norm4(c00, c10, c20, c30, eps, FAST_RCP, INTERPRET)
         c01, c11, c21, c31 = _norm4(c01, c11, c21, c31, eps, FAST_RCP, INTERPRET)
@@ -330,63 +282,25 @@ def _hc4_sinkhorn_kernel(
             c03, c13, c23, c33 = _norm4(c03, c13, c23, c33, eps, FAST_RCP, INTERPRET)
 
     p_c = comb_ptr + o_r * 16
-    if JOIN_STORE == 2:
-        _store4(p_c, c00, c01, c02, c03, m_r, BLOCK_R)
-        _store4(p_c + 4, c10, c11, c12, c13, m_r, BLOCK_R)
-        _store4(p_c + 8, c20, c21, c22, c23, m_r, BLOCK_R)
-        _store4(p_c + 12, c30, c31, c32, c33, m_r, BLOCK_R)
-    elif JOIN_STORE:
-        # tl.join(a, b) interleaves along a new last axis, so the flat order is built from the
-        # bit-reversed leaves: the [BLOCK_R, 2, 2, 2, 2] result reshapes to row-major 16.
-        t = tl.join(tl.join(tl.join(tl.join(c00, c20), tl.join(c10, c30)),
-                            tl.join(tl.join(c02, c22), tl.join(c12, c32))),
-                    tl.join(tl.join(tl.join(c01, c21), tl.join(c11, c31)),
-                            tl.join(tl.join(c03, c23), tl.join(c13, c33))))
-        t = tl.reshape(t, [BLOCK_R, 16])
-        o_k = tl.arange(0, 16)
-        tl.store(p_c[:, None] + o_k[None, :], t, mask=m_r[:, None])
-    else:
-        tl.store(p_c + 0, c00, mask=m_r)
-        tl.store(p_c + 1, c01, mask=m_r)
-        tl.store(p_c + 2, c02, mask=m_r)
-        tl.store(p_c + 3, c03, mask=m_r)
-        tl.store(p_c + 4, c10, mask=m_r)
-        tl.store(p_c + 5, c11, mask=m_r)
-        tl.store(p_c + 6, c12, mask=m_r)
-        tl.store(p_c + 7, c13, mask=m_r)
-        tl.store(p_c + 8, c20, mask=m_r)
-        tl.store(p_c + 9, c21, mask=m_r)
-        tl.store(p_c + 10, c22, mask=m_r)
-        tl.store(p_c + 11, c23, mask=m_r)
-        tl.store(p_c + 12, c30, mask=m_r)
-        tl.store(p_c + 13, c31, mask=m_r)
-        tl.store(p_c + 14, c32, mask=m_r)
-        tl.store(p_c + 15, c33, mask=m_r)
+    # tl.join(a, b) interleaves along a new last axis, so the flat order is built from the
+    # bit-reversed leaves: the [BLOCK_R, 2, 2, 2, 2] result reshapes to row-major 16.
+    t = tl.join(tl.join(tl.join(tl.join(c00, c20), tl.join(c10, c30)),
+                        tl.join(tl.join(c02, c22), tl.join(c12, c32))),
+                tl.join(tl.join(tl.join(c01, c21), tl.join(c11, c31)),
+                        tl.join(tl.join(c03, c23), tl.join(c13, c33))))
+    t = tl.reshape(t, [BLOCK_R, 16])
+    o_k = tl.arange(0, 16)
+    tl.store(p_c[:, None] + o_k[None, :], t, mask=m_r[:, None])
 
 
-# hc = 4 launch config (BLOCK_R rows per program, num_warps, JOIN_STORE), from
-# scripts/tune_sparse_gathered.py on the H200, 16384 rows x 20 iterations, CUDA-graph replay:
-# 6.59 us (one row per lane, 2 warps, joined 16-byte stores); the same with 16 scalar stores
-# 8.80 us; 256-512 rows a program 7.6-36 us; the previous [rows, 4, 4]-block kernel 27.1 us.
-# scripts/tune_sinkhorn.py sweeps the HC4_DEFAULTS keys as well and prints its best config as a
-# ``HC4_CONFIG = dict(...)`` line to paste here (a config may give any subset of the keys).
-# scripts/tune_sinkhorn.py on the H200 (docs/measurements/2026-11-29_tune_sinkhorn.log): 3.07 us
-# with the fast reciprocal, the scaling-vector form, flat row addressing and 16-byte loads at 32
-# rows / 1 warp a program (x2.15 faster than the 6.59 us above; one-pass floor 0.74 us).
-HC4_CONFIG = dict(BLOCK_R=32, num_warps=1, JOIN_STORE=True, FAST_RCP=True, SCALED=True, PAIR_RCP=False,
-                  FLAT_ROWS=True, VEC_LOAD=True)
+# hc = 4 launch config (BLOCK_R rows a program, num_warps), from ``lowbit tune hc_split_sinkhorn`` on
+# the H200 (16384 rows x 20 iterations, CUDA-graph replay): 3.07 us at 32 rows / 1 warp a program,
+# with the fast reciprocal, the scaling-vector form, flat row addressing and 16-byte loads
+# (docs/sparse_attn.md).
+HC4_CONFIG = dict(BLOCK_R=32, num_warps=1)
+_CONFIG_KEYS = {"BLOCK_R", "num_warps", "num_stages"}
 
-# Every hc = 4 config key with the value a config that omits it gets (these reproduce the kernel
-# HC4_CONFIG was measured with). JOIN_STORE: False / True / 2 (see _hc4_sinkhorn_kernel).
-# FAST_RCP: rcp.approx reciprocals (ignored under the interpreter and for eps < _FAST_RCP_MIN_EPS).
-# SCALED: Sinkhorn on scaling vectors; PAIR_RCP (with SCALED): two reciprocals from one. Both need
-# eps >= _SCALED_MIN_EPS, smaller eps runs the plain form. FLAT_ROWS: address a row by one stride
-# when the [b, s] rows allow it (no 64-bit division), with compile-time strides when mixes is
-# contiguous. VEC_LOAD (contiguous mixes only, else ignored): 16-byte tile loads.
-HC4_DEFAULTS = dict(BLOCK_R=64, num_warps=2, JOIN_STORE=True, FAST_RCP=False, SCALED=False,
-                    PAIR_RCP=False, FLAT_ROWS=False, VEC_LOAD=False)
-
-# SCALED keeps r, s, u, v (and PAIR_RCP their pair products, ~eps^4) normal in fp32 down to this eps.
+# SCALED keeps r, s, u, v normal in fp32 down to this eps.
 _SCALED_MIN_EPS = 1e-8
 # FAST_RCP's flush of subnormal inputs cannot trigger when every inverted value is >= eps >= this
 # (a normal fp32); for eps = 0 a sum of underflowed entries would become inf instead of 1 / x.
@@ -394,32 +308,27 @@ _FAST_RCP_MIN_EPS = 2.0**-126
 
 
 def hc4_launch(config: dict | None, mixes: torch.Tensor, eps: float) -> tuple[int, dict, tuple[int, int, int]]:
-    """Resolve an hc = 4 config against ``mixes [b, s, 24]``: (BLOCK_R, kernel keyword arguments
-    (constexprs and num_warps / num_stages), (stride_mb, stride_ms, stride_mk) to pass). Shared by
-    the launcher and scripts/tune_sinkhorn.py (which compiles the same variants offline)."""
-    cfg = {**HC4_DEFAULTS, **(HC4_CONFIG if config is None else config)}
-    unknown = set(cfg) - set(HC4_DEFAULTS) - {"num_stages"}
+    """Resolve an hc = 4 config (``BLOCK_R``, ``num_warps``, optionally ``num_stages``; None:
+    :data:`HC4_CONFIG`) against ``mixes [b, s, 24]``: (BLOCK_R, kernel keyword arguments (constexprs
+    and num_warps / num_stages), (stride_mb, stride_ms, stride_mk) to pass). The fast reciprocal
+    and the scaling-vector form run where eps allows them, flat row addressing and 16-byte loads
+    where the layout does."""
+    cfg = {**HC4_CONFIG, **(config or {})}
+    unknown = set(cfg) - _CONFIG_KEYS
     if unknown:
-        raise ValueError(f"unknown hc=4 config keys {sorted(unknown)}; known: {sorted(HC4_DEFAULTS)}")
+        raise ValueError(f"unknown hc=4 config keys {sorted(unknown)}; known: {sorted(_CONFIG_KEYS)}")
     b, s, _ = mixes.shape
     sb, ss, sk = mixes.stride()
     strides = (sb, ss, sk)
     row_addr = 0
-    if cfg.pop("FLAT_ROWS"):
-        # rows r = i * s + j sit at one stride when b == 1, s == 1 or the batch stride is s rows
-        row = ss if (b == 1 or sb == s * ss) else sb if s == 1 else None
-        if row is not None:
-            row_addr = 2 if (row == 24 and sk == 1) else 1
-            strides = (sb, row, sk)
-    vec = bool(cfg.pop("VEC_LOAD")) and row_addr == 2
-    fast = bool(cfg.pop("FAST_RCP")) and eps >= _FAST_RCP_MIN_EPS
-    scaled = bool(cfg.pop("SCALED")) and eps >= _SCALED_MIN_EPS
-    pair = bool(cfg.pop("PAIR_RCP")) and scaled
+    # rows r = i * s + j sit at one stride when b == 1, s == 1 or the batch stride is s rows
+    row = ss if (b == 1 or sb == s * ss) else sb if s == 1 else None
+    if row is not None:
+        row_addr = 2 if (row == 24 and sk == 1) else 1
+        strides = (sb, row, sk)
     block_r = cfg.pop("BLOCK_R")
-    join = cfg.pop("JOIN_STORE")
-    kwargs = dict(JOIN_STORE=2 if join == 2 else bool(join), FAST_RCP=fast,
-                  SCALED=scaled, PAIR_RCP=pair, ROW_ADDR=row_addr, VEC_LOAD=vec,
-                  INTERPRET=interpret_mode(), **cfg)
+    kwargs = dict(FAST_RCP=eps >= _FAST_RCP_MIN_EPS, SCALED=eps >= _SCALED_MIN_EPS, ROW_ADDR=row_addr,
+                  VEC_LOAD=row_addr == 2, INTERPRET=interpret_mode(), **cfg)
     return block_r, kwargs, strides
 
 
@@ -438,8 +347,7 @@ def hc_split_sinkhorn_triton(
     config: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launch the kernel (inputs already validated). hc = 4 takes the one-row-per-lane kernel
-    (``config`` overrides HC4_CONFIG, for tuning: any subset of the HC4_DEFAULTS keys); other hc
-    the generic block kernel."""
+    (``config`` overrides HC4_CONFIG, for tuning); other hc the generic block kernel."""
     b, s, _ = mixes.shape
     hc = hc_mult
     pre = torch.empty(b, s, hc, dtype=torch.float32, device=mixes.device)

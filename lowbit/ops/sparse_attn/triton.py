@@ -5,9 +5,7 @@ list. It loads each gathered KV row once into a [BLOCK_N, D] tile and shares it 
 heads: scores are ``tl.dot(q [BLOCK_H, D], kv^T [D, BLOCK_N])`` and the output update is
 ``tl.dot(p [BLOCK_H, BLOCK_N], kv [BLOCK_N, D])``, so the heads form the M dimension of both
 tensor-core products. Decode with few (batch, query) rows splits the top-k list across programs
-(flash-decoding); a second kernel merges the partial (max, sum, acc) triples and adds the sink,
-or (opt-in, ``FUSED_MERGE`` in the launch config) the last split program of each (row, head block)
-does that merge itself, found by an atomic arrival counter: one launch instead of two.
+(flash-decoding); a second kernel merges the partial (max, sum, acc) triples and adds the sink.
 """
 from __future__ import annotations
 
@@ -89,8 +87,7 @@ def _merge_splits(part_o_ptr, part_m_ptr, part_l_ptr, i_bm, NUM_SPLITS, H, o_h, 
                   D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
     """Merge the NUM_SPLITS partial (max, sum, acc) triples of row i_bm for heads o_h and the
     [BLOCK_D] dims o_d; returns the merged (acc [BLOCK_H, BLOCK_D], max, sum). Loads are ``.cg``
-    (L2, not L1): the partials were written by other SMs, and in the fused merge just now, so they
-    are L2 hits and an SM's L1 can hold no stale copy."""
+    (L2, not L1): the partials were written by other SMs, so they are L2 hits."""
     g_m = tl.full([BLOCK_H], -1.0e30, dtype=tl.float32)
     g_l = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
@@ -113,7 +110,7 @@ def _merge_splits(part_o_ptr, part_m_ptr, part_l_ptr, i_bm, NUM_SPLITS, H, o_h, 
 # every batch, cache length, top-k and split count, so a decode loop never recompiles.
 @triton.jit(do_not_specialize=["M", "N_KV", "TOPK", "NUM_SPLITS", "TILES_PER_SPLIT"])
 def _sparse_attn_kernel(
-    q_ptr, kv_ptr, kvs_ptr, sink_ptr, idx_ptr, o_ptr, part_o_ptr, part_m_ptr, part_l_ptr, count_ptr,
+    q_ptr, kv_ptr, kvs_ptr, sink_ptr, idx_ptr, o_ptr, part_o_ptr, part_m_ptr, part_l_ptr,
     M, H, N_KV, TOPK, NUM_SPLITS, TILES_PER_SPLIT, qk_scale,
     stride_qb, stride_qm, stride_qh, stride_qd,
     stride_kb, stride_kn, stride_kd,
@@ -122,7 +119,6 @@ def _sparse_attn_kernel(
     stride_ob, stride_om, stride_oh, stride_od,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     GROUP: tl.constexpr, HAS_SCALE: tl.constexpr, SPLIT: tl.constexpr, INTERPRET: tl.constexpr,
-    FUSED_MERGE: tl.constexpr = False, MERGE_D: tl.constexpr = 128,
 ):
     # One flat grid (axis 0 allows 2^31 programs): head blocks of the same (row, split) are
     # neighbours in launch order, so the KV rows one reads are still in L2 for the next.
@@ -176,26 +172,6 @@ def _sparse_attn_kernel(
         tl.store(part_m_ptr + o_part, m_i, mask=m_h)
         tl.store(part_l_ptr + o_part, l_i, mask=m_h)
         tl.store(part_o_ptr + o_part[:, None] * D + o_d[None, :], acc, mask=m_h[:, None] & m_d[None, :])
-        if FUSED_MERGE:
-            # Arrival counter of this (row, head block). Ordering: the barrier makes every thread's
-            # partial stores happen-before the one thread that issues the atomic; its release (gpu
-            # scope, cumulative) publishes them. The program that sees NUM_SPLITS - 1 arrived last:
-            # its acquire makes all other splits' partials visible, and it merges them (.cg loads
-            # from L2). It then resets the counter for the next launch / CUDA-graph replay (kernel
-            # completion orders that store before any later launch on the stream).
-            p_count = count_ptr + i_bm * NUM_HB + i_hb
-            tl.debug_barrier()
-            arrived = tl.atomic_add(p_count, 1, sem="acq_rel", scope="gpu")
-            if arrived == NUM_SPLITS - 1:
-                for i_db in range(0, D_PAD // MERGE_D):
-                    o_dm = i_db * MERGE_D + tl.arange(0, MERGE_D)
-                    m_hd = m_h[:, None] & (o_dm < D)[None, :]
-                    g_acc, g_m, g_l = _merge_splits(part_o_ptr, part_m_ptr, part_l_ptr, i_bm, NUM_SPLITS, H,
-                                                    o_h, m_h, o_dm, m_hd, D, BLOCK_H, MERGE_D)
-                    out = _finish(g_acc, g_m, g_l, sink_ptr, o_h, m_h)
-                    tl.store(o_ptr + i_b * stride_ob + i_m * stride_om + o_h[:, None] * stride_oh
-                             + o_dm[None, :] * stride_od, out.to(o_ptr.dtype.element_ty), mask=m_hd)
-                tl.store(p_count, 0)
     else:
         out = _finish(acc, m_i, l_i, sink_ptr, o_h, m_h)
         tl.store(o_ptr + i_b * stride_ob + i_m * stride_om + o_h[:, None] * stride_oh + o_d[None, :] * stride_od,
@@ -238,28 +214,13 @@ def _sparse_attn_combine_kernel(
 MAX_ACC_ELEMS = 64 * 512
 MAX_SPLITS = 64
 SMALL_P64 = 16
-# (regime, fp8 kv) -> config at d_pad = 512, from scripts/tune_sparse_gathered.py on the H200
-# (12 configs x split counts per shape, CUDA-graph replay over rotating inputs; n = 65536):
-#   small bf16: b1 h64 top2048: 19.6 us (BH16 BN64, 16 splits); BH64 BN64 26.7; old 34.4.
-#     scripts/tune_sparse_decode.py (docs/measurements/2026-11-29_sparse_decode.txt): 1 stage
-#     20.8 us vs 22.0 with 2 (same run); the single-launch merge (FUSED_MERGE) 22.1 — the merge
-#     on one program per head block costs what the saved launch did; b1 top512 13.7 fused vs 12.3
-#   small fp8:  b1 h64 top2048: 23.6 us (BH64 BN64 1 stage, 16 splits); BH16 BN32 25.0
-#   split bf16: b32 h128 top2048 98.2 us (BH64 BN64 8 warps 2 stages, 2 splits; old 160);
-#               m2 b32 h128 top512 52.2 us (unsplit; best 51.7; old 99.8)
-#   split fp8:  b32 h128 top2048 100.2 us (1 stage; 2 stages 108; 4 warps 387; old 1204)
-#   bulk bf16:  b128 h128 top512 103.0 us (BH32 BN64 4 warps; BH64 8 warps 103.9; old 130);
-#               prefill m4096 h128 top2048 10.3 ms (BH64 8 warps 10.6; old 14.5)
-#   bulk fp8:   not swept; the fp8 decode at 4 warps was 3.9x slower at b32, so 8 warps
-# BLOCK_N = 32 was 1.3x slower than 64 everywhere (per-tile softmax and sync overhead).
-# The merge kernel's tile (third session, `tune_sparse_decode.py --combine 3`,
-# docs/measurements/2026-12-01_sparse_decode_combine.txt): one head x 128 dims a program, one warp,
-# instead of 8 heads x 128 dims on 4 warps. The small regime has few (row, head) pairs, so the
-# default tile launched 32 programs (b1 h64) that each walked 16 splits of 8 x 128 partials; the
-# 1 x 128 tile spreads the same reads over 256 programs. Same run, b1 m1, bf16 PyTorch path in
-# brackets: h64 top2048 20.8 -> 13.5 us (42.4), h128 top2048 21.1 -> 14.2 (44.0), h64 top512
-# 12.3 -> 8.8 (37.2), h128 top512 12.5 -> 9.3 (37.9). The split kernel alone takes 10.2 / 6.1 us
-# (top2048 / top512), so the merge went from ~11 to ~4 us.
+# (regime, fp8 kv) -> config at d_pad = 512, from ``lowbit tune sparse_attn`` on the H200 (configs x
+# split counts per shape, CUDA-graph replay over rotating inputs, n = 65536; docs/sparse_attn.md).
+# BLOCK_N = 32 was 1.3x slower than 64 everywhere (per-tile softmax and sync overhead); the fp8
+# decode at 4 warps was 3.9x slower at b32, so fp8 runs 8 warps. The merge kernel of the small
+# regime runs one head x 128 dims a program on one warp: the regime has few (row, head) pairs, and
+# the default 8-head tile launched too few programs (b1 h64: 32) to spread the merge's reads (the
+# merge went from ~11 to ~4 us).
 _SMALL_MERGE = dict(COMBINE_H=1, COMBINE_D=128, COMBINE_WARPS=1)
 _TUNED = {
     ("small", False): dict(BLOCK_H=16, BLOCK_N=64, num_warps=4, num_stages=1, MERGE=0.125, **_SMALL_MERGE),
@@ -319,30 +280,6 @@ def _num_splits(programs: int, tiles: int, device: torch.device, merge: float = 
     return best
 
 
-# device -> zero-filled int32 arrival counters of the fused merge, one per (row, head block).
-# Every launch leaves them at zero again (the last program of each group resets its own), so one
-# buffer serves every call on the device, CUDA-graph replays included. Limitation: two fused-merge
-# launches running concurrently on different streams of one device would share counters.
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
-
-
-def _merge_counters(n: int, device: torch.device) -> torch.Tensor:
-    """At least ``n`` zeroed int32 counters on ``device``. Grown (next power of two) eagerly; while
-    a CUDA graph is being captured a missing / too small buffer is not cached: the call gets its own
-    ``torch.zeros`` from the graph's pool, whose memset is captured, so each replay re-zeroes it
-    (correct, one extra memset node). Call once eagerly before capturing (as one does anyway to
-    compile the kernels) and the capture reuses the cached buffer: no memset in the graph."""
-    buf = _COUNTERS.get(device)
-    if buf is not None and buf.numel() >= n:
-        return buf
-    size = max(256, triton.next_power_of_2(n))
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return torch.zeros(size, dtype=torch.int32, device=device)
-    buf = torch.zeros(size, dtype=torch.int32, device=device)
-    _COUNTERS[device] = buf
-    return buf
-
-
 def _launch(q, kv, attn_sink, topk_idxs, softmax_scale, kv_scale, o, cfg, num_splits):
     b, m, h, d = q.shape
     n = kv.shape[1]
@@ -353,8 +290,6 @@ def _launch(q, kv, attn_sink, topk_idxs, softmax_scale, kv_scale, o, cfg, num_sp
     # merge kernel tile: COMBINE_H heads x COMBINE_D dims per program
     combine_h, combine_d = cfg.pop("COMBINE_H", 8), cfg.pop("COMBINE_D", 128)
     combine_warps = cfg.pop("COMBINE_WARPS", 4)
-    # single launch: the last split program of each (row, head block) merges, MERGE_D dims at a time
-    fused_merge, merge_d = bool(cfg.pop("FUSED_MERGE", False)), cfg.pop("MERGE_D", None)
     if num_splits is None:
         num_splits = cfg.pop("SPLITS", None)
     else:
@@ -378,22 +313,14 @@ def _launch(q, kv, attn_sink, topk_idxs, softmax_scale, kv_scale, o, cfg, num_sp
         part_l = torch.empty_like(part_m)
     else:
         part_o = part_m = part_l = o  # never touched when SPLIT is False
-    fused = split and fused_merge
-    if fused:
-        counters = _merge_counters(b * m * num_hb, q.device)
-        # merge tile [BLOCK_H, MERGE_D]: <= 8K fp32 elements (64 registers a thread at 4 warps)
-        merge_d = max(16, min(d_pad, merge_d or 8192 // block_h))
-        cfg.update(FUSED_MERGE=True, MERGE_D=merge_d)
-    else:
-        counters = o  # never touched when FUSED_MERGE is False
     _sparse_attn_kernel[(b * m * splits * num_hb,)](
-        q, kv, scale_arg, attn_sink, topk_idxs, o, part_o, part_m, part_l, counters,
+        q, kv, scale_arg, attn_sink, topk_idxs, o, part_o, part_m, part_l,
         m, h, n, topk, splits, tiles_per_split, float(softmax_scale) * LOG2E,
         *q.stride(), *kv.stride(), *scale_strides, *topk_idxs.stride(), *o.stride(),
         D=d, D_PAD=d_pad, GROUP=group, HAS_SCALE=has_scale, SPLIT=split,
         INTERPRET=interpret_mode(), **cfg,
     )
-    if split and not fused:
+    if split:
         combine_h = max(1, min(triton.next_power_of_2(h), combine_h))
         combine_d = max(16, min(d_pad, combine_d))
         _sparse_attn_combine_kernel[(b * m * triton.cdiv(h, combine_h), triton.cdiv(d, combine_d))](
@@ -416,9 +343,7 @@ def sparse_attn_triton(
 
     ``num_splits`` overrides the split-top-k heuristic (tests use it to exercise the merge);
     ``config`` replaces the launch config (BLOCK_H, BLOCK_N, num_warps, num_stages, and
-    optionally SPLITS / MERGE / MIN_TILES / COMBINE_H / COMBINE_D / COMBINE_WARPS, and FUSED_MERGE (bool: when
-    the top-k list is split, merge in the last split program instead of a second kernel) with its
-    MERGE_D (dims merged per step, default 8192 // BLOCK_H); the tuning script uses it).
+    optionally SPLITS / MERGE / MIN_TILES / COMBINE_H / COMBINE_D / COMBINE_WARPS; the tuner uses it).
     """
     b, m, h, d = q.shape
     o = torch.empty(b, m, h, d, dtype=q.dtype, device=q.device)
