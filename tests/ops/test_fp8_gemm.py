@@ -306,3 +306,23 @@ def test_cuda_decode_gluon_band(m, n, k):
     assert rel_err(fp8_gemm(*args), _fp64_ref(a, b)) < TOL
     assert rel_err(tiled.fp8_gemm_tiled(*args), _fp64_ref(a, b)) < TOL
     assert _graph_replay_ok(args, m, n, k, b)
+
+
+# ---- the tuners beside the launch tables (``lowbit tune <op>``) ---------------------------------
+
+TUNED_OPS = ["fp8_gemm", "fp4_gemm", "act_quant", "gathered", "sparse_attn", "hc_sinkhorn"]
+
+
+@pytest.mark.parametrize("op", TUNED_OPS)
+def test_tuner_help_and_no_gpu(op, capsys):
+    """Each op's tuner imports without a GPU, prints its help (exit 0), and without CUDA says so
+    and returns 2 instead of raising."""
+    import importlib
+
+    tune = importlib.import_module(f"lowbit.ops.{op}.tune")
+    with pytest.raises(SystemExit) as e:
+        tune.main(["--help"])
+    assert e.value.code == 0 and f"lowbit tune {op}" in capsys.readouterr().out
+    if not torch.cuda.is_available():
+        assert tune.main([]) == 2
+        assert "needs a CUDA GPU" in capsys.readouterr().out

@@ -293,7 +293,7 @@ def _hc4_sinkhorn_kernel(
     tl.store(p_c[:, None] + o_k[None, :], t, mask=m_r[:, None])
 
 
-# hc = 4 launch config (BLOCK_R rows a program, num_warps), from ``lowbit tune hc_split_sinkhorn`` on
+# hc = 4 launch config (BLOCK_R rows a program, num_warps), from ``lowbit tune hc_sinkhorn`` on
 # the H200 (16384 rows x 20 iterations, CUDA-graph replay): 3.07 us at 32 rows / 1 warp a program,
 # with the fast reciprocal, the scaling-vector form, flat row addressing and 16-byte loads
 # (docs/sparse_attn.md).

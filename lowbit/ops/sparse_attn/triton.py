@@ -222,7 +222,7 @@ SMALL_P64 = 16
 # the default 8-head tile launched too few programs (b1 h64: 32) to spread the merge's reads (the
 # merge went from ~11 to ~4 us).
 _SMALL_MERGE = dict(COMBINE_H=1, COMBINE_D=128, COMBINE_WARPS=1)
-_TUNED = {
+TUNED_CONFIGS = {
     ("small", False): dict(BLOCK_H=16, BLOCK_N=64, num_warps=4, num_stages=1, MERGE=0.125, **_SMALL_MERGE),
     ("small", True): dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=1, MERGE=0.125, **_SMALL_MERGE),
     ("split", False): dict(BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2, MERGE=0.25),
@@ -248,7 +248,7 @@ def _configs(h: int, d_pad: int, regime: str = "bulk", fp8: bool = False) -> lis
                dict(BLOCK_H=max(16, block_h // 2), BLOCK_N=block_n, num_warps=4, num_stages=1),
                dict(BLOCK_H=16, BLOCK_N=16, num_warps=4, num_stages=1)]
     if d_pad == 512:
-        tuned = dict(_TUNED[(regime, fp8)])
+        tuned = dict(TUNED_CONFIGS[(regime, fp8)])
         tuned["BLOCK_H"] = max(16, min(tuned["BLOCK_H"], triton.next_power_of_2(h)))
         configs.insert(0, tuned)
     return configs
