@@ -6,15 +6,15 @@ Each case runs one of the offline compile checks in ``tests/sm90/`` (``python -m
 in a subprocess -- ``TRITON_INTERPRET`` must be unset before Triton is imported, and the test session
 has it set -- and fails on a non-zero exit or a "FAILED" line. The coarse pass is compiled from
 the launches its dispatch actually makes (``coarse_wgmma --dispatch``: every M band of INT2 and
-INT4 as shipped), the FP4 / FP8 decode GEMVs from their launchers and the FP8 prefill / decode-band
-kernels from ``fp8_gemm``'s dispatch on the benchmark shapes (``--dispatch``: their own config
-picks, split-K included), the certified head's coarse passes, selection / rescoring / fallback and
+INT4 as shipped), the certified head's coarse passes, selection / rescoring / fallback and
 fused argmax as dispatched (``certified_head --dispatch``), the fast mode's Triton kernels around
 the coarse pass as their launchers launch them (``fast_tail``: x preparation, selection, rerank,
-each as a programmatic dependent launch), and the gathered projection's, sparse attention's, the
-Sinkhorn split's and the activation quantizers' kernels as their public ops launch them on the
-benchmark shapes (``ops_dispatch``). Timing and occupancy are the GPU tier's business; here only
-that it compiles, with its tensor-core instructions."""
+each as a programmatic dependent launch), the GEMMs' routed kernels at every M band of their
+dispatch tables and the gathered projection's, sparse attention's, the Sinkhorn split's and the
+activation quantizers' kernels as their public ops launch them on the benchmark shapes
+(``ops_dispatch``), and the K loop of the prefill GEMM kernels (``fp8_wgmma_gemm``: wgmma and
+the scale FMAs overlapped). Timing and occupancy are the GPU tier's business; here only that it
+compiles, with its tensor-core instructions."""
 from __future__ import annotations
 
 import os
@@ -29,21 +29,15 @@ ROOT = Path(__file__).resolve().parents[2]
 # (module under tests/sm90, arguments, an opcode each compiled configuration's report line must show, or None)
 CASES = [
     ("coarse_wgmma", ["--dispatch"], "IGMMA yes"),
-    ("fp4_wgmma_gemv", [], None),
-    ("fp4_wgmma_gemv", ["--dispatch"], "QGMMA yes"),  # what its launcher picks, split-K included
-    ("fp8_wgmma_gemv", [], None),
-    ("fp8_wgmma_gemv", ["--dispatch"], "QGMMA yes"),
-    ("fp8_gemm_gluon", [], None),
-    ("fp8_gemm_gluon", ["--dispatch"], "QGMMA yes"),  # fp8_gemm's own choice: decode band and prefill
     ("coarse_mma", [], "HMMA"),
     ("certified_head", [], None),
     ("certified_head", ["--dispatch"], "REG:"),  # the certified head's launches as dispatched
-    ("mma_gemv", [], None),
-    ("gathered_mma", [], None),
-    ("fp4_expand", [], None),
     ("fast_tail", [], "ACQBULK yes"),  # the fast path's x preparation, selection, rerank (PDL)
+    # the GEMMs' routed kernels at every M band of their dispatch tables (QGMMA / HMMA required)
+    ("ops_dispatch", ["--ops", "fp8_gemm,fp4_gemm"], "REG:"),
     # gathered, sparse attention, Sinkhorn, act_quant: what their public ops launch on the benchmark shapes
-    ("ops_dispatch", [], "REG:"),
+    ("ops_dispatch", ["--ops", "gathered,sparse_attn,hc_sinkhorn,act_quant"], "REG:"),
+    ("fp8_wgmma_gemm", [], None),  # the prefill kernels' K loop keeps wgmma and the scale FMAs overlapped
 ]
 
 
@@ -56,6 +50,8 @@ def _ptxas_or_skip():
 
 def _case_id(case) -> str:
     module, args, _ = case
+    if "--ops" in args:
+        return f"{module}_{args[args.index('--ops') + 1].split(',')[0]}"
     return module + ("_dispatch" if "--dispatch" in args else "")
 
 

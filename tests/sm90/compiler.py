@@ -89,31 +89,8 @@ def record_launches(call, kernels: list[tuple[object, str]], patches: list[tuple
     return seen
 
 
-#: (N, K) of the benchmark's decode GEMMs (``lowbit.bench``'s fp8_gemm / fp4_gemm shapes): the
-#: decode GEMVs' ``--dispatch`` checks compile what their launchers pick there
+#: (N, K) of the benchmark's GEMMs (``lowbit.bench``'s fp8_gemm / fp4_gemm shapes)
 DECODE_SHAPES = ((2112, 7168), (24576, 1536), (7168, 16384), (4096, 7168), (7168, 2048))
-
-
-def decode_gemv_launches(gemv, kernel: str, make_operands, ms, patches=()) -> list:
-    """[(label, recorded launches)] of the decode GEMV launcher ``gemv`` (its module holds the
-    kernel ``kernel``) on CPU stand-ins: every ``DECODE_SHAPES`` (N, K), M in ``ms``, fp32 and UE8M0
-    activation scales (``make_operands(m, n, k, e8m0) -> (a, a_s, b, b_s)``). The split-K arrival
-    counters are plain CPU zeros (CPU-only torch has no capture query); ``patches`` as in
-    :func:`record_launches`."""
-    import sys
-
-    import torch
-
-    mod = sys.modules[gemv.__module__]
-    counters = (mod, "arrival_counters", lambda device, n_tiles, who: torch.zeros(n_tiles, dtype=torch.int32))
-    out = []
-    for n, k in DECODE_SHAPES:
-        for m in ms:
-            for e8m0 in (False, True):
-                ops = make_operands(m, n, k, e8m0)
-                out.append((f"M{m} N{n} K{k} e8m0 {e8m0}",
-                            record_launches(lambda: gemv(*ops), [(mod, kernel)], [counters, *patches])))
-    return out
 
 
 _LAUNCH_OPTIONS = ("num_warps", "maxnreg", "num_stages", "num_ctas", "ptx_options")
@@ -244,12 +221,6 @@ def sass_lines(sass: str) -> list[tuple[int, str, str]]:
     return out
 
 
-def load_mma_order(lines: list[tuple[int, str, str]]) -> str:
-    """The order of the global loads (``L``) and MMAs (``M``) among ``lines`` (``sass_lines``): shows
-    whether ptxas kept a prefetch's loads ahead of the MMAs."""
-    return "".join("L" if op.startswith("LDG") else "M" if op.startswith("HMMA") else "" for _, op, _ in lines)
-
-
 def loop_body(lines: list[tuple[int, str, str]], needs: str = "HMMA") -> list[tuple[int, str, str]]:
     """The instructions (``sass_lines`` rows) of the longest backward-branch region that holds an
     opcode starting with ``needs``: a kernel's main loop."""
@@ -288,8 +259,3 @@ def loop_report(kernel, label: str, loop_of, extra: str = "", top: int = 16, dum
         with open(os.path.join(dump_dir, dump_name), "w") as f:
             f.write(sass)
     return ops
-
-
-def qgmma_loop(lines: list[tuple[int, str, str]]) -> list[str]:
-    """Opcodes of the longest backward-branch region holding a QGMMA (an FP8 wgmma kernel's K loop)."""
-    return [o for _, o, _ in loop_body(lines, "QGMMA")]

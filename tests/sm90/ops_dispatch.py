@@ -1,19 +1,18 @@
-"""Compile the Triton kernels of the gathered projection, sparse attention, the Sinkhorn split and
-the activation quantizers for sm_90 without a GPU, as their public ops dispatch them on the
-benchmark's shapes (``lowbit.bench``): the ops run on CPU stand-ins (empty tensors of the real
-shapes and dtypes) with every kernel of their modules replaced by a recorder
-(``compiler.record_launches``), and each distinct recorded launch is compiled once. CI runs
-these kernels only in the interpreter, which accepts what the sm_90 compiler may reject and never
-sees the configurations the launchers pick for a GPU (tile tables by size, split counts by SM
-count, the tensor-core gathered kernel, programmatic dependent launches).
-
-The GEMMs (``fp8_gemm`` / ``fp4_gemm``) are not here: their dispatch reads the device itself
-(TMA, capability, Gluon) -- ``fp8_gemm_gluon.py`` / ``fp*_wgmma_gemv.py --dispatch`` and
-``tune_gemm.py --compile-only`` cover them; nor the draft head (``coarse_wgmma.py
+"""Compile the Triton / Gluon kernels of the public ops for sm_90 without a GPU, as their dispatch
+launches them on the benchmark's shapes (``lowbit.bench``): the block-scaled GEMMs (``fp8_gemm``,
+``fp4_gemm``: every M band of their dispatch tables), the gathered projection, sparse attention,
+the Sinkhorn split and the activation quantizers. The ops run on CPU stand-ins (empty tensors of
+the real shapes and dtypes) with every kernel of their modules replaced by a recorder
+(``compiler.record_launches``) and the device's answers patched in (sm_90, 132 SMs, split-K
+counters available), and each distinct recorded launch is compiled once; a wgmma kernel must
+show QGMMA in its SASS, the decode GEMV on ``mma.sync`` HMMA. CI runs these kernels only in the
+interpreter, which accepts what the sm_90 compiler may reject and never sees the configurations
+the launchers pick for a GPU (tile tables by size, split counts by SM count, the tensor-core
+paths, programmatic dependent launches). The draft head has its own checks (``coarse_wgmma.py
 --dispatch``, ``fast_tail.py``, ``certified_head.py --dispatch``).
 
-Run from the repository root: ``python -m tests.sm90.ops_dispatch [--ops gathered,sparse_attn,
-hc_sinkhorn,act_quant] [--list]`` (exit 1 on a failure).
+Run from the repository root: ``python -m tests.sm90.ops_dispatch [--ops fp8_gemm,fp4_gemm,gathered,
+sparse_attn,hc_sinkhorn,act_quant] [--list]`` (exit 1 on a failure).
 """
 from __future__ import annotations
 
@@ -23,40 +22,87 @@ import sys
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 
-
-from tests.sm90.compiler import compile_recorded, distinct_launches, record_launches  # noqa: E402
+from tests.sm90.compiler import DECODE_SHAPES, compile_recorded, distinct_launches, record_launches  # noqa: E402
 
 #: an H200's streaming multiprocessors (the launchers size split counts and grids by them)
 SMS = 132
 
 
-def _op_modules(package: str) -> list:
-    """The package's modules that hold its kernels and dispatch (``lowbit.ops.<package>.*``)."""
+def _op_modules(*packages: str) -> list:
+    """The packages' modules that hold their kernels and dispatch (``lowbit.ops.<package>.*``), and
+    the shared launch helpers."""
     import importlib
     import pkgutil
 
-    pkg = importlib.import_module(f"lowbit.ops.{package}")
-    mods = [pkg] + [importlib.import_module(f"{pkg.__name__}.{info.name}")
-                    for info in pkgutil.iter_modules(pkg.__path__)]
-    return mods + [importlib.import_module("lowbit.ops._triton_pdl")]
+    mods = []
+    for package in packages:
+        pkg = importlib.import_module(f"lowbit.ops.{package}")
+        mods += [pkg] + [importlib.import_module(f"{pkg.__name__}.{info.name}") for info in pkgutil.iter_modules(pkg.__path__)]
+    return mods + [importlib.import_module("lowbit.ops._triton_pdl"), importlib.import_module("lowbit.ops._arrival_counters")]
 
 
-def _record(package: str, call) -> list:
-    """``call()``'s launches with the package's kernels recorded and the GPU's answers patched in:
-    Triton for CPU tensors, ``SMS`` SMs, compute capability 9.0 (sm_90: PDL, the tensor-core paths)."""
+def _record(packages, call) -> list:
+    """``call()``'s launches with the packages' kernels recorded and the GPU's answers patched in:
+    Triton for CPU tensors, ``SMS`` SMs, compute capability 9.0 (sm_90: PDL, the tensor-core paths),
+    split-K arrival counters as plain CPU zeros (CPU-only torch has no capture query)."""
+    import torch
     from triton.runtime.jit import JITFunction
 
-    mods = _op_modules(package)
+    mods = _op_modules(*([packages] if isinstance(packages, str) else packages))
     kernels = [(mod, name) for mod in mods for name, v in vars(mod).items() if isinstance(v, JITFunction)]
-    patches = []
-    for mod in mods:
-        if hasattr(mod, "use_triton"):
-            patches.append((mod, "use_triton", lambda *tensors: True))
-        if hasattr(mod, "sm_count"):
-            patches.append((mod, "sm_count", lambda device, interpret: SMS))
-        if hasattr(mod, "capability_at_least"):
-            patches.append((mod, "capability_at_least", lambda device, cap: cap <= (9, 0)))
+    answers = {
+        "use_triton": lambda *tensors: True,
+        "sm_count": lambda device, interpret: SMS,
+        "capability_at_least": lambda device, cap: cap <= (9, 0),
+        "device_arch": lambda device: (9, 0),
+        "counters_ready": lambda device: True,
+        "arrival_counters": lambda device, n_tiles, who: torch.zeros(n_tiles, dtype=torch.int32),
+    }
+    patches = [(mod, name, fn) for mod in mods for name, fn in answers.items() if hasattr(mod, name)]
     return record_launches(call, kernels, patches)
+
+
+#: M of every band of the GEMMs' dispatch tables (decode GEMVs, the decode-band and prefill wgmma
+#: kernels, the tiled kernel between them)
+GEMM_MS = (1, 8, 9, 16, 17, 32, 33, 64, 128, 512, 4096)
+
+
+def _gemm_operands(m: int, n: int, k: int, e8m0: bool, fp4: bool):
+    import torch
+
+    sdt = torch.float8_e8m0fnu if e8m0 else torch.float32
+    a, a_s = torch.empty((m, k), dtype=torch.float8_e4m3fn), torch.empty((m, k // 128), dtype=sdt)
+    if fp4:
+        return a, a_s, torch.empty((n, k // 2), dtype=torch.uint8), torch.empty((n, k // 32), dtype=torch.uint8)
+    return a, a_s, torch.empty((n, k), dtype=torch.float8_e4m3fn), torch.empty((-(-n // 128), k // 128), dtype=sdt)
+
+
+def fp8_gemm_launches() -> list:
+    """``fp8_gemm``'s routed kernels on the benchmark's five (N, K) at every M band, fp32 and UE8M0
+    activation scales."""
+    from lowbit.ops.fp8_gemm import dispatch
+
+    def run():
+        for n, k in DECODE_SHAPES:
+            for m in GEMM_MS:
+                for e8m0 in (False, True):
+                    dispatch.fp8_gemm(*_gemm_operands(m, n, k, e8m0, fp4=False))
+
+    return _record(("fp8_gemm", "fp4_gemm"), run)
+
+
+def fp4_gemm_launches() -> list:
+    """``fp4_gemm``'s routed kernels (its own, and the FP8 ones it re-encodes for) on the benchmark's
+    five (N, K) at every M band, fp32 and UE8M0 activation scales."""
+    from lowbit.ops.fp4_gemm import dispatch
+
+    def run():
+        for n, k in DECODE_SHAPES:
+            for m in GEMM_MS:
+                for e8m0 in (False, True):
+                    dispatch.fp4_gemm(*_gemm_operands(m, n, k, e8m0, fp4=True))
+
+    return _record(("fp8_gemm", "fp4_gemm"), run)
 
 
 def gathered_launches() -> list:
@@ -154,8 +200,24 @@ def act_quant_launches() -> list:
     return _record("act_quant", run)
 
 
-OPS = {"gathered": gathered_launches, "sparse_attn": sparse_attn_launches, "hc_sinkhorn": hc_sinkhorn_launches,
+OPS = {"fp8_gemm": fp8_gemm_launches, "fp4_gemm": fp4_gemm_launches, "gathered": gathered_launches, "sparse_attn": sparse_attn_launches, "hc_sinkhorn": hc_sinkhorn_launches,
        "act_quant": act_quant_launches}
+
+
+#: (kernel name part, the SASS opcode its compiled code must hold), first match wins: the GEMMs'
+#: FP8 tensor-core kernels (wgmma, Gluon, tiled ``tl.dot``) QGMMA; the decode GEMV and the gathered
+#: NVFP4 kernel on ``mma.sync`` HMMA
+NEEDS = (("wgmma", "QGMMA"), ("gluon", "QGMMA"), ("mma_gemv", "HMMA"), ("gathered_mma", "HMMA"),
+         ("gemm_kernel", "QGMMA"), ("gemm_tma_kernel", "QGMMA"))
+
+
+def _by_marker(launches: list) -> dict:
+    """The launches grouped by the opcode their kernel must show (None: no check), in order."""
+    out: dict = {}
+    for launch in launches:
+        name = launch[0].fn.__name__
+        out.setdefault(next((op for part, op in NEEDS if part in name), None), []).append(launch)
+    return out
 
 
 def main() -> int:
@@ -179,7 +241,8 @@ def main() -> int:
             for fn, _, kw in distinct:
                 print("   ", label(fn, kw))
             continue
-        failed += compile_recorded(distinct, label)
+        for marker, group in _by_marker(distinct).items():
+            failed += compile_recorded(group, label, marker)
     return 1 if failed else 0
 
 

@@ -1,7 +1,7 @@
-"""Compile the Gluon ``fp8_gemm`` prefill kernels for sm_90 without a GPU and inspect the cubin.
+"""Compile the async-wgmma ``fp8_gemm`` kernels for sm_90 without a GPU and inspect the cubin.
 
-Per config (``lowbit/ops/fp8_gemm/gluon.py``: the single-partition kernel and the warp-specialized
-one; stages, fp32 / UE8M0 scales, TMA or masked store) it prints: shared memory;
+Per config (``lowbit/ops/fp8_gemm/wgmma_gemm.py``: the single-partition kernel and the
+warp-specialized one; stages, fp32 / UE8M0 scales, TMA or masked store) it prints: shared memory;
 ``REG / STACK / SHARED / LOCAL`` (spills show as STACK / LOCAL); ptxas's wgmma notes (C7514 =
 wgmma serialized, which would undo the overlap; fails the check); the SASS counts of QGMMA /
 WARPGROUP.DEPBAR / WARPGROUP.ARRIVE / FFMA / BAR.SYNC; the K loop as a compressed event string
@@ -13,7 +13,8 @@ drains the tensor cores inside the loop. Exit status 1 if any config fails.
 Compiled like ``compiler.compile_sm90`` but from a ``GluonASTSource``; the signature comes
 from the JIT's own specializer applied to CPU stand-ins of the launch arguments.
 
-Run from the repository root: ``python -m tests.sm90.fp8_gemm_gluon [--verbose] [--dump DIR]``.
+Run from the repository root: ``python -m tests.sm90.fp8_wgmma_gemm [--verbose] [--dump DIR]``. What
+``fp8_gemm``'s dispatch launches is compiled by ``ops_dispatch.py``.
 """
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ import tempfile
 import time
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
-
 
 from tests.sm90.compiler import cuobjdump, resource_usage, root_cause, sass_lines, sass_opcodes  # noqa: E402
 
@@ -56,7 +56,7 @@ def compile_gluon_sm90(stages: int, as_e8m0: bool, bs_e8m0: bool, n: int, block_
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from lowbit.ops.fp8_gemm import gluon as g
+    from lowbit.ops.fp8_gemm import wgmma_gemm as g
 
     m, k = 4096, 7168
     a = torch.empty((m, k), dtype=torch.float8_e4m3fn)
@@ -86,7 +86,6 @@ def compile_gluon_sm90(stages: int, as_e8m0: bool, bs_e8m0: bool, n: int, block_
         constexprs["PRODUCER_REGS"] = producer_regs
     else:
         constexprs["PDL"] = pdl
-        constexprs["TRIGGER"] = pdl
     if args["c_desc"] is None:
         constexprs["c_desc"] = None
     for name in constexprs:
@@ -209,46 +208,11 @@ def ptxas_notes(kernel) -> list[str]:
     return [ln.strip() for ln in (r.stdout + r.stderr).splitlines() if re.search(r"\(C7\d+\)", ln)]
 
 
-def check_dispatch(ms=(17, 32, 40, 64, 512, 4096)) -> int:
-    """Compile, for sm_90 and without a GPU, the Gluon launches ``fp8_gemm``'s own dispatch makes at
-    these M on the benchmark's decode shapes, fp32 and UE8M0 scales, on a 132-SM sm_90: the decode
-    band's 64 x 64 PDL kernel where its tile count fits, the warp-specialized prefill kernel from
-    M = 512 (``gluon_config``). The other paths (the GEMVs, the Triton kernels) are replaced by no-ops
-    here -- the GEMVs have their own ``--dispatch`` -- and the eligibility by device is taken as
-    given. One line each; the count of failures."""
-    import torch
-
-    from lowbit.ops.fp8_gemm import gluon as gmod
-    from lowbit.ops.fp8_gemm import triton as tmod
-    from tests.sm90.compiler import DECODE_SHAPES, compile_recorded, record_launches
-
-    kernels = [(gmod, "_fp8_gemm_gluon_kernel"), (gmod, "_fp8_gemm_gluon_ws_kernel")]
-    patches = [(tmod, "_props", lambda device: (132, 9)), (tmod, "_gluon_eligible", lambda a, b: True),
-               (tmod._wgmma, "fp8_wgmma_gemv_ok", lambda a, b: False), (tmod._mma, "mma_gemv_ok", lambda *a: False),
-               (tmod, "launch_gemm", lambda *a, **kw: None), (gmod, "_sm_count", lambda device: 132)]
-    failed = 0
-    for n, k in DECODE_SHAPES:
-        for m in ms:
-            for e8m0 in (False, True):
-                sdt = torch.float8_e8m0fnu if e8m0 else torch.float32
-                ops = (torch.empty((m, k), dtype=torch.float8_e4m3fn), torch.empty((m, k // 128), dtype=sdt),
-                       torch.empty((n, k), dtype=torch.float8_e4m3fn), torch.empty((-(-n // 128), k // 128), dtype=sdt))
-                seen = record_launches(lambda: tmod.fp8_gemm(*ops), kernels, patches)
-                failed += compile_recorded(
-                    seen, lambda fn, kw: f"M{m} N{n} K{k} e8m0 {e8m0} {fn.fn.__name__} stages {kw['NUM_STAGES']} "
-                                         f"warps {kw['num_warps']}", "QGMMA")
-    return failed
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dump", default=None, help="write each config's ttgir / ptx / sass to this folder")
     ap.add_argument("--verbose", action="store_true", help="also print the loop's full opcode sequence")
-    ap.add_argument("--dispatch", action="store_true",
-                    help="compile what fp8_gemm's dispatch launches on the Gluon kernels instead; exit 1 on a failure")
     args = ap.parse_args()
-    if args.dispatch:
-        return 1 if check_dispatch() else 0
     failed = False
     for name, cfg in CONFIGS:
         t = time.monotonic()
