@@ -258,6 +258,5 @@ def run_gathered(ctx: BenchContext) -> list[Result]:
             results.append(Result("read_floor_gathered", case, "lowbit", time_us(fused, graph=True), bytes=nbytes,
                                   flops=2 * b * t * k, extra={"floor_us": max(launch, read_us), "launch_us": launch,
                                                               "timing": "graph"}))
-        del w
         torch.cuda.empty_cache()
     return results

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
 
