@@ -108,9 +108,10 @@ def cold_graph_us(fn: Callable[[torch.Tensor], object], xs: list, reps: int = 3)
     """Median GPU µs of one CUDA-graph replay of ``fn(static)`` over the inputs ``xs`` (one shape):
     per input, the input is copied into the captured buffer and L2 flushed outside the timed
     region, then one replay is timed by CUDA events, so data-dependent work is what each input
-    makes it."""
+    makes it. The flush reads 256 MB (a write would leave dirty lines whose write-back the timed
+    call pays for)."""
     if not _FLUSH:
-        _FLUSH.append(torch.empty(256 * 2**20, dtype=torch.int8, device="cuda"))  # > L2
+        _FLUSH.append(torch.ones(64 * 2**20, dtype=torch.int32, device="cuda"))  # 256 MB > L2
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
     static = xs[0].clone()
     fn(static)  # every kernel compiled before the capture
@@ -122,7 +123,7 @@ def cold_graph_us(fn: Callable[[torch.Tensor], object], xs: list, reps: int = 3)
     for _ in range(reps):
         for x in xs:
             static.copy_(x)
-            _FLUSH[0].zero_()
+            _FLUSH[0].sum()
             ev[0].record()
             g.replay()
             ev[1].record()
