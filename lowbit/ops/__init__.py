@@ -1,5 +1,7 @@
-"""Ops: one folder each (``reference.py`` the PyTorch definition, ``triton.py`` the kernels,
-``__init__.py`` the validated, dispatched, ``torch.library``-registered public function).
+"""Ops: one folder each (``reference.py`` the PyTorch definition, the kernels in ``triton.py`` or, for
+an op with several, in files named for what they compute with the route in ``dispatch.py``, and
+``__init__.py`` the validated, dispatched, ``torch.library``-registered public function; a
+``tune.py`` beside a launch table, run as ``lowbit tune <op>``).
 
 The public functions are imported eagerly: several share their name with their folder
 (``lowbit.ops.act_quant`` the function vs ``lowbit/ops/act_quant/``), and binding the function

@@ -123,10 +123,15 @@ def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
+@functools.lru_cache(maxsize=None)
+def _interpreter() -> bool:
+    return interpret_mode()  # read once: TRITON_INTERPRET only counts before Triton is imported
+
+
 def device_arch(dev: torch.device) -> tuple[int, int] | None:
     """The compute capability of a CUDA device (cached), or None where the kernels run under the
     Triton interpreter (CPU tensors, ``TRITON_INTERPRET=1``)."""
-    if dev.type != "cuda" or interpret_mode():
+    if dev.type != "cuda" or _interpreter():
         return None
     return _capability(dev.index if dev.index is not None else torch.cuda.current_device())
 
