@@ -214,7 +214,7 @@ class DraftHead(nn.Module):
     def argmax(self, x: torch.Tensor) -> torch.Tensor:
         """int64 [...]: the index of the largest logit per row (lower index among exact ties)."""
         x2, state = self._flat(x)
-        return self._topk(state, x2, 1)[1][:, 0].view(x.shape[:-1])
+        return self._topk(state, x2, 1, argmax=True)[1][:, 0].view(x.shape[:-1])
 
     def topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(values fp32 [..., k], indices int64 [..., k]): exact values, sorted descending, the

@@ -562,3 +562,17 @@ def test_compile_and_cuda_graph_certified():
     st = head.stats
     # 3 replays of 2 calls + 3 x 2 eager calls; the tied trial falls back on every row of its 4 calls
     assert st["calls"] == 12 and st["rows"] == 12 * M and st["fallbacks"] + st["wide"] >= 4 * M, st
+
+
+@pytest.mark.parametrize("mode", ["certified", "fast"])
+def test_topk_of_one_gives_values(backend, mode):
+    """``topk(x, 1)`` returns the exact best value and its index (argmax alone may skip the values)."""
+    w, x = _case("random")
+    w, x = w.to(backend.device), x.to(backend.device)
+    with backend.active():
+        head = DraftHead(w, mode=mode)
+        v, i = head.topk(x, 1)
+        am = head.argmax(x)
+    ref_v, ref_i = _topk64(_exact64(x, w), 1)
+    assert v.shape == (M, 1) and torch.equal(i.cpu(), ref_i) and torch.equal(am.cpu(), ref_i[:, 0])
+    torch.testing.assert_close(v.cpu().double(), ref_v, rtol=1e-5, atol=1e-5)

@@ -1,4 +1,4 @@
-"""The int8-wgmma coarse pass of the draft head's fast mode (``lowbit/ops/coarse_head/gluon_wgmma.py``)
+"""The int8-wgmma coarse pass of the draft head's fast mode (``lowbit/ops/coarse_head/wgmma_int8.py``)
 and its x preparation (``x_int8.py``).
 
 CPU tiers: the int8 rounding of x and its stage tiling (interpreter kernel vs the torch
@@ -88,24 +88,6 @@ def test_x_int8_tiles_match_the_definition(backend, monkeypatch, bits, k, m, dty
     assert torch.equal(sx.cpu()[:m], s) and (sx.cpu()[m:] == 0).all()
 
 
-@pytest.mark.parametrize("bits,k,m", [(4, 576, 3), (4, 1024, 9), (2, 640, 1)])
-def test_x_int8_tiles_negated_sums(backend, bits, k, m):
-    """``neg_sums`` (``gluon_wgmma.NEG_XSUM``): the same codes and scales, the 64-sums negated."""
-    if not backend.is_triton:
-        pytest.skip("a Triton kernel: the interpret / cuda tiers run it (the reference tier has nothing to compare)")
-    p = 8 // bits
-    ell = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=64).packed.shape[1]
-    nb = max(8, 1 << (m - 1).bit_length())
-    x = _x(m, k, seed=4, dtype=torch.bfloat16).to(backend.device)
-    with backend.active():
-        xq, xs, sx = x_int8_tiles(x, ell, p, nb, neg_sums=True)
-    q, s = x_int8_reference(x.cpu())
-    tq, ts = tile_reference(q, ell, p, nb)
-    rows = torch.tensor([si * 4 + j for si in range(ell // 64) for j in range(p)])
-    assert torch.equal(xq.cpu(), tq) and torch.equal(sx.cpu()[:m], s)
-    assert torch.equal(xs.cpu()[rows], -ts[rows]) and ts[rows].abs().sum() > 0
-
-
 @pytest.mark.parametrize("planes,perm", [(4, True), (4, False), (2, False)])
 def test_tile_reference_is_the_definition(planes, perm):
     """xq_tiles[(s 2 + c) NB + m, 32 j + b] = xq[m, j L + 64 s + 32 c + b] and xsum[s 4 + j, m] its
@@ -174,11 +156,10 @@ def test_wgmma_words(bits, group):
             assert torch.equal(zj, f.zero[:, g].to(torch.int32))
 
 
-def _emulate(f: INTx, x: torch.Tensor, neg_sums: bool = False) -> torch.Tensor:
-    """fp64 logits [M, N] computed the kernel's way from the kernel's own inputs: per (stage,
+def _emulate(f: INTx, x: torch.Tensor) -> torch.Tensor:
+    """fp64 logits [M, N] computed the per-group kernel's way from its own inputs: per (stage,
     plane), the integer dot of the plane's codes with the x tile minus zero x 64-sum, times the
-    word's scale; times sx at the end. ``neg_sums``: the x sums as ``NEG_XSUM`` stores them
-    (negated), the zero term ``z (-xsum)`` -- checked to be the same integers."""
+    word's scale; times sx at the end."""
     bits, p = f.bits, 8 // f.bits
     ell = f.packed.shape[1]
     ns, m = ell // 64, x.shape[0]
@@ -187,7 +168,6 @@ def _emulate(f: INTx, x: torch.Tensor, neg_sums: bool = False) -> torch.Tensor:
     tiles, xsum = tile_reference(q, ell, p, nb)
     tiles = tiles.view(ns, 2, nb, p, 32).long()  # [stage, half, row of x, plane, byte]
     xsum = xsum.view(ns, 4, nb).long()
-    nsum = -xsum  # what the x preparation stores with neg_sums
     n = f.packed.shape[0]
     scales, zeros = wgmma_sz_views(wgmma_sz(f.scale, f.zero, bits, f.group_size, ell), bits, ell)
     scales = scales.view(ns, p, -1)[:, :, :n].double()
@@ -201,18 +181,14 @@ def _emulate(f: INTx, x: torch.Tensor, neg_sums: bool = False) -> torch.Tensor:
             xt = torch.cat([tiles[s, 0, :, j], tiles[s, 1, :, j]], dim=1)  # [NB, 64]
             z = (zeros[s] >> (bits * j)) & ((1 << bits) - 1)
             d = plane @ xt.T - z[:, None] * xsum[s, j][None, :]
-            if neg_sums:  # the kernel's start tile with the sums stored negated: the zero itself multiplies them
-                assert torch.equal(plane @ xt.T + z[:, None] * nsum[s, j][None, :], d)
             acc += d.double() * scales[s, j][:, None]
     return (acc * torch.cat([sx, torch.zeros(nb - m)]).double()[None, :]).T[:m]
 
 
-@pytest.mark.parametrize("neg_sums", [False, True])
-@pytest.mark.parametrize("bits,group,k,m", [(2, 64, 640, 5), (4, 128, 1008, 17), (4, 64, 1024, 9), (2, 128, 576, 1)])
-def test_emulated_kernel_arithmetic_matches_the_dequantized_rows(bits, group, k, m, neg_sums):
-    """The stage layout, words and x sums carry exactly the dot of the dequantized INTx rows with
-    the int8-rounded x (so the kernel only has to follow them); either with the x sums stored
-    negated (``NEG_XSUM``)."""
+@pytest.mark.parametrize("bits,group,k,m", [(4, 128, 1008, 17), (4, 64, 1024, 9), (4, 256, 576, 1)])
+def test_emulated_kernel_arithmetic_matches_the_dequantized_rows(bits, group, k, m):
+    """The per-group pass's stage layout, words and x sums carry exactly the dot of the dequantized
+    INTx rows with the int8-rounded x (so the kernel only has to follow them)."""
     w = torch.randn(37, k) * 0.05
     w[0] = torch.linspace(-1, 1, k)  # every code of a row
     f = INTx.quantize(w, bits=bits, group_size=group)
@@ -220,7 +196,7 @@ def test_emulated_kernel_arithmetic_matches_the_dequantized_rows(bits, group, k,
     x[0] = x[0].abs() * 100  # sums of x at the int8 extreme
     q, sx = x_int8_reference(x)
     want = (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T
-    assert rel_err(_emulate(f, x, neg_sums), want) < 1e-12
+    assert rel_err(_emulate(f, x), want) < 1e-12
 
 
 def _prmt(a: np.ndarray, b: np.ndarray, sel: np.ndarray) -> np.ndarray:
@@ -237,7 +213,7 @@ def _prmt(a: np.ndarray, b: np.ndarray, sel: np.ndarray) -> np.ndarray:
 
 
 def _prmt_decode(word, t0, t2, t1, t3):
-    """The byte-permute decode line by line as its PTX (``gluon_wgmma._PRMT_ASM``): 4 uint32 registers."""
+    """The byte-permute decode line by line as its PTX (``wgmma_int8._PRMT_ASM``): 4 uint32 registers."""
     s = (word & 0x33333333) | 0x40404040
     r0, r1 = _prmt(t0, t2, s), _prmt(t0, t2, s >> 16)
     s = ((word >> 2) & 0x33333333) | 0x40404040
@@ -260,7 +236,7 @@ def test_prmt_decode_gives_each_code_its_table_byte():
 
 
 def _tables_mirror(word: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``gluon_wgmma._TABLE_ASM`` op by op on uint32 words of two group codes: byte 0 (resp. 2)
+    """``wgmma_int8._TABLE_ASM`` op by op on uint32 words of two group codes: byte 0 (resp. 2)
     zero-extended times 0x03020100 plus byte 1 (resp. 3) repeated, xor 0x80808080."""
     w = word.astype(np.uint64)
     out = []
@@ -364,7 +340,7 @@ def test_table_reference_is_the_rounded_scales(k, m):
 
 def _gluon_or_skip():
     """The kernel module where Gluon imports (its launcher validates on any device), else a skip."""
-    from lowbit.ops.coarse_head import gluon_wgmma as g
+    from lowbit.ops.coarse_head import wgmma_int8 as g
 
     if g.GLUON_ERROR is not None:
         pytest.skip(f"triton.experimental.gluon is not available: {g.GLUON_ERROR}")
@@ -372,7 +348,8 @@ def _gluon_or_skip():
 
 
 def test_coarse_wgmma_table_validates():
-    """The whole-row variant refuses INT4 and row units of the wrong shape / dtype (before any launch)."""
+    """The whole-row variant refuses INT4, INT2 runs only as it, and row units of the wrong shape /
+    dtype are refused (before any launch)."""
     g = _gluon_or_skip()
     f4 = INTx.quantize(torch.randn(10, 256), bits=4, group_size=64)
     words = wgmma_sz(f4.scale, f4.zero, 4, 64, f4.packed.shape[1])
@@ -380,6 +357,9 @@ def test_coarse_wgmma_table_validates():
         g.coarse_wgmma(torch.randn(2, 256), f4.packed, words, n=10, bits=4, block=128, kcand=1, write_logits=False,
                        table_r=torch.ones(10))
     f2 = INTx.quantize(torch.randn(10, 256), bits=2, group_size=64)
+    with pytest.raises(ValueError, match="whole-row"):  # INT2 runs only as the whole-row variant
+        g.coarse_wgmma(torch.randn(2, 256), f2.packed, wgmma_sz(f2.scale, f2.zero, 2, 64, f2.packed.shape[1]), n=10,
+                       bits=2, block=128, kcand=1, write_logits=False)
     words, r = wgmma_table(f2.scale, f2.zero, 2, 64, f2.packed.shape[1])
     for bad in (r[:9], r.double()):
         with pytest.raises(ValueError, match="row units"):
@@ -411,9 +391,9 @@ def _operands(bits, group, n, k, table, seed=0):
     return f, wgmma_sz(f.scale, f.zero, bits, group, f.packed.shape[1]), None
 
 
-def _config(g, bits, n, k, m, block, table, group=64):
+def _config(g, bits, n, k, m, block, group=64):
     ell = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=group).packed.shape[1]
-    return g.launch_config(bits, m, n, ell, block, table)
+    return g.launch_config(bits, m, n, ell, block)
 
 
 # (bits, group, n, k, m, block, kcand): N not a multiple of the block, K padded inside a plane,
@@ -428,9 +408,9 @@ SPAN_CASES = [c for c in CASES if c[4] > 32 and c[3] // (8 // c[0]) >= 8 * 64]
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("bits,group,n,k,m,block,kcand", CASES)
+@pytest.mark.parametrize("bits,group,n,k,m,block,kcand", [c for c in CASES if c[0] == 4])
 def test_cuda_coarse_wgmma_vs_reference(poison_empty, bits, group, n, k, m, block, kcand):
-    """Per group: logits against fp64 (dequantized INTx rows x int8-rounded x), candidates against
+    """Per group (INT4): logits against fp64 (dequantized INTx rows x int8-rounded x), candidates against
     the per-block top-kcand of the kernel's own logits (ties to the lower index); every output
     written. The cases take both kernels and, per NB, the planes pipelined (``WS_PIPE_GROUP``) or
     not and each int32 -> fp32 conversion (``WS_MAGIC_GROUP_NB``)."""
@@ -467,23 +447,17 @@ def test_cuda_coarse_wgmma_table_vs_reference(poison_empty, bits, group, n, k, m
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("split_span", [False, True])
-@pytest.mark.parametrize("table", [False, True])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", SPAN_CASES)
-def test_cuda_coarse_wgmma_span_two_blocks(poison_empty, monkeypatch, bits, group, n, k, m, block, kcand, table,
-                                           split_span):
+def test_cuda_coarse_wgmma_span_two_blocks(poison_empty, bits, group, n, k, m, block, kcand):
     """Programs spanning two candidate blocks (NB = 64 on heads of ``SPAN_MIN_STAGES`` stages: 2
     ``block`` rows a program, the x tiles shared by both): the same logits as the reference and
     the same per-block candidates as a program a block -- including an odd block count (the last
-    program's second block past N, its candidates not written) -- per group and whole-row, also
-    with the two blocks on two consumer partitions (``SPLIT_SPAN``: each releases the ring's slots
-    on its own and emits its block alone)."""
-    if table and bits not in (2,):
-        pytest.skip("the whole-row variant serves INT2 only (TABLE_BITS)")
+    program's second block past N, its candidates not written) -- per group (INT4) and whole-row
+    (INT2)."""
     g = _kernel_or_skip()
-    monkeypatch.setattr(g, "SPLIT_SPAN", split_span)
-    cfg = _config(g, bits, n, k, m, block, table, group)
-    assert cfg.span == 2 and cfg.halves == (2 if split_span else 1)
+    table = bits == 2
+    cfg = _config(g, bits, n, k, m, block, group)
+    assert cfg.span == 2
     f, words, r = _operands(bits, group, n, k, table, seed=5)
     x = _x(m, k, seed=5, dtype=torch.bfloat16)
     q, sx = x_int8_reference(x)
@@ -502,13 +476,13 @@ def test_cuda_coarse_wgmma_span_two_blocks(poison_empty, monkeypatch, bits, grou
 
 
 def _ordered_bits(key: torch.Tensor) -> torch.Tensor:
-    """``gluon_emit._ordered_bits`` in torch: int32 whose order is the fp32 order (-0.0 -> 0)."""
+    """``wgmma_emit._ordered_bits`` in torch: int32 whose order is the fp32 order (-0.0 -> 0)."""
     bits = torch.where(key == 0, torch.zeros_like(key), key).view(torch.int32)
     return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
 
 
 def _sorted_heads_mirror(key: torch.Tensor, tok: torch.Tensor, big: int, kcand: int):
-    """``gluon_emit._sorted_heads_rounds`` step by step in torch on a [128, NB] tile: thread l
+    """``wgmma_emit._sorted_heads_rounds`` step by step in torch on a [128, NB] tile: thread l
     holds tokens 4 l .. 4 l + 3 of a column, sorts them (the same 5 compare-exchanges), then each
     round takes the best head (lowest token among equal keys), pops it -- over the keys'
     order-preserving int32 bits, converted back to fp32 when stored. Returns (keys, tokens)
@@ -565,17 +539,15 @@ def test_sorted_heads_rounds_mirror_matches_max_and_mask(kcand):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("table", [False, True])
 @pytest.mark.parametrize("bits,group,n,k,m,block,kcand", CASES)
-def test_cuda_coarse_wgmma_epilogue_forms(poison_empty, bits, group, n, k, m, block, kcand, table):
+def test_cuda_coarse_wgmma_epilogue_forms(poison_empty, bits, group, n, k, m, block, kcand):
     """The candidate epilogues -- sorted per-thread heads over the keys' int32 bits (blocks of 128
     tokens), max-and-mask rounds over them (64) and over the fp32 keys (two blocks a program) --
     emit exactly the candidates of the per-block reference over the kernel's own logits with many
-    equal logits (ties to the lower index, -inf past N), per group and whole-row; kcand up to 64
-    (more than a thread's 4 tokens, so threads run dry)."""
-    if table and bits not in (2,):
-        pytest.skip("the whole-row variant serves INT2 only (TABLE_BITS)")
+    equal logits (ties to the lower index, -inf past N), per group (INT4) and whole-row (INT2);
+    kcand up to 64 (more than a thread's 4 tokens, so threads run dry)."""
     g = _kernel_or_skip()
+    table = bits == 2
     w = torch.randn(n, k) * 0.05
     w[5:9] = w[1]  # equal rows: equal coarse logits, the lower token first
     f = INTx.quantize(w, bits=bits, group_size=group)
@@ -638,51 +610,36 @@ def test_cuda_coarse_wgmma_split_tail(poison_empty, monkeypatch, n, m):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("switches", [("EARLY_RING",), ("X_ROWS_BOX",), ("NEG_XSUM",),
-                                      ("EARLY_RING", "X_ROWS_BOX", "NEG_XSUM"), ("SPLIT_SPAN",)])
 @pytest.mark.parametrize("table", [False, True])
 @pytest.mark.parametrize("n,k,m", [
-    (140 * 128 - 37, 2048, 1),  # the whole-row split tail: its programs' first ring issued early
+    (140 * 128 - 37, 2048, 1),  # the whole-row split tail: its programs' first ring issued before the wait
     (140 * 128 - 37, 2048, 3), (2000, 1024, 13),
     (700, 256, 4),  # fewer stages than the ring (INT2: 1, INT4: 2)
     (900, 1024, 40),  # NB = 64 on the single-partition kernel (INT2, 4 stages) / spanning (INT4, 8)
     (2900, 2048, 40)])  # spanning, an odd block count
-def test_cuda_coarse_wgmma_prepared_variants_change_nothing(poison_empty, monkeypatch, switches, table, n, k, m):
-    """The prepared variants (``EARLY_RING``: the weight stages of the first ring issued before the
-    PDL wait; ``X_ROWS_BOX``: x boxes of only the rows of x there are -- the x buffers' other rows
-    keep stale bytes, which feed only columns never stored; ``NEG_XSUM``: the x sums negated, the
-    start tiles' integers the same; ``SPLIT_SPAN``: a spanning program's two blocks on two
-    consumer partitions, NB = 64 emitting by the same float rounds) give bit for bit the outputs
-    of the default launch -- the same sums in the same order -- per group and whole-row; and under
-    CUDA-graph replay with fresh x (the x tiles after the wait are the new ones)."""
+def test_cuda_coarse_wgmma_graph_replay_reads_fresh_x(poison_empty, monkeypatch, table, n, k, m):
+    """Under CUDA-graph replay with fresh x the pass gives bit for bit the eager outputs for that x:
+    the weight stages of the first ring go out before the PDL wait, the x tiles after it, so every
+    replay reads the new x -- per group (INT4) and whole-row (INT2), through the split tail, short
+    rings, the single-partition kernel and spanning programs."""
     g = _kernel_or_skip()
     monkeypatch.setattr(g, "sm_count", lambda device, interpret: 132)
     bits, group, kcand = 2 if table else 4, 64, 8
     f, words, r = _operands(bits, group, n, k, table, seed=5)
-    x = _x(m, k, seed=5, dtype=torch.bfloat16).cuda()
     args = (f.packed.cuda(), words.cuda())
     kw = dict(n=n, bits=bits, block=128, kcand=kcand, write_logits=True, table_r=None if r is None else r.cuda())
-
-    def run(xx, on):
-        for s in switches:
-            monkeypatch.setattr(g, s, on)
-        return g.coarse_wgmma(xx, *args, **kw)
-
-    base = [t.cpu() for t in run(x, False)]
-    got = [t.cpu() for t in run(x, True)]
-    assert not torch.isnan(got[5]).any() and not torch.isnan(got[0]).any()
-    assert all(torch.equal(a, b) for a, b in zip(base, got) if a.numel())
-    x_in = x.clone()
-    run(x_in, True)  # compile and warm up outside the capture
+    x_in = _x(m, k, seed=5, dtype=torch.bfloat16).cuda()
+    g.coarse_wgmma(x_in, *args, **kw)  # compile and warm up outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = run(x_in, True)
+        out = g.coarse_wgmma(x_in, *args, **kw)
     for seed in (11, 12):
         x_new = _x(m, k, seed=seed, dtype=torch.bfloat16).cuda()
         x_in.copy_(x_new)
         graph.replay()
-        want = [t.cpu() for t in run(x_new, False)]
+        want = [t.cpu() for t in g.coarse_wgmma(x_new, *args, **kw)]
+        assert not torch.isnan(out[5]).any()
         assert all(torch.equal(a.cpu(), b) for a, b in zip(out, want) if b.numel())
 
 
@@ -733,19 +690,17 @@ ROUTES = [
 @pytest.mark.parametrize("case,want", ROUTES)
 def test_launch_config_routes(case, want):
     """Which kernel, NB, span, ring, register cap and split tail each call gets (the tables of
-    ``gluon_wgmma``), and the settings that follow from them."""
+    ``wgmma_int8``), and the settings that follow from them."""
     g = _gluon_or_skip()
     bits, m, n, k, block = case
-    cfg = _config(g, bits, n, k, m, block, bits == 2)
+    cfg = _config(g, bits, n, k, m, block)
     assert (cfg.kernel, cfg.nb, cfg.span, cfg.stages, cfg.maxnreg, cfg.split) == want
-    ell = INTx.quantize(torch.zeros(1, k), bits=bits, group_size=64).packed.shape[1]
-    assert cfg == g.launch_config(bits, m, n, ell, block)  # the whole-row variant for TABLE_BITS by default
+    assert cfg.table == (bits == 2)  # INT2: the whole-row variant
     assert cfg.rows == block * cfg.span and cfg.programs == -(-n // cfg.rows)
-    assert cfg.num_warps == cfg.rows // 16 and cfg.halves == 1 and cfg.consumer_regs == 0
+    assert cfg.num_warps == cfg.rows // 16
     assert cfg.pdl == (cfg.kernel == "ws") and cfg.late == (cfg.kernel == "ws" and cfg.nb >= g.LATE_TRIGGER_MIN_NB)
     assert cfg.pipe == (bits == 4 and cfg.kernel == "ws" and cfg.nb in g.WS_PIPE_GROUP)
     assert cfg.magic == (bits == 4 and cfg.kernel == "ws" and cfg.nb in g.WS_MAGIC_GROUP_NB)
-    assert not cfg.early and not cfg.neg_xsum and cfg.x_rows == cfg.nb  # the prepared variants are off
 
 
 def _record_launches(monkeypatch, g, bits, m, n, k, block):
@@ -775,23 +730,19 @@ def _record_launches(monkeypatch, g, bits, m, n, k, block):
     return seen, g.launch_config(bits, m, n, ell, block)
 
 
-@pytest.mark.parametrize("split_span", [False, True])
 @pytest.mark.parametrize("case", [c for c, _ in ROUTES])
-def test_launcher_follows_launch_config(monkeypatch, case, split_span):
+def test_launcher_follows_launch_config(monkeypatch, case):
     """What the launcher hands the kernels (recorded on CPU stand-ins; 132 SMs) is what
-    ``launch_config`` says: the kernel, grid (a split tail's shares added), NB, ring, register cap, warps and the
-    per-group settings; with ``SPLIT_SPAN`` a spanning program gets two consumer partitions --
-    launched with half its warps, the rows of both blocks (W), the second partition's registers --
-    under the spanning register cap, other launches are unchanged."""
+    ``launch_config`` says: the kernel, grid (a split tail's shares added), NB, ring, register cap,
+    warps and the per-group settings."""
     g = _gluon_or_skip()
-    monkeypatch.setattr(g, "SPLIT_SPAN", split_span)
     seen, cfg = _record_launches(monkeypatch, g, *case)
     (prep, prep_grid, prep_kw), (kern, (grid,), kw) = seen
     assert prep == "_x_int8_kernel" and prep_grid[0] == cfg.nb and prep_kw["PERM"] == cfg.table
     assert kern == ("_coarse_ws_kernel" if cfg.kernel == "ws" else "_coarse_wgmma_kernel")
     assert kw["NB"] == cfg.nb and kw["STAGES"] == cfg.stages and kw["W"] == cfg.rows // 16
     assert kw["num_warps"] == cfg.num_warps and kw.get("maxnreg") == cfg.maxnreg
-    assert kw["TABLE"] == cfg.table and kw["NEGXS"] == cfg.neg_xsum
+    assert kw["TABLE"] == cfg.table
     if cfg.kernel == "single":
         assert grid == cfg.programs and "launch_pdl" not in kw
         return
@@ -800,11 +751,7 @@ def test_launcher_follows_launch_config(monkeypatch, case, split_span):
     ns = INTx.quantize(torch.zeros(1, case[3]), bits=case[0], group_size=64).packed.shape[1] // 64
     # a split needs a remainder past the SMs and two stages a share (49152 x 576 INT2: 3 stages, none)
     assert parts == (cfg.split[0] if cfg.split and cfg.programs % 132 and ns >= 2 * cfg.split[0] else 1)
-    assert (kw["SUB"], kw["LATE"], kw["PIPE"], kw["MAGIC"], kw["EARLY"]) == (cfg.span, cfg.late, cfg.pipe, cfg.magic,
-                                                                          cfg.early)
-    halves = 2 if cfg.span == 2 and split_span else 1
-    assert kw["HALVES"] == cfg.halves == halves and kw["num_warps"] == cfg.rows // 16 // halves
-    assert kw["CONSUMER_REGS"] == (g.SPLIT_SPAN_REGS if halves == 2 else 0)
+    assert (kw["SUB"], kw["LATE"], kw["PIPE"], kw["MAGIC"]) == (cfg.span, cfg.late, cfg.pipe, cfg.magic)
 
 
 def test_coarse_wgmma_validates_words():
@@ -825,16 +772,19 @@ def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows():
     zero logits and candidates ordered by token index."""
     g = _kernel_or_skip()
     n, k = 515, 1024
-    f = INTx.quantize(torch.randn(n, k) * 0.05, bits=2, group_size=64)
-    words = wgmma_sz(f.scale, f.zero, 2, 64, f.packed.shape[1]).cuda()
+    w = torch.randn(n, k) * 0.05
+    f4 = INTx.quantize(w, bits=4, group_size=64)
+    words = wgmma_sz(f4.scale, f4.zero, 4, 64, f4.packed.shape[1]).cuda()
+    packed4 = f4.packed.cuda()
+    f = INTx.quantize(w, bits=2, group_size=64)
     packed = f.packed.cuda()
     twords, tr = wgmma_table(f.scale, f.zero, 2, 64, f.packed.shape[1])
     for seed in range(3):
         x = _x(6, k, seed=seed)
         x[4] = 0
-        lg = g.coarse_wgmma(x.cuda(), packed, words, n=n, bits=2, block=128, kcand=4, write_logits=True)[5].cpu()
+        lg = g.coarse_wgmma(x.cuda(), packed4, words, n=n, bits=4, block=128, kcand=4, write_logits=True)[5].cpu()
         q, sx = x_int8_reference(x)
-        assert rel_err(lg, (q.double() * sx.double()[:, None]) @ f.dequantize(torch.float64).T) < 1e-6
+        assert rel_err(lg, (q.double() * sx.double()[:, None]) @ f4.dequantize(torch.float64).T) < 1e-6
         assert (lg[4] == 0).all()
         lt = g.coarse_wgmma(x.cuda(), packed, twords.cuda(), n=n, bits=2, block=128, kcand=4, write_logits=True,
                             table_r=tr.cuda())[5].cpu()
@@ -843,30 +793,27 @@ def test_cuda_coarse_wgmma_fresh_inputs_and_zero_rows():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("bits,table,m", [(2, True, 40), (2, True, 24), (2, False, 40), (4, False, 40),
-                                          (4, False, 24)])
+@pytest.mark.parametrize("bits,table,m", [(2, True, 40), (2, True, 24), (4, False, 40), (4, False, 24)])
 def test_cuda_draft_head_dispatches_and_stays_exact(bits, table, m, monkeypatch):
-    """A fast DraftHead on the int8-wgmma pass (INT2: the whole-row variant and the per-group one;
-    M = 24 on the warp-specialized kernel, NB = 32; M = 40 with K = 1024 the single-partition
+    """A fast DraftHead on the int8-wgmma pass (INT2: the whole-row variant; INT4 per group; M = 24 on the warp-specialized kernel, NB = 32; M = 40 with K = 1024 the single-partition
     kernel for INT2 (4 stages), a spanning program for INT4 (8 stages)): every row with a clear
     winner gets it, with exact values; the top-k values are the exact logits of the returned
     tokens; graph replay and torch.compile give the same answers."""
     _kernel_or_skip()
-    from lowbit.ops import coarse_head as ch
+    from lowbit.ops.coarse_head import dispatch
 
-    monkeypatch.setitem(ch.WGMMA_M_RANGE, bits, (1, 64))
-    monkeypatch.setattr(ch, "WGMMA_TABLE_BITS", (2,) if table else ())
-    from lowbit.ops.coarse_head import gluon_wgmma
+    monkeypatch.setitem(dispatch.WGMMA_M_RANGE, bits, (1, 64))
+    from lowbit.ops.coarse_head import wgmma_int8
 
     calls = []
-    real_fn = gluon_wgmma.coarse_wgmma
+    real_fn = wgmma_int8.coarse_wgmma
 
     def spy(*a, **kw):
         calls.append(a[0].shape[0])
         assert (kw.get("table_r") is not None) == table
         return real_fn(*a, **kw)
 
-    monkeypatch.setattr(gluon_wgmma, "coarse_wgmma", spy)
+    monkeypatch.setattr(wgmma_int8, "coarse_wgmma", spy)
     n, k = 5000, 1024
     w = (torch.randn(n, k) * 0.02).to(torch.bfloat16).cuda()
     winners = torch.randint(0, n, (m,))

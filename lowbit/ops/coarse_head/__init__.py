@@ -6,9 +6,9 @@ Layout (data flows down this list; each file has one job):
 * :mod:`.packing` -- the coarse copy of a head (:class:`CoarsePacking`, :func:`pack`);
 * :mod:`.dispatch` -- which kernel and configuration serve a call (one table);
 * :mod:`.coarse` -- :func:`coarse_head`, the coarse pass as a registered op;
-* the coarse kernels: :mod:`.wgmma_int8`-style Gluon pass (``gluon_wgmma``, with
-  :mod:`.x_int8`, :mod:`.wgmma_pack` and its epilogue), :mod:`.mma_f16` (+ :mod:`.mma_pack`),
-  :mod:`.gemv_half2`, :mod:`.coarse_fp32`, sharing :mod:`.epilogue`;
+* the coarse kernels: :mod:`.wgmma_int8` (Gluon, sm_90; with :mod:`.x_int8`, :mod:`.wgmma_pack`,
+  :mod:`.wgmma_emit`), :mod:`.mma_f16` (with :mod:`.mma_pack`), :mod:`.gemv_half2` and
+  :mod:`.coarse_fp32`, the last three sharing :mod:`.epilogue`;
 * the tails: :mod:`.selection` (torch ops), :mod:`.fast_select`, :mod:`.certified_tail`,
   :mod:`.fused_argmax` (sharing :mod:`.exact_keys`, :mod:`.scratch`), registered in
   :mod:`.tail_ops`;

@@ -13,6 +13,7 @@ from lowbit._validate import check_tensor, require
 from lowbit.ops.coarse_head import dispatch
 from lowbit.ops.coarse_head.packing import KIND_INTX, CoarsePacking, raw_tensors
 from lowbit.ops.coarse_head.reference import BOUND_DET, BOUND_NONE, BOUND_STAT, CoarseOut, coarse_head_reference
+from lowbit.ops.coarse_head.wgmma_pack import TABLE_BITS
 
 _X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 #: the coarse kernels by route id (the op's ``route`` argument)
@@ -20,7 +21,7 @@ _ROUTES = tuple(r.kernel for r in dispatch.COARSE_ROUTES)
 
 
 def _sm90(device: torch.device) -> bool:
-    from lowbit.ops.coarse_head.gluon_wgmma import wgmma_available
+    from lowbit.ops.coarse_head.wgmma_int8 import wgmma_available
 
     return wgmma_available(device)
 
@@ -32,10 +33,10 @@ def call_of(packing: CoarsePacking, x: torch.Tensor, bound: int, block: int, com
     traced either (a wgmma tiling exists only where an eager call found an sm_90 GPU)."""
     intx = packing.kind == KIND_INTX
     ell = packing.fmt.packed.shape[1] if intx else packing.k
-    table = intx and packing.bits in dispatch.WGMMA_TABLE_BITS
+    table = intx and packing.bits in TABLE_BITS
     return dispatch.CoarseCall(
         kind=packing.kind, bits=packing.bits, group_size=packing.group_size, ell=ell, m=x.shape[0], bound=bound,
-        block=block, sm90=compiling or (intx and bound == BOUND_NONE and x.is_cuda and _sm90(x.device)),
+        block=block, sm90=compiling or (intx and bound == BOUND_NONE and _sm90(x.device)),
         aligned=packing.words_aligned,
         tiling_mma=not compiling or packing._mma is not None,
         tiling_wgmma=not compiling or (packing._wgmma_table if table else packing._wgmma) is not None)
@@ -46,7 +47,7 @@ def _operands(route: str, packing: CoarsePacking):
     own tiling of the INTx codes (built on first use, kept by the packing)."""
     w, s, z, gs = raw_tensors(packing)
     if route == "wgmma_int8":
-        if packing.bits in dispatch.WGMMA_TABLE_BITS:
+        if packing.bits in TABLE_BITS:
             s, z = packing.wgmma_table()  # int32 words, fp32 row units
         else:
             s = z = packing.wgmma_words()
@@ -98,7 +99,7 @@ def _coarse_head_impl(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, z: torc
     if x.stride(1) != 1:
         x = x.contiguous()
     if kernel == "wgmma_int8":
-        from lowbit.ops.coarse_head.gluon_wgmma import coarse_wgmma
+        from lowbit.ops.coarse_head.wgmma_int8 import coarse_wgmma
 
         return coarse_wgmma(x, w, s, n=n, bits=bits, block=block, kcand=kcand, write_logits=write_logits,
                             table_r=z if z.dtype == torch.float32 else None)

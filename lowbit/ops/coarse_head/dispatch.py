@@ -19,16 +19,14 @@ from typing import Callable
 import torch
 
 from lowbit.ops.coarse_head.packing import KIND_FP8, KIND_INTX, KIND_NVFP4
-from lowbit.ops.coarse_head.reference import BOUND_DET, BOUND_NONE, BOUND_STAT
+from lowbit.ops.coarse_head.reference import BOUND_DET, BOUND_NONE
 
 #: fast mode on an INTx copy, per bits: the rows of x (inclusive) that take the int8-wgmma pass on
-#: an sm_90 GPU (INT2 its whole-row variant, INT4 per group). Faster than the mma.sync pass at every
-#: M on 124160 x 5120 and 49152 x 576 (H200).
+#: an sm_90 GPU (INT2 its whole-row variant -- group scales rounded to integer multiples of one unit
+#: a row, one int32 wgmma chain over all of K, the same fast-mode accuracy on SmolLM2's head as the
+#: exact scales -- INT4 per group). Faster than the mma.sync pass at every M on 124160 x 5120 and
+#: 49152 x 576 (H200).
 WGMMA_M_RANGE = {2: (1, 64), 4: (1, 64)}
-#: INTx widths whose wgmma pass is the whole-row variant (group scales rounded to integer multiples
-#: of one unit a row: one int32 wgmma chain over all of K, no per-group epilogue; the same fast-mode
-#: accuracy on SmolLM2's head as the exact scales)
-WGMMA_TABLE_BITS = (2,)
 #: the ``mma.sync`` tensor-core pass up to this M: fast mode, and certified mode with the
 #: deterministic bound (its bound is accumulated in the epilogue); the fp32 kernel beyond
 MMA_MAX_M = {BOUND_NONE: 16, BOUND_DET: 8}
@@ -108,20 +106,21 @@ class TailCall:
 
     mode: str  # "fast" | "certified"
     k: int
+    argmax: bool  # only the best index is asked for (``DraftHead.argmax``), not values
     m: int
     dense: bool  # the weight is a dense tensor (not FP8 / NVFP4)
     same_16bit: bool  # x and weight of one dtype in FUSED_DTYPES, the weight's K stride 1
     triton: bool  # the call runs the Triton kernels
 
 
-#: after the coarse pass, first match wins ("argmax": only for k == 1)
+#: after the coarse pass, first match wins
 TAIL_ROUTES = (
     Route("fast_select", "fast; dense weight; Triton: selection + exact rerank, two launches",
           lambda t: t.mode == "fast" and t.dense and t.triton),
     Route("torch_rerank", "fast otherwise: torch top-k, gathered_dot, top-k", lambda t: t.mode == "fast"),
     Route("fused_argmax", "certified argmax; dense bf16 / fp16 x and weight; M >= FUSED_ARGMAX_MIN_M; Triton: "
           "one launch over the stored rows (no INTx coarse pass)",
-          lambda t: t.k == 1 and t.dense and t.same_16bit and t.m >= FUSED_ARGMAX_MIN_M and t.triton),
+          lambda t: t.argmax and t.dense and t.same_16bit and t.m >= FUSED_ARGMAX_MIN_M and t.triton),
     Route("certified_tail", "certified; dense weight; k <= CERTIFIED_MAX_K; Triton: certify, rescore and "
           "fall back in one launch, no host sync", lambda t: t.dense and t.k <= CERTIFIED_MAX_K and t.triton),
     Route("certified_sync", "certified otherwise: torch ops, one host sync, gathered_dot rescoring",
@@ -153,16 +152,16 @@ def dispatch_table(n: int = 49152, k: int = 576, ms=(1, 4, 8, 16, 32, 64), sm90:
             bound = BOUND_NONE if mode == "fast" else BOUND_DET
             for m in ms:
                 c = CoarseCall(kind, bits, 64, ell, m, bound, 128, sm90, True)
-                t = TailCall(mode, 1, m, kind == KIND_INTX, kind == KIND_INTX, True)
+                t = TailCall(mode, 1, True, m, kind == KIND_INTX, kind == KIND_INTX, True)
                 tail = tail_route(t)
                 coarse = "-" if tail == "fused_argmax" else coarse_route(c)
                 rows.append({"mode": mode, "coarse copy": fmt, "M": m, "coarse pass": coarse, "argmax tail": tail,
-                             "topk(16) tail": tail_route(TailCall(mode, 16, m, t.dense, t.same_16bit, True))})
+                             "topk(16) tail": tail_route(TailCall(mode, 16, False, m, t.dense, t.same_16bit, True))})
     return rows
 
 
 __all__ = ["CERTIFIED_MAX_K", "COARSE_ROUTES", "FUSED_ARGMAX_MIN_M", "FUSED_DTYPES", "MMA_MAX_M", "TAIL_ROUTES",
-           "WGMMA_M_RANGE", "WGMMA_TABLE_BITS", "CoarseCall", "Route", "TailCall", "coarse_route", "dispatch_table",
+           "WGMMA_M_RANGE", "CoarseCall", "Route", "TailCall", "coarse_route", "dispatch_table",
            "same_16bit", "tail_route"]
 
 

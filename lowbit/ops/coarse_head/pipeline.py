@@ -114,13 +114,13 @@ class HeadState:
         return self.packing.n
 
 
-def _tail(state: HeadState, x2: torch.Tensor, k: int) -> str:
+def _tail(state: HeadState, x2: torch.Tensor, k: int, argmax: bool) -> str:
     w = state.weight
     compiling = torch.compiler.is_compiling()
     dense = isinstance(w, torch.Tensor)
     triton = x2.is_cuda if compiling else use_triton(x2, *((w,) if dense else ()), *state.packing.tensors)
     fused_ready = state.norms is not None or not compiling
-    return dispatch.tail_route(dispatch.TailCall(state.config.mode, k, x2.shape[0], dense,
+    return dispatch.tail_route(dispatch.TailCall(state.config.mode, k, argmax, x2.shape[0], dense,
                                                  dispatch.same_16bit(x2, w) and fused_ready, triton))
 
 
@@ -140,12 +140,14 @@ def _count(stats: HeadStats, rows: int) -> None:
     stats.rows += rows
 
 
-def fast_topk(state: HeadState, x2: torch.Tensor, k: int) -> tuple[torch.Tensor | None, torch.Tensor]:
-    """Fast mode: the exact top-``k`` among the ``max(rerank, k)`` best coarse candidates
-    (values fp32 [M, k] or None where only k = 1 indices were formed, indices int64 [M, k])."""
+def fast_topk(state: HeadState, x2: torch.Tensor, k: int, argmax: bool = False
+              ) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Fast mode: the exact top-``k`` among the ``max(rerank, k)`` best coarse candidates (values
+    fp32 [M, k], indices int64 [M, k]; ``argmax``: k = 1 and only the indices are asked for, the
+    values may be None)."""
     c = state.config
     r = max(c.rerank, k)
-    if _tail(state, x2, k) == "fast_select":
+    if _tail(state, x2, k, argmax) == "fast_select":
         out = _coarse(state, x2, BOUND_NONE)
         if torch.compiler.is_compiling():
             v, i = torch.ops.lowbit.draft_fast_select(out.cand_key, out.cand_idx, x2, state.weight, r, k, c.kcand)
@@ -156,7 +158,7 @@ def fast_topk(state: HeadState, x2: torch.Tensor, k: int) -> tuple[torch.Tensor 
         _count(state.stats, x2.shape[0])
         return v, i
     _, idx, vals = _fast_candidates(state, x2, r)
-    if k == 1:
+    if argmax:
         return None, argmax_lowest(vals, idx)[:, None]
     return topk_lowest(vals, idx, k)
 
@@ -169,10 +171,11 @@ def _fast_candidates(state: HeadState, x2: torch.Tensor, r: int, write_logits: b
     return out, idx, vals
 
 
-def certified_topk(state: HeadState, x2: torch.Tensor, k: int) -> tuple[torch.Tensor | None, torch.Tensor]:
-    """Certified mode: the exact top-``k`` (values fp32 [M, k] or None where the fused argmax
-    formed only indices, indices int64 [M, k]), exact for every finite input."""
-    tail = _tail(state, x2, k)
+def certified_topk(state: HeadState, x2: torch.Tensor, k: int, argmax: bool = False
+                   ) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Certified mode: the exact top-``k`` (values fp32 [M, k], indices int64 [M, k]; ``argmax``:
+    k = 1 and only the indices are asked for, the values may be None)."""
+    tail = _tail(state, x2, k, argmax)
     c = state.config
     compiling = torch.compiler.is_compiling()
     if tail == "fused_argmax":
@@ -196,7 +199,7 @@ def certified_topk(state: HeadState, x2: torch.Tensor, k: int) -> tuple[torch.Te
         return op(out.cand_key, out.cand_lb, out.cand_idx, out.block_lb, out.block_rest, x2, state.weight, k,
                   c.rerank, stats)
     _, idx, vals, fb = _certified_sync(state, x2, k)
-    if k == 1:
+    if argmax:
         ans = argmax_lowest(vals, idx)
         if fb is not None:
             rows_w, w_idx, w_vals, rows_f, full = fb

@@ -1,4 +1,4 @@
-"""The weights' layouts of the int8-wgmma coarse pass (``gluon_wgmma.py``), in plain torch: the
+"""The weights' layouts of the int8-wgmma coarse pass (``wgmma_int8.py``), in plain torch: the
 per-group pass's scales and zero points in one stage-major buffer (:func:`wgmma_sz`), the
 whole-row variant's group codes and row units (:func:`wgmma_table`), and that variant's logits
 from exactly its operands (:func:`table_reference`). Built once per head (``DraftHead``'s

@@ -1,4 +1,4 @@
-"""Rows of x as int8 for the int8-wgmma coarse pass (``gluon_wgmma.py``), in its stage layout.
+"""Rows of x as int8 for the int8-wgmma coarse pass (``wgmma_int8.py``), in its stage layout.
 
 Per row m: ``sx[m] = amax_k |x[m, k]| / 127`` and ``xq[m, k] = round_half_even(x[m, k] * 127 /
 amax)`` (0 for an all-zero row), so ``x ~= xq * sx`` to within ``sx / 2`` per element. The codes
@@ -114,9 +114,9 @@ def _load_tile(x_ptr, stride_xm, t0, t, b, m, M, K, L: tl.constexpr, P: tl.const
 
 @triton.jit
 def _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L: tl.constexpr, P: tl.constexpr, NB: tl.constexpr,
-                INTERPRET: tl.constexpr, NEG: tl.constexpr = False):
+                INTERPRET: tl.constexpr):
     """Quantize the loaded x values ``xv`` [TB, 64] of pairs ``tt`` with the row's ``inv`` and store
-    their codes (side by side) and 64-sums (NEG: negated)."""
+    their codes (side by side) and 64-sums."""
     NS: tl.constexpr = L // 64
     if INTERPRET:
         v = xv * inv
@@ -133,17 +133,13 @@ def _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L: tl.constexpr, P: tl.
     dst = ((s[:, None] * 2 + c[None, :]) * NB + m) * (32 * P) + j[:, None] * 32 + b[None, :] % 32
     tl.store(xq_ptr + dst, qi.to(tl.int8), mask=tt[:, None] < NS * P)
     xs_at = xs_ptr + (s * 4 + j) * NB + m
-    xsum = tl.sum(qi, axis=1)
-    if NEG:
-        xsum = -xsum
-    tl.store(xs_at, xsum, mask=tt < NS * P)
+    tl.store(xs_at, tl.sum(qi, axis=1), mask=tt < NS * P)
 
 
 @triton.jit(do_not_specialize=["M", "K"])
 def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constexpr, P: tl.constexpr,
                    NB: tl.constexpr, BLK: tl.constexpr, TB: tl.constexpr, INTERPRET: tl.constexpr,
-                   PERM: tl.constexpr = False, TRIGGER: tl.constexpr = False, PDL: tl.constexpr = False,
-                   NEG: tl.constexpr = False):
+                   PERM: tl.constexpr = False, TRIGGER: tl.constexpr = False, PDL: tl.constexpr = False):
     """Program (m < NB, t): row m's scale (every program of the row computes it; program t = 0
     stores it), then its codes and 64-sums of the (stage, plane) pairs t TB .. t TB + TB - 1,
     t + G .., ... (G = the grid's second size; PERM: the tile of (s, j) gathers the K positions of
@@ -151,7 +147,7 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
     it), so both loads are in flight at once. PDL: launched as a programmatic dependent launch --
     nothing global is touched before ``griddepcontrol.wait`` (x is the previous kernel's output);
     TRIGGER: the next kernel, a programmatic dependent launch, may place its CTAs at once (it
-    still waits for this one's writes). NEG: the 64-sums stored negated."""
+    still waits for this one's writes)."""
     if PDL:
         gdc_wait()
     if TRIGGER:
@@ -174,15 +170,14 @@ def _x_int8_kernel(x_ptr, xq_ptr, xs_ptr, sx_ptr, M, K, stride_xm, L: tl.constex
     if part == 0:
         tl.store(sx_ptr + m, tl.div_rn(a, tl.full([], 127.0, tl.float32)))
     NS: tl.constexpr = L // 64
-    _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET, NEG)
+    _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET)
     first += parts * TB
     for t0 in range(first, NS * P, parts * TB):
         tt, s, j, xv = _load_tile(x_ptr, stride_xm, t0, t, b, m, M, K, L, P, PERM)
-        _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET, NEG)
+        _tile_store(xv, inv, tt, s, j, b, m, xq_ptr, xs_ptr, L, P, NB, INTERPRET)
 
 
-def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = False, trigger: bool = False,
-                 neg_sums: bool = False):
+def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = False, trigger: bool = False):
     """Launch the quantize-and-tile kernel: ``x`` [M, K] (bf16 / fp16 / fp32, unit stride along
     K, M <= nb) -> (xq_tiles int8 [NS * 2 * NB, 32 P], xsum int32 [NS * 4, NB], sx fp32 [NB]).
     Rows of ``xsum`` for the unused planes j >= P are left unwritten (never read). ``perm``: the
@@ -192,8 +187,7 @@ def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = F
     pairs: one program a row walking them all in sequence is a chain of dependent loads, not
     bytes. ``trigger``: a PDL chain follows (the coarse pass), so the launch is itself a
     programmatic dependent one -- its CTAs placed while the kernel before it drains -- and lets
-    the next launch place its CTAs at once. ``neg_sums``: the 64-sums stored negated (``xsum`` =
-    -sum; ``gluon_wgmma.NEG_XSUM``)."""
+    the next launch place its CTAs at once."""
     m, k = x.shape
     if m > nb or x.stride(1) != 1:
         raise ValueError(f"x_int8_tiles needs M <= {nb} rows with unit stride along K, got shape {tuple(x.shape)} "
@@ -210,7 +204,7 @@ def x_int8_tiles(x: torch.Tensor, ell: int, planes: int, nb: int, perm: bool = F
     trigger = trigger and not interpret_mode()
     opts = {"TRIGGER": trigger, **launch_options(x.device, trigger, trigger, None)}
     _x_int8_kernel[(nb, parts)](x, xq, xs, sx, m, k, x.stride(0), L=ell, P=planes, NB=nb, BLK=blk, TB=tb,
-                                INTERPRET=interpret_mode(), PERM=perm, NEG=neg_sums,
+                                INTERPRET=interpret_mode(), PERM=perm,
                                 num_warps=8 if blk >= 4096 else 4, **opts)
     return xq, xs, sx
 

@@ -20,7 +20,7 @@ j with one shift-and-mask per word (the codes are already small non-negative int
 async wgmmas (the two halves, K = 64) against the plane's x tile (the B operand, K-major in shared
 memory). The int32 result loses the zero point (``- z xsum``, exact), is converted and multiplied
 by the fp16 group scale into the fp32 accumulator. At the end: times ``sx``, then the block's
-``KCAND`` best keys per row of x (ties to the lower token index; ``gluon_emit.py``) -- the fast-mode
+``KCAND`` best keys per row of x (ties to the lower token index; ``wgmma_emit.py``) -- the fast-mode
 candidates contract of the other coarse kernels.
 
 **Whole-row integer variant** (``TABLE``, INT2): the group scale is rounded to an integer multiple
@@ -72,7 +72,7 @@ try:
 
     from lowbit.ops._gluon_pdl import gdc_launch_dependents, gdc_wait
     from lowbit.ops._gluon_wgmma import acc_layout, invalidate_ring_barriers, ring_barriers, warp_rows
-    from lowbit.ops.coarse_head.gluon_emit import block_logits, emit_candidates
+    from lowbit.ops.coarse_head.wgmma_emit import block_logits, emit_candidates
 
     GLUON_ERROR = None
 except Exception as e:  # noqa: BLE001 - any failure means "no Gluon path"
@@ -103,11 +103,8 @@ if GLUON_ERROR is None:
                                           lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
                                           warp_bases=warp_rows(W), block_bases=[], shape=[16 * W, 32])
 
-    # plane j's codes of a word of packed bytes, as 4 int8 (one shift-and-mask)
-    _P0_2 = gl.constexpr("and.b32 $0, $1, 0x03030303;")
-    _P1_2 = gl.constexpr("{.reg .b32 a; shr.u32 a, $1, 2; and.b32 $0, a, 0x03030303;}")
-    _P2_2 = gl.constexpr("{.reg .b32 a; shr.u32 a, $1, 4; and.b32 $0, a, 0x03030303;}")
-    _P3_2 = gl.constexpr("{.reg .b32 a; shr.u32 a, $1, 6; and.b32 $0, a, 0x03030303;}")
+    # INT4 plane j's codes of a word of packed bytes, as 4 int8 (one shift-and-mask; INT2 takes the
+    # whole-row variant's byte-permute decode)
     _P0_4 = gl.constexpr("and.b32 $0, $1, 0x0F0F0F0F;")
     _P1_4 = gl.constexpr("{.reg .b32 a; shr.u32 a, $1, 4; and.b32 $0, a, 0x0F0F0F0F;}")
 
@@ -117,21 +114,12 @@ if GLUON_ERROR is None:
 
     @gluon.jit
     def _plane(q, J: gl.constexpr, BITS: gl.constexpr):
-        """Plane J's codes of the packed bytes ``q`` (uint8, 4 a word) as int8, one op a word."""
-        if BITS == 2:
-            if J == 0:
-                r = _asm_plane(q, _P0_2)
-            elif J == 1:
-                r = _asm_plane(q, _P1_2)
-            elif J == 2:
-                r = _asm_plane(q, _P2_2)
-            else:
-                r = _asm_plane(q, _P3_2)
+        """INT4 plane J's codes of the packed bytes ``q`` (uint8, 4 a word) as int8, one op a word."""
+        gl.static_assert(BITS == 4, "the per-group pass decodes INT4 (INT2 runs the whole-row variant)")
+        if J == 0:
+            r = _asm_plane(q, _P0_4)
         else:
-            if J == 0:
-                r = _asm_plane(q, _P0_4)
-            else:
-                r = _asm_plane(q, _P1_4)
+            r = _asm_plane(q, _P1_4)
         return r
 
     @gluon.jit
@@ -140,12 +128,10 @@ if GLUON_ERROR is None:
                      K0=0, z_desc=None, z_bufs=None, PART: gl.constexpr = 0):
         """TMA of stage c = K0 + i into ring slot i % STAGES: codes [R, 64]; the fp16 scales [P, R]
         and zero bytes [128 / R, R] (``z_desc`` / ``z_bufs``, ``_zero_box``; TABLE: the group codes
-        [2, R] instead); the two halves' x tiles [NB, 32 P] (``x_int8``'s side-by-side layout;
-        ``x_desc``'s box may be fewer rows, ``X_ROWS_BOX``: it lands in the tiles' first rows, and
-        the rest feeds only wgmma columns m >= M, which are never stored); and (not with TABLE,
-        which needs none) the x sums [4, NB]. PART: 0 the whole stage; 1 the slot's barrier armed
+        [2, R] instead); the two halves' x tiles [NB, 32 P] (``x_int8``'s side-by-side layout); and
+        (not with TABLE, which needs none) the x sums [4, NB]. PART: 0 the whole stage; 1 the slot's barrier armed
         for the whole stage but only the weight side issued; 2 only the x side, on the barrier
-        PART 1 armed (``_ws_producer``'s EARLY)."""
+        PART 1 armed (``_ws_producer``'s early ring)."""
         slot = i % STAGES
         bar = bars.index(slot)
         XB: gl.constexpr = x_desc.block_type.nbytes
@@ -222,39 +208,25 @@ if GLUON_ERROR is None:
         return acc + f * gl.expand_dims(sc, 1)
 
     @gluon.jit
-    def _rows(buf, ROW0: gl.constexpr, R: gl.constexpr):
-        """``buf`` (a shared-memory buffer whose dim 0 runs along tokens) itself, or with ROW0 >= 0
-        its R rows from ROW0 -- a consumer partition's half of a spanning program's rows
-        (``_coarse_ws_kernel`` HALVES = 2)."""
-        if ROW0 >= 0:
-            buf = buf.slice(ROW0, R, dim=0)
-        return buf
-
-    @gluon.jit
     def _plane_scale(scale_rows, zb, u, J: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr,
-                     row_l: gl.constexpr, NEGXS: gl.constexpr = False, ROW0: gl.constexpr = -1):
+                     row_l: gl.constexpr):
         """(fp32 scale, int32 minus the zero) per token row of plane J of ring slot ``u``:
-        ``scale_rows`` row P u + J, the zero from bits BITS J.. of the slot's zero bytes ``zb``.
-        NEGXS: the x sums are stored negated (``NEG_XSUM``), so the multiplier of the x sums is the
-        zero itself (no negation a row and plane)."""
-        sc = _rows(scale_rows.index(P * u + J), ROW0, zb.shape[0]).load(row_l).to(gl.float32)
+        ``scale_rows`` row P u + J, the zero from bits BITS J.. of the slot's zero bytes ``zb``."""
+        sc = scale_rows.index(P * u + J).load(row_l).to(gl.float32)
         z = (zb >> (BITS * J)) & ((1 << BITS) - 1)
-        if NEGXS:
-            return sc, z
         return sc, -z
 
     @gluon.jit
-    def _plane_scales(scale_rows, z_rows, u, P: gl.constexpr, BITS: gl.constexpr, row_l: gl.constexpr,
-                      NEGXS: gl.constexpr = False, ROW0: gl.constexpr = -1, R: gl.constexpr = 0):
+    def _plane_scales(scale_rows, z_rows, u, P: gl.constexpr, BITS: gl.constexpr, row_l: gl.constexpr):
         """The 4 planes' (scale, minus zero) of ring slot ``u`` (:func:`_plane_scale`); planes
         j >= P repeat plane 0's (never read). All loaded before the stage's first wgmma."""
         ZR: gl.constexpr = z_rows.shape[0] * P // scale_rows.shape[0]  # rows of a stage's zero box
-        zb = _rows(z_rows.index(ZR * u), ROW0, R).load(row_l).to(gl.int32)
-        s0, z0 = _plane_scale(scale_rows, zb, u, 0, P, BITS, row_l, NEGXS, ROW0)
-        s1, z1 = _plane_scale(scale_rows, zb, u, 1, P, BITS, row_l, NEGXS, ROW0)
+        zb = z_rows.index(ZR * u).load(row_l).to(gl.int32)
+        s0, z0 = _plane_scale(scale_rows, zb, u, 0, P, BITS, row_l)
+        s1, z1 = _plane_scale(scale_rows, zb, u, 1, P, BITS, row_l)
         if P == 4:
-            s2, z2 = _plane_scale(scale_rows, zb, u, 2, P, BITS, row_l, NEGXS, ROW0)
-            s3, z3 = _plane_scale(scale_rows, zb, u, 3, P, BITS, row_l, NEGXS, ROW0)
+            s2, z2 = _plane_scale(scale_rows, zb, u, 2, P, BITS, row_l)
+            s3, z3 = _plane_scale(scale_rows, zb, u, 3, P, BITS, row_l)
         else:
             s2 = s0
             z2 = z0
@@ -264,23 +236,21 @@ if GLUON_ERROR is None:
 
     @gluon.jit
     def _stage_sum(acc, w_bufs, scale_rows, x_bufs, xs_rows, slot, NB: gl.constexpr, W: gl.constexpr,
-                   P: gl.constexpr, BITS: gl.constexpr, PIPE: gl.constexpr, MAGIC: gl.constexpr, z_rows=None,
-                   NEGXS: gl.constexpr = False, ROW0: gl.constexpr = -1):
+                   P: gl.constexpr, BITS: gl.constexpr, PIPE: gl.constexpr, MAGIC: gl.constexpr, z_rows=None):
         """acc += the P planes of the stage in ring slot ``slot``: its scales in ``scale_rows`` (the
         [slots P, R] fp16 rows of the scale buffers), zero bytes in ``z_rows``, x tiles and sums
         in the slot's x buffers. PIPE: plane j + 1's wgmmas are started before plane j is retired
-        (its integer / fp32 epilogue overlaps them). MAGIC: see ``_retire_plane``. ROW0 >= 0: the
-        tokens are rows ROW0 .. ROW0 + 16 W - 1 of the slots (``_rows``)."""
+        (its integer / fp32 epilogue overlaps them). MAGIC: see ``_retire_plane``."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         row_l: gl.constexpr = gl.SliceLayout(1, mma)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
-        wb = _rows(w_bufs.index(slot), ROW0, R)
+        wb = w_bufs.index(slot)
         izero = gl.zeros([R, NB], gl.int32, mma)
         q0 = wb.slice(0, 32, dim=1).load(_codes_layout(W))
         q1 = wb.slice(32, 32, dim=1).load(_codes_layout(W))
-        scs, nzs = _plane_scales(scale_rows, z_rows, slot, P, BITS, row_l, NEGXS, ROW0, R)
+        scs, nzs = _plane_scales(scale_rows, z_rows, slot, P, BITS, row_l)
         # the x sums are read where they are used -- by _start_tile before the wgmmas (MAGIC), else
         # by _retire_plane after them: loaded early they stay live across the wgmmas, and at NB = 64
         # that spilled (offline sm_90, two blocks a program)
@@ -339,11 +309,11 @@ if GLUON_ERROR is None:
                                          pack=1)
 
     @gluon.jit
-    def _chunk_tables(code_rows, u, r_l: gl.constexpr, ROW0: gl.constexpr = -1, R: gl.constexpr = 0):
+    def _chunk_tables(code_rows, u, r_l: gl.constexpr):
         """The byte tables of planes 0..3 (int32 [R, 1] each, rows in ``r_l``) of ring slot ``u``'s
-        group codes (``code_rows`` rows 2 u, 2 u + 1; ROW0: see ``_rows``)."""
-        t0, t1 = _tables(_rows(code_rows.index(2 * u), ROW0, R).load(r_l))
-        t2, t3 = _tables(_rows(code_rows.index(2 * u + 1), ROW0, R).load(r_l))
+        group codes (``code_rows`` rows 2 u, 2 u + 1)."""
+        t0, t1 = _tables(code_rows.index(2 * u).load(r_l))
+        t2, t3 = _tables(code_rows.index(2 * u + 1).load(r_l))
         return gl.expand_dims(t0, 1), gl.expand_dims(t1, 1), gl.expand_dims(t2, 1), gl.expand_dims(t3, 1)
 
     @gluon.jit
@@ -354,22 +324,20 @@ if GLUON_ERROR is None:
                                          dtype=(gl.int8, gl.int8, gl.int8, gl.int8), is_pure=True, pack=4)
 
     @gluon.jit
-    def _stage_sum_table(acc, w_bufs, code_rows, x_bufs, slot, NB: gl.constexpr, W: gl.constexpr,
-                         ROW0: gl.constexpr = -1):
+    def _stage_sum_table(acc, w_bufs, code_rows, x_bufs, slot, NB: gl.constexpr, W: gl.constexpr):
         """acc (int32) += the stage in ring slot ``slot``, whole-row variant: the rows' byte tables
         built from their group codes (``_chunk_tables``; ``code_rows``: the codes buffer [slots,
         2, R] as rows of R), both 32-byte halves decoded (``_prmt_word``: 4 registers of weights
         each) before the first of its 8 wgmmas is issued -- ptxas serializes wgmmas whose register
         inputs are defined after the first one starts (C7513) -- then one wgmma chain; all retired
         on return (the caller refills the slot next). The B operand of (register j, half h) is the
-        32-byte column slice j of the slot's side-by-side x tile h. ROW0 >= 0: the tokens are rows
-        ROW0 .. ROW0 + 16 W - 1 of the slots (``_rows``)."""
+        32-byte column slice j of the slot's side-by-side x tile h."""
         mma: gl.constexpr = acc_layout(NB, W)
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         c_l: gl.constexpr = _codes_layout(W)
         r_l: gl.constexpr = gl.SliceLayout(1, c_l)
-        wb = _rows(w_bufs.index(slot), ROW0, 16 * W)
-        t0, t1, t2, t3 = _chunk_tables(code_rows, slot, r_l, ROW0, 16 * W)
+        wb = w_bufs.index(slot)
+        t0, t1, t2, t3 = _chunk_tables(code_rows, slot, r_l)
         v0 = _prmt_word(wb.slice(0, 32, dim=1).load(c_l), t0, t2, t1, t3)
         v1 = _prmt_word(wb.slice(32, 32, dim=1).load(c_l), t0, t2, t1, t3)
         for h in gl.static_range(2):
@@ -416,13 +384,12 @@ if GLUON_ERROR is None:
     def _coarse_wgmma_kernel(w_desc, sz_desc, z_desc, x_desc, xs_desc, sx_ptr, r_ptr, ck_ptr, ci_ptr, lg_ptr, M, N,
                              NBLK, NS, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                              KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr,
-                             TABLE: gl.constexpr = False, NEGXS: gl.constexpr = False):
+                             TABLE: gl.constexpr = False):
         """Program b: tokens R b .. R b + R - 1 (R = 16 W, one candidate block) against the NB rows
         of x; writes the KCAND candidates of every row m < M (``ck`` fp32 / ``ci`` int64 [M, NBLK
         KCAND], NBLK candidate blocks) and, if WRITE_LOGITS, its coarse logits into ``lg`` fp32
         [M, N]. TABLE: the whole-row variant (``sz_desc`` holds ``wgmma_table``'s words, ``r_ptr``
-        its fp32 [N] units; x tiles in ``x_int8.prmt_source`` order). NEGXS: the x sums come
-        negated (``NEG_XSUM``)."""
+        its fp32 [N] units; x tiles in ``x_int8.prmt_source`` order)."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
         col_l: gl.constexpr = gl.SliceLayout(0, mma)
@@ -450,8 +417,7 @@ if GLUON_ERROR is None:
             if TABLE:
                 acc = _stage_sum_table(acc, w_bufs, code_rows, x_bufs, slot, NB, W)
             else:
-                acc = _stage_sum(acc, w_bufs, code_rows, x_bufs, xs_rows, slot, NB, W, P, BITS, False, False, z_rows,
-                                 NEGXS)
+                acc = _stage_sum(acc, w_bufs, code_rows, x_bufs, xs_rows, slot, NB, W, P, BITS, False, False, z_rows)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -478,8 +444,7 @@ if GLUON_ERROR is None:
                      N, NBLK, NS, GRID, NB: gl.constexpr, P: gl.constexpr, BITS: gl.constexpr, STAGES: gl.constexpr,
                      KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, W: gl.constexpr, TABLE: gl.constexpr,
                      SUB: gl.constexpr = 1, LATE: gl.constexpr = False, part_ptr=None, tick_ptr=None, FULL=0,
-                     PARTS: gl.constexpr = 1, PIPE: gl.constexpr = False, z_rows=None, MAGIC: gl.constexpr = False,
-                     NEGXS: gl.constexpr = False, HALF: gl.constexpr = 0, HALVES: gl.constexpr = 1):
+                     PARTS: gl.constexpr = 1, PIPE: gl.constexpr = False, z_rows=None, MAGIC: gl.constexpr = False):
         """Consumer partition (W warps), for each row block ``pid, pid + GRID, ...`` (one: GRID is
         the launch's program count): per stage, wait for its TMA, run the stage (TABLE: the
         whole-row decode and wgmma chain into an int32 sum; else the per-group planes,
@@ -490,11 +455,6 @@ if GLUON_ERROR is None:
         every slot's shared-memory addresses (the wgmma descriptors) are compile-time constants
         instead of arithmetic on ``i % STAGES``. A row block is SUB candidate blocks (NBLK of those
         in all).
-
-        HALVES = 2 (``SPLIT_SPAN``, with SUB = 2): this partition is one of two consumer partitions
-        of a spanning program, the rows of candidate block HALF of each row block (rows HALF R ..
-        of the slots' codes, scales or group codes and zero bytes); each releases a slot on its own
-        (``empty`` counts both) and emits its block with the one-block epilogue.
 
         PARTS > 1 (one block a program, ``_split_range``): programs from FULL on each run a 1 / PARTS
         share of a block's stages; each stores its partial sum into ``part_ptr`` and takes a ticket
@@ -507,7 +467,6 @@ if GLUON_ERROR is None:
         every wgmma (C7513); 2 or 4 independent accumulators measured within 1%."""
         R: gl.constexpr = 16 * W
         mma: gl.constexpr = acc_layout(NB, W)
-        ROW0: gl.constexpr = HALF * R if HALVES == 2 else -1  # this partition's rows of the slots
         gdc_wait()
         if not LATE:
             gdc_launch_dependents()
@@ -525,7 +484,7 @@ if GLUON_ERROR is None:
                             acc = _stage_sum_table(acc, w_bufs, code_rows, x_bufs, slot, NB, W)
                         else:
                             acc = _stage_sum(acc, w_bufs, code_rows, x_bufs, xs_rows, slot, NB, W, P, BITS, PIPE,
-                                             MAGIC, z_rows, NEGXS)
+                                             MAGIC, z_rows)
                         gl.thread_barrier()
                         mbarrier.arrive(empty.index(slot))
             if pid >= FULL:
@@ -551,7 +510,7 @@ if GLUON_ERROR is None:
         else:
             lap0 = 0  # ring laps before this block
             for blk in range(gl.program_id(0), (NBLK + SUB - 1) // SUB, GRID):
-                row0 = (blk * HALVES + HALF) * R
+                row0 = blk * R
                 acc = gl.zeros([R, NB], gl.int32 if TABLE else gl.float32, mma)
                 for i0 in range(0, NS, STAGES):
                     phase = (lap0 + i0 // STAGES) & 1
@@ -559,23 +518,15 @@ if GLUON_ERROR is None:
                         if i0 + slot < NS:
                             mbarrier.wait(ready.index(slot), phase)
                             if TABLE:
-                                acc = _stage_sum_table(acc, w_bufs, code_rows, x_bufs, slot, NB, W, ROW0)
+                                acc = _stage_sum_table(acc, w_bufs, code_rows, x_bufs, slot, NB, W)
                             else:
                                 acc = _stage_sum(acc, w_bufs, code_rows, x_bufs, xs_rows, slot, NB, W, P, BITS, PIPE,
-                                                 MAGIC, z_rows, NEGXS, ROW0)
+                                                 MAGIC, z_rows)
                             gl.thread_barrier()  # every consumer warp has retired the slot's wgmmas
                             mbarrier.arrive(empty.index(slot))
                 lap0 += NS // STAGES
                 out = block_logits(acc, sx, r_ptr, row0, N, R, mma, TABLE)
-                if HALVES == 1:
-                    emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS,
-                                     SUB)
-                else:  # one candidate block, none past the last (an odd NBLK's last program): no rows of x
-                    cb = blk * HALVES + HALF
-                    # at NB = 64 by the float max-and-mask rounds (offline sm_90, INT2 / INT4: 14 / 16
-                    # spill instructions a block, against 133 / 85 for sorted heads on int32 keys)
-                    emit_candidates(out, row0, cb, ck_ptr, ci_ptr, lg_ptr, M * (cb < NBLK).to(gl.int32), N, NBLK, NB,
-                                     W, KCAND, WRITE_LOGITS, 1, NB > 32)
+                emit_candidates(out, row0, blk, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB, W, KCAND, WRITE_LOGITS, SUB)
         if LATE:
             gdc_launch_dependents()
 
@@ -583,24 +534,24 @@ if GLUON_ERROR is None:
     def _ws_producer(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty, NBLK,
                      NS, GRID, STAGES: gl.constexpr, P: gl.constexpr, NB: gl.constexpr, R: gl.constexpr,
                      TABLE: gl.constexpr = True, SUB: gl.constexpr = 1, FULL=0, PARTS: gl.constexpr = 1,
-                     z_desc=None, z_bufs=None, EARLY: gl.constexpr = False):
+                     z_desc=None, z_bufs=None):
         """Worker partition (1 warp): for each of the program's row blocks (R rows, SUB of the NBLK
         candidate blocks; PARTS > 1: its one block's share of stages, ``_split_range``), the TMA of
         stage i into slot i % STAGES once the consumers released it (free on the first lap: a wait
         on parity 1 of a fresh mbarrier returns at once). No x TMA before ``griddepcontrol.wait``
         (x's tiles are the previous launch's output).
 
-        EARLY (``EARLY_RING``): the weights do not depend on the launch before, so the first
-        block's first STAGES stages have their codes and scales (or group codes) issued before the
-        wait -- the ring fills while x is prepared -- and their x tiles after it, on the same
-        barriers."""
+        The weights do not depend on the launch before, so the first block's first STAGES stages
+        have their codes and scales (or group codes) issued before the wait -- the ring fills while
+        x is prepared -- and their x tiles after it, on the same barriers (0.7-1.7% faster than the
+        whole ring after the wait, docs/design-notes.md)."""
         if PARTS > 1:
             blk, s0, s1 = _split_range(gl.program_id(0), FULL, NS, PARTS)
         else:
             blk = gl.program_id(0)
             s0 = 0
             s1 = NS
-        E: gl.constexpr = STAGES if EARLY else 0  # stages issued around the wait
+        E: gl.constexpr = STAGES  # stages issued around the wait
         for e in gl.static_range(E):
             _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, e, blk * R,
                          STAGES, P, NB, e < s1 - s0, TABLE, s0, z_desc, z_bufs, 1)
@@ -617,10 +568,8 @@ if GLUON_ERROR is None:
             c = 0  # stages issued so far
             for blk in range(gl.program_id(0), (NBLK + SUB - 1) // SUB, GRID):
                 # the first block's first E stages went out around the wait (at most NS of them)
-                i0 = 0
-                if E:
-                    i0 = gl.minimum(NS, E) * (c == 0).to(gl.int32)
-                    c += i0
+                i0 = gl.minimum(NS, E) * (c == 0).to(gl.int32)
+                c += i0
                 for i in range(i0, NS):
                     mbarrier.wait(empty.index(i % STAGES), ((c // STAGES) & 1) ^ 1)
                     _issue_stage(w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, i,
@@ -633,8 +582,7 @@ if GLUON_ERROR is None:
                           WRITE_LOGITS: gl.constexpr, W: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                           TABLE: gl.constexpr = True, BITS: gl.constexpr = 2, SUB: gl.constexpr = 1,
                           LATE: gl.constexpr = False, part_ptr=None, tick_ptr=None, FULL=0, PARTS: gl.constexpr = 1,
-                          PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False, EARLY: gl.constexpr = False,
-                          NEGXS: gl.constexpr = False, HALVES: gl.constexpr = 1, CONSUMER_REGS: gl.constexpr = 0):
+                          PIPE: gl.constexpr = False, MAGIC: gl.constexpr = False):
         """``_coarse_wgmma_kernel`` (same arguments plus GRID: the programs launched; SUB candidate
         blocks a program; TABLE: the whole-row variant, else per group with the x sums) as a
         programmatic dependent launch after the x preparation, with its TMA issued by a 1-warp
@@ -644,41 +592,21 @@ if GLUON_ERROR is None:
         GRID = FULL + (blocks - FULL) PARTS): the blocks from FULL on split in PARTS shares of
         their stages, the partial sums met in ``part_ptr`` (int32 [(blocks - FULL) PARTS, R, NB])
         under the blocks' tickets ``tick_ptr`` (int32, zero, left zero) -- see ``_ws_consumer``.
-        PIPE / MAGIC (per group): see ``_stage_sum``. EARLY: the first weight stages issued before
-        the PDL wait (``_ws_producer``). NEGXS: the x sums come negated (``NEG_XSUM``).
-
-        HALVES = 2 (``SPLIT_SPAN``; SUB = 2, launched with W / 2 warps): two consumer partitions of
-        W / 2 warps, one a candidate block, each on its half of the program's rows (the other at
-        CONSUMER_REGS registers) -- out of step with each other, so one decodes while the other's
-        wgmmas run, where the W warps of one partition meet at a barrier every stage."""
+        PIPE / MAGIC (per group): see ``_stage_sum``. The first weight stages are issued before the
+        PDL wait (``_ws_producer``)."""
         R: gl.constexpr = 16 * W
         w_bufs, sz_bufs, code_rows, x_bufs, xs_bufs, xs_rows, z_bufs, z_rows = _alloc_operands(
             w_desc, sz_desc, x_desc, xs_desc, STAGES, R, NB, P, TABLE, True, z_desc)
-        ready, empty, side = ring_barriers(STAGES, HALVES)  # side: unused
-        # (the partitions' tuples are spelled out in each call: a tuple held in a variable loses its
+        ready, empty, side = ring_barriers(STAGES, 1)  # side: unused
+        # (the partitions' tuples are spelled out in the call: a tuple held in a variable loses its
         # constexprs)
-        if HALVES == 1:
-            gl.warp_specialize([
-                (_ws_consumer, (w_bufs, code_rows, x_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr,
-                                lg_ptr, M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, SUB,
-                                LATE, part_ptr, tick_ptr, FULL, PARTS, PIPE, z_rows, MAGIC, NEGXS)),
-                (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty,
-                                NBLK, NS, GRID, STAGES, P, NB, R, TABLE, SUB, FULL, PARTS, z_desc, z_bufs, EARLY)),
-            ], [1], [PRODUCER_REGS])
-        else:
-            gl.static_assert(HALVES == 2 and SUB == 2 and CONSUMER_REGS > 0,
-                             "two consumer partitions serve a spanning program, the second at CONSUMER_REGS")
-            WH: gl.constexpr = W // 2
-            gl.warp_specialize([
-                (_ws_consumer, (w_bufs, code_rows, x_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr,
-                                lg_ptr, M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, WH, TABLE,
-                                SUB, LATE, part_ptr, tick_ptr, FULL, PARTS, PIPE, z_rows, MAGIC, NEGXS, 0, 2)),
-                (_ws_consumer, (w_bufs, code_rows, x_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr,
-                                lg_ptr, M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, WH, TABLE,
-                                SUB, LATE, part_ptr, tick_ptr, FULL, PARTS, PIPE, z_rows, MAGIC, NEGXS, 1, 2)),
-                (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty,
-                                NBLK, NS, GRID, STAGES, P, NB, R, TABLE, SUB, FULL, PARTS, z_desc, z_bufs, EARLY)),
-            ], [WH, 1], [CONSUMER_REGS, PRODUCER_REGS])
+        gl.warp_specialize([
+            (_ws_consumer, (w_bufs, code_rows, x_bufs, xs_rows, ready, empty, sx_ptr, r_ptr, ck_ptr, ci_ptr,
+                            lg_ptr, M, N, NBLK, NS, GRID, NB, P, BITS, STAGES, KCAND, WRITE_LOGITS, W, TABLE, SUB,
+                            LATE, part_ptr, tick_ptr, FULL, PARTS, PIPE, z_rows, MAGIC)),
+            (_ws_producer, (w_desc, sz_desc, x_desc, xs_desc, w_bufs, sz_bufs, x_bufs, xs_bufs, ready, empty,
+                            NBLK, NS, GRID, STAGES, P, NB, R, TABLE, SUB, FULL, PARTS, z_desc, z_bufs)),
+        ], [1], [PRODUCER_REGS])
         invalidate_ring_barriers(ready, empty, side, STAGES)
 
 
@@ -748,24 +676,6 @@ WS_MAGIC_GROUP_NB: tuple = (16, 32)
 #: CTAs only when a program's blocks are done (``_ws_consumer`` LATE), below it at the program's start
 LATE_TRIGGER_MIN_NB = 16
 
-# Variants kept off while they are timed against the default (each then becomes the default or goes):
-#: the producer issues the first ring of weight stages before its PDL wait, their x tiles after it
-#: (``_ws_producer`` EARLY): the weights are not the x preparation's output, so the ring fills
-#: while x is prepared
-EARLY_RING = False
-#: the warp-specialized kernel's x boxes only as tall as M rounded up to a power of two (M < 8):
-#: at M = 1 a stage brings 256 bytes of x instead of 2 KB (INT2) beside its 9 KB of weights
-X_ROWS_BOX = False
-#: the per-group kernels read the x sums stored negated (``x_int8_tiles`` ``neg_sums``), so a
-#: plane's start tile needs no negation of the zero a row and plane (``_plane_scale`` NEGXS): 4
-#: IMAD.MOV fewer a stage offline, the same sums
-NEG_XSUM = False
-#: a spanning warp-specialized program's two candidate blocks on two consumer partitions of 8 warps
-#: (``_coarse_ws_kernel`` HALVES = 2) instead of one of 16: each releases a ring slot on its own,
-#: so one decodes while the other's wgmmas run; the second partition at ``SPLIT_SPAN_REGS``
-SPLIT_SPAN = False
-SPLIT_SPAN_REGS = 112
-
 
 @dataclass(frozen=True)
 class WgmmaConfig:
@@ -785,19 +695,14 @@ class WgmmaConfig:
     magic: bool  # per group: wgmmas started from the magic tile (WS_MAGIC_GROUP_NB)
     late: bool  # the dependents' trigger after the program's blocks (LATE_TRIGGER_MIN_NB)
     pdl: bool  # a programmatic dependent launch after the x preparation (the ws kernel)
-    early: bool  # EARLY_RING
-    x_rows: int  # rows of an x TMA box (X_ROWS_BOX)
-    neg_xsum: bool  # NEG_XSUM
-    halves: int  # consumer partitions of a spanning program (SPLIT_SPAN: 2)
-    consumer_regs: int  # the second consumer partition's registers (SPLIT_SPAN_REGS), else 0
 
 
-def launch_config(bits: int, m: int, n: int, ell: int, block: int, table: bool | None = None) -> WgmmaConfig:
+def launch_config(bits: int, m: int, n: int, ell: int, block: int) -> WgmmaConfig:
     """The launch :func:`coarse_wgmma` makes for ``m`` rows of x against an INT``bits`` head of
     ``n`` rows whose plane-split rows are ``ell`` bytes (64-byte stages), ``block`` tokens a
-    candidate block; ``table``: the whole-row variant (default: ``bits`` in ``TABLE_BITS``, as
-    the draft head packs it). Pure: reads only this module's tables."""
-    table = bits in TABLE_BITS if table is None else table
+    candidate block (INT2: the whole-row variant, ``TABLE_BITS``; INT4 per group). Pure: reads only
+    this module's tables."""
+    table = bits in TABLE_BITS
     nb = max(8, triton.next_power_of_2(m))
     ns = ell // STAGE_BYTES
     span = SPAN.get(nb, 1) if ns >= SPAN_MIN_STAGES else 1
@@ -806,23 +711,18 @@ def launch_config(bits: int, m: int, n: int, ell: int, block: int, table: bool |
     if not ws:  # NB = 64 on a head too short to span two blocks
         return WgmmaConfig(kernel="single", table=table, nb=nb, span=1, rows=rows, programs=-(-n // rows),
                            stages=STAGES[nb], maxnreg=None if table else MAXNREG_SINGLE_GROUP.get(nb),
-                           num_warps=rows // 16, split=None, pipe=False, magic=False, late=False, pdl=False,
-                           early=False, x_rows=nb, neg_xsum=NEG_XSUM and not table, halves=1, consumer_regs=0)
+                           num_warps=rows // 16, split=None, pipe=False, magic=False, late=False, pdl=False)
     if span == 2:
         stages, cap = STAGES_SPAN[nb], MAXNREG_WS_SPAN[nb]
     elif ns >= THREE_CTAS_MIN_STAGES and nb in (THREE_CTAS_NB_TABLE if table else THREE_CTAS_NB_GROUP):
         stages, cap = STAGES[nb], THREE_CTAS_REGS
     else:
         stages, cap = STAGES[nb], (MAXNREG_WS if table else MAXNREG_WS_GROUP)[nb]
-    halves = 2 if span == 2 and SPLIT_SPAN else 1
     return WgmmaConfig(kernel="ws", table=table, nb=nb, span=span, rows=rows, programs=-(-n // rows), stages=stages,
-                       maxnreg=cap, num_warps=rows // 16 // halves,
+                       maxnreg=cap, num_warps=rows // 16,
                        split=SPLIT_TAIL if span == 1 and table and nb <= SPLIT_TAIL_MAX_NB else None,
                        pipe=not table and nb in WS_PIPE_GROUP, magic=not table and nb in WS_MAGIC_GROUP_NB,
-                       late=nb >= LATE_TRIGGER_MIN_NB, pdl=True, early=EARLY_RING,
-                       x_rows=min(nb, triton.next_power_of_2(m)) if X_ROWS_BOX else nb,
-                       neg_xsum=NEG_XSUM and not table, halves=halves,
-                       consumer_regs=SPLIT_SPAN_REGS if halves == 2 else 0)
+                       late=nb >= LATE_TRIGGER_MIN_NB, pdl=True)
 
 
 _TICKETS: dict = {}  # device -> zeroed int32 tickets of the split blocks (every launch leaves them zero)
@@ -894,6 +794,9 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     if k > p * ell or not packed.is_contiguous() or not sz.is_contiguous():
         raise ValueError(f"coarse_wgmma: K = {k} exceeds the {p} x {ell} packed codes or operands are not contiguous")
     table = table_r is not None
+    if table != (bits in TABLE_BITS):
+        raise ValueError(f"coarse_wgmma's whole-row variant serves bits in {TABLE_BITS} and only those (table_r "
+                         f"given); got bits={bits}, table_r {'given' if table else 'None'}")
     if table and (bits not in TABLE_BITS or p * ell > TABLE_MAX_K or table_r.shape != (n,)
                   or table_r.dtype != torch.float32):
         raise ValueError(f"coarse_wgmma's whole-row variant serves bits in {TABLE_BITS}, padded K <= {TABLE_MAX_K} "
@@ -908,13 +811,13 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
                          f"got {sz.dtype} {tuple(sz.shape)}")
     if x.stride(1) != 1:
         x = x.contiguous()
-    cfg = launch_config(bits, m, n, ell, block, table)
+    cfg = launch_config(bits, m, n, ell, block)
     nb, rows, nprog = cfg.nb, cfg.rows, cfg.programs
     ns = ell // STAGE_BYTES
     nblk = -(-n // block)  # candidate blocks
     # the whole-row decode's K order; the trigger lets the PDL launch of the warp-specialized kernel
     # place its CTAs while x is prepared
-    xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=table, trigger=cfg.pdl, neg_sums=cfg.neg_xsum)
+    xq, xs, sx = x_int8_tiles(x, ell, p, nb, perm=table, trigger=cfg.pdl)
     cand_key, cand_lb, cand_idx, block_lb, block_rest, logits = coarse_outputs(m, n, nblk, kcand, False,
                                                                                write_logits, x.device)
     w_desc = TensorDescriptor.from_tensor(packed, [rows, 64], _codes_smem_layout(rows))
@@ -924,15 +827,15 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
         scales, zeros = wgmma_sz_views(sz, bits, ell)
         sz_desc = TensorDescriptor.from_tensor(scales, [p, rows], _plain_layout(16))
         z_desc = TensorDescriptor.from_tensor(zeros, _zero_box(rows), _plain_layout(8))
-    x_desc = TensorDescriptor.from_tensor(xq, [cfg.x_rows, 32 * p], _wide_layout(p))
+    x_desc = TensorDescriptor.from_tensor(xq, [nb, 32 * p], _wide_layout(p))
     xs_desc = TensorDescriptor.from_tensor(xs, [4, nb], _plain_layout(32))
     reg = {"maxnreg": cfg.maxnreg} if cfg.maxnreg else {}
     args = (w_desc, sz_desc, z_desc, x_desc, xs_desc, sx, table_r if table else sx, cand_key, cand_idx,
             logits if write_logits else cand_key, m, n, nblk, ns)
     if cfg.kernel == "single":
         _coarse_wgmma_kernel[(nprog,)](*args, NB=nb, P=p, BITS=bits, STAGES=cfg.stages, KCAND=kcand,
-                                      WRITE_LOGITS=write_logits, W=rows // 16, TABLE=table, NEGXS=cfg.neg_xsum,
-                                      num_warps=cfg.num_warps, **reg)
+                                      WRITE_LOGITS=write_logits, W=rows // 16, TABLE=table, num_warps=cfg.num_warps,
+                                      **reg)
         return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits
     full, parts, part, tick = nprog, 1, None, None
     if cfg.split is not None:
@@ -943,6 +846,5 @@ def coarse_wgmma(x: torch.Tensor, packed: torch.Tensor, sz: torch.Tensor, *, n: 
     _coarse_ws_kernel[(grid,)](*args, grid, NB=nb, P=p, STAGES=cfg.stages, KCAND=kcand, WRITE_LOGITS=write_logits,
                                W=rows // 16, PRODUCER_REGS=PRODUCER_REGS, TABLE=table, BITS=bits, SUB=cfg.span,
                                LATE=cfg.late, part_ptr=part, tick_ptr=tick, FULL=full, PARTS=parts, PIPE=cfg.pipe,
-                               MAGIC=cfg.magic, EARLY=cfg.early, NEGXS=cfg.neg_xsum, HALVES=cfg.halves,
-                               CONSUMER_REGS=cfg.consumer_regs, num_warps=cfg.num_warps, launch_pdl=True, **reg)
+                               MAGIC=cfg.magic, num_warps=cfg.num_warps, launch_pdl=True, **reg)
     return cand_key, cand_lb, cand_idx, block_lb, block_rest, logits

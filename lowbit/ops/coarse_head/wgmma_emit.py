@@ -1,4 +1,4 @@
-"""The int8-wgmma coarse pass's block epilogue (Gluon; used by both kernels of ``gluon_wgmma.py``):
+"""The int8-wgmma coarse pass's block epilogue (Gluon; used by both kernels of ``wgmma_int8.py``):
 a row block's logits from its accumulator (:func:`block_logits`), then the block's ``KCAND`` best
 keys and their tokens for every row of x (:func:`emit_candidates`) -- by sorted per-thread heads
 (:func:`_sorted_heads_rounds`) or successive max-and-mask rounds (:func:`_max_and_mask`), over the
@@ -33,8 +33,7 @@ if GLUON_ERROR is None:
 
     @gluon.jit
     def emit_candidates(out, row0, pid, ck_ptr, ci_ptr, lg_ptr, M, N, NBLK, NB: gl.constexpr, W: gl.constexpr,
-                        KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, SUB: gl.constexpr = 1,
-                        FLOAT_KEYS: gl.constexpr = False):
+                        KCAND: gl.constexpr, WRITE_LOGITS: gl.constexpr, SUB: gl.constexpr = 1):
         """The KCAND best keys of every row m < M in each of the program's SUB candidate blocks
         (``16 W / SUB`` tokens each; candidate block ``pid SUB + s``, ``NBLK`` of them in all) from
         its logits ``out`` fp32 [16 W, NB] (and the logits themselves if WRITE_LOGITS): the tile
@@ -42,8 +41,7 @@ if GLUON_ERROR is None:
         reductions along tokens stay inside it. One block a program: over the keys' int32 bits
         (a round's maximum is one warp ``redux.sync``), by ``_sorted_heads_rounds`` where the block
         is 128 tokens (fewer instructions than max-and-mask over every element), else by
-        ``_max_and_mask``; FLOAT_KEYS: max-and-mask over the fp32 keys (fewer spills at NB = 64).
-        Two blocks a program: max-and-mask over the fp32 keys along the token axis of [SUB, R /
+        ``_max_and_mask``. Two blocks a program: max-and-mask over the fp32 keys along the token axis of [SUB, R /
         SUB, NB]."""
         R: gl.constexpr = 16 * W
         bl: gl.constexpr = gl.BlockedLayout([R // 32, 1], [32, 1], [1, W], [0, 1])
@@ -58,12 +56,12 @@ if GLUON_ERROR is None:
         neg = float("-inf")
         key = gl.where(tok2 < N, key, neg)
         big = N + R
-        if SUB == 1 and not FLOAT_KEYS and R == 128:
+        if SUB == 1 and R == 128:
             _sorted_heads_rounds(key, tok2 + gl.expand_dims(mrow, 0) * 0, big, ck_ptr, ci_ptr, pid, M, NBLK, NB,
                                  KCAND)
         elif SUB == 1:
             o_c = mrow.to(gl.int64) * (NBLK * KCAND) + pid * KCAND
-            _max_and_mask(key, tok2, big, ck_ptr, ci_ptr, o_c, m_ok, 0, KCAND, not FLOAT_KEYS)
+            _max_and_mask(key, tok2, big, ck_ptr, ci_ptr, o_c, m_ok, 0, KCAND, True)
         else:
             # [SUB, R / SUB, NB]: candidate block s holds tokens s R / SUB .. (s + 1) R / SUB - 1
             key3 = gl.reshape(key, [SUB, R // SUB, NB])
