@@ -27,7 +27,7 @@ from lowbit._validate import check_tensor, require
 from lowbit.formats.fp8 import FP8
 from lowbit.formats.nvfp4 import GROUP_SIZE, NVFP4
 from lowbit.io._tensors import get, get_scalar, name_of
-from lowbit.io.modelopt import _fp32_scalar
+from lowbit.io.modelopt import fp32_scalar
 
 
 def read_fp8_channel(tensors: Mapping[str, torch.Tensor], prefix: str) -> FP8:
@@ -43,7 +43,7 @@ def write_fp8_channel(fmt: FP8, prefix: str, *, input_scale: torch.Tensor | floa
             f"write_fp8_channel needs a per-row FP8, got {type(fmt).__name__} {getattr(fmt, 'granularity', '')}")
     out = {name_of(prefix, "weight"): fmt.data.contiguous(), name_of(prefix, "weight_scale"): fmt.scale.contiguous()}
     if input_scale is not None:
-        out[name_of(prefix, "input_scale")] = _fp32_scalar("input_scale", input_scale, scalar_shape)
+        out[name_of(prefix, "input_scale")] = fp32_scalar("input_scale", input_scale, scalar_shape)
     return out
 
 
@@ -89,5 +89,5 @@ def write_nvfp4_ct(
         name_of(prefix, "weight_global_scale"): inv.contiguous(),
     }
     if input_global_scale is not None:
-        out[name_of(prefix, "input_global_scale")] = _fp32_scalar("input_global_scale", input_global_scale, scalar_shape)
+        out[name_of(prefix, "input_global_scale")] = fp32_scalar("input_global_scale", input_global_scale, scalar_shape)
     return out

@@ -49,11 +49,11 @@ def write_nvfp4(fmt: NVFP4, prefix: str, *, input_scale: torch.Tensor | float | 
         name_of(prefix, "weight_scale_2"): fmt.global_scale.reshape(scalar_shape).contiguous(),
     }
     if input_scale is not None:
-        out[name_of(prefix, "input_scale")] = _fp32_scalar("input_scale", input_scale, scalar_shape)
+        out[name_of(prefix, "input_scale")] = fp32_scalar("input_scale", input_scale, scalar_shape)
     return out
 
 
-def _fp32_scalar(name: str, value, shape: tuple) -> torch.Tensor:
+def fp32_scalar(name: str, value, shape: tuple) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         check_tensor(name, value, dtypes=(torch.float32,))
         require(value.numel() == 1, f"{name} must be a scalar, got shape {tuple(value.shape)}")
