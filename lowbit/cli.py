@@ -83,7 +83,53 @@ def _cmd_info(args: argparse.Namespace) -> int:
     for key, value in describe().items():
         table.add_row(key, str(value))
     _console().print(table)
+    if args.dispatch:
+        _print_dispatch(args.dispatch)
     return 0
+
+
+def _print_dispatch(head: tuple[int, int]) -> None:
+    """The dispatch tables: the draft head's routes resolved for an N x K head on an sm_90 GPU, and
+    the GEMMs' routes."""
+    from rich.table import Table
+
+    from lowbit.ops.coarse_head.dispatch import COARSE_ROUTES, TAIL_ROUTES, dispatch_table
+    from lowbit.ops.fp4_gemm.dispatch import dispatch_table as fp4_table
+    from lowbit.ops.fp8_gemm.dispatch import dispatch_table as fp8_table
+
+    console = _console()
+    routes = Table(title="DraftHead routes (first match wins)")
+    for col in ("step", "kernel", "when"):
+        routes.add_column(col)
+    for step, rows in (("coarse", COARSE_ROUTES), ("tail", TAIL_ROUTES)):
+        for r in rows:
+            routes.add_row(step, r.kernel, r.when)
+    console.print(routes)
+    n, k = head
+    resolved = Table(title=f"DraftHead on a dense bf16 {n} x {k} head, sm_90, defaults")
+    rows = dispatch_table(n, k)
+    for col in rows[0]:
+        resolved.add_column(col)
+    for r in rows:
+        resolved.add_row(*(str(v) for v in r.values()))
+    console.print(resolved)
+    gemm = Table(title="fp8_gemm / fp4_gemm routes (first match wins)")
+    rows = fp8_table() + fp4_table()
+    for col in rows[0]:
+        gemm.add_column(col)
+    for r in rows:
+        gemm.add_row(*(str(v) for v in r.values()))
+    console.print(gemm)
+
+
+def _head_shape(text: str) -> tuple[int, int]:
+    try:
+        n, k = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N x K such as 49152x576, got {text!r}") from None
+    if n < 1 or k < 16 or k % 16:
+        raise argparse.ArgumentTypeError(f"N must be positive and K a positive multiple of 16, got {text!r}")
+    return n, k
 
 
 # ----------------------------------------------------------------------------------------- demo
@@ -554,6 +600,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"lowbit {lowbit.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("info", help="torch / triton versions, device, and which paths will run")
+    p.add_argument("--dispatch", nargs="?", const=(49152, 576), default=None, type=_head_shape, metavar="NxK",
+                   help="also print the dispatch tables: the draft head's resolved for an NxK head "
+                        "(default 49152x576), and the GEMMs'")
     p.set_defaults(func=_cmd_info)
 
     p = sub.add_parser("demo", help="a real model generating with its exact head and with lowbit.DraftHead",
