@@ -7,7 +7,7 @@ in a subprocess -- ``TRITON_INTERPRET`` must be unset before Triton is imported,
 has it set -- and fails on a non-zero exit or a "FAILED" line. Every check compiles what the code
 launches as dispatched on an sm_90 GPU, recorded on CPU stand-ins: the draft head's pipelines in
 both modes (``draft_head``: the int8-wgmma, mma.sync and fp32 coarse passes, the x preparation,
-selection, rerank, certified tail and fused argmax at every M band of two heads), the GEMMs'
+selection, rerank, certified tail and fused argmax at the M bands of two heads), the GEMMs'
 routed kernels at every M band of their dispatch tables and the gathered projection's, sparse
 attention's, the Sinkhorn split's and the activation quantizers' kernels as their public ops
 launch them on the benchmark shapes (``ops_dispatch``), and the K loop of the prefill GEMM
