@@ -28,17 +28,26 @@ when BK divides group_size or vice versa.
 Tensors: ``packed`` uint8 ``[N, Kp/P]``; ``scale`` fp16 ``[N, Kp/G]``; ``zero`` uint8 ``[N, Kp/G]``
 (the integer zero-point). Padded groups are all zero (q = z, contributing 0). ``k`` is the
 logical K. For INT8, P = 1 and ``packed`` is simply the codes.
+
+Hostile input: ``quantize`` refuses non-finite weights and a group whose scale would not fit
+fp16 (``(hi - lo) / (2^bits - 1) > 65504``) with a ``ValueError`` naming the row and group; it never
+returns a non-finite scale or dequantized value. Scales that land in fp16's subnormal range (tiny
+groups, the ``1e-8`` floor rounds up to ``2^-24``) are still upper bounds of ``range / qmax``, so
+the codes never clamp and ``|w - w~| <= s/2`` holds there too. A caller that must quantize any
+finite weight (the draft head) prescales by a power of two: :func:`fp16_scale_exp`.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
 from lowbit._validate import check_tensor, require
-from lowbit.formats._base import TensorFormat
+from lowbit.formats._base import TensorFormat, require_finite, require_int
 
 BITS = (2, 4, 8)
+FP16_MAX = 65504.0
 
 
 def _fp16_round_up(x: torch.Tensor) -> torch.Tensor:
@@ -64,7 +73,13 @@ class INTx(TensorFormat):
     k: int
 
     def __post_init__(self):
-        require(self.bits in BITS, f"INTx bits must be one of {BITS}, got {self.bits}")
+        require(not isinstance(self.bits, bool) and self.bits in BITS and isinstance(self.bits, int),
+                f"INTx bits must be one of {BITS}, got {self.bits!r}")
+        require_int("group_size", self.group_size)
+        require(self.group_size >= 16 and self.group_size % 16 == 0,
+                f"group_size must be a positive multiple of 16, got {self.group_size}")
+        require_int("k", self.k)
+        require(self.k >= 0, f"k must be non-negative, got {self.k}")
         check_tensor("packed", self.packed, dtypes=(torch.uint8,), ndim=2)
         check_tensor("scale", self.scale, dtypes=(torch.float16,), ndim=2)
         check_tensor("zero", self.zero, dtypes=(torch.uint8,), ndim=2)
@@ -89,21 +104,33 @@ class INTx(TensorFormat):
 
     @classmethod
     def quantize(cls, w: torch.Tensor, bits: int = 4, group_size: int = 64) -> "INTx":
-        """Quantize a 2-D float weight ``[N, K]``; K must be a multiple of 16 (padded internally)."""
+        """Quantize a 2-D float weight ``[N, K]``; K must be a multiple of 16 (padded internally).
+
+        ``ValueError`` (naming where) for a non-finite weight or a group whose scale
+        ``(hi - lo) / (2^bits - 1)`` exceeds fp16's 65504 (prescale such a weight by ``2^-e``,
+        :func:`fp16_scale_exp`). Empty weights (N = 0 or K = 0) give an empty, valid INTx.
+        """
         check_tensor("w", w, ndim=2)
         require(w.is_floating_point(), f"w must be floating point, got {w.dtype}")
-        require(bits in BITS, f"INTx bits must be one of {BITS}, got {bits}")
+        require(not isinstance(bits, bool) and isinstance(bits, int) and bits in BITS,
+                f"INTx bits must be one of {BITS}, got {bits!r}")
+        require_int("group_size", group_size)
         require(group_size >= 16 and group_size % 16 == 0, f"group_size must be a positive multiple of 16, got {group_size}")
         n, k = w.shape
         require(k % 16 == 0, f"INTx needs K % 16 == 0, got K={k} (shape {tuple(w.shape)})")
+        require_finite("w", w)
         kp = padded_k(k, bits, group_size)
         qmax = (1 << bits) - 1
-        wf = torch.zeros(n, kp, dtype=torch.float32, device=w.device)
-        wf[:, :k] = w.float()
-        g = wf.view(n, kp // group_size, group_size)
+        g, s = _group_scales(w, bits, group_size)
+        bad = ~torch.isfinite(s)
+        if bool(bad.any()):
+            r, gi = (int(i) for i in bad.nonzero()[0].tolist())
+            lo, hi = float(g[r, gi].amin().double().clamp_max(0)), float(g[r, gi].amax().double().clamp_min(0))
+            raise ValueError(
+                f"w row {r}, group {gi} (K {gi * group_size}..{min(k, (gi + 1) * group_size) - 1}) spans "
+                f"[{lo:.6g}, {hi:.6g}]: its INT{bits} scale (range / {qmax} = {(hi - lo) / qmax:.6g}) does not fit "
+                f"fp16 (max {FP16_MAX:g}); prescale the weight by a power of two (see fp16_scale_exp)")
         lo = g.amin(-1).clamp_max(0.0)
-        hi = g.amax(-1).clamp_min(0.0)
-        s = _fp16_round_up(((hi - lo) / torch.full_like(hi, float(qmax))).clamp_min(1e-8))
         z = torch.round(-lo / s).clamp(0, qmax)
         q = torch.round(g / s.unsqueeze(-1) + z.unsqueeze(-1)).clamp(0, qmax).to(torch.uint8).view(n, kp)
         return cls(pack_planes(q, bits), s.to(torch.float16), z.to(torch.uint8), bits, group_size, k)
@@ -122,6 +149,37 @@ class INTx(TensorFormat):
     def error_bound(self) -> torch.Tensor:
         """Per-element bound ``s/2`` on ``|w - w~|`` per (row, group), fp32 ``[N, Kp/G]``."""
         return self.scale.float() * 0.5
+
+
+def _group_scales(w: torch.Tensor, bits: int, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(groups fp32 [N, Kp/G, G] zero-padded, scale fp32 [N, Kp/G] rounded up to fp16; inf where
+    it does not fit fp16)."""
+    n, k = w.shape
+    kp = padded_k(k, bits, group_size)
+    qmax = (1 << bits) - 1
+    wf = torch.zeros(n, kp, dtype=torch.float32, device=w.device)
+    wf[:, :k] = w.float()
+    g = wf.view(n, kp // group_size, group_size)
+    lo = g.amin(-1).clamp_max(0.0)
+    hi = g.amax(-1).clamp_min(0.0)
+    s = _fp16_round_up(((hi - lo) / torch.full_like(hi, float(qmax))).clamp_min(1e-8))
+    return g, s
+
+
+def fp16_scale_exp(w: torch.Tensor, bits: int, group_size: int) -> int:
+    """Smallest ``e >= 0`` such that every group scale of ``w * 2^-e`` fits fp16 (0 for most
+    weights; a head with a 1e8 entry needs a few). ``w`` must be finite."""
+    require_finite("w", w)
+    wf = w.float()
+    amax = float(wf.abs().amax()) if wf.numel() else 0.0
+    qmax = (1 << bits) - 1
+    # (hi - lo) <= 2 amax: start just below the estimate, then step up on the exact fp32 rule
+    e = max(0, math.ceil(math.log2(2.0 * amax / qmax / FP16_MAX)) - 2) if amax > 0 else 0
+    while True:
+        scaled = wf if e == 0 else wf * torch.tensor(2.0**-e, dtype=torch.float32, device=wf.device)
+        if bool(torch.isfinite(_group_scales(scaled, bits, group_size)[1]).all()):
+            return e
+        e += 1
 
 
 def pack_planes(q: torch.Tensor, bits: int) -> torch.Tensor:

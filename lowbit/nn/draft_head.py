@@ -4,6 +4,8 @@ See :class:`DraftHead` and docs/draft_head.md (design, the error bound, defaults
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -38,7 +40,12 @@ class DraftHead(nn.Module):
     Args:
         weight: dense ``[N, K]`` bf16 / fp16 / fp32 tensor, an :class:`~lowbit.formats.FP8` with
             ``granularity="row"`` (compressed-tensors lm_heads) or an :class:`~lowbit.formats.NVFP4`.
-            Kept by reference (never copied): the exact rerank reads it. K % 16 == 0.
+            Kept by reference (never copied): the exact rerank reads it. K % 16 == 0. Must be
+            finite: a NaN / inf (or an FP8 / NVFP4 weight whose codes or scales are, or overflow)
+            is refused with a ``ValueError`` naming where, when the coarse copy is built. Any
+            finite weight is answered exactly: an INTx coarse copy whose group scales would not
+            fit fp16 (an entry of 1e8) quantizes ``W * 2^-e`` instead (``packing.coarse_exp``);
+            ``logits`` returns its coarse values scaled back by ``2^e`` (exact).
         bits: coarse copy: 2, 4 or 8 (INTx plane-split, see :class:`~lowbit.formats.INTx`);
             ``None`` = native (the FP8 / NVFP4 weight's own rows, no extra memory); ``"auto"``
             (default) = native for FP8 / NVFP4, else INT8 (certified) / INT4 (fast).
@@ -110,19 +117,21 @@ class DraftHead(nn.Module):
             bits = None if native_ok else d["bits"]
         if bits == "native":
             bits = None
-        require(bits in (None, 2, 4, 8), f"bits must be 2, 4, 8, None (native) or 'auto', got {bits!r}")
+        require(bits is None or (type(bits) is int and bits in (2, 4, 8)),
+                f"bits must be 2, 4, 8, None (native) or 'auto', got {bits!r}")
         require(bits is not None or native_ok, f"bits=None (native coarse rows) needs an FP8 or NVFP4 weight, got {type(weight).__name__}")
-        require(isinstance(group_size, int) and group_size >= 16 and group_size % 16 == 0,
+        require(type(group_size) is int and group_size >= 16 and group_size % 16 == 0,
                 f"group_size must be a positive multiple of 16, got {group_size!r}")
         require(bound in BOUNDS, f"bound must be one of {tuple(BOUNDS)}, got {bound!r}")
         require(not (bound == "stat" and bits is None), "bound='stat' needs an INTx coarse copy (bits 2/4/8)")
-        require(sigma > 0, f"sigma must be positive, got {sigma}")
-        require(isinstance(block, int) and 16 <= block <= 256 and block & (block - 1) == 0,
+        require(isinstance(sigma, (int, float)) and not isinstance(sigma, bool) and math.isfinite(sigma) and sigma > 0,
+                f"sigma must be a positive finite number, got {sigma!r}")
+        require(type(block) is int and 16 <= block <= 256 and block & (block - 1) == 0,
                 f"block must be a power of two in [16, 256], got {block!r}")
         kcand = d["kcand"] if kcand is None else kcand
         rerank = d["rerank"] if rerank is None else rerank
-        require(isinstance(kcand, int) and 1 <= kcand <= block, f"kcand must be an int in [1, block={block}], got {kcand!r}")
-        require(isinstance(rerank, int) and rerank >= 1, f"rerank must be a positive int, got {rerank!r}")
+        require(type(kcand) is int and 1 <= kcand <= block, f"kcand must be an int in [1, block={block}], got {kcand!r}")
+        require(type(rerank) is int and rerank >= 1, f"rerank must be a positive int, got {rerank!r}")
         self.weight = weight  # a plain attribute: kept by reference, never copied or registered
         self.n, self.k = n, k
         self.bits, self.group_size, self.mode = bits, group_size, mode

@@ -140,3 +140,62 @@ def test_bad_arguments_raise_value_error():
         INTx(q.packed, q.scale, q.zero, 3, 32, 64)
     with pytest.raises(ValueError, match="multiple"):
         pack_planes(torch.zeros(1, 6, dtype=torch.uint8), 2)
+
+
+def test_hostile_arguments_raise_value_error():
+    w = torch.randn(2, 64)
+    q = INTx.quantize(w, bits=4, group_size=32)
+    with pytest.raises(ValueError, match="group_size"):
+        INTx(q.packed, q.scale, q.zero, 4, 0, 64)  # was a ZeroDivisionError
+    with pytest.raises(ValueError, match="group_size"):
+        INTx.quantize(w, group_size=16.0)  # was a TypeError
+    with pytest.raises(ValueError, match="group_size"):
+        INTx.quantize(w, group_size=True)
+    with pytest.raises(ValueError, match="bits"):
+        INTx.quantize(w, bits=8.0)
+    with pytest.raises(ValueError, match="bits"):
+        INTx(q.packed, q.scale, q.zero, 4.0, 32, 64)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_input_refused_naming_where(bad):
+    w = torch.randn(3, 64)
+    w[2, 37] = bad
+    with pytest.raises(ValueError, match=r"non-finite.*\(2, 37\)"):
+        INTx.quantize(w, bits=8, group_size=16)
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_scale_overflowing_fp16_refused_naming_row_and_group(bits):
+    w = torch.randn(4, 64) * 0.02
+    w[3, 40] = 1e8  # range / qmax >= 1e8 / 255 > 65504
+    with pytest.raises(ValueError, match=r"row 3, group 2 .*does not fit fp16"):
+        INTx.quantize(w, bits=bits, group_size=16)
+    # the largest range that fits (65504 * qmax, the rest of the group zero) keeps finite scales
+    w[3, 32:48] = 0.0
+    w[3, 40] = 65504.0 * ((1 << bits) - 1)
+    q = INTx.quantize(w, bits=bits, group_size=16)
+    assert torch.isfinite(q.scale.float()).all() and torch.isfinite(q.dequantize()).all()
+    # a range that overflows fp32 itself (hi - lo = inf) is refused too, not turned into NaN
+    w[3, 40], w[3, 41] = 3e38, -3e38
+    with pytest.raises(ValueError, match="row 3, group 2"):
+        INTx.quantize(w, bits=bits, group_size=16)
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("mag", [0.0, 1e-45, 1e-38, 1e-12, 1e-9, 3e-8, 1e-7, 1e-5, 1e-3])
+def test_tiny_groups_keep_the_bound(bits, mag):
+    """Ranges at or below the 1e-8 floor, and scales in fp16's subnormal range: codes never clamp
+    and |w - w~| <= s/2 holds (fp64 check from the stored bits)."""
+    g = torch.Generator().manual_seed(bits)
+    w = (torch.rand(3, 64, generator=g) * 2 - 1) * mag
+    w[1] = w[1].abs()  # all positive
+    w[2] = -w[2].abs()  # all negative
+    q = INTx.quantize(w, bits=bits, group_size=16)
+    assert (q.scale.float() > 0).all() and torch.isfinite(q.scale.float()).all()
+    s = q.scale.double().repeat_interleave(16, 1)[:, :64]
+    err = (w.double() - _dequant_ref_t(q)).abs()
+    assert (err <= s / 2 * (1 + 2**-20)).all()
+    qmax = (1 << bits) - 1
+    # no code clamps: q - z reproduces round(w / s) exactly where |w / s| stays within the range
+    assert ((q.codes().long() >= 0) & (q.codes().long() <= qmax)).all()

@@ -576,3 +576,84 @@ def test_topk_of_one_gives_values(backend, mode):
     ref_v, ref_i = _topk64(_exact64(x, w), 1)
     assert v.shape == (M, 1) and torch.equal(i.cpu(), ref_i) and torch.equal(am.cpu(), ref_i[:, 0])
     torch.testing.assert_close(v.cpu().double(), ref_v, rtol=1e-5, atol=1e-5)
+
+
+def _huge_entry_case():
+    """The issue's head: one 1e8 entry makes the INT8 group scale (range / 255) overflow fp16."""
+    g = torch.Generator().manual_seed(49)
+    w = torch.randn(256, 64, generator=g) * 0.02
+    w[10, 3] = 1e8
+    x = torch.randn(4, 64, generator=g)
+    x[:, 3] = x[:, 3].abs()
+    return w, x
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_certified_exact_with_entries_beyond_fp16_scales(backend, bits):
+    w, x = _huge_entry_case()
+    w[200, 5] = -3e7  # a second overflowing group, negative
+    w, x = w.to(backend.device), x.to(backend.device)
+    with backend.active():
+        head = DraftHead(w, bits=bits, group_size=16, block=64)
+        am = head.argmax(x)
+        v, i = head.topk(x, 5)
+        logits = head.logits(x)
+    exact = x.double().cpu() @ w.double().cpu().t()
+    ref_v, ref_i = _topk64(exact, 5)
+    assert head.packing.coarse_exp > 0
+    assert torch.isfinite(head.packing.fmt.scale.float()).all()
+    assert torch.equal(am.cpu(), ref_i[:, 0]) and torch.equal(i.cpu(), ref_i)
+    torch.testing.assert_close(v.cpu().double(), ref_v, rtol=1e-6, atol=0)
+    # the coarse logits come back in the weight's units: 2^e times the scaled coarse pass
+    from lowbit.ops.coarse_head.reference import coarse_values_reference
+    p = head.packing
+    c, _ = coarse_values_reference(x.cpu(), p.fmt.dequantize().cpu() * 2.0**p.coarse_exp, None, bits=bits,
+                                   group_size=16, bound=0, sigma=4.0)
+    # the reranked (exact) entries differ from c; every other one equals c up to fp32 rounding of
+    # the coarse dot (the kernels sum in another order): gamma_K-sized, << the 1e8-sized logits'
+    # 2^e spacing error a missing scale-back would show
+    ok = (logits.cpu() - c).abs() <= 1e-5 * (x.abs().cpu() @ (p.fmt.dequantize().abs().cpu() * 2.0**p.coarse_exp).t()) + 1e-6
+    ok |= (logits.cpu().double() - exact).abs() <= 1e-6 * exact.abs() + 1e-6
+    assert ok.all()
+
+
+def test_issue_example_default_head():
+    w, x = _huge_entry_case()
+    head = lowbit.DraftHead(w)
+    assert torch.equal(head.argmax(x), (x.double() @ w.double().t()).argmax(-1))
+
+
+@pytest.mark.parametrize("where", ["dense_nan", "dense_inf", "fp8_nan", "fp8_scale_inf", "nvfp4_gs_inf",
+                                   "nvfp4_scale_nan"])
+def test_non_finite_weights_refused(where):
+    w, x = _case("random", torch.float32)
+    if where.startswith("dense"):
+        w[7, 9] = float("nan") if where == "dense_nan" else float("inf")
+        with pytest.raises(ValueError, match=r"non-finite.*\(7, 9\)"):
+            DraftHead(w, bits=8)
+        return
+    if where.startswith("fp8"):
+        weight = FP8.quantize(w, "row")
+        if where == "fp8_nan":
+            weight.data.view(torch.uint8)[7, 9] = 0x7F
+        else:
+            weight.scale[7, 0] = float("inf")
+    else:
+        weight = NVFP4.quantize(w)
+        if where == "nvfp4_gs_inf":
+            weight.global_scale.fill_(float("inf"))
+        else:
+            weight.scale.view(torch.uint8)[7, 2] = 0x7F
+    for bits in (None, 8):
+        with pytest.raises(ValueError, match="non-finite"):
+            DraftHead(weight, bits=bits)
+
+
+@pytest.mark.parametrize("kw", [dict(bits=8.0), dict(bits=True), dict(kcand=True), dict(kcand=4.0),
+                                dict(rerank=True), dict(group_size=64.0), dict(block=64.0), dict(sigma=float("nan")),
+                                dict(sigma=True)])
+def test_constructor_type_errors_are_value_errors(kw):
+    w, _ = _case("random")
+    name = next(iter(kw))
+    with pytest.raises(ValueError, match=name):
+        DraftHead(w, **kw)

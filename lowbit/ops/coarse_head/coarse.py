@@ -66,7 +66,37 @@ def coarse_head(x: torch.Tensor, packing: CoarsePacking, *, block: int = 128, kc
     candidate block (a power of two, 16..256), ``kcand`` candidates per block (1..block).
     Triton for CUDA tensors (the kernel :func:`~.dispatch.coarse_route` picks), the reference
     otherwise (``lowbit._backend``). Nothing is mutated.
+
+    Scale: an INTx packing with ``packing.coarse_exp = e > 0`` (a head whose group scales do not
+    fit fp16 unscaled) is quantized from ``W * 2^-e``; every float output (keys, lower bounds,
+    block maxima, logits) is scaled back by ``2^e`` here, exactly (a power of two), so the outputs
+    are always in the weight's own units. The draft head's pipelines use
+    :func:`coarse_head_scaled` (the unscaled-back values; they only compare keys among themselves).
     """
+    out = coarse_head_scaled(x, packing, block=block, kcand=kcand, bound=bound, sigma=sigma,
+                             write_logits=write_logits)
+    return unscale(out, packing)
+
+
+def unscale_tensor(t: torch.Tensor, packing: CoarsePacking) -> torch.Tensor:
+    """A coarse value of the scaled domain times ``2^packing.coarse_exp`` (exact; ``t`` itself when 0)."""
+    e = getattr(packing, "coarse_exp", 0)
+    return t if not e else t * (2.0**e)
+
+
+def unscale(out: CoarseOut, packing: CoarsePacking) -> CoarseOut:
+    """:func:`coarse_head_scaled`'s outputs in the weight's units (see :func:`coarse_head`)."""
+    if not getattr(packing, "coarse_exp", 0):
+        return out
+    return CoarseOut(unscale_tensor(out.cand_key, packing), unscale_tensor(out.cand_lb, packing), out.cand_idx,
+                     unscale_tensor(out.block_lb, packing), unscale_tensor(out.block_rest, packing),
+                     unscale_tensor(out.logits, packing))
+
+
+def coarse_head_scaled(x: torch.Tensor, packing: CoarsePacking, *, block: int = 128, kcand: int = 4,
+                       bound: int = BOUND_NONE, sigma: float = 4.0, write_logits: bool = False) -> CoarseOut:
+    """:func:`coarse_head` without the scaling back: the float outputs are ``2^-packing.coarse_exp``
+    times the weight's units (identical when ``coarse_exp`` is 0, the usual case)."""
     check_tensor("x", x, dtypes=_X_DTYPES, ndim=2)
     require(x.shape[1] == packing.k, f"x has K={x.shape[1]} (shape {tuple(x.shape)}), the head has K={packing.k}")
     compiling = torch.compiler.is_compiling()
@@ -135,4 +165,4 @@ def _(x, w, s, z, gs, route, kind, bits, group_size, n, padded_k, block, kcand, 
             x.new_empty(m if write_logits else 0, n, **f32))
 
 
-__all__ = ["BOUND_DET", "BOUND_NONE", "BOUND_STAT", "call_of", "coarse_head"]
+__all__ = ["BOUND_DET", "BOUND_NONE", "BOUND_STAT", "call_of", "coarse_head", "coarse_head_scaled", "unscale"]

@@ -17,7 +17,8 @@ import weakref
 import torch
 
 from lowbit.formats.fp8 import FP8
-from lowbit.formats.intx import INTx
+from lowbit.formats._base import require_finite
+from lowbit.formats.intx import INTx, fp16_scale_exp
 from lowbit.formats.nvfp4 import NVFP4
 from lowbit.ops.coarse_head.reference import exact_logits_chunked
 
@@ -32,10 +33,20 @@ class CoarsePacking:
     scales: the checkpoint's rows, nothing copied) or KIND_NVFP4 (the checkpoint's rows).
     ``bits`` is None for the native kinds. ``dense()`` (the fp32 dequantized rows, cached) is only
     built for the reference path.
+
+    ``coarse_exp`` (INTx only, an int >= 0, almost always 0): the INTx copy quantizes
+    ``W * 2^-coarse_exp``, the smallest power-of-two prescale whose group scales all fit fp16 (a
+    head with a 1e8 entry needs a few). Everything the coarse pass computes -- coarse logits, the
+    bounds, the candidate keys -- is then ``2^-coarse_exp`` times the unscaled value; the
+    certification and the candidate selection only compare coarse keys among themselves (a common
+    positive power-of-two factor changes no decision) and the exact rescoring reads the original
+    weight. What returns coarse values to the user (``coarse_head``, ``DraftHead.logits``) scales
+    them back by ``2^coarse_exp``, which is exact in fp32.
     """
 
-    def __init__(self, kind: int, fmt, n: int, k: int, bits: int | None, group_size: int):
+    def __init__(self, kind: int, fmt, n: int, k: int, bits: int | None, group_size: int, coarse_exp: int = 0):
         self.kind, self.fmt, self.n, self.k, self.bits, self.group_size = kind, fmt, n, k, bits, group_size
+        self.coarse_exp = coarse_exp
         self._dense = None
         self._coef = None
         self._mma = None
@@ -59,7 +70,8 @@ class CoarsePacking:
 
     def to(self, device) -> "CoarsePacking":
         """The same coarse copy on ``device`` (an uncached copy; for tests and CPU evaluation)."""
-        return CoarsePacking(self.kind, self.fmt.to(device), self.n, self.k, self.bits, self.group_size)
+        return CoarsePacking(self.kind, self.fmt.to(device), self.n, self.k, self.bits, self.group_size,
+                             self.coarse_exp)
 
     @property
     def padded_k(self) -> int:
@@ -162,7 +174,22 @@ def pack(weight, bits: int | None, group_size: int) -> CoarsePacking:
     return packing
 
 
+def _require_finite_weight(weight) -> None:
+    """ValueError naming where an FP8 / NVFP4 weight holds (or dequantizes to) a non-finite value.
+    A dense weight is checked where it is quantized (an FP8 / NVFP4 one is checked here by its
+    parts, without dequantizing it whole: a finite code times finite scales can still overflow)."""
+    if isinstance(weight, FP8):
+        require_finite("weight.data", weight.data.float())
+        require_finite("weight.scale", weight.scale)
+        require_finite("weight (data * scale per row)", weight.data.float().abs().amax(1, keepdim=True) * weight.scale.abs())
+    elif isinstance(weight, NVFP4):
+        require_finite("weight.scale", weight.scale.float())
+        require_finite("weight.global_scale", weight.global_scale)
+        require_finite("weight (6 * scale * global_scale)", weight.scale.float() * 6.0 * weight.global_scale.abs())
+
+
 def _new_packing(weight, bits: int | None, group_size: int) -> CoarsePacking:
+    _require_finite_weight(weight)
     if bits is None:
         if isinstance(weight, FP8):
             return CoarsePacking(KIND_FP8, weight, weight.data.shape[0], weight.data.shape[1], None,
@@ -172,8 +199,19 @@ def _new_packing(weight, bits: int | None, group_size: int) -> CoarsePacking:
             return CoarsePacking(KIND_NVFP4, weight, n, k, None, 16)
         raise ValueError(f"bits=None (native coarse rows) needs an FP8 or NVFP4 weight, got {type(weight).__name__}")
     dense = weight if isinstance(weight, torch.Tensor) else weight.dequantize(torch.float32)
+    require_finite("weight", dense)
+    # The smallest power-of-two prescale whose group scales fit fp16 (see CoarsePacking). The bound
+    # stays sound in the scaled domain: w' = w * 2^-e is exact in fp32 except where it underflows,
+    # and an element that small (< 2^-126) is coded as 0 with an error |w'| far below s'/2 (every
+    # scale is >= 2^-24), so |w' - w~'| <= s'/2 still holds; the fp32 rounding terms scale with the
+    # values; and the absolute slack ABS_SLACK (underflow of x's parts times |w~'| <= 255 * 65504,
+    # which holds for the scaled copy whose scales fit fp16) is applied in the scaled domain, i.e.
+    # it stands for 2^e * ABS_SLACK >= ABS_SLACK unscaled: only more conservative.
+    exp = fp16_scale_exp(dense, bits, group_size)
+    if exp:
+        dense = dense.float() * torch.tensor(2.0**-exp, dtype=torch.float32, device=dense.device)
     fmt = INTx.quantize(dense, bits=bits, group_size=group_size)
-    return CoarsePacking(KIND_INTX, fmt, dense.shape[0], dense.shape[1], bits, group_size)
+    return CoarsePacking(KIND_INTX, fmt, dense.shape[0], dense.shape[1], bits, group_size, exp)
 
 
 def exact_rows_fn(weight):

@@ -17,7 +17,7 @@ import torch
 
 from lowbit._backend import use_triton
 from lowbit.ops.coarse_head import dispatch
-from lowbit.ops.coarse_head.coarse import coarse_head
+from lowbit.ops.coarse_head.coarse import coarse_head_scaled, unscale_tensor
 from lowbit.ops.coarse_head.packing import CoarsePacking, exact_logits
 from lowbit.ops.coarse_head.reference import BOUND_DET, BOUND_NONE, BOUND_STAT
 from lowbit.ops.coarse_head.selection import argmax_lowest, certify, row_norms, select_fast, topk_lowest
@@ -125,8 +125,11 @@ def _tail(state: HeadState, x2: torch.Tensor, k: int, argmax: bool) -> str:
 
 
 def _coarse(state: HeadState, x2: torch.Tensor, bound: int, write_logits: bool = False):
+    """The coarse pass in the packing's scaled domain (``2^-coarse_exp`` times the weight's units,
+    see :class:`CoarsePacking`): selection and certification only compare its values among
+    themselves; the logits pipelines scale ``out.logits`` back."""
     c = state.config
-    return coarse_head(x2, state.packing, block=c.block, kcand=c.kcand, bound=bound, sigma=c.sigma,
+    return coarse_head_scaled(x2, state.packing, block=c.block, kcand=c.kcand, bound=bound, sigma=c.sigma,
                        write_logits=write_logits)
 
 
@@ -276,17 +279,21 @@ def _scatter_exact(base: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor) ->
 
 def fast_logits(state: HeadState, x2: torch.Tensor, topk_only: bool) -> torch.Tensor:
     """Fast mode's fp32 [M, N]: coarse logits everywhere (or -inf with ``topk_only``), exact on the
-    ``rerank`` best candidates."""
+    ``rerank`` best candidates. Coarse logits are in the weight's units (scaled back by
+    ``2^coarse_exp`` from a prescaled coarse copy, exactly)."""
     out, idx, vals = _fast_candidates(state, x2, state.config.rerank, write_logits=not topk_only)
-    base = torch.full((x2.shape[0], state.n), float("-inf"), device=x2.device) if topk_only else out.logits
+    base = (torch.full((x2.shape[0], state.n), float("-inf"), device=x2.device) if topk_only
+            else unscale_tensor(out.logits, state.packing))
     return _scatter_exact(base, idx, vals)
 
 
 def certified_logits(state: HeadState, x2: torch.Tensor, topk_only: bool) -> torch.Tensor:
     """Certified mode's fp32 [M, N]: coarse logits everywhere (or -inf with ``topk_only``), exact on
-    the certified argmax set, or on the whole row where it fell back (one host sync)."""
+    the certified argmax set, or on the whole row where it fell back (one host sync). Coarse logits
+    are in the weight's units (scaled back by ``2^coarse_exp`` from a prescaled coarse copy, exactly)."""
     out, idx, vals, fb = _certified_sync(state, x2, 1, write_logits=not topk_only)
-    base = torch.full((x2.shape[0], state.n), float("-inf"), device=x2.device) if topk_only else out.logits
+    base = (torch.full((x2.shape[0], state.n), float("-inf"), device=x2.device) if topk_only
+            else unscale_tensor(out.logits, state.packing))
     base = _scatter_exact(base, idx, vals)
     if fb is not None:
         rows_w, w_idx, w_vals, rows_f, full = fb
