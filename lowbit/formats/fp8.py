@@ -18,7 +18,7 @@ import math
 import torch
 
 from lowbit._validate import check_tensor, require
-from lowbit.formats._base import TensorFormat
+from lowbit.formats._base import TensorFormat, require_finite, require_int
 from lowbit.formats.e8m0 import pow2_round_up
 
 E4M3_MAX = 448.0
@@ -58,6 +58,9 @@ class FP8(TensorFormat):
         check_tensor("data", self.data, dtypes=(torch.float8_e4m3fn,))
         check_tensor("scale", self.scale, dtypes=(torch.float32,))
         require(self.granularity in GRANULARITIES, f"granularity must be one of {GRANULARITIES}, got {self.granularity!r}")
+        require(self.scale_fmt in SCALE_FMTS, f"scale_fmt must be one of {SCALE_FMTS}, got {self.scale_fmt!r}")
+        require_int("block_size", self.block_size)
+        require(self.block_size > 0, f"block_size must be positive, got {self.block_size}")
         require(self.scale.shape == self.expected_scale_shape(self.data.shape),
                 f"FP8 {self.granularity} scale has shape {tuple(self.scale.shape)}, expected {self.expected_scale_shape(self.data.shape)} for data {tuple(self.data.shape)}")
 
@@ -76,12 +79,20 @@ class FP8(TensorFormat):
 
     @classmethod
     def quantize(cls, w: torch.Tensor, granularity: str = "row", block_size: int = 128, scale_fmt: str | None = None) -> "FP8":
-        """Quantize a float tensor. ``"row"`` / ``"block"`` / ``"tensor"`` need 2-D ``w``."""
+        """Quantize a float tensor. ``"row"`` / ``"block"`` / ``"tensor"`` need 2-D ``w``.
+
+        ``w`` must be finite (a NaN / inf is refused with a ``ValueError`` naming its index: it
+        would make a scale, or every value sharing it, non-finite). Empty input: ``"group"``
+        returns an empty FP8 (an empty batch of activations); ``"row"`` / ``"block"`` /
+        ``"tensor"`` need N > 0 and K > 0 (``ValueError``).
+        """
         check_tensor("w", w)
         require(w.is_floating_point(), f"w must be floating point, got {w.dtype}")
         require(granularity in GRANULARITIES, f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
         require(scale_fmt in SCALE_FMTS, f"scale_fmt must be one of {SCALE_FMTS}, got {scale_fmt!r}")
+        require_int("block_size", block_size)
         require(block_size > 0, f"block_size must be positive, got {block_size}")
+        require_finite("w", w)
         wf = w.float()
         if granularity == "group":
             require(w.dim() >= 1 and w.shape[-1] % block_size == 0,
@@ -91,6 +102,7 @@ class FP8(TensorFormat):
             data = e4m3_saturate(blocks / scale.unsqueeze(-1)).flatten(-2)
             return cls(data, scale, granularity, block_size, scale_fmt)
         require(w.dim() == 2, f"{granularity} quantization needs a 2-D weight, got shape {tuple(w.shape)}")
+        require(w.shape[0] > 0 and w.shape[1] > 0, f"{granularity} quantization needs a non-empty weight, got shape {tuple(w.shape)}")
         if granularity == "tensor":
             scale = fp8_scale_from_amax(wf.abs().amax(), scale_fmt)
             return cls(e4m3_saturate(wf / scale), scale, granularity, block_size, scale_fmt)

@@ -20,7 +20,7 @@ import dataclasses
 import torch
 
 from lowbit._validate import check_tensor, require
-from lowbit.formats._base import TensorFormat
+from lowbit.formats._base import TensorFormat, require_finite
 from lowbit.formats.e2m1 import e2m1_pack, e2m1_unpack
 from lowbit.formats.e8m0 import ue8m0_decode, ue8m0_floor, ue8m0_round_up
 
@@ -62,10 +62,16 @@ class MXFP4(TensorFormat):
 
     @classmethod
     def quantize(cls, w: torch.Tensor, rounding: str = "floor", group_size: int = GROUP_SIZE) -> "MXFP4":
-        """Quantize a 2-D float weight ``[N, K]`` (K % 32 == 0)."""
+        """Quantize a 2-D float weight ``[N, K]`` (K % 32 == 0).
+
+        ``w`` must be finite (a NaN / inf is refused with a ``ValueError`` naming its index: it
+        would give its block the NaN scale byte 0xFF). Empty input (N = 0 or K = 0) gives an
+        empty MXFP4.
+        """
         check_tensor("w", w, ndim=2)
         require(w.is_floating_point(), f"w must be floating point, got {w.dtype}")
-        require(group_size == GROUP_SIZE, f"MXFP4 group size must be 32, got {group_size}")
+        require_finite("w", w)
+        require(type(group_size) is int and group_size == GROUP_SIZE, f"MXFP4 group size must be 32, got {group_size}")
         require(rounding in ROUNDINGS, f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
         n, k = w.shape
         require(k % GROUP_SIZE == 0, f"MXFP4 needs K % 32 == 0, got K={k} (shape {tuple(w.shape)})")

@@ -20,7 +20,7 @@ import dataclasses
 import torch
 
 from lowbit._validate import check_tensor, require
-from lowbit.formats._base import TensorFormat
+from lowbit.formats._base import TensorFormat, require_finite
 from lowbit.formats.e2m1 import E2M1_MAX, e2m1_pack, e2m1_unpack
 from lowbit.formats.fp8 import E4M3_MAX, e4m3_saturate
 
@@ -53,20 +53,30 @@ class NVFP4(TensorFormat):
         """Quantize a 2-D float weight ``[N, K]`` (K % 16 == 0) by the ModelOpt rule.
 
         ``global_scale`` may be given (e.g. a calibrated one); by default ``amax / (6*448)``.
+
+        ``w`` must be finite and non-empty, ``global_scale`` positive and finite: anything else is
+        a ``ValueError`` naming it (one inf would make the global scale inf and every value NaN).
         """
         check_tensor("w", w, ndim=2)
         require(w.is_floating_point(), f"w must be floating point, got {w.dtype}")
-        require(group_size == GROUP_SIZE, f"NVFP4 group size must be 16, got {group_size}")
+        require(type(group_size) is int and group_size == GROUP_SIZE, f"NVFP4 group size must be 16, got {group_size!r}")
         n, k = w.shape
         require(k % GROUP_SIZE == 0, f"NVFP4 needs K % 16 == 0, got K={k} (shape {tuple(w.shape)})")
+        require(n > 0 and k > 0, f"NVFP4 needs a non-empty weight, got shape {tuple(w.shape)}")
+        require_finite("w", w)
         wf = w.float()
         if global_scale is None:
             amax = wf.abs().amax()
             gs = amax / torch.full_like(amax, E2M1_MAX * E4M3_MAX)  # true division on every device
             gs = torch.where(gs > 0, gs, torch.ones_like(gs))
         else:
+            require(isinstance(global_scale, (torch.Tensor, float, int)) and not isinstance(global_scale, bool),
+                    f"global_scale must be a number or a one-element tensor, got {type(global_scale).__name__}")
+            require(not isinstance(global_scale, torch.Tensor) or global_scale.numel() == 1,
+                    f"global_scale must have one element, got shape {tuple(global_scale.shape) if isinstance(global_scale, torch.Tensor) else ()}")
             gs = torch.as_tensor(global_scale, dtype=torch.float32, device=w.device).reshape(())
-            require(bool(gs > 0), f"global_scale must be positive, got {float(gs)}")
+            require(gs.numel() == 1 and bool(gs > 0) and bool(torch.isfinite(gs)),
+                    f"global_scale must be positive and finite, got {float(gs)}")
         blocks = wf.view(n, k // GROUP_SIZE, GROUP_SIZE)
         s = blocks.abs().amax(-1) / (E2M1_MAX * gs)
         s = torch.where(s == 0, torch.ones_like(s), s).clamp_min(_SCALE_FLOOR)

@@ -93,11 +93,21 @@ class MarkovHead(nn.Module):
 
     def embed(self, prev_tokens: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         """``W1[prev_tokens]``: ``[*prev_tokens.shape, r]``. Dense W1 keeps its dtype (or ``dtype``);
-        a low-bit W1 is decoded by :func:`gathered_rows` into ``dtype`` (default bf16)."""
+        a low-bit W1 is decoded by :func:`gathered_rows` into ``dtype`` (default bf16).
+
+        ``prev_tokens`` must be int32 / int64 ids in ``[0, vocab_size)``; anything else is a
+        ``ValueError`` naming it (checked before any launch: one host synchronization)."""
         w1 = self.markov_w1
+        if not isinstance(prev_tokens, torch.Tensor):
+            _fail(f"prev_tokens must be a torch.Tensor, got {type(prev_tokens).__name__}")
+        if prev_tokens.dtype not in (torch.int32, torch.int64):
+            _fail(f"prev_tokens has dtype {prev_tokens.dtype}; expected int32/int64")
+        if prev_tokens.numel():
+            lo, hi = (int(v) for v in torch.stack([prev_tokens.min().long(), prev_tokens.max().long()]).tolist())
+            if lo < 0 or hi >= self.vocab_size:
+                bad = lo if lo < 0 else hi
+                _fail(f"prev_tokens holds token id {bad}, outside [0, vocab_size={self.vocab_size})")
         if isinstance(w1, torch.Tensor):
-            if prev_tokens.dtype not in (torch.int32, torch.int64):
-                _fail(f"prev_tokens has dtype {prev_tokens.dtype}; expected int32/int64")
             out = nn.functional.embedding(prev_tokens.long(), w1)
             return out if dtype is None else out.to(dtype)
         return gathered_rows(w1, prev_tokens, dtype or torch.bfloat16)

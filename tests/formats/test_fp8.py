@@ -152,3 +152,31 @@ def test_bad_arguments_raise_value_error():
         FP8(q.data.float(), q.scale, "row")
     with pytest.raises(ValueError, match="dtype"):
         FP8(q.data, q.scale.half(), "row")
+
+
+@pytest.mark.parametrize("granularity", ["tensor", "row", "block", "group"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_input_refused_naming_where(granularity, bad):
+    w = torch.randn(4, 64)
+    w[3, 17] = bad
+    with pytest.raises(ValueError, match=r"non-finite.*\(3, 17\)"):
+        FP8.quantize(w, granularity, 32)
+
+
+def test_hostile_arguments_are_value_errors():
+    w = torch.randn(4, 64)
+    with pytest.raises(ValueError, match="block_size"):
+        FP8.quantize(w, "group", 32.0)  # was a TypeError
+    with pytest.raises(ValueError, match="block_size"):
+        FP8.quantize(w, "block", True)
+    for g in ("row", "tensor", "block"):
+        for shape in ((0, 64), (4, 0)):  # were RuntimeError / IndexError
+            with pytest.raises(ValueError, match="non-empty"):
+                FP8.quantize(torch.zeros(shape), g)
+    empty = FP8.quantize(torch.zeros(0, 64), "group", 32)  # an empty batch of activations: empty result
+    assert empty.data.shape == (0, 64) and empty.scale.shape == (0, 2)
+    q = FP8.quantize(w, "row")
+    with pytest.raises(ValueError, match="scale_fmt"):
+        FP8(q.data, q.scale, "row", 128, "foo")  # the dataclass accepted any scale_fmt
+    with pytest.raises(ValueError, match="scale_fmt"):
+        FP8.quantize(w, "row", scale_fmt="foo")

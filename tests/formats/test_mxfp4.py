@@ -114,3 +114,17 @@ def test_bad_arguments_raise_value_error():
     with pytest.raises(ValueError, match="dtype"):
         MXFP4(q.packed, q.scale.view(torch.int8))
     assert q.nbytes == 2 * 64 + 2 * 4
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_input_refused_naming_where(bad):
+    w = torch.randn(4, 64)
+    w[1, 33] = bad
+    with pytest.raises(ValueError, match=r"non-finite.*\(1, 33\)"):
+        MXFP4.quantize(w)
+
+
+@pytest.mark.parametrize("shape", [(0, 64), (4, 0)])
+def test_empty_weight_gives_empty_result(shape):
+    q = MXFP4.quantize(torch.zeros(shape))
+    assert q.shape == shape and q.dequantize().shape == shape

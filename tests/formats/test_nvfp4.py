@@ -163,3 +163,23 @@ def test_nvfp4_swizzled_scale_and_unswizzle_errors():
         unswizzle_scales(torch.zeros(256, 4), 100, 4)
     with pytest.raises(ValueError, match="dims"):
         swizzle_scales(torch.zeros(4))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_input_refused_naming_where(bad):
+    w = torch.randn(4, 64)
+    w[2, 50] = bad  # one inf made the global scale inf and the whole tensor NaN
+    with pytest.raises(ValueError, match=r"non-finite.*\(2, 50\)"):
+        NVFP4.quantize(w)
+
+
+@pytest.mark.parametrize("gs", [float("inf"), float("nan"), 0.0, -1.0, torch.tensor([1.0, 2.0])])
+def test_bad_global_scale_refused(gs):
+    with pytest.raises(ValueError, match="global_scale"):
+        NVFP4.quantize(torch.randn(4, 64), global_scale=gs)
+
+
+@pytest.mark.parametrize("shape", [(0, 64), (4, 0), (0, 0)])
+def test_empty_weight_is_value_error(shape):
+    with pytest.raises(ValueError, match="non-empty"):  # was a RuntimeError (amax of nothing)
+        NVFP4.quantize(torch.zeros(shape))

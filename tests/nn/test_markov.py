@@ -98,3 +98,14 @@ def test_modelopt_layout_as_stored(tmp_path):
                "p.markov_w2.weight_scale_2": w2.global_scale.reshape(1)}, str(tmp_path / "m.safetensors"))
     head = MarkovHead.from_safetensors(tmp_path / "m.safetensors", prefix="p")
     assert torch.equal(head.markov_w2.dequantize(), w2.dequantize()) and head.input_scale is None
+
+
+@pytest.mark.parametrize("w1_fmt", ["dense", "nvfp4"])
+@pytest.mark.parametrize("tok", [40, -1, 10**6])
+def test_embed_out_of_range_token_is_value_error(w1_fmt, tok):
+    head, _, _ = make_head("dense", w1_fmt)
+    with pytest.raises(ValueError, match=f"token id {tok}, outside"):
+        head.embed(torch.tensor([1, tok]))
+    with pytest.raises(ValueError, match="dtype"):
+        head.embed(torch.tensor([1.0]))
+    assert head.embed(torch.tensor([0, 39])).shape == (2, 32)
