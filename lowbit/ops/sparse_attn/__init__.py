@@ -4,6 +4,7 @@ See :func:`sparse_attn`. The Triton kernels live in ``triton.py``; ``reference.p
 """
 from __future__ import annotations
 
+import math
 import sys
 import types
 from typing import Optional
@@ -27,6 +28,7 @@ def _validate(q, kv, attn_sink, topk_idxs, softmax_scale, kv_scale) -> None:
     check_tensor("topk_idxs", topk_idxs, dtypes=(torch.int32, torch.int64), ndim=3)
     require(isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool),
             f"softmax_scale must be a Python float, got {type(softmax_scale).__name__}")
+    require(math.isfinite(softmax_scale), f"softmax_scale must be finite, got {softmax_scale!r}")
     b, m, h, d = q.shape
     require(1 <= d <= MAX_HEAD_DIM, f"head dim d={d} (q shape {tuple(q.shape)}) must be in [1, {MAX_HEAD_DIM}]")
     require(kv.shape[0] == b and kv.shape[2] == d,
@@ -88,9 +90,15 @@ def sparse_attn(
     ``s_j = softmax_scale * q[b, m, h] . kv[b, idx_j]`` for valid ``idx_j`` (in ``[0, n)``; -1 marks
     "no row" and contributes nothing; duplicates count once per occurrence), then
     ``o = sum_j exp(s_j) kv[b, idx_j] / (sum_j exp(s_j) + exp(attn_sink[h]))`` — the sink joins the
-    denominator only and is not multiplied by ``softmax_scale``. fp32 online softmax. A query
-    with no valid index gets zeros (never NaN), whatever the sink. Output o [b, m, h, d] in q's
-    dtype. Nothing is mutated.
+    denominator only and is not multiplied by ``softmax_scale``. fp32 online softmax. Output
+    o [b, m, h, d] in q's dtype. Nothing is mutated.
+
+    Edge semantics (identical on every backend): a query with no valid index (including
+    ``n = 0`` or ``topk = 0``) gets zeros, never NaN, whatever the sink. A NaN ``attn_sink[h]``
+    gives NaN for every other query of head h (the denominator is NaN); ``+inf`` gives zeros (the
+    sink takes all the weight); ``-inf`` is no sink. ``softmax_scale`` must be finite
+    (``ValueError`` otherwise). Empty ``b``, ``m`` or ``h`` give an empty output (no launch);
+    ``d`` must be in ``[1, 512]``.
     """
     _validate(q, kv, attn_sink, topk_idxs, softmax_scale, kv_scale)
     softmax_scale = float(softmax_scale)

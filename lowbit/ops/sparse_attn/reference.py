@@ -33,8 +33,9 @@ def sparse_attn_reference(
 
     q [b, m, h, d]; kv [b, n, d] (bf16/fp32, or e4m3 with ``kv_scale`` [b, n, d/G]); attn_sink [h];
     topk_idxs [b, m, topk] int32/int64. Indices outside ``[0, n)`` (e.g. -1) contribute nothing;
-    every occurrence of a duplicated index counts. A row with no valid index returns zeros.
-    Computes in fp32 (fp64 when q is fp64, for tests); returns q's dtype.
+    every occurrence of a duplicated index counts. A row with no valid index returns zeros,
+    whatever the sink. A NaN sink gives NaN on every other row of its head; a +inf sink takes all
+    the weight (zeros); a -inf sink is no sink. Computes in fp32 (fp64 when q is fp64, for tests); returns q's dtype.
     """
     b, m, h, d = q.shape
     n = kv.shape[1]
@@ -43,6 +44,8 @@ def sparse_attn_reference(
     out = torch.empty(b, m, h, d, dtype=q.dtype, device=q.device)
     if m == 0 or h == 0:
         return out
+    if n == 0 or topk == 0:  # no row can be valid: zeros (and nothing to gather from)
+        return out.zero_()
     idx = topk_idxs.long()
     valid = (idx >= 0) & (idx < n)
     safe = torch.where(valid, idx, torch.zeros_like(idx))
@@ -57,7 +60,11 @@ def sparse_attn_reference(
         scores = torch.einsum("bmhd,bmtd->bmht", q[:, sl].to(cdt), rows) * softmax_scale
         scores = scores.masked_fill(~valid[:, sl, None, :], float("-inf"))
         logits = torch.cat([scores, sink.expand(b, scores.shape[1], h, 1)], dim=-1)
-        # all -inf (no valid index and a -inf sink) gives NaN: such a row is defined as zeros
-        p = torch.softmax(logits, dim=-1)[..., :topk].nan_to_num(0.0)
+        p = torch.softmax(logits, dim=-1)[..., :topk]
+        # A row with no valid index is zeros whatever the sink (softmax gives NaN for a -inf or
+        # NaN sink there); a +inf sink takes all the weight (softmax gives NaN: inf - inf). A NaN
+        # sink on a row with a valid index stays NaN, as does a NaN score.
+        has_row = valid[:, sl].any(-1)[:, :, None, None]
+        p = torch.where(has_row & (sink != float("inf")), p, torch.zeros((), dtype=p.dtype, device=p.device))
         out[:, sl] = torch.einsum("bmht,bmtd->bmhd", p, rows).to(q.dtype)
     return out

@@ -72,14 +72,24 @@ def _attend_tile(
 @triton.jit
 def _finish(acc, m_i, l_i, sink_ptr, o_h, m_h):
     """acc / (l + e^sink), both sides rescaled to max(m_i, sink) so no exponent is positive:
-    no overflow for a large sink, and a row with no valid index (acc = 0) stays 0."""
-    b_sink = tl.load(sink_ptr + o_h, mask=m_h, other=0.0) * 1.4426950408889634
+    no overflow for a large sink, and a row with no valid index (acc = 0) stays 0.
+
+    Non-finite sinks, as in the reference: a row with no valid index (l = 0) gives 0 whatever
+    the sink; a NaN sink gives NaN on every row that has a valid index (the denominator is NaN);
+    a +inf sink takes all the weight (0); a -inf sink is no sink. The NaN is applied explicitly
+    (the arithmetic runs with the NaN sink as -inf) so that it does not depend on how
+    ``tl.maximum`` treats NaN on a given target."""
+    raw = tl.load(sink_ptr + o_h, mask=m_h, other=0.0)
+    sink_nan = raw != raw
+    b_sink = tl.where(sink_nan, float("-inf"), raw) * 1.4426950408889634
     m_all = tl.maximum(m_i, b_sink)
     a = tl.exp2(m_i - m_all)
     denom = l_i * a + tl.exp2(b_sink - m_all)
-    # zero only when no index is valid and the sink is -inf: acc is 0 there too
+    # zero (or NaN, for a +inf sink: inf - inf) only when no index is valid and the sink is
+    # -inf (acc is 0 there too), or the sink is +inf (a is 0): either way the row is 0
     denom = tl.where(denom > 0, denom, 1.0)
-    return acc * (a / denom)[:, None]
+    factor = tl.where(sink_nan & (l_i > 0), float("nan"), a / denom)
+    return acc * factor[:, None]
 
 
 @triton.jit
