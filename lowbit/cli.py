@@ -11,14 +11,19 @@
 * ``lowbit convert`` — quantize a safetensors checkpoint's linear weights.
 * ``lowbit tune <op>`` — the tuner behind an op's shipped launch-configuration table (GPU).
 
-User errors (bad option values, missing files, a format that does not fit a tensor) print one
+User errors (bad option values, missing files, a truncated or corrupt input file, a format that
+does not fit a tensor, an output that cannot be written; argparse's own errors too) print one
 ``lowbit: error: ...`` line and exit with status 2; a missing GPU for ``bench`` exits with 1.
+SIGINT (Ctrl-C), SIGTERM and SIGHUP, from the first line of :func:`main` on, stop the command with
+one line (``lowbit: interrupted`` / ``lowbit: stopped by SIGTERM``) and exit status 128 + the
+signal number (130, 143, 129), after removing whatever the command had half-written.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 
@@ -39,6 +44,7 @@ def _console():
 
 
 def _err(message: str) -> int:
+    _check_signalled()  # an error that a signal caused is reported as the signal, not as this
     print(f"lowbit: error: {message}", file=sys.stderr)
     return EXIT_USAGE
 
@@ -53,9 +59,15 @@ def _progress(console):
 def _device(name: str):
     import torch
 
-    if name.startswith("cuda") and not torch.cuda.is_available():
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise UserError(f"--device {name!r} is not a device (use cpu or cuda)") from None
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"--device {name!r}: lowbit runs on cpu or cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"--device {name}: no CUDA GPU is visible here (use --device cpu)")
-    return torch.device(name)
+    return device
 
 
 def _set_threads(n: int | None) -> None:
@@ -277,6 +289,31 @@ def _hidden_cache_path(args, n_positions: int) -> str:
     return os.path.join(hf.cache_root(), "hidden", f"{hashlib.sha1(blob).hexdigest()[:16]}.pt")
 
 
+def _load_hidden(path: str) -> dict:
+    """The ``{"hidden": [P, K], "weight": [N, K]}`` file written by ``--save-hidden``, checked;
+    a missing, truncated or foreign file is a :class:`UserError` naming it."""
+    import torch
+
+    if not os.path.exists(path):
+        raise UserError(f"--hidden {path!r} does not exist")
+    if not os.path.isfile(path):
+        raise UserError(f"--hidden {path!r} is not a file")
+    what = "a file written by lowbit eval-head --save-hidden"
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated, empty or foreign files fail in pickle / zipfile / torch in many ways
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UserError(f"--hidden {path!r} cannot be read as {what} ({type(e).__name__}: {reason[:200]})") from None
+    if not (isinstance(blob, dict) and "hidden" in blob and "weight" in blob):
+        raise UserError(f"--hidden {path!r} is not {what} (needs 'hidden' and 'weight')")
+    for key in ("hidden", "weight"):
+        t = blob[key]
+        if not (isinstance(t, torch.Tensor) and t.dim() == 2 and t.is_floating_point() and t.numel() > 0):
+            got = f"{type(t).__name__} {tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise UserError(f"--hidden {path!r}: {key!r} must be a non-empty 2-D floating-point tensor, got {got}")
+    return blob
+
+
 def _collect(args, console):
     """(hidden [P, K] fp32 cpu, weight [N, K], model description), from --hidden or the model."""
     import torch
@@ -284,13 +321,10 @@ def _collect(args, console):
     from lowbit.models import data, hf
 
     if args.hidden:
-        if not os.path.isfile(args.hidden):
-            raise UserError(f"--hidden {args.hidden!r} does not exist")
-        blob = torch.load(args.hidden, map_location="cpu", weights_only=True)
-        if not (isinstance(blob, dict) and "hidden" in blob and "weight" in blob):
-            raise UserError(f"--hidden {args.hidden!r} is not a file written by lowbit eval-head (needs 'hidden' and 'weight')")
+        device = _device(args.device)
+        blob = _load_hidden(args.hidden)
         hidden = blob["hidden"][: args.positions]
-        return hidden, blob["weight"].to(_device(args.device)), str(blob.get("model", args.hidden))
+        return hidden, blob["weight"].to(device), str(blob.get("model", args.hidden))
     model, tokenizer, device = _load(args, console)
     cache = None if args.no_cache else _hidden_cache_path(args, args.positions)
     weight = hf.lm_head_weight(model)
@@ -360,6 +394,8 @@ def _cmd_eval_head(args: argparse.Namespace) -> int:
 
     _set_threads(args.threads)
     _positive("--positions", args.positions)
+    _positive("--batch", args.batch)
+    _positive("--batch-gen", args.batch_gen)
     try:
         configs = [eval_head.parse_config(c) for spec in (args.configs or [",".join(eval_head.DEFAULT_CONFIGS)])
                    for c in spec.split(",") if c.strip()]
@@ -526,7 +562,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         try:
             summary = conv.convert(args.src, args.out, args.format, exclude=args.exclude or (), group_size=args.group_size,
                                    overwrite=args.overwrite, on_plan=on_plan,
-                                   on_tensor=lambda name: progress.advance(state["task"]))
+                                   on_tensor=lambda name: (_check_signalled(), progress.advance(state["task"])))
         except (ValueError, FileNotFoundError) as e:
             raise UserError(str(e)) from None
     q = summary.quantized
@@ -575,9 +611,7 @@ def _cmd_selftest(args: argparse.Namespace) -> int:
 
     from lowbit.models.tiny import selftest
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"--device {device}: no CUDA GPU is visible here (use --device cpu)")
+    device = str(_device(args.device)) if args.device else ("cuda" if torch.cuda.is_available() else "cpu")
     if args.steps < 1:
         raise UserError(f"--steps must be >= 1, got {args.steps}")
     return 0 if selftest(device=device, steps=args.steps, seed=args.seed)["ok"] else 1
@@ -593,10 +627,20 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors on one ``lowbit: error: ...`` line (exit status 2), like
+    every other user error; ``--help`` still prints the usage."""
+
+    def error(self, message: str):
+        cmd = self.prog[len("lowbit"):].strip()
+        self.exit(EXIT_USAGE, f"lowbit: error: {cmd + ': ' if cmd else ''}{message} "
+                              f"(see lowbit {cmd + ' ' if cmd else ''}--help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from lowbit.io.convert import FORMATS
 
-    parser = argparse.ArgumentParser(prog="lowbit", description="Low-bit GPU kernels for LLM inference.")
+    parser = _Parser(prog="lowbit", description="Low-bit GPU kernels for LLM inference.")
     parser.add_argument("--version", action="version", version=f"lowbit {lowbit.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("info", help="torch / triton versions, device, and which paths will run")
@@ -679,7 +723,91 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Signalled(BaseException):
+    """SIGINT / SIGTERM / SIGHUP during a command: raised in the main thread by the handlers that
+    :func:`main` installs first, so ``finally`` / ``except BaseException`` clean-ups (the temporary
+    output of ``convert``) run before the process exits with ``128 + signal number``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+_received: list[int] = []  # the signal that stopped this command, once one has
+
+
+def _on_signal(signum, frame):
+    # the first signal wins; later ones are ignored so the clean-up it triggers is not cut short
+    for s in _SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    _received.append(signum)
+    raise Signalled(signum)
+
+
+def _check_signalled() -> None:
+    """Raise :class:`Signalled` again if a signal came in: C code (torch, safetensors) that polls
+    for signals may turn the handler's exception into its own error or drop it."""
+    if _received:
+        raise Signalled(_received[0])
+
+
+def _install_signal_handlers() -> dict:
+    old = {}
+    for s in _SIGNALS:
+        try:
+            old[s] = signal.signal(s, _on_signal)
+        except (ValueError, OSError):  # not the main thread, or not settable here
+            pass
+    return old
+
+
+def _user_os_error(e: OSError) -> str:
+    where = " -> ".join(repr(f) for f in (e.filename, e.filename2) if f is not None)
+    return f"{e.strerror or type(e).__name__}{': ' + where if where else ''}" if e.strerror else str(e)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``lowbit`` command; returns the exit status (0 ok, 1 failure, 2 user error,
+    128 + N for signal N: 130 on Ctrl-C, 143 on SIGTERM, 129 on SIGHUP)."""
+    # the handlers go in before anything heavy (the parser imports lowbit.io, the commands torch,
+    # rich, transformers) so an early Ctrl-C prints one line instead of a traceback
+    _received.clear()
+    old = _install_signal_handlers()
+    try:
+        rc = _main(argv)
+        _check_signalled()
+        return rc
+    except BaseException as e:
+        # a signal's exception may come back as another error raised by the C code it hit
+        signum = _received[0] if _received else (e.signum if isinstance(e, Signalled) else
+                                                 getattr(signal, "SIGINT", 2) if isinstance(e, KeyboardInterrupt) else None)
+        if signum is None:
+            raise
+        if signum == getattr(signal, "SIGINT", None):
+            print("lowbit: interrupted", file=sys.stderr)
+        else:
+            print(f"lowbit: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        return 128 + signum
+    finally:
+        for s, h in old.items():
+            try:
+                signal.signal(s, h)
+            except (ValueError, OSError, TypeError):
+                pass
+
+
+def _main(argv: list[str] | None) -> int:
+    try:
+        return _run(argv)
+    except Exception:
+        _check_signalled()  # an error that a signal caused is reported as the signal
+        raise
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -689,14 +817,18 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except UserError as e:
         return _err(str(e))
+    except OSError as e:  # an unreadable input, an unwritable output folder, a full disk
+        return _err(_user_os_error(e))
     except ValueError as e:
         hf = sys.modules.get("lowbit.models.hf")
         if hf is not None and isinstance(e, hf.ModelNotFound):
             return _err(str(e))
         raise
-    except KeyboardInterrupt:
-        print("lowbit: interrupted", file=sys.stderr)
-        return 130
+    except Exception as e:
+        st = sys.modules.get("safetensors")
+        if st is not None and isinstance(e, getattr(st, "SafetensorError", ())):
+            return _err(f"cannot read a safetensors file: {e}")
+        raise
 
 
 if __name__ == "__main__":

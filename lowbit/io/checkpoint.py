@@ -42,8 +42,14 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
         require(os.path.isfile(path), f"checkpoint file {path!r} does not exist")
         files, folder = [path], os.path.dirname(os.path.abspath(path))
     tensors: dict[str, torch.Tensor] = {}
+    from safetensors import SafetensorError
+
     for f in files:
-        for name, t in st.load_file(f, device=str(device)).items():
+        try:
+            loaded = st.load_file(f, device=str(device))
+        except SafetensorError as e:
+            raise ValueError(f"{f!r} is not a readable safetensors file (truncated or corrupt?): {e}") from None
+        for name, t in loaded.items():
             require(name not in tensors, f"tensor {name!r} appears in more than one file under {path!r}")
             tensors[name] = t
     cfg_path = os.path.join(folder, QUANT_CONFIG_NAME)
@@ -58,6 +64,12 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
     return Checkpoint(tensors, config)
 
 
+def _umask() -> int:
+    from lowbit.io.convert import _umask as umask
+
+    return umask()
+
+
 def _atomic_write(path: str, write) -> None:
     """Write through a temporary file in the same folder, then rename over ``path``."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -67,6 +79,7 @@ def _atomic_write(path: str, write) -> None:
         write(tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would survive the rename
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

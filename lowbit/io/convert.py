@@ -37,7 +37,9 @@ import json
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
 from typing import Callable, Sequence
 
 import torch
@@ -125,17 +127,73 @@ def _skip_reason(name: str, shape: tuple, dtype: str, exclude: Sequence[str]) ->
     return ""
 
 
+def _open_safetensors(path: str):
+    """``safe_open(path)``; a truncated, empty or corrupt file is a ValueError naming it."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        return safe_open(path, framework="pt")
+    except SafetensorError as e:
+        raise ValueError(f"{path!r} is not a readable safetensors file (truncated or corrupt?): {e}") from None
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where /proc allows (os.umask is a set-and-get)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _publish_modes(folder: str) -> None:
+    """Give ``folder`` (made by mkdtemp, 0700) and everything in it the modes a plain ``mkdir`` /
+    ``open`` would have given: 0777 & ~umask for folders, 0666 & ~umask for files (mkstemp's 0600
+    would otherwise survive the atomic rename)."""
+    mask = _umask()
+    for root, dirs, names in os.walk(folder):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o777 & ~mask)
+        for n in names:
+            path = os.path.join(root, n)
+            if not os.path.islink(path):
+                os.chmod(path, (0o666 & ~mask) | (os.stat(path).st_mode & 0o111 & ~mask))
+    os.chmod(folder, 0o777 & ~mask)
+
+
+class _signals_deferred:
+    """Block SIGINT / SIGTERM / SIGHUP for the few renames that swap the output into place, so a
+    signal cannot land between them (it is delivered when the block ends). Main thread, POSIX
+    only; a no-op elsewhere."""
+
+    _SIGS = {getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)}
+
+    def __enter__(self):
+        self.old = None
+        if hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread():
+            self.old = signal.pthread_sigmask(signal.SIG_BLOCK, self._SIGS)
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
+        return False
+
+
 def plan(src: str, fmt: str, exclude: Sequence[str] = ()) -> tuple[str, list[str], list[TensorPlan]]:
     """Decide, for every tensor of ``src``, whether it is quantized; check each quantized shape
     fits ``fmt`` (ValueError naming the tensor otherwise). Reads headers only."""
-    from safetensors import safe_open
-
     require(fmt in FORMATS, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     folder, files = _source_files(src)
     plans: list[TensorPlan] = []
     seen: set[str] = set()
     for f in files:
-        with safe_open(os.path.join(folder, f), framework="pt") as fh:
+        with _open_safetensors(os.path.join(folder, f)) as fh:
             for name in fh.keys():
                 require(name not in seen, f"tensor {name!r} appears in more than one file under {src!r}")
                 seen.add(name)
@@ -232,19 +290,23 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str, *, exclude
         require(overwrite, f"output {out!r} already exists (pass --overwrite to replace it)")
         require(os.path.isdir(out), f"output {out!r} exists and is not a directory")
     parent = os.path.dirname(out_abs)
-    require(os.path.isdir(parent), f"the folder of the output, {parent!r}, does not exist")
+    require(os.path.isdir(parent), f"the folder of the output, {parent!r}, "
+            + ("is not a folder" if os.path.exists(parent) else "does not exist"))
     if on_plan is not None:
         on_plan(sum(p.quantize for p in plans))
 
-    from safetensors import safe_open
-
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_abs)}.tmp-", dir=parent)
     reports: list[TensorReport] = []
     weight_map: dict[str, str] = {}
+    tmp = None
     try:
+        with _signals_deferred():  # the temporary folder exists only once the clean-up below covers it
+            try:
+                tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_abs)}.tmp-", dir=parent)
+            except OSError as e:
+                raise ValueError(f"cannot write the output {out!r} (its folder {parent!r}: {e.strerror or e})") from None
         for f in files:
             shard: dict[str, torch.Tensor] = {}
-            with safe_open(os.path.join(folder, f), framework="pt") as fh:
+            with _open_safetensors(os.path.join(folder, f)) as fh:
                 for p in (p for p in plans if p.file == f):
                     t = fh.get_tensor(p.name)
                     before = t.numel() * t.element_size()
@@ -265,15 +327,25 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str, *, exclude
             _save_shard(os.path.join(tmp, f), shard)
             del shard
         _write_side_files(src, folder, files, tmp, fmt, group_size, plans, weight_map, reports)
-        if os.path.exists(out):
-            old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_abs)}.old-", dir=parent)
-            os.replace(out, os.path.join(old, "x"))
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        _publish_modes(tmp)
+        with _signals_deferred():  # both renames or neither: a signal between them would lose the old output
+            if os.path.exists(out):
+                old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_abs)}.old-", dir=parent)
+                os.replace(out, os.path.join(old, "x"))
+                try:
+                    os.replace(tmp, out)
+                except BaseException:
+                    os.replace(os.path.join(old, "x"), out)
+                    os.rmdir(old)
+                    raise
+                tmp = None
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, out)
+                tmp = None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return ConvertSummary(out, fmt, reports)
 

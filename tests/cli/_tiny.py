@@ -2,9 +2,15 @@
 and small random safetensors checkpoints."""
 from __future__ import annotations
 
+import importlib.util
 import os
 
+import pytest
 import torch
+
+#: the PNG writers (eval-head, bench) need matplotlib, an optional dependency: skip, not error
+needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
+                                      reason="matplotlib is not installed (the PNG output needs it)")
 
 VOCAB = 320  # 256 byte tokens + specials, padded; several DraftHead blocks of 128
 HIDDEN = 64

@@ -9,6 +9,7 @@ import torch
 from lowbit.bench import report, runner
 from lowbit.bench.registry import BenchContext, Result
 from lowbit.cli import main
+from tests.cli._tiny import needs_matplotlib
 
 CTX = BenchContext(copy_gbps=4000.0, bf16_tflops=700.0, fp8_tflops=1200.0, quick=True)
 
@@ -80,6 +81,7 @@ def test_json_is_strict_with_failed_rows(tmp_path):
     assert body["results"][0]["us"] is None
 
 
+@needs_matplotlib
 def test_table_json_png(tmp_path, capsys):
     d = report.derive(_rows(), CTX)
     header, cells = report.table_rows(d)
@@ -121,6 +123,7 @@ def test_bench_list_works_without_gpu(capsys):
     assert all(n in out for n in names)
 
 
+@needs_matplotlib
 def test_bench_replot_a_saved_json(tmp_path, capsys):
     """``--replot``: the table and the PNG of a saved bench.json, no GPU; ``--op`` picks its ops;
     a file that is not a bench.json is a usage error naming it."""

@@ -9,6 +9,7 @@ import torch
 
 from lowbit.cli import main
 from lowbit.models import eval_head
+from tests.cli._tiny import needs_matplotlib
 
 
 class _FakeHead:
@@ -82,6 +83,7 @@ def test_evaluate_head_validates():
         eval_head.evaluate_head(torch.randn(4, 64), torch.randn(100, 64), [{"mode": "fast", "colour": 1}])
 
 
+@needs_matplotlib
 def test_cli_eval_head_from_saved_hidden(tmp_path, capsys):
     torch.manual_seed(0)
     w = torch.randn(512, 64) * 0.05
@@ -100,6 +102,7 @@ def test_cli_eval_head_from_saved_hidden(tmp_path, capsys):
     assert (out / "eval_head.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@needs_matplotlib
 def test_cli_eval_head_tiny_model(tiny_model, tmp_path, capsys):
     out = tmp_path / "out"
     rc = main(["eval-head", "--model", tiny_model, "--positions", "400", "--configs", "certified:int8:g64",
@@ -111,6 +114,7 @@ def test_cli_eval_head_tiny_model(tiny_model, tmp_path, capsys):
     assert saved["hidden"].shape == (400, 64)
 
 
+@needs_matplotlib
 def test_cli_eval_head_needs_the_models_continuations(tiny_model, tmp_path, capsys, monkeypatch):
     from lowbit.models import data
 
