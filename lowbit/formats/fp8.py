@@ -81,10 +81,13 @@ class FP8(TensorFormat):
     def quantize(cls, w: torch.Tensor, granularity: str = "row", block_size: int = 128, scale_fmt: str | None = None) -> "FP8":
         """Quantize a float tensor. ``"row"`` / ``"block"`` / ``"tensor"`` need 2-D ``w``.
 
-        ``w`` must be finite (a NaN / inf is refused with a ``ValueError`` naming its index: it
-        would make a scale, or every value sharing it, non-finite). Empty input: ``"group"``
-        returns an empty FP8 (an empty batch of activations); ``"row"`` / ``"block"`` /
-        ``"tensor"`` need N > 0 and K > 0 (``ValueError``).
+        Non-finite input: the weight granularities (``"row"`` / ``"block"`` / ``"tensor"``)
+        refuse a NaN / inf with a ``ValueError`` naming its index (it would make a scale, and
+        every value sharing it, non-finite). ``"group"`` (activations) follows the activation
+        quantizer's NaN policy instead (``lowbit.ops.act_quant``, whose reference this is): a group
+        holding a NaN / inf gets a non-finite scale and NaN values, the other groups are unaffected.
+        Empty input: ``"group"`` returns an empty FP8 (an empty batch of activations); the weight
+        granularities need N > 0 and K > 0 (``ValueError``).
         """
         check_tensor("w", w)
         require(w.is_floating_point(), f"w must be floating point, got {w.dtype}")
@@ -92,7 +95,6 @@ class FP8(TensorFormat):
         require(scale_fmt in SCALE_FMTS, f"scale_fmt must be one of {SCALE_FMTS}, got {scale_fmt!r}")
         require_int("block_size", block_size)
         require(block_size > 0, f"block_size must be positive, got {block_size}")
-        require_finite("w", w)
         wf = w.float()
         if granularity == "group":
             require(w.dim() >= 1 and w.shape[-1] % block_size == 0,
@@ -103,6 +105,7 @@ class FP8(TensorFormat):
             return cls(data, scale, granularity, block_size, scale_fmt)
         require(w.dim() == 2, f"{granularity} quantization needs a 2-D weight, got shape {tuple(w.shape)}")
         require(w.shape[0] > 0 and w.shape[1] > 0, f"{granularity} quantization needs a non-empty weight, got shape {tuple(w.shape)}")
+        require_finite("w", w)
         if granularity == "tensor":
             scale = fp8_scale_from_amax(wf.abs().amax(), scale_fmt)
             return cls(e4m3_saturate(wf / scale), scale, granularity, block_size, scale_fmt)
