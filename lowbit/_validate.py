@@ -35,6 +35,36 @@ def check_tensor(
     return t
 
 
+def check_int(name: str, value, *, minimum: int | None = None) -> int:
+    """``value`` must be a Python int (not a bool, float or tensor), ``>= minimum`` if given."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_bool(name: str, value) -> bool:
+    """``value`` must be a Python bool (``inplace="no"`` must not mean True)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return value
+
+
+def overlaps_itself(t: torch.Tensor) -> bool:
+    """Whether two elements of ``t`` share memory (an expanded / stride-0 view, or strides that
+    make rows overlap), decided from shape and strides alone (no sync). Dims of size <= 1 never
+    overlap; otherwise, in increasing stride order, each stride must step past the whole extent
+    of the smaller-stride dims."""
+    dims = sorted((abs(st), sz) for st, sz in zip(t.stride(), t.shape) if sz > 1)
+    extent = 1  # 1 + the largest offset reachable with the dims seen so far
+    for st, sz in dims:
+        if st < extent:
+            return True
+        extent += st * (sz - 1)
+    return False
+
+
 def check_same_device(**tensors) -> torch.device:
     """All non-None tensors must share one device; return it."""
     named = {k: v for k, v in tensors.items() if isinstance(v, torch.Tensor)}

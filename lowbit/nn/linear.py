@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lowbit._validate import check_tensor, require
+from lowbit._validate import check_bool, check_int, check_tensor, require
 
 _FP4X2 = getattr(torch, "float4_e2m1fn_x2", None)
 _FP4_DTYPES = (torch.uint8,) + ((_FP4X2,) if _FP4X2 is not None else ())
@@ -40,6 +40,9 @@ class Linear(nn.Module):
             default ``torch.get_default_dtype()``).
         scale_fmt: activation scale rule for ``act_quant`` (``None`` or ``"ue8m0"``).
 
+    ``in_features`` must be an int >= 1 and ``out_features`` an int >= 0 (``ValueError``
+    otherwise); N = 0 and a batch of 0 rows give empty outputs.
+
     Quantized weights need K % 128 == 0 (the activation groups are 1x128). The forward returns
     bf16 for quantized weights (the GEMMs' output) and ``x.dtype`` results of ``F.linear`` otherwise.
     Parameters are created uninitialised (``torch.empty``): load a checkpoint or use
@@ -51,6 +54,16 @@ class Linear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = False, dtype: torch.dtype | None = None,
                  device=None, scale_fmt: str | None = None):
         super().__init__()
+        check_int("in_features", in_features, minimum=1)
+        check_int("out_features", out_features, minimum=0)
+        check_bool("bias", bias)
+        require(dtype is None or isinstance(dtype, torch.dtype), f"dtype must be a torch.dtype or None, got {dtype!r}")
+        require(scale_fmt is None or scale_fmt == "ue8m0", f"scale_fmt must be None or 'ue8m0', got {scale_fmt!r}")
+        if device is not None:
+            try:
+                device = torch.device(device)
+            except (RuntimeError, TypeError) as e:
+                raise ValueError(f"device must be a torch.device, a device string or index, got {device!r}") from e
         self.in_features, self.out_features = in_features, out_features
         self.scale_fmt = scale_fmt
         dtype = dtype or torch.get_default_dtype()

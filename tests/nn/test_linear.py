@@ -58,3 +58,39 @@ def test_cuda_linear_compile(fmt):
     x = torch.randn(4, 512, device="cuda", dtype=torch.bfloat16)
     f = torch.compile(mod, fullgraph=True)
     assert torch.equal(f(x), mod(x))
+
+
+# ---- constructor arguments and empty shapes (issue #49 items 4 and 7) --------------------------
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(in_features=0, out_features=64), "in_features must be >= 1"),
+    (dict(in_features=-128, out_features=64), "in_features must be >= 1"),
+    (dict(in_features=128, out_features=-1), "out_features must be >= 0"),
+    (dict(in_features=128.0, out_features=64), "in_features must be an int"),
+    (dict(in_features=True, out_features=64), "in_features must be an int"),
+    (dict(in_features=128, out_features="64"), "out_features must be an int"),
+    (dict(in_features=128, out_features=torch.tensor(64)), "out_features must be an int"),
+    (dict(in_features=128, out_features=64, bias="yes"), "bias must be a bool"),
+    (dict(in_features=128, out_features=64, dtype="fp8"), "dtype must be a torch.dtype"),
+    (dict(in_features=128, out_features=64, scale_fmt="foo"), "scale_fmt must be None or 'ue8m0'"),
+    (dict(in_features=128, out_features=64, device="nowhere"), "device must be"),
+])
+def test_constructor_refuses_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Linear(**kwargs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.uint8, torch.bfloat16])
+@pytest.mark.parametrize("m, n", [(0, 64), (3, 0), (0, 0)])
+def test_empty_batch_or_outputs(backend, dtype, m, n):
+    """A batch of 0 rows, or out_features = 0 (an empty expert): empty outputs on every path (the
+    Triton GEMMs raised ZeroDivisionError)."""
+    mod = Linear(128, n, dtype=dtype, device=backend.device)
+    with torch.no_grad():
+        mod.weight.zero_()
+        if mod.scale is not None:
+            mod.scale.fill_(1 if dtype == torch.float8_e4m3fn else 127)
+    x = torch.randn(m, 128, device=backend.device, dtype=torch.bfloat16)
+    with backend.active():
+        y = mod(x)
+    assert y.shape == (m, n)

@@ -522,3 +522,44 @@ def test_act_quant_pdl_rule():
     assert aq.pdl_launch(torch.empty(1, 7168)) and aq.pdl_launch(torch.empty(2, 4, 128))
     assert not aq.pdl_launch(torch.empty(aq.PDL_MAX_ROWS + 1, 128))
     assert not aq.pdl_launch(torch.empty(3, 3, 256))
+
+
+# ---- empty shapes and argument types (issue #49 items 4 and 7) ---------------------------------
+
+@pytest.mark.parametrize("shape", [(0, 128), (4, 0), (0,), (2, 0, 128)])
+def test_empty_inputs_give_empty_outputs(backend, poison_empty, shape):
+    """Any 0-sized dim (K = 0 included): outputs of the documented shapes, no element."""
+    x = torch.zeros(shape, device=backend.device)
+    with backend.active():
+        y, s = act_quant(x, 128)
+        q, s4 = fp4_act_quant(x, 32)
+        assert act_quant(x.clone(), 128, inplace=True).shape == x.shape
+        assert fp4_act_quant(x.clone(), 32, inplace=True).shape == x.shape
+    k = shape[-1]
+    assert y.shape == x.shape and s.shape == (*shape[:-1], k // 128)
+    assert q.shape == (*shape[:-1], k // 2) and s4.shape == (*shape[:-1], k // 32)
+
+
+@pytest.mark.parametrize("n, k", [(0, 128), (128, 0)])
+def test_weight_dequant_empty(backend, poison_empty, n, k):
+    w = torch.zeros(n, k, device=backend.device).to(torch.float8_e4m3fn)
+    with backend.active():
+        out = weight_dequant(w, torch.ones(-(-n // 128), -(-k // 128), device=backend.device))
+    assert out.shape == (n, k) and out.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("fn", [act_quant, fp4_act_quant])
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(block_size=True), "block_size must be a power of two"),
+    (dict(block_size=32.0), "block_size must be a power of two"),
+    (dict(inplace="no"), "inplace must be a bool"),
+    (dict(inplace=1), "inplace must be a bool"),
+    (dict(scale_fmt=["ue8m0"]), "scale_fmt must be"),
+])
+def test_wrong_argument_types_are_value_errors(backend, fn, kwargs, match):
+    """A bool is not a block size, a truthy string is not ``inplace=True`` (it used to mutate x)."""
+    x = torch.randn(2, 128, device=backend.device)
+    before = x.clone()
+    with backend.active(), pytest.raises(ValueError, match=match):
+        fn(x, **kwargs)
+    assert torch.equal(x, before)

@@ -462,3 +462,26 @@ def test_dispatch_table_rows():
     rows = dispatch.dispatch_table()
     assert [r["kernel"] for r in rows] == [r.kernel for r in dispatch.RULES]
     assert rows[2]["m"] == "512+" and rows[-1]["m"] == "any"
+
+
+# ---- empty shapes (issue #49 item 4): M = 0 / N = 0 give an empty result with no launch ---------
+
+@pytest.mark.parametrize("lead, n", [((0,), 64), ((4,), 0), ((0,), 0), ((2, 0), 256), ((3, 2), 0)])
+def test_empty_m_or_n(backend, poison_empty, lead, n):
+    """Empty MoE experts: the Triton path raised ZeroDivisionError (split-K picked first)."""
+    dev = backend.device
+    a = torch.zeros(*lead, 256, device=dev).to(torch.float8_e4m3fn)
+    a_s = torch.ones(*lead, 2, device=dev)
+    b = torch.zeros(n, 128, dtype=torch.uint8, device=dev)
+    b_s = torch.full((n, 8), 127, dtype=torch.uint8, device=dev)
+    with backend.active():
+        c = fp4_gemm(a, a_s, b, b_s)
+    assert c.shape == (*lead, n) and c.dtype == torch.bfloat16 and c.numel() == 0
+
+
+def test_zero_k_refused(backend):
+    dev = backend.device
+    a = torch.zeros(4, 0, device=dev).to(torch.float8_e4m3fn)
+    b = torch.zeros(64, 0, dtype=torch.uint8, device=dev)
+    with backend.active(), pytest.raises(ValueError, match=r"K = a.shape\[-1\] = 0 must be a positive multiple of 128"):
+        fp4_gemm(a, torch.ones(4, 0, device=dev), b, torch.zeros(64, 0, dtype=torch.uint8, device=dev))

@@ -326,3 +326,27 @@ def test_tuner_help_and_no_gpu(op, capsys):
     if not torch.cuda.is_available():
         assert tune.main([]) == 2
         assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+# ---- empty shapes (issue #49 item 4): M = 0 / N = 0 give an empty result with no launch ---------
+
+@pytest.mark.parametrize("lead, n", [((0,), 64), ((4,), 0), ((0,), 0), ((2, 0), 256), ((3, 2), 0)])
+def test_empty_m_or_n(backend, poison_empty, lead, n):
+    """Empty MoE experts: the Triton path picked split-K (dividing by the tile count) before its
+    empty early return and raised ZeroDivisionError."""
+    dev = backend.device
+    a = torch.zeros(*lead, 256, device=dev).to(torch.float8_e4m3fn)
+    a_s = torch.ones(*lead, 2, device=dev)
+    b = torch.zeros(n, 256, device=dev).to(torch.float8_e4m3fn)
+    b_s = torch.ones(-(-n // 128), 2, device=dev)
+    with backend.active():
+        c = fp8_gemm(a, a_s, b, b_s)
+    assert c.shape == (*lead, n) and c.dtype == torch.bfloat16 and c.numel() == 0
+
+
+def test_zero_k_refused(backend):
+    dev = backend.device
+    a = torch.zeros(4, 0, device=dev).to(torch.float8_e4m3fn)
+    b = torch.zeros(64, 0, device=dev).to(torch.float8_e4m3fn)
+    with backend.active(), pytest.raises(ValueError, match=r"K = a.shape\[-1\] = 0 must be a positive multiple of 128"):
+        fp8_gemm(a, torch.ones(4, 0, device=dev), b, torch.ones(1, 0, device=dev))

@@ -444,3 +444,87 @@ def test_cuda_large_shapes_vs_reference():
         values = torch.randn(b, t, device="cuda")
         gathered_bias(x, w, values, idx, logits)
         torch.testing.assert_close(logits.gather(1, idx).float(), (values + ref).bfloat16().float(), rtol=1e-2, atol=6.25e-2)
+
+
+# ---- empty shapes, aliasing and argument types (issue #49 items 4 and 7) -----------------------
+
+@pytest.mark.parametrize("b, t, k", [(0, 4, 64), (3, 0, 64), (0, 0, 64), (3, 4, 0)])
+def test_empty_shapes(backend, poison_empty, b, t, k):
+    """B = 0 / T = 0: empty results, nothing written; K = 0: dots are 0 (an empty sum), so
+    gathered_bias writes ``values``."""
+    dev = backend.device
+    w = torch.randn(16, k, device=dev)
+    x = torch.randn(b, k, device=dev)
+    idx = torch.randint(0, 16, (b, t), device=dev)
+    values = torch.randn(b, t, device=dev)
+    logits = torch.full((b, 16), -7.0, device=dev)
+    with backend.active():
+        dots = gathered_dot(x, w, idx)
+        gathered_bias(x, w, values, idx, logits)
+        rows = gathered_rows(w, idx, torch.float32)
+    assert dots.shape == (b, t) and rows.shape == (b, t, k)
+    assert (dots == 0).all()
+    expect = torch.full((b, 16), -7.0, device=dev)
+    if b and t:
+        expect.scatter_(1, idx, values)
+    assert torch.equal(logits, expect)
+
+
+def test_empty_table_refused(backend):
+    """V = 0 leaves no index in range: a ValueError on every path (the kernel path used to
+    return its out-of-range filler)."""
+    dev = backend.device
+    w = torch.randn(0, 32, device=dev)
+    x, idx = torch.randn(2, 32, device=dev), torch.zeros(2, 3, dtype=torch.int64, device=dev)
+    with backend.active():
+        for call in (lambda: gathered_dot(x, w, idx), lambda: gathered_rows(w, idx),
+                     lambda: gathered_bias(x, w, torch.zeros(2, 3, device=dev), idx, torch.zeros(2, 0, device=dev))):
+            with pytest.raises(ValueError, match="V = 0 rows"):
+                call()
+        assert gathered_dot(x, w, idx[:, :0]).shape == (2, 0)  # nothing to look up: fine
+
+
+@pytest.mark.parametrize("make", [
+    lambda dev: torch.zeros(1, 16, device=dev).expand(3, 16),  # stride-0 rows
+    lambda dev: torch.zeros(3, 1, device=dev).expand(3, 16),  # stride-0 columns
+    lambda dev: torch.zeros(40, device=dev).as_strided((3, 16), (8, 1)),  # overlapping rows
+])
+def test_self_overlapping_logits_refused(backend, make):
+    """logits is written in place: a view whose elements share memory would be written through
+    the alias (the Triton path accepted it), so refuse it before any launch."""
+    dev = backend.device
+    w, x = torch.randn(16, 32, device=dev), torch.randn(3, 32, device=dev)
+    idx = torch.randint(0, 16, (3, 4), device=dev)
+    logits = make(dev)
+    before = logits.clone()
+    with backend.active(), pytest.raises(ValueError, match="logits .* share memory"):
+        gathered_bias(x, w, torch.zeros(3, 4, device=dev), idx, logits)
+    assert torch.equal(logits, before)
+
+
+def test_non_overlapping_strided_logits_still_accepted(backend):
+    dev = backend.device
+    w, x = torch.randn(16, 32, device=dev), torch.randn(3, 32, device=dev)
+    idx = torch.randint(0, 16, (3, 4), device=dev)
+    base = torch.zeros(16, 3, device=dev)
+    logits = base.t()  # column-major, distinct elements
+    with backend.active():
+        gathered_bias(x, w, torch.zeros(3, 4, device=dev), idx, logits)
+    assert logits.abs().sum() > 0
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda x, w, i, dev: gathered_rows(w, i, "bfloat16"), "dtype must be one of"),
+    (lambda x, w, i, dev: gathered_bias(x, w, torch.zeros(2, 3, device=dev), i, torch.zeros(2, 16, device=dev),
+                                        alpha=True), "alpha must be a Python float"),
+    (lambda x, w, i, dev: gathered_bias(x, w, torch.zeros(2, 3, device=dev), i, torch.zeros(2, 16, device=dev),
+                                        alpha="1"), "alpha must be a Python float"),
+    (lambda x, w, i, dev: gathered_dot(x, w, i.float()), "index has dtype"),
+    (lambda x, w, i, dev: gathered_dot(x.tolist(), w, i), "x must be a torch.Tensor"),
+    (lambda x, w, i, dev: gathered_dot(x, w.tolist(), i), "weight must be"),
+])
+def test_wrong_argument_types_are_value_errors(backend, call, match):
+    dev = backend.device
+    x, w, idx = torch.randn(2, 32, device=dev), torch.randn(16, 32, device=dev), torch.zeros(2, 3, dtype=torch.int64, device=dev)
+    with backend.active(), pytest.raises(ValueError, match=match):
+        call(x, w, idx, dev)

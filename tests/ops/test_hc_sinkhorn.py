@@ -223,3 +223,22 @@ def test_cuda_compile_opcheck_graph():
     graph.replay()
     torch.cuda.synchronize()
     check_close(out, *new, 4, 20, 1e-6)
+
+
+@pytest.mark.parametrize("b, s", [(0, 3), (2, 0), (0, 0)])
+def test_empty_rows(backend, b, s):
+    """b = 0 or s = 0: three empty outputs of the documented shapes (issue #49 item 4)."""
+    dev = backend.device
+    with backend.active():
+        pre, post, comb = hc_split_sinkhorn(torch.randn(b, s, 24, device=dev), torch.ones(3, device=dev),
+                                            torch.zeros(24, device=dev), 4, 3)
+    assert pre.shape == (b, s, 4) and post.shape == (b, s, 4) and comb.shape == (b, s, 4, 4)
+
+
+@pytest.mark.parametrize("kwargs", [dict(hc_mult=4.0), dict(hc_mult=True), dict(sinkhorn_iters=2.0),
+                                    dict(sinkhorn_iters=False), dict(eps="1e-6"), dict(eps=True)])
+def test_wrong_scalar_types_are_value_errors(kwargs):
+    args = dict(hc_mult=4, sinkhorn_iters=3, eps=1e-6)
+    args.update(kwargs)
+    with pytest.raises(ValueError):
+        hc_split_sinkhorn(torch.randn(1, 2, 24), torch.ones(3), torch.zeros(24), **args)

@@ -23,7 +23,7 @@ from typing import Optional
 import torch
 
 from lowbit._backend import use_triton
-from lowbit._validate import check_tensor, require
+from lowbit._validate import check_bool, check_tensor, require
 from lowbit.ops.act_quant import reference as _ref
 
 __all__ = ["act_quant", "fp4_act_quant", "weight_dequant"]
@@ -33,7 +33,7 @@ _E8M0 = torch.float8_e8m0fnu
 
 
 def _is_pow2(n: int) -> bool:
-    return isinstance(n, int) and n > 0 and (n & (n - 1)) == 0
+    return isinstance(n, int) and not isinstance(n, bool) and n > 0 and (n & (n - 1)) == 0
 
 
 def _check_x(x, block_size: int, min_block: int = 1):
@@ -109,7 +109,8 @@ def act_quant(x: torch.Tensor, block_size: int = 128, scale_fmt: Optional[str] =
     ``x`` (no scales). Nothing is mutated otherwise.
     """
     _check_x(x, block_size)
-    require(scale_fmt in (None, "ue8m0"), f"scale_fmt must be None or 'ue8m0', got {scale_fmt!r}")
+    check_bool("inplace", inplace)
+    require(scale_fmt is None or scale_fmt == "ue8m0", f"scale_fmt must be None or 'ue8m0', got {scale_fmt!r}")
     require(scale_dtype in (torch.float32, _E8M0), f"scale_dtype must be torch.float32 or torch.float8_e8m0fnu, got {scale_dtype}")
     require(scale_dtype != _E8M0 or scale_fmt == "ue8m0",
             "scale_dtype=torch.float8_e8m0fnu needs power-of-two scales: pass scale_fmt='ue8m0'")
@@ -182,7 +183,9 @@ def fp4_act_quant(x: torch.Tensor, block_size: int = 32, scale_fmt: str = "ue8m0
     ``x`` and returns ``x``. Nothing is mutated otherwise.
     """
     _check_x(x, block_size, min_block=2)
-    require(scale_fmt in ("ue8m0", "e4m3"), f"scale_fmt must be 'ue8m0' or 'e4m3', got {scale_fmt!r}")
+    check_bool("inplace", inplace)
+    require(isinstance(scale_fmt, str) and scale_fmt in ("ue8m0", "e4m3"),
+            f"scale_fmt must be 'ue8m0' or 'e4m3', got {scale_fmt!r}")
     if inplace:
         if torch.compiler.is_compiling():
             torch.ops.lowbit.fp4_act_quant_(x, block_size, scale_fmt)

@@ -20,6 +20,8 @@ _PACKED_DTYPES = (torch.uint8,) + ((_FP4X2,) if _FP4X2 is not None else ())
 
 
 def _impl(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> torch.Tensor:
+    if a.numel() == 0 or b.shape[0] == 0:  # M = 0 or N = 0 (empty MoE experts): no launch
+        return a.new_empty((*a.shape[:-1], b.shape[0]), dtype=torch.bfloat16)
     if use_triton(a, a_s, b, b_s):
         from lowbit.ops.fp4_gemm import dispatch
 
@@ -48,7 +50,7 @@ def validate(a, a_s, b, b_s) -> None:
     require(a.dim() >= 1, f"a must have at least 1 dim, got shape {tuple(a.shape)}")
     k = a.shape[-1]
     n = b.shape[0]
-    require(k % 128 == 0, f"K = a.shape[-1] = {k} must be a multiple of 128 (a {tuple(a.shape)})")
+    require(k > 0 and k % 128 == 0, f"K = a.shape[-1] = {k} must be a positive multiple of 128 (a {tuple(a.shape)})")
     require(b.shape[1] * 2 == k, f"packed b has shape {tuple(b.shape)}, expected [N, {k // 2}] (K/2 bytes) to match a {tuple(a.shape)}")
     want_as = (*a.shape[:-1], k // 128)
     require(tuple(a_s.shape) == want_as, f"a_s has shape {tuple(a_s.shape)}, expected {want_as} (1x128 scales of a {tuple(a.shape)})")
@@ -65,6 +67,9 @@ def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Ten
     b_s UE8M0 ``[N, K/32]`` (``torch.float8_e8m0fnu`` or uint8 exponent bytes).
     Math: per 32-wide K block ``acc += dot(a, e2m1(b)) * a_s[m, k // 128] * 2^(b_s[n, k // 32] - 127)``
     in fp32; bf16 at the end. Returns a new bf16 ``[..., N]``; nothing is mutated.
+
+    Empty shapes: M = 0 (any leading dim of ``a`` is 0) or N = 0 returns an empty bf16
+    ``[..., N]`` without a launch; K = 0 is a ``ValueError`` (K must be a positive multiple of 128).
 
     On the GPU from ``dispatch.EXPAND_MIN_M`` (512) rows on where ``M * N * K >=
     dispatch.EXPAND_MIN_MNK`` (2^35; 2^33 inside CUDA-graph capture), the weight is re-encoded per

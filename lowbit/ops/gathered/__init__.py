@@ -34,6 +34,7 @@ from typing import Optional
 import torch
 
 from lowbit._backend import use_triton
+from lowbit._validate import overlaps_itself
 from lowbit.formats.fp8 import FP8
 from lowbit.formats.intx import INTx
 from lowbit.formats.mxfp4 import MXFP4
@@ -126,6 +127,13 @@ def _check_x_index(x, index, k):
         _fail(f"x has shape {tuple(x.shape)} but the weight has K={k}")
     if index.shape[0] != x.shape[0]:
         _fail(f"index has shape {tuple(index.shape)} but x has B={x.shape[0]} rows")
+
+
+def _check_table(index: torch.Tensor, v: int) -> None:
+    """A weight with V = 0 rows has no valid index: refuse a non-empty index on every path (a
+    shape check, no sync; the kernel path would otherwise return its out-of-range filler)."""
+    if v == 0 and index.numel() > 0:
+        _fail(f"the weight has V = 0 rows, so no index is in range; got index of shape {tuple(index.shape)}")
 
 
 def _check_range(index: torch.Tensor, v: int) -> None:
@@ -235,9 +243,13 @@ def gathered_dot(x: torch.Tensor, weight, index: torch.Tensor) -> torch.Tensor:
     e.g. ``W[::2]``) or FP8 (row) / NVFP4 / MXFP4 / INTx; index ``[B, T]`` int32/int64 in
     ``[0, V)``. Returns fp32 ``[B, T]``, ``out[b, t] = sum_k x[b, k] * W[index[b, t], k]`` with
     the rows dequantized per the format (SPEC §2) and fp32 accumulation. Nothing is mutated.
+
+    Empty shapes: B = 0 or T = 0 give an empty ``[B, T]``; K = 0 (dense or INTx weights) gives
+    zeros (an empty sum); a weight with V = 0 rows and a non-empty index is a ``ValueError``.
     """
     fmt, data, scale, aux, v, k, bits, gs = unpack_weight(weight)
     _check_x_index(x, index, k)
+    _check_table(index, v)
     _check_devices(x=x, weight=data, weight_scale=scale, weight_aux=aux, index=index)
     if _eager():
         return _dot_impl(x, data, scale, aux, index, fmt, k, bits, gs)
@@ -254,6 +266,10 @@ def gathered_bias(x: torch.Tensor, weight, values: torch.Tensor, index: torch.Te
     ``logits[b, index[b,t]] = values[b,t] + alpha * dot(x[b], W[index[b,t]])`` (fp32 math, one
     rounding to ``logits.dtype``); every other entry of ``logits`` is untouched. Mutates
     ``logits`` only (never ``values`` or ``x``). Duplicate indices: see the module docstring.
+    ``logits`` must not overlap itself (an expanded / stride-0 view): ``ValueError``.
+
+    Empty shapes: B = 0 or T = 0 write nothing; K = 0 writes ``values`` (an empty dot); a weight
+    with V = 0 rows and a non-empty index is a ``ValueError``.
     """
     fmt, data, scale, aux, v, k, bits, gs = unpack_weight(weight)
     _check_x_index(x, index, k)
@@ -265,6 +281,11 @@ def gathered_bias(x: torch.Tensor, weight, values: torch.Tensor, index: torch.Te
         _fail(f"logits has shape {tuple(logits.shape)}; expected ({x.shape[0]}, {v}) = (B, V)")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         _fail(f"alpha must be a Python float, got {type(alpha).__name__}")
+    if overlaps_itself(logits):
+        _fail(f"logits (shape {tuple(logits.shape)}, strides {tuple(logits.stride())}) has elements that share "
+              "memory (an expanded or stride-0 view): it is written in place, so pass a tensor whose elements "
+              "are distinct, e.g. logits.clone()")
+    _check_table(index, v)
     _check_devices(x=x, weight=data, weight_scale=scale, weight_aux=aux, values=values, index=index, logits=logits)
     if _eager():
         _bias_impl(x, data, scale, aux, values, index, logits, float(alpha), fmt, k, bits, gs)
@@ -278,11 +299,13 @@ def gathered_rows(weight, index: torch.Tensor, dtype: torch.dtype = torch.bfloat
 
     A low-bit embedding lookup: only the selected rows are read and decoded (fp32 decode, one
     rounding to ``dtype``), the table is never materialized. index: int32/int64, any shape, values
-    in ``[0, V)``. Nothing is mutated.
+    in ``[0, V)``. Nothing is mutated. An empty index gives ``[*index.shape, K]`` with no
+    element; a weight with V = 0 rows and a non-empty index is a ``ValueError``.
     """
     fmt, data, scale, aux, v, k, bits, gs = unpack_weight(weight)
     _check("index", index, _INDEX)
-    if dtype not in _FLOAT:
+    _check_table(index, v)
+    if not isinstance(dtype, torch.dtype) or dtype not in _FLOAT:
         _fail(f"dtype must be one of {list(_FLOAT)}, got {dtype}")
     _check_devices(weight=data, weight_scale=scale, weight_aux=aux, index=index)
     if _eager():
