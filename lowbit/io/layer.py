@@ -15,10 +15,41 @@ from lowbit.io._tensors import get, get_scalar, has, name_of
 NVFP4_MODELOPT = "nvfp4-modelopt"
 NVFP4_CT = "nvfp4-compressed-tensors"
 FP8_ROW_CT = "fp8-row-compressed-tensors"
+FP8_TENSOR_CT = "fp8-tensor-compressed-tensors"
+FP8_BLOCK_CT = "fp8-block-compressed-tensors"
 FP8_BLOCK_DEEPSEEK = "fp8-block-deepseek"
 MXFP4_DEEPSEEK = "mxfp4-deepseek"
 DENSE = "dense"
-VARIANTS = (NVFP4_MODELOPT, NVFP4_CT, FP8_ROW_CT, FP8_BLOCK_DEEPSEEK, MXFP4_DEEPSEEK, DENSE)
+VARIANTS = (NVFP4_MODELOPT, NVFP4_CT, FP8_ROW_CT, FP8_TENSOR_CT, FP8_BLOCK_CT, FP8_BLOCK_DEEPSEEK, MXFP4_DEEPSEEK, DENSE)
+
+#: what :func:`detect_format` reads, for its refusals
+READS = ("ModelOpt NVFP4 (weight uint8 + weight_scale e4m3 + weight_scale_2); compressed-tensors NVFP4 "
+         "(weight_packed uint8 + weight_scale e4m3 + weight_global_scale) and FP8 per tensor / channel / 128x128 block "
+         "(weight e4m3 + weight_scale fp32/bf16/fp16); DeepSeek FP8 block (weight e4m3 + weight_scale_inv / scale) and "
+         "FP4 experts (weight int8/uint8 + scale UE8M0 [N, K/32]); dense fp32/bf16/fp16 weight")
+
+
+def _desc(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).replace('torch.', '')} {list(t.shape)}"
+
+
+def _ct_packed_layout(tensors: Mapping[str, torch.Tensor], prefix: str) -> str:
+    """Name the compressed-tensors pack-quantized layout under ``prefix`` from its tensors."""
+    p = tensors[name_of(prefix, "weight_packed")]
+    seen = [f"weight_packed {_desc(p)}"] + [f"{s} {_desc(tensors[name_of(prefix, s)])}" for s in
+                                            ("weight_scale", "weight_zero_point", "weight_shape", "weight_global_scale")
+                                            if has(tensors, prefix, s)]
+    sc = tensors.get(name_of(prefix, "weight_scale"))
+    if p.dtype == torch.uint8 and p.dim() == 2 and sc is not None and sc.dim() == 2 and sc.shape[1] * 32 == p.shape[1] * 2 \
+            and sc.dtype in (torch.uint8, torch.float8_e8m0fnu) and not has(tensors, prefix, "weight_global_scale"):
+        layout = "compressed-tensors MXFP4 (format mxfp4-pack-quantized: FP4 E2M1 codes, num_bits 4, type float, group 32, E8M0 scales)"
+    elif p.dtype == torch.uint8 and has(tensors, prefix, "weight_global_scale"):
+        layout = f"compressed-tensors NVFP4 (nvfp4-pack-quantized) with weight_scale {_desc(sc) if sc is not None else 'missing'}"
+    elif p.dtype == torch.int32:
+        layout = "compressed-tensors pack-quantized integer weights (format pack-quantized: type int, num_bits 4 or 8, int32 words)"
+    else:
+        layout = "a compressed-tensors pack-quantized layout"
+    return f"{layout}; tensors seen: {', '.join(seen)}"
 
 _DENSE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -28,15 +59,19 @@ def detect_format(tensors: Mapping[str, torch.Tensor], prefix: str) -> str:
 
     Decided by tensor names and the weight dtype: ``weight_packed`` -> compressed-tensors NVFP4;
     ``weight_scale_2`` -> ModelOpt NVFP4; e4m3 ``weight`` with ``weight_scale`` -> compressed-tensors
-    per-channel FP8, with ``weight_scale_inv``/``scale`` -> DeepSeek block FP8; a 1-byte integer or
+    FP8 per tensor / channel / 128x128 block (by the scale's shape), with ``weight_scale_inv``/``scale``
+    -> DeepSeek block FP8; a 1-byte integer or
     float4_e2m1fn_x2 ``weight`` with ``scale``/``weight_scale_inv`` -> DeepSeek FP4 (MXFP4);
     a bf16/fp16/fp32 ``weight`` alone -> dense.
     """
     wname = name_of(prefix, "weight")
     if has(tensors, prefix, "weight_packed"):
         p = tensors[name_of(prefix, "weight_packed")]
-        require(has(tensors, prefix, "weight_global_scale") and p.dtype == torch.uint8,
-                f"{name_of(prefix, 'weight_packed')!r} ({p.dtype}) without a weight_global_scale is a compressed-tensors pack-quantized integer format, which is not supported")
+        sc = tensors.get(name_of(prefix, "weight_scale"))
+        if not (has(tensors, prefix, "weight_global_scale") and p.dtype == torch.uint8
+                and (sc is None or sc.dtype == torch.float8_e4m3fn)):
+            raise ValueError(f"layer {prefix!r} holds {_ct_packed_layout(tensors, prefix)}, which lowbit does not read. "
+                             f"lowbit reads: {READS}")
         return NVFP4_CT
     require(wname in tensors, f"checkpoint has neither {wname!r} nor {name_of(prefix, 'weight_packed')!r}")
     w = tensors[wname]
@@ -44,15 +79,20 @@ def detect_format(tensors: Mapping[str, torch.Tensor], prefix: str) -> str:
         return NVFP4_MODELOPT
     if w.dtype == torch.float8_e4m3fn:
         if has(tensors, prefix, "weight_scale"):
-            return FP8_ROW_CT
+            strategy = ct.fp8_strategy(tensors, prefix)
+            return {"tensor": FP8_TENSOR_CT, "channel": FP8_ROW_CT, "block": FP8_BLOCK_CT}[strategy]
         if any(has(tensors, prefix, s) for s in ds.FP8_SCALE_NAMES):
             return FP8_BLOCK_DEEPSEEK
-        raise ValueError(f"{wname!r} is float8_e4m3fn but no scale was found (looked for weight_scale, weight_scale_inv, scale)")
+        raise ValueError(f"{wname!r} is float8_e4m3fn but no scale was found (looked for weight_scale, weight_scale_inv, scale). "
+                         f"lowbit reads: {READS}")
     if w.dtype in ds._FP4_WEIGHT_DTYPES and any(has(tensors, prefix, s) for s in ds.FP4_SCALE_NAMES):
         return MXFP4_DEEPSEEK
     if w.dtype in _DENSE_DTYPES:
         return DENSE
-    raise ValueError(f"{wname!r} has dtype {w.dtype} and shape {tuple(w.shape)}, which matches no supported checkpoint format")
+    others = [f"{s} {_desc(tensors[name_of(prefix, s)])}" for s in ("weight_scale", "weight_scale_inv", "scale", "weight_zero_point")
+              if has(tensors, prefix, s)]
+    raise ValueError(f"{wname!r} is {_desc(w)}" + (f" with {', '.join(others)}" if others else "")
+                     + f", which matches no checkpoint layout lowbit reads. lowbit reads: {READS}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,10 +141,13 @@ def read_layer(tensors: Mapping[str, torch.Tensor], prefix: str) -> Layer:
         if inp is not None:
             require(tuple(inp.shape) == tuple(wgs.shape), f"{name_of(prefix, 'input_global_scale')!r} has shape {tuple(inp.shape)} but weight_global_scale has {tuple(wgs.shape)}")
         return Layer(fmt, variant, {"weight_global_scale": wgs, "input_global_scale": inp, "scalar_shape": tuple(wgs.shape)})
-    if variant == FP8_ROW_CT:
-        fmt = ct.read_fp8_channel(tensors, prefix)
+    if variant in (FP8_ROW_CT, FP8_TENSOR_CT, FP8_BLOCK_CT):
+        fmt = ct.read_fp8_ct(tensors, prefix)
         inp = mo.read_input_scale(tensors, prefix)
-        return Layer(fmt, variant, {"input_scale": inp, "scalar_shape": _shape_of(inp)})
+        opts = {"input_scale": inp, "scalar_shape": _shape_of(inp), "scale_dtype": tensors[name_of(prefix, "weight_scale")].dtype}
+        if variant == FP8_TENSOR_CT:
+            opts["scale_shape"] = _shape_of(tensors[name_of(prefix, "weight_scale")])
+        return Layer(fmt, variant, opts)
     if variant == FP8_BLOCK_DEEPSEEK:
         fmt = ds.read_fp8_block(tensors, prefix)
         sname = [s for s in ds.FP8_SCALE_NAMES if has(tensors, prefix, s)][0]
@@ -121,6 +164,8 @@ _WRITERS = {
     NVFP4_MODELOPT: mo.write_nvfp4,
     NVFP4_CT: ct.write_nvfp4_ct,
     FP8_ROW_CT: ct.write_fp8_channel,
+    FP8_TENSOR_CT: ct.write_fp8_ct,
+    FP8_BLOCK_CT: ct.write_fp8_ct,
     FP8_BLOCK_DEEPSEEK: ds.write_fp8_block,
     MXFP4_DEEPSEEK: ds.write_fp4_experts,
 }

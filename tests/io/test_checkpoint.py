@@ -40,7 +40,7 @@ def test_detect_format_rejects_unknown():
         detect_format({}, "x")
     with pytest.raises(ValueError, match="no scale"):
         detect_format({"x.weight": torch.zeros(2, 2, dtype=torch.float8_e4m3fn)}, "x")
-    with pytest.raises(ValueError, match="matches no supported"):
+    with pytest.raises(ValueError, match="matches no checkpoint layout lowbit reads"):
         detect_format({"x.weight": torch.zeros(2, 2, dtype=torch.int32)}, "x")
     with pytest.raises(ValueError, match="pack-quantized"):
         detect_format({"x.weight_packed": torch.zeros(2, 2, dtype=torch.int32)}, "x")

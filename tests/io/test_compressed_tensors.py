@@ -22,7 +22,7 @@ def test_fp8_channel_roundtrip_and_values():
 
 @pytest.mark.parametrize("bad,match", [
     ({"weight_scale": torch.ones(1, 7)}, "weight_scale' has shape"),
-    ({"weight_scale": torch.ones(7, 1, dtype=torch.bfloat16)}, "weight_scale' has dtype"),
+    ({"weight_scale": torch.ones(7, 1, dtype=torch.float64)}, "weight_scale' has dtype"),
     ({"weight": torch.ones(7, 40)}, "weight' has dtype"),
 ])
 def test_fp8_channel_rejects(bad, match):
@@ -83,3 +83,123 @@ def test_nvfp4_ct_rejects():
         read_nvfp4_ct(sd, P)
     with pytest.raises(ValueError, match="NVFP4"):
         write_nvfp4_ct(FP8.quantize(torch.randn(2, 16)), P)
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints written the way compressed-tensors / llm-compressor write them. The real libraries
+# are not installed here; the conventions assumed, per linear <prefix> (format "float-quantized",
+# num_bits 8, type float, symmetric):
+#   FP8_DYNAMIC (strategy channel, dynamic activations): weight e4m3 [N, K], weight_scale [N, 1] in
+#     the model's dtype (bf16 for a bf16 model), no input_scale;
+#   FP8 (strategy tensor, static activations): weight e4m3 [N, K], weight_scale [1] (older
+#     versions: a 0-d scalar), input_scale [1];
+#   FP8_BLOCK (strategy block, block_structure [128, 128]): weight e4m3 [N, K], weight_scale
+#     [ceil(N/128), ceil(K/128)] in the model's dtype, the last blocks partial;
+#   MXFP4 (format mxfp4-pack-quantized): weight_packed uint8 [N, K/2], weight_scale uint8
+#     [N, K/32] (E8M0 exponents), no global scale -- not read, refused by name;
+#   W4A16 (format pack-quantized, type int): weight_packed int32 [N, K/8], weight_scale [N, K/G],
+#     weight_shape int64 [2] -- not read, refused by name.
+# The oracle dequantizes in fp64 with explicit block loops, apart from lowbit's FP8.dequantize.
+
+
+def _oracle(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    n, k = weight.shape
+    w = weight.to(torch.float64)
+    s = scale.to(torch.float64)
+    out = torch.empty(n, k, dtype=torch.float64)
+    if s.numel() == 1:
+        return w * s.reshape(())
+    if tuple(s.shape) == (n, 1):
+        return w * s
+    for i in range(s.shape[0]):
+        for j in range(s.shape[1]):
+            out[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128] = w[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128] * s[i, j]
+    return out
+
+
+def _e4m3(n, k, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(n, k, generator=g) * 100).clamp(-448, 448).to(torch.float8_e4m3fn)
+
+
+def _scales(shape, dtype, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(shape, generator=g) * 0.01 + 1e-4).to(dtype)
+
+
+CT_CASES = {
+    # name: (N, K, scale shape, scale dtype, input_scale, variant, granularity)
+    "fp8-dynamic-bf16": (40, 96, (40, 1), torch.bfloat16, None, "fp8-row-compressed-tensors", "row"),
+    "fp8-dynamic-fp16": (40, 96, (40, 1), torch.float16, None, "fp8-row-compressed-tensors", "row"),
+    "fp8-dynamic-fp32": (40, 96, (40, 1), torch.float32, None, "fp8-row-compressed-tensors", "row"),
+    "fp8-tensor": (40, 96, (1,), torch.float32, (1,), "fp8-tensor-compressed-tensors", "tensor"),
+    "fp8-tensor-0d-bf16": (40, 96, (), torch.bfloat16, (), "fp8-tensor-compressed-tensors", "tensor"),
+    "fp8-block-bf16": (300, 200, (3, 2), torch.bfloat16, None, "fp8-block-compressed-tensors", "block"),
+    "fp8-block-fp32": (256, 384, (2, 3), torch.float32, None, "fp8-block-compressed-tensors", "block"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CT_CASES))
+def test_ct_fp8_layouts_read_exactly_and_write_back_bit_exact(case):
+    from lowbit.io import read_fp8_ct
+
+    n, k, sshape, sdtype, ishape, variant, gran = CT_CASES[case]
+    sd = {f"{P}.weight": _e4m3(n, k), f"{P}.weight_scale": _scales(sshape, sdtype)}
+    if ishape is not None:
+        sd[f"{P}.input_scale"] = torch.tensor(0.5, dtype=torch.float32).reshape(ishape)
+    layer = read_layer(sd, P)
+    assert layer.variant == variant and layer.fmt.granularity == gran
+    assert layer.fmt.scale.dtype == torch.float32
+    # exact: fp32 dequantize of e4m3 x (bf16/fp16/fp32 scale) is one rounding of the fp64 product
+    # (e4m3 has 4 significant bits, bf16 8, fp16 11, fp32 24: the product needs <= 28 bits, so it is
+    # exact in fp64 and its fp32 rounding is what lowbit must return, bit for bit)
+    want = _oracle(sd[f"{P}.weight"], sd[f"{P}.weight_scale"]).to(torch.float32)
+    assert torch.equal(layer.fmt.dequantize(torch.float32), want)
+    assert torch.equal(read_fp8_ct(sd, P).dequantize(torch.float32), want)
+    assert_same_bytes(write_layer(layer, P), sd)
+
+
+def test_ct_fp8_dynamic_bf16_reads_like_its_fp32_cast():
+    sd = {f"{P}.weight": _e4m3(16, 64), f"{P}.weight_scale": _scales((16, 1), torch.bfloat16)}
+    as32 = dict(sd, **{f"{P}.weight_scale": sd[f"{P}.weight_scale"].float()})
+    assert torch.equal(read_fp8_channel(sd, P).dequantize(), read_fp8_channel(as32, P).dequantize())
+
+
+def test_ct_fp8_scale_dtype_write_refuses_inexact_scales():
+    from lowbit.io import write_fp8_ct
+
+    q = FP8.quantize(torch.randn(8, 32), "row")  # fp32 scales, not bf16-exact
+    with pytest.raises(ValueError, match="not all exactly representable"):
+        write_fp8_ct(q, P, scale_dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="scale_dtype"):
+        write_fp8_ct(q, P, scale_dtype=torch.float64)
+    with pytest.raises(ValueError, match="128x128"):
+        write_fp8_ct(FP8.quantize(torch.randn(8, 64), "block", block_size=32), P)
+
+
+def test_ct_fp8_unknown_scale_shape_is_refused_with_the_layouts():
+    sd = {f"{P}.weight": _e4m3(300, 200), f"{P}.weight_scale": _scales((5, 4), torch.float32)}  # 64x64 blocks
+    with pytest.raises(ValueError, match=r"\(5, 4\).*strategy tensor.*channel: \(300, 1\).*block 128x128: \(3, 2\)"):
+        read_layer(sd, P)
+
+
+def test_ct_mxfp4_is_refused_by_name():
+    sd = {f"{P}.weight_packed": torch.zeros(8, 32, dtype=torch.uint8), f"{P}.weight_scale": torch.full((8, 2), 127, dtype=torch.uint8)}
+    with pytest.raises(ValueError) as e:
+        read_layer(sd, P)
+    msg = str(e.value)
+    assert "MXFP4" in msg and "mxfp4-pack-quantized" in msg and "weight_scale uint8 [8, 2]" in msg
+    assert "integer" not in msg and "lowbit reads:" in msg
+
+
+def test_ct_int_pack_quantized_is_refused_by_name():
+    sd = {f"{P}.weight_packed": torch.zeros(8, 8, dtype=torch.int32), f"{P}.weight_scale": torch.ones(8, 2, dtype=torch.bfloat16),
+          f"{P}.weight_shape": torch.tensor([8, 64])}
+    with pytest.raises(ValueError, match=r"pack-quantized integer.*weight_packed int32 \[8, 8\].*lowbit reads:"):
+        read_layer(sd, P)
+
+
+def test_unknown_weight_dtype_names_what_it_saw_and_what_is_read():
+    sd = {f"{P}.weight": torch.zeros(8, 8, dtype=torch.int16), f"{P}.weight_scale": torch.ones(8, 1)}
+    with pytest.raises(ValueError, match=r"int16 \[8, 8\] with weight_scale float32 \[8, 1\].*lowbit reads:"):
+        read_layer(sd, P)
