@@ -595,10 +595,13 @@ def _convert_shards(args: argparse.Namespace, console) -> int:
         raise UserError("--mp shards a tiny-model checkpoint; it takes --experts-dtype, not --format")
     if args.mp < 1:
         raise UserError(f"--mp must be >= 1, got {args.mp}")
-    if os.path.exists(args.out) and os.listdir(args.out) and not args.overwrite:
+    if os.path.exists(args.out) and os.path.isdir(args.out) and os.listdir(args.out) and not args.overwrite:
         raise UserError(f"--out {args.out!r} exists and is not empty (use --overwrite)")
-    try:
-        paths = convert_hf_to_shards(args.src, args.out, args.mp, experts_dtype=args.experts_dtype)
+    from lowbit.io.convert import build_folder
+
+    try:  # built in a temporary sibling and renamed: a failure or a signal leaves nothing half-written
+        paths = build_folder(args.out, lambda tmp: convert_hf_to_shards(args.src, tmp, args.mp, experts_dtype=args.experts_dtype),
+                             overwrite=os.path.isdir(args.out))
     except (ValueError, FileNotFoundError) as e:
         raise UserError(str(e)) from None
     console.print(f"wrote {len(paths)} shards to {args.out}: " + ", ".join(os.path.basename(str(p)) for p in paths))

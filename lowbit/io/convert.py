@@ -350,6 +350,52 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str, *, exclude
     return ConvertSummary(out, fmt, reports)
 
 
+def build_folder(out: str | os.PathLike, build: Callable[[str], object], *, overwrite: bool = False):
+    """Run ``build(tmp)`` on a fresh temporary sibling of ``out``, then give it the umask's modes
+    and rename it to ``out`` (replacing an existing ``out`` only with ``overwrite``); on any error
+    or signal the temporary is removed and an existing ``out`` left as it was. Returns what
+    ``build`` returns, its paths under ``tmp`` mapped to ``out``."""
+    out = os.fspath(out)
+    out_abs = os.path.abspath(out)
+    parent = os.path.dirname(out_abs)
+    if os.path.exists(out):
+        require(overwrite, f"output {out!r} already exists (pass --overwrite to replace it)")
+        require(os.path.isdir(out), f"output {out!r} exists and is not a directory")
+    require(os.path.isdir(parent), f"the folder of the output, {parent!r}, "
+            + ("is not a folder" if os.path.exists(parent) else "does not exist"))
+    tmp = None
+    try:
+        with _signals_deferred():
+            try:
+                tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_abs)}.tmp-", dir=parent)
+            except OSError as e:
+                raise ValueError(f"cannot write the output {out!r} (its folder {parent!r}: {e.strerror or e})") from None
+        result = build(tmp)
+        _publish_modes(tmp)
+        with _signals_deferred():
+            if os.path.exists(out):
+                old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_abs)}.old-", dir=parent)
+                os.replace(out, os.path.join(old, "x"))
+                try:
+                    os.replace(tmp, out)
+                except BaseException:
+                    os.replace(os.path.join(old, "x"), out)
+                    os.rmdir(old)
+                    raise
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, out)
+            staged, tmp = tmp, None
+    except BaseException:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if isinstance(result, (list, tuple)):
+        return type(result)(os.path.join(out, os.path.relpath(os.fspath(r), staged)) if isinstance(r, (str, os.PathLike)) else r
+                            for r in result)
+    return result
+
+
 def _module(name: str) -> str:
     return name[: -len(".weight")] if name.endswith(".weight") else name
 
@@ -405,4 +451,4 @@ def human_bytes(n: float) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-__all__ = ["FORMATS", "ConvertSummary", "TensorPlan", "TensorReport", "convert", "human_bytes", "plan", "quantize_tensor"]
+__all__ = ["FORMATS", "ConvertSummary", "TensorPlan", "TensorReport", "build_folder", "convert", "human_bytes", "plan", "quantize_tensor"]

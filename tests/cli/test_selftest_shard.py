@@ -50,3 +50,33 @@ def test_convert_mp_bad_arguments(tmp_path, capsys, argv, message):
     _, src = _tiny_checkpoint(tmp_path)
     assert main(["convert", str(src), "--out", str(tmp_path / "o"), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_convert_mp_is_built_aside_and_honours_the_umask(tmp_path, monkeypatch):
+    import stat
+
+    import lowbit.models.tiny as tiny
+
+    _, src = _tiny_checkpoint(tmp_path)
+    out = tmp_path / "shards"
+    old = os.umask(0o027)
+    try:
+        assert main(["convert", str(src), "--mp", "2", "--out", str(out)]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o750
+    assert {stat.S_IMODE(os.stat(out / f).st_mode) for f in os.listdir(out)} == {0o640}
+    assert sorted(os.listdir(tmp_path)) == ["hf", "shards"]
+    # a failure after the first shard is written leaves no temporary folder and the old output as it was
+    real = tiny.convert_hf_to_shards
+
+    def fail_midway(src_, dst, mp, experts_dtype=None):
+        real(src_, dst, mp, experts_dtype=experts_dtype)
+        raise OSError(28, "No space left on device", os.path.join(dst, "model1-mp2.safetensors"))
+
+    monkeypatch.setattr(tiny, "convert_hf_to_shards", fail_midway)
+    before = sorted(os.listdir(out))
+    assert main(["convert", str(src), "--mp", "2", "--out", str(out), "--overwrite"]) == 2
+    assert sorted(os.listdir(tmp_path)) == ["hf", "shards"] and sorted(os.listdir(out)) == before
+    assert main(["convert", str(src), "--mp", "2", "--out", str(tmp_path / "fresh")]) == 2
+    assert sorted(os.listdir(tmp_path)) == ["hf", "shards"]  # no partial shards under the new name
