@@ -528,3 +528,37 @@ def test_wrong_argument_types_are_value_errors(backend, call, match):
     x, w, idx = torch.randn(2, 32, device=dev), torch.randn(16, 32, device=dev), torch.zeros(2, 3, dtype=torch.int64, device=dev)
     with backend.active(), pytest.raises(ValueError, match=match):
         call(x, w, idx, dev)
+
+
+# ---- an oracle that decodes the stored bytes itself (issue #49 item 10) ------------------------
+
+@pytest.mark.parametrize("kind", ["fp8", "nvfp4", "mxfp4", "intx2", "intx4", "intx8"])
+def test_against_byte_level_oracle(backend, poison_empty, kind):
+    """The expectations above come from the formats' ``dequantize``, which the reference path
+    also uses: a decode bug shared by both (e.g. INTx without its zero point) would pass them.
+    Here the rows are decoded from the bytes by the fuzz suite's independent decoders (integer
+    bit fields, plane unpacking, ``(code - zero) * scale``) and the dots summed in fp64.
+    Bound: fp32 products and K-term accumulation, plus <= 3 roundings of the fp32 decode:
+    (K + 4) u_f32 sum |x w| (see tests/fuzz/test_fuzz_ops.py: dot_bound)."""
+    from tests.fuzz.test_fuzz_ops import dec_weight, dot_bound, make_weight
+
+    gen = torch.Generator().manual_seed(7)
+    # K = 80: INTx pads it to whole planes (2 bits: 128), FP4 groups 32 do not apply (K = 96)
+    k = 96 if kind in ("nvfp4", "mxfp4") else 80
+    w = make_weight(kind, 24, k, gen, 0.5)
+    if kind.startswith("intx"):
+        assert (w.zero > 0).any()  # the zero point matters for these weights
+    w64 = dec_weight(w)
+    x = torch.randn(3, k, generator=gen)
+    idx = torch.randint(0, 24, (3, 7), generator=gen)
+    dev = backend.device
+    wd = dataclasses.replace(w, **{f.name: getattr(w, f.name).to(dev) for f in dataclasses.fields(w)
+                                   if isinstance(getattr(w, f.name), torch.Tensor)})
+    with backend.active():
+        dots = gathered_dot(x.to(dev), wd, idx.to(dev))
+        rows = gathered_rows(wd, idx.to(dev), torch.float32)
+    expect = torch.einsum("bk,btk->bt", x.double(), w64[idx])
+    err = (dots.cpu().double() - expect).abs()
+    assert (err <= dot_bound(x.double(), w64, idx, k)).all()
+    # rows in fp32: <= 3 roundings of the decode
+    assert ((rows.cpu().double() - w64[idx]).abs() <= 3 * 2.0**-24 * w64[idx].abs()).all()
