@@ -691,3 +691,25 @@ def test_constructor_type_errors_are_value_errors(kw):
     name = next(iter(kw))
     with pytest.raises(ValueError, match=name):
         DraftHead(w, **kw)
+
+
+def test_public_coarse_head_op_scales_back(backend):
+    """lowbit.ops.coarse_head.coarse_head returns the weight's units: 2^coarse_exp times the
+    prescaled pass (exactly: a power of two), the candidates unchanged."""
+    from lowbit.ops.coarse_head import BOUND_DET, coarse_head
+    from lowbit.ops.coarse_head.coarse import coarse_head_scaled
+
+    w, x = _huge_entry_case()
+    w, x = w.to(backend.device), x.to(backend.device)
+    with backend.active():
+        head = DraftHead(w, bits=8, group_size=16, block=64)
+        p = head.packing
+        out = coarse_head(x, p, block=64, kcand=4, bound=BOUND_DET, write_logits=True)
+        raw = coarse_head_scaled(x, p, block=64, kcand=4, bound=BOUND_DET, write_logits=True)
+    assert p.coarse_exp > 0
+    f = 2.0**p.coarse_exp
+    for a, b in zip(out, raw):
+        assert torch.equal(a, b * f if a.is_floating_point() else b)
+    # in the weight's units: the coarse logit of the 1e8 token is ~ x[:, 3] * 1e8
+    torch.testing.assert_close(out.logits[:, 10].cpu().double(), (x.double() @ w.double().t())[:, 10].cpu(),
+                               rtol=1e-3, atol=0)
