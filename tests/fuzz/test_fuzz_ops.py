@@ -282,15 +282,17 @@ def round_to_grid(v: torch.Tensor, grid: torch.Tensor, even: torch.Tensor) -> to
 
 @FUZZ
 @given(rows=st.integers(1, 5), groups=st.integers(1, 3), bs=st.sampled_from([32, 64, 128]),
-       xdt=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]), e=st.integers(-12, 4),
-       seed=st.integers(0, 2**31 - 1))
-def test_act_quant_bit_exact(backend, poison_empty, rows, groups, bs, xdt, e, seed):
+       xdt=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]), e=st.integers(-24, 6),
+       zero_group=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_act_quant_bit_exact(backend, poison_empty, rows, groups, bs, xdt, e, zero_group, seed):
     """s = fp32(max(amax, 1e-4) / 448), y = e4m3_RNE(clamp(fp32(x / s), +-448)): bit-exact. The
     fp32 divisions are recomputed in fp64 and rounded to fp32 (a double rounding that is
     innocuous for one division of fp32 operands: 53 >= 2 * 24 + 2)."""
     gen = torch.Generator().manual_seed(seed)
-    x = (torch.randn(rows, groups * bs, generator=gen) * 2.0**e).to(xdt)
+    x = (torch.randn(rows, groups * bs, generator=gen) * 2.0**e).to(xdt)  # 2^-24: under the 1e-4 floor
     x[0, 0] = 0.0
+    if zero_group:
+        x[-1, :bs] = 0.0
     y, s = run(backend, act_quant, x.to(backend.device), bs)
     xg = x.double().view(rows, groups, bs)
     amax = xg.abs().amax(-1).clamp(min=float(torch.tensor(1e-4, dtype=torch.float32)))
@@ -306,12 +308,16 @@ def test_act_quant_bit_exact(backend, poison_empty, rows, groups, bs, xdt, e, se
 
 @FUZZ
 @given(rows=st.integers(1, 4), groups=st.integers(1, 4),
-       xdt=st.sampled_from([torch.float32, torch.bfloat16]), e=st.integers(-20, 8), seed=st.integers(0, 2**31 - 1))
-def test_fp4_act_quant_ue8m0_exact(backend, poison_empty, rows, groups, xdt, e, seed):
+       xdt=st.sampled_from([torch.float32, torch.bfloat16]),
+       e=st.one_of(st.integers(-20, 8), st.sampled_from([-149, -140, -130, -126, -120])),  # subnormals, the floor
+       zero_group=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_fp4_act_quant_ue8m0_exact(backend, poison_empty, rows, groups, xdt, e, zero_group, seed):
     """MX rule: amax' = max(amax, 6 * 2^-126), s = 2^ceil(log2(fp32(amax' * fp32(1/6)))), codes
     E2M1_RNE(clamp(fp32(x / s), +-6)) (x / s is exact: s is a power of two). Decoded values exact."""
     gen = torch.Generator().manual_seed(seed)
-    x = (torch.randn(rows, groups * 32, generator=gen) * 2.0**e).to(xdt)
+    x = (torch.randn(rows, groups * 32, generator=gen).double() * 2.0**e).to(xdt)
+    if zero_group:
+        x[-1, :32] = 0.0
     packed, s = run(backend, fp4_act_quant, x.to(backend.device), 32, "ue8m0")
     xg = x.double().view(rows, groups, 32)
     amax = xg.abs().amax(-1).clamp(min=6 * 2.0**-126)
