@@ -199,3 +199,9 @@ def test_tiny_groups_keep_the_bound(bits, mag):
     qmax = (1 << bits) - 1
     # no code clamps: q - z reproduces round(w / s) exactly where |w / s| stays within the range
     assert ((q.codes().long() >= 0) & (q.codes().long() <= qmax)).all()
+
+
+@pytest.mark.parametrize("shape", [(0, 64), (3, 0), (0, 0)])
+def test_empty_weight_gives_empty_result(shape):
+    q = INTx.quantize(torch.zeros(shape), bits=4, group_size=32)
+    assert q.shape == shape and q.dequantize().shape == shape
