@@ -679,5 +679,55 @@ def test_device_state_grows_and_keeps_the_replaced_state(monkeypatch):
     ref = weakref.ref(small)
     del small
     big = _state.device_state(cache, dev, 100, make, torch.Tensor.numel)
-    assert big.numel() == 100 and cache[dev] is big
+    assert big.numel() == 100 and cache[_state.stream_key(dev)] is big
     assert ref() is not None and len(_state._RETIRED) == 1 and _state._RETIRED[0] is ref()
+
+
+def test_device_state_threads_share_one_state():
+    """Threads growing one state at once: every caller gets a state that serves its rows, one state
+    stays in the cache, and every replaced one is retired (none dropped while a kernel may use it)."""
+    import threading
+
+    from lowbit.ops.coarse_head import scratch
+
+    cache, dev, made = {}, torch.device("cpu"), []
+    start = threading.Barrier(8)
+
+    def make(device, rows):
+        t = torch.zeros(rows, dtype=torch.int32)
+        made.append(t)
+        return t
+
+    got = []
+
+    def run(i):
+        start.wait()
+        for rows in range(1, 200):
+            got.append((rows, scratch.device_state(cache, dev, rows + i, make, torch.Tensor.numel)))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(s.numel() >= r for r, s in got)
+    final = cache[scratch.stream_key(dev)]
+    assert all(any(t is r for r in scratch._RETIRED) for t in made if t is not final)
+    scratch._RETIRED[:] = [r for r in scratch._RETIRED if not any(r is t for t in made)]
+
+
+@pytest.mark.cuda
+def test_cuda_device_state_per_stream():
+    """Two streams of one device get two states (concurrent calls would otherwise share counters)."""
+    from lowbit.ops.coarse_head import scratch
+
+    cache, dev = {}, torch.device("cuda")
+
+    def make(device, rows):
+        return torch.zeros(rows, dtype=torch.int32, device=device)
+
+    a = scratch.device_state(cache, dev, 4, make, torch.Tensor.numel)
+    with torch.cuda.stream(torch.cuda.Stream()):
+        b = scratch.device_state(cache, dev, 4, make, torch.Tensor.numel)
+    assert a is not b and len(cache) == 2
+    assert scratch.device_state(cache, dev, 4, make, torch.Tensor.numel) is a

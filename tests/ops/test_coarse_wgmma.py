@@ -606,7 +606,9 @@ def test_cuda_coarse_wgmma_split_tail(poison_empty, monkeypatch, n, m):
     assert not torch.isnan(split[5]).any() and not torch.isnan(split[0]).any()
     assert all(torch.equal(a, b) for a, b in zip(split, base) if a.numel())
     assert all(torch.equal(a, b) for a, b in zip(split, again) if a.numel())
-    assert not g._TICKETS[x.device].any()
+    from lowbit.ops.coarse_head.scratch import stream_key
+
+    assert not g._TICKETS[stream_key(x.device)].any()
 
 
 @pytest.mark.cuda
@@ -663,7 +665,7 @@ def test_split_launch_plan_and_buffers(monkeypatch):
     assert full2 == 4 and part2.numel() >= 3 * 2 * 128 * 16
     assert part2.data_ptr() != part.data_ptr() and tick2 is tick  # the scratch grew, the tickets served
     _, _, part3, _ = g._split_launch(5, 8, 128, 8, dev, (2, 1))
-    assert part3 is g._PARTS[dev]  # the grown scratch serves the smaller launch
+    assert part3 is g._PARTS[scratch.stream_key(dev)]  # the grown scratch serves the smaller launch
     for args in ((4, 8, (2, 1)), (5, 3, (2, 1)), (5, 8, (1, 1)), (5, 8, (0, 1))):
         assert g._split_launch(args[0], args[1], 128, 8, dev, args[2]) == (args[0], 1, None, None)
 

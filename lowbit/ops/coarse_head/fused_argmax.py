@@ -32,7 +32,7 @@ tile's rows, ``ANSWER_ROWS`` at a time:
 Statistics go to the ``CERTIFIED_STATS`` buffer (rows, fallbacks = rows with an offending block,
 wide = rows with more than ``cap`` member blocks and none offending, set_sum / set_max = member
 blocks, calls). The tickets are left at zero by the last program, so CUDA-graph replays work;
-like the other sync-free path, two calls must not run concurrently on different streams.
+each stream has its own tickets and lists (:mod:`.scratch`), so calls on two streams may run at once.
 
 Memory order: the ticket is the one ``acq_rel`` atomic (it publishes every program's records
 to the last one). Everything else is ``relaxed``: on sm_90 an ``acq_rel`` atomic is a GPU-wide

@@ -1,27 +1,48 @@
-"""Grow-only per-device state of the sync-free kernels (tickets, counters, running bests).
+"""Grow-only state of the sync-free kernels (tickets, counters, running bests), one per (device,
+stream).
 
-Each of these kernels leaves its state as it found it, so one buffer per device serves every
-call. When a call needs more rows than the buffer holds, a larger one replaces it — and the old
-one is kept alive: a CUDA graph captured with it still points at its memory, and replaying that
-graph must not write into memory the allocator has handed to another tensor.
+Each of these kernels leaves its state as it found it, so one buffer per stream serves every call
+on it; calls on two streams of one device get two buffers, so they may run concurrently (sharing
+one would mix their arrival counts). When a call needs more rows than the buffer holds, a larger one
+replaces it -- and the old one is kept alive: a CUDA graph captured with it still points at its
+memory, and replaying that graph must not write into memory the allocator has handed to another
+tensor. Creation and replacement hold a lock, so threads calling at once neither lose a state
+nor free one a kernel still uses.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import torch
 
 #: states replaced by larger ones, kept for the graphs captured with them
 _RETIRED: list = []
+_LOCK = threading.Lock()
+
+
+def stream_key(device: torch.device) -> tuple:
+    """(device, the id of its current stream; 0 off CUDA): the key of a call's state."""
+    if device.type == "cuda":
+        return device, torch.cuda.current_stream(device).stream_id
+    return device, 0
 
 
 def device_state(cache: dict, device: torch.device, rows: int, make: Callable[[torch.device, int], Any],
                  size: Callable[[Any], int]) -> Any:
-    """``cache[device]`` if it serves ``rows`` rows (``size(state) >= rows``), else a new
+    """``cache[stream_key(device)]`` if it serves ``rows`` rows (``size(state) >= rows``), else a new
     ``make(device, rows)`` stored there (the replaced state is retired, not freed)."""
-    state = cache.get(device)
-    if state is None or size(state) < rows:
-        if state is not None:
-            _RETIRED.append(state)
-        state = cache[device] = make(device, rows)
+    key = stream_key(device)
+    state = cache.get(key)
+    if state is not None and size(state) >= rows:
+        return state
+    with _LOCK:
+        state = cache.get(key)
+        if state is None or size(state) < rows:
+            if state is not None:
+                _RETIRED.append(state)
+            state = cache[key] = make(device, rows)
     return state
+
+
+__all__ = ["device_state", "stream_key"]
