@@ -286,24 +286,12 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str, *, exclude
     out_abs = os.path.abspath(out)
     require(os.path.abspath(folder) != out_abs and not (os.path.isfile(src) and os.path.abspath(src) == out_abs),
             f"output {out!r} is the source checkpoint; choose another directory")
-    if os.path.exists(out):
-        require(overwrite, f"output {out!r} already exists (pass --overwrite to replace it)")
-        require(os.path.isdir(out), f"output {out!r} exists and is not a directory")
-    parent = os.path.dirname(out_abs)
-    require(os.path.isdir(parent), f"the folder of the output, {parent!r}, "
-            + ("is not a folder" if os.path.exists(parent) else "does not exist"))
-    if on_plan is not None:
-        on_plan(sum(p.quantize for p in plans))
-
     reports: list[TensorReport] = []
-    weight_map: dict[str, str] = {}
-    tmp = None
-    try:
-        with _signals_deferred():  # the temporary folder exists only once the clean-up below covers it
-            try:
-                tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_abs)}.tmp-", dir=parent)
-            except OSError as e:
-                raise ValueError(f"cannot write the output {out!r} (its folder {parent!r}: {e.strerror or e})") from None
+
+    def build(tmp: str) -> None:
+        if on_plan is not None:
+            on_plan(sum(p.quantize for p in plans))
+        weight_map: dict[str, str] = {}
         for f in files:
             shard: dict[str, torch.Tensor] = {}
             with _open_safetensors(os.path.join(folder, f)) as fh:
@@ -327,26 +315,8 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str, *, exclude
             _save_shard(os.path.join(tmp, f), shard)
             del shard
         _write_side_files(src, folder, files, tmp, fmt, group_size, plans, weight_map, reports)
-        _publish_modes(tmp)
-        with _signals_deferred():  # both renames or neither: a signal between them would lose the old output
-            if os.path.exists(out):
-                old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_abs)}.old-", dir=parent)
-                os.replace(out, os.path.join(old, "x"))
-                try:
-                    os.replace(tmp, out)
-                except BaseException:
-                    os.replace(os.path.join(old, "x"), out)
-                    os.rmdir(old)
-                    raise
-                tmp = None
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, out)
-                tmp = None
-    except BaseException:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    build_folder(out, build, overwrite=overwrite)
     return ConvertSummary(out, fmt, reports)
 
 

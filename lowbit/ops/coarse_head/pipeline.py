@@ -11,6 +11,7 @@ products of the stored x and weight rows (fp32 accumulation).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -67,17 +68,19 @@ class HeadStats:
             self.device = torch.zeros(len(CERTIFIED_STATS), dtype=torch.int64, device=device)
         return self.device
 
+    def _totals(self) -> "HeadStats":
+        """The host counts plus the device counters' (read back: a host synchronization)."""
+        if self.device is None:
+            return dataclasses.replace(self)
+        d = dict(zip(CERTIFIED_STATS, self.device.tolist()))
+        return HeadStats(self.calls + d["calls"], self.rows + d["rows"], self.fallbacks + d["fallbacks"],
+                         self.wide + d["wide"], self.set_rows + d["rows"], self.set_sum + d["set_sum"],
+                         max(self.set_max, d["set_max"]))
+
     def _fold(self) -> None:
-        if self.device is not None:
-            d = dict(zip(CERTIFIED_STATS, self.device.tolist()))
-            self.calls += d["calls"]
-            self.rows += d["rows"]
-            self.fallbacks += d["fallbacks"]
-            self.wide += d["wide"]
-            self.set_rows += d["rows"]
-            self.set_sum += d["set_sum"]
-            self.set_max = max(self.set_max, d["set_max"])
-            self.device = None
+        t = self._totals()
+        self.calls, self.rows, self.fallbacks, self.wide = t.calls, t.rows, t.fallbacks, t.wide
+        self.set_rows, self.set_sum, self.set_max, self.device = t.set_rows, t.set_sum, t.set_max, None
 
     def reset(self) -> None:
         self.calls = self.rows = self.fallbacks = self.wide = self.set_rows = self.set_sum = self.set_max = 0
@@ -86,15 +89,11 @@ class HeadStats:
 
     def snapshot(self) -> dict:
         """The counts as a dict (reads the device counters back)."""
-        d = dict(zip(CERTIFIED_STATS, self.device.tolist())) if self.device is not None else {}
-        rows = self.rows + d.get("rows", 0)
-        set_rows = self.set_rows + d.get("rows", 0)
-        set_sum = self.set_sum + d.get("set_sum", 0)
-        fallbacks = self.fallbacks + d.get("fallbacks", 0)
-        return {"calls": self.calls + d.get("calls", 0), "rows": rows, "fallbacks": fallbacks,
-                "wide": self.wide + d.get("wide", 0), "fallback_rate": fallbacks / rows if rows else 0.0,
-                "mean_set_size": set_sum / set_rows if set_rows else float("nan"),
-                "max_set_size": max(self.set_max, d.get("set_max", 0))}
+        t = self._totals()
+        return {"calls": t.calls, "rows": t.rows, "fallbacks": t.fallbacks, "wide": t.wide,
+                "fallback_rate": t.fallbacks / t.rows if t.rows else 0.0,
+                "mean_set_size": t.set_sum / t.set_rows if t.set_rows else float("nan"),
+                "max_set_size": t.set_max}
 
 
 @dataclass

@@ -15,7 +15,7 @@ docs/design-notes.md). Kernels take their configuration from here and never re-d
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -24,6 +24,7 @@ from lowbit.ops._arrival_counters import counters_ready
 from lowbit.ops.fp4_gemm import tiled, wgmma_gemv
 from lowbit.ops.fp4_gemm.expand import fp4_weight_to_fp8
 from lowbit.ops.fp8_gemm import dispatch as fp8_dispatch
+from lowbit.ops.fp8_gemm.dispatch import Rule
 from lowbit.ops.fp8_gemm import mma_gemv
 
 __all__ = ["EXPAND_MIN_M", "EXPAND_MIN_MNK", "EXPAND_MIN_MNK_GRAPH", "Problem", "RULES", "Rule", "dispatch_table",
@@ -56,20 +57,6 @@ class Problem(NamedTuple):
     gluon: bool = True  # triton.experimental.gluon imports
     counters: bool = True  # a split launch may run (outside CUDA-graph capture, or counters exist)
     capturing: bool = False  # inside CUDA-graph capture
-
-
-class Rule(NamedTuple):
-    """One row of the table: ``kernel`` runs at M in [m_min, m_max] (None: no bound) when
-    ``accepts`` holds, with ``config(problem)``; ``gpu`` / ``when`` / ``how`` say it in words."""
-
-    kernel: str
-    m_min: int
-    m_max: int | None
-    gpu: str
-    when: str
-    how: str
-    accepts: Callable[[Problem], bool]
-    config: Callable[[Problem], Any]
 
 
 def _wgmma_gemv_ok(p: Problem) -> bool:
