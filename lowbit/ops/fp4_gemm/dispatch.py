@@ -20,7 +20,6 @@ from typing import Any, NamedTuple
 import torch
 
 from lowbit._backend import sm_count
-from lowbit.ops._arrival_counters import counters_ready
 from lowbit.ops.fp4_gemm import tiled, wgmma_gemv
 from lowbit.ops.fp4_gemm.expand import fp4_weight_to_fp8
 from lowbit.ops.fp8_gemm import dispatch as fp8_dispatch
@@ -55,7 +54,7 @@ class Problem(NamedTuple):
     sms: int
     aligned: bool  # a, b and b_s 16-byte aligned (contiguous: the public op makes them so)
     gluon: bool = True  # triton.experimental.gluon imports
-    counters: bool = True  # a split launch may run (outside CUDA-graph capture, or counters exist)
+    counters: bool = True  # a split launch may run (its arrival counters are made on demand, in a capture too)
     capturing: bool = False  # inside CUDA-graph capture
 
 
@@ -144,7 +143,7 @@ def problem(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tens
     capturing = dev.type == "cuda" and torch.cuda.is_current_stream_capturing()
     return Problem(a.shape[0], b.shape[0], a.shape[1], arch, sm_count(dev, interpret=132),
                    a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0 and b_s.data_ptr() % 16 == 0,
-                   wgmma_gemv.GLUON_ERROR is None, arch is None or counters_ready(dev), capturing)
+                   wgmma_gemv.GLUON_ERROR is None, capturing=capturing)
 
 
 def fp4_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> torch.Tensor:

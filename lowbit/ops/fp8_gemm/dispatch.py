@@ -21,7 +21,6 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from lowbit._backend import interpret_mode, sm_count
-from lowbit.ops._arrival_counters import counters_ready
 from lowbit.ops.fp8_gemm import mma_gemv, tiled, wgmma_gemm, wgmma_gemv
 
 __all__ = ["Problem", "RULES", "Rule", "device_arch", "dispatch_table", "fp8_gemm", "m_band", "problem", "route"]
@@ -39,7 +38,7 @@ class Problem(NamedTuple):
     aligned: bool  # a and b 16-byte aligned (contiguous: the public op makes them so)
     scales_aligned: bool = True  # b_s 16-byte aligned (mma_gemv reads it as int32 words)
     gluon: bool = True  # triton.experimental.gluon imports
-    counters: bool = True  # a split launch may run (outside CUDA-graph capture, or counters exist)
+    counters: bool = True  # a split launch may run (its arrival counters are made on demand, in a capture too)
 
 
 class Rule(NamedTuple):
@@ -142,8 +141,7 @@ def problem(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tens
     arch = device_arch(dev)
     return Problem(a.shape[0], b.shape[0], a.shape[1], arch, sm_count(dev, interpret=132),
                    a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0, b_s.data_ptr() % 16 == 0,
-                   wgmma_gemv.GLUON_ERROR is None and wgmma_gemm.GLUON_ERROR is None,
-                   arch is None or counters_ready(dev))
+                   wgmma_gemv.GLUON_ERROR is None and wgmma_gemm.GLUON_ERROR is None)
 
 
 def fp8_gemm(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: torch.Tensor) -> torch.Tensor:

@@ -204,8 +204,8 @@ def fp8_wgmma_gemv(a: torch.Tensor, a_s: torch.Tensor, b: torch.Tensor, b_s: tor
     """a e4m3 [M, K] (1 <= M <= 64, K % 128 == 0, contiguous), a_s [M, K/128]; b e4m3 [N, K]
     (contiguous), b_s [ceil(N/128), K/128]; scales fp32 or float8_e8m0fnu. Returns bf16 [M, N]
     (``out`` if given). ``config`` (a :class:`WgmmaGemvConfig` or its fields as a tuple; default
-    :func:`pick_config`). Launches with SPLIT > 1 share a per-device counter buffer: do not run
-    two of them concurrently on different streams."""
+    :func:`pick_config`). Launches with SPLIT > 1 use the current stream's arrival counters
+    (:mod:`lowbit.ops._arrival_counters`): two streams may run them at once."""
     if GLUON_ERROR is not None:
         raise RuntimeError(f"fp8_wgmma_gemv needs triton.experimental.gluon: {GLUON_ERROR}")
     m, k = a.shape
