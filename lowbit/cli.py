@@ -14,7 +14,8 @@
 User errors (bad option values, missing files, a truncated or corrupt input file, a format that
 does not fit a tensor, an output that cannot be written; argparse's own errors too) print one
 ``lowbit: error: ...`` line and exit with status 2; a missing GPU for ``bench`` exits with 1.
-SIGINT (Ctrl-C), SIGTERM and SIGHUP, from the first line of :func:`main` on, stop the command with
+SIGINT (Ctrl-C), SIGTERM and SIGHUP, from the first line of :func:`main` on (before torch is imported:
+this module and ``import lowbit`` import no torch), stop the command with
 one line (``lowbit: interrupted`` / ``lowbit: stopped by SIGTERM``) and exit status 128 + the
 signal number (130, 143, 129), after removing whatever the command had half-written.
 """
