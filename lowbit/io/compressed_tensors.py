@@ -1,5 +1,5 @@
-"""compressed-tensors checkpoints (llm-compressor): FP8 (per tensor, per channel, 128x128 blocks)
-and NVFP4.
+"""compressed-tensors checkpoints (llm-compressor): FP8 (per tensor, per channel, 128x128 blocks),
+NVFP4, MXFP4 and integer pack-quantized weights.
 
 FP8 ("float-quantized", num_bits 8, type float), per linear ``<prefix>``:
 
@@ -24,6 +24,27 @@ NVFP4 ("nvfp4-pack-quantized"):
 The reader normalises to the multiplier form, ``global_scale = f32(1 / weight_global_scale)``.
 fp32 reciprocals do not always round-trip (``1/(1/x) != x`` for about one value in eight), so
 :func:`lowbit.io.read_layer` keeps the stored inverse and the writer accepts it back verbatim.
+
+MXFP4 ("mxfp4-pack-quantized": num_bits 4, type float, group 32, symmetric):
+
+* ``<prefix>.weight_packed`` uint8 ``[N, K/2]``, element 2i in the low nibble (as lowbit's MXFP4)
+* ``<prefix>.weight_scale``  uint8 (or ``float8_e8m0fnu``) ``[N, K/32]``: UE8M0 exponent bytes
+
+Integer ("pack-quantized": type int, num_bits b in 1..8, strategy group or channel), ``pf = 32 // b``:
+
+* ``<prefix>.weight_packed``     int32 ``[N, ceil(K/pf)]``: the code of column k in word ``k // pf``,
+  bits ``[(k % pf) b, (k % pf + 1) b)``; codes are stored *unsigned*, ``u = q + 2^(b-1)`` for the
+  signed code q in ``[-2^(b-1), 2^(b-1))``; unused high bits zero
+* ``<prefix>.weight_scale``      ``[N, ceil(K/G)]`` (channel: ``[N, 1]``), fp32 / bf16 / fp16
+* ``<prefix>.weight_zero_point`` int32 ``[ceil(N/pf), ceil(K/G)]``, asymmetric only: the zero-points
+  packed the same way but along N (row n in word ``n // pf``), also stored unsigned
+* ``<prefix>.weight_shape``      int64 ``[2]`` = ``[N, K]``
+
+``w = (u - u_zero) * scale`` with ``u_zero = 2^(b-1)`` when symmetric (no zero-point tensor). These
+are exactly lowbit's :class:`~lowbit.formats.INTx` codes and zero-points (unsigned, ``(q - z) s``),
+so :func:`write_int_ct` / :func:`read_int_ct` convert between the two without touching a value:
+INTx's fp16 scales are written as fp16 by default, and a stored scale that fp16 cannot hold exactly
+is refused on reading (naming the tensor).
 """
 from __future__ import annotations
 
@@ -34,8 +55,12 @@ import torch
 
 from lowbit._validate import check_tensor, require
 from lowbit.formats.fp8 import FP8
+from lowbit.formats.intx import BITS as INTX_BITS
+from lowbit.formats.intx import INTx, pack_planes, padded_k
+from lowbit.formats.mxfp4 import GROUP_SIZE as MX_GROUP_SIZE
+from lowbit.formats.mxfp4 import MXFP4
 from lowbit.formats.nvfp4 import GROUP_SIZE, NVFP4
-from lowbit.io._tensors import get, get_scalar, name_of
+from lowbit.io._tensors import get, get_scalar, has, name_of
 from lowbit.io.modelopt import fp32_scalar
 
 
@@ -169,4 +194,194 @@ def write_nvfp4_ct(
     }
     if input_global_scale is not None:
         out[name_of(prefix, "input_global_scale")] = fp32_scalar("input_global_scale", input_global_scale, scalar_shape)
+    return out
+
+
+# ----------------------------------------------------------------------------------------- MXFP4
+def read_mxfp4_ct(tensors: Mapping[str, torch.Tensor], prefix: str) -> MXFP4:
+    """The :class:`MXFP4` weight stored under ``prefix`` in compressed-tensors'
+    ``mxfp4-pack-quantized`` layout (tensors shared, not copied)."""
+    packed = get(tensors, prefix, "weight_packed", dtypes=(torch.uint8,), ndim=2)
+    n, half_k = packed.shape
+    require((half_k * 2) % MX_GROUP_SIZE == 0,
+            f"tensor {name_of(prefix, 'weight_packed')!r} has shape {tuple(packed.shape)}: K = {half_k * 2} is not a multiple of 32")
+    scale = get(tensors, prefix, "weight_scale", dtypes=(torch.uint8, torch.float8_e8m0fnu), shape=(n, half_k * 2 // MX_GROUP_SIZE))
+    return MXFP4(packed, scale if scale.dtype == torch.uint8 else scale.view(torch.uint8), group_size=MX_GROUP_SIZE)
+
+
+def write_mxfp4_ct(fmt: MXFP4, prefix: str, *, scale_dtype: torch.dtype = torch.uint8) -> dict[str, torch.Tensor]:
+    """compressed-tensors ``mxfp4-pack-quantized`` tensors for ``fmt`` (``scale_dtype`` uint8, as
+    compressed-tensors writes, or ``float8_e8m0fnu``: the same bytes)."""
+    require(isinstance(fmt, MXFP4), f"write_mxfp4_ct needs an MXFP4, got {type(fmt).__name__}")
+    require(fmt.group_size == MX_GROUP_SIZE, f"compressed-tensors MXFP4 has group size 32, got {fmt.group_size}")
+    require(scale_dtype in (torch.uint8, torch.float8_e8m0fnu), f"scale_dtype must be torch.uint8 or torch.float8_e8m0fnu, got {scale_dtype}")
+    scale = fmt.scale.contiguous()
+    return {name_of(prefix, "weight_packed"): fmt.packed.contiguous(),
+            name_of(prefix, "weight_scale"): scale if scale_dtype == torch.uint8 else scale.view(scale_dtype)}
+
+
+# ------------------------------------------------------------------------------ pack-quantized int
+def _to_int32(words: torch.Tensor) -> torch.Tensor:
+    """int64 holding uint32 bit patterns -> int32 with the same bits."""
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def pack_int32(codes: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
+    """Pack unsigned ``bits``-bit codes (any integer dtype, 2-D) into int32 words along ``dim``:
+    element i of a run of ``32 // bits`` sits in bits ``[i bits, (i+1) bits)``; a partial last word
+    is zero-padded."""
+    pf = 32 // bits
+    c = codes.to(torch.int64)
+    if dim == 0:
+        c = c.t()
+    rows, cols = c.shape
+    words = -(-cols // pf)
+    padded = torch.zeros(rows, words * pf, dtype=torch.int64, device=c.device)
+    padded[:, :cols] = c & ((1 << bits) - 1)
+    shifts = torch.arange(pf, dtype=torch.int64, device=c.device) * bits
+    out = _to_int32((padded.view(rows, words, pf) << shifts).sum(-1))
+    return _dense(out.t()) if dim == 0 else out
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """A row-major copy with standard strides (``contiguous()`` keeps odd strides of size-1 dims,
+    which break byte views)."""
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t)
+
+
+def unpack_int32(words: torch.Tensor, bits: int, length: int, dim: int) -> torch.Tensor:
+    """Inverse of :func:`pack_int32`: the first ``length`` codes along ``dim`` as int64."""
+    pf = 32 // bits
+    w = words.to(torch.int64) & 0xFFFFFFFF
+    if dim == 0:
+        w = w.t()
+    shifts = torch.arange(pf, dtype=torch.int64, device=w.device) * bits
+    codes = ((w.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)).reshape(w.shape[0], -1)[:, :length]
+    return codes.t() if dim == 0 else codes
+
+
+def _fp16_exact(scale: torch.Tensor, name: str) -> torch.Tensor:
+    """``scale`` as fp16 when every value is exactly an fp16 one (ValueError naming ``name``)."""
+    if scale.dtype == torch.float16:
+        return scale
+    h = scale.to(torch.float16)
+    same = h.to(scale.dtype) == scale
+    if not bool(same.all()):
+        i = [int(x) for x in (~same).nonzero()[0].tolist()]
+        raise ValueError(f"tensor {name!r} holds {float(scale[tuple(i)])!r} at {tuple(i)}, which fp16 cannot hold exactly: "
+                         "lowbit's INTx keeps fp16 scales, so this layer cannot be read bit-exact")
+    return h
+
+
+def int_ct_params(tensors: Mapping[str, torch.Tensor], prefix: str, num_bits: int | None = None,
+                  group_size: int | None = None) -> tuple[int, int, bool]:
+    """``(num_bits, group_size, symmetric)`` of the pack-quantized int layer under ``prefix``, from
+    its tensors' shapes where not given (ValueError naming the tensor when they do not decide it).
+
+    The shapes alone cannot tell 7 from 8 bits (both pack 4 codes a word), nor every group size
+    (``ceil(K / G)`` groups fit a range of G): without ``num_bits`` only 2, 4 and 8 bits are inferred,
+    without ``group_size`` the one multiple of 16 that gives the stored number of groups (K for one
+    group); where several fit (K = 96 in 2 groups: 48, 64 or 80), pass the config's value."""
+    shape = get(tensors, prefix, "weight_shape", dtypes=(torch.int64, torch.int32), shape=(2,))
+    n, k = (int(x) for x in shape.tolist())
+    sname = name_of(prefix, "weight_shape")
+    require(n >= 0 and k > 0, f"tensor {sname!r} holds {[n, k]}: not a weight shape")
+    packed = get(tensors, prefix, "weight_packed", dtypes=(torch.int32,), ndim=2)
+    pname = name_of(prefix, "weight_packed")
+    require(packed.shape[0] == n, f"tensor {pname!r} has shape {tuple(packed.shape)} but {sname!r} says {[n, k]}")
+    if num_bits is None:
+        # 7 and 8 bits share a packing factor (4 codes a word): widths lowbit reads decide it
+        fits = [b for b in INTX_BITS if -(-k // (32 // b)) == packed.shape[1]]
+        require(len(fits) == 1, f"tensor {pname!r} has shape {tuple(packed.shape)} for K = {k}: "
+                                + ("no bit width lowbit reads (2, 4, 8) fits it" if not fits else f"bit widths {fits} all fit; pass num_bits"))
+        num_bits = fits[0]
+    require(isinstance(num_bits, int) and 1 <= num_bits <= 8, f"num_bits must be in 1..8, got {num_bits!r}")
+    require(packed.shape[1] == -(-k // (32 // num_bits)),
+            f"tensor {pname!r} has shape {tuple(packed.shape)}, expected {(n, -(-k // (32 // num_bits)))} for {num_bits}-bit codes and K = {k}")
+    scale = get(tensors, prefix, "weight_scale", dtypes=SCALE_DTYPES, ndim=2)
+    scname = name_of(prefix, "weight_scale")
+    require(scale.shape[0] == n and scale.shape[1] >= 1, f"tensor {scname!r} has shape {tuple(scale.shape)}, expected ({n}, groups)")
+    groups = scale.shape[1]
+    if group_size is None:
+        # ceil(K / G) = groups leaves a range of G; lowbit's group sizes are multiples of 16
+        fits = [k] if groups == 1 else [g for g in range(16, k + 16, 16) if -(-k // g) == groups]
+        require(len(fits) == 1, f"tensor {scname!r} has {groups} groups for K = {k}: "
+                                + (f"group sizes {fits} all fit; pass group_size" if fits else "no group size that is a multiple of 16 fits"))
+        group_size = fits[0]
+    require(isinstance(group_size, int) and group_size > 0 and -(-k // group_size) == groups,
+            f"tensor {scname!r} has shape {tuple(scale.shape)}, expected {(n, -(-k // group_size) if isinstance(group_size, int) and group_size > 0 else '?')} "
+            f"for K = {k} and group size {group_size!r}")
+    symmetric = not has(tensors, prefix, "weight_zero_point")
+    if not symmetric:
+        get(tensors, prefix, "weight_zero_point", dtypes=(torch.int32,), shape=(-(-n // (32 // num_bits)), groups))
+    return num_bits, group_size, symmetric
+
+
+def read_int_ct(tensors: Mapping[str, torch.Tensor], prefix: str, *, num_bits: int | None = None,
+                group_size: int | None = None) -> INTx:
+    """The :class:`INTx` weight of a compressed-tensors ``pack-quantized`` int layer under ``prefix``.
+
+    ``num_bits`` / ``group_size`` (the config's ``weights``) are taken from the tensors' shapes
+    when omitted. Reads bit-exact or refuses (ValueError naming the tensor): bits must be 2, 4 or
+    8, the group size a multiple of 16 (channel strategy: K), K a multiple of 16, every scale exact
+    in fp16. K is padded to INTx's plane-split width with codes equal to the group's zero-point
+    (value 0); the padding groups get INTx's quantizer's own (scale ``fp16(1e-8)`` rounded up, zero 0).
+    """
+    bits, g, symmetric = int_ct_params(tensors, prefix, num_bits, group_size)
+    n, k = (int(x) for x in tensors[name_of(prefix, "weight_shape")].tolist())
+    require(bits in INTX_BITS, f"layer {prefix!r} holds {bits}-bit codes; lowbit's INTx reads {list(INTX_BITS)}")
+    require(g % 16 == 0, f"layer {prefix!r} has group size {g}; lowbit's INTx needs a multiple of 16")
+    require(k % 16 == 0, f"tensor {name_of(prefix, 'weight_shape')!r} holds K = {k}; lowbit's INTx needs K % 16 == 0")
+    scale = _fp16_exact(tensors[name_of(prefix, "weight_scale")], name_of(prefix, "weight_scale"))
+    groups = scale.shape[1]
+    codes = unpack_int32(tensors[name_of(prefix, "weight_packed")], bits, k, dim=1)
+    if symmetric:
+        zero = torch.full((n, groups), 1 << (bits - 1), dtype=torch.int64, device=codes.device)
+    else:
+        zero = unpack_int32(tensors[name_of(prefix, "weight_zero_point")], bits, n, dim=0)
+    kp = padded_k(k, bits, g)
+    full_zero = torch.zeros(n, kp // g, dtype=torch.int64, device=codes.device)
+    full_zero[:, :groups] = zero
+    full_scale = torch.full((n, kp // g), _PAD_SCALE, dtype=torch.float16, device=codes.device)
+    full_scale[:, :groups] = scale
+    q = full_zero.repeat_interleave(g, dim=1)
+    q[:, :k] = codes
+    return INTx(pack_planes(q.to(torch.uint8), bits), full_scale, full_zero.to(torch.uint8), bits, g, k)
+
+
+#: the scale INTx's quantizer gives an all-zero group (its 1e-8 floor rounded up to fp16)
+_PAD_SCALE = float(INTx.quantize(torch.zeros(1, 16), 8, 16).scale[0, 0])
+
+
+def write_int_ct(fmt: INTx, prefix: str, *, symmetric: bool = False, scale_dtype: torch.dtype = torch.float16) -> dict[str, torch.Tensor]:
+    """compressed-tensors ``pack-quantized`` tensors for ``fmt`` (strategy group, group size
+    ``fmt.group_size``; the padding past K is dropped).
+
+    ``symmetric=True`` writes no zero-point and needs every zero-point to be ``2^(bits-1)``.
+    ``scale_dtype``: fp16 (INTx's own, default), or fp32 / bf16 where every scale is exact in it.
+    """
+    require(isinstance(fmt, INTx), f"write_int_ct needs an INTx, got {type(fmt).__name__}")
+    require(scale_dtype in SCALE_DTYPES, f"scale_dtype must be one of {list(SCALE_DTYPES)}, got {scale_dtype}")
+    require(fmt.k > 0, f"write_int_ct needs K > 0, got K = {fmt.k}")
+    n, k, g, bits = fmt.shape[0], fmt.k, fmt.group_size, fmt.bits
+    groups = -(-k // g)
+    codes = fmt.codes()[:, :k]
+    zero = fmt.zero[:, :groups]
+    scale = fmt.scale[:, :groups]
+    if scale_dtype != torch.float16:
+        cast = scale.to(scale_dtype)
+        require(bool(torch.equal(cast.to(torch.float32), scale.to(torch.float32))),
+                f"{name_of(prefix, 'weight_scale')}: the scales are not all exactly representable in {scale_dtype}; write them as torch.float16")
+        scale = cast
+    out = {
+        name_of(prefix, "weight_packed"): pack_int32(codes, bits, dim=1),
+        name_of(prefix, "weight_scale"): _dense(scale),
+        name_of(prefix, "weight_shape"): torch.tensor([n, k], dtype=torch.int64),
+    }
+    if symmetric:
+        mid = 1 << (bits - 1)
+        require(bool((zero == mid).all()), f"{prefix}: symmetric pack-quantized needs every zero-point to be {mid}; "
+                                            "this INTx is asymmetric (write it with symmetric=False)")
+    else:
+        out[name_of(prefix, "weight_zero_point")] = pack_int32(zero, bits, dim=0)
     return out

@@ -19,12 +19,17 @@ FP8_TENSOR_CT = "fp8-tensor-compressed-tensors"
 FP8_BLOCK_CT = "fp8-block-compressed-tensors"
 FP8_BLOCK_DEEPSEEK = "fp8-block-deepseek"
 MXFP4_DEEPSEEK = "mxfp4-deepseek"
+MXFP4_CT = "mxfp4-compressed-tensors"
+INT_CT = "int-compressed-tensors"
 DENSE = "dense"
-VARIANTS = (NVFP4_MODELOPT, NVFP4_CT, FP8_ROW_CT, FP8_TENSOR_CT, FP8_BLOCK_CT, FP8_BLOCK_DEEPSEEK, MXFP4_DEEPSEEK, DENSE)
+VARIANTS = (NVFP4_MODELOPT, NVFP4_CT, FP8_ROW_CT, FP8_TENSOR_CT, FP8_BLOCK_CT, FP8_BLOCK_DEEPSEEK, MXFP4_DEEPSEEK, MXFP4_CT,
+            INT_CT, DENSE)
 
 #: what :func:`detect_format` reads, for its refusals
 READS = ("ModelOpt NVFP4 (weight uint8 + weight_scale e4m3 + weight_scale_2); compressed-tensors NVFP4 "
-         "(weight_packed uint8 + weight_scale e4m3 + weight_global_scale) and FP8 per tensor / channel / 128x128 block "
+         "(weight_packed uint8 + weight_scale e4m3 + weight_global_scale), MXFP4 (weight_packed uint8 + weight_scale "
+         "UE8M0 [N, K/32]), pack-quantized int 2/4/8-bit (weight_packed int32 + weight_scale + weight_shape, "
+         "opt. weight_zero_point) and FP8 per tensor / channel / 128x128 block "
          "(weight e4m3 + weight_scale fp32/bf16/fp16); DeepSeek FP8 block (weight e4m3 + weight_scale_inv / scale) and "
          "FP4 experts (weight int8/uint8 + scale UE8M0 [N, K/32]); dense fp32/bf16/fp16 weight")
 
@@ -46,7 +51,8 @@ def _ct_packed_layout(tensors: Mapping[str, torch.Tensor], prefix: str) -> str:
     elif p.dtype == torch.uint8 and has(tensors, prefix, "weight_global_scale"):
         layout = f"compressed-tensors NVFP4 (nvfp4-pack-quantized) with weight_scale {_desc(sc) if sc is not None else 'missing'}"
     elif p.dtype == torch.int32:
-        layout = "compressed-tensors pack-quantized integer weights (format pack-quantized: type int, num_bits 4 or 8, int32 words)"
+        layout = ("compressed-tensors pack-quantized integer weights (int32 words) "
+                  + ("with a weight_global_scale" if has(tensors, prefix, "weight_global_scale") else "without the weight_shape that gives K"))
     else:
         layout = "a compressed-tensors pack-quantized layout"
     return f"{layout}; tensors seen: {', '.join(seen)}"
@@ -57,7 +63,9 @@ _DENSE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def detect_format(tensors: Mapping[str, torch.Tensor], prefix: str) -> str:
     """The variant stored under ``prefix``: one of :data:`VARIANTS` (ValueError if none fits).
 
-    Decided by tensor names and the weight dtype: ``weight_packed`` -> compressed-tensors NVFP4;
+    Decided by tensor names and the weight dtype: ``weight_packed`` -> compressed-tensors NVFP4
+    (with ``weight_global_scale``), integer pack-quantized (int32, with ``weight_shape``) or MXFP4
+    (uint8 with a UE8M0 ``weight_scale``);
     ``weight_scale_2`` -> ModelOpt NVFP4; e4m3 ``weight`` with ``weight_scale`` -> compressed-tensors
     FP8 per tensor / channel / 128x128 block (by the scale's shape), with ``weight_scale_inv``/``scale``
     -> DeepSeek block FP8; a 1-byte integer or
@@ -68,11 +76,15 @@ def detect_format(tensors: Mapping[str, torch.Tensor], prefix: str) -> str:
     if has(tensors, prefix, "weight_packed"):
         p = tensors[name_of(prefix, "weight_packed")]
         sc = tensors.get(name_of(prefix, "weight_scale"))
-        if not (has(tensors, prefix, "weight_global_scale") and p.dtype == torch.uint8
-                and (sc is None or sc.dtype == torch.float8_e4m3fn)):
-            raise ValueError(f"layer {prefix!r} holds {_ct_packed_layout(tensors, prefix)}, which lowbit does not read. "
-                             f"lowbit reads: {READS}")
-        return NVFP4_CT
+        if has(tensors, prefix, "weight_global_scale") and p.dtype == torch.uint8 and (sc is None or sc.dtype == torch.float8_e4m3fn):
+            return NVFP4_CT
+        if has(tensors, prefix, "weight_shape") and not has(tensors, prefix, "weight_global_scale"):
+            return INT_CT
+        if (p.dtype == torch.uint8 and sc is not None and sc.dtype in (torch.uint8, torch.float8_e8m0fnu)
+                and not has(tensors, prefix, "weight_global_scale")):
+            return MXFP4_CT
+        raise ValueError(f"layer {prefix!r} holds {_ct_packed_layout(tensors, prefix)}, which lowbit does not read. "
+                         f"lowbit reads: {READS}")
     require(wname in tensors, f"checkpoint has neither {wname!r} nor {name_of(prefix, 'weight_packed')!r}")
     w = tensors[wname]
     if has(tensors, prefix, "weight_scale_2"):
@@ -100,7 +112,7 @@ class Layer:
     """One layer read from a checkpoint.
 
     ``fmt``: the lowbit format (:class:`~lowbit.formats.NVFP4`, :class:`~lowbit.formats.FP8`,
-    :class:`~lowbit.formats.MXFP4`) or, for ``DENSE``, the weight tensor itself. ``variant``: which
+    :class:`~lowbit.formats.MXFP4`, :class:`~lowbit.formats.INTx`) or, for ``DENSE``, the weight tensor itself. ``variant``: which
     checkpoint layout it came from (one of :data:`VARIANTS`). ``options``: the writer's keyword
     arguments that reproduce the stored bytes (scale names and dtypes, scalar shapes, the stored
     compressed-tensors inverse global scale, activation scales).
@@ -141,6 +153,11 @@ def read_layer(tensors: Mapping[str, torch.Tensor], prefix: str) -> Layer:
         if inp is not None:
             require(tuple(inp.shape) == tuple(wgs.shape), f"{name_of(prefix, 'input_global_scale')!r} has shape {tuple(inp.shape)} but weight_global_scale has {tuple(wgs.shape)}")
         return Layer(fmt, variant, {"weight_global_scale": wgs, "input_global_scale": inp, "scalar_shape": tuple(wgs.shape)})
+    if variant == MXFP4_CT:
+        return Layer(ct.read_mxfp4_ct(tensors, prefix), variant, {"scale_dtype": tensors[name_of(prefix, "weight_scale")].dtype})
+    if variant == INT_CT:
+        return Layer(ct.read_int_ct(tensors, prefix), variant,
+                     {"symmetric": not has(tensors, prefix, "weight_zero_point"), "scale_dtype": tensors[name_of(prefix, "weight_scale")].dtype})
     if variant in (FP8_ROW_CT, FP8_TENSOR_CT, FP8_BLOCK_CT):
         fmt = ct.read_fp8_ct(tensors, prefix)
         inp = mo.read_input_scale(tensors, prefix)
@@ -168,6 +185,8 @@ _WRITERS = {
     FP8_BLOCK_CT: ct.write_fp8_ct,
     FP8_BLOCK_DEEPSEEK: ds.write_fp8_block,
     MXFP4_DEEPSEEK: ds.write_fp4_experts,
+    MXFP4_CT: ct.write_mxfp4_ct,
+    INT_CT: ct.write_int_ct,
 }
 
 

@@ -95,10 +95,7 @@ def test_nvfp4_ct_rejects():
 #     versions: a 0-d scalar), input_scale [1];
 #   FP8_BLOCK (strategy block, block_structure [128, 128]): weight e4m3 [N, K], weight_scale
 #     [ceil(N/128), ceil(K/128)] in the model's dtype, the last blocks partial;
-#   MXFP4 (format mxfp4-pack-quantized): weight_packed uint8 [N, K/2], weight_scale uint8
-#     [N, K/32] (E8M0 exponents), no global scale -- not read, refused by name;
-#   W4A16 (format pack-quantized, type int): weight_packed int32 [N, K/8], weight_scale [N, K/G],
-#     weight_shape int64 [2] -- not read, refused by name.
+#   MXFP4 and integer pack-quantized: see test_ct_packed.py.
 # The oracle dequantizes in fp64 with explicit block loops, apart from lowbit's FP8.dequantize.
 
 
@@ -180,26 +177,4 @@ def test_ct_fp8_scale_dtype_write_refuses_inexact_scales():
 def test_ct_fp8_unknown_scale_shape_is_refused_with_the_layouts():
     sd = {f"{P}.weight": _e4m3(300, 200), f"{P}.weight_scale": _scales((5, 4), torch.float32)}  # 64x64 blocks
     with pytest.raises(ValueError, match=r"\(5, 4\).*strategy tensor.*channel: \(300, 1\).*block 128x128: \(3, 2\)"):
-        read_layer(sd, P)
-
-
-def test_ct_mxfp4_is_refused_by_name():
-    sd = {f"{P}.weight_packed": torch.zeros(8, 32, dtype=torch.uint8), f"{P}.weight_scale": torch.full((8, 2), 127, dtype=torch.uint8)}
-    with pytest.raises(ValueError) as e:
-        read_layer(sd, P)
-    msg = str(e.value)
-    assert "MXFP4" in msg and "mxfp4-pack-quantized" in msg and "weight_scale uint8 [8, 2]" in msg
-    assert "integer" not in msg and "lowbit reads:" in msg
-
-
-def test_ct_int_pack_quantized_is_refused_by_name():
-    sd = {f"{P}.weight_packed": torch.zeros(8, 8, dtype=torch.int32), f"{P}.weight_scale": torch.ones(8, 2, dtype=torch.bfloat16),
-          f"{P}.weight_shape": torch.tensor([8, 64])}
-    with pytest.raises(ValueError, match=r"pack-quantized integer.*weight_packed int32 \[8, 8\].*lowbit reads:"):
-        read_layer(sd, P)
-
-
-def test_unknown_weight_dtype_names_what_it_saw_and_what_is_read():
-    sd = {f"{P}.weight": torch.zeros(8, 8, dtype=torch.int16), f"{P}.weight_scale": torch.ones(8, 1)}
-    with pytest.raises(ValueError, match=r"int16 \[8, 8\] with weight_scale float32 \[8, 1\].*lowbit reads:"):
         read_layer(sd, P)
