@@ -1,0 +1,1 @@
+"""Engine glue. Each engine's integration imports its engine lazily (only when it is used)."""
