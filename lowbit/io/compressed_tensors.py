@@ -280,8 +280,9 @@ def int_ct_params(tensors: Mapping[str, torch.Tensor], prefix: str, num_bits: in
 
     The shapes alone cannot tell 7 from 8 bits (both pack 4 codes a word), nor every group size
     (``ceil(K / G)`` groups fit a range of G): without ``num_bits`` only 2, 4 and 8 bits are inferred,
-    without ``group_size`` the one multiple of 16 that gives the stored number of groups (K for one
-    group); where several fit (K = 96 in 2 groups: 48, 64 or 80), pass the config's value."""
+    without ``group_size`` the multiple of 16 that gives the stored number of groups, the one that
+    divides K where several fit (K = 96 in 2 groups: 48, not 64 or 80; K for one group). A
+    checkpoint whose last group is partial (K = 96, G = 64) needs the config's ``group_size``."""
     shape = get(tensors, prefix, "weight_shape", dtypes=(torch.int64, torch.int32), shape=(2,))
     n, k = (int(x) for x in shape.tolist())
     sname = name_of(prefix, "weight_shape")
@@ -305,9 +306,10 @@ def int_ct_params(tensors: Mapping[str, torch.Tensor], prefix: str, num_bits: in
     if group_size is None:
         # ceil(K / G) = groups leaves a range of G; lowbit's group sizes are multiples of 16
         fits = [k] if groups == 1 else [g for g in range(16, k + 16, 16) if -(-k // g) == groups]
-        require(len(fits) == 1, f"tensor {scname!r} has {groups} groups for K = {k}: "
-                                + (f"group sizes {fits} all fit; pass group_size" if fits else "no group size that is a multiple of 16 fits"))
-        group_size = fits[0]
+        whole = [g for g in fits if k % g == 0]  # the usual case (vLLM's kernels need it): whole groups
+        require(len(whole) == 1 or len(fits) == 1, f"tensor {scname!r} has {groups} groups for K = {k}: "
+                + (f"group sizes {fits} all fit; pass group_size" if fits else "no group size that is a multiple of 16 fits"))
+        group_size = whole[0] if len(whole) == 1 else fits[0]
     require(isinstance(group_size, int) and group_size > 0 and -(-k // group_size) == groups,
             f"tensor {scname!r} has shape {tuple(scale.shape)}, expected {(n, -(-k // group_size) if isinstance(group_size, int) and group_size > 0 else '?')} "
             f"for K = {k} and group size {group_size!r}")
@@ -385,3 +387,32 @@ def write_int_ct(fmt: INTx, prefix: str, *, symmetric: bool = False, scale_dtype
     else:
         out[name_of(prefix, "weight_zero_point")] = pack_int32(zero, bits, dim=0)
     return out
+
+
+# ------------------------------------------------------------------------------------------ config
+def ct_quantization_config(fmt: str, *, num_bits: int = 4, group_size: int = 32, symmetric: bool = False,
+                           ignore=()) -> dict:
+    """The ``quantization_config`` of ``config.json`` for weights written by :func:`write_int_ct`
+    (``fmt="int"``: format ``pack-quantized``, strategy group) or :func:`write_mxfp4_ct`
+    (``fmt="mxfp4"``: ``mxfp4-pack-quantized``, group 32): one config group over every ``Linear``,
+    weight-only (``input_activations`` null), ``ignore`` listing the modules left unquantized."""
+    require(fmt in ("int", "mxfp4"), f"fmt must be 'int' or 'mxfp4', got {fmt!r}")
+    if fmt == "int":
+        require(isinstance(num_bits, int) and 1 <= num_bits <= 8, f"num_bits must be in 1..8, got {num_bits!r}")
+        require(isinstance(group_size, int) and group_size > 0, f"group_size must be a positive int, got {group_size!r}")
+        form = "pack-quantized"
+        weights = {"num_bits": num_bits, "type": "int", "symmetric": bool(symmetric), "strategy": "group",
+                   "group_size": group_size, "dynamic": False, "actorder": None}
+    else:
+        form = "mxfp4-pack-quantized"
+        weights = {"num_bits": 4, "type": "float", "symmetric": True, "strategy": "group", "group_size": MX_GROUP_SIZE,
+                   "dynamic": False}
+    return {
+        "quant_method": "compressed-tensors",
+        "format": form,
+        "quantization_status": "compressed",
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "input_activations": None,
+                                      "output_activations": None, "format": form}},
+        "ignore": list(ignore),
+        "kv_cache_scheme": None,
+    }

@@ -9,15 +9,25 @@ Formats and the names they are written under (the names each family's readers us
 :mod:`lowbit.io`):
 
 * ``nvfp4`` — ModelOpt: ``weight`` uint8 ``[N, K/2]``, ``weight_scale`` e4m3 ``[N, K/16]``,
-  ``weight_scale_2`` fp32 scalar; ``hf_quant_config.json`` (excluded modules listed). K % 16 == 0.
-* ``mxfp4`` — DeepSeek FP4 experts: ``weight`` int8 ``[N, K/2]`` + ``scale`` UE8M0 ``[N, K/32]``.
+  ``weight_scale_2`` fp32 scalar; ``hf_quant_config.json`` (excluded modules listed) and, in a
+  ``config.json`` copied from the source, a weight-only (W4A16) ModelOpt ``quantization_config``.
+  Modules an engine fuses into one GEMM (``q/k/v_proj``, ``gate/up_proj``, see
+  :data:`FUSED_SIBLINGS`) share one global scale, as ModelOpt exports them. K % 16 == 0.
+* ``mxfp4`` — layout ``deepseek`` (default): DeepSeek FP4 experts, ``weight`` int8 ``[N, K/2]`` +
+  ``scale`` UE8M0 ``[N, K/32]``; layout ``compressed-tensors``: ``mxfp4-pack-quantized``
+  (``weight_packed`` uint8 + ``weight_scale`` uint8 UE8M0) with its ``quantization_config``.
   K % 32 == 0.
 * ``fp8-block`` — DeepSeek FP8: ``weight`` e4m3 ``[N, K]`` + ``weight_scale_inv`` fp32
   ``[ceil(N/128), ceil(K/128)]`` (a multiplier despite the name); a ``config.json`` copied from
   the source gets DeepSeek's ``quantization_config``. Any shape.
-* ``int2`` / ``int4`` / ``int8`` — lowbit INTx (plane-split, see :class:`lowbit.formats.INTx`):
-  ``weight_packed`` uint8, ``weight_scale`` fp16, ``weight_zero`` uint8 (``[N, Kp/G]``) and
-  ``weight_shape`` int64 ``[N, K]``. K % 16 == 0.
+* ``int2`` / ``int4`` / ``int8`` — layout ``plane-split`` (default): lowbit INTx (see
+  :class:`lowbit.formats.INTx`): ``weight_packed`` uint8, ``weight_scale`` fp16, ``weight_zero``
+  uint8 (``[N, Kp/G]``) and ``weight_shape`` int64 ``[N, K]``, read by lowbit only. Layout
+  ``compressed-tensors``: ``pack-quantized`` (int32 words, fp16 scales, packed zero-points, see
+  :func:`lowbit.io.write_int_ct`) with its ``quantization_config``, the same values bit for bit;
+  K % group_size == 0 there. K % 16 == 0.
+
+Which engine loads what: :func:`vllm_support` (also ``ConvertSummary.vllm``).
 
 Every run also writes ``lowbit_quant_config.json`` (format, group size, which tensors were
 quantized and which kept). Non-safetensors files of a source directory (config, tokenizer) are
@@ -47,6 +57,12 @@ import torch
 from lowbit._validate import require
 
 FORMATS = ("nvfp4", "mxfp4", "fp8-block", "int2", "int4", "int8")
+#: checkpoint layouts each format is written in, the default first
+LAYOUTS = {"nvfp4": ("modelopt",), "mxfp4": ("deepseek", "compressed-tensors"), "fp8-block": ("deepseek",),
+           "int2": ("plane-split", "compressed-tensors"), "int4": ("plane-split", "compressed-tensors"),
+           "int8": ("plane-split", "compressed-tensors")}
+#: module names an engine runs as one GEMM (vLLM's packed modules): their NVFP4 global scale is shared
+FUSED_SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"), ("q_a_proj", "kv_a_proj_with_mqa"), ("w1", "w3"))
 #: K must be a multiple of this for each format (fp8-block pads its last block: any K).
 K_MULTIPLE = {"nvfp4": 16, "mxfp4": 32, "fp8-block": 1, "int2": 16, "int4": 16, "int8": 16}
 #: Name parts (lower-cased, between dots or underscores) that mark embeddings and norms.
@@ -81,6 +97,12 @@ class ConvertSummary:
     out: str
     fmt: str
     tensors: list[TensorReport]
+    layout: str | None = None  # None: the format's default (LAYOUTS[fmt][0])
+
+    @property
+    def vllm(self) -> str:
+        """One line: whether (and where) vLLM loads the written checkpoint."""
+        return vllm_support(self.fmt, self.layout)[1]
 
     @property
     def bytes_before(self) -> int:
@@ -210,20 +232,26 @@ def plan(src: str, fmt: str, exclude: Sequence[str] = ()) -> tuple[str, list[str
     return folder, files, plans
 
 
-def quantize_tensor(w: torch.Tensor, prefix: str, fmt: str, group_size: int = 64) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Quantize one ``[N, K]`` weight; return (tensors under the checkpoint names, dequantized fp32)."""
+def quantize_tensor(w: torch.Tensor, prefix: str, fmt: str, group_size: int = 64, layout: str | None = None,
+                    global_scale: torch.Tensor | float | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Quantize one ``[N, K]`` weight; return (tensors under the checkpoint names, dequantized fp32).
+
+    ``layout``: one of ``LAYOUTS[fmt]`` (default the first). ``global_scale``: NVFP4 only (a
+    shared one for fused siblings; default the tensor's own)."""
     from lowbit.formats import FP8, MXFP4, NVFP4, INTx
 
+    layout = _layout(fmt, layout)
+    require(global_scale is None or fmt == "nvfp4", f"global_scale is for nvfp4 only, not {fmt}")
     if fmt == "nvfp4":
         from lowbit.io import write_nvfp4
 
-        q = NVFP4.quantize(w)
+        q = NVFP4.quantize(w, global_scale)
         return write_nvfp4(q, prefix), q.dequantize(torch.float32)
     if fmt == "mxfp4":
-        from lowbit.io import write_fp4_experts
+        from lowbit.io import write_fp4_experts, write_mxfp4_ct
 
         q = MXFP4.quantize(w)
-        return write_fp4_experts(q, prefix), q.dequantize(torch.float32)
+        return (write_mxfp4_ct if layout == "compressed-tensors" else write_fp4_experts)(q, prefix), q.dequantize(torch.float32)
     if fmt == "fp8-block":
         from lowbit.io import write_fp8_block
 
@@ -231,6 +259,10 @@ def quantize_tensor(w: torch.Tensor, prefix: str, fmt: str, group_size: int = 64
         return write_fp8_block(q, prefix), q.dequantize(torch.float32)
     bits = int(fmt[3:])
     q = INTx.quantize(w, bits=bits, group_size=group_size)
+    if layout == "compressed-tensors":
+        from lowbit.io import write_int_ct
+
+        return write_int_ct(q, prefix), q.dequantize(torch.float32)
     out = {
         f"{prefix}.weight_packed": q.packed.contiguous(),
         f"{prefix}.weight_scale": q.scale.contiguous(),
@@ -267,22 +299,99 @@ def _save_shard(path: str, tensors: dict[str, torch.Tensor]) -> None:
     save_checkpoint(path, tensors)
 
 
+def _layout(fmt: str, layout: str | None) -> str:
+    require(fmt in FORMATS, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if layout is None:
+        return LAYOUTS[fmt][0]
+    require(layout in LAYOUTS[fmt], f"format {fmt} is written in layout {' or '.join(LAYOUTS[fmt])}, not {layout!r}")
+    return layout
+
+
+def vllm_support(fmt: str, layout: str | None = None) -> tuple[str, str]:
+    """``(where, message)``: where vLLM (0.32) loads a checkpoint ``lowbit convert`` writes in
+    ``fmt`` / ``layout`` -- ``"cpu+gpu"``, ``"gpu"`` or ``"no"`` -- and one line saying so."""
+    layout = _layout(fmt, layout)
+    if fmt == "fp8-block":
+        return "cpu+gpu", "vLLM loads this checkpoint (quantization 'fp8', 128x128 weight blocks) on CPU and GPU."
+    if fmt == "nvfp4":
+        return "gpu", ("vLLM loads this checkpoint on NVIDIA GPUs as ModelOpt NVFP4 weight-only (W4A16, from config.json's "
+                       "quantization_config); vLLM's CPU build has no NVFP4 linear kernel.")
+    if fmt == "mxfp4":
+        if layout == "compressed-tensors":
+            return "gpu", ("vLLM loads this checkpoint (compressed-tensors mxfp4-pack-quantized) on NVIDIA GPUs of compute "
+                           "capability 8.0+ (Marlin, weight-only; FlashInfer on 10.x also quantizes activations); vLLM's CPU "
+                           "build has no MXFP4 linear kernel.")
+        return "no", ("vLLM does not load this checkpoint as a whole: vLLM reads DeepSeek's FP4 names (weight + scale) only "
+                      "for the routed experts of DeepSeek V3.2 / V4 models; pass --layout compressed-tensors for an MXFP4 "
+                      "checkpoint vLLM loads on a GPU.")
+    if layout == "plane-split":
+        return "no", ("vLLM cannot load this checkpoint: lowbit's plane-split INTx layout is read by lowbit only; pass "
+                      "--layout compressed-tensors for a checkpoint vLLM loads.")
+    if fmt == "int4":
+        return "cpu+gpu", ("vLLM loads this checkpoint (compressed-tensors pack-quantized, 4-bit weights with zero-points) "
+                           "on CPU (in and out features multiples of 32) and on NVIDIA GPUs (Marlin).")
+    if fmt == "int8":
+        return "gpu", ("vLLM loads this checkpoint (compressed-tensors pack-quantized, 8-bit weights with zero-points) only "
+                       "on Hopper GPUs (Machete, group size a multiple of 64); vLLM's CPU build and Marlin have no "
+                       "asymmetric 8-bit kernel.")
+    return "no", ("vLLM 0.32 has no built-in kernel for 2-bit weights (only the optional Humming package on CUDA): this "
+                  "compressed-tensors checkpoint is valid, but take it as not loadable by vLLM; lowbit reads it.")
+
+
+def _shared_global_scales(folder: str, plans: list[TensorPlan]) -> dict[str, torch.Tensor]:
+    """NVFP4 global scale per quantized tensor that has fused siblings (same parent module, names
+    in one :data:`FUSED_SIBLINGS` set): ``max(amax) / (6 * 448)`` over the siblings, the scale
+    NVFP4's quantizer gives the one with the largest amax. Reads those tensors once."""
+    from lowbit.formats.e2m1 import E2M1_MAX
+    from lowbit.formats.fp8 import E4M3_MAX
+
+    groups: dict[tuple, list[TensorPlan]] = {}
+    for p in plans:
+        if not p.quantize:
+            continue
+        parent, _, leaf = _module(p.name).rpartition(".")
+        for i, names in enumerate(FUSED_SIBLINGS):
+            if leaf in names:
+                groups.setdefault((parent, i), []).append(p)
+    out: dict[str, torch.Tensor] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        amax = torch.zeros((), dtype=torch.float32)
+        for p in members:
+            with _open_safetensors(os.path.join(folder, p.file)) as fh:
+                amax = torch.maximum(amax, fh.get_tensor(p.name).float().abs().amax())
+        gs = amax / torch.full_like(amax, E2M1_MAX * E4M3_MAX)
+        gs = torch.where(gs > 0, gs, torch.ones_like(gs))
+        for p in members:
+            out[p.name] = gs
+    return out
+
+
 def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str, *, exclude: Sequence[str] = (),
-            group_size: int = 64, overwrite: bool = False,
+            group_size: int = 64, overwrite: bool = False, layout: str | None = None,
             on_tensor: Callable[[str], None] | None = None, on_plan: Callable[[int], None] | None = None) -> ConvertSummary:
     """Quantize ``src`` (a ``.safetensors`` file or a directory of shards) into directory ``out``.
 
     ``fmt``: one of :data:`FORMATS`. ``group_size``: INTx group along K (int formats only).
-    ``overwrite``: replace an existing ``out``. ``on_plan(n_quantized)`` is called once after
+    ``layout``: one of ``LAYOUTS[fmt]`` (default the first; ``"compressed-tensors"`` for a
+    checkpoint vLLM loads from int4 / int8 / mxfp4). ``overwrite``: replace an existing ``out``. ``on_plan(n_quantized)`` is called once after
     planning, ``on_tensor(name)`` after each quantized tensor (progress bars). Returns a
     :class:`ConvertSummary`. Never writes into ``src``.
     """
     src, out = os.fspath(src), os.fspath(out)
     require(fmt in FORMATS, f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    layout = _layout(fmt, layout)
     if fmt.startswith("int"):
         require(isinstance(group_size, int) and group_size >= 16 and group_size % 16 == 0,
                 f"--group-size must be a positive multiple of 16, got {group_size}")
     folder, files, plans = plan(src, fmt, exclude)
+    if fmt.startswith("int") and layout == "compressed-tensors":
+        bad = [p for p in plans if p.quantize and p.shape[1] % group_size]
+        require(not bad, f"layout compressed-tensors needs K to be a multiple of the group size {group_size} (vLLM's kernels "
+                         f"split K by whole groups); these tensors do not fit: "
+                         + ", ".join(f"{p.name} {list(p.shape)}" for p in bad[:5]) + (" ..." if len(bad) > 5 else "")
+                         + ". Leave them out with --exclude or choose another --group-size")
     out_abs = os.path.abspath(out)
     require(os.path.abspath(folder) != out_abs and not (os.path.isfile(src) and os.path.abspath(src) == out_abs),
             f"output {out!r} is the source checkpoint; choose another directory")
@@ -292,6 +401,7 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str, *, exclude
         if on_plan is not None:
             on_plan(sum(p.quantize for p in plans))
         weight_map: dict[str, str] = {}
+        shared = _shared_global_scales(folder, plans) if fmt == "nvfp4" else {}
         for f in files:
             shard: dict[str, torch.Tensor] = {}
             with _open_safetensors(os.path.join(folder, f)) as fh:
@@ -299,7 +409,8 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str, *, exclude
                     t = fh.get_tensor(p.name)
                     before = t.numel() * t.element_size()
                     if p.quantize:
-                        tensors, deq = quantize_tensor(t, p.name[: -len(".weight")], fmt, group_size)
+                        tensors, deq = quantize_tensor(t, p.name[: -len(".weight")], fmt, group_size, layout,
+                                                       shared.get(p.name))
                         rep = TensorReport(p.name, p.shape, "quantized", before, _nbytes(tensors), _rel_err(t, deq))
                         del deq
                         if on_tensor is not None:
@@ -314,10 +425,10 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str, *, exclude
                     reports.append(rep)
             _save_shard(os.path.join(tmp, f), shard)
             del shard
-        _write_side_files(src, folder, files, tmp, fmt, group_size, plans, weight_map, reports)
+        _write_side_files(src, folder, files, tmp, fmt, group_size, plans, weight_map, reports, layout)
 
     build_folder(out, build, overwrite=overwrite)
-    return ConvertSummary(out, fmt, reports)
+    return ConvertSummary(out, fmt, reports, layout)
 
 
 def build_folder(out: str | os.PathLike, build: Callable[[str], object], *, overwrite: bool = False):
@@ -370,7 +481,28 @@ def _module(name: str) -> str:
     return name[: -len(".weight")] if name.endswith(".weight") else name
 
 
-def _write_side_files(src, folder, files, tmp, fmt, group_size, plans, weight_map, reports) -> None:
+def hf_quantization_config(fmt: str, layout: str | None = None, group_size: int = 64, ignore=()) -> dict | None:
+    """The ``quantization_config`` :func:`convert` puts in ``config.json`` for ``fmt`` / ``layout``
+    (None where there is none: lowbit's plane-split INTx and DeepSeek's FP4 experts)."""
+    import lowbit
+
+    layout = _layout(fmt, layout)
+    if fmt == "fp8-block":
+        return {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+    if fmt == "nvfp4":
+        from lowbit.io.modelopt import modelopt_hf_quantization_config
+
+        return modelopt_hf_quantization_config(ignore, producer_version=lowbit.__version__)
+    if layout == "compressed-tensors":
+        from lowbit.io.compressed_tensors import ct_quantization_config
+
+        if fmt == "mxfp4":
+            return ct_quantization_config("mxfp4", ignore=ignore)
+        return ct_quantization_config("int", num_bits=int(fmt[3:]), group_size=group_size, ignore=ignore)
+    return None
+
+
+def _write_side_files(src, folder, files, tmp, fmt, group_size, plans, weight_map, reports, layout) -> None:
     import lowbit
 
     if os.path.isdir(src):
@@ -387,11 +519,14 @@ def _write_side_files(src, folder, files, tmp, fmt, group_size, plans, weight_ma
     quantized = [_module(p.name) for p in plans if p.quantize]
     kept_linear = sorted(_module(p.name) for p in plans if not p.quantize and p.name.endswith(".weight") and len(p.shape) == 2)
     errs = [r.rel_err for r in reports if r.rel_err is not None]
+    hf_cfg = hf_quantization_config(fmt, layout, group_size, kept_linear)
     _write_json(os.path.join(tmp, CONFIG_NAME), {
         "producer": {"name": "lowbit", "version": lowbit.__version__},
         "format": fmt,
         "group_size": {"nvfp4": 16, "mxfp4": 32, "fp8-block": 128}.get(fmt, group_size),
-        "layout": {"int2": "plane-split", "int4": "plane-split", "int8": "plane-split"}.get(fmt, "checkpoint"),
+        "layout": layout,
+        "vllm": vllm_support(fmt, layout)[1],
+        "quantization_config": hf_cfg,
         "quantized_modules": quantized,
         "kept_2d_weights": kept_linear,
         "max_rel_err": max(errs) if errs else None,
@@ -401,15 +536,14 @@ def _write_side_files(src, folder, files, tmp, fmt, group_size, plans, weight_ma
 
         _write_json(os.path.join(tmp, "hf_quant_config.json"), modelopt_quant_config(exclude_modules=kept_linear))
     cfg_path = os.path.join(tmp, "config.json")
-    if fmt == "fp8-block" and os.path.isfile(cfg_path):
+    if hf_cfg is not None and os.path.isfile(cfg_path):
         with open(cfg_path) as fh:
             try:
                 cfg = json.load(fh)
             except json.JSONDecodeError:
                 cfg = None
         if isinstance(cfg, dict):
-            cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                                          "weight_block_size": [128, 128]}
+            cfg["quantization_config"] = hf_cfg
             _write_json(cfg_path, cfg)
 
 
@@ -421,4 +555,5 @@ def human_bytes(n: float) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-__all__ = ["FORMATS", "ConvertSummary", "TensorPlan", "TensorReport", "build_folder", "convert", "human_bytes", "plan", "quantize_tensor"]
+__all__ = ["FORMATS", "FUSED_SIBLINGS", "LAYOUTS", "ConvertSummary", "TensorPlan", "TensorReport", "build_folder", "convert",
+           "hf_quantization_config", "human_bytes", "plan", "quantize_tensor", "vllm_support"]

@@ -62,14 +62,50 @@ def fp32_scalar(name: str, value, shape: tuple) -> torch.Tensor:
 
 
 def modelopt_quant_config(exclude_modules=(), quant_algo: str = "NVFP4", producer_version: str | None = None) -> dict:
-    """The ``hf_quant_config.json`` body ModelOpt writes for an NVFP4 export."""
+    """The ``hf_quant_config.json`` body ModelOpt writes for an NVFP4 export.
+
+    ``kv_cache_quant_algo`` is always present (``null``: the KV cache is not quantized): vLLM
+    refuses an NVFP4 ``hf_quant_config.json`` without it. vLLM reads ``quant_algo: NVFP4`` from
+    this file as W4A4 (activations quantized with a static ``input_scale`` per layer, which a
+    weight-only export has not got): a weight-only checkpoint also needs
+    :func:`modelopt_hf_quantization_config` in its ``config.json``, which vLLM reads first.
+    """
     require(quant_algo == "NVFP4", f"only quant_algo='NVFP4' is written, got {quant_algo!r}")
     producer = {"name": "modelopt"}
     if producer_version is not None:
         producer["version"] = producer_version
     return {
         "producer": producer,
-        "quantization": {"quant_algo": quant_algo, "group_size": GROUP_SIZE, "exclude_modules": list(exclude_modules)},
+        "quantization": {"quant_algo": quant_algo, "kv_cache_quant_algo": None, "group_size": GROUP_SIZE,
+                         "exclude_modules": list(exclude_modules)},
+    }
+
+
+def modelopt_hf_quantization_config(ignore=(), producer_version: str | None = None) -> dict:
+    """The ``quantization_config`` of ``config.json`` for a weight-only ModelOpt NVFP4 export
+    (the layout :func:`write_nvfp4` writes, no ``input_scale``).
+
+    ``quant_method: modelopt``, ``quant_algo: NVFP4`` and one config group over every ``Linear``
+    whose ``input_activations`` is null: vLLM reads that as W4A16 NVFP4 (4-bit weights, 16-bit
+    activations; the layout its DSpark Markov-head fast path reads). ``ignore``: modules left
+    unquantized (names or fnmatch wildcards, as ``exclude_modules``).
+    """
+    producer = {"name": "lowbit"}
+    if producer_version is not None:
+        producer["version"] = producer_version
+    return {
+        "quant_method": "modelopt",
+        "quant_algo": "NVFP4",
+        "group_size": GROUP_SIZE,
+        "kv_cache_scheme": None,
+        "config_groups": {"group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 4, "type": "float", "group_size": GROUP_SIZE, "strategy": "tensor_group",
+                        "symmetric": True, "dynamic": False},
+            "input_activations": None,
+        }},
+        "ignore": list(ignore),
+        "producer": producer,
     }
 
 
@@ -82,6 +118,8 @@ def check_quant_config(config: dict) -> dict:
     require(isinstance(algo, str), f"{QUANT_CONFIG_NAME}: 'quantization.quant_algo' must be a string, got {algo!r}")
     if algo == "NVFP4":
         require(q.get("group_size", GROUP_SIZE) == GROUP_SIZE, f"{QUANT_CONFIG_NAME}: NVFP4 group_size must be 16, got {q.get('group_size')!r}")
+    kv = q.get("kv_cache_quant_algo")
+    require(kv is None or isinstance(kv, str), f"{QUANT_CONFIG_NAME}: 'quantization.kv_cache_quant_algo' must be a string or null, got {kv!r}")
     excl = q.get("exclude_modules", [])
     require(isinstance(excl, list) and all(isinstance(e, str) for e in excl),
             f"{QUANT_CONFIG_NAME}: 'quantization.exclude_modules' must be a list of strings, got {excl!r}")

@@ -139,7 +139,7 @@ BASE = _random_ct(40, 96, 4, 32)
     (_bad(BASE, "weight_packed", BASE[f"{P}.weight_packed"].to(torch.int64)), "weight_packed' has dtype"),
     (_bad(BASE, "weight_packed", BASE[f"{P}.weight_packed"][:, :5].contiguous()), "weight_packed' has shape"),
     (_bad(BASE, "weight_packed", BASE[f"{P}.weight_packed"][:30].contiguous()), r"weight_packed' has shape \(30, 12\) but"),
-    (_bad(BASE, "weight_scale", BASE[f"{P}.weight_scale"][:, :2].contiguous()), r"weight_scale' has 2 groups for K = 96: group sizes \[48, 64, 80\]"),
+    (_bad(BASE, "weight_scale", BASE[f"{P}.weight_scale"][:, :2].contiguous()), r"weight_zero_point' has shape \(5, 3\), expected \(5, 2\)"),
     (_bad(BASE, "weight_scale", BASE[f"{P}.weight_scale"][:39].contiguous()), r"weight_scale' has shape \(39, 3\)"),
     (_bad(BASE, "weight_scale", BASE[f"{P}.weight_scale"].double()), "weight_scale' has dtype"),
     (_bad(BASE, "weight_scale", BASE[f"{P}.weight_scale"].float() + 1e-7), "weight_scale' holds .* fp16 cannot hold exactly"),
@@ -151,7 +151,7 @@ BASE = _random_ct(40, 96, 4, 32)
     (_bad(BASE, "weight_shape", torch.tensor([40, 97])), "weight_packed' has shape .* K = 97"),
     (_random_ct(8, 96, 4, 8), "has 12 groups for K = 96: no group size that is a multiple of 16 fits"),
     (_random_ct(8, 72, 4, 24), "K = 72; lowbit's INTx needs K % 16 == 0"),
-    (_random_ct(8, 96, 4, 64), "has 2 groups for K = 96: group sizes .* all fit; pass group_size"),
+    (_random_ct(8, 80, 4, 48), "has 2 groups for K = 80: group sizes \\[48, 64\\] all fit; pass group_size"),
     (_random_ct(8, 96, 4, 2), "has 48 groups for K = 96: no group size that is a multiple of 16 fits"),
 ])
 def test_int_hostile_tensors_raise_naming_the_tensor(sd, match):
@@ -160,7 +160,8 @@ def test_int_hostile_tensors_raise_naming_the_tensor(sd, match):
 
 
 def test_int_explicit_parameters():
-    sd = _random_ct(8, 96, 4, 64)  # a partial last group: the shapes alone cannot tell G
+    sd = _random_ct(8, 96, 4, 64)  # a partial last group: the shapes alone read it as G = 48
+    assert read_int_ct(sd, P).group_size == 48
     fmt = read_int_ct(sd, P, group_size=64)
     assert fmt.group_size == 64 and torch.equal(fmt.dequantize(torch.float64), _oracle(sd, 4, 64))
     with pytest.raises(ValueError, match="expected \\(8, 6\\) for K = 96 and group size 16"):

@@ -98,8 +98,13 @@ def test_writer_rejects_bad_arguments():
 def test_quant_config():
     cfg = modelopt_quant_config(["lm_head", "*.mlp.gate"], producer_version="0.29.0")
     assert cfg == {"producer": {"name": "modelopt", "version": "0.29.0"},
-                   "quantization": {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head", "*.mlp.gate"]}}
+                   "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16,
+                                    "exclude_modules": ["lm_head", "*.mlp.gate"]}}
     assert check_quant_config(cfg) is cfg
+    # vLLM refuses an NVFP4 hf_quant_config.json without these three fields
+    assert {"group_size", "kv_cache_quant_algo", "exclude_modules"} <= set(cfg["quantization"])
+    with pytest.raises(ValueError, match="kv_cache_quant_algo' must be a string or null"):
+        check_quant_config({"quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": 8}})
     assert is_excluded(cfg, "lm_head") and is_excluded(cfg, "model.layers.3.mlp.gate")
     assert not is_excluded(cfg, "model.layers.3.mlp.gate_proj")
     with pytest.raises(ValueError, match="group_size must be 16"):
@@ -110,3 +115,14 @@ def test_quant_config():
         check_quant_config({"quantization": {"quant_algo": "NVFP4", "exclude_modules": "lm_head"}})
     with pytest.raises(ValueError, match="quant_algo"):
         modelopt_quant_config(quant_algo="FP8")
+
+
+def test_hf_quantization_config_declares_weight_only():
+    from lowbit.io.modelopt import modelopt_hf_quantization_config
+
+    cfg = modelopt_hf_quantization_config(["lm_head"], producer_version="1.0")
+    assert cfg["quant_method"] == "modelopt" and cfg["quant_algo"] == "NVFP4" and cfg["group_size"] == 16
+    assert cfg["ignore"] == ["lm_head"] and cfg["producer"] == {"name": "lowbit", "version": "1.0"}
+    groups = list(cfg["config_groups"].values())
+    assert groups and all(g["input_activations"] is None for g in groups)  # W4A16: no activation scale needed
+    assert groups[0]["weights"]["num_bits"] == 4 and groups[0]["weights"]["group_size"] == 16
