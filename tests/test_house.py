@@ -26,6 +26,7 @@ SELF = "tests/test_house.py"
 #: the operator tools allowed under scripts/ and tools/
 TOOLS = {
     "scripts/setup.sh",  # the README's first command and CI's install
+    "scripts/setup_vllm.sh",  # the separate vLLM venv of tests/vllm (CI's second stage)
     "scripts/gpu_check.sh",  # the GPU tier in one run
     "scripts/device_run.sh",  # a command on a GPU machine with Triton's kernel cache carried
     "scripts/check_sass.py",  # the GEMMs' FP8 tensor-core instructions, on the GPU
