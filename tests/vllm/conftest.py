@@ -8,7 +8,9 @@ modules is imported: the check looks for the package without importing it.
 
 Fixtures: ``smollm2_dir``, SmolLM2-135M-Instruct as a plain Hugging Face folder vLLM loads, written
 once per test run into a temporary directory (see ``_model.py``); ``LOWBIT_VLLM_TEST_MODEL=DIR``
-points it at a folder written earlier by ``python -m tests.vllm._model DIR`` instead.
+points it at a folder written earlier by ``python -m tests.vllm._model DIR`` instead;
+``vllm_report``, a function that takes a line for the "vLLM numbers" section printed at the end of
+the run (with ``-q`` too: the measured acceptance numbers land in CI's log).
 """
 from __future__ import annotations
 
@@ -21,6 +23,24 @@ HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 if not HAS_VLLM:
     collect_ignore_glob = ["*.py"]
+
+_REPORT: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _REPORT:
+        terminalreporter.section("vLLM numbers")
+        for line in _REPORT:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def vllm_report():
+    def report(line: str) -> None:
+        print(line)
+        _REPORT.append(line)
+
+    return report
 
 
 @pytest.fixture(scope="session")
