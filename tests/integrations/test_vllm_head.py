@@ -1,0 +1,217 @@
+"""The vLLM drafter-head adapter (``lowbit.integrations.vllm.head``) without vLLM.
+
+vLLM's objects are stood in for by the attributes the adapter reads: a ``LogitsProcessor``
+(``soft_cap``, ``scale``) and a ``ParallelLMHead`` (``weight [V_pad, K]``, ``embedding_dim``,
+``tp_size``, ``shard_indices``, ``weight_scale`` for FP8). Every tier: the reference on CPU, the
+Triton kernels under the interpreter, and the GPU (``-m cuda``) incl. CUDA-graph capture.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lowbit.formats import FP8
+from lowbit.integrations.vllm import config, stats
+from lowbit.integrations.vllm.head import LazyDraftHead, head_weight, unsupported, weight_ready
+
+V, V_PAD, K, M = 300, 320, 64, 3
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counts(monkeypatch):
+    monkeypatch.delenv("LOWBIT_VLLM_STATS", raising=False)
+    config.reset()
+    stats.reset()
+    yield
+    config.reset()
+    stats.reset()
+
+
+def _lm_head(weight, v=V, **extra):
+    shards = SimpleNamespace(num_org_elements=v, num_added_elements=0)
+    return SimpleNamespace(weight=weight, embedding_dim=extra.pop("embedding_dim", weight.shape[1]), tp_size=1,
+                           shard_indices=shards, bias=None, quant_method=None, **extra)
+
+
+def _proc(**kw):
+    return SimpleNamespace(soft_cap=kw.get("soft_cap"), scale=kw.get("scale", 1.0))
+
+
+def _weights(device, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(V_PAD, K, generator=g) * 0.05
+    w[V:] = 10.0  # padding rows that would win every argmax if they were read
+    return w.to(device=device, dtype=dtype)
+
+
+def _x(device, m=M, seed=1, dtype=torch.float32):
+    return torch.randn(m, K, generator=torch.Generator().manual_seed(seed)).abs().to(device=device, dtype=dtype)
+
+
+def _oracle(x, rows64):
+    """fp64 argmax over the original vocabulary, ties to the lower index."""
+    return (x.double().cpu() @ rows64.t()).argmax(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_dense_head_is_exact_and_skips_padding(backend, dtype):
+    w = _weights(backend.device, dtype)
+    lazy, x = LazyDraftHead({}), _x(backend.device, dtype=dtype)
+    with backend.active():
+        ids = lazy.argmax(_proc(), _lm_head(w), x)
+    assert ids.dtype == torch.int64 and ids.shape == (M,)
+    assert torch.equal(ids.cpu(), _oracle(x, w[:V].double().cpu()))
+    assert lazy.head.n == V and lazy.head.bits == 8  # certified default: INT8 coarse copy of V rows
+    counts = stats.snapshot()["counts"]
+    assert (counts["draft_calls"], counts["draft_rows"], counts["draft_vllm_calls"]) == (1, M, 0)
+
+
+@pytest.mark.parametrize("layout", ["rows", "transposed", "tensor_scale"])
+def test_fp8_head_uses_native_rows(backend, layout):
+    g = torch.Generator().manual_seed(2)
+    q = FP8.quantize(torch.randn(V_PAD, K, generator=g) * 0.05, "row")
+    data, scale = q.data.to(backend.device), q.scale.to(backend.device)
+    if layout == "tensor_scale":
+        scale = torch.tensor([0.01], device=backend.device)
+    if layout == "transposed":  # vLLM keeps some FP8 heads as the [K, V_pad] view of the rows
+        data = data.t()
+    lm_head = _lm_head(data, weight_scale=scale, embedding_dim=K)
+    weight, reason = head_weight(lm_head)
+    assert reason is None and isinstance(weight, FP8) and weight.data.shape == (V, K)
+    x = _x(backend.device)
+    lazy = LazyDraftHead({})
+    with backend.active():
+        ids = lazy.argmax(_proc(), lm_head, x)
+    assert lazy.head.bits is None  # the weight's own rows are the coarse pass
+    rows64 = weight.data.double().cpu() * weight.scale.double().cpu()
+    assert torch.equal(ids.cpu(), _oracle(x, rows64))
+
+
+def test_lazy_build_once_per_weight(backend):
+    w = torch.zeros(V_PAD, K, device=backend.device)
+    lm_head, lazy, x = _lm_head(w), LazyDraftHead({}, "drafter (test)"), _x(backend.device)
+    with backend.active():
+        assert lazy.argmax(_proc(), lm_head, x) is None  # zeros: not loaded yet
+        assert lazy.argmax(_proc(), lm_head, x) is None
+        w.copy_(_weights(backend.device))
+        a = lazy.argmax(_proc(), lm_head, x)
+        first = lazy.head
+        b = lazy.argmax(_proc(), lm_head, x)
+        assert lazy.head is first and torch.equal(a, b)
+        w[:V].neg_()  # an in-place reload: a new head over the new values
+        c = lazy.argmax(_proc(), lm_head, x)
+    assert lazy.head is not first
+    assert torch.equal(c.cpu(), _oracle(x, w[:V].double().cpu()))
+    snap = stats.snapshot()
+    assert len(snap["heads"]) == 2 and "drafter (test)" in snap["heads"][0] and "mode=certified" in snap["heads"][0]
+    assert (snap["counts"]["draft_vllm_calls"], snap["counts"]["draft_calls"]) == (2, 3)
+
+
+def test_weight_ready():
+    w = torch.randn(20000, 16)  # more rows than one scan slice
+    assert weight_ready(w)
+    assert not weight_ready(torch.zeros(20000, 16))
+    w[19999, 3] = float("inf")
+    assert not weight_ready(w)
+    w[19999, 3] = float("nan")
+    assert not weight_ready(w)
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("soft_cap", "soft-capping"), ("scale0", "not a positive number"), ("bias", "bias"),
+    ("tp", "tensor-parallel"), ("added", "added (LoRA) vocabulary"),
+])
+def test_unsupported_reasons(case, needle):
+    lm_head, proc, bias = _lm_head(_weights("cpu")), _proc(), None
+    if case == "soft_cap":
+        proc = _proc(soft_cap=30.0)
+    elif case == "scale0":
+        proc = _proc(scale=0.0)
+    elif case == "bias":
+        bias = torch.zeros(V_PAD)
+    elif case == "tp":
+        lm_head.tp_size = 2
+    elif case == "added":
+        lm_head.shard_indices.num_added_elements = 4
+    assert unsupported(_proc(), _lm_head(_weights("cpu")), None) is None
+    reason = unsupported(proc, lm_head, bias)
+    assert reason is not None and needle in reason
+    lazy = LazyDraftHead({})
+    for _ in range(2):
+        assert lazy.argmax(proc, lm_head, _x("cpu"), bias) is None
+    snap = stats.snapshot()
+    assert snap["fallbacks"] == [reason]  # logged once
+    assert snap["counts"]["draft_vllm_calls"] == 2 and lazy.head is None
+
+
+def test_positive_scale_is_answered():
+    w, x = _weights("cpu"), _x("cpu")
+    ids = LazyDraftHead({}).argmax(_proc(scale=0.125), _lm_head(w), x)
+    assert torch.equal(ids, _oracle(x, w[:V].double()))
+
+
+@pytest.mark.parametrize("weight, needle", [
+    (torch.randint(0, 9, (V_PAD, K // 8), dtype=torch.int32), "int32"),
+    (torch.zeros(V_PAD, K, dtype=torch.uint8), "uint8"),
+])
+def test_unreadable_weights_keep_vllm(weight, needle):
+    lm_head = _lm_head(weight, embedding_dim=K)
+    w, reason = head_weight(lm_head)
+    assert w is None and needle in reason
+    assert LazyDraftHead({}).argmax(_proc(), lm_head, _x("cpu")) is None
+    assert stats.snapshot()["fallbacks"] == [reason]
+
+
+def test_fp8_scale_layouts_refused():
+    q = FP8.quantize(torch.randn(V_PAD, K) * 0.05, "row")
+    block = _lm_head(q.data, weight_scale=torch.ones(V_PAD // 64, K // 64), embedding_dim=K)
+    assert "per-row" in head_weight(block)[1]
+    square = _lm_head(FP8.quantize(torch.randn(K, K), "row").data, weight_scale=torch.ones(K), embedding_dim=K)
+    assert "cannot tell the rows" in head_weight(square)[1]
+
+
+def test_head_settings_and_refusal():
+    w, x = _weights("cpu"), _x("cpu")
+    lazy = LazyDraftHead({"mode": "fast", "bits": 4, "kcand": 8, "rerank": 16})
+    lazy.argmax(_proc(), _lm_head(w), x)
+    assert (lazy.head.mode, lazy.head.bits, lazy.head.rerank) == ("fast", 4, 16)
+    # native coarse rows need an FP8 / NVFP4 head: DraftHead refuses, vLLM's path stays
+    refused = LazyDraftHead({"bits": "native"})
+    assert refused.argmax(_proc(), _lm_head(w), x) is None
+    assert any("DraftHead refused" in r and "bits=None" in r for r in stats.snapshot()["fallbacks"])
+
+
+@pytest.mark.cuda
+def test_cuda_graph_capture_of_the_swapped_call():
+    """The swapped drafter argmax, built eagerly, replays in a CUDA graph with fresh hidden
+    states and gives the exact argmax (no host sync in the call: the weight key is host-only)."""
+    w = _weights("cuda", torch.bfloat16)
+    lm_head, proc, lazy = _lm_head(w), _proc(), LazyDraftHead({})
+    x = _x("cuda", m=4, dtype=torch.bfloat16)
+    lazy.argmax(proc, lm_head, x)  # eager: check + build
+    lazy.head.warmup(max_m=4)
+    static_x = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_ids = lazy.argmax(proc, lm_head, static_x)
+    for seed in (5, 6):
+        x2 = _x("cuda", m=4, seed=seed, dtype=torch.bfloat16) - 0.5
+        static_x.copy_(x2)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_ids.cpu(), _oracle(x2, w[:V].double().cpu()))
+
+
+@pytest.mark.cuda
+def test_no_build_during_capture():
+    """A weight first seen inside a capture is neither checked nor built there (that would sync):
+    the call returns None (vLLM's path) and the next eager call builds."""
+    w = _weights("cuda")
+    lm_head, lazy, x = _lm_head(w), LazyDraftHead({}), _x("cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        assert lazy.argmax(_proc(), lm_head, x) is None
+    assert lazy.head is None
+    assert torch.equal(lazy.argmax(_proc(), lm_head, x).cpu(), _oracle(x, w[:V].double().cpu()))
