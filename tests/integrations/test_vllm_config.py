@@ -28,6 +28,7 @@ def test_head_kwargs():
                                  sigma=3.5, block=64)
     assert s.stats_dir == "/nonexistent-yet"
     assert parse({"LOWBIT_VLLM": "draft"}).head_kwargs == {}  # DraftHead's own defaults
+    assert parse({}).warmup_m == 64 and parse({"LOWBIT_VLLM_WARMUP_M": "0"}).warmup_m == 0
     assert parse({"LOWBIT_VLLM_BITS": "native"}).head_kwargs == {"bits": "native"}
 
 
@@ -47,6 +48,7 @@ def test_head_kwargs():
     ("LOWBIT_VLLM_SIGMA", "nan", "positive and finite"),
     ("LOWBIT_VLLM_SIGMA", "-1", "positive and finite"),
     ("LOWBIT_VLLM_SIGMA", "four", "a number"),
+    ("LOWBIT_VLLM_WARMUP_M", "-1", ">= 0"),
 ])
 def test_bad_value_names_the_variable(name, value, needle):
     with pytest.raises(ValueError, match=name) as e:

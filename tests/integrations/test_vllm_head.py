@@ -190,8 +190,8 @@ def test_cuda_graph_capture_of_the_swapped_call():
     w = _weights("cuda", torch.bfloat16)
     lm_head, proc, lazy = _lm_head(w), _proc(), LazyDraftHead({})
     x = _x("cuda", m=4, dtype=torch.bfloat16)
-    lazy.argmax(proc, lm_head, x)  # eager: check + build
-    lazy.head.warmup(max_m=4)
+    lazy.argmax(proc, lm_head, x)  # eager: check + build + warmup (up to 64 rows)
+    assert "warmed up to M=64" in stats.snapshot()["heads"][0]
     static_x = x.clone()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -202,6 +202,35 @@ def test_cuda_graph_capture_of_the_swapped_call():
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(static_ids.cpu(), _oracle(x2, w[:V].double().cpu()))
+
+
+def test_capturable():
+    w = _weights("cpu")
+    q = FP8.quantize(w, "row")
+    fp8_head = _lm_head(q.data, weight_scale=q.scale)
+    cases = [({}, _lm_head(w), True), ({"mode": "fast"}, fp8_head, True), ({}, fp8_head, False)]
+    for kwargs, lm_head, want in cases:
+        lazy = LazyDraftHead(kwargs)
+        assert not lazy.capturable()  # nothing built yet
+        lazy.argmax(_proc(), lm_head, _x("cpu"))
+        assert lazy.capturable() is want, kwargs
+
+
+@pytest.mark.cuda
+def test_fp8_certified_not_captured():
+    """The certified argmax over FP8 rows syncs once per call: inside a capture the call is left
+    to vLLM (None, logged once); eager calls still answer."""
+    q = FP8.quantize(_weights("cpu"), "row")
+    lm_head = _lm_head(q.data.cuda(), weight_scale=q.scale.cuda())
+    lazy, x = LazyDraftHead({}), _x("cuda")
+    eager = lazy.argmax(_proc(), lm_head, x)
+    assert eager is not None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        assert lazy.argmax(_proc(), lm_head, x) is None
+    assert any("synchronizes once per call" in r for r in stats.snapshot()["fallbacks"])
+    rows64 = q.data[:V].double() * q.scale[:V].double()
+    assert torch.equal(lazy.argmax(_proc(), lm_head, x).cpu(), _oracle(x, rows64))
 
 
 @pytest.mark.cuda

@@ -20,7 +20,8 @@ class Settings:
     """What the plugin swaps and how the draft head is built.
 
     ``head_kwargs`` are :class:`lowbit.DraftHead` keyword arguments (only those the user set; the
-    head's own per-mode defaults fill the rest). ``stats_dir``: where call counts are written, or
+    head's own per-mode defaults fill the rest). ``warmup_m``: a CUDA head is warmed up for up to
+    this many rows when built (0: not at all). ``stats_dir``: where call counts are written, or
     None.
     """
 
@@ -28,6 +29,7 @@ class Settings:
     draft: bool
     markov: bool
     head_kwargs: dict
+    warmup_m: int
     stats_dir: str | None
 
     @property
@@ -110,10 +112,13 @@ def parse(env=None) -> Settings:
             raise ValueError(f"LOWBIT_VLLM_SIGMA must be positive and finite, got {raw!r}")
         kw["sigma"] = sigma
 
+    warmup_m = _int(env, "LOWBIT_VLLM_WARMUP_M", 0)
+    warmup_m = 64 if warmup_m is None else warmup_m
+
     stats_dir = _env(env, "LOWBIT_VLLM_STATS") or None
     if stats_dir is not None and os.path.exists(stats_dir) and not os.path.isdir(stats_dir):
         raise ValueError(f"LOWBIT_VLLM_STATS must name a directory, got the file {stats_dir!r}")
-    return Settings(mode, "draft" in parts, "markov" in parts, kw, stats_dir)
+    return Settings(mode, "draft" in parts, "markov" in parts, kw, warmup_m, stats_dir)
 
 
 _SETTINGS: Settings | None = None

@@ -13,7 +13,11 @@ The head is built lazily: vLLM builds modules on uninitialized storage and runs 
 before (or without) real weights, so the weight is checked (finite, not all zeros: one host sync)
 whenever its identity or version changes (:func:`lowbit.ops.coarse_head.weight_version`: storage
 pointer, shape, strides, ``_version``; host-only) and a head is built once per loaded weight, with
-one INFO log line naming its configuration.
+one INFO log line naming its configuration. A head on CUDA is then warmed up
+(:meth:`~lowbit.DraftHead.warmup`: every launch configuration compiled eagerly), so a later
+CUDA-graph capture of the call (vLLM's FULL graphs capture the drafter's sampling) compiles
+nothing. Inside a capture the call runs only where it has no host synchronization: a dense head,
+or fast mode (the certified argmax over FP8 rows reads its fallback count back once per call).
 """
 from __future__ import annotations
 
@@ -126,12 +130,14 @@ class LazyDraftHead:
 
     ``argmax(processor, lm_head, x, embedding_bias)`` -> int64 ``[...]`` for ``x [..., K]``, or
     ``None`` to keep vLLM's path (the reason logged once per process). ``head_kwargs``:
-    :class:`~lowbit.DraftHead` arguments. Counts go to :mod:`stats`.
+    :class:`~lowbit.DraftHead` arguments; ``warmup_m``: rows a CUDA head is warmed up for when
+    built (0: none). Counts go to :mod:`stats`.
     """
 
-    def __init__(self, head_kwargs: dict, role: str = "drafter"):
+    def __init__(self, head_kwargs: dict, role: str = "drafter", warmup_m: int = 64):
         self.head_kwargs = dict(head_kwargs)
         self.role = role
+        self.warmup_m = warmup_m
         self.head = None
         self._key = None  # raw weight key the current state was made for
         self._weight = None
@@ -151,11 +157,20 @@ class LazyDraftHead:
         from lowbit.nn.draft_head import DraftHead
 
         try:
-            self.head = DraftHead(weight, **self.head_kwargs)
+            head = DraftHead(weight, **self.head_kwargs)
         except ValueError as e:
             self._reason = f"lowbit.DraftHead refused the {self.role} LM head: {e}"
             return
-        stats.built(describe(self.head, self.role))
+        warm = ""
+        if x.is_cuda and self.warmup_m > 0:
+            head.warmup(max_m=self.warmup_m, ks=(1,))
+            warm = f", warmed up to M={self.warmup_m}"
+        self.head = head
+        stats.built(describe(head, self.role) + warm)
+
+    def capturable(self) -> bool:
+        """Whether the built head's argmax has no host synchronization (CUDA-graph safe)."""
+        return self.head is not None and (self.head.mode == "fast" or isinstance(self.head.weight, torch.Tensor))
 
     def argmax(self, processor, lm_head, x: torch.Tensor, embedding_bias=None):
         reason = unsupported(processor, lm_head, embedding_bias)
@@ -165,6 +180,10 @@ class LazyDraftHead:
             else:
                 self._refresh(lm_head, x)
                 reason = self._reason
+                if (reason is None and self.head is not None and x.is_cuda
+                        and torch.cuda.is_current_stream_capturing() and not self.capturable()):
+                    reason = ("the certified argmax over an FP8 head synchronizes once per call, so it is not "
+                              "captured in a CUDA graph (LOWBIT_VLLM_HEAD_MODE=fast is)")
         if reason is not None:
             stats.fallback_once(reason)
         if reason is not None or self.head is None or x.numel() == 0:

@@ -49,7 +49,9 @@ class LowbitLogitsProcessor(LogitsProcessor):
         tag = model_tag()
         s = settings()
         self.lowbit_role = None if tag == TARGET_TAG else f"drafter ({tag})"
-        self.lowbit_head = LazyDraftHead(s.head_kwargs, self.lowbit_role) if s.draft and self.lowbit_role else None
+        self.lowbit_head = None
+        if s.draft and self.lowbit_role:
+            self.lowbit_head = LazyDraftHead(s.head_kwargs, self.lowbit_role, s.warmup_m)
         if self.lowbit_head is not None and _uses_local_argmax() is False:
             stats.fallback_once("the drafter's greedy token comes from compute_logits().argmax unless the "
                                 "speculative config sets use_local_argmax_reduction: True; the lowbit head "
