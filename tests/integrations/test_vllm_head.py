@@ -12,9 +12,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lowbit.formats import FP8
+from lowbit.formats import FP8, NVFP4
 from lowbit.integrations.vllm import config, stats
-from lowbit.integrations.vllm.head import LazyDraftHead, head_weight, unsupported, weight_ready
+from lowbit.integrations.vllm.head import LazyDraftHead, unsupported, weight_ready
+from lowbit.integrations.vllm.weights import lm_head_weight
 
 V, V_PAD, K, M = 300, 320, 64, 3
 
@@ -78,7 +79,7 @@ def test_fp8_head_uses_native_rows(backend, layout):
     if layout == "transposed":  # vLLM keeps some FP8 heads as the [K, V_pad] view of the rows
         data = data.t()
     lm_head = _lm_head(data, weight_scale=scale, embedding_dim=K)
-    weight, reason = head_weight(lm_head)
+    weight, reason = lm_head_weight(lm_head)
     assert reason is None and isinstance(weight, FP8) and weight.data.shape == (V, K)
     x = _x(backend.device)
     lazy = LazyDraftHead({})
@@ -87,6 +88,43 @@ def test_fp8_head_uses_native_rows(backend, layout):
     assert lazy.head.bits is None  # the weight's own rows are the coarse pass
     rows64 = weight.data.double().cpu() * weight.scale.double().cpu()
     assert torch.equal(ids.cpu(), _oracle(x, rows64))
+
+
+class EmulationNvFp4LinearKernel:
+    """Stands in for vLLM's NVFP4 kernel that keeps ModelOpt's linear layout (matched by name)."""
+
+
+class CutlassNvFp4LinearKernel:
+    """Stands in for a vLLM NVFP4 kernel that swizzles the scales."""
+
+
+@pytest.mark.parametrize("holder", ["retained", "emulation"])
+def test_nvfp4_head_uses_native_rows(backend, holder):
+    q = NVFP4.quantize(_weights("cpu"))
+    packed, scale, gs = q.packed.to(backend.device), q.scale.to(backend.device), q.global_scale.reshape(1).to(backend.device)
+    if holder == "retained":  # the buffers vLLM keeps for a gather (as for DSpark's markov_w2)
+        lm_head = _lm_head(packed, embedding_dim=K, _retain_weight_for_gather=True, is_w4a16_nvfp4=True,
+                           _nvfp4_weight_for_gather=packed, _nvfp4_weight_scale_for_gather=scale,
+                           _nvfp4_weight_global_scale_for_gather=gs, _nvfp4_group_size_for_gather=16)
+    else:
+        lm_head = _lm_head(packed, embedding_dim=K, weight_scale=scale.view(torch.uint8), weight_global_scale=gs)
+        lm_head.quant_method = SimpleNamespace(kernel=EmulationNvFp4LinearKernel())
+    weight, reason = lm_head_weight(lm_head)
+    assert reason is None and isinstance(weight, NVFP4) and weight.shape == (V, K)
+    assert weight.packed.data_ptr() == packed.data_ptr()  # no copy
+    lazy, x = LazyDraftHead({}), _x(backend.device)
+    with backend.active():
+        ids = lazy.argmax(_proc(), lm_head, x)
+    assert lazy.head.bits is None and "nvfp4 weight" in stats.snapshot()["heads"][0]
+    assert torch.equal(ids.cpu(), _oracle(x, q.dequantize(torch.float64)[:V]))
+
+
+def test_nvfp4_swizzled_head_refused():
+    q = NVFP4.quantize(_weights("cpu"))
+    lm_head = _lm_head(q.packed, embedding_dim=K, weight_scale=q.scale, weight_global_scale=q.global_scale)
+    lm_head.quant_method = SimpleNamespace(kernel=CutlassNvFp4LinearKernel())
+    weight, reason = lm_head_weight(lm_head)
+    assert weight is None and "torch.uint8" in reason and "NVFP4 in the linear layout" in reason
 
 
 def test_lazy_build_once_per_weight(backend):
@@ -158,7 +196,7 @@ def test_positive_scale_is_answered():
 ])
 def test_unreadable_weights_keep_vllm(weight, needle):
     lm_head = _lm_head(weight, embedding_dim=K)
-    w, reason = head_weight(lm_head)
+    w, reason = lm_head_weight(lm_head)
     assert w is None and needle in reason
     assert LazyDraftHead({}).argmax(_proc(), lm_head, _x("cpu")) is None
     assert stats.snapshot()["fallbacks"] == [reason]
@@ -167,9 +205,9 @@ def test_unreadable_weights_keep_vllm(weight, needle):
 def test_fp8_scale_layouts_refused():
     q = FP8.quantize(torch.randn(V_PAD, K) * 0.05, "row")
     block = _lm_head(q.data, weight_scale=torch.ones(V_PAD // 64, K // 64), embedding_dim=K)
-    assert "per-row" in head_weight(block)[1]
+    assert "per-row" in lm_head_weight(block)[1]
     square = _lm_head(FP8.quantize(torch.randn(K, K), "row").data, weight_scale=torch.ones(K), embedding_dim=K)
-    assert "cannot tell the rows" in head_weight(square)[1]
+    assert "cannot tell the rows" in lm_head_weight(square)[1]
 
 
 def test_head_settings_and_refusal():

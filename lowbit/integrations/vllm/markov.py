@@ -8,7 +8,7 @@ rows, runs ``baddbmm_`` and scatters. :func:`apply_bias_gathered` computes the s
 :func:`~lowbit.ops.gathered_bias` call on every device and dtype (fp32 math, one rounding to
 ``logits.dtype``).
 
-Weights read, without copies (:func:`markov_weight`):
+Weights read, without copies (:func:`markov_weight`, :func:`.weights.markov_w2_weight`):
 
 * NVFP4: the buffers vLLM retains for the gather, ``markov_w2._nvfp4_weight_for_gather`` uint8
   ``[V, r/2]`` (two E2M1 codes per byte, low nibble first), ``_nvfp4_weight_scale_for_gather`` e4m3
@@ -16,6 +16,8 @@ Weights read, without copies (:func:`markov_weight`):
   element) -> :class:`~lowbit.formats.NVFP4` (the global scale viewed as 0-d).
 * dense: ``markov_w2.weight`` ``[V, r]`` bf16 / fp16 / fp32 (any of them, whatever the activation
   dtype; vLLM's path needs the weight in the activation dtype).
+
+vLLM pads ``markov_w2``'s rows to a multiple of 64; the first ``logits.shape[1]`` rows are read.
 
 CUDA-graph safe: no host synchronization and no branch on tensor values (the checks read shapes,
 dtypes, devices and host attributes only; the format object is cached per buffer identity).
@@ -27,45 +29,10 @@ import torch
 
 from lowbit.formats.nvfp4 import NVFP4
 from lowbit.integrations.vllm import stats
-from lowbit.integrations.vllm.head import tensor_key
+from lowbit.integrations.vllm.weights import DENSE, key_tensors, markov_w2_weight, tensor_key
 from lowbit.ops.gathered import gathered_bias
 
-_FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 _CACHE_ATTR = "_lowbit_markov_weight"  # (key, weight, reason) cached on the markov_w2 module
-
-
-def _nvfp4_buffers(w2):
-    if getattr(w2, "_retain_weight_for_gather", False) and getattr(w2, "is_w4a16_nvfp4", False):
-        return (w2._nvfp4_weight_for_gather, w2._nvfp4_weight_scale_for_gather,
-                w2._nvfp4_weight_global_scale_for_gather)
-    return None
-
-
-def _build(w2, vocab):
-    bufs = _nvfp4_buffers(w2)
-    if bufs is not None:
-        packed, scale, gscale = bufs
-        group = getattr(w2, "_nvfp4_group_size_for_gather", 16)
-        if group != 16:
-            return None, f"NVFP4 markov_w2 with group size {group} (lowbit's NVFP4 has 16)"
-        if scale.dtype == torch.uint8:
-            scale = scale.view(torch.float8_e4m3fn)
-        if gscale.numel() != 1 or gscale.dtype != torch.float32:
-            return None, (f"NVFP4 markov_w2 global scale of shape {tuple(gscale.shape)} dtype {gscale.dtype} "
-                          "(lowbit reads one fp32 element)")
-        if vocab > packed.shape[0]:
-            return None, f"logits have {vocab} columns but markov_w2 has {packed.shape[0]} rows"
-        try:
-            return NVFP4(packed[:vocab], scale[:vocab], gscale.reshape(()), 16), None
-        except ValueError as e:
-            return None, f"NVFP4 markov_w2 buffers lowbit cannot read: {e}"
-    w = getattr(w2, "weight", None)
-    if isinstance(w, torch.Tensor) and w.dim() == 2 and w.dtype in _FLOAT:
-        if vocab > w.shape[0]:
-            return None, f"logits have {vocab} columns but markov_w2 has {w.shape[0]} rows"
-        return w[:vocab], None
-    return None, (f"markov_w2 weight {getattr(w, 'dtype', type(w).__name__)} (lowbit reads dense bf16 / fp16 / fp32 "
-                  "or the retained NVFP4 buffers)")
 
 
 def markov_weight(module, vocab: int):
@@ -73,12 +40,10 @@ def markov_weight(module, vocab: int):
     view or NVFP4 over vLLM's buffers, no copy; vLLM pads the rows to a multiple of 64), or
     ``(None, reason)``. Cached per buffer identity, version and ``vocab``."""
     w2 = module.markov_w2
-    bufs = _nvfp4_buffers(w2)
-    tensors = bufs if bufs is not None else (getattr(w2, "weight", None),)
-    key = (vocab, *(tensor_key(t) if isinstance(t, torch.Tensor) else None for t in tensors))
+    key = (vocab, *(tensor_key(t) for t in key_tensors(w2)))
     cached = getattr(w2, _CACHE_ATTR, None)
     if cached is None or cached[0] != key:
-        cached = (key, *_build(w2, vocab))
+        cached = (key, *markov_w2_weight(w2, vocab))
         object.__setattr__(w2, _CACHE_ATTR, cached)  # a plain attribute, not a registered buffer
     return cached[1], cached[2]
 
@@ -88,7 +53,7 @@ def unsupported(weight, markov_embed, logits, values, index, scale) -> str | Non
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         return f"Markov scale of type {type(scale).__name__} (lowbit takes a Python number)"
     for name, t in (("markov_embed", markov_embed), ("logits", logits), ("values", values)):
-        if not isinstance(t, torch.Tensor) or t.dtype not in _FLOAT or t.dim() != 2:
+        if not isinstance(t, torch.Tensor) or t.dtype not in DENSE or t.dim() != 2:
             return f"{name} {getattr(t, 'dtype', type(t).__name__)} of shape {tuple(getattr(t, 'shape', ()))}"
     if not isinstance(index, torch.Tensor) or index.dtype not in (torch.int32, torch.int64):
         return f"index of dtype {getattr(index, 'dtype', type(index).__name__)}"
