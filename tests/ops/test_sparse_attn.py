@@ -73,24 +73,23 @@ def oracle(q, kv, sink, idx, scale, kv_scale=None):
     for ib in range(b):
         for im in range(m):
             js = [j for j in idx[ib, im].tolist() if 0 <= j < n]
-            if not js:
+            if not js or h == 0:
                 continue
             rows = kv64[ib, js]  # [t, d]
-            for ih in range(h):
-                sc = scale * (rows @ q64[ib, im, ih])  # [t]
-                s_max = max(s_max, float((scale * (rows.abs() @ q64[ib, im, ih].abs())).max()))
-                sk = float(sink64[ih])
-                if math.isnan(sk):
-                    o[ib, im, ih] = float("nan")
-                    continue
-                if sk == float("inf"):
-                    continue
-                c = max(float(sc.max()), sk)
-                e = torch.exp(sc - c)
-                w = e / (e.sum() + math.exp(sk - c))
-                o[ib, im, ih] = w @ rows
-                amag[ib, im, ih] = w @ rows.abs()
-                neg[ib, im, ih] = w @ (-rows).clamp(min=0)
+            rows_abs, rows_neg = rows.abs(), (-rows).clamp(min=0)
+            qh = q64[ib, im]  # [h, d]: every head at once
+            sc = scale * (qh @ rows.t())  # [h, t]
+            s_max = max(s_max, float((scale * (qh.abs() @ rows_abs.t())).max()))
+            # a NaN sink gives NaN, a +inf sink zeros (set below); both enter the softmax as -inf
+            sk = torch.where(torch.isnan(sink64) | (sink64 == float("inf")), float("-inf"), sink64)
+            c = torch.maximum(sc.max(dim=1).values, sk)  # [h]
+            e = torch.exp(sc - c[:, None])
+            w = e / (e.sum(dim=1) + torch.exp(sk - c))[:, None]
+            live = torch.isfinite(sink64) | (sink64 == float("-inf"))
+            o[ib, im] = torch.where(live[:, None], w @ rows, 0.0)
+            o[ib, im, torch.isnan(sink64)] = float("nan")
+            amag[ib, im] = torch.where(live[:, None], w @ rows_abs, 0.0)
+            neg[ib, im] = torch.where(live[:, None], w @ rows_neg, 0.0)
     oracle.neg = neg  # sum_j w_j max(-v_j, 0): the one-sided interpreter bound uses it
     return o, amag, s_max
 
