@@ -121,7 +121,8 @@ def run_engine(model: str, prompts: list[list[int]], max_new_tokens: int, *, ign
 
     ``prompts``: token ids. The plugin acts as ``LOWBIT_VLLM`` in this process's environment says.
     Returns ``{"token_ids": [[int]], "spec": {drafts, draft_tokens, accepted_tokens,
-    accepted_per_position}, "start_s", "generate_s", "new_tokens"}``.
+    accepted_per_position}, "start_s", "generate_s", "new_tokens", "device"}`` (``device``: vLLM's
+    platform, e.g. ``"cpu"``).
     """
     _check_run_args(prompts, max_new_tokens, num_speculative_tokens)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -135,8 +136,11 @@ def run_engine(model: str, prompts: list[list[int]], max_new_tokens: int, *, ign
     outputs = llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
     t2 = time.perf_counter()
     token_ids = [list(o.outputs[0].token_ids) for o in outputs]
+    from vllm.platforms import current_platform
+
     return {"token_ids": token_ids, "spec": _spec_metrics(llm.get_metrics()), "start_s": t1 - t0,
-            "generate_s": t2 - t1, "new_tokens": sum(len(t) for t in token_ids)}
+            "generate_s": t2 - t1, "new_tokens": sum(len(t) for t in token_ids),
+            "device": str(current_platform.device_type)}
 
 
 def run_engine_subprocess(model: str, prompts: list[list[int]], max_new_tokens: int, *, lowbit: bool,
@@ -267,6 +271,9 @@ def print_report(runs: dict, prompts: list[str], tokenizer, console) -> None:
         console.print(f"lowbit head: {escape(line)}")
     for line in sorted(set(runs["lowbit"]["lowbit"]["fallbacks"])):
         console.print(f"[yellow]lowbit kept vLLM's path: {escape(line)}[/]")
+    if runs["lowbit"].get("device") == "cpu":
+        console.print("[dim]vLLM on the CPU: lowbit's head runs its PyTorch reference, so read the ids, the acceptance "
+                      "and the call counts here; the bytes and speed pay off in the Triton kernels on a GPU.[/]")
     if not runs["lowbit"]["lowbit"]["counts"].get("draft_calls"):
         console.print("[yellow]lowbit's head answered no drafter call: is the plugin installed in this environment "
                       "(pip install -e . registers its vllm.general_plugins entry point) and allowed by VLLM_PLUGINS?[/]")
