@@ -78,6 +78,24 @@ def test_matches_oracle(backend, kind, dtype):
     assert stats.snapshot()["counts"]["markov_calls"] == 1
 
 
+@pytest.mark.parametrize("kind", ["dense", "nvfp4"])
+def test_dspark_strided_views(backend, kind):
+    """DSpark passes one draft position of [B, n_spec, V] logits and [B, n_spec, k] candidates:
+    strided views, written in place (the other positions untouched)."""
+    m, rows64 = _module(kind, backend.device, torch.bfloat16)
+    g = torch.Generator().manual_seed(4)
+    base = torch.full((3, 4, V), float("-inf"), dtype=torch.bfloat16, device=backend.device)
+    values = (torch.randn(3, 4, 6, generator=g) * 4).to(device=backend.device, dtype=torch.bfloat16)
+    index = torch.stack([torch.stack([torch.randperm(V, generator=g)[:6] for _ in range(4)]) for _ in range(3)])
+    index = index.to(backend.device)
+    embed = torch.randn(3, R, generator=g).to(device=backend.device, dtype=torch.bfloat16)
+    with backend.active():
+        out = apply_bias_gathered(m, embed, base[:, 2], values[:, 2], index[:, 2], 0.5)
+    assert out.data_ptr() == base[:, 2].data_ptr()
+    _check(out, embed, values[:, 2], index[:, 2], rows64, 0.5)
+    assert torch.isneginf(base[:, [0, 1, 3]]).all()
+
+
 def test_dense_weight_of_another_dtype(backend):
     """vLLM's own method raises here (weight dtype != activation dtype); lowbit computes it."""
     m, rows64 = _module("dense", backend.device, torch.float32)

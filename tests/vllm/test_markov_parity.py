@@ -56,6 +56,25 @@ def _inputs(dtype, b, t, seed):
     return embed, values, index, logits
 
 
+def _assert_parity(out, ref, embed, values, index, rows64, scale, nvfp4):
+    """Both results within their derived bounds of the fp64 oracle (so within the sum of each other).
+
+    lowbit: fp32 math (R products, error <= R*u32*sum|w x|), then one rounding to the dtype
+    (u*|v|). vLLM: the same fp32 accumulation (ATen's CPU GEMMs accumulate reduced dtypes in fp32),
+    one rounding of the result, and for NVFP4 each decoded weight rounded to the dtype first (u per
+    product: u*|s|*sum|w x|)."""
+    w = rows64[index]  # [b, t, R]
+    prod = w * embed.double().unsqueeze(1)
+    exact = values.double() + scale * prod.sum(-1)
+    mag = abs(scale) * prod.abs().sum(-1)
+    u = U[out.dtype]
+    tol_lowbit = u * exact.abs() + 2 * R * U[torch.float32] * mag
+    tol_vllm = tol_lowbit + (u * mag if nvfp4 else 0)
+    got, want = out.gather(1, index).double(), ref.gather(1, index).double()
+    assert ((got - exact).abs() <= tol_lowbit).all(), (got - exact).abs().max()
+    assert ((want - exact).abs() <= tol_vllm).all(), (want - exact).abs().max()
+
+
 @pytest.mark.parametrize("nvfp4", [False, True], ids=["dense", "nvfp4"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("b, t, scale", [(1, 1, 1.0), (3, 7, 0.5), (5, 33, -1.25)])
@@ -69,21 +88,25 @@ def test_matches_vllm(dtype, nvfp4, b, t, scale):
     assert out is out_logits
     written = torch.zeros(b, V, dtype=torch.bool).scatter_(1, index, True)
     assert torch.isneginf(out[~written]).all() and torch.isneginf(ref[~written]).all()
+    _assert_parity(out, ref, embed, values, index, rows64, scale, nvfp4)
 
-    # fp64 oracle and the derived bound. lowbit: fp32 math (R products, error <= R*u32*sum|w x|)
-    # then one rounding to dtype (u*|v|). vLLM: the same fp32 accumulation (ATen's CPU GEMMs
-    # accumulate reduced dtypes in fp32), one rounding of the result, and for NVFP4 each decoded
-    # weight rounded to dtype first (u per product: u*|s|*sum|w x|).
-    w = rows64[index]  # [b, t, R]
-    prod = w * embed.double().unsqueeze(1)
-    exact = values.double() + scale * prod.sum(-1)
-    mag = abs(scale) * prod.abs().sum(-1)
-    u = U[dtype]
-    tol_lowbit = u * exact.abs() + 2 * R * U[torch.float32] * mag
-    tol_vllm = tol_lowbit + (u * mag if nvfp4 else 0)
-    got, want = out.gather(1, index).double(), ref.gather(1, index).double()
-    assert ((got - exact).abs() <= tol_lowbit).all(), (got - exact).abs().max()
-    assert ((got - want).abs() <= tol_lowbit + tol_vllm).all(), (got - want).abs().max()
+
+@pytest.mark.parametrize("nvfp4", [False, True], ids=["dense", "nvfp4"])
+def test_matches_vllm_on_dspark_views(nvfp4):
+    """As DSpark's sequential top-k loop calls it: one position of [B, n_spec, V] / [B, n_spec, k]."""
+    m, rows64 = _module(torch.bfloat16, nvfp4, 5)
+    g = torch.Generator().manual_seed(6)
+    base = torch.full((2, 3, V), float("-inf"), dtype=torch.bfloat16)
+    values = (torch.randn(2, 3, 8, generator=g) * 4).bfloat16()
+    index = torch.stack([torch.stack([torch.randperm(V, generator=g)[:8] for _ in range(3)]) for _ in range(2)])
+    embed = torch.randn(2, R, generator=g).bfloat16()
+    ref = base.clone()
+    VLLM_METHOD(m, embed, ref[:, 1], values[:, 1], index[:, 1], 1.0)
+    markov.apply_bias_gathered(m, embed, base[:, 1], values[:, 1], index[:, 1], 1.0)
+    written = torch.zeros(2, 3, V, dtype=torch.bool)
+    written[:, 1].scatter_(1, index[:, 1], True)
+    assert torch.isneginf(base[~written]).all() and torch.isneginf(ref[~written]).all()
+    _assert_parity(base[:, 1], ref[:, 1], embed, values[:, 1], index[:, 1], rows64, 1.0, nvfp4)
 
 
 def test_installed_method_runs_lowbit(monkeypatch):
