@@ -101,7 +101,8 @@ class CutlassNvFp4LinearKernel:
 @pytest.mark.parametrize("holder", ["retained", "emulation"])
 def test_nvfp4_head_uses_native_rows(backend, holder):
     q = NVFP4.quantize(_weights("cpu"))
-    packed, scale, gs = q.packed.to(backend.device), q.scale.to(backend.device), q.global_scale.reshape(1).to(backend.device)
+    packed, scale = q.packed.to(backend.device), q.scale.to(backend.device)
+    gs = q.global_scale.reshape(1).to(backend.device)
     if holder == "retained":  # the buffers vLLM keeps for a gather (as for DSpark's markov_w2)
         lm_head = _lm_head(packed, embedding_dim=K, _retain_weight_for_gather=True, is_w4a16_nvfp4=True,
                            _nvfp4_weight_for_gather=packed, _nvfp4_weight_scale_for_gather=scale,

@@ -29,6 +29,7 @@ from lowbit.formats.fp8 import FP8
 from lowbit.formats.nvfp4 import NVFP4
 from lowbit.integrations.vllm import stats
 from lowbit.integrations.vllm.weights import DENSE, key_tensors, lm_head_weight, tensor_key
+
 _CHUNK_ROWS = 8192  # rows per slice of the readiness scan (bounds its temporary memory)
 
 
@@ -58,8 +59,9 @@ def weight_ready(weight) -> bool:
     if isinstance(weight, FP8):
         parts = [(d.float() * s).abs().amax() for d, s in
                  zip(weight.data.split(_CHUNK_ROWS), weight.scale.split(_CHUNK_ROWS))]
-    elif isinstance(weight, NVFP4):  # E2M1 codes are finite: the scales decide
-        parts = [(weight.scale.float() * weight.global_scale).abs().amax()] if bool((weight.packed & 0x77).any()) else []
+    elif isinstance(weight, NVFP4):  # E2M1 codes are finite: the scales decide (all-zero codes: not loaded)
+        nonzero = bool((weight.packed & 0x77).any())
+        parts = [(weight.scale.float() * weight.global_scale).abs().amax()] if nonzero else []
     else:
         parts = [c.abs().amax().float() for c in weight.split(_CHUNK_ROWS)]
     m = float(torch.stack(parts).amax()) if parts else 0.0
@@ -68,7 +70,10 @@ def weight_ready(weight) -> bool:
 
 def describe(head, role: str) -> str:
     w = head.weight
-    kind = "fp8-row" if isinstance(w, FP8) else "nvfp4" if isinstance(w, NVFP4) else str(w.dtype).replace("torch.", "")
+    if isinstance(w, (FP8, NVFP4)):
+        kind = "fp8-row" if isinstance(w, FP8) else "nvfp4"
+    else:
+        kind = str(w.dtype).replace("torch.", "")
     return f"DraftHead for the {role} LM head ({kind} weight): {head.extra_repr()}"
 
 
@@ -87,7 +92,6 @@ class LazyDraftHead:
         self.warmup_m = warmup_m
         self.head = None
         self._key = None  # raw weight key the current state was made for
-        self._weight = None
         self._reason = None  # why this weight cannot be used (None: usable or not loaded yet)
 
     def _refresh(self, lm_head, x) -> None:
