@@ -282,4 +282,5 @@ def test_no_build_during_capture():
     with torch.cuda.graph(graph):
         assert lazy.argmax(_proc(), lm_head, x) is None
     assert lazy.head is None
+    assert any("inside a CUDA-graph capture" in r for r in stats.snapshot()["fallbacks"])
     assert torch.equal(lazy.argmax(_proc(), lm_head, x).cpu(), _oracle(x, w[:V].double().cpu()))

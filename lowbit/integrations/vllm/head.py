@@ -99,7 +99,8 @@ class LazyDraftHead:
         if key == self._key:
             return
         if x.is_cuda and torch.cuda.is_current_stream_capturing():
-            self._reason = "the LM-head weight changed during CUDA-graph capture (no check or build possible there)"
+            self._reason = ("the LM-head weight was first seen (or changed) inside a CUDA-graph capture, where it "
+                            "cannot be checked or a head built: that graph keeps vLLM's path")
             return  # _key unchanged: checked again on the next eager call
         self._key, self.head, self._reason = key, None, None
         weight, self._reason = lm_head_weight(lm_head)
