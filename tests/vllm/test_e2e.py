@@ -97,6 +97,14 @@ def test_demo_model_folder_as_given(smollm2_dir):
     assert demo.model_folder(smollm2_dir) == smollm2_dir
 
 
+def test_demo_model_folder_refuses_an_existing_target(tmp_path):
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(ValueError, match="exists already"):
+        demo.model_folder(None, tmp_path / "taken")
+    with pytest.raises(demo.VLLMDemoError, match="does not exist"):
+        demo.model_folder(tmp_path / "nothing-here")
+
+
 def test_demo_without_vllm_is_a_one_line_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # what find_spec sees where vLLM is not installed
     assert not demo.vllm_installed()

