@@ -33,7 +33,7 @@ def test_head_kwargs():
 
 
 @pytest.mark.parametrize("name, value, needle", [
-    ("LOWBIT_VLLM", "target", "one of draft, markov"),
+    ("LOWBIT_VLLM", "target", "target is not offered.*one of draft, markov"),
     ("LOWBIT_VLLM", "1", "one of draft, markov"),
     ("LOWBIT_VLLM_HEAD_MODE", "exact", "certified, fast"),
     ("LOWBIT_VLLM_BITS", "3", "auto, native, 2, 4, 8"),

@@ -74,6 +74,9 @@ def parse(env=None) -> Settings:
     mode = _env(env, "LOWBIT_VLLM").lower()
     if mode in _OFF:
         mode = ""
+    elif mode == "target":
+        raise ValueError("LOWBIT_VLLM=target is not offered (the target's logits feed vLLM's sampler, see "
+                         f"docs/vllm.md); LOWBIT_VLLM must be one of {', '.join(PARTS)} (or unset / 0 to disable)")
     elif mode not in PARTS:
         raise ValueError(f"LOWBIT_VLLM must be one of {', '.join(PARTS)} (or unset / 0 to disable); got {mode!r}")
     parts = PARTS.get(mode, ())
