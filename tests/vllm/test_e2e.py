@@ -37,14 +37,19 @@ def tokenizer(smollm2_dir):
 
 
 @pytest.fixture(scope="module")
-def runs(smollm2_dir, tokenizer, vllm_report):
+def logs(tmp_path_factory):
+    return tmp_path_factory.mktemp("vllm-logs")
+
+
+@pytest.fixture(scope="module")
+def runs(smollm2_dir, tokenizer, logs, vllm_report):
     from lowbit.models.hf import prompt_ids
 
     ids = [prompt_ids(tokenizer, p) for p in demo.DEMO_PROMPTS]
     # ignore_eos: every prompt drafts for all NEW_TOKENS; TRITON_INTERPRET (tests/conftest.py sets it
     # without a GPU) is dropped: vLLM runs as a user runs it
     runs = demo.compare(smollm2_dir, ids, NEW_TOKENS, ignore_eos=True, timeout=TIMEOUT_S,
-                        env={"TRITON_INTERPRET": None})
+                        env={"TRITON_INTERPRET": None}, log_dir=logs)
     for row in demo.summary_rows(runs):
         vllm_report("; ".join(f"{k}: {v}" for k, v in row.items()))
     return runs
@@ -67,10 +72,19 @@ def test_lowbit_head_answers_the_drafter(runs):
     assert lb["heads"] and all("DraftHead" in h for h in lb["heads"]), lb
 
 
-def test_plugin_off_without_the_variable(runs):
+def test_plugin_off_without_the_variable(runs, logs):
     lb = runs["vllm"]["lowbit"]
     assert not any(lb["counts"].values()), lb
     assert not lb["heads"], lb
+    assert "lowbit:" not in (logs / "vllm.log").read_text(errors="replace")
+
+
+def test_one_info_line_per_head_built(runs, logs):
+    """The plugin says in vLLM's own log, once per head it builds, that lowbit's DraftHead runs."""
+    lines = [line for line in (logs / "lowbit.log").read_text(errors="replace").splitlines()
+             if "lowbit: DraftHead for the drafter" in line]
+    assert len(lines) == len(runs["lowbit"]["lowbit"]["heads"]) >= 1, lines
+    assert all(" INFO " in line and "mode=certified" in line for line in lines), lines
 
 
 def test_acceptance_within_a_few_percent(runs):

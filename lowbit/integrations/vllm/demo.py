@@ -230,12 +230,17 @@ def run_engine_subprocess(model: str, prompts: list[list[int]], max_new_tokens: 
 
 
 def compare(model: str, prompts: list[list[int]], max_new_tokens: int, *, ignore_eos: bool = False,
-            num_speculative_tokens: int = 3, timeout: float = 600, env: dict | None = None) -> dict:
+            num_speculative_tokens: int = 3, timeout: float = 600, env: dict | None = None,
+            log_dir: str | os.PathLike | None = None) -> dict:
     """Both runs, one after the other: ``{"vllm": run, "lowbit": run}`` (see
-    :func:`run_engine_subprocess`)."""
+    :func:`run_engine_subprocess`); ``log_dir``: where their output goes (``vllm.log``,
+    ``lowbit.log``)."""
     kw = dict(ignore_eos=ignore_eos, num_speculative_tokens=num_speculative_tokens, timeout=timeout, env=env)
-    return {"vllm": run_engine_subprocess(model, prompts, max_new_tokens, lowbit=False, **kw),
-            "lowbit": run_engine_subprocess(model, prompts, max_new_tokens, lowbit=True, **kw)}
+    runs = {}
+    for name in ("vllm", "lowbit"):
+        log = None if log_dir is None else os.path.join(log_dir, f"{name}.log")
+        runs[name] = run_engine_subprocess(model, prompts, max_new_tokens, lowbit=name == "lowbit", log=log, **kw)
+    return runs
 
 
 def acceptance(spec: dict) -> float:
