@@ -391,11 +391,12 @@ def write_int_ct(fmt: INTx, prefix: str, *, symmetric: bool = False, scale_dtype
 
 # ------------------------------------------------------------------------------------------ config
 def ct_quantization_config(fmt: str, *, num_bits: int = 4, group_size: int = 32, symmetric: bool = False,
-                           ignore=()) -> dict:
+                           ignore=(), extra_targets=()) -> dict:
     """The ``quantization_config`` of ``config.json`` for weights written by :func:`write_int_ct`
     (``fmt="int"``: format ``pack-quantized``, strategy group) or :func:`write_mxfp4_ct`
-    (``fmt="mxfp4"``: ``mxfp4-pack-quantized``, group 32): one config group over every ``Linear``,
-    weight-only (``input_activations`` null), ``ignore`` listing the modules left unquantized."""
+    (``fmt="mxfp4"``: ``mxfp4-pack-quantized``, group 32): one config group over every ``Linear``
+    (and the module names in ``extra_targets``, e.g. ``lm_head``), weight-only
+    (``input_activations`` null), ``ignore`` listing the modules left unquantized."""
     require(fmt in ("int", "mxfp4"), f"fmt must be 'int' or 'mxfp4', got {fmt!r}")
     if fmt == "int":
         require(isinstance(num_bits, int) and 1 <= num_bits <= 8, f"num_bits must be in 1..8, got {num_bits!r}")
@@ -411,7 +412,7 @@ def ct_quantization_config(fmt: str, *, num_bits: int = 4, group_size: int = 32,
         "quant_method": "compressed-tensors",
         "format": form,
         "quantization_status": "compressed",
-        "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "input_activations": None,
+        "config_groups": {"group_0": {"targets": ["Linear", *extra_targets], "weights": weights, "input_activations": None,
                                       "output_activations": None, "format": form}},
         "ignore": list(ignore),
         "kv_cache_scheme": None,

@@ -19,7 +19,9 @@ Formats and the names they are written under (the names each family's readers us
   K % 32 == 0.
 * ``fp8-block`` — DeepSeek FP8: ``weight`` e4m3 ``[N, K]`` + ``weight_scale_inv`` fp32
   ``[ceil(N/128), ceil(K/128)]`` (a multiplier despite the name); a ``config.json`` copied from
-  the source gets DeepSeek's ``quantization_config``. Any shape.
+  the source gets DeepSeek's ``quantization_config``. Any shape. Fused siblings whose rows are not
+  multiples of 128 get tied block scales, so an engine's fused reading (vLLM's) and the per-part
+  one agree (:func:`fused_block_scales`).
 * ``int2`` / ``int4`` / ``int8`` — layout ``plane-split`` (default): lowbit INTx (see
   :class:`lowbit.formats.INTx`): ``weight_packed`` uint8, ``weight_scale`` fp16, ``weight_zero``
   uint8 (``[N, Kp/G]``) and ``weight_shape`` int64 ``[N, K]``, read by lowbit only. Layout
@@ -101,8 +103,9 @@ class ConvertSummary:
 
     @property
     def vllm(self) -> str:
-        """One line: whether (and where) vLLM loads the written checkpoint."""
-        return vllm_support(self.fmt, self.layout)[1]
+        """Whether (and where) vLLM loads the written checkpoint, with any fused module whose
+        parts vLLM would misread."""
+        return vllm_support(self.fmt, self.layout, {_module(t.name): t.shape for t in self.quantized})[1]
 
     @property
     def bytes_before(self) -> int:
@@ -233,15 +236,18 @@ def plan(src: str, fmt: str, exclude: Sequence[str] = ()) -> tuple[str, list[str
 
 
 def quantize_tensor(w: torch.Tensor, prefix: str, fmt: str, group_size: int = 64, layout: str | None = None,
-                    global_scale: torch.Tensor | float | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+                    global_scale: torch.Tensor | float | None = None,
+                    block_scale: torch.Tensor | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Quantize one ``[N, K]`` weight; return (tensors under the checkpoint names, dequantized fp32).
 
     ``layout``: one of ``LAYOUTS[fmt]`` (default the first). ``global_scale``: NVFP4 only (a
-    shared one for fused siblings; default the tensor's own)."""
+    shared one for fused siblings; default the tensor's own). ``block_scale``: fp8-block only, the
+    fp32 ``[ceil(N/128), ceil(K/128)]`` scales to quantize with (default the weight's own)."""
     from lowbit.formats import FP8, MXFP4, NVFP4, INTx
 
     layout = _layout(fmt, layout)
     require(global_scale is None or fmt == "nvfp4", f"global_scale is for nvfp4 only, not {fmt}")
+    require(block_scale is None or fmt == "fp8-block", f"block_scale is for fp8-block only, not {fmt}")
     if fmt == "nvfp4":
         from lowbit.io import write_nvfp4
 
@@ -255,7 +261,14 @@ def quantize_tensor(w: torch.Tensor, prefix: str, fmt: str, group_size: int = 64
     if fmt == "fp8-block":
         from lowbit.io import write_fp8_block
 
-        q = FP8.quantize(w, granularity="block", block_size=128)
+        if block_scale is None:
+            q = FP8.quantize(w, granularity="block", block_size=128)
+        else:
+            from lowbit.formats.fp8 import e4m3_saturate
+
+            n, k = w.shape
+            expanded = block_scale.repeat_interleave(128, 0).repeat_interleave(128, 1)[:n, :k]
+            q = FP8(e4m3_saturate(w.float() / expanded), block_scale, "block", 128)
         return write_fp8_block(q, prefix), q.dequantize(torch.float32)
     bits = int(fmt[3:])
     q = INTx.quantize(w, bits=bits, group_size=group_size)
@@ -307,12 +320,57 @@ def _layout(fmt: str, layout: str | None) -> str:
     return layout
 
 
-def vllm_support(fmt: str, layout: str | None = None) -> tuple[str, str]:
+def fused_groups(modules) -> list[list[str]]:
+    """The quantized modules an engine fuses into one GEMM (same parent, names in one
+    :data:`FUSED_SIBLINGS` set, in that set's order), each group of two or more."""
+    groups: dict[tuple, list[tuple[int, str]]] = {}
+    for m in modules:
+        parent, _, leaf = m.rpartition(".")
+        for i, names in enumerate(FUSED_SIBLINGS):
+            if leaf in names:
+                groups.setdefault((parent, i), []).append((names.index(leaf), m))
+    return [[m for _, m in sorted(g)] for g in groups.values() if len(g) > 1]
+
+
+def _misaligned(modules: dict, unit: int) -> list[str]:
+    """Fused groups where a part other than the last has a row count that is not a multiple of
+    ``unit``: vLLM places each part's row-blocked tensors at ``ceil(offset / unit)``."""
+    return [" + ".join(g) for g in fused_groups(modules) if any(modules[m][0] % unit for m in g[:-1])]
+
+
+def vllm_support(fmt: str, layout: str | None = None, modules: dict | None = None) -> tuple[str, str]:
     """``(where, message)``: where vLLM (0.32) loads a checkpoint ``lowbit convert`` writes in
-    ``fmt`` / ``layout`` -- ``"cpu+gpu"``, ``"gpu"`` or ``"no"`` -- and one line saying so."""
+    ``fmt`` / ``layout`` -- ``"cpu+gpu"``, ``"gpu"`` or ``"no"`` -- and one line saying so.
+
+    ``modules`` (quantized module -> weight shape) adds the fused modules whose parts vLLM would
+    misread: with ``fp8-block`` those whose rows vLLM's fused scale tensor cannot hold (convert
+    ties the scales of parts that are not 128-row aligned, :func:`fused_block_scales`, so vLLM
+    reads them right otherwise), with pack-quantized int a part whose rows are not a multiple of
+    the zero-points' packing factor ``32 / bits``."""
     layout = _layout(fmt, layout)
+    where, msg = _vllm_support(fmt, layout)
+    bad: list[str] = []
+    unit = 128
+    if fmt == "fp8-block" and modules:
+        bad = [" + ".join(g) for g in fused_groups(modules) if _tied_block_slots([modules[m][0] for m in g]) is None]
+    elif fmt.startswith("int") and layout == "compressed-tensors" and modules:
+        unit = 32 // int(fmt[3:])
+        bad = _misaligned(modules, unit)
+    if fmt == "fp8-block" and modules and "lm_head" in modules and where != "no":
+        msg += (" vLLM keeps the LM head in the model's dtype for this format and cannot read a quantized lm_head: "
+                "convert with --exclude lm_head.")
+    if bad and where != "no":
+        what = "128x128 block scales" if fmt == "fp8-block" else "packed zero-points"
+        msg += (f" But vLLM cannot read the {what} of {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''} right: the "
+                f"fused parts' rows do not line up with vLLM's {unit}-row units (exclude those modules or choose another "
+                "format).")
+    return where, msg
+
+
+def _vllm_support(fmt: str, layout: str) -> tuple[str, str]:
     if fmt == "fp8-block":
-        return "cpu+gpu", "vLLM loads this checkpoint (quantization 'fp8', 128x128 weight blocks) on CPU and GPU."
+        return "cpu+gpu", ("vLLM loads this checkpoint (quantization 'fp8', 128x128 weight blocks, model dtype bf16 or fp16) on "
+                           "GPUs and on CPUs with AMX (Sapphire Rapids or newer).")
     if fmt == "nvfp4":
         return "gpu", ("vLLM loads this checkpoint on NVIDIA GPUs as ModelOpt NVFP4 weight-only (W4A16, from config.json's "
                        "quantization_config); vLLM's CPU build has no NVFP4 linear kernel.")
@@ -339,24 +397,16 @@ def vllm_support(fmt: str, layout: str | None = None) -> tuple[str, str]:
 
 
 def _shared_global_scales(folder: str, plans: list[TensorPlan]) -> dict[str, torch.Tensor]:
-    """NVFP4 global scale per quantized tensor that has fused siblings (same parent module, names
-    in one :data:`FUSED_SIBLINGS` set): ``max(amax) / (6 * 448)`` over the siblings, the scale
-    NVFP4's quantizer gives the one with the largest amax. Reads those tensors once."""
+    """NVFP4 global scale per quantized tensor that has fused siblings (:func:`fused_groups`):
+    ``max(amax) / (6 * 448)`` over the siblings, the scale NVFP4's quantizer gives the one with the
+    largest amax. Reads those tensors once."""
     from lowbit.formats.e2m1 import E2M1_MAX
     from lowbit.formats.fp8 import E4M3_MAX
 
-    groups: dict[tuple, list[TensorPlan]] = {}
-    for p in plans:
-        if not p.quantize:
-            continue
-        parent, _, leaf = _module(p.name).rpartition(".")
-        for i, names in enumerate(FUSED_SIBLINGS):
-            if leaf in names:
-                groups.setdefault((parent, i), []).append(p)
+    by_module = {_module(p.name): p for p in plans if p.quantize}
     out: dict[str, torch.Tensor] = {}
-    for members in groups.values():
-        if len(members) < 2:
-            continue
+    for group in fused_groups(by_module):
+        members = [by_module[m] for m in group]
         amax = torch.zeros((), dtype=torch.float32)
         for p in members:
             with _open_safetensors(os.path.join(folder, p.file)) as fh:
@@ -365,6 +415,94 @@ def _shared_global_scales(folder: str, plans: list[TensorPlan]) -> dict[str, tor
         gs = torch.where(gs > 0, gs, torch.ones_like(gs))
         for p in members:
             out[p.name] = gs
+    return out
+
+
+def _tied_block_slots(rows: Sequence[int], block: int = 128):
+    """``(slot, classes)`` for the parts of a fused GEMM with ``rows`` rows each: ``slot[(part,
+    scale row)]`` numbers the stored scale rows, ``classes[slot]`` the class of slots one scale
+    must serve (see :func:`fused_block_scales`); None where vLLM's layout cannot hold them."""
+    offsets = [sum(rows[:i]) for i in range(len(rows))]
+    nbs = [-(-n // block) for n in rows]
+    slot = {}
+    for i, nb in enumerate(nbs):
+        for t in range(nb):
+            slot[(i, t)] = len(slot)
+    fused_rows = -(-sum(rows) // block)
+    writer: dict[int, int] = {}
+    for i, nb in enumerate(nbs):
+        start = -(-offsets[i] // block)
+        if start + nb > fused_rows:
+            return None  # vLLM would write past its fused scale tensor
+        for t in range(nb):
+            writer[start + t] = slot[(i, t)]
+    parent = list(range(len(slot)))
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for i, n in enumerate(rows):
+        for r in range(n):
+            fused = (offsets[i] + r) // block
+            if fused not in writer:
+                return None
+            a, b = find(slot[(i, r // block)]), find(writer[fused])
+            if a != b:
+                parent[a] = b
+    return slot, torch.tensor([find(x) for x in range(len(slot))])
+
+
+def fused_block_scales(parts: Sequence[torch.Tensor], block: int = 128) -> list[torch.Tensor] | None:
+    """FP8 128x128 block scales for the parts of one fused GEMM (``[N_i, K]`` each, in fused
+    order) that mean the same to a per-part reader and to vLLM, or None where vLLM's layout cannot
+    hold them.
+
+    vLLM loads part i's scale rows at fused scale row ``ceil(off_i / 128)`` on (a later part
+    overwriting an earlier one) and reads fused weight row R under fused scale row ``R // 128``.
+    Where a part's rows are not a multiple of 128 the two readings differ; the scale slots they tie
+    together share one scale (``max(amax, 1e-4) / 448`` over all their rows, per column block).
+    With every part but the last a multiple of 128, these are the parts' own scales, as
+    ``FP8.quantize`` gives them."""
+    from lowbit.formats.fp8 import fp8_scale_from_amax
+
+    k = parts[0].shape[1]
+    kb = -(-k // block)
+    rows = [p.shape[0] for p in parts]
+    nbs = [-(-n // block) for n in rows]
+    tied = _tied_block_slots(rows, block)
+    if tied is None:
+        return None
+    slot, classes = tied
+    amax = torch.zeros(len(slot), kb, dtype=torch.float32)
+    for i, p in enumerate(parts):
+        padded = torch.zeros(nbs[i] * block, kb * block, dtype=torch.float32)
+        padded[: rows[i], :k] = p.float().abs()
+        blk = padded.view(nbs[i], block, kb, block).amax(dim=(1, 3))
+        for t in range(nbs[i]):
+            c = int(classes[slot[(i, t)]])
+            amax[c] = torch.maximum(amax[c], blk[t])
+    scale = fp8_scale_from_amax(amax)
+    return [scale[classes[[slot[(i, t)] for t in range(nbs[i])]]].contiguous() for i in range(len(parts))]
+
+
+def _fp8_fused_scales(folder: str, plans: list[TensorPlan]) -> dict[str, torch.Tensor]:
+    """:func:`fused_block_scales` for every fused group whose parts are not all 128-row aligned."""
+    by_module = {_module(p.name): p for p in plans if p.quantize}
+    out: dict[str, torch.Tensor] = {}
+    for group in fused_groups(by_module):
+        members = [by_module[m] for m in group]
+        if len({p.shape[1] for p in members}) != 1 or not any(p.shape[0] % 128 for p in members[:-1]):
+            continue
+        tensors = []
+        for p in members:
+            with _open_safetensors(os.path.join(folder, p.file)) as fh:
+                tensors.append(fh.get_tensor(p.name))
+        scales = fused_block_scales(tensors)
+        if scales is not None:
+            out.update({p.name: s for p, s in zip(members, scales)})
     return out
 
 
@@ -402,6 +540,7 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str, *, exclude
             on_plan(sum(p.quantize for p in plans))
         weight_map: dict[str, str] = {}
         shared = _shared_global_scales(folder, plans) if fmt == "nvfp4" else {}
+        blocks = _fp8_fused_scales(folder, plans) if fmt == "fp8-block" else {}
         for f in files:
             shard: dict[str, torch.Tensor] = {}
             with _open_safetensors(os.path.join(folder, f)) as fh:
@@ -410,7 +549,7 @@ def convert(src: str | os.PathLike, out: str | os.PathLike, fmt: str, *, exclude
                     before = t.numel() * t.element_size()
                     if p.quantize:
                         tensors, deq = quantize_tensor(t, p.name[: -len(".weight")], fmt, group_size, layout,
-                                                       shared.get(p.name))
+                                                       shared.get(p.name), blocks.get(p.name))
                         rep = TensorReport(p.name, p.shape, "quantized", before, _nbytes(tensors), _rel_err(t, deq))
                         del deq
                         if on_tensor is not None:
@@ -481,9 +620,11 @@ def _module(name: str) -> str:
     return name[: -len(".weight")] if name.endswith(".weight") else name
 
 
-def hf_quantization_config(fmt: str, layout: str | None = None, group_size: int = 64, ignore=()) -> dict | None:
+def hf_quantization_config(fmt: str, layout: str | None = None, group_size: int = 64, ignore=(), quantized=()) -> dict | None:
     """The ``quantization_config`` :func:`convert` puts in ``config.json`` for ``fmt`` / ``layout``
-    (None where there is none: lowbit's plane-split INTx and DeepSeek's FP4 experts)."""
+    (None where there is none: lowbit's plane-split INTx and DeepSeek's FP4 experts). ``ignore``:
+    the modules left unquantized; ``quantized``: those quantized (a quantized ``lm_head`` is named
+    in compressed-tensors' targets: ``Linear`` does not match an engine's LM-head class)."""
     import lowbit
 
     layout = _layout(fmt, layout)
@@ -496,9 +637,10 @@ def hf_quantization_config(fmt: str, layout: str | None = None, group_size: int 
     if layout == "compressed-tensors":
         from lowbit.io.compressed_tensors import ct_quantization_config
 
+        extra = ["lm_head"] if "lm_head" in quantized else []
         if fmt == "mxfp4":
-            return ct_quantization_config("mxfp4", ignore=ignore)
-        return ct_quantization_config("int", num_bits=int(fmt[3:]), group_size=group_size, ignore=ignore)
+            return ct_quantization_config("mxfp4", ignore=ignore, extra_targets=extra)
+        return ct_quantization_config("int", num_bits=int(fmt[3:]), group_size=group_size, ignore=ignore, extra_targets=extra)
     return None
 
 
@@ -519,13 +661,16 @@ def _write_side_files(src, folder, files, tmp, fmt, group_size, plans, weight_ma
     quantized = [_module(p.name) for p in plans if p.quantize]
     kept_linear = sorted(_module(p.name) for p in plans if not p.quantize and p.name.endswith(".weight") and len(p.shape) == 2)
     errs = [r.rel_err for r in reports if r.rel_err is not None]
-    hf_cfg = hf_quantization_config(fmt, layout, group_size, kept_linear)
+    # an engine builds an LM head whether or not the checkpoint holds one (tied to the embedding):
+    # a head that is not quantized here must be listed as such
+    ignore = kept_linear + ([] if "lm_head" in quantized or "lm_head" in kept_linear else ["lm_head"])
+    hf_cfg = hf_quantization_config(fmt, layout, group_size, ignore, quantized)
     _write_json(os.path.join(tmp, CONFIG_NAME), {
         "producer": {"name": "lowbit", "version": lowbit.__version__},
         "format": fmt,
         "group_size": {"nvfp4": 16, "mxfp4": 32, "fp8-block": 128}.get(fmt, group_size),
         "layout": layout,
-        "vllm": vllm_support(fmt, layout)[1],
+        "vllm": vllm_support(fmt, layout, {_module(p.name): p.shape for p in plans if p.quantize})[1],
         "quantization_config": hf_cfg,
         "quantized_modules": quantized,
         "kept_2d_weights": kept_linear,
@@ -534,7 +679,7 @@ def _write_side_files(src, folder, files, tmp, fmt, group_size, plans, weight_ma
     if fmt == "nvfp4":
         from lowbit.io import modelopt_quant_config
 
-        _write_json(os.path.join(tmp, "hf_quant_config.json"), modelopt_quant_config(exclude_modules=kept_linear))
+        _write_json(os.path.join(tmp, "hf_quant_config.json"), modelopt_quant_config(exclude_modules=ignore))
     cfg_path = os.path.join(tmp, "config.json")
     if hf_cfg is not None and os.path.isfile(cfg_path):
         with open(cfg_path) as fh:
@@ -556,4 +701,4 @@ def human_bytes(n: float) -> str:
 
 
 __all__ = ["FORMATS", "FUSED_SIBLINGS", "LAYOUTS", "ConvertSummary", "TensorPlan", "TensorReport", "build_folder", "convert",
-           "hf_quantization_config", "human_bytes", "plan", "quantize_tensor", "vllm_support"]
+           "fused_block_scales", "fused_groups", "hf_quantization_config", "human_bytes", "plan", "quantize_tensor", "vllm_support"]

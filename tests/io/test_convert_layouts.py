@@ -150,3 +150,93 @@ def test_vllm_support_covers_every_format_and_layout():
     assert ("fp8-block", "deepseek", "cpu+gpu") in seen and ("int4", "compressed-tensors", "cpu+gpu") in seen
     assert {(f, "plane-split", "no") for f in ("int2", "int4", "int8")} <= seen
     assert ("int2", "compressed-tensors", "no") in seen and ("nvfp4", "modelopt", "gpu") in seen
+
+
+def _vllm_fused_read(parts: list) -> torch.Tensor:
+    """How vLLM reads fused FP8 128x128 blocks (checked against vLLM 0.32's loader): part i's scale
+    rows are copied to fused scale rows ceil(off_i / 128) on, later parts overwriting; the fused
+    weight row R, column C takes fused scale [R // 128, C // 128]."""
+    rows = [p.data.shape[0] for p in parts]
+    k = parts[0].data.shape[1]
+    fused = torch.zeros(-(-sum(rows) // 128), -(-k // 128))
+    off = 0
+    for p, n in zip(parts, rows):
+        start = -(-off // 128)
+        fused[start:start + p.scale.shape[0]] = p.scale
+        off += n
+    data = torch.cat([p.data.float() for p in parts])
+    return data * fused.repeat_interleave(128, 0).repeat_interleave(128, 1)[: data.shape[0], :k]
+
+
+@pytest.mark.parametrize("rows", [(576, 192, 192), (1536, 1536), (100, 100), (64, 64, 64), (384, 64, 64), (64, 300)])
+def test_fp8_fused_block_scales_mean_the_same_to_vllm(rows):
+    from lowbit.formats import FP8
+    from lowbit.io.convert import fused_block_scales
+
+    g = torch.Generator().manual_seed(sum(rows))
+    ws = [torch.randn(n, 200, generator=g) * (1 + i) for i, n in enumerate(rows)]
+    own = [FP8.quantize(w, "block", 128) for w in ws]
+    scales = fused_block_scales(ws)
+    placed = all(-(-sum(rows[:i]) // 128) + -(-n // 128) <= -(-sum(rows) // 128) for i, n in enumerate(rows))
+    if not placed:  # vLLM's fused scale tensor cannot hold the parts' scale rows: nothing to tie
+        assert scales is None
+        return
+    parts = []
+    for w, s in zip(ws, scales):
+        expanded = s.repeat_interleave(128, 0).repeat_interleave(128, 1)[: w.shape[0], : w.shape[1]]
+        parts.append(FP8((w / expanded).clamp(-448, 448).to(torch.float8_e4m3fn), s, "block", 128))
+    per_part = torch.cat([p.dequantize() for p in parts])
+    assert torch.equal(_vllm_fused_read(parts), per_part)
+    assert (per_part - torch.cat(ws)).abs().max() <= max(float(s.max()) for s in scales) * 448 / 16  # e4m3: 3 mantissa bits
+    if all(n % 128 == 0 for n in rows[:-1]):  # aligned: the parts' own scales, bit for bit
+        assert all(torch.equal(s, q.scale) for s, q in zip(scales, own))
+    else:  # what per-part scales would do in vLLM
+        assert not torch.equal(_vllm_fused_read(own), torch.cat([q.dequantize() for q in own]))
+
+
+def test_fp8_block_convert_ties_misaligned_fused_scales(tmp_path):
+    from lowbit.io import read_layer
+
+    g = torch.Generator().manual_seed(1)
+    shapes = {f"{ATTN}.q_proj.weight": (576, 128), f"{ATTN}.k_proj.weight": (192, 128), f"{ATTN}.v_proj.weight": (192, 128),
+              f"{ATTN}.o_proj.weight": (128, 576)}
+    tensors = {n: torch.randn(s, generator=g) for n, s in shapes.items()}
+    folder = tmp_path / "src"
+    folder.mkdir()
+    save_file(tensors, str(folder / "model.safetensors"))
+    summary = convert(folder, tmp_path / "fp8", "fp8-block")
+    assert "misreads" not in summary.vllm
+    got = load_file(str(tmp_path / "fp8" / "model.safetensors"))
+    parts = [read_layer(got, f"{ATTN}.{m}").fmt for m in ("q_proj", "k_proj", "v_proj")]
+    assert torch.equal(_vllm_fused_read(parts), torch.cat([p.dequantize() for p in parts]))
+    # the tied scales: q's last block row and both of k's hold one scale
+    assert torch.equal(parts[0].scale[4], parts[1].scale[0]) and torch.equal(parts[1].scale[0], parts[1].scale[1])
+    for m, p in zip(("q_proj", "k_proj", "v_proj"), parts):
+        w = tensors[f"{ATTN}.{m}.weight"]
+        assert (p.dequantize() - w).abs().max() <= float(p.scale.max()) * 448 / 16
+
+
+def test_lm_head_listed_for_engines(src, tmp_path):
+    """An engine builds an LM head even when the checkpoint has none (tied): configs must say it is
+    not quantized; a quantized head is named where compressed-tensors' "Linear" would miss it."""
+    folder, tensors = src
+    convert(folder, tmp_path / "nv", "nvfp4")
+    qc = json.loads((tmp_path / "nv" / "config.json").read_text())["quantization_config"]
+    hq = json.loads((tmp_path / "nv" / "hf_quant_config.json").read_text())["quantization"]
+    assert "lm_head" in qc["ignore"] and "lm_head" in hq["exclude_modules"]
+    convert(folder, tmp_path / "ct", "int4", group_size=32, layout="compressed-tensors")
+    qc = json.loads((tmp_path / "ct" / "config.json").read_text())["quantization_config"]
+    assert "lm_head" in qc["ignore"] and qc["config_groups"]["group_0"]["targets"] == ["Linear"]
+
+    untied = tmp_path / "untied"
+    untied.mkdir()
+    save_file(dict(tensors, **{"lm_head.weight": torch.randn(96, 64)}), str(untied / "model.safetensors"))
+    (untied / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    convert(untied, tmp_path / "nv2", "nvfp4")
+    assert "lm_head" not in json.loads((tmp_path / "nv2" / "config.json").read_text())["quantization_config"]["ignore"]
+    convert(untied, tmp_path / "ct2", "int4", group_size=32, layout="compressed-tensors")
+    qc = json.loads((tmp_path / "ct2" / "config.json").read_text())["quantization_config"]
+    assert qc["config_groups"]["group_0"]["targets"] == ["Linear", "lm_head"] and "lm_head" not in qc["ignore"]
+    fp8 = convert(untied, tmp_path / "fp8", "fp8-block")
+    assert "--exclude lm_head" in fp8.vllm
+    assert "--exclude lm_head" not in convert(untied, tmp_path / "fp8x", "fp8-block", exclude=["lm_head"]).vllm
