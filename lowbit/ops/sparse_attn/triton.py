@@ -359,6 +359,8 @@ def sparse_attn_triton(
     o = torch.empty(b, m, h, d, dtype=q.dtype, device=q.device)
     if o.numel() == 0:
         return o
+    # the kernels read attn_sink[h] at offset h: a strided view is copied (h floats)
+    attn_sink = attn_sink.contiguous()
     if config is not None:
         _launch(q, kv, attn_sink, topk_idxs, softmax_scale, kv_scale, o, config, num_splits)
         return o
