@@ -629,7 +629,9 @@ def hf_quantization_config(fmt: str, layout: str | None = None, group_size: int 
 
     layout = _layout(fmt, layout)
     if fmt == "fp8-block":
-        return {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+        cfg = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+        kept = [m for m in ignore if m != "lm_head"]  # vLLM's fp8 never quantizes the head
+        return dict(cfg, ignored_layers=kept) if kept else cfg
     if fmt == "nvfp4":
         from lowbit.io.modelopt import modelopt_hf_quantization_config
 

@@ -239,4 +239,6 @@ def test_lm_head_listed_for_engines(src, tmp_path):
     assert qc["config_groups"]["group_0"]["targets"] == ["Linear", "lm_head"] and "lm_head" not in qc["ignore"]
     fp8 = convert(untied, tmp_path / "fp8", "fp8-block")
     assert "--exclude lm_head" in fp8.vllm
+    qc = json.loads((tmp_path / "fp8" / "config.json").read_text())["quantization_config"]
+    assert qc["ignored_layers"] == ["model.embed_tokens", f"{MLP}.router"]  # kept modules vLLM must not read as fp8
     assert "--exclude lm_head" not in convert(untied, tmp_path / "fp8x", "fp8-block", exclude=["lm_head"]).vllm
