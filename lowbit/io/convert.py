@@ -387,7 +387,8 @@ def _vllm_support(fmt: str, layout: str) -> tuple[str, str]:
                       "--layout compressed-tensors for a checkpoint vLLM loads.")
     if fmt == "int4":
         return "cpu+gpu", ("vLLM loads this checkpoint (compressed-tensors pack-quantized, 4-bit weights with zero-points) "
-                           "on CPU (in and out features multiples of 32) and on NVIDIA GPUs (Marlin).")
+                           "on CPU (model dtype fp16 or bf16, in and out features multiples of 32; fp16 keeps lowbit's "
+                           "scales exact) and on NVIDIA GPUs (Marlin: group size 32, 64 or 128).")
     if fmt == "int8":
         return "gpu", ("vLLM loads this checkpoint (compressed-tensors pack-quantized, 8-bit weights with zero-points) only "
                        "on Hopper GPUs (Machete, group size a multiple of 64); vLLM's CPU build and Marlin have no "
