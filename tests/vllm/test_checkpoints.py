@@ -339,9 +339,12 @@ def test_configs_without_a_cpu_kernel_parse_in_vllm(source, tmp_path, fmt):
 
     src, _ = source
     out = str(tmp_path / fmt)
-    summary = _convert(src, out, fmt, layout="compressed-tensors", group_size=64)
+    # only layer 0 quantized: the config is what is checked here
+    summary = _convert(src, out, fmt, layout="compressed-tensors", group_size=64, exclude=["model.layers.[!0].*", "model.layers.??.*"])
+    assert [t.name.split(".")[2] for t in summary.quantized] == ["0"] * 7
     with open(os.path.join(out, "config.json")) as f:
         qc = json.load(f)["quantization_config"]
+    assert "model.layers.1.mlp.down_proj" in qc["ignore"]
     QuantizationConfig.model_validate(qc)  # compressed-tensors' own schema
     cfg = CompressedTensorsConfig.from_config(dict(qc))
     weights = cfg.target_scheme_map["Linear"]["weights"]
