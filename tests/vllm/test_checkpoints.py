@@ -24,7 +24,8 @@ The reference for the ids is the Hugging Face model with lowbit's dequantized we
 reference's argmax or within :data:`TIE` logits of it (vLLM runs in fp16 / bf16, where near-ties
 can flip; the counts are reported). ``int2`` / ``int8`` / ``mxfp4``
 checkpoints have no vLLM CPU kernel: their configs are checked against vLLM's and
-compressed-tensors' own parsers only.
+compressed-tensors' own parsers, and their tensors read through vLLM's own unpacker (int) and
+compressed-tensors' decompressors (int, MXFP4), bit for bit.
 """
 from __future__ import annotations
 
@@ -357,3 +358,48 @@ def test_configs_without_a_cpu_kernel_parse_in_vllm(source, tmp_path, fmt):
         assert isinstance(scheme, CompressedTensorsWNA16) and scheme.num_bits == int(fmt[3:]) and not scheme.symmetric
         assert scheme.group_size == 64
         assert ("Hopper" in summary.vllm) if fmt == "int8" else ("no built-in kernel" in summary.vllm)
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_vllm_and_compressed_tensors_unpack_lowbits_int_tensors(bits):
+    """No vLLM start: vLLM's own unpacker (what its CPU / Marlin repacking starts from) and
+    compressed-tensors' decompressor read write_int_ct's tensors as lowbit's values, bit for bit."""
+    import torch
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+    from vllm.model_executor.layers.quantization.utils.quant_utils import unpack_quantized_values_into_int32
+    from vllm.scalar_type import scalar_types
+
+    from lowbit.formats import INTx
+    from lowbit.io import write_int_ct
+
+    n, k, g = 72, 320, 64
+    q = INTx.quantize(torch.randn(n, k, generator=torch.Generator().manual_seed(bits)), bits, g)
+    sd = write_int_ct(q, "x")
+    wtype = {2: scalar_types.uint2, 4: scalar_types.uint4, 8: scalar_types.uint8}[bits]
+    codes = unpack_quantized_values_into_int32(sd["x.weight_packed"], wtype, packed_dim=1)[:, :k]
+    zero = unpack_quantized_values_into_int32(sd["x.weight_zero_point"], wtype, packed_dim=0)[:n]
+    scale = sd["x.weight_scale"].float()
+    vllm_w = (codes - zero.repeat_interleave(g, 1)[:, :k]).float() * scale.repeat_interleave(g, 1)[:, :k]
+    assert torch.equal(vllm_w, q.dequantize())
+    scheme = QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(
+        num_bits=bits, type="int", symmetric=False, strategy="group", group_size=g))
+    local = {name[2:]: t for name, t in sd.items()}
+    local["weight_scale"] = local["weight_scale"].float()
+    assert torch.equal(PackedQuantizationCompressor.decompress(local, scheme)["weight"].float(), q.dequantize())
+
+
+def test_compressed_tensors_decompresses_lowbits_mxfp4():
+    import torch
+    from compressed_tensors.compressors.mxfp4.base import MXFP4PackedCompressor
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+
+    from lowbit.formats import MXFP4
+    from lowbit.io import write_mxfp4_ct
+
+    q = MXFP4.quantize(torch.randn(40, 256, generator=torch.Generator().manual_seed(5)) * 3)
+    sd = write_mxfp4_ct(q, "x")
+    scheme = QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(
+        num_bits=4, type="float", symmetric=True, strategy="group", group_size=32))
+    got = MXFP4PackedCompressor.decompress({name[2:]: t for name, t in sd.items()}, scheme)["weight"]
+    assert torch.equal(got.float(), q.dequantize())
