@@ -164,7 +164,8 @@ def test_weight_dequant(backend, poison_empty, n, k, bs, e8m0, spread, bad, seed
     and an fp32 scale is one rounding of the exact product (computed in fp64, exact: 4 + 24
     significant bits); the cast to bf16 is within one bf16 spacing of it (RNE on the GPU and the
     reference, truncation in Triton 3.6's interpreter): |out - p32| <= 2^-7 |p32| + 2^-133 (the bf16
-    subnormal spacing). Past bf16's range: +-inf, or the largest bf16 (truncation). Non-finite: NaN
+    subnormal spacing; subnormal results unchecked on the interpreter, whose cast mishandles them).
+    Past bf16's range: +-inf, or the largest bf16 (truncation). Non-finite: NaN
     codes and NaN scales give NaN, an inf scale +-inf (NaN on zero codes), as IEEE products."""
     gen = torch.Generator().manual_seed(seed)
     nb, kb = -(-n // bs), -(-k // bs)
@@ -205,6 +206,10 @@ def test_weight_dequant(backend, poison_empty, n, k, bs, e8m0, spread, bad, seed
     assert ((got[big].abs() == top) | got[big].isinf()).all() and torch.equal(got[big].sign(), p32[big].sign())
     big |= inf
     fin = ~p32.isnan() & ~big
+    if backend.name == "interpret":
+        # Triton 3.6's interpreter casts fp32 subnormals to bf16 wrongly (2^-127 -> 0, 5e-39 ->
+        # 8.2e-39); the reference and GPU tiers check that range
+        fin &= p32.abs() >= 2.0**-126
     err = (got[fin] - p32[fin]).abs()
     bound = 2.0**-7 * p32[fin].abs() + 2.0**-133
     assert (err <= bound).all(), f"error x{(err / bound).max().item():.3g} over one bf16 spacing"

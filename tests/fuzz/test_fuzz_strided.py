@@ -199,7 +199,7 @@ def test_gathered_strided(backend, lay, b, t, v, k, wdt, seed):
 
 
 @STRIDED
-@given(lay=layouts_for("q", "kv", "topk_idxs"), b=st.integers(1, 2), m=st.integers(1, 3),
+@given(lay=layouts_for("q", "kv", "attn_sink", "topk_idxs"), b=st.integers(1, 2), m=st.integers(1, 3),
        h=st.integers(1, 4), d=st.sampled_from([16, 33, 64]), n=st.integers(1, 20), topk=st.integers(1, 12),
        seed=st.integers(0, 2**31 - 1))
 def test_sparse_attn_strided(backend, lay, b, m, h, d, n, topk, seed):
