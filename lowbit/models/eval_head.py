@@ -11,13 +11,15 @@ and reports for each:
   fast head with ``kcand=1`` over fewer than k blocks).
 * ``mean_set_size`` / ``max_set_size`` / ``fallback_rate`` — certified mode only (from the
   head's ``stats`` during the argmax pass): how many tokens were rescored exactly per position,
-  and the fraction of positions scored in full because the set outgrew ``rerank`` (``wide_rate``:
-  the set outgrew the cap but every member was among the candidates, so all were rescored).
+  and the fraction of positions scored in full because a block may hide a member of the set
+  (``wide_rate``: the set outgrew ``rerank`` but every member was among the candidates, so all
+  were rescored). The same from each ``topk(k)`` pass, k > 1: ``mean_set_size@k``,
+  ``max_set_size@k``, ``fallback_rate@k``, ``wide_rate@k``.
 * ``bytes`` — what one coarse pass streams (packed codes + scales + zeros), next to
   ``bf16_bytes = N * K * 2``, and ``bits_per_weight = 8 * bytes / (N * K)``.
 
 A configuration is a dict with keys ``bits`` (2/4/8), ``group_size``, ``mode`` ("fast" or
-"certified"), ``kcand``, ``rerank`` and optionally ``bound`` ("det"/"stat") and ``sigma``;
+"certified"), ``kcand``, ``rerank`` and optionally ``bound`` ("det"/"stat"), ``sigma`` and ``block``;
 :func:`parse_config` reads the CLI's compact form ``fast:int4:g64:k8:r32``.
 """
 from __future__ import annotations
@@ -46,21 +48,21 @@ DEFAULT_CONFIGS = (
     "certified:int4:g32:k8:r256:stat4",
 )
 
-_KEYS = {"bits", "group_size", "mode", "kcand", "rerank", "bound", "sigma"}
+_KEYS = {"bits", "group_size", "mode", "kcand", "rerank", "bound", "sigma", "block"}
 
 
 def parse_config(text: str) -> dict:
     """``"fast:int4:g64:k8:r32"`` -> ``{"mode": "fast", "bits": 4, "group_size": 64, "kcand": 8,
     "rerank": 32}``. Fields after the mode, in any order: ``int2|int4|int8``, ``gN`` (group size),
-    ``kN`` (candidates per block), ``rN`` (rerank / certified cap), ``det`` or ``statS`` (bound;
-    S = sigma). Missing fields take :class:`~lowbit.nn.DraftHead`'s defaults. ValueError on junk."""
+    ``kN`` (candidates per block), ``rN`` (rerank / certified cap), ``bN`` (tokens per block),
+    ``det`` or ``statS`` (bound; S = sigma). Missing fields take :class:`~lowbit.nn.DraftHead`'s defaults. ValueError on junk."""
     parts = [p for p in text.strip().split(":") if p]
     require(len(parts) >= 1 and parts[0] in ("fast", "certified"),
             f"config {text!r}: must start with 'fast' or 'certified', e.g. 'fast:int4:g64:k8:r32'")
     cfg: dict = {"mode": parts[0]}
     for p in parts[1:]:
-        m = re.fullmatch(r"(int|g|k|r|stat)(\d+(?:\.\d+)?)|det", p)
-        require(m is not None, f"config {text!r}: cannot read field {p!r} (expected intB, gN, kN, rN, det or statS)")
+        m = re.fullmatch(r"(int|g|k|r|b|stat)(\d+(?:\.\d+)?)|det", p)
+        require(m is not None, f"config {text!r}: cannot read field {p!r} (expected intB, gN, kN, rN, bN, det or statS)")
         if p == "det":
             cfg["bound"] = "det"
             continue
@@ -69,7 +71,7 @@ def parse_config(text: str) -> dict:
             cfg["bound"], cfg["sigma"] = "stat", float(val)
             continue
         require("." not in val, f"config {text!r}: {p!r} needs an integer")
-        name = {"int": "bits", "g": "group_size", "k": "kcand", "r": "rerank"}[key]
+        name = {"int": "bits", "g": "group_size", "k": "kcand", "r": "rerank", "b": "block"}[key]
         cfg[name] = int(val)
     if "bits" in cfg:
         require(cfg["bits"] in (2, 4, 8), f"config {text!r}: bits must be 2, 4 or 8, got {cfg['bits']}")
@@ -81,7 +83,7 @@ def config_label(cfg: dict) -> str:
     parts = [cfg.get("mode", "certified")]
     if cfg.get("bits") is not None:
         parts.append(f"int{cfg['bits']}")
-    for key, tag in (("group_size", "g"), ("kcand", "k"), ("rerank", "r")):
+    for key, tag in (("group_size", "g"), ("kcand", "k"), ("rerank", "r"), ("block", "b")):
         if cfg.get(key) is not None:
             parts.append(f"{tag}{cfg[key]}")
     if cfg.get("bound") == "stat":
@@ -161,6 +163,7 @@ def evaluate_head(hidden: torch.Tensor, weight: torch.Tensor, configs: Iterable[
         t0 = time.perf_counter()
         agree = 0
         hits = {k: 0.0 for k in ks}
+        stats_k: dict[int, dict] = {}
         if hasattr(head, "reset_stats"):
             head.reset_stats()
         for i in range(0, hidden.shape[0], batch):
@@ -174,12 +177,15 @@ def evaluate_head(hidden: torch.Tensor, weight: torch.Tensor, configs: Iterable[
             if not _can_topk(head, k):
                 hits[k] = math.nan  # e.g. a fast head emitting fewer than k candidates
                 continue
+            if hasattr(head, "reset_stats"):
+                head.reset_stats()
             for i in range(0, hidden.shape[0], batch):
                 x = hidden[i: i + batch].to(device=device, dtype=weight.dtype)
                 got = head.topk(x, k)[1]
                 want = ref[i: i + batch, :k]
                 # |got ∩ want| per row: indices are distinct within a row
                 hits[k] += float((got.unsqueeze(-1) == want.unsqueeze(-2)).any(-1).sum()) / k
+            stats_k[k] = dict(getattr(head, "stats", {}) or {})
         p = hidden.shape[0]
         packing = getattr(head, "packing", None)
         nbytes = int(getattr(packing, "nbytes", None) or getattr(head, "nbytes", 0) or 0)
@@ -194,7 +200,8 @@ def evaluate_head(hidden: torch.Tensor, weight: torch.Tensor, configs: Iterable[
             "max_set_size": int(stats.get("max_set_size", 0)) if certified else None,
             "fallback_rate": float(stats.get("fallback_rate", 0.0)) if certified else 0.0,
             # rows whose set outgrew the cap but lay among the candidates (all candidates rescored)
-            "wide_rate": stats["wide"] / max(int(stats.get("rows", 0)) or p, 1) if certified and "wide" in stats else None,
+            "wide_rate": _wide_rate(stats, p) if certified else None,
+            **(_per_k(stats_k, p) if certified else {}),
             "bytes": nbytes,
             "bf16_bytes": n * k_dim * 2,
             "bits_per_weight": 8 * nbytes / (n * k_dim) if nbytes else math.nan,
@@ -204,6 +211,21 @@ def evaluate_head(hidden: torch.Tensor, weight: torch.Tensor, configs: Iterable[
         if on_config is not None:
             on_config(ci, row)
     return rows
+
+
+def _wide_rate(stats: dict, p: int) -> float | None:
+    return stats["wide"] / max(int(stats.get("rows", 0)) or p, 1) if "wide" in stats else None
+
+
+def _per_k(stats_k: dict[int, dict], p: int) -> dict:
+    """A certified head's statistics of each ``topk(k)`` pass, keyed ``<name>@k``."""
+    out = {}
+    for k, st in stats_k.items():
+        out[f"mean_set_size@{k}"] = float(st.get("mean_set_size", math.nan))
+        out[f"max_set_size@{k}"] = int(st.get("max_set_size", 0))
+        out[f"fallback_rate@{k}"] = float(st.get("fallback_rate", 0.0))
+        out[f"wide_rate@{k}"] = _wide_rate(st, p)
+    return out
 
 
 def jsonable(rows: Sequence[dict]) -> list[dict]:
