@@ -16,6 +16,7 @@ everywhere else in their storage.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 from lowbit.ops import (act_quant, fp4_act_quant, fp4_gemm, fp8_gemm, gathered_bias, gathered_dot, gathered_rows,
                         hc_split_sinkhorn, sparse_attn, weight_dequant)
 from tests._helpers import rel_err
-from tests.fuzz.test_fuzz_ops import FUZZ, random_e4m3, run
+from tests.fuzz.test_fuzz_ops import FUZZ, KINDS, make_weight, random_e4m3, run
 
 STRIDED = settings(FUZZ, max_examples=6)
 LAYOUTS = ["contiguous", "inner2", "outer2", "colmajor", "offset"]
@@ -85,19 +86,33 @@ def check_strided(backend, fn, args: dict, layouts: dict, gen, written: str | No
     """Call ``fn(**args, **kw)`` on contiguous copies and on ``layouts`` of the tensor arguments;
     compare (module docstring). ``written``: the argument the op writes in place, if any."""
     dev = backend.device
-    contig = {k: (v.to(dev, copy=True).contiguous() if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+
+    def fresh(v):
+        if isinstance(v, torch.Tensor):
+            return v.to(dev, copy=True).contiguous()
+        if dataclasses.is_dataclass(v):  # a quantized weight: its tensors
+            return type(v)(**{f.name: fresh(getattr(v, f.name)) for f in dataclasses.fields(v)})
+        return v
+
+    contig = {k: fresh(v) for k, v in args.items()}
     want = run(backend, fn, **contig, **kw)
     if written is not None:
         want = contig[written]
     views, bases, before = {}, {}, {}
+
+    def lay_out(name, v, layout):
+        if isinstance(v, torch.Tensor) and v.dim() >= 1:
+            view, base = relayout(v, layout, gen)
+            bases[name] = base.to(dev)  # a contiguous tensor: the copy keeps its layout
+            before[name] = bases[name].clone()
+            return _view_of(bases[name], base, view)
+        if dataclasses.is_dataclass(v):  # every tensor of a quantized weight in the weight's layout
+            return type(v)(**{f.name: lay_out(f"{name}.{f.name}", getattr(v, f.name), layout)
+                              for f in dataclasses.fields(v)})
+        return fresh(v)
+
     for k, v in args.items():
-        if isinstance(v, torch.Tensor):
-            view, base = relayout(v, layouts.get(k, "contiguous"), gen)
-            bases[k] = base.to(dev)  # a contiguous tensor: the copy keeps its layout
-            views[k] = _view_of(bases[k], base, view)
-            before[k] = bases[k].clone()
-        else:
-            views[k] = v
+        views[k] = lay_out(k, v, layouts.get(k, "contiguous"))
     got = run(backend, fn, **views, **kw)
     loose = dev.type == "cuda" and "offset" in layouts.values()
     for k in before:
@@ -183,12 +198,14 @@ def test_fp4_gemm_strided(backend, lay, m, n, kb, seed):
 
 @STRIDED
 @given(lay=layouts_for("x", "weight", "index", "values", "logits"), b=st.integers(1, 3), t=st.integers(1, 6),
-       v=st.integers(6, 40), k=st.integers(1, 70), wdt=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
-       seed=st.integers(0, 2**31 - 1))
-def test_gathered_strided(backend, lay, b, t, v, k, wdt, seed):
+       v=st.integers(6, 40), groups=st.integers(1, 3), kind=st.sampled_from(KINDS), seed=st.integers(0, 2**31 - 1))
+def test_gathered_strided(backend, lay, b, t, v, groups, kind, seed):
+    """Dense weights (any dtype) and every quantized format, whose tensors (codes, scales) all take
+    the weight's layout."""
     gen = torch.Generator().manual_seed(seed)
+    k = 32 * groups + (7 if kind in ("fp32", "bf16", "fp16", "fp8") else 0)  # odd K where the format allows
     x = torch.randn(b, k, generator=gen).to(torch.bfloat16)
-    w = torch.randn(v, k, generator=gen).to(wdt)
+    w = make_weight(kind, v, k, gen, 1.0)
     idx = torch.stack([torch.randperm(v, generator=gen)[:t] for _ in range(b)])  # distinct per row (bias)
     values = torch.randn(b, t, generator=gen)
     logits = torch.randn(b, v, generator=gen).to(torch.bfloat16)
