@@ -10,8 +10,9 @@ configuration, shared by every test here.
 
 Checked: the greedy ids are identical; lowbit's head answered the drafter (the plugin's call
 counts, ``LOWBIT_VLLM_STATS``, docs/vllm.md) and vLLM's own head none of its calls; vLLM's
-spec-decode counters give the same acceptance within 3 points; without the variable the plugin
-does nothing. The acceptance numbers are printed in the "vLLM numbers" summary.
+spec-decode counters give the same acceptance within 3 points; the plugin's INFO line is in vLLM's
+log once per head built; without the variable the plugin does nothing. The acceptance numbers are
+printed in the "vLLM numbers" summary.
 """
 from __future__ import annotations
 
