@@ -242,3 +242,19 @@ def test_lm_head_listed_for_engines(src, tmp_path):
     qc = json.loads((tmp_path / "fp8" / "config.json").read_text())["quantization_config"]
     assert qc["ignored_layers"] == ["model.embed_tokens", f"{MLP}.router"]  # kept modules vLLM must not read as fp8
     assert "--exclude lm_head" not in convert(untied, tmp_path / "fp8x", "fp8-block", exclude=["lm_head"]).vllm
+
+
+def test_vllm_support_names_fused_modules_vllm_cannot_read():
+    def shapes(*rows):
+        return {f"{ATTN}.{m}": (n, 64) for m, n in zip(("q_proj", "k_proj", "v_proj"), rows)}
+
+    # pack-quantized zero-points: 8 rows a word for int4, 4 for int8
+    assert "cannot read the packed zero-points" in vllm_support("int4", "compressed-tensors", shapes(100, 32, 32))[1]
+    assert "cannot read" not in vllm_support("int4", "compressed-tensors", shapes(96, 32, 36))[1]  # the last part may be ragged
+    assert "cannot read the packed zero-points" in vllm_support("int8", "compressed-tensors", shapes(98, 32, 32))[1]
+    assert "cannot read" not in vllm_support("int8", "compressed-tensors", shapes(100, 36, 32))[1]
+    # fp8 blocks: tied scales serve any split vLLM's fused scale tensor can hold
+    assert "cannot read" not in vllm_support("fp8-block", None, shapes(576, 192, 192))[1]
+    assert "cannot read the 128x128 block scales" in vllm_support("fp8-block", None, shapes(384, 64, 64))[1]
+    # a layout vLLM does not load says only that
+    assert "cannot read the" not in vllm_support("int4", "plane-split", shapes(100, 32, 32))[1]
