@@ -7,9 +7,10 @@ contiguous view one element into its storage (a misaligned data pointer). The el
 hold random bytes (NaN patterns included), so an op that reads or writes the wrong element fails.
 
 Oracle: the op on contiguous copies of the same values, on the same tier, which the fp64-oracle
-fuzz tests of ``tests/fuzz/test_fuzz_ops`` check: the results must be bit-identical (NaN-aware; on
-the cuda tier a misaligned pointer may route to another kernel, whose results agree within the
-GEMMs' documented cross-route bound instead). Read-only inputs and their storage must be unchanged
+fuzz tests of ``tests/fuzz/test_fuzz_ops`` check: the results must be bit-identical (NaN-aware).
+Two exceptions agree within 2^-6 (norm-wise) instead, far below what reading a wrong element
+costs: on the cuda tier a misaligned pointer may route to another kernel, and on the reference
+tier PyTorch's sums (matmul, einsum) pick their order by layout. Read-only inputs and their storage must be unchanged
 byte for byte; in-place outputs (``act_quant(inplace=True)``, ``fp4_act_quant(inplace=True)``,
 ``gathered_bias``' logits) must hold the contiguous call's result in the view and the old bytes
 everywhere else in their storage.
@@ -82,9 +83,12 @@ def _same(got, want, loose: bool, what: str) -> None:
     assert torch.equal(_bytes(got.detach().cpu()), _bytes(want.detach().cpu())), f"{what}: differs from the contiguous call"
 
 
-def check_strided(backend, fn, args: dict, layouts: dict, gen, written: str | None = None, **kw):
+def check_strided(backend, fn, args: dict, layouts: dict, gen, written: str | None = None, sums: bool = False, **kw):
     """Call ``fn(**args, **kw)`` on contiguous copies and on ``layouts`` of the tensor arguments;
-    compare (module docstring). ``written``: the argument the op writes in place, if any."""
+    compare (module docstring). ``written``: the argument the op writes in place, if any. ``sums``:
+    the op's reference sums in PyTorch (matmul, einsum, sum), whose order depends on the layout, so
+    its float results on the reference tier agree within 2^-6 instead of bit for bit (the Triton
+    tiers get contiguous copies: bit-identical)."""
     dev = backend.device
 
     def fresh(v):
@@ -114,7 +118,7 @@ def check_strided(backend, fn, args: dict, layouts: dict, gen, written: str | No
     for k, v in args.items():
         views[k] = lay_out(k, v, layouts.get(k, "contiguous"))
     got = run(backend, fn, **views, **kw)
-    loose = dev.type == "cuda" and "offset" in layouts.values()
+    loose = dev.type == "cuda" and "offset" in layouts.values() or backend.name == "reference" and sums
     for k in before:
         if k == written:
             expect = before[k].clone()
@@ -180,7 +184,7 @@ def test_fp8_gemm_strided(backend, lay, m, n, kb, seed):
     a, b = random_e4m3((m, k), gen, "cpu"), random_e4m3((n, k), gen, "cpu")
     a_s = torch.rand(m, kb, generator=gen) * 2.0**-5 + 2.0**-12
     b_s = torch.rand(-(-n // 128), kb, generator=gen) * 2.0**-5 + 2.0**-12
-    check_strided(backend, fp8_gemm, dict(a=a, a_s=a_s, b=b, b_s=b_s), lay, gen)
+    check_strided(backend, fp8_gemm, dict(a=a, a_s=a_s, b=b, b_s=b_s), lay, gen, sums=True)
 
 
 @STRIDED
@@ -193,7 +197,7 @@ def test_fp4_gemm_strided(backend, lay, m, n, kb, seed):
     b = torch.randint(0, 256, (n, k // 2), generator=gen).to(torch.uint8)
     b_s = torch.randint(117, 131, (n, k // 32), generator=gen).to(torch.uint8)
     a_s = torch.rand(m, kb, generator=gen) * 2.0**-5 + 2.0**-12
-    check_strided(backend, fp4_gemm, dict(a=a, a_s=a_s, b=b, b_s=b_s), lay, gen)
+    check_strided(backend, fp4_gemm, dict(a=a, a_s=a_s, b=b, b_s=b_s), lay, gen, sums=True)
 
 
 @STRIDED
@@ -209,10 +213,10 @@ def test_gathered_strided(backend, lay, b, t, v, groups, kind, seed):
     idx = torch.stack([torch.randperm(v, generator=gen)[:t] for _ in range(b)])  # distinct per row (bias)
     values = torch.randn(b, t, generator=gen)
     logits = torch.randn(b, v, generator=gen).to(torch.bfloat16)
-    check_strided(backend, gathered_dot, dict(x=x, weight=w, index=idx), lay, gen)
+    check_strided(backend, gathered_dot, dict(x=x, weight=w, index=idx), lay, gen, sums=True)
     check_strided(backend, gathered_rows, dict(weight=w, index=idx), lay, gen, dtype=torch.float32)
     check_strided(backend, gathered_bias, dict(x=x, weight=w, values=values, index=idx, logits=logits), lay, gen,
-                  written="logits", alpha=0.5)
+                  written="logits", sums=True, alpha=0.5)
 
 
 @STRIDED
@@ -225,7 +229,7 @@ def test_sparse_attn_strided(backend, lay, b, m, h, d, n, topk, seed):
     kv = torch.randn(b, n, d, generator=gen).to(torch.bfloat16)
     sink = torch.randn(h, generator=gen)
     idx = torch.randint(-1, n, (b, m, topk), generator=gen, dtype=torch.int32)
-    check_strided(backend, sparse_attn, dict(q=q, kv=kv, attn_sink=sink, topk_idxs=idx), lay, gen,
+    check_strided(backend, sparse_attn, dict(q=q, kv=kv, attn_sink=sink, topk_idxs=idx), lay, gen, sums=True,
                   softmax_scale=1 / math.sqrt(d))
 
 
@@ -238,7 +242,7 @@ def test_sparse_attn_strided_sink(backend):
     kv = torch.randn(b, n, d, generator=gen).to(torch.bfloat16)
     idx = torch.randint(0, n, (b, m, topk), generator=gen, dtype=torch.int32)
     check_strided(backend, sparse_attn, dict(q=q, kv=kv, attn_sink=torch.randn(h, generator=gen) * 3, topk_idxs=idx),
-                  {"attn_sink": "inner2"}, gen, softmax_scale=0.25)
+                  {"attn_sink": "inner2"}, gen, sums=True, softmax_scale=0.25)
 
 
 @STRIDED
@@ -249,7 +253,7 @@ def test_hc_split_sinkhorn_strided(backend, lay, b, s, hc, seed):
     width = (2 + hc) * hc
     args = dict(mixes=torch.randn(b, s, width, generator=gen), hc_scale=torch.rand(3, generator=gen) + 0.5,
                 hc_base=torch.randn(width, generator=gen) * 0.5)
-    check_strided(backend, hc_split_sinkhorn, args, lay, gen, hc_mult=hc, sinkhorn_iters=5, eps=1e-6)
+    check_strided(backend, hc_split_sinkhorn, args, lay, gen, sums=True, hc_mult=hc, sinkhorn_iters=5, eps=1e-6)
 
 
 def test_relayout_views_are_what_they_claim():
