@@ -14,8 +14,11 @@ Buffers are grow-only and never freed:
 * A buffer made inside a CUDA-graph capture comes from the graph's memory pool and stays the stream's
   buffer after the capture (graphs replay the launches that the capture recorded, on that buffer).
   Its zeroing is recorded in the graph, not run: until a launch outside any capture zeroes it (the
-  first one on that stream does, stream-ordered: no host synchronization), every capture that uses
-  it records a zeroing of its own too, so each graph and each eager launch starts from zeros.
+  first one on that stream does, stream-ordered: no host synchronization), every later launch
+  captured on that stream records a zeroing of its own counters before it (a memset node of
+  4 bytes a row tile), so each graph and each eager launch starts from zeros. One eager split
+  launch on the capture stream before capturing (a warm-up there, as vLLM does) makes the buffer
+  outside any graph and leaves the graphs without those memsets.
 
 Creation, growth and that first zeroing hold a lock, so threads calling at once neither lose a
 buffer nor free one a kernel still uses.
@@ -86,6 +89,9 @@ def arrival_counters(device: torch.device, n_tiles: int, who: str = "split-K lau
             # in a capture: allocated from the graph's pool, zeroed by the graph
             entry = _COUNTERS[key] = _Counters(_zeros(device, max(n_tiles, _MAX_TILES)), capturing)
         elif entry.unset:
-            entry.buf.zero_()  # recorded into this capture, or run now (then zero for good)
-            entry.unset = capturing
+            if capturing:
+                entry.buf[:n_tiles].zero_()  # recorded into this capture: the launch's own counters
+            else:
+                entry.buf.zero_()  # run now, stream-ordered: zero for good
+                entry.unset = False
     return entry.buf

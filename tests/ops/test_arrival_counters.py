@@ -81,12 +81,14 @@ def test_growth_keeps_the_replaced_buffer(fresh):
 
 def test_buffer_made_in_a_capture_is_zeroed_by_the_next_eager_call(fresh):
     """Inside a capture the zeros are only recorded: the buffer stays the stream's, every later
-    capture records its own zeroing until an eager call zeroes it for good (stream-ordered); from
-    then on calls do not touch it (the kernels leave it zero)."""
+    captured launch records the zeroing of its own tiles' counters until an eager call zeroes the
+    whole buffer for good (stream-ordered); from then on calls do not touch it (the kernels leave
+    it zero)."""
     fresh.capturing = True
     buf = ac.arrival_counters(CPU, 4, "t")
     buf.fill_(7)  # what the memory holds: the capture did not run the zeroing
-    assert ac.arrival_counters(CPU, 4, "t") is buf and not buf.any()  # a second capture zeroes it too
+    assert ac.arrival_counters(CPU, 6, "t") is buf  # a later captured launch zeroes its own counters
+    assert not buf[:6].any() and bool((buf[6:] == 7).all())
     buf.fill_(7)
     fresh.capturing = False
     assert ac.arrival_counters(CPU, 4, "t") is buf and not buf.any()  # the first eager call
@@ -225,9 +227,10 @@ def test_cuda_split_gemvs_on_two_streams_at_once(which):
 @pytest.mark.cuda
 @pytest.mark.parametrize("which", ["fp8", "fp4"])
 def test_cuda_split_gemv_captured_on_a_stream_without_counters(which):
-    """A graph captured on a stream that has no counters yet makes them inside the capture: replays
-    on new inputs are right, and so are eager launches on that stream afterwards (the buffer, only
-    zeroed inside the graph, is zeroed by the first of them)."""
+    """A graph captured on a stream that has no counters yet makes them inside the capture, and a
+    second graph captured there records its own zeroing: replays on new inputs are right, the later
+    graph's first too, and so are eager launches on that stream afterwards (the buffer, only zeroed
+    inside the graphs, is zeroed by the first of them)."""
     make, launch, tol = (_fp8 if which == "fp8" else _fp4)()
     (args, _), (args2, want2), (_, want0) = make(0), make(1), make(0)
     out = torch.empty(8, 640, dtype=torch.bfloat16, device="cuda")
@@ -236,17 +239,24 @@ def test_cuda_split_gemv_captured_on_a_stream_without_counters(which):
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         key = ac.stream_key(torch.device("cuda"))
-    assert key not in ac._COUNTERS
+    old = ac._COUNTERS.pop(key, None)  # a pooled stream an earlier test used: start it afresh
+    if old is not None:
+        ac._RETIRED.append(old.buf)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side):
         launch(args, out)
     assert ac._COUNTERS[key].unset
+    graph2, out2 = torch.cuda.CUDAGraph(), torch.empty_like(out)
+    with torch.cuda.graph(graph2, stream=side):  # the same buffer, its own zeroing recorded
+        launch(args, out2)
     for dst, src in zip(args, args2):
         dst.copy_(src)
     out.fill_(float("nan"))
+    out2.fill_(float("nan"))
+    graph2.replay()  # the later graph first
     graph.replay()
     torch.cuda.synchronize()
-    assert rel_err(out, want2) < tol
+    assert rel_err(out2, want2) < tol and rel_err(out, want2) < tol
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         eager = torch.full_like(out, float("nan"))
