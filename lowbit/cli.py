@@ -199,6 +199,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     _set_threads(args.threads)
     _positive("--max-new-tokens", args.max_new_tokens)
+    if args.engine == "vllm":
+        from lowbit.integrations.vllm.demo import VLLMDemoError, run_demo
+
+        try:
+            return run_demo(args.model, args.prompt, args.max_new_tokens, chat=not args.no_chat,
+                            cache=not args.no_cache, console=_console())
+        except VLLMDemoError as e:
+            raise UserError(str(e)) from None
     for name in ("bits", "certified_bits"):
         if getattr(args, name) not in (2, 4, 8):
             raise UserError(f"--{name.replace('_', '-')} must be 2, 4 or 8, got {getattr(args, name)}")
@@ -562,7 +570,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
         try:
             summary = conv.convert(args.src, args.out, args.format, exclude=args.exclude or (), group_size=args.group_size,
-                                   overwrite=args.overwrite, on_plan=on_plan,
+                                   layout=args.layout, overwrite=args.overwrite, on_plan=on_plan,
                                    on_tensor=lambda name: (_check_signalled(), progress.advance(state["task"])))
         except (ValueError, FileNotFoundError) as e:
             raise UserError(str(e)) from None
@@ -585,6 +593,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         console.print(f"relative error ||W - W~|| / ||W||: mean {sum(t.rel_err for t in q) / len(q):.4f}, "
                       f"max {max(t.rel_err for t in q):.4f}")
     console.print(f"wrote {summary.out}")
+    console.print(f"vLLM: {summary.vllm}")
     return 0
 
 
@@ -592,8 +601,8 @@ def _convert_shards(args: argparse.Namespace, console) -> int:
     """``lowbit convert SRC --mp N``: tensor-parallel shards of a tiny-model HF-style checkpoint."""
     from lowbit.models.tiny import convert_hf_to_shards
 
-    if args.format:
-        raise UserError("--mp shards a tiny-model checkpoint; it takes --experts-dtype, not --format")
+    if args.format or args.layout:
+        raise UserError("--mp shards a tiny-model checkpoint; it takes --experts-dtype, not --format / --layout")
     if args.mp < 1:
         raise UserError(f"--mp must be >= 1, got {args.mp}")
     if os.path.exists(args.out) and os.path.isdir(args.out) and os.listdir(args.out) and not args.overwrite:
@@ -642,7 +651,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lowbit.io.convert import FORMATS
+    from lowbit.io.convert import FORMATS, LAYOUTS
+
+    layout_names = sorted({name for names in LAYOUTS.values() for name in names})
 
     parser = _Parser(prog="lowbit", description="Low-bit GPU kernels for LLM inference.")
     parser.add_argument("--version", action="version", version=f"lowbit {lowbit.__version__}")
@@ -664,6 +675,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group-size", type=int, default=64, help="INTx group size along K (default 64)")
     p.add_argument("--kcand", type=int, default=8, help="fast head: candidates per block of 128 tokens (default 8)")
     p.add_argument("--rerank", type=int, default=32, help="fast head: candidates rescored exactly (default 32)")
+    p.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                   help="hf: transformers with the head swapped (default); vllm: vLLM's speculative decoding "
+                        "(draft_model) without and with LOWBIT_VLLM=draft, and vLLM's acceptance counters "
+                        "(needs vLLM: bash scripts/setup_vllm.sh); the head options do not apply to vllm, whose "
+                        "head is set by LOWBIT_VLLM_* (docs/vllm.md)")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("eval-head", help="DraftHead accuracy sweep on real hidden states (table, CSV, JSON, PNG)",
@@ -710,6 +726,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (must not exist unless --overwrite)")
     p.add_argument("--exclude", action="append", metavar="PATTERN", help="keep tensors / modules matching this fnmatch pattern (repeatable)")
     p.add_argument("--group-size", type=int, default=64, help="INTx group size along K for int2/int4/int8 (default 64)")
+    p.add_argument("--layout", choices=layout_names,
+                   help="checkpoint layout: compressed-tensors for int2/int4/int8 and mxfp4 (pack-quantized, what vLLM "
+                        "reads); default plane-split (int*), deepseek (mxfp4, fp8-block), modelopt (nvfp4)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.add_argument("--mp", type=int, metavar="N",
                    help="instead of quantizing: shard a tiny-model HF-style checkpoint into N tensor-parallel files "
