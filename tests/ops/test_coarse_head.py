@@ -716,6 +716,24 @@ def test_device_state_threads_share_one_state():
     scratch._RETIRED[:] = [r for r in scratch._RETIRED if not any(r is t for t in made)]
 
 
+def test_device_state_made_in_a_capture_is_not_cached(monkeypatch):
+    """A state made inside a CUDA-graph capture is zeroed only by the graph's replay: it is kept
+    alive for the graph but not cached, so the next eager call makes (and zeroes) its own."""
+    from lowbit.ops.coarse_head import scratch
+
+    cache, dev = {}, torch.device("cpu")
+    monkeypatch.setattr(scratch, "capturing", lambda device: True)
+    in_graph = scratch.device_state(cache, dev, 4, lambda d, r: torch.zeros(r), torch.Tensor.numel)
+    assert not cache and any(r is in_graph for r in scratch._RETIRED)
+    monkeypatch.setattr(scratch, "capturing", lambda device: False)
+    eager = scratch.device_state(cache, dev, 4, lambda d, r: torch.zeros(r), torch.Tensor.numel)
+    assert eager is not in_graph and cache[scratch.stream_key(dev)] is eager
+    # a cached state that serves the rows is what a capture uses (the warm-up pattern)
+    monkeypatch.setattr(scratch, "capturing", lambda device: True)
+    assert scratch.device_state(cache, dev, 3, lambda d, r: torch.zeros(r), torch.Tensor.numel) is eager
+    scratch._RETIRED[:] = [r for r in scratch._RETIRED if r is not in_graph]
+
+
 @pytest.mark.cuda
 def test_cuda_device_state_per_stream():
     """Two streams of one device get two states (concurrent calls would otherwise share counters)."""

@@ -8,6 +8,10 @@ replaces it -- and the old one is kept alive: a CUDA graph captured with it stil
 memory, and replaying that graph must not write into memory the allocator has handed to another
 tensor. Creation and replacement hold a lock, so threads calling at once neither lose a state
 nor free one a kernel still uses.
+
+A state made inside a CUDA-graph capture is zeroed only when that graph replays (its zero fill is
+part of the graph), so it is kept for the graph but not cached: an eager call on the same stream
+before a replay would otherwise read uninitialized counters. The next eager call makes its own.
 """
 from __future__ import annotations
 
@@ -28,6 +32,11 @@ def stream_key(device: torch.device) -> tuple:
     return device, 0
 
 
+def capturing(device: torch.device) -> bool:
+    """Whether the current stream of ``device`` is capturing a CUDA graph."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 def device_state(cache: dict, device: torch.device, rows: int, make: Callable[[torch.device, int], Any],
                  size: Callable[[Any], int]) -> Any:
     """``cache[stream_key(device)]`` if it serves ``rows`` rows (``size(state) >= rows``), else a new
@@ -35,6 +44,11 @@ def device_state(cache: dict, device: torch.device, rows: int, make: Callable[[t
     key = stream_key(device)
     state = cache.get(key)
     if state is not None and size(state) >= rows:
+        return state
+    if capturing(device):
+        state = make(device, rows)
+        with _LOCK:
+            _RETIRED.append(state)  # the graph's own: alive as long as the process
         return state
     with _LOCK:
         state = cache.get(key)
@@ -45,4 +59,4 @@ def device_state(cache: dict, device: torch.device, rows: int, make: Callable[[t
     return state
 
 
-__all__ = ["device_state", "stream_key"]
+__all__ = ["capturing", "device_state", "stream_key"]
