@@ -385,16 +385,20 @@ def _eval_table(rows, console, title):
     from rich.table import Table
 
     table = Table(title=title)
-    cols = ["config", "bits/w", "coarse MB", "agreement"] + [k for k in rows[0] if k.startswith("recall@") and k != "recall@1"] + \
-        ["mean cert. set", "max set", "fallback", "s"]
+    recalls = [k for k in rows[0] if k.startswith("recall@") and k != "recall@1"]
+    # certified heads' whole-row fallbacks of the argmax pass and of each top-k pass
+    per_k = sorted({k for r in rows for k in r if k.startswith("fallback_rate@")}, key=lambda k: int(k.split("@")[1]))
+    cols = ["config", "bits/w", "coarse MB", "agreement"] + recalls + \
+        ["mean cert. set", "max set", "fallback"] + [f"fallback top{k.split('@')[1]}" for k in per_k] + ["s"]
     for c in cols:
         table.add_column(c, justify="left" if c == "config" else "right")
     for r in rows:
         cert = r.get("mode") == "certified"
         table.add_row(r["label"], f"{r['bits_per_weight']:.2f}", f"{r['bytes'] / 1e6:.1f}", f"{100 * r['agreement']:.2f}%",
-                      *[_pct(r[k]) for k in rows[0] if k.startswith("recall@") and k != "recall@1"],
+                      *[_pct(r[k]) for k in recalls],
                       f"{r['mean_set_size']:.1f}" if cert else "-", str(r["max_set_size"]) if cert else "-",
-                      f"{100 * r['fallback_rate']:.2f}%" if cert else "-", f"{r['seconds']:.1f}")
+                      f"{100 * r['fallback_rate']:.2f}%" if cert else "-",
+                      *[_pct(r.get(k)) if cert else "-" for k in per_k], f"{r['seconds']:.1f}")
     console.print(table)
 
 

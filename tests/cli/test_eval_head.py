@@ -98,6 +98,9 @@ def test_cli_eval_head_from_saved_hidden(tmp_path, capsys):
     body = json.loads((out / "eval_head.json").read_text())
     assert body["positions"] == 200 and len(body["rows"]) == 2
     assert body["rows"][1]["agreement"] == 1.0
+    # the certified head's fallbacks per top-k pass, in the JSON and as table columns
+    assert 0 <= body["rows"][1]["fallback_rate@16"] <= 1 and "fallback_rate@16" not in body["rows"][0]
+    assert "top16" in text
     assert (out / "eval_head.csv").read_text().splitlines()[0].startswith("label,")
     assert (out / "eval_head.png").read_bytes()[:4] == b"\x89PNG"
 
