@@ -104,9 +104,10 @@ def _load_pretrained(folder: str, gguf_file: str | None, dtype: torch.dtype):
     return model, tokenizer
 
 
-def _save_plain(model, tokenizer, target: str) -> None:
-    """Save a GGUF-dequantized model as a plain directory: to a temp dir, then rename."""
-    parent = os.path.dirname(target)
+def save_plain(model, tokenizer, target: str) -> None:
+    """Save a GGUF-dequantized model as a plain Hugging Face directory (what vLLM loads too): to a
+    temp dir beside ``target``, then rename. OSError if the parent is not writable."""
+    parent = os.path.dirname(os.path.abspath(target))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
     try:
@@ -114,6 +115,7 @@ def _save_plain(model, tokenizer, target: str) -> None:
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
+        model.config.architectures = [type(model).__name__]
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         os.replace(tmp, target)
@@ -142,7 +144,7 @@ def load_model(path: str | os.PathLike | None = None, *, device: str | torch.dev
         else:
             model, tokenizer = _load_pretrained(folder, gguf_file, torch.float32)
             try:
-                _save_plain(model, tokenizer, cached)
+                save_plain(model, tokenizer, cached)
             except OSError:
                 pass  # a read-only home only costs the next run the slow path
             model = model.to(dtype)

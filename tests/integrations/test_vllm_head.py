@@ -13,21 +13,11 @@ import pytest
 import torch
 
 from lowbit.formats import FP8, NVFP4
-from lowbit.integrations.vllm import config, stats
+from lowbit.integrations.vllm import stats
 from lowbit.integrations.vllm.head import LazyDraftHead, unsupported, weight_ready
 from lowbit.integrations.vllm.weights import lm_head_weight
 
 V, V_PAD, K, M = 300, 320, 64, 3
-
-
-@pytest.fixture(autouse=True)
-def _fresh_counts(monkeypatch):
-    monkeypatch.delenv("LOWBIT_VLLM_STATS", raising=False)
-    config.reset()
-    stats.reset()
-    yield
-    config.reset()
-    stats.reset()
 
 
 def _lm_head(weight, v=V, **extra):

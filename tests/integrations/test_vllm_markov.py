@@ -13,21 +13,11 @@ import pytest
 import torch
 
 from lowbit.formats import NVFP4
-from lowbit.integrations.vllm import config, stats
+from lowbit.integrations.vllm import stats
 from lowbit.integrations.vllm.markov import apply_bias_gathered, markov_weight
 
 V, V_PAD, R = 300, 320, 48
 U = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
-
-
-@pytest.fixture(autouse=True)
-def _fresh_counts(monkeypatch):
-    monkeypatch.delenv("LOWBIT_VLLM_STATS", raising=False)
-    config.reset()
-    stats.reset()
-    yield
-    config.reset()
-    stats.reset()
 
 
 def _module(kind, device, dtype=torch.float32, seed=0):

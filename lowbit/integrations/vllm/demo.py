@@ -79,7 +79,6 @@ def model_folder(path: str | os.PathLike | None = None, target: str | os.PathLik
     renamed, so a half-written folder never carries its name.
     """
     import hashlib
-    import shutil
 
     import torch
 
@@ -101,25 +100,12 @@ def model_folder(path: str | os.PathLike | None = None, target: str | os.PathLik
     target = os.fspath(target)
     if os.path.exists(target):
         raise ValueError(f"target {target!r} exists already")
-    parent = os.path.dirname(os.path.abspath(target))
     model, tokenizer = hf.load_model(gguf_path, dtype=torch.float32, cache=False)
     try:
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
+        hf.save_plain(model, tokenizer, target)
     except OSError as e:
-        raise VLLMDemoError(f"cannot write the model folder for vLLM under {parent!r} ({e.strerror}): "
+        raise VLLMDemoError(f"cannot write the model folder for vLLM at {target!r} ({e.strerror}): "
                             "set LOWBIT_CACHE to a writable directory") from None
-    try:
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.config.architectures = [type(model).__name__]
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target
 
 
