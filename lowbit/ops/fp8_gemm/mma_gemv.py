@@ -391,8 +391,9 @@ def _store_tile(c_ptr, acc, nan_g, nan_g8, row, col, M, N, SCALE: tl.constexpr, 
     v1 = _warp_sum(acc[1], W) * SCALE
     v2 = _warp_sum(acc[2], W) * SCALE
     v3 = _warp_sum(acc[3], W) * SCALE
-    f0 = tl.max(tl.reshape(nan_g, [W, 32]), axis=0) != 0
-    f1 = tl.max(tl.reshape(nan_g8, [W, 32]), axis=0) != 0
+    # a flag is any set bit, bit 31 (scale byte 3) too: reduce "!= 0", not the signed int32 values
+    f0 = tl.max((tl.reshape(nan_g, [W, 32]) != 0).to(tl.int32), axis=0) != 0
+    f1 = tl.max((tl.reshape(nan_g8, [W, 32]) != 0).to(tl.int32), axis=0) != 0
     v0 = tl.where(f0, float("nan"), v0)
     v1 = tl.where(f0, float("nan"), v1)
     v2 = tl.where(f1, float("nan"), v2)
