@@ -17,6 +17,8 @@ them are checked by the masks above, not against it).
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -70,20 +72,23 @@ def _check(out, c64, acc_abs, k, nan_dep, inf_dep, what):
     assert (err <= b).all(), f"{what}: error x{(err / b).max().item():.3g} over the derived bound"
 
 
-@NF_FUZZ
-@pytest.mark.parametrize("first", KINDS8)
-@given(case=nf_case(KINDS8))
-def test_fp8_gemm_nonfinite_operands(backend, poison_empty, first, case, request):
+def _setup(backend, first, case, request):
+    """The tier's skips and marks, then (generator, device, lead dims, M, N, K, K blocks, a e4m3 [M, K])."""
     if backend.name == "interpret" and first.endswith("code"):
         pytest.skip("Triton 3.6's interpreter has no E4M3 NaN (module docstring)")
     if backend.name == "cuda":
         request.applymarker(CUDA_POLICY_GAP)
     gen = torch.Generator().manual_seed(case["seed"])
-    dev, lead, n, k, kb = backend.device, case["lead"], case["n"], 128 * case["kb"], case["kb"]
-    m = 1
-    for d in lead:
-        m *= d
-    a = random_e4m3((m, k), gen, "cpu")
+    lead, n, kb = case["lead"], case["n"], case["kb"]
+    m, k = math.prod(lead), 128 * kb
+    return gen, backend.device, lead, m, n, k, kb, random_e4m3((m, k), gen, "cpu")
+
+
+@NF_FUZZ
+@pytest.mark.parametrize("first", KINDS8)
+@given(case=nf_case(KINDS8))
+def test_fp8_gemm_nonfinite_operands(backend, poison_empty, first, case, request):
+    gen, dev, lead, m, n, k, kb, a = _setup(backend, first, case, request)
     b = random_e4m3((n, k), gen, "cpu")
     nbk = -(-n // 128)
     a_s = torch.rand(m, kb, generator=gen) * 2.0**-5 + 2.0**-12
@@ -138,16 +143,7 @@ KINDS4 = ["a_code", "a_s_nan", "a_s_inf", "b_s_nan"]
 def test_fp4_gemm_nonfinite_operands(backend, poison_empty, first, case, request):
     """FP4 weights have no NaN code (E2M1 is all finite) and UE8M0 group scales no inf: the
     non-finite operands are E4M3 NaN codes in ``a``, NaN / inf ``a_s`` and 0xFF ``b_s`` bytes."""
-    if backend.name == "interpret" and first.endswith("code"):
-        pytest.skip("Triton 3.6's interpreter has no E4M3 NaN (module docstring)")
-    if backend.name == "cuda":
-        request.applymarker(CUDA_POLICY_GAP)
-    gen = torch.Generator().manual_seed(case["seed"])
-    dev, lead, n, k, kb = backend.device, case["lead"], case["n"], 128 * case["kb"], case["kb"]
-    m = 1
-    for d in lead:
-        m *= d
-    a = random_e4m3((m, k), gen, "cpu")
+    gen, dev, lead, m, n, k, kb, a = _setup(backend, first, case, request)
     b = torch.randint(0, 256, (n, k // 2), generator=gen).to(torch.uint8)
     b_s = torch.randint(117, 131, (n, k // 32), generator=gen).to(torch.uint8)
     a_s = torch.rand(m, kb, generator=gen) * 2.0**-5 + 2.0**-12
