@@ -139,9 +139,8 @@ class LazyDraftHead:
         if reason is not None:
             stats.fallback_once(reason)
         if reason is not None or self.head is None or x.numel() == 0:
-            stats.count("draft_vllm_calls")
+            stats.count(draft_vllm_calls=1)
             return None
         ids = self.head.argmax(x)
-        stats.count("draft_calls")
-        stats.count("draft_rows", ids.numel())
+        stats.count(draft_calls=1, draft_rows=ids.numel())
         return ids

@@ -79,10 +79,10 @@ def apply_bias_gathered(module, markov_embed, logits, values, index, scale=1.0, 
         stats.fallback_once(f"DSpark Markov head: {reason}")
         if fallback is None:
             raise ValueError(f"lowbit cannot apply the Markov bias: {reason}")
-        stats.count("markov_vllm_calls")
+        stats.count(markov_vllm_calls=1)
         return fallback(module, markov_embed, logits, values, index, scale)
     gathered_bias(markov_embed, weight, values, index, logits, float(scale))
-    stats.count("markov_calls")
+    stats.count(markov_calls=1)
     return logits
 
 

@@ -30,9 +30,11 @@ _heads: list[str] = []
 _fallbacks: list[str] = []
 
 
-def count(name: str, n: int = 1) -> None:
+def count(**increments: int) -> None:
+    """Add to the named counts (of ``COUNTS``); one dump for all of them."""
     with _lock:
-        _counts[name] += n
+        for name, n in increments.items():
+            _counts[name] += n
     _dump()
 
 
