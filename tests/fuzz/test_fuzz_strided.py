@@ -87,8 +87,10 @@ def check_strided(backend, fn, args: dict, layouts: dict, gen, written: str | No
     """Call ``fn(**args, **kw)`` on contiguous copies and on ``layouts`` of the tensor arguments;
     compare (module docstring). ``written``: the argument the op writes in place, if any. ``sums``:
     the op's reference sums in PyTorch (matmul, einsum, sum), whose order depends on the layout, so
-    its float results on the reference tier agree within 2^-6 instead of bit for bit (the Triton
-    tiers get contiguous copies: bit-identical)."""
+    its float results on the reference tier agree within 2^-6 instead of bit for bit. The
+    interpreter's results are bit-identical; on a GPU, Triton specializes a kernel on its strides
+    (stride 1, multiples of 16), which changes the loads' vectorization and so the order of a
+    reduction's fp32 adds: there a summing op's results agree within 2^-6 too."""
     dev = backend.device
 
     def fresh(v):
@@ -118,7 +120,8 @@ def check_strided(backend, fn, args: dict, layouts: dict, gen, written: str | No
     for k, v in args.items():
         views[k] = lay_out(k, v, layouts.get(k, "contiguous"))
     got = run(backend, fn, **views, **kw)
-    loose = dev.type == "cuda" and "offset" in layouts.values() or backend.name == "reference" and sums
+    strided = set(layouts.values()) != {"contiguous"}
+    loose = dev.type == "cuda" and ("offset" in layouts.values() or sums and strided) or backend.name == "reference" and sums
     for k in before:
         if k == written:
             expect = before[k].clone()
