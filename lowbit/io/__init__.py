@@ -12,6 +12,9 @@ prefix and return the state-dict entries, under each checkpoint family's own ten
   :func:`write_int_ct` (integer ``pack-quantized`` <-> :class:`~lowbit.formats.INTx`, bit-exact).
 * DeepSeek: :func:`read_fp8_block` / :func:`write_fp8_block` (FP8 + 128x128 ``weight_scale_inv`` or
   ``scale``), :func:`read_fp4_experts` / :func:`write_fp4_experts` (FP4 experts -> MXFP4).
+* torchao (read only): :func:`read_torchao` (``Float8Tensor``, ``MXTensor``, ``NVFP4Tensor``,
+  ``IntxUnpackedToInt8Tensor``, ``Int8Tensor`` -> FP8, MXFP4, NVFP4, INTx), described by the
+  safetensors header that :func:`load_checkpoint` returns as ``quant_config`` (:func:`torchao_config`).
 
 :func:`detect_format` names the variant under a prefix; :func:`read_layer` / :func:`write_layer`
 round-trip a whole layer bit-exact; :func:`load_checkpoint` / :func:`save_checkpoint` read and
@@ -32,13 +35,15 @@ from lowbit.io.layer import (
 from lowbit.io.modelopt import (
     QUANT_CONFIG_NAME, check_quant_config, is_excluded, modelopt_quant_config, read_input_scale, read_nvfp4, write_nvfp4,
 )
+from lowbit.io.torchao import TORCHAO_VARIANTS, read_torchao, torchao_config, torchao_layers
 
 __all__ = [
     "Checkpoint", "DENSE", "FP8_BLOCK_CT", "FP8_BLOCK_DEEPSEEK", "FP8_ROW_CT", "FP8_TENSOR_CT", "INT_CT", "Layer", "MXFP4_CT",
     "MXFP4_DEEPSEEK", "NVFP4_CT",
-    "NVFP4_MODELOPT", "QUANT_CONFIG_NAME", "VARIANTS", "check_quant_config", "detect_format", "is_excluded",
+    "NVFP4_MODELOPT", "QUANT_CONFIG_NAME", "TORCHAO_VARIANTS", "VARIANTS", "check_quant_config", "detect_format", "is_excluded",
     "load_checkpoint", "modelopt_quant_config", "read_fp4_experts", "read_fp8_block", "read_fp8_channel", "read_fp8_ct",
-    "read_input_scale", "read_int_ct", "read_mxfp4_ct", "read_layer", "read_nvfp4", "read_nvfp4_ct", "save_checkpoint", "write_fp4_experts",
+    "read_input_scale", "read_int_ct", "read_mxfp4_ct", "read_layer", "read_nvfp4", "read_nvfp4_ct", "read_torchao", "save_checkpoint",
+    "torchao_config", "torchao_layers", "write_fp4_experts",
     "write_fp8_block", "write_fp8_channel", "write_fp8_ct", "write_int_ct", "write_layer", "write_mxfp4_ct",
     "write_nvfp4", "write_nvfp4_ct",
 ]

@@ -10,6 +10,7 @@ import torch
 
 from lowbit._validate import require
 from lowbit.io.modelopt import QUANT_CONFIG_NAME, check_quant_config
+from lowbit.io.torchao import PRODUCER as TORCHAO, torchao_config
 
 
 class Checkpoint(NamedTuple):
@@ -29,8 +30,9 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
     """Read one ``.safetensors`` file, or every ``*.safetensors`` file of a directory.
 
     Returns ``Checkpoint(tensors, quant_config)``; ``quant_config`` is the parsed and checked
-    ``hf_quant_config.json`` next to the file(s), or None. A name present in two shards is a
-    ValueError.
+    ``hf_quant_config.json`` next to the file(s); for files torchao wrote, the per-weight entries
+    of their safetensors headers (:func:`lowbit.io.torchao_config`, read with
+    :func:`lowbit.io.read_torchao`); else None. A name present in two shards is a ValueError.
     """
     st = _safetensors()
     path = os.fspath(path)
@@ -42,13 +44,17 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
         require(os.path.isfile(path), f"checkpoint file {path!r} does not exist")
         files, folder = [path], os.path.dirname(os.path.abspath(path))
     tensors: dict[str, torch.Tensor] = {}
-    from safetensors import SafetensorError
+    from safetensors import SafetensorError, safe_open
 
+    torchao: dict = {}
     for f in files:
         try:
             loaded = st.load_file(f, device=str(device))
+            with safe_open(f, framework="pt") as fh:
+                header = torchao_config(fh.metadata())
         except SafetensorError as e:
             raise ValueError(f"{f!r} is not a readable safetensors file (truncated or corrupt?): {e}") from None
+        torchao.update(header["tensors"] if header else {})
         for name, t in loaded.items():
             require(name not in tensors, f"tensor {name!r} appears in more than one file under {path!r}")
             tensors[name] = t
@@ -61,6 +67,9 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
             except json.JSONDecodeError as e:
                 raise ValueError(f"{cfg_path!r} is not valid JSON: {e}") from e
         check_quant_config(config)
+    if torchao:
+        require(config is None, f"{path!r} holds torchao-written safetensors and a {QUANT_CONFIG_NAME}: two quantization configs")
+        config = {"producer": {"name": TORCHAO}, "tensors": torchao}
     return Checkpoint(tensors, config)
 
 
