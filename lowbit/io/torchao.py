@@ -123,7 +123,10 @@ def torchao_layers(config: Mapping) -> list[str]:
 
 
 def _dtype(value, what: str) -> torch.dtype | str:
-    """A ``{"_type": "torch.dtype", "_data": "bfloat16"}`` value as a torch dtype (or its name)."""
+    """A ``{"_type": "torch.dtype", "_data": "bfloat16"}`` value as a torch dtype (or its name; a
+    plain string, as torchao's FP6 element types ``"fp6_e2m3"`` are, is returned as is)."""
+    if isinstance(value, str):
+        return value
     require(isinstance(value, dict) and value.get("_type") == "torch.dtype" and isinstance(value.get("_data"), str),
             f"{what} must be a torch.dtype entry, got {value!r:.200}")
     dt = getattr(torch, value["_data"], None)

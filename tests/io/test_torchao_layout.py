@@ -200,11 +200,11 @@ def test_mxfp8(tmp_path, swizzled):
 
 @pytest.mark.parametrize("elem,block,match", [
     ("float8_e5m2", 32, "MXTensor with float8_e5m2 elements"), ("float4_e2m1fn_x2", 16, "MXFP4 has blocks of 32"),
-    ("float6_e3m2", 32, "MXTensor with float6_e3m2 elements"),
+    ("fp6_e3m2", 32, "MXTensor with fp6_e3m2 elements"),  # torchao names its FP6 types by plain strings
 ])
 def test_mx_refused(tmp_path, elem, block, match):
     qd = torch.float8_e5m2 if elem == "float8_e5m2" else torch.uint8
-    data = {"elem_dtype": _dt(elem), "block_size": block, "orig_dtype": _dt("bfloat16"), "is_swizzled_scales": False}
+    data = {"elem_dtype": elem if elem.startswith("fp6") else _dt(elem), "block_size": block, "orig_dtype": _dt("bfloat16"), "is_swizzled_scales": False}
     with pytest.raises(ValueError, match=match):
         _read(tmp_path, "MXTensor", data, {"qdata": torch.zeros(4, 32, dtype=qd), "scale": torch.zeros(4, 2, dtype=torch.uint8)})
 

@@ -123,9 +123,10 @@ def test_mx_tensor(tmp_path, elem, cls, variant, swizzled, shape, dtype):  # (20
     _assert_exact(layer, q)
 
 
-def test_mx_e5m2_refused(tmp_path):
-    q = MXTensor.to_mx(_weight(64, 128), torch.float8_e5m2, 32)
-    with pytest.raises(ValueError, match="torchao MXTensor with float8_e5m2 elements"):
+@pytest.mark.parametrize("elem,name", [(torch.float8_e5m2, "float8_e5m2"), ("fp6_e3m2", "fp6_e3m2"), ("fp6_e2m3", "fp6_e2m3")])
+def test_mx_other_elements_refused(tmp_path, elem, name):
+    q = MXTensor.to_mx(_weight(64, 128), elem, 32)
+    with pytest.raises(ValueError, match=f"torchao MXTensor with {name} elements"):
         _save(tmp_path, q)
 
 
