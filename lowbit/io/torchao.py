@@ -97,22 +97,28 @@ def _entry(name: str, raw) -> dict:
 
 def torchao_config(metadata: Mapping[str, str] | None) -> dict | None:
     """``{"producer": {"name": "torchao"}, "tensors": {weight name: entry}}`` from a safetensors
-    header torchao wrote (one that has ``tensor_names``), or None for any other header."""
-    if not metadata or "tensor_names" not in metadata:
+    header torchao wrote, or None for any other header.
+
+    A header is torchao's when its ``tensor_names`` is a JSON list of names that each have an
+    entry (anything else, e.g. another writer's ``tensor_names``, is left alone: None); an entry
+    that is not a JSON object with a ``_type`` (and ``_data``, ``_tensor_data_names`` for a
+    subclass) is then a ValueError naming it.
+    """
+    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("tensor_names"), str):
         return None
     try:
         names = json.loads(metadata["tensor_names"])
-    except (TypeError, json.JSONDecodeError) as e:
-        raise ValueError(f"safetensors metadata 'tensor_names' is not a JSON list: {e}") from None
-    require(isinstance(names, list) and all(isinstance(n, str) for n in names),
-            f"safetensors metadata 'tensor_names' must be a JSON list of names, got {names!r:.200}")
-    missing = [n for n in names if n not in metadata]
-    require(not missing, f"torchao metadata lists {missing[:4]} in 'tensor_names' but has no entry for them")
+    except json.JSONDecodeError:
+        return None
+    if not (isinstance(names, list) and names and all(isinstance(n, str) and n in metadata for n in names)):
+        return None
     return {"producer": {"name": PRODUCER}, "tensors": {n: _entry(n, metadata[n]) for n in names}}
 
 
 def is_torchao_config(config) -> bool:
-    return isinstance(config, Mapping) and config.get("producer", {}).get("name") == PRODUCER and isinstance(config.get("tensors"), Mapping)
+    """Whether ``config`` is a quant_config :func:`torchao_config` made."""
+    return (isinstance(config, Mapping) and isinstance(config.get("producer"), Mapping)
+            and config["producer"].get("name") == PRODUCER and isinstance(config.get("tensors"), Mapping))
 
 
 def torchao_layers(config: Mapping) -> list[str]:
@@ -171,17 +177,21 @@ def _read_float8(tensors, prefix, meta, suffix, layout):
     n, k = q.shape
     bn, bk = _block(meta, layout)
     if (bn, bk) == (n, k):
-        fmt, variant = FP8(q, scale.reshape(()).clone() if scale.numel() == 1 else scale, "tensor"), FP8_TENSOR_TORCHAO
+        granularity, variant = "tensor", FP8_TENSOR_TORCHAO
     elif (bn, bk) == (1, k):
-        fmt, variant = FP8(q, scale.reshape(n, 1) if scale.numel() == n else scale, "row"), FP8_ROW_TORCHAO
+        granularity, variant = "row", FP8_ROW_TORCHAO
     elif bn == bk and n % bn == 0 and k % bk == 0:
-        fmt, variant = FP8(q, scale, "block", bn), FP8_BLOCK_TORCHAO
+        granularity, variant = "block", FP8_BLOCK_TORCHAO
     elif bn == 1 and k % bk == 0:
-        fmt, variant = FP8(q, scale, "group", bk), FP8_GROUP_TORCHAO
+        granularity, variant = "group", FP8_GROUP_TORCHAO
     else:
         raise ValueError(f"{layout} with block_size {[bn, bk]} for a {[n, k]} weight: lowbit's FP8 reads per tensor {[n, k]}, "
                          f"per row {[1, k]}, square blocks [b, b] dividing the weight and groups [1, b] dividing K")
-    return fmt, variant
+    grid = (n // bn, k // bk)
+    require(scale.numel() == grid[0] * grid[1] and scale.dim() in (0, 2) and (scale.dim() == 0 or tuple(scale.shape) == grid),
+            f"tensor {sname!r} has shape {tuple(scale.shape)}, expected {grid} for block_size {[bn, bk]} and a {[n, k]} weight")
+    scale = scale.reshape(grid)
+    return FP8(q, scale.reshape(()) if granularity == "tensor" else scale, granularity, bn if granularity == "block" else bk), variant
 
 
 def _read_mx(tensors, prefix, meta, suffix, layout):
@@ -305,8 +315,11 @@ def read_torchao(tensors: Mapping[str, torch.Tensor], prefix: str, config: Mappi
     :func:`torchao_config` of a safetensors header; the raw header is accepted too).
     ``Layer.fmt`` is the lowbit format (FP8, MXFP4, NVFP4, INTx; the tensor for an unquantized
     weight), ``Layer.variant`` one of :data:`TORCHAO_VARIANTS` (or ``"dense"``),
-    ``Layer.options`` ``{"torchao_type": ..., "dtype": <the dtype torchao dequantizes to>}``.
-    A layout lowbit does not read is a ValueError naming it.
+    ``Layer.options`` ``{"torchao_type": ..., "dtype": <the dtype torchao dequantizes to>,
+    "activation": {attr: tensor}}``, the last holding, as stored, what the subclass keeps for its
+    activations beside the weight (e.g. ``act_pre_scale``, a smoothing factor the activations are
+    multiplied by before the GEMM; NVFP4's static ``act_per_tensor_scale``): a caller computing
+    the layer must apply them. A layout lowbit does not read is a ValueError naming it.
     """
     from lowbit.io.layer import DENSE, Layer
 
@@ -326,6 +339,8 @@ def read_torchao(tensors: Mapping[str, torch.Tensor], prefix: str, config: Mappi
     d = meta["_data"]
     if kind in _REFUSED:
         raise ValueError(f"{layout} ({_REFUSED[kind]}), which lowbit does not read. lowbit reads torchao's {_READS}")
+    for attr in meta["_tensor_data_names"]:  # a listed tensor that is missing: a truncated or mixed-up checkpoint
+        _data(tensors, prefix, attr, layout, suffix)
     if kind == "Float8Tensor":
         fmt, variant = _read_float8(tensors, prefix, meta, suffix, layout)
         dtype = d.get("dtype")
@@ -349,4 +364,9 @@ def read_torchao(tensors: Mapping[str, torch.Tensor], prefix: str, config: Mappi
         raise ValueError(f"{layout}, a torchao layout lowbit does not read. lowbit reads torchao's {_READS}")
     out_dtype = _dtype(dtype, f"{layout} dtype") if dtype is not None else torch.float32
     require(isinstance(out_dtype, torch.dtype), f"{layout}: dtype {out_dtype!r} is not a torch dtype")
-    return Layer(fmt, variant, {"torchao_type": kind, "dtype": out_dtype})
+    extra = {a: tensors[name_of(prefix, f"_{suffix}_{a}")] for a in meta["_tensor_data_names"] if a not in _WEIGHT_DATA}
+    return Layer(fmt, variant, {"torchao_type": kind, "dtype": out_dtype, "activation": extra})
+
+
+#: the tensors that make the weight; any other a subclass lists is for the activations
+_WEIGHT_DATA = ("qdata", "scale", "zero_point", "per_tensor_scale")

@@ -30,13 +30,13 @@ def _entry(kind: str, data: dict, names: list) -> str:
     return json.dumps({"_type": kind, "_data": data, "_tensor_data_names": names})
 
 
-def _file(tmp_path, kind: str, data: dict, attrs: dict, extra: dict | None = None):
+def _file(tmp_path, kind: str, data: dict, attrs: dict, names: list | None = None):
     """A torchao-style safetensors file holding ``P.weight`` (and a plain ``model.norm.weight``)."""
     tensors = {f"{P}._weight_{a}": t for a, t in attrs.items()}
     tensors["model.norm.weight"] = torch.ones(8, dtype=torch.bfloat16)
-    meta = {f"{P}.weight": _entry(kind, data, list(attrs)), "model.norm.weight": json.dumps({"_type": "Tensor"}),
+    meta = {f"{P}.weight": _entry(kind, data, list(attrs) if names is None else names),
+            "model.norm.weight": json.dumps({"_type": "Tensor"}),
             "tensor_names": json.dumps([f"{P}.weight", "model.norm.weight"]), "format": "pt"}
-    meta.update(extra or {})
     save_file(tensors, str(tmp_path / "model.safetensors"), metadata=meta)
     return load_checkpoint(tmp_path / "model.safetensors")
 
@@ -69,14 +69,18 @@ def _exact(got: torch.Tensor, want: torch.Tensor) -> None:
 
 
 # ------------------------------------------------------------------------------------------ header
-def test_header_that_is_not_torchao():
-    assert torchao_config(None) is None and torchao_config({"format": "pt"}) is None
+@pytest.mark.parametrize("meta", [
+    None, {"format": "pt"}, {"tensor_names": "[not json"}, {"tensor_names": json.dumps(["a.weight"])},  # no entry for a.weight
+    {"tensor_names": json.dumps({"a": 1}), "a": "x"},
+])
+def test_header_that_is_not_torchao(meta):
+    """Another writer's header (even one with a 'tensor_names' key) is left alone."""
+    assert torchao_config(meta) is None
 
 
 @pytest.mark.parametrize("meta,match", [
-    ({"tensor_names": "[not json"}, "'tensor_names' is not a JSON list"),
-    ({"tensor_names": json.dumps(["a.weight"])}, r"lists \['a.weight'\] in 'tensor_names' but has no entry"),
     ({"tensor_names": json.dumps(["a.weight"]), "a.weight": "{"}, "metadata for 'a.weight' is not valid JSON"),
+    ({"tensor_names": json.dumps(["a.weight"]), "a.weight": json.dumps([1])}, "must be a JSON object with a '_type'"),
     ({"tensor_names": json.dumps(["a.weight"]), "a.weight": json.dumps({"_type": "Float8Tensor"})}, "needs '_data'"),
 ])
 def test_bad_header(meta, match):
@@ -132,6 +136,12 @@ def test_float8_other_blocks_refused(tmp_path, block):
         _read(tmp_path, "Float8Tensor", {"block_size": block, "dtype": _dt("bfloat16")}, {"qdata": q, "scale": s})
 
 
+def test_float8_scale_shape_named(tmp_path):
+    q = torch.zeros(64, 128, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match=rf"tensor '{P}._weight_scale' has shape \(64, 2\), expected \(64, 1\)"):
+        _read(tmp_path, "Float8Tensor", {"block_size": [1, 128], "dtype": _dt("bfloat16")}, {"qdata": q, "scale": torch.ones(64, 2)})
+
+
 def test_float8_e5m2_refused(tmp_path):
     q = torch.zeros(4, 32, dtype=torch.float8_e5m2)
     with pytest.raises(ValueError, match="torchao Float8Tensor with torch.float8_e5m2 data"):
@@ -145,6 +155,15 @@ def test_missing_tensor_named(tmp_path):
         read_torchao(ck.tensors, P, ck.quant_config)
     with pytest.raises(ValueError, match="has no entry 'model.layers.1.mlp.down_proj.weight'"):
         read_torchao(ck.tensors, "model.layers.1.mlp.down_proj", ck.quant_config)
+
+
+def test_listed_tensor_missing_named(tmp_path):
+    """A tensor the header lists but the file lacks (a zero-point, here) is an error, not a default."""
+    q = torch.zeros(4, 64, dtype=torch.int8)
+    ck = _file(tmp_path, "Int8Tensor", {"block_size": [1, 64], "dtype": _dt("bfloat16")}, {"qdata": q, "scale": torch.ones(4, 1)},
+               names=["zero_point", "qdata", "scale"])
+    with pytest.raises(ValueError, match=rf"torchao Int8Tensor: checkpoint has no tensor '{P}._weight_zero_point'"):
+        read_torchao(ck.tensors, P, ck.quant_config)
 
 
 # ----------------------------------------------------------------------------------------------- MX
@@ -218,10 +237,12 @@ def test_nvfp4(tmp_path, per_tensor):
     scale = (torch.rand(n, k // 16, generator=g) * 400).to(torch.float8_e4m3fn)
     attrs = {"qdata": codes[:, 0::2] | (codes[:, 1::2] << 4), "scale": _swizzled(scale, 64)}
     gs = 0.0123
-    if per_tensor:
+    if per_tensor:  # with a static activation scale beside it, which the layer hands back as stored
         attrs["per_tensor_scale"] = torch.tensor(gs)
+        attrs["act_per_tensor_scale"] = torch.tensor(0.5)
     layer = _read(tmp_path, "NVFP4Tensor", {"block_size": 16, "is_swizzled_scales": True, "orig_dtype": _dt("bfloat16")}, attrs)
     assert isinstance(layer.fmt, NVFP4) and layer.variant == "nvfp4-torchao"
+    assert list(layer.options["activation"]) == (["act_per_tensor_scale"] if per_tensor else [])
     want = torch.empty(n, k)
     for r in range(n):
         for c in range(k):

@@ -171,6 +171,19 @@ def test_int8_tensor(tmp_path, granularity, dtype):
     _assert_exact(layer, q)
 
 
+def test_int8_tensor_activation_pre_scale(tmp_path):
+    """An Int8Tensor carrying a smoothing factor for its activations: the weight reads exact and
+    the factor comes back, as stored, in options["activation"]."""
+    from torchao.quantization import Int8Tensor
+
+    q0 = _quantize_linear(_weight(64, 128), Int8WeightOnlyConfig())
+    pre = torch.rand(128, dtype=torch.bfloat16) + 0.5
+    q = Int8Tensor(q0.qdata, q0.scale, q0.block_size, q0.dtype, zero_point=q0.zero_point, act_pre_scale=pre)
+    _, layer = _save(tmp_path, q)
+    _assert_exact(layer, q)
+    assert list(layer.options["activation"]) == ["act_pre_scale"] and torch.equal(layer.options["activation"]["act_pre_scale"], pre)
+
+
 def test_int8_tensor_fp32_model_refused(tmp_path):
     """Of an fp32 model the scales (amax / 127.5 in fp32) are not fp16 values: refused, naming them."""
     q = _quantize_linear(_weight(64, 128, torch.float32), Int8WeightOnlyConfig())
