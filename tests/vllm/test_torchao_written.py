@@ -85,7 +85,11 @@ def _quantize_linear(w: torch.Tensor, config):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_float8_tensor(tmp_path, granularity, variant, dtype):
     # Float8DynamicActivationFloat8WeightConfig asserts a CUDA GPU before building this same subclass
-    q = Float8Tensor.from_hp(_weight(256, 384, dtype), granularity=granularity)
+    # (with the activations' quantization kwargs, which land in the header too)
+    from torchao.quantization.quantize_.workflows import QuantizeTensorToFloat8Kwargs
+
+    act = QuantizeTensorToFloat8Kwargs(granularity=granularity if isinstance(granularity, (PerRow, PerTensor)) else PerRow())
+    q = Float8Tensor.from_hp(_weight(256, 384, dtype), granularity=granularity, act_quant_kwargs=act)
     ck, layer = _save(tmp_path, q)
     assert ck.quant_config["producer"]["name"] == "torchao" and torchao_layers(ck.quant_config) == [P]
     assert isinstance(layer.fmt, FP8) and layer.variant == variant and layer.options["torchao_type"] == "Float8Tensor"
