@@ -218,15 +218,24 @@ def test_int4_packings_refused(tmp_path, kind, why):
 
 
 # ----------------------------------------------------------------------------------- a whole model
-def test_transformers_save_pretrained(tmp_path):
+@pytest.mark.parametrize("name", ["intx", "float8", "int8", "nvfp4", "mxfp4"])
+def test_transformers_save_pretrained(tmp_path, name):
     """A tiny Llama quantized by transformers with a TorchAoConfig and saved with
     save_pretrained(safe_serialization=True): every quantized linear reads exact."""
     transformers = pytest.importorskip("transformers")
+    fp4 = torch.float4_e2m1fn_x2
+    config, variant = {
+        "intx": (IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)), "int-torchao"),
+        "float8": (Float8WeightOnlyConfig(), "fp8-row-torchao"),
+        "int8": (Int8WeightOnlyConfig(), "int-torchao"),
+        "nvfp4": (NVFP4WeightOnlyConfig(), "nvfp4-torchao"),
+        "mxfp4": (MXDynamicActivationMXWeightConfig(activation_dtype=fp4, weight_dtype=fp4), "mxfp4-torchao"),
+    }[name]
     cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
                                    num_attention_heads=4, num_key_value_heads=2)
     torch.manual_seed(0)
     transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(tmp_path / "dense")
-    qcfg = transformers.TorchAoConfig(IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)))
+    qcfg = transformers.TorchAoConfig(config)
     model = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "dense", quantization_config=qcfg, dtype=torch.bfloat16,
                                                           device_map="cpu")
     model.save_pretrained(tmp_path / "q", safe_serialization=True)
@@ -236,7 +245,7 @@ def test_transformers_save_pretrained(tmp_path):
     params = dict(model.named_parameters())
     for prefix in prefixes:
         layer = read_torchao(ck.tensors, prefix, ck.quant_config)
-        assert layer.variant == "int-torchao"
+        assert layer.variant == variant
         _assert_exact(layer, params[f"{prefix}.weight"])
     dense = read_torchao(ck.tensors, "model.norm", ck.quant_config)
     assert dense.variant == "dense" and torch.equal(dense.fmt, params["model.norm.weight"])
