@@ -43,7 +43,7 @@ DEFAULT_CONFIGS = (
     "fast:int4:g64:k8:r32",
     "fast:int4:g32:k8:r32",
     "fast:int8:g64:k4:r16",
-    "certified:int8:g64:k4:r128",
+    "certified:int8:g64",
     "certified:int4:g64:k8:r256",
     "certified:int4:g32:k8:r256:stat4",
 )

@@ -53,9 +53,10 @@ class DraftHead(nn.Module):
         mode: ``"certified"`` (default; exact by construction, see below) or ``"fast"``
             (approximate: per-block top-``kcand`` candidates, the best ``rerank`` rescored exactly).
         kcand: candidates emitted per block of ``block`` tokens (default 4 certified / 8 fast).
+            Left unset, certified ``topk(x, k)`` emits ``max(4, min(4k, block / 4))``.
         rerank: fast: how many candidates are rescored exactly (default 32). certified: the cap
-            on the rescored set (default 128); a row whose certified set is larger falls back to
-            exact scoring of all N tokens.
+            on the rescored set (default 128, left unset ``max(128, 16k)`` for ``topk(x, k)``);
+            a row whose certified set is larger falls back to exact scoring of all N tokens.
         bound: ``"det"`` (deterministic, default: ``sum_g s_g/2 ||x_g||_1`` plus fp32 rounding
             slack — exact by construction) or ``"stat"`` (``sigma`` standard deviations of the
             coarse error, ``sqrt(sum_g s_g^2/12 ||x_g||_2^2)``: probabilistic, not a guarantee).
@@ -128,6 +129,7 @@ class DraftHead(nn.Module):
                 f"sigma must be a positive finite number, got {sigma!r}")
         require(type(block) is int and 16 <= block <= 256 and block & (block - 1) == 0,
                 f"block must be a power of two in [16, 256], got {block!r}")
+        per_k = (kcand is None, rerank is None)  # certified defaults grow with k (certified_sizes)
         kcand = d["kcand"] if kcand is None else kcand
         rerank = d["rerank"] if rerank is None else rerank
         require(type(kcand) is int and 1 <= kcand <= block, f"kcand must be an int in [1, block={block}], got {kcand!r}")
@@ -136,7 +138,7 @@ class DraftHead(nn.Module):
         self.n, self.k = n, k
         self.bits, self.group_size, self.mode = bits, group_size, mode
         self.kcand, self.rerank, self.bound, self.sigma, self.block = kcand, rerank, bound, sigma, block
-        self._config = HeadConfig(mode, kcand, rerank, bound, float(sigma), block)
+        self._config = HeadConfig(mode, kcand, rerank, bound, float(sigma), block, *per_k)
         self._topk, self._logits = PIPELINES[mode]
         # fast mode emits at most this many candidates (k larger than that cannot be answered)
         self._fast_cands = sum(min(kcand, n - b) for b in range(0, n, block))

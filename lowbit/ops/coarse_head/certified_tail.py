@@ -7,7 +7,7 @@ Each program takes a ticket as it starts and plays one of two roles (:func:`_cer
 one launch measured 12.9 us against 16.7 for the two roles as two launches, H200, M = 1):
 
 1. rescoring (tickets below ``M S``, program ``(m, s)``): computes row m's threshold ``L`` (k = 1:
-   the best block lower bound; k > 1: the k-th best candidate lower bound), its certified set
+   the best block lower bound; k > 1: see :func:`lowbit.ops.coarse_head.selection.certify`), its certified set
    (candidates with ``ub >= L``, compacted in candidate order into ``sel [M, R]``) and its
    verdict: certified when no block may hide a member (``rest < L`` everywhere), it has at most
    ``R`` members and at least ``k``. It then computes the exact fp32 dots of x[m] with members
@@ -67,7 +67,7 @@ def _store_best(keys, ov_ptr, oi_ptr, m, KOUT: tl.constexpr, KP: tl.constexpr):
 
 
 @triton.jit
-def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr,
+def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, lbs_ptr, cnt_ptr,
                      fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R, stride_xm, stride_wn,
                      K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, CP: tl.constexpr,
                      NBP: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr, KP: tl.constexpr):
@@ -78,14 +78,25 @@ def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
     ub = tl.load(ck_ptr + m * C + o_c, mask=m_c, other=float("-inf"))
     o_b = tl.arange(0, NBP)
     m_b = o_b < NB
+    blb = tl.load(blb_ptr + m * NB + o_b, mask=m_b, other=float("-inf"))
     if KOUT == 1:
-        thr = tl.max(tl.load(blb_ptr + m * NB + o_b, mask=m_b, other=float("-inf")), axis=0)
+        thr = tl.max(blb, axis=0)
     else:
-        # the k-th best candidate lower bound: any k lower bounds of distinct tokens bound the
-        # k-th best exact value from below
+        # any k lower bounds of distinct tokens bound the k-th best exact value from below: first
+        # the k-th best block maximum, then the k-th best of the candidates' lower bounds that reach
+        # it (the first R in candidate order, compacted through lbs: no sort over all C)
+        o_k = tl.arange(0, KP)
+        thr_b = tl.max(tl.where(o_k == KOUT - 1, tl.topk(blb, KP), float("-inf")), axis=0)
         lb = tl.load(clb_ptr + m * C + o_c, mask=m_c, other=float("-inf"))
-        top = tl.topk(lb, KP)
-        thr = tl.max(tl.where(tl.arange(0, KP) == KOUT - 1, top, float("-inf")), axis=0)
+        hi = m_c & (lb >= thr_b)
+        at = tl.cumsum(hi.to(tl.int32), axis=0) - 1
+        tl.store(lbs_ptr + m * R + at, lb, mask=hi & (at < R))
+        tl.debug_barrier()
+        n_hi = tl.minimum(tl.sum(hi.to(tl.int32), axis=0), R)
+        o_h = tl.arange(0, RP)
+        sub = tl.load(lbs_ptr + m * R + o_h, mask=o_h < n_hi, other=float("-inf"))
+        thr_c = tl.max(tl.where(o_k == KOUT - 1, tl.topk(sub, KP), float("-inf")), axis=0)
+        thr = tl.maximum(thr_b, thr_c)
     rest = tl.max(tl.load(brest_ptr + m * NB + o_b, mask=m_b, other=float("-inf")), axis=0)
     member = m_c & (ub >= thr)
     size = tl.sum(member.to(tl.int32), axis=0)
@@ -218,7 +229,7 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
 
 
 @triton.jit
-def _certified_tail_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, cnt_ptr,
+def _certified_tail_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, lbs_ptr, cnt_ptr,
                            fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, st_ptr, ov_ptr, oi_ptr,
                            C, NB, R, N, M, G, stride_xm, stride_wn,
                            K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, CP: tl.constexpr,
@@ -232,7 +243,7 @@ def _certified_tail_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
     t = tl.atomic_add(tk_ptr, 1, sem="relaxed")  # a role only: ``done_ptr`` carries the ordering
     if t < M * S:
         _certify_rescore((t // S).to(tl.int64), t % S, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr,
-                         sel_ptr, val_ptr, cnt_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R,
+                         sel_ptr, val_ptr, lbs_ptr, cnt_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R,
                          stride_xm, stride_wn, K, BKK, S, CP, NBP, RP, KOUT, KP)
     else:
         seen = tl.atomic_add(done_ptr, 0, sem="acquire")
@@ -303,6 +314,7 @@ def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_
     sel = torch.empty(m, r, dtype=torch.int32, device=dev)
     fb_rows = torch.empty(m, dtype=torch.int32, device=dev)
     vals = torch.empty(m, r, dtype=torch.float32, device=dev)
+    lbs = torch.empty(m, r, dtype=torch.float32, device=dev) if k > 1 else vals  # k = 1 never touches it
     out_v = torch.empty(m, k, dtype=torch.float32, device=dev)
     out_i = torch.empty(m, k, dtype=torch.int64, device=dev)
     cp = max(kp, pow2(c))
@@ -315,9 +327,9 @@ def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_
     full = dict(BN=max(FULL_BN, kp), BK=32, GC=min(pow2(g), max(1, 1024 // kp)), FB=16, F32=f32,
                 DOT=m >= FULL_DOT_MIN_M)
     _certified_tail_kernel[(m * RESCORE_SPLIT + g,)](
-        cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, sel, vals, sc.rescore, fb_rows, sc.fb_count,
+        cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, sel, vals, lbs, sc.rescore, fb_rows, sc.fb_count,
         sc.done, sc.ticket, part, sc.arrive, stats, out_v, out_i, c, nb, r, n, m, g, x.stride(0), weight.stride(0),
-        K=kk, BKK=bkk, S=RESCORE_SPLIT, CP=cp, NBP=pow2(nb), RP=rp, KOUT=k, KP=kp, **full,
+        K=kk, BKK=bkk, S=RESCORE_SPLIT, CP=cp, NBP=max(kp, pow2(nb)), RP=rp, KOUT=k, KP=kp, **full,
         num_warps=8 if max(cp, bkk) >= 2048 else 4)
     return out_v, out_i
 

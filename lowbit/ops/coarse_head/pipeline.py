@@ -40,6 +40,8 @@ class HeadConfig:
     bound: str  # "det" | "stat"
     sigma: float
     block: int
+    kcand_per_k: bool = False  # certified top-k: kcand / rerank were left at their defaults,
+    rerank_per_k: bool = False  # which grow with k (certified_sizes)
 
 
 @dataclass
@@ -123,13 +125,25 @@ def _tail(state: HeadState, x2: torch.Tensor, k: int, argmax: bool) -> str:
                                                  dispatch.same_16bit(x2, w) and fused_ready, triton))
 
 
-def _coarse(state: HeadState, x2: torch.Tensor, bound: int, write_logits: bool = False):
+def certified_sizes(config: HeadConfig, k: int) -> tuple[int, int]:
+    """(candidates per block, cap on the rescored set) of a certified top-``k`` call: the
+    configured ``kcand`` / ``rerank``; those left at their defaults are raised with k to
+    ``min(4k, block / 4)`` per block and a cap of ``16k``. The top-k of a real head spread over more blocks than its argmax: on SmolLM2's
+    head (1024 real positions, block 128) 4 candidates per block and a cap of 128 leave 16.8% /
+    66% of the rows to a full fallback at k = 4 / 16; 16 / 32 per block and a cap of 256 leave
+    none (certified sets of at most 57 / 149 tokens; docs/draft_head.md)."""
+    kcand = max(config.kcand, min(4 * k, config.block // 4)) if config.kcand_per_k else config.kcand
+    return kcand, max(config.rerank, 16 * k) if config.rerank_per_k else config.rerank
+
+
+def _coarse(state: HeadState, x2: torch.Tensor, bound: int, write_logits: bool = False, kcand: int | None = None):
     """The coarse pass in the packing's scaled domain (``2^-coarse_exp`` times the weight's units,
     see :class:`CoarsePacking`): selection and certification only compare its values among
-    themselves; the logits pipelines scale ``out.logits`` back."""
+    themselves; the logits pipelines scale ``out.logits`` back. ``kcand``: candidates per block
+    (default: the configured)."""
     c = state.config
-    return coarse_head_scaled(x2, state.packing, block=c.block, kcand=c.kcand, bound=bound, sigma=c.sigma,
-                       write_logits=write_logits)
+    return coarse_head_scaled(x2, state.packing, block=c.block, kcand=kcand or c.kcand, bound=bound, sigma=c.sigma,
+                              write_logits=write_logits)
 
 
 def _rescore(state: HeadState, x2: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -192,14 +206,15 @@ def certified_topk(state: HeadState, x2: torch.Tensor, k: int, argmax: bool = Fa
             idx = fused_argmax(x2, state.weight, state.norms, c.rerank, stats)
         return None, idx[:, None]
     if tail == "certified_tail":
-        out = _coarse(state, x2, BOUNDS[c.bound])
+        kcand, cap = certified_sizes(c, k)
+        out = _coarse(state, x2, BOUNDS[c.bound], kcand=kcand)
         stats = state.stats.device_buffer(x2.device)
         if compiling:
             op = torch.ops.lowbit.draft_certified_select
         else:
             from lowbit.ops.coarse_head.certified_tail import certified_select_rerank as op
         return op(out.cand_key, out.cand_lb, out.cand_idx, out.block_lb, out.block_rest, x2, state.weight, k,
-                  c.rerank, stats)
+                  cap, stats)
     _, idx, vals, fb = _certified_sync(state, x2, k)
     if argmax:
         ans = argmax_lowest(vals, idx)
@@ -234,8 +249,9 @@ def _certified_sync(state: HeadState, x2: torch.Tensor, k: int, write_logits: bo
     rows where a block may hide a member are scored in full (``full``).
     """
     c, st = state.config, state.stats
-    out = _coarse(state, x2, BOUNDS[c.bound], write_logits)
-    idx, valid, over_block, over_cap, size = certify(out, k, c.rerank)
+    kcand, cap = certified_sizes(c, k)
+    out = _coarse(state, x2, BOUNDS[c.bound], write_logits, kcand)
+    idx, valid, over_block, over_cap, size = certify(out, k, cap)
     vals = _rescore(state, x2, idx, valid)
     wide = over_cap & ~over_block
     n_full, n_wide, size_sum, size_max = (
@@ -307,4 +323,4 @@ def certified_logits(state: HeadState, x2: torch.Tensor, topk_only: bool) -> tor
 PIPELINES = {"fast": (fast_topk, fast_logits), "certified": (certified_topk, certified_logits)}
 
 __all__ = ["BOUNDS", "CERTIFIED_STATS", "PIPELINES", "HeadConfig", "HeadState", "HeadStats", "certified_logits",
-           "certified_topk", "fast_logits", "fast_topk"]
+           "certified_sizes", "certified_topk", "fast_logits", "fast_topk"]

@@ -36,10 +36,13 @@ def select_fast(out: CoarseOut, r: int) -> tuple[torch.Tensor, torch.Tensor]:
 def certify(out: CoarseOut, k: int, cap: int):
     """Certified candidate set for the exact top-``k`` (k = 1: argmax).
 
-    Threshold ``L``: the best lower bound over all tokens (k = 1, from the per-block maxima) or
-    the k-th best candidate lower bound (k > 1; any k lower bounds of distinct tokens give a
-    valid threshold, since the k-th best exact value is at least their minimum). Every token of
-    the exact top-k has ``ub >= L``. The set is certified when no block holds such a token it did
+    Threshold ``L``: the best lower bound over all tokens (k = 1, from the per-block maxima). For
+    k > 1 any k lower bounds of distinct tokens give a valid threshold (the k-th best exact value
+    is at least their minimum): ``L`` is the larger of the k-th best block maximum ``L_b`` and the
+    k-th best lower bound among the first ``cap`` candidates (in candidate order) whose lower
+    bound reaches ``L_b`` -- the k-th best candidate lower bound whenever at most ``cap`` reach
+    it, found without ordering all C candidates (the device tail's rule, kept identical here).
+    Every token of the exact top-k has ``ub >= L``. The set is certified when no block holds such a token it did
     not emit (``block_rest < L``) and at most ``cap`` candidates reach ``L``.
 
     Returns (index int64 [M, T], valid bool [M, T], over_block bool [M], over_cap bool [M], size
@@ -52,10 +55,15 @@ def certify(out: CoarseOut, k: int, cap: int):
     neg = float("-inf")
     if k == 1:
         thr = out.block_lb.amax(-1)
-    elif c >= k:
-        thr = out.cand_lb.topk(k, dim=-1).values[:, -1]
     else:
-        thr = torch.full((out.cand_key.shape[0],), neg, device=out.cand_key.device)
+        m, nb = out.block_lb.shape
+        thr = (out.block_lb.topk(k, dim=-1).values[:, -1] if nb >= k
+               else torch.full((m,), neg, device=out.cand_key.device))
+        hi = out.cand_lb >= thr.unsqueeze(-1)
+        first = hi & (hi.cumsum(-1) <= cap)
+        if c >= k:
+            sub = torch.where(first, out.cand_lb, torch.full_like(out.cand_lb, neg))
+            thr = torch.maximum(thr, sub.topk(k, dim=-1).values[:, -1])
     thr = thr.unsqueeze(-1)
     size = (out.cand_key >= thr).sum(-1)
     over_block = (out.block_rest >= thr).any(-1) | (thr.squeeze(-1) == neg)
