@@ -73,6 +73,9 @@ def detect_format(tensors: Mapping[str, torch.Tensor], prefix: str) -> str:
     a bf16/fp16/fp32 ``weight`` alone -> dense.
     """
     wname = name_of(prefix, "weight")
+    if has(tensors, prefix, "_weight_qdata"):  # its layout is in the file's header, not in the names
+        raise ValueError(f"{prefix!r} is written by torchao (a '_weight_qdata' tensor): read it with "
+                         "lowbit.io.read_torchao(ck.tensors, prefix, ck.quant_config) on a load_checkpoint result")
     if has(tensors, prefix, "weight_packed"):
         p = tensors[name_of(prefix, "weight_packed")]
         sc = tensors.get(name_of(prefix, "weight_scale"))

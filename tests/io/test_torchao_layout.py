@@ -305,3 +305,11 @@ def test_refused(tmp_path, kind, data, attrs, match):
     with pytest.raises(ValueError, match=match) as e:
         _read(tmp_path, kind, data, {"qdata": q, "scale": scale, "zero_point": torch.zeros(4, 2, dtype=torch.int8)})
     assert "unknown" not in str(e.value)
+
+
+def test_read_layer_points_torchao_names_to_read_torchao():
+    from lowbit.io.layer import read_layer
+
+    tensors = {"m._weight_qdata": torch.zeros(4, 16, dtype=torch.int8), "m._weight_scale": torch.ones(4, 1)}
+    with pytest.raises(ValueError, match="torchao.*read_torchao"):
+        read_layer(tensors, "m")
