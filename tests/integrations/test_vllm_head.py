@@ -274,3 +274,166 @@ def test_no_build_during_capture():
     assert lazy.head is None
     assert any("inside a CUDA-graph capture" in r for r in stats.snapshot()["fallbacks"])
     assert torch.equal(lazy.argmax(_proc(), lm_head, x).cpu(), _oracle(x, w[:V].double().cpu()))
+
+
+# -- the top-k drafters' get_top_k_tokens ------------------------------------------------------------
+
+
+def _dyadic(shape, denom, lim, seed):
+    """Multiples of 1/denom in [-lim/denom, lim/denom]: every logit of K = 64 such products is exact
+    in fp32 whatever the summation order, so fp64 is an exact oracle for values and ties."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-lim, lim + 1, shape, generator=g).double() / denom
+
+
+def _topk_oracle(x, rows64, k):
+    """Exact top-k of fp64 logits, descending, the lower index first among equal values."""
+    logits = x.double().cpu() @ rows64.t()
+    order = torch.sort(-logits, dim=-1, stable=True).indices[..., :k]
+    return order, logits.gather(-1, order)
+
+
+def _topk_head(device, dtype):
+    w = _dyadic((V_PAD, K), 32, 8, seed=3)
+    w[V:] = 10.0  # padding rows that would lead every top-k if they were read
+    return w.to(device=device, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype, scale, k", [(torch.float32, 1.0, 4), (torch.float32, 0.5, 16),
+                                             (torch.bfloat16, 0.3, 16)], ids=str)
+def test_topk_ids_and_values(backend, dtype, scale, k):
+    """ids: the exact top-k (ties to the lower index: the dyadic logits tie often); values: the
+    exact logits rounded to the model dtype, as fp32, times the scale -- vLLM's get_top_k_tokens."""
+    w = _topk_head(backend.device, dtype)
+    x = _dyadic((2, M, K), 8, 8, seed=4).to(device=backend.device, dtype=dtype)
+    lazy = LazyDraftHead({})
+    with backend.active():
+        ids, values = lazy.topk(_proc(scale=scale), _lm_head(w), x, k)
+    want_ids, want64 = _topk_oracle(x, w[:V].double().cpu(), k)
+    assert ids.dtype == torch.int64 and values.dtype == torch.float32 and ids.shape == values.shape == (2, M, k)
+    assert torch.equal(ids.cpu(), want_ids)
+    want = want64.to(dtype).float()
+    if scale != 1.0:
+        want = want * scale
+    assert torch.equal(values.cpu(), want)
+    if dtype == torch.bfloat16:  # the rounding is exercised: not every exact logit is a bf16 value
+        assert not torch.equal(want64.to(dtype).double(), want64)
+    if k == 16:  # and ties inside the top-k (their order is the lower index first)
+        assert (want64[..., 1:] == want64[..., :-1]).any()
+    counts = stats.snapshot()["counts"]
+    assert (counts["draft_topk_calls"], counts["draft_topk_rows"], counts["draft_topk_vllm_calls"]) == (1, 2 * M, 0)
+    assert counts["draft_calls"] == counts["draft_vllm_calls"] == 0  # the argmax counts stay apart
+
+
+def test_topk_values_in_the_head_dtype():
+    """A processor whose head computes in fp32 (vLLM's ``head_dtype``) gets the exact fp32 values
+    for bf16 hidden states, not bf16-rounded ones."""
+    w = _topk_head("cpu", torch.bfloat16)
+    x = _dyadic((M, K), 8, 8, seed=5).to(torch.bfloat16)
+    proc = _proc()
+    proc.head_dtype = torch.float32
+    ids, values = LazyDraftHead({}).topk(proc, _lm_head(w), x, 8)
+    want_ids, want64 = _topk_oracle(x, w[:V].double(), 8)
+    assert torch.equal(ids, want_ids) and torch.equal(values, want64.float())
+    assert not torch.equal(values, want64.to(torch.bfloat16).float())
+
+
+@pytest.mark.parametrize("mode, k, needle", [
+    ("certified", 0, "k must be a positive int"), ("certified", True, "k must be a positive int"),
+    ("certified", 2.0, "k must be a positive int"), ("certified", 65, "k <= 64"),
+    ("fast", 20, "fast mode emits only 19 candidates"),
+])
+def test_topk_bad_k_keeps_vllm(mode, k, needle):
+    w, x = _weights("cpu"), _x("cpu")
+    lazy = LazyDraftHead({"mode": mode, "kcand": 1, "block": 16} if mode == "fast" else {})
+    assert lazy.topk(_proc(), _lm_head(w), x, k - 1 if mode == "fast" else 4) is not None  # the head answers
+    for _ in range(2):
+        assert lazy.topk(_proc(), _lm_head(w), x, k) is None
+    snap = stats.snapshot()
+    assert len(snap["fallbacks"]) == 1 and needle in snap["fallbacks"][0], snap["fallbacks"]
+    assert (snap["counts"]["draft_topk_calls"], snap["counts"]["draft_topk_vllm_calls"]) == (1, 2)
+
+
+def test_topk_log_probs_and_shared_refusals_keep_vllm():
+    w, x = _weights("cpu"), _x("cpu")
+    lazy = LazyDraftHead({})
+    assert lazy.topk(_proc(), _lm_head(w), x, 4, log_probs=True) is None
+    assert lazy.head is None  # refused before the weight is read
+    assert lazy.topk(_proc(soft_cap=30.0), _lm_head(w), x, 4) is None  # argmax's refusals apply
+    lm_head = _lm_head(w)
+    lm_head.tp_size = 2
+    assert lazy.topk(_proc(), lm_head, x, 4) is None
+    assert lazy.topk(_proc(), _lm_head(w), x, 4, log_probs=True) is None
+    snap = stats.snapshot()
+    assert len(snap["fallbacks"]) == 3 and "log-partition" in snap["fallbacks"][0]
+    assert "soft-capping" in snap["fallbacks"][1] and "tensor-parallel" in snap["fallbacks"][2]
+    assert (snap["counts"]["draft_topk_vllm_calls"], snap["counts"]["draft_topk_calls"]) == (4, 0)
+
+
+def test_topk_not_loaded_yet_then_built():
+    w = torch.zeros(V_PAD, K)
+    lm_head, lazy, x = _lm_head(w), LazyDraftHead({}), _x("cpu")
+    assert lazy.topk(_proc(), lm_head, x, 4) is None  # zeros: the profile run, vLLM's path
+    w.copy_(_weights("cpu"))
+    ids, _ = lazy.topk(_proc(), lm_head, x, 4)
+    assert torch.equal(ids, _topk_oracle(x, w[:V].double(), 4)[0])
+    counts = stats.snapshot()["counts"]
+    assert (counts["draft_topk_vllm_calls"], counts["draft_topk_calls"], counts["draft_topk_rows"]) == (1, 1, M)
+
+
+def test_topk_capture_needs_an_eager_call_of_that_k(monkeypatch):
+    """Inside a capture (simulated here; the real one is the cuda test below) a k this head has not
+    answered eagerly keeps vLLM's path: nothing may be compiled there. An eager k is answered."""
+    from lowbit.integrations.vllm import head as head_mod
+
+    w, x = _weights("cpu"), _x("cpu")
+    lazy = LazyDraftHead({})
+    assert lazy.topk(_proc(), _lm_head(w), x, 4) is not None  # eager: builds, k = 4 seen
+    monkeypatch.setattr(head_mod, "_capturing", lambda t: True)
+    assert lazy.topk(_proc(), _lm_head(w), x, 8) is None
+    ids, _ = lazy.topk(_proc(), _lm_head(w), x, 4)
+    assert torch.equal(ids, _topk_oracle(x, w[:V].double(), 4)[0])
+    snap = stats.snapshot()
+    assert len(snap["fallbacks"]) == 1 and "k=8 first called inside a CUDA-graph capture" in snap["fallbacks"][0]
+    assert (snap["counts"]["draft_topk_calls"], snap["counts"]["draft_topk_vllm_calls"]) == (2, 1)
+    monkeypatch.setattr(head_mod, "_capturing", lambda t: False)
+    w[:V].neg_()  # a reloaded weight: a new head, whose eager k start empty again
+    assert lazy.topk(_proc(), _lm_head(w), x, 8) is not None
+    monkeypatch.setattr(head_mod, "_capturing", lambda t: True)
+    assert lazy.topk(_proc(), _lm_head(w), x, 4) is None and lazy.topk(_proc(), _lm_head(w), x, 8) is not None
+
+
+@pytest.mark.cuda
+def test_topk_cuda_graph_capture():
+    """An eager top-k call warms that k up; its capture then replays the exact top-k with fresh
+    hidden states. A k first met inside a capture keeps vLLM's path there."""
+    w = _topk_head("cuda", torch.bfloat16)
+    lm_head, proc, lazy = _lm_head(w), _proc(), LazyDraftHead({})
+    x = _dyadic((4, K), 8, 8, seed=6).to("cuda", torch.bfloat16)
+    lazy.topk(proc, lm_head, x, 8)  # eager: check + build + warm-up of k = 8 up to 64 rows
+    static_x = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_ids, static_values = lazy.topk(proc, lm_head, static_x, 8)
+        assert lazy.topk(proc, lm_head, static_x, 5) is None
+    assert any("k=5 first called inside a CUDA-graph capture" in r for r in stats.snapshot()["fallbacks"])
+    for seed in (7, 8):
+        x2 = _dyadic((4, K), 8, 8, seed=seed).to("cuda", torch.bfloat16)
+        static_x.copy_(x2)
+        graph.replay()
+        torch.cuda.synchronize()
+        want_ids, want64 = _topk_oracle(x2, w[:V].double().cpu(), 8)
+        assert torch.equal(static_ids.cpu(), want_ids)
+        assert torch.equal(static_values.cpu(), want64.to(torch.bfloat16).float())
+
+
+@pytest.mark.cuda
+def test_topk_fp8_certified_not_captured():
+    q = FP8.quantize(_weights("cpu"), "row")
+    lm_head = _lm_head(q.data.cuda(), weight_scale=q.scale.cuda())
+    lazy, x = LazyDraftHead({}), _x("cuda")
+    assert lazy.topk(_proc(), lm_head, x, 4) is not None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        assert lazy.topk(_proc(), lm_head, x, 4) is None
+    assert any("synchronizes once per call" in r for r in stats.snapshot()["fallbacks"])

@@ -6,9 +6,10 @@ Engine-agnostic (no vLLM import): :class:`LazyDraftHead` reads duck-typed vLLM o
 without vLLM.
 
 What it answers: ``argmax_v (x @ W[:V]^T)`` for ``x [..., K]`` -> int64 ``[...]``, V the
-original vocabulary (padding rows excluded), exact in certified mode. Where lowbit does not apply
-(:func:`unsupported`), or the weight is not loaded yet, it returns ``None`` and the caller keeps
-vLLM's path.
+original vocabulary (padding rows excluded), exact in certified mode; and the top-k drafters'
+``get_top_k_tokens`` (:meth:`LazyDraftHead.topk`): the top-k ids and their values as vLLM returns
+them. Where lowbit does not apply (:func:`unsupported`, a k the head does not answer, log-probs),
+or the weight is not loaded yet, it returns ``None`` and the caller keeps vLLM's path.
 
 The head is built lazily: vLLM builds modules on uninitialized storage and runs a profile pass
 before (or without) real weights, so the weight is checked (finite, not all zeros: one host sync)
@@ -50,6 +51,10 @@ def unsupported(processor, lm_head, embedding_bias) -> str | None:
     return None
 
 
+def _capturing(x: torch.Tensor) -> bool:
+    return x.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 def _raw_key(lm_head) -> tuple:
     return tuple(tensor_key(t) for t in key_tensors(lm_head))
 
@@ -81,7 +86,8 @@ class LazyDraftHead:
     """A :class:`~lowbit.DraftHead` over one vLLM LM head, built once per loaded weight.
 
     ``argmax(processor, lm_head, x, embedding_bias)`` -> int64 ``[...]`` for ``x [..., K]``, or
-    ``None`` to keep vLLM's path (the reason logged once per process). ``head_kwargs``:
+    ``None`` to keep vLLM's path (the reason logged once per process); ``topk(processor, lm_head, x,
+    k, embedding_bias)`` -> ``(ids, values)`` or ``None`` likewise. ``head_kwargs``:
     :class:`~lowbit.DraftHead` arguments; ``warmup_m``: rows a CUDA head is warmed up for when
     built (0: none). Counts go to :mod:`stats`.
     """
@@ -93,12 +99,13 @@ class LazyDraftHead:
         self.head = None
         self._key = None  # raw weight key the current state was made for
         self._reason = None  # why this weight cannot be used (None: usable or not loaded yet)
+        self._eager_ks: set[int] = set()  # top-k sizes the current head has answered eagerly (and warmed)
 
     def _refresh(self, lm_head, x) -> None:
         key = _raw_key(lm_head)
         if key == self._key:
             return
-        if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        if _capturing(x):
             self._reason = ("the LM-head weight was first seen (or changed) inside a CUDA-graph capture, where it "
                             "cannot be checked or a head built: that graph keeps vLLM's path")
             return  # _key unchanged: checked again on the next eager call
@@ -118,24 +125,30 @@ class LazyDraftHead:
             head.warmup(max_m=self.warmup_m, ks=(1,))
             warm = f", warmed up to M={self.warmup_m}"
         self.head = head
+        self._eager_ks = set()
         stats.built(describe(head, self.role) + warm)
 
     def capturable(self) -> bool:
-        """Whether the built head's argmax has no host synchronization (CUDA-graph safe)."""
+        """Whether the built head's calls have no host synchronization (CUDA-graph safe): a dense
+        head (certified argmax and top-k up to ``CERTIFIED_MAX_K`` run on the device), or fast mode."""
         return self.head is not None and (self.head.mode == "fast" or isinstance(self.head.weight, torch.Tensor))
 
-    def argmax(self, processor, lm_head, x: torch.Tensor, embedding_bias=None):
+    def _check(self, processor, lm_head, x, embedding_bias) -> str | None:
+        """Why this call keeps vLLM's path (None: lowbit answers, or the weight is not loaded yet
+        and ``self.head`` is None). Refreshes the head for the current weight (eager calls only)."""
         reason = unsupported(processor, lm_head, embedding_bias)
-        if reason is None:
-            if x.dim() < 1 or x.dtype not in DENSE:
-                reason = f"hidden states of shape {tuple(x.shape)} dtype {x.dtype}"
-            else:
-                self._refresh(lm_head, x)
-                reason = self._reason
-                if (reason is None and self.head is not None and x.is_cuda
-                        and torch.cuda.is_current_stream_capturing() and not self.capturable()):
-                    reason = ("the certified argmax over an FP8 / NVFP4 head synchronizes once per call, so it is "
-                              "not captured in a CUDA graph (LOWBIT_VLLM_HEAD_MODE=fast is)")
+        if reason is not None:
+            return reason
+        if x.dim() < 1 or x.dtype not in DENSE:
+            return f"hidden states of shape {tuple(x.shape)} dtype {x.dtype}"
+        self._refresh(lm_head, x)
+        if self._reason is None and self.head is not None and _capturing(x) and not self.capturable():
+            return ("the certified head over FP8 / NVFP4 rows synchronizes once per call, so it is not captured "
+                    "in a CUDA graph (LOWBIT_VLLM_HEAD_MODE=fast is)")
+        return self._reason
+
+    def argmax(self, processor, lm_head, x: torch.Tensor, embedding_bias=None):
+        reason = self._check(processor, lm_head, x, embedding_bias)
         if reason is not None:
             stats.fallback_once(reason)
         if reason is not None or self.head is None or x.numel() == 0:
@@ -144,3 +157,59 @@ class LazyDraftHead:
         ids = self.head.argmax(x)
         stats.count(draft_calls=1, draft_rows=ids.numel())
         return ids
+
+    def _k_reason(self, k, x) -> str | None:
+        """Why the built head does not answer top-``k`` here (None: it does)."""
+        from lowbit.ops.coarse_head.dispatch import CERTIFIED_MAX_K
+
+        if self.head.mode == "certified" and k > CERTIFIED_MAX_K:
+            return (f"top-k with k={k}: the certified head answers k <= {CERTIFIED_MAX_K} without a host "
+                    "synchronization (CERTIFIED_MAX_K)")
+        try:
+            self.head._check_k(k)
+        except ValueError as e:
+            return f"lowbit.DraftHead cannot answer top-k with k={k}: {e}"
+        if _capturing(x) and k not in self._eager_ks:
+            return (f"top-k with k={k} first called inside a CUDA-graph capture, where nothing may be compiled: "
+                    "that graph keeps vLLM's path")
+        return None
+
+    def _warm_k(self, x, k: int) -> None:
+        """First eager top-``k`` call of this head: on CUDA, run ``topk(., k)`` for every row count up
+        to ``warmup_m`` (every launch configuration of this k compiled before a capture)."""
+        if x.is_cuda and self.warmup_m > 0:
+            for m in range(1, self.warmup_m + 1):
+                self.head.topk(torch.randn(m, self.head.k, device=x.device, dtype=x.dtype), k)
+            torch.cuda.synchronize(x.device)
+        self._eager_ks.add(k)
+
+    def topk(self, processor, lm_head, x: torch.Tensor, k, embedding_bias=None, *, log_probs: bool = False):
+        """``(ids int64 [..., k], values fp32 [..., k])`` as vLLM's ``get_top_k_tokens`` returns them
+        (without log-probs), or None to keep vLLM's path. ids: the exact top-k of ``x @ W[:V]^T``,
+        descending, the lower index first among equal values; values: their exact fp32 logits
+        rounded to the dtype vLLM's head computes in (``processor.head_dtype``, else x's), as fp32,
+        times ``processor.scale`` when it is not 1 -- what vLLM returns for the same ids."""
+        if log_probs:
+            reason = ("top-k log-probs need the full-vocabulary log-partition, which the lowbit draft head "
+                      "does not compute")
+        elif not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            reason = f"top-k with k={k!r}: k must be a positive int"
+        else:
+            reason = self._check(processor, lm_head, x, embedding_bias)
+            if reason is None and self.head is not None:
+                reason = self._k_reason(k, x)
+        if reason is not None:
+            stats.fallback_once(reason)
+        if reason is not None or self.head is None or x.numel() == 0:
+            stats.count(draft_topk_vllm_calls=1)
+            return None
+        if k not in self._eager_ks:
+            self._warm_k(x, k)
+        values, ids = self.head.topk(x, k)
+        dtype = getattr(processor, "head_dtype", None) or x.dtype
+        values = values.to(dtype).float()
+        scale = getattr(processor, "scale", 1.0)
+        if scale != 1.0:
+            values = values * scale
+        stats.count(draft_topk_calls=1, draft_topk_rows=ids.numel() // k)
+        return ids, values

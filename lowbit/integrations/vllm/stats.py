@@ -8,7 +8,8 @@ and are not counted. No vLLM import.
 
 File content (docs/vllm.md): ``{"pid", "counts": {name: int}, "heads": [str], "fallbacks": [str]}``
 with counts ``draft_calls`` / ``draft_rows`` (drafter argmax calls / rows answered by lowbit),
-``draft_vllm_calls`` (drafter calls left to vLLM), ``markov_calls`` / ``markov_vllm_calls``.
+``draft_vllm_calls`` (drafter calls left to vLLM), ``draft_topk_calls`` / ``draft_topk_rows`` /
+``draft_topk_vllm_calls`` (the same for the drafter's top-k), ``markov_calls`` / ``markov_vllm_calls``.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from lowbit.integrations.vllm.config import settings
 # A child of vLLM's logger, so vLLM's logging configuration (handler, level, format) applies.
 logger = logging.getLogger("vllm.lowbit")
 
-COUNTS = ("draft_calls", "draft_rows", "draft_vllm_calls", "markov_calls", "markov_vllm_calls")
+COUNTS = ("draft_calls", "draft_rows", "draft_vllm_calls", "draft_topk_calls", "draft_topk_rows",
+          "draft_topk_vllm_calls", "markov_calls", "markov_vllm_calls")
 
 _lock = threading.Lock()
 _counts = dict.fromkeys(COUNTS, 0)
