@@ -244,3 +244,64 @@ def test_stats_file(env, tmp_path):
     got = stats.read(str(tmp_path / "counts"))
     assert got["counts"]["draft_calls"] == 2 and got["counts"]["draft_rows"] == 5
     assert len(got["pids"]) == 1 and len(got["heads"]) == 1 and "DraftHead" in got["heads"][0]
+
+
+def _dyadic_head(dtype, seed=0):
+    """A head of multiples of 1/1024: every logit of dyadic hidden states is exact in fp32, so vLLM's
+    GEMM and lowbit's exact values agree bit for bit before the rounding to the model dtype."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randint(-64, 65, (1024, K), generator=g).float() / 1024
+    with set_current_vllm_config(VllmConfig()):
+        head = ParallelLMHead(V, K, disable_tp=True, params_dtype=dtype)
+    with torch.no_grad():
+        head.weight.copy_(w)
+    head.quant_method.process_weights_after_loading(head)
+    return head
+
+
+def _dyadic_x(dtype, m=6, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(-16, 17, (m, K), generator=g).float() / 16).to(dtype)
+
+
+@pytest.mark.parametrize("dtype, scale, k", [(torch.float32, 1.0, 8), (torch.float32, 0.3, 16),
+                                             (torch.bfloat16, 1.0, 8)], ids=str)
+def test_drafter_top_k_matches_vllm(env, dtype, scale, k):
+    """The drafter's get_top_k_tokens answers through lowbit with vLLM's own ids and values; the
+    target's processor keeps vLLM's method."""
+    env(LOWBIT_VLLM="draft")
+    plugin.register()
+    drafter, target = _processor("dflash_head", scale=scale), _processor(scale=scale)
+    head, x = _dyadic_head(dtype), _dyadic_x(dtype)
+    exact = (x.double() @ head.weight[:V].double().t()).to(dtype)  # the logits vLLM's head computes
+    top = exact.topk(k + 1).values
+    ties = not (top[:, 1:] < top[:, :-1]).all()  # bf16 logits tie: their order is torch.topk's in vLLM
+    assert ties == (dtype == torch.bfloat16)
+    ids, values = drafter.get_top_k_tokens(head, x, k)
+    want_ids, want_values = LogitsProcessor.get_top_k_tokens(drafter, head, x, k)  # vLLM's own method
+    assert ids.dtype == want_ids.dtype == torch.int64 and values.dtype == want_values.dtype == torch.float32
+    assert torch.equal(values, want_values)
+    assert torch.equal(ids, want_ids) or ties
+    assert torch.equal(exact.float().gather(1, ids) * scale, values)  # each id carries its value
+    assert (ids.sort(-1).values.diff(dim=-1) > 0).all()
+    assert drafter.lowbit_head.head is not None and target.lowbit_head is None
+    target_ids, target_values = target.get_top_k_tokens(head, x, k)
+    assert torch.equal(target_ids, want_ids) and torch.equal(target_values, want_values)
+    counts = stats.snapshot()["counts"]
+    assert (counts["draft_topk_calls"], counts["draft_topk_rows"], counts["draft_topk_vllm_calls"]) == (1, 6, 0)
+
+
+def test_drafter_top_k_log_probs_go_to_vllm(env, lowbit_log):
+    env(LOWBIT_VLLM="draft")
+    plugin.register()
+    drafter, vllm_own = _processor("lilicorr_head"), _processor()
+    head, x = _dyadic_head(torch.float32), _dyadic_x(torch.float32)
+    for _ in range(2):
+        ids, logp = drafter.get_top_k_tokens(head, x, 4, return_log_probs=True)
+        want_ids, want_logp = vllm_own.get_top_k_tokens(head, x, 4, return_log_probs=True)
+        assert torch.equal(ids, want_ids) and torch.equal(logp, want_logp) and (logp < 0).all()
+    msgs = [r.getMessage() for r in lowbit_log if "log-partition" in r.getMessage()]
+    assert len(msgs) == 1, msgs
+    counts = stats.snapshot()["counts"]
+    assert (counts["draft_topk_calls"], counts["draft_topk_vllm_calls"]) == (0, 2)
+    assert drafter.lowbit_head.head is None  # log-probs are refused before the weight is read

@@ -7,8 +7,9 @@ replacement of ``LogitsProcessor`` (``PluggableLayer.register_oot``), so every p
 Which processor is the drafter's is decided at construction: vLLM builds a drafter (draft model,
 EAGLE, MTP, Medusa, DFlash, DSpark heads) under a model tag other than ``"backbone"``
 (``vllm.compilation.backends.set_model_tag``). The target model's processor is untouched. Only
-``get_top_tokens`` changes (the drafter's greedy token when the speculative config sets
-``use_local_argmax_reduction: True``); ``forward`` / full logits stay vLLM's.
+``get_top_tokens`` (the drafter's greedy token when the speculative config sets
+``use_local_argmax_reduction: True``) and ``get_top_k_tokens`` without log-probs (the candidates of
+top-k drafters such as DFlash2) change; ``forward`` / full logits stay vLLM's.
 """
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ def _uses_local_argmax() -> bool | None:
 
 
 class LowbitLogitsProcessor(LogitsProcessor):
-    """A ``LogitsProcessor`` whose drafter argmax (``get_top_tokens``) comes from a lowbit
-    :class:`~lowbit.DraftHead` over the LM-head weight (see :mod:`.head`)."""
+    """A ``LogitsProcessor`` whose drafter argmax (``get_top_tokens``) and top-k
+    (``get_top_k_tokens`` without log-probs) come from a lowbit :class:`~lowbit.DraftHead` over the
+    LM-head weight (see :mod:`.head`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -63,6 +65,14 @@ class LowbitLogitsProcessor(LogitsProcessor):
             if ids is not None:
                 return ids
         return super().get_top_tokens(lm_head, hidden_states, embedding_bias)
+
+    def get_top_k_tokens(self, lm_head, hidden_states: torch.Tensor, k: int, embedding_bias=None, *,
+                         return_log_probs: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.lowbit_head is not None:
+            out = self.lowbit_head.topk(self, lm_head, hidden_states, k, embedding_bias, log_probs=return_log_probs)
+            if out is not None:
+                return out
+        return super().get_top_k_tokens(lm_head, hidden_states, k, embedding_bias, return_log_probs=return_log_probs)
 
 
 def install() -> bool:
