@@ -57,7 +57,7 @@ class LowbitLogitsProcessor(LogitsProcessor):
         if self.lowbit_head is not None and _uses_local_argmax() is False:
             stats.fallback_once("the drafter's greedy token comes from compute_logits().argmax unless the "
                                 "speculative config sets use_local_argmax_reduction: True; the lowbit head "
-                                "answers get_top_tokens only")
+                                "answers get_top_tokens (and a top-k drafter's get_top_k_tokens) only")
 
     def get_top_tokens(self, lm_head, hidden_states: torch.Tensor, embedding_bias=None) -> torch.Tensor:
         if self.lowbit_head is not None:
