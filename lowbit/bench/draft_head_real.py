@@ -13,8 +13,9 @@ CUDA-graph replay (:func:`lowbit.bench.timing.cold_graph_us`: per batch the rows
 L2 flushed outside the timed region, so certified set sizes and fallbacks are what the real data
 make them), and eagerly (``extra["eager_us"]``: one call between two synchronizations, host
 launch cost included). ``extra`` also carries the argmax agreement with the fp32 logits, and for
-certified heads the set sizes, fallback rows, recall of the exact top-16 (and the top-16 call's
-graph time), and the argmax agreement with the fp64 logits over every position in batches of M.
+certified heads the set sizes, fallback rows, recall of the exact top-16, the top-16 call's graph
+time, set sizes and fallback rate, and the agreement of the argmax and of the top-16 set with
+the fp64 logits over every position in batches of M.
 """
 from __future__ import annotations
 
@@ -121,7 +122,10 @@ def run(ctx: BenchContext) -> list[Result]:
     heads = {name: DraftHead(w, **kw) for name, kw in CONFIGS.items()}
     for h in heads.values():
         h.warmup(max_m=max(ms), ks=(1, TOPK))
-    ref64 = (hidden.double() @ w.double().t()).argmax(-1)  # ties to the lower index, as the head's
+    logits64 = hidden.double() @ w.double().t()
+    ref64 = logits64.argmax(-1)  # ties to the lower index, as the head's
+    ref_top = logits64.topk(TOPK, dim=-1).indices.sort(-1).values  # the exact top-k as a set
+    del logits64
     results: list[Result] = []
     for m in ms:
         case = f"{n}x{k} M{m}"
@@ -152,7 +156,14 @@ def run(ctx: BenchContext) -> list[Result]:
                     ref16 = (x.float() @ w.float().t()).topk(TOPK, dim=-1).indices
                     hits += int((h.topk(x, TOPK)[1][:, :, None] == ref16[:, None, :]).any(-1).sum())
                 extra[f"recall{TOPK}"] = hits / (TOPK * m * BATCHES)
+                h.reset_stats()
                 extra[f"top{TOPK}_graph_us"] = cold_graph_us(lambda x: h.topk(x, TOPK), xs)
+                st = h.stats
+                extra.update({f"top{TOPK}_mean_set": st["mean_set_size"], f"top{TOPK}_max_set": st["max_set_size"],
+                              f"top{TOPK}_fallback_rate": st["fallback_rate"]})
+                same = sum(int((h.topk(hidden[s:s + m], TOPK)[1].sort(-1).values == ref_top[s:s + m]).all(-1).sum())
+                           for s in range(0, hidden.shape[0] - m + 1, m))
+                extra[f"top{TOPK}_set_agreement_vs_fp64_all_positions"] = same / (hidden.shape[0] // m * m)
                 agree = sum(int((h.argmax(hidden[s:s + m]) == ref64[s:s + m]).sum())
                             for s in range(0, hidden.shape[0] - m + 1, m))
                 extra["agreement_vs_fp64_all_positions"] = agree / (hidden.shape[0] // m * m)

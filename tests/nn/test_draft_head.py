@@ -719,3 +719,33 @@ def test_public_coarse_head_op_scales_back(backend):
     # in the weight's units: the coarse logit of the 1e8 token is ~ x[:, 3] * 1e8
     torch.testing.assert_close(out.logits[:, 10].cpu().double(), (x.double() @ w.double().t())[:, 10].cpu(),
                                rtol=1e-3, atol=0)
+
+
+def test_certified_sizes_grow_with_k_only_when_unset():
+    from lowbit.ops.coarse_head.pipeline import certified_sizes
+
+    w = torch.randn(512, 64)
+    grown = DraftHead(w)._config
+    assert [certified_sizes(grown, k) for k in (1, 2, 4, 16, 64)] == [(4, 128), (8, 128), (16, 128), (16, 256),
+                                                                       (16, 1024)]
+    assert certified_sizes(DraftHead(w, block=256)._config, 16) == (32, 256)
+    assert certified_sizes(DraftHead(w, block=16)._config, 16) == (4, 256)
+    assert certified_sizes(DraftHead(w, kcand=4, rerank=64)._config, 16) == (4, 64)  # set: kept as given
+    assert certified_sizes(DraftHead(w, kcand=4)._config, 16) == (4, 256)
+
+
+def test_certified_topk_sized_for_k_needs_no_fallback(backend):
+    """The 16 best tokens planted in one block of 128: 4 candidates a block must score the whole
+    row (the block hides members); the default, 16 for k = 16, certifies the row. Exact both ways."""
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(1024, K, generator=gen) * 0.02
+    x = torch.randn(2, K, generator=gen)
+    w[256:272] = x[0] / x[0].norm() * torch.linspace(2.0, 1.0, 16)[:, None]  # rows 256..271, one block
+    w, x = w.to(backend.device), x.to(backend.device)
+    fallbacks = {}
+    for name, kw in (("k4", dict(kcand=4, rerank=128)), ("default", {})):
+        with backend.active():
+            head = DraftHead(w, bits=8, group_size=32, **kw)
+            _assert_exact(head, x, w, k=16)
+        fallbacks[name] = head.stats["fallbacks"]
+    assert fallbacks["k4"] >= 1 and fallbacks["default"] == 0, fallbacks

@@ -128,11 +128,13 @@ def _tail(state: HeadState, x2: torch.Tensor, k: int, argmax: bool) -> str:
 def certified_sizes(config: HeadConfig, k: int) -> tuple[int, int]:
     """(candidates per block, cap on the rescored set) of a certified top-``k`` call: the
     configured ``kcand`` / ``rerank``; those left at their defaults are raised with k to
-    ``min(4k, block / 4)`` per block and a cap of ``16k``. The top-k of a real head spread over more blocks than its argmax: on SmolLM2's
-    head (1024 real positions, block 128) 4 candidates per block and a cap of 128 leave 16.8% /
-    66% of the rows to a full fallback at k = 4 / 16; 16 / 32 per block and a cap of 256 leave
-    none (certified sets of at most 57 / 149 tokens; docs/draft_head.md)."""
-    kcand = max(config.kcand, min(4 * k, config.block // 4)) if config.kcand_per_k else config.kcand
+    ``min(4k, block / 8)`` per block and a cap of ``16k``. The top-k of a real head spreads over
+    more blocks than its argmax: on SmolLM2's head (1024 real positions, block 128) 4 candidates
+    per block and a cap of 128 leave 16.8% / 66% of the rows to a full fallback at k = 4 / 16,
+    16 per block and a cap of 256 0% / 1.3%. 32 per block leave none at k = 16 but cost more
+    than those fallbacks save (H100: ``topk(16)`` 127-589 µs at M = 1-64 against 91-382 with 16;
+    docs/draft_head.md)."""
+    kcand = max(config.kcand, min(4 * k, config.block // 8)) if config.kcand_per_k else config.kcand
     return kcand, max(config.rerank, 16 * k) if config.rerank_per_k else config.rerank
 
 
