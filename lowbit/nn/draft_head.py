@@ -196,7 +196,7 @@ class DraftHead(nn.Module):
             x = torch.randn(m, self.k, device=device, dtype=dtype)
             self.argmax(x)
             for k in ks:
-                if 1 < k <= (self._fast_cands if self.mode == "fast" else self.n):
+                if 1 < k <= self.max_k:
                     self.topk(x, k)
             self.logits(x)
         if device.type == "cuda":
@@ -213,6 +213,11 @@ class DraftHead(nn.Module):
         require(torch.compiler.is_compiling() or x2.device == state.packing.device,
                 f"x is on {x2.device}, the head on {state.packing.device}")
         return x2, state
+
+    @property
+    def max_k(self) -> int:
+        """The largest k :meth:`topk` answers: N (certified), the candidates emitted (fast)."""
+        return self._fast_cands if self.mode == "fast" else self.n
 
     def _check_k(self, k) -> None:
         require(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= self.n,

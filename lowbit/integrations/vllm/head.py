@@ -165,10 +165,8 @@ class LazyDraftHead:
         if self.head.mode == "certified" and k > CERTIFIED_MAX_K:
             return (f"top-k with k={k}: the certified head answers k <= {CERTIFIED_MAX_K} without a host "
                     "synchronization (CERTIFIED_MAX_K)")
-        try:
-            self.head._check_k(k)
-        except ValueError as e:
-            return f"lowbit.DraftHead cannot answer top-k with k={k}: {e}"
+        if k > self.head.max_k:
+            return f"lowbit.DraftHead answers top-k up to k={self.head.max_k} ({self.head.mode} mode), not k={k}"
         if _capturing(x) and k not in self._eager_ks:
             return (f"top-k with k={k} first called inside a CUDA-graph capture, where nothing may be compiled: "
                     "that graph keeps vLLM's path")
