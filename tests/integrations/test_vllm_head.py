@@ -299,22 +299,27 @@ def _topk_head(device, dtype):
     return w.to(device=device, dtype=dtype)
 
 
-@pytest.mark.parametrize("dtype, scale, k", [(torch.float32, 1.0, 4), (torch.float32, 0.5, 16),
-                                             (torch.bfloat16, 0.3, 16)], ids=str)
-def test_topk_ids_and_values(backend, dtype, scale, k):
+@pytest.mark.parametrize("dtype, scale, k, cap", [(torch.float32, 1.0, 4, None), (torch.float32, 0.5, 16, None),
+                                                  (torch.bfloat16, 0.3, 16, None), (torch.float32, 0.5, 16, 0.25)],
+                         ids=str)
+def test_topk_ids_and_values(backend, dtype, scale, k, cap):
     """ids: the exact top-k (ties to the lower index: the dyadic logits tie often); values: the
-    exact logits rounded to the model dtype, as fp32, times the scale -- vLLM's get_top_k_tokens."""
+    exact logits rounded to the model dtype, as fp32, times the scale, then soft-capped --
+    vLLM's get_top_k_tokens, which also selects before capping."""
     w = _topk_head(backend.device, dtype)
     x = _dyadic((2, M, K), 8, 8, seed=4).to(device=backend.device, dtype=dtype)
     lazy = LazyDraftHead({})
     with backend.active():
-        ids, values = lazy.topk(_proc(scale=scale), _lm_head(w), x, k)
+        ids, values = lazy.topk(_proc(scale=scale, soft_cap=cap), _lm_head(w), x, k)
     want_ids, want64 = _topk_oracle(x, w[:V].double().cpu(), k)
     assert ids.dtype == torch.int64 and values.dtype == torch.float32 and ids.shape == values.shape == (2, M, k)
     assert torch.equal(ids.cpu(), want_ids)
     want = want64.to(dtype).float()
     if scale != 1.0:
         want = want * scale
+    if cap is not None:
+        assert (want.abs() > cap).any()  # the cap bends these values
+        want = torch.tanh(want / cap) * cap
     assert torch.equal(values.cpu(), want)
     if dtype == torch.bfloat16:  # the rounding is exercised: not every exact logit is a bf16 value
         assert not torch.equal(want64.to(dtype).double(), want64)
@@ -359,7 +364,7 @@ def test_topk_log_probs_and_shared_refusals_keep_vllm():
     lazy = LazyDraftHead({})
     assert lazy.topk(_proc(), _lm_head(w), x, 4, log_probs=True) is None
     assert lazy.head is None  # refused before the weight is read
-    assert lazy.topk(_proc(soft_cap=30.0), _lm_head(w), x, 4) is None  # argmax's refusals apply
+    assert lazy.argmax(_proc(soft_cap=30.0), _lm_head(w), x) is None  # argmax's refusals apply
     lm_head = _lm_head(w)
     lm_head.tp_size = 2
     assert lazy.topk(_proc(), lm_head, x, 4) is None
@@ -367,7 +372,7 @@ def test_topk_log_probs_and_shared_refusals_keep_vllm():
     snap = stats.snapshot()
     assert len(snap["fallbacks"]) == 3 and "log-partition" in snap["fallbacks"][0]
     assert "soft-capping" in snap["fallbacks"][1] and "tensor-parallel" in snap["fallbacks"][2]
-    assert (snap["counts"]["draft_topk_vllm_calls"], snap["counts"]["draft_topk_calls"]) == (4, 0)
+    assert (snap["counts"]["draft_topk_vllm_calls"], snap["counts"]["draft_topk_calls"]) == (3, 0)
 
 
 def test_topk_not_loaded_yet_then_built():

@@ -264,14 +264,16 @@ def _dyadic_x(dtype, m=6, seed=1):
     return (torch.randint(-16, 17, (m, K), generator=g).float() / 16).to(dtype)
 
 
-@pytest.mark.parametrize("dtype, scale, k", [(torch.float32, 1.0, 8), (torch.float32, 0.3, 16),
-                                             (torch.bfloat16, 1.0, 8)], ids=str)
-def test_drafter_top_k_matches_vllm(env, dtype, scale, k):
-    """The drafter's get_top_k_tokens answers through lowbit with vLLM's own ids and values; the
-    target's processor keeps vLLM's method."""
+@pytest.mark.parametrize("dtype, scale, k, cap", [(torch.float32, 1.0, 8, None), (torch.float32, 0.3, 16, None),
+                                                  (torch.bfloat16, 1.0, 8, None), (torch.float32, 0.3, 16, 0.5)],
+                         ids=str)
+def test_drafter_top_k_matches_vllm(env, dtype, scale, k, cap):
+    """The drafter's get_top_k_tokens answers through lowbit with vLLM's own ids and values (soft
+    cap included: both select before capping); the target's processor keeps vLLM's method."""
     env(LOWBIT_VLLM="draft")
     plugin.register()
-    drafter, target = _processor("dflash_head", scale=scale), _processor(scale=scale)
+    drafter, target = (_processor("dflash_head", scale=scale, soft_cap=cap),
+                       _processor(scale=scale, soft_cap=cap))
     head, x = _dyadic_head(dtype), _dyadic_x(dtype)
     exact = (x.double() @ head.weight[:V].double().t()).to(dtype)  # the logits vLLM's head computes
     top = exact.topk(k + 1).values
@@ -282,7 +284,10 @@ def test_drafter_top_k_matches_vllm(env, dtype, scale, k):
     assert ids.dtype == want_ids.dtype == torch.int64 and values.dtype == want_values.dtype == torch.float32
     assert torch.equal(values, want_values)
     assert torch.equal(ids, want_ids) or ties
-    assert torch.equal(exact.float().gather(1, ids) * scale, values)  # each id carries its value
+    carried = exact.float().gather(1, ids) * scale
+    if cap is not None:
+        carried = torch.tanh(carried / cap) * cap
+    assert torch.equal(carried, values)  # each id carries its value
     assert (ids.sort(-1).values.diff(dim=-1) > 0).all()
     assert drafter.lowbit_head.head is not None and target.lowbit_head is None
     target_ids, target_values = target.get_top_k_tokens(head, x, k)

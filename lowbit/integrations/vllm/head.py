@@ -34,10 +34,12 @@ from lowbit.integrations.vllm.weights import DENSE, key_tensors, lm_head_weight,
 _CHUNK_ROWS = 8192  # rows per slice of the readiness scan (bounds its temporary memory)
 
 
-def unsupported(processor, lm_head, embedding_bias) -> str | None:
-    """Why lowbit cannot answer this processor's argmax (None if it can). Host-only checks."""
-    if getattr(processor, "soft_cap", None) is not None:
-        return "logit soft-capping (soft_cap) is not supported by the lowbit draft head"
+def unsupported(processor, lm_head, embedding_bias, soft_cap_ok: bool = False) -> str | None:
+    """Why lowbit cannot answer this processor's argmax (None if it can). Host-only checks.
+    ``soft_cap_ok``: the caller caps only the values it selected (top-k, as vLLM's method does);
+    an argmax taken after the cap is not the raw argmax where the cap's rounding makes ties."""
+    if getattr(processor, "soft_cap", None) is not None and not soft_cap_ok:
+        return "logit soft-capping (soft_cap) is not supported by the lowbit draft head's argmax"
     scale = getattr(processor, "scale", 1.0)
     if not isinstance(scale, (int, float)) or not scale > 0:
         return f"logit scale {scale!r} is not a positive number (the argmax would change)"
@@ -133,10 +135,10 @@ class LazyDraftHead:
         head (certified argmax and top-k up to ``CERTIFIED_MAX_K`` run on the device), or fast mode."""
         return self.head is not None and (self.head.mode == "fast" or isinstance(self.head.weight, torch.Tensor))
 
-    def _check(self, processor, lm_head, x, embedding_bias) -> str | None:
+    def _check(self, processor, lm_head, x, embedding_bias, soft_cap_ok: bool = False) -> str | None:
         """Why this call keeps vLLM's path (None: lowbit answers, or the weight is not loaded yet
         and ``self.head`` is None). Refreshes the head for the current weight (eager calls only)."""
-        reason = unsupported(processor, lm_head, embedding_bias)
+        reason = unsupported(processor, lm_head, embedding_bias, soft_cap_ok)
         if reason is not None:
             return reason
         if x.dim() < 1 or x.dtype not in DENSE:
@@ -186,14 +188,16 @@ class LazyDraftHead:
         (without log-probs), or None to keep vLLM's path. ids: the exact top-k of ``x @ W[:V]^T``,
         descending, the lower index first among equal values; values: their exact fp32 logits
         rounded to the dtype vLLM's head computes in (``processor.head_dtype``, else x's), as fp32,
-        times ``processor.scale`` when it is not 1 -- what vLLM returns for the same ids."""
+        times ``processor.scale`` when it is not 1, then soft-capped (``tanh(v / cap) * cap``) when
+        the processor has a ``soft_cap`` -- what vLLM returns for the same ids (it too selects
+        before capping)."""
         if log_probs:
             reason = ("top-k log-probs need the full-vocabulary log-partition, which the lowbit draft head "
                       "does not compute")
         elif not isinstance(k, int) or isinstance(k, bool) or k < 1:
             reason = f"top-k with k={k!r}: k must be a positive int"
         else:
-            reason = self._check(processor, lm_head, x, embedding_bias)
+            reason = self._check(processor, lm_head, x, embedding_bias, soft_cap_ok=True)
             if reason is None and self.head is not None:
                 reason = self._k_reason(k, x)
         if reason is not None:
@@ -209,5 +213,8 @@ class LazyDraftHead:
         scale = getattr(processor, "scale", 1.0)
         if scale != 1.0:
             values = values * scale
+        cap = getattr(processor, "soft_cap", None)
+        if cap is not None:
+            values = torch.tanh(values / cap) * cap
         stats.count(draft_topk_calls=1, draft_topk_rows=ids.numel() // k)
         return ids, values
