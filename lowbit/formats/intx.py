@@ -135,6 +135,24 @@ class INTx(TensorFormat):
         q = torch.round(g / s.unsqueeze(-1) + z.unsqueeze(-1)).clamp(0, qmax).to(torch.uint8).view(n, kp)
         return cls(pack_planes(q, bits), s.to(torch.float16), z.to(torch.uint8), bits, group_size, k)
 
+    @classmethod
+    def from_codes(cls, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int,
+                   group_size: int) -> "INTx":
+        """An INTx from unsigned codes ``[N, K]`` (integers in ``[0, 2^bits)``), fp16 group scales
+        and integer zero-points ``[N, ceil(K / G)]``: ``w = (q - zero) * scale``. K is padded to the
+        plane-split width with codes equal to their group's zero-point (value 0); whole padding
+        groups get what :meth:`quantize` gives an all-zero group (zero 0, its smallest scale)."""
+        n, k = codes.shape
+        groups = scale.shape[1]
+        kp = padded_k(k, bits, group_size)
+        full_zero = torch.zeros(n, kp // group_size, dtype=torch.int64, device=codes.device)
+        full_zero[:, :groups] = zero
+        full_scale = torch.full((n, kp // group_size), ZERO_GROUP_SCALE, dtype=torch.float16, device=codes.device)
+        full_scale[:, :groups] = scale
+        q = full_zero.repeat_interleave(group_size, dim=1)
+        q[:, :k] = codes
+        return cls(pack_planes(q.to(torch.uint8), bits), full_scale, full_zero.to(torch.uint8), bits, group_size, k)
+
     def codes(self) -> torch.Tensor:
         """The unpacked integer codes ``q`` as uint8 ``[N, Kp]`` (padding included)."""
         return unpack_planes(self.packed, self.bits)
@@ -164,6 +182,10 @@ def _group_scales(w: torch.Tensor, bits: int, group_size: int) -> tuple[torch.Te
     hi = g.amax(-1).clamp_min(0.0)
     s = _fp16_round_up(((hi - lo) / torch.full_like(hi, float(qmax))).clamp_min(1e-8))
     return g, s
+
+
+#: the scale :meth:`INTx.quantize` gives an all-zero group (its 1e-8 floor rounded up to fp16)
+ZERO_GROUP_SCALE = float(_fp16_round_up(torch.tensor([1e-8])).item())
 
 
 def fp16_scale_exp(w: torch.Tensor, bits: int, group_size: int) -> int:

@@ -87,3 +87,17 @@ def as_uint8(t: torch.Tensor) -> torch.Tensor:
 
 def from_uint8(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t if dtype == torch.uint8 else t.contiguous().view(dtype)
+
+
+def fp16_exact(scale: torch.Tensor, name: str, where: str = "") -> torch.Tensor:
+    """``scale`` as fp16 when every value is exactly an fp16 one, else a ValueError naming the
+    tensor ``name`` (after ``where``, e.g. the layout, when given): lowbit's INTx keeps fp16 scales."""
+    if scale.dtype == torch.float16:
+        return scale
+    h = scale.to(torch.float16)
+    same = h.to(scale.dtype) == scale
+    if not bool(same.all()):
+        i = tuple(int(x) for x in (~same).nonzero()[0].tolist())
+        raise ValueError(f"{where + ': ' if where else ''}tensor {name!r} holds {float(scale[i])!r} at {i}, which fp16 "
+                         "cannot hold exactly: lowbit's INTx keeps fp16 scales, so this layer cannot be read bit-exact")
+    return h

@@ -56,11 +56,11 @@ import torch
 from lowbit._validate import check_tensor, require
 from lowbit.formats.fp8 import FP8
 from lowbit.formats.intx import BITS as INTX_BITS
-from lowbit.formats.intx import INTx, pack_planes, padded_k
+from lowbit.formats.intx import INTx
 from lowbit.formats.mxfp4 import GROUP_SIZE as MX_GROUP_SIZE
 from lowbit.formats.mxfp4 import MXFP4
 from lowbit.formats.nvfp4 import GROUP_SIZE, NVFP4
-from lowbit.io._tensors import get, get_scalar, has, name_of
+from lowbit.io._tensors import fp16_exact, get, get_scalar, has, name_of
 from lowbit.io.modelopt import fp32_scalar
 
 
@@ -260,19 +260,6 @@ def unpack_int32(words: torch.Tensor, bits: int, length: int, dim: int) -> torch
     return codes.t() if dim == 0 else codes
 
 
-def _fp16_exact(scale: torch.Tensor, name: str) -> torch.Tensor:
-    """``scale`` as fp16 when every value is exactly an fp16 one (ValueError naming ``name``)."""
-    if scale.dtype == torch.float16:
-        return scale
-    h = scale.to(torch.float16)
-    same = h.to(scale.dtype) == scale
-    if not bool(same.all()):
-        i = [int(x) for x in (~same).nonzero()[0].tolist()]
-        raise ValueError(f"tensor {name!r} holds {float(scale[tuple(i)])!r} at {tuple(i)}, which fp16 cannot hold exactly: "
-                         "lowbit's INTx keeps fp16 scales, so this layer cannot be read bit-exact")
-    return h
-
-
 def int_ct_params(tensors: Mapping[str, torch.Tensor], prefix: str, num_bits: int | None = None,
                   group_size: int | None = None) -> tuple[int, int, bool]:
     """``(num_bits, group_size, symmetric)`` of the pack-quantized int layer under ``prefix``, from
@@ -334,25 +321,14 @@ def read_int_ct(tensors: Mapping[str, torch.Tensor], prefix: str, *, num_bits: i
     require(bits in INTX_BITS, f"layer {prefix!r} holds {bits}-bit codes; lowbit's INTx reads {list(INTX_BITS)}")
     require(g % 16 == 0, f"layer {prefix!r} has group size {g}; lowbit's INTx needs a multiple of 16")
     require(k % 16 == 0, f"tensor {name_of(prefix, 'weight_shape')!r} holds K = {k}; lowbit's INTx needs K % 16 == 0")
-    scale = _fp16_exact(tensors[name_of(prefix, "weight_scale")], name_of(prefix, "weight_scale"))
+    scale = fp16_exact(tensors[name_of(prefix, "weight_scale")], name_of(prefix, "weight_scale"))
     groups = scale.shape[1]
     codes = unpack_int32(tensors[name_of(prefix, "weight_packed")], bits, k, dim=1)
     if symmetric:
         zero = torch.full((n, groups), 1 << (bits - 1), dtype=torch.int64, device=codes.device)
     else:
         zero = unpack_int32(tensors[name_of(prefix, "weight_zero_point")], bits, n, dim=0)
-    kp = padded_k(k, bits, g)
-    full_zero = torch.zeros(n, kp // g, dtype=torch.int64, device=codes.device)
-    full_zero[:, :groups] = zero
-    full_scale = torch.full((n, kp // g), _PAD_SCALE, dtype=torch.float16, device=codes.device)
-    full_scale[:, :groups] = scale
-    q = full_zero.repeat_interleave(g, dim=1)
-    q[:, :k] = codes
-    return INTx(pack_planes(q.to(torch.uint8), bits), full_scale, full_zero.to(torch.uint8), bits, g, k)
-
-
-#: the scale INTx's quantizer gives an all-zero group (its 1e-8 floor rounded up to fp16)
-_PAD_SCALE = float(INTx.quantize(torch.zeros(1, 16), 8, 16).scale[0, 0])
+    return INTx.from_codes(codes, scale, zero, bits, g)
 
 
 def write_int_ct(fmt: INTx, prefix: str, *, symmetric: bool = False, scale_dtype: torch.dtype = torch.float16) -> dict[str, torch.Tensor]:

@@ -51,12 +51,12 @@ import torch
 from lowbit._validate import require
 from lowbit.formats.e8m0 import ue8m0_decode
 from lowbit.formats.fp8 import FP8
-from lowbit.formats.intx import INTx, pack_planes, padded_k
+from lowbit.formats.intx import ZERO_GROUP_SCALE, INTx
 from lowbit.formats.mxfp4 import GROUP_SIZE as MX_GROUP
 from lowbit.formats.mxfp4 import MXFP4
 from lowbit.formats.nvfp4 import GROUP_SIZE as NV_GROUP
 from lowbit.formats.nvfp4 import NVFP4, unswizzle_scales
-from lowbit.io._tensors import name_of
+from lowbit.io._tensors import fp16_exact, name_of
 
 PRODUCER = "torchao"
 FP8_TENSOR_TORCHAO = "fp8-tensor-torchao"
@@ -250,16 +250,6 @@ def _read_nvfp4(tensors, prefix, meta, suffix, layout):
     return NVFP4(q.contiguous().view(torch.uint8), scale.contiguous(), gs), NVFP4_TORCHAO
 
 
-def _fp16_exact(scale: torch.Tensor, name: str, layout: str) -> torch.Tensor:
-    h = scale.to(torch.float16)
-    same = h.to(scale.dtype) == scale
-    if not bool(same.all()):
-        i = tuple(int(x) for x in (~same).nonzero()[0].tolist())
-        raise ValueError(f"{layout}: tensor {name!r} holds {float(scale[i])!r} at {i}, which fp16 cannot hold exactly; "
-                         "lowbit's INTx keeps fp16 scales, so this layer cannot be read bit-exact")
-    return h
-
-
 def _read_int(tensors, prefix, meta, suffix, layout, bits):
     q = _data(tensors, prefix, "qdata", layout, suffix)
     require(q.dim() == 2 and q.dtype == torch.int8, f"{layout}: lowbit reads 2-D int8 qdata, got {q.dtype} of shape {tuple(q.shape)}")
@@ -292,20 +282,8 @@ def _read_int(tensors, prefix, meta, suffix, layout, bits):
     # a group whose codes all equal its zero-point is 0 at any finite scale (torchao gives an
     # all-zero group the scale finfo.tiny, which fp16 cannot hold): it gets INTx's own
     dead = (q.to(torch.int64).view(n, groups, g) == zp.unsqueeze(-1)).all(-1) & torch.isfinite(scale)
-    s16 = _fp16_exact(torch.where(dead, torch.full_like(scale, _PAD_SCALE), scale), sname, layout)
-    codes = q.to(torch.int64) + half
-    kp = padded_k(k, bits, g)
-    full_zero = torch.zeros(n, kp // g, dtype=torch.int64, device=q.device)
-    full_zero[:, :groups] = zp + half
-    full_scale = torch.full((n, kp // g), _PAD_SCALE, dtype=torch.float16, device=q.device)
-    full_scale[:, :groups] = s16
-    u = full_zero.repeat_interleave(g, dim=1)  # padding codes equal the zero-point: value 0
-    u[:, :k] = codes
-    return INTx(pack_planes(u.to(torch.uint8), bits), full_scale, full_zero.to(torch.uint8), bits, g, k), INT_TORCHAO
-
-
-#: the scale INTx's quantizer gives an all-zero group (padding groups get it)
-_PAD_SCALE = float(INTx.quantize(torch.zeros(1, 16), 8, 16).scale[0, 0])
+    s16 = fp16_exact(torch.where(dead, torch.full_like(scale, ZERO_GROUP_SCALE), scale), sname, layout)
+    return INTx.from_codes(q.to(torch.int64) + half, s16, zp + half, bits, g), INT_TORCHAO
 
 
 def read_torchao(tensors: Mapping[str, torch.Tensor], prefix: str, config: Mapping, suffix: str = "weight"):
