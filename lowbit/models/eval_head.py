@@ -13,8 +13,9 @@ and reports for each:
   head's ``stats`` during the argmax pass): how many tokens were rescored exactly per position,
   and the fraction of positions scored in full because a block may hide a member of the set
   (``wide_rate``: the set outgrew ``rerank`` but every member was among the candidates, so all
-  were rescored). The same from each ``topk(k)`` pass, k > 1: ``mean_set_size@k``,
-  ``max_set_size@k``, ``fallback_rate@k``, ``wide_rate@k``.
+  were rescored; ``rescan_rate``: certified with one or two blocks rescored whole). The same from
+  each ``topk(k)`` pass, k > 1: ``mean_set_size@k``, ``max_set_size@k``, ``fallback_rate@k``,
+  ``wide_rate@k``, ``rescan_rate@k``.
 * ``bytes`` — what one coarse pass streams (packed codes + scales + zeros), next to
   ``bf16_bytes = N * K * 2``, and ``bits_per_weight = 8 * bytes / (N * K)``.
 
@@ -194,6 +195,8 @@ def evaluate_head(hidden: torch.Tensor, weight: torch.Tensor, configs: Iterable[
             "fallback_rate": float(stats.get("fallback_rate", 0.0)) if certified else 0.0,
             # rows whose set outgrew the cap but lay among the candidates (all candidates rescored)
             "wide_rate": _wide_rate(stats, p) if certified else None,
+            # rows certified with one or two blocks rescored whole (no whole-row pass)
+            "rescan_rate": _rate(stats, "rescans", p) if certified else None,
             **(_per_k(stats_k, p) if certified else {}),
             "bytes": nbytes,
             "bf16_bytes": n * k_dim * 2,
@@ -206,8 +209,12 @@ def evaluate_head(hidden: torch.Tensor, weight: torch.Tensor, configs: Iterable[
     return rows
 
 
+def _rate(stats: dict, key: str, p: int) -> float | None:
+    return stats[key] / max(int(stats.get("rows", 0)) or p, 1) if key in stats else None
+
+
 def _wide_rate(stats: dict, p: int) -> float | None:
-    return stats["wide"] / max(int(stats.get("rows", 0)) or p, 1) if "wide" in stats else None
+    return _rate(stats, "wide", p)
 
 
 def _per_k(stats_k: dict[int, dict], p: int) -> dict:
@@ -218,6 +225,7 @@ def _per_k(stats_k: dict[int, dict], p: int) -> dict:
         out[f"max_set_size@{k}"] = int(st.get("max_set_size", 0))
         out[f"fallback_rate@{k}"] = float(st.get("fallback_rate", 0.0))
         out[f"wide_rate@{k}"] = _wide_rate(st, p)
+        out[f"rescan_rate@{k}"] = _rate(st, "rescans", p)
     return out
 
 

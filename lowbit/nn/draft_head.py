@@ -66,9 +66,10 @@ class DraftHead(nn.Module):
     Certified mode: the coarse kernel emits per block its ``kcand`` best upper bounds
     ``ub = c + b``, its best lower bound ``c - b`` and its best unemitted ``ub``. Every token whose
     ``ub`` reaches the best lower bound (top-k: the k-th best) is rescored exactly by
-    ``lowbit.ops.gathered_dot`` against the original rows; a row where such a token might be
-    missing (a block's unemitted ``ub`` reaches the threshold, or more than ``rerank`` tokens do)
-    is scored exactly in full. With a dense weight on the Triton path, ``argmax`` / ``topk`` (k <=
+    ``lowbit.ops.gathered_dot`` against the original rows; where a block's unemitted ``ub``
+    reaches the threshold, all that block's tokens are rescored too (up to two blocks a row); a row
+    where more blocks might hide such a token, or more than ``rerank`` candidates reach the
+    threshold, is scored exactly in full. With a dense weight on the Triton path, ``argmax`` / ``topk`` (k <=
     64) do all of this on the device — selection, rescoring and the fallback in three launches
     after the coarse pass (:mod:`lowbit.ops.coarse_head.certified_tail`), no host synchronization, so
     the call can be captured in a CUDA graph like the fast mode; ``logits`` and the other heads
@@ -82,7 +83,8 @@ class DraftHead(nn.Module):
     Ties: equal exact values are ordered by the lower token index first (argmax and top-k).
     Exact values are fp32 dot products of the stored x and weight rows (fp32 accumulation).
 
-    ``stats``: calls, rows, fallbacks (rows scored in full), mean / max certified-set size. The
+    ``stats``: calls, rows, fallbacks (rows scored in full), rescans (rows certified with one or two
+    blocks rescored whole), mean / max certified-set size. The
     device path keeps its counts on the device (so replays of a captured graph count too);
     reading ``stats`` synchronizes.
 
@@ -177,7 +179,8 @@ class DraftHead(nn.Module):
     @property
     def stats(self) -> dict:
         """calls, rows, fallbacks (rows scored in full), fallback_rate, wide (rows whose set exceeded
-        the cap but lay among the candidates: all candidates rescored), mean/max certified-set size.
+        the cap but lay among the candidates: all candidates rescored), rescans (rows certified with
+        one or two blocks rescored whole), mean/max certified-set size.
         Reading it synchronizes with the device."""
         return self._stats.snapshot()
 

@@ -33,5 +33,7 @@ def test_fallbacks_per_k_follow_the_candidates_a_block_emits():
     # the certified set holds at least k tokens; exact answers either way
     assert full["mean_set_size@16"] >= 16 and full["max_set_size@16"] >= full["mean_set_size@16"]
     assert full["recall@16"] == 1.0 and starved["recall@16"] == 1.0
-    assert not any("@" in key and key.startswith(("fallback", "mean_set", "max_set")) for key in fast)
+    assert all(full[f"rescan_rate@{k}"] == 0.0 for k in (4, 16)) and full["rescan_rate"] == 0.0
+    assert 0.0 <= starved["rescan_rate@4"] <= 1.0 - starved["fallback_rate@4"]
+    assert not any("@" in key and key.startswith(("fallback", "mean_set", "max_set", "rescan")) for key in fast)
     assert math.isnan(fast["mean_set_size"])

@@ -734,18 +734,28 @@ def test_certified_sizes_grow_with_k_only_when_unset():
     assert certified_sizes(DraftHead(w, kcand=4)._config, 16) == (4, 256)
 
 
-def test_certified_topk_sized_for_k_needs_no_fallback(backend):
-    """The 16 best tokens planted in one block of 128: 4 candidates a block must score the whole
-    row (the block hides members); the default, 16 for k = 16, certifies the row. Exact both ways."""
+def test_certified_topk_sized_for_k_and_block_rescans(backend):
+    """The 16 best tokens planted in one block of 128: with 4 candidates a block that block hides
+    members and is rescored whole (a "rescan", no whole-row pass); the default, 16 for k = 16,
+    certifies the row from its candidates. Planted over 3 blocks with 1 candidate a block, more
+    blocks hide members than are rescanned: the row is scored in full. Exact every way."""
     gen = torch.Generator().manual_seed(3)
     w = torch.randn(1024, K, generator=gen) * 0.02
     x = torch.randn(2, K, generator=gen)
     w[256:272] = x[0] / x[0].norm() * torch.linspace(2.0, 1.0, 16)[:, None]  # rows 256..271, one block
     w, x = w.to(backend.device), x.to(backend.device)
-    fallbacks = {}
+    got = {}
     for name, kw in (("k4", dict(kcand=4, rerank=128)), ("default", {})):
         with backend.active():
             head = DraftHead(w, bits=8, group_size=32, **kw)
             _assert_exact(head, x, w, k=16)
-        fallbacks[name] = head.stats["fallbacks"]
-    assert fallbacks["k4"] >= 1 and fallbacks["default"] == 0, fallbacks
+        got[name] = head.stats
+    assert got["k4"]["fallbacks"] == 0 and got["k4"]["rescans"] >= 1, got
+    assert got["default"]["fallbacks"] == got["default"]["rescans"] == 0, got
+    w3 = w.clone()
+    for b in (1, 4, 6):  # 3 planted tokens in each of 3 blocks
+        w3[128 * b: 128 * b + 3] = (x[0] / x[0].norm() * torch.tensor([2.0, 1.9, 1.8], device=w.device)[:, None]).to(w.dtype)
+    with backend.active():
+        head = DraftHead(w3, bits=8, group_size=32, kcand=1, rerank=128)
+        _assert_exact(head, x, w3, k=9)
+    assert head.stats["fallbacks"] >= 1, head.stats

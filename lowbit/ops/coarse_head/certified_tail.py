@@ -45,6 +45,7 @@ from lowbit.ops.coarse_head.epilogue import pow2
 from lowbit.ops.coarse_head.exact_keys import (INT64_MIN, exact_dot_block, exact_dot_one, pack_key,
                                                unpack_key)
 from lowbit.ops.coarse_head.scratch import device_state
+from lowbit.ops.coarse_head.selection import MAX_RESCAN_BLOCKS
 
 #: tokens one fallback program scores per step, and at most this many fallback programs
 FULL_BN = 128
@@ -67,10 +68,11 @@ def _store_best(keys, ov_ptr, oi_ptr, m, KOUT: tl.constexpr, KP: tl.constexpr):
 
 
 @triton.jit
-def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, lbs_ptr, cnt_ptr,
-                     fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R, stride_xm, stride_wn,
-                     K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, CP: tl.constexpr,
-                     NBP: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr, KP: tl.constexpr):
+def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, lbs_ptr, obl_ptr,
+                     cnt_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R, RT, N, stride_xm,
+                     stride_wn, K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, CP: tl.constexpr,
+                     NBP: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr, KP: tl.constexpr,
+                     BLK: tl.constexpr, MAXB: tl.constexpr):
     """Program (m, s) of launch 1 (see the module docstring)."""
     # -- the certified set of row m (every program of the row computes the same one) --
     o_c = tl.arange(0, CP)
@@ -97,11 +99,26 @@ def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
         sub = tl.load(lbs_ptr + m * R + o_h, mask=o_h < n_hi, other=float("-inf"))
         thr_c = tl.max(tl.where(o_k == KOUT - 1, tl.topk(sub, KP), float("-inf")), axis=0)
         thr = tl.maximum(thr_b, thr_c)
-    rest = tl.max(tl.load(brest_ptr + m * NB + o_b, mask=m_b, other=float("-inf")), axis=0)
-    member = m_c & (ub >= thr)
-    size = tl.sum(member.to(tl.int32), axis=0)
-    over_block = (rest >= thr) | (thr == float("-inf"))
-    fall = over_block | (size > R) | (size < KOUT)
+    # blocks that may hide members (an unemitted ub reaches L): up to MAXB are rescored whole
+    over = m_b & (tl.load(brest_ptr + m * NB + o_b, mask=m_b, other=float("-inf")) >= thr)
+    nob = tl.sum(over.to(tl.int32), axis=0)
+    hidden = (nob > MAXB) | (thr == float("-inf"))
+    tok = tl.load(ci_ptr + m * C + o_c, mask=m_c, other=0)
+    ranked = m_c & (ub >= thr)
+    size = tl.sum(ranked.to(tl.int32), axis=0)
+    in_over = tl.load(brest_ptr + m * NB + tok // BLK, mask=ranked & (nob > 0), other=float("-inf")) >= thr
+    member = ranked & (in_over == 0)  # candidates of a rescored block come with the block
+    n_c = tl.sum(member.to(tl.int32), axis=0)
+    # the rescored blocks' ids, in block order (every program of the row stores the same)
+    at_b = tl.cumsum(over.to(tl.int32), axis=0) - 1
+    tl.store(obl_ptr + m * MAXB + at_b, o_b, mask=over & (at_b < MAXB))
+    tl.debug_barrier()
+    o_j = tl.arange(0, MAXB)
+    blk = tl.load(obl_ptr + m * MAXB + o_j, mask=o_j < nob, other=0)
+    ntok = tl.where(o_j < nob, tl.minimum(N - blk * BLK, BLK), 0)
+    n_blk = tl.sum(ntok, axis=0)
+    wide = (hidden == 0) & ((n_c > R) | (n_c + n_blk < KOUT))
+    fall = hidden | wide
     if s == 0:
         if fall:
             f = tl.atomic_add(fbcnt_ptr, 1, sem="relaxed")  # a slot; the release below publishes it
@@ -109,24 +126,32 @@ def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
         # statistics: atomicity only (read by the host after the launch; acq_rel would cost a
         # GPU-wide fence and an L1 invalidation each)
         tl.atomic_add(st_ptr + 0, 1, sem="relaxed")
-        tl.atomic_add(st_ptr + 1, over_block.to(tl.int64), sem="relaxed")
-        tl.atomic_add(st_ptr + 2, (fall & (over_block == 0)).to(tl.int64), sem="relaxed")
+        tl.atomic_add(st_ptr + 1, hidden.to(tl.int64), sem="relaxed")
+        tl.atomic_add(st_ptr + 2, wide.to(tl.int64), sem="relaxed")
         tl.atomic_add(st_ptr + 3, size.to(tl.int64), sem="relaxed")
         tl.atomic_max(st_ptr + 4, size.to(tl.int64), sem="relaxed")
         if m == 0:
             tl.atomic_add(st_ptr + 5, 1, sem="relaxed")
+        tl.atomic_add(st_ptr + 6, ((fall == 0) & (nob > 0)).to(tl.int64), sem="relaxed")
         tl.atomic_add(done_ptr, 1, sem="release")  # row m's verdict is published
-    n_set = tl.where(fall, 0, size)
-    # members in candidate order (blocks in token order): slot = exclusive prefix count. Every
-    # program of the row stores the same tokens; each reads back only what it wrote itself.
+    n_set = tl.where(fall, 0, n_c + n_blk)
+    # members in candidate order (blocks in token order): slot = exclusive prefix count, then the
+    # rescored blocks' tokens. Every program of the row stores the same tokens; each reads back
+    # only what it wrote itself.
     slot = tl.cumsum(member.to(tl.int32), axis=0) - 1
-    tok = tl.load(ci_ptr + m * C + o_c, mask=member, other=0)
-    tl.store(sel_ptr + m * R + slot, tok.to(tl.int32), mask=member & (slot < R) & (fall == 0))
+    tl.store(sel_ptr + m * RT + slot, tok.to(tl.int32), mask=member & (slot < R) & (fall == 0))
+    o_t = tl.arange(0, BLK)
+    base = n_c
+    for j in range(0, MAXB):
+        b_j = tl.sum(tl.where(o_j == j, blk, 0), axis=0)
+        n_j = tl.sum(tl.where(o_j == j, ntok, 0), axis=0)
+        tl.store(sel_ptr + m * RT + base + o_t, (b_j * BLK + o_t).to(tl.int32), mask=(o_t < n_j) & (fall == 0))
+        base += n_j
     tl.debug_barrier()
     # -- exact rescoring of members s, s + S, ... --
     for r in range(s, n_set, S):
-        t_r = tl.load(sel_ptr + m * R + r).to(tl.int64)
-        tl.store(val_ptr + m * R + r, exact_dot_one(x_ptr, w_ptr, m, t_r, stride_xm, stride_wn, K, BKK))
+        t_r = tl.load(sel_ptr + m * RT + r).to(tl.int64)
+        tl.store(val_ptr + m * RT + r, exact_dot_one(x_ptr, w_ptr, m, t_r, stride_xm, stride_wn, K, BKK))
     tl.debug_barrier()
     # the row's last program to arrive (acq_rel: it sees every other program's values)
     done = tl.atomic_add(cnt_ptr + m, 1, sem="acq_rel")
@@ -134,8 +159,8 @@ def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
         if n_set > 0:  # fallback rows (n_set = 0) are answered by the fallback programs
             o_r = tl.arange(0, RP)
             live = o_r < n_set
-            vals = tl.load(val_ptr + m * R + o_r, mask=live, other=0.0, cache_modifier=".cg")
-            toks = tl.load(sel_ptr + m * R + o_r, mask=live, other=0, cache_modifier=".cg")
+            vals = tl.load(val_ptr + m * RT + o_r, mask=live, other=0.0, cache_modifier=".cg")
+            toks = tl.load(sel_ptr + m * RT + o_r, mask=live, other=0, cache_modifier=".cg")
             keys = tl.where(live, pack_key(vals, toks), INT64_MIN)
             _store_best(tl.topk(keys, KP), ov_ptr, oi_ptr, m, KOUT, KP)
         tl.atomic_xchg(cnt_ptr + m, 0, sem="relaxed")  # every program of the row has arrived
@@ -229,11 +254,12 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
 
 
 @triton.jit
-def _certified_tail_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, lbs_ptr, cnt_ptr,
-                           fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, st_ptr, ov_ptr, oi_ptr,
-                           C, NB, R, N, M, G, stride_xm, stride_wn,
+def _certified_tail_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, lbs_ptr, obl_ptr,
+                           cnt_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, st_ptr, ov_ptr, oi_ptr,
+                           C, NB, R, RT, N, M, G, stride_xm, stride_wn,
                            K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, CP: tl.constexpr,
                            NBP: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr, KP: tl.constexpr,
+                           BLK: tl.constexpr, MAXB: tl.constexpr,
                            BN: tl.constexpr, BK: tl.constexpr, GC: tl.constexpr, FB: tl.constexpr,
                            F32: tl.constexpr, DOT: tl.constexpr):
     """Both launches in one (grid ``M S + G``): each program takes a ticket as it starts; tickets
@@ -243,8 +269,8 @@ def _certified_tail_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
     t = tl.atomic_add(tk_ptr, 1, sem="relaxed")  # a role only: ``done_ptr`` carries the ordering
     if t < M * S:
         _certify_rescore((t // S).to(tl.int64), t % S, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr,
-                         sel_ptr, val_ptr, lbs_ptr, cnt_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R,
-                         stride_xm, stride_wn, K, BKK, S, CP, NBP, RP, KOUT, KP)
+                         sel_ptr, val_ptr, lbs_ptr, obl_ptr, cnt_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr,
+                         oi_ptr, C, NB, R, RT, N, stride_xm, stride_wn, K, BKK, S, CP, NBP, RP, KOUT, KP, BLK, MAXB)
     else:
         seen = tl.atomic_add(done_ptr, 0, sem="acquire")
         while seen < M:
@@ -291,14 +317,15 @@ def _scratch(device: torch.device, m: int) -> _Scratch:
 
 def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_idx: torch.Tensor,
                             block_lb: torch.Tensor, block_rest: torch.Tensor, x: torch.Tensor,
-                            weight: torch.Tensor, k: int, cap: int, stats: torch.Tensor
+                            weight: torch.Tensor, k: int, cap: int, block: int, stats: torch.Tensor
                             ) -> tuple[torch.Tensor, torch.Tensor]:
     """The exact top-``k`` of every row of ``x [M, K]`` against the dense ``weight [N, K]``:
     (values fp32 [M, k] descending, indices int64 [M, k]; ties to the lower index).
 
-    Inputs: the certified coarse pass's outputs (``cand_*`` [M, C], ``block_*`` [M, NB]), the
-    cap ``cap`` on a rescored set (larger sets are scored in full), and ``stats`` (int64
-    [6], layout ``CERTIFIED_STATS``, accumulated in place). ``1 <= k <= CERTIFIED_MAX_K``; the caller validates shapes. Triton
+    Inputs: the certified coarse pass's outputs (``cand_*`` [M, C], ``block_*`` [M, NB], blocks
+    of ``block`` tokens), the cap ``cap`` on the rescored candidates (more are scored in full; a
+    row's up to ``MAX_RESCAN_BLOCKS`` blocks that may hide members are rescored whole besides),
+    and ``stats`` (int64 ``CERTIFIED_STATS``, accumulated in place). ``1 <= k <= CERTIFIED_MAX_K``; the caller validates shapes. Triton
     only; no host synchronization."""
     m, c = cand_key.shape
     nb = block_lb.shape[1]
@@ -311,25 +338,28 @@ def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_
     r = max(1, min(cap, c))
     kp = max(2, pow2(k))  # tl.topk of k = 1 reduces to a scalar (Triton 3.6): keep k >= 2
     sc = _scratch(dev, m)
-    sel = torch.empty(m, r, dtype=torch.int32, device=dev)
+    rt = r + MAX_RESCAN_BLOCKS * block  # a row's rescored tokens: candidates, then whole blocks
+    sel = torch.empty(m, rt, dtype=torch.int32, device=dev)
     fb_rows = torch.empty(m, dtype=torch.int32, device=dev)
-    vals = torch.empty(m, r, dtype=torch.float32, device=dev)
+    vals = torch.empty(m, rt, dtype=torch.float32, device=dev)
     lbs = torch.empty(m, r, dtype=torch.float32, device=dev) if k > 1 else vals  # k = 1 never touches it
+    obl = torch.empty(m, MAX_RESCAN_BLOCKS, dtype=torch.int32, device=dev)
     out_v = torch.empty(m, k, dtype=torch.float32, device=dev)
     out_i = torch.empty(m, k, dtype=torch.int64, device=dev)
     cp = max(kp, pow2(c))
     bkk = min(4096, pow2(kk))
     g = max(1, min(FULL_PROGRAMS, -(-n // FULL_BN)))
     part = torch.empty(m * g * kp, dtype=torch.int64, device=dev)
-    rp = max(kp, pow2(r))
+    rp = max(kp, pow2(rt))
     # the fallback's dot: exact products on the tensor cores for two bf16 / two fp16 operands
     f32 = interpret_mode() or x.dtype != weight.dtype or x.dtype == torch.float32
     full = dict(BN=max(FULL_BN, kp), BK=32, GC=min(pow2(g), max(1, 1024 // kp)), FB=16, F32=f32,
                 DOT=m >= FULL_DOT_MIN_M)
     _certified_tail_kernel[(m * RESCORE_SPLIT + g,)](
-        cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, sel, vals, lbs, sc.rescore, fb_rows, sc.fb_count,
-        sc.done, sc.ticket, part, sc.arrive, stats, out_v, out_i, c, nb, r, n, m, g, x.stride(0), weight.stride(0),
-        K=kk, BKK=bkk, S=RESCORE_SPLIT, CP=cp, NBP=max(kp, pow2(nb)), RP=rp, KOUT=k, KP=kp, **full,
+        cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, sel, vals, lbs, obl, sc.rescore, fb_rows,
+        sc.fb_count, sc.done, sc.ticket, part, sc.arrive, stats, out_v, out_i, c, nb, r, rt, n, m, g, x.stride(0),
+        weight.stride(0), K=kk, BKK=bkk, S=RESCORE_SPLIT, CP=cp, NBP=max(kp, pow2(nb)), RP=rp, KOUT=k, KP=kp,
+        BLK=block, MAXB=MAX_RESCAN_BLOCKS, **full,
         num_warps=8 if max(cp, bkk) >= 2048 else 4)
     return out_v, out_i
 

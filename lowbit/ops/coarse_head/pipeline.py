@@ -21,13 +21,14 @@ from lowbit.ops.coarse_head import dispatch
 from lowbit.ops.coarse_head.coarse import coarse_head_scaled, unscale_tensor
 from lowbit.ops.coarse_head.packing import CoarsePacking, exact_logits
 from lowbit.ops.coarse_head.reference import BOUND_DET, BOUND_NONE, BOUND_STAT
-from lowbit.ops.coarse_head.selection import argmax_lowest, certify, row_norms, select_fast, topk_lowest
+from lowbit.ops.coarse_head.selection import (argmax_lowest, certify, rescan_indices, row_norms, select_fast,
+                                              topk_lowest)
 from lowbit.ops.gathered import gathered_dot
 
 #: bound names of :class:`HeadConfig` -> the coarse pass's bound
 BOUNDS = {"det": BOUND_DET, "stat": BOUND_STAT}
 #: the sync-free certified tails' int64 statistics buffer, by position
-CERTIFIED_STATS = ("rows", "fallbacks", "wide", "set_sum", "set_max", "calls")
+CERTIFIED_STATS = ("rows", "fallbacks", "wide", "set_sum", "set_max", "calls", "rescans")
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ class HeadConfig:
 @dataclass
 class HeadStats:
     """Calls, rows, fallbacks (rows scored in full), wide (rows whose certified set exceeded the cap
-    but lay among the candidates: all candidates rescored) and the certified-set sizes. The
+    but lay among the candidates: all candidates rescored), rescans (rows certified with up to
+    ``MAX_RESCAN_BLOCKS`` blocks rescored whole) and the certified-set sizes. The
     sync-free tails count on the device (``device``: int64 ``CERTIFIED_STATS``), so replays of a
     captured graph count too; :meth:`snapshot` reads it back (a host synchronization)."""
 
@@ -58,6 +60,7 @@ class HeadStats:
     set_rows: int = 0
     set_sum: int = 0
     set_max: int = 0
+    rescans: int = 0
     device: torch.Tensor | None = None
 
     def device_buffer(self, device: torch.device) -> torch.Tensor:
@@ -77,22 +80,24 @@ class HeadStats:
         d = dict(zip(CERTIFIED_STATS, self.device.tolist()))
         return HeadStats(self.calls + d["calls"], self.rows + d["rows"], self.fallbacks + d["fallbacks"],
                          self.wide + d["wide"], self.set_rows + d["rows"], self.set_sum + d["set_sum"],
-                         max(self.set_max, d["set_max"]))
+                         max(self.set_max, d["set_max"]), self.rescans + d["rescans"])
 
     def _fold(self) -> None:
         t = self._totals()
         self.calls, self.rows, self.fallbacks, self.wide = t.calls, t.rows, t.fallbacks, t.wide
         self.set_rows, self.set_sum, self.set_max, self.device = t.set_rows, t.set_sum, t.set_max, None
+        self.rescans = t.rescans
 
     def reset(self) -> None:
         self.calls = self.rows = self.fallbacks = self.wide = self.set_rows = self.set_sum = self.set_max = 0
+        self.rescans = 0
         if self.device is not None:
             self.device.zero_()
 
     def snapshot(self) -> dict:
         """The counts as a dict (reads the device counters back)."""
         t = self._totals()
-        return {"calls": t.calls, "rows": t.rows, "fallbacks": t.fallbacks, "wide": t.wide,
+        return {"calls": t.calls, "rows": t.rows, "fallbacks": t.fallbacks, "wide": t.wide, "rescans": t.rescans,
                 "fallback_rate": t.fallbacks / t.rows if t.rows else 0.0,
                 "mean_set_size": t.set_sum / t.set_rows if t.set_rows else float("nan"),
                 "max_set_size": t.set_max}
@@ -216,63 +221,69 @@ def certified_topk(state: HeadState, x2: torch.Tensor, k: int, argmax: bool = Fa
         else:
             from lowbit.ops.coarse_head.certified_tail import certified_select_rerank as op
         return op(out.cand_key, out.cand_lb, out.cand_idx, out.block_lb, out.block_rest, x2, state.weight, k,
-                  cap, stats)
-    _, idx, vals, fb = _certified_sync(state, x2, k)
+                  cap, c.block, stats)
+    _, idx, vals, patches = _certified_sync(state, x2, k)
     if argmax:
         ans = argmax_lowest(vals, idx)
-        if fb is not None:
-            rows_w, w_idx, w_vals, rows_f, full = fb
-            if w_vals is not None:
-                ans[rows_w] = argmax_lowest(w_vals, w_idx)
-            if full is not None:
-                ans[rows_f] = argmax_lowest(full, torch.arange(state.n, device=x2.device).expand(rows_f.shape[0], -1))
+        for rows, p_idx, p_vals in patches:
+            ans[rows] = argmax_lowest(p_vals, p_idx)
         return None, ans[:, None]
-    if vals.shape[1] < k:  # fewer candidates than k: every row falls back
-        pad = k - vals.shape[1]
-        vals = torch.nn.functional.pad(vals, (0, pad), value=float("-inf"))
-        idx = torch.nn.functional.pad(idx, (0, pad))
-    v, i = topk_lowest(vals, idx, k)
-    if fb is not None:
-        rows_w, w_idx, w_vals, rows_f, full = fb
-        if w_vals is not None and w_vals.shape[1] >= k:
-            v[rows_w], i[rows_w] = topk_lowest(w_vals, w_idx, k)
-        if full is not None:
-            ar = torch.arange(state.n, device=x2.device).expand(rows_f.shape[0], -1)
-            v[rows_f], i[rows_f] = topk_lowest(full, ar, k)
+    v, i = topk_lowest(*_at_least(vals, idx, k), k)
+    for rows, p_idx, p_vals in patches:
+        v[rows], i[rows] = topk_lowest(*_at_least(p_vals, p_idx, k), k)
     return v, i
 
 
-def _certified_sync(state: HeadState, x2: torch.Tensor, k: int, write_logits: bool = False):
-    """Rescored certified candidates, plus the rows whose set did not fit (one host sync).
+def _at_least(vals: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``vals`` / ``idx`` padded with -inf fillers to at least k columns."""
+    if vals.shape[1] >= k:
+        return vals, idx
+    pad = k - vals.shape[1]
+    return (torch.nn.functional.pad(vals, (0, pad), value=float("-inf")), torch.nn.functional.pad(idx, (0, pad)))
 
-    Returns (coarse out, idx [M, T], exact vals [M, T], fallback) where fallback is None or
-    (rows_wide, wide_idx, wide_vals, rows_full, full_logits): rows whose certified set exceeded
-    the cap but lies among the emitted candidates get all their candidates rescored (``wide``);
-    rows where a block may hide a member are scored in full (``full``).
+
+def _certified_sync(state: HeadState, x2: torch.Tensor, k: int, write_logits: bool = False):
+    """Rescored certified candidates, plus the rows answered otherwise (one host sync).
+
+    Returns (coarse out, idx [M, T], exact vals [M, T], patches): a list of (rows int64 [R], idx
+    [R, T'], exact vals [R, T'], -inf where no token) replacing those rows' answers: ``rescan``
+    rows (their members and their up to ``MAX_RESCAN_BLOCKS`` rescored blocks), ``wide`` rows
+    whose blocks hide nothing (every candidate rescored), and the rest of the uncertified rows
+    scored in full (:class:`~.selection.Certified`).
     """
     c, st = state.config, state.stats
     kcand, cap = certified_sizes(c, k)
     out = _coarse(state, x2, BOUNDS[c.bound], write_logits, kcand)
-    idx, valid, over_block, over_cap, size = certify(out, k, cap)
-    vals = _rescore(state, x2, idx, valid)
-    wide = over_cap & ~over_block
-    n_full, n_wide, size_sum, size_max = (
-        int(v) for v in torch.stack([over_block.sum(), wide.sum(), size.sum(), size.max()]).tolist())
+    cert = certify(out, k, cap, c.block, state.n)
+    vals = _rescore(state, x2, cert.idx, cert.valid)
+    no_block = ~cert.over.any(-1)
+    all_cands = cert.wide & no_block
+    full = cert.hidden | (cert.wide & ~no_block)
+    counts = torch.stack([cert.hidden.sum(), cert.wide.sum(), cert.rescan.sum(), cert.size.sum(), cert.size.max(),
+                          all_cands.sum(), full.sum()]).tolist()
+    n_hidden, n_wide, n_rescan, size_sum, size_max, n_all, n_full = (int(v) for v in counts)
     st.calls += 1
     st.rows += x2.shape[0]
-    st.fallbacks += n_full
+    st.fallbacks += n_hidden
     st.wide += n_wide
+    st.rescans += n_rescan
     st.set_rows += x2.shape[0]
     st.set_sum += size_sum
     st.set_max = max(st.set_max, size_max)
-    if not (n_full or n_wide):
-        return out, idx, vals, None
-    rows_w = wide.nonzero().squeeze(-1)
-    w_idx = out.cand_idx[rows_w]
-    w_vals = _rescore(state, x2[rows_w], w_idx, out.cand_key[rows_w] > float("-inf")) if n_wide else None
-    rows_f = over_block.nonzero().squeeze(-1)
-    full = _exact_full(state, x2[rows_f]) if n_full else None
-    return out, idx, vals, (rows_w, w_idx, w_vals, rows_f, full)
+    patches = []
+    if n_rescan:
+        rows = cert.rescan.nonzero().squeeze(-1)
+        r_idx, r_valid = rescan_indices(cert, rows, out.cand_idx, cap, c.block, state.n)
+        patches.append((rows, r_idx, _rescore(state, x2[rows], r_idx, r_valid)))
+    if n_all:
+        rows = all_cands.nonzero().squeeze(-1)
+        w_idx = out.cand_idx[rows]
+        patches.append((rows, w_idx, _rescore(state, x2[rows], w_idx, out.cand_key[rows] > float("-inf"))))
+    if n_full:
+        rows = full.nonzero().squeeze(-1)
+        patches.append((rows, torch.arange(state.n, device=x2.device).expand(rows.shape[0], -1),
+                        _exact_full(state, x2[rows])))
+    return out, cert.idx, vals, patches
 
 
 def _exact_full(state: HeadState, xr: torch.Tensor) -> torch.Tensor:
@@ -286,11 +297,12 @@ def _exact_full(state: HeadState, xr: torch.Tensor) -> torch.Tensor:
 
 
 def _scatter_exact(base: torch.Tensor, idx: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
-    """``base`` with the exact ``vals`` at ``idx``; fillers (-inf: no token) are pointed at the
-    row's best candidate, which is always real."""
+    """``base`` with the exact ``vals`` at ``idx``; fillers (-inf: no token) are pointed at a real
+    token of the row (every row rescores at least one)."""
     filler = vals == float("-inf")
-    idx = torch.where(filler, idx[:, :1], idx)
-    vals = torch.where(filler, vals[:, :1], vals)
+    real = (~filler).to(torch.int8).argmax(-1, keepdim=True)  # a column holding a real token
+    idx = torch.where(filler, idx.gather(1, real), idx)
+    vals = torch.where(filler, vals.gather(1, real), vals)
     return base.scatter(1, idx, vals)
 
 
@@ -308,16 +320,12 @@ def certified_logits(state: HeadState, x2: torch.Tensor, topk_only: bool) -> tor
     """Certified mode's fp32 [M, N]: coarse logits everywhere (or -inf with ``topk_only``), exact on
     the certified argmax set, or on the whole row where it fell back (one host sync). Coarse logits
     are in the weight's units (scaled back by ``2^coarse_exp`` from a prescaled coarse copy, exactly)."""
-    out, idx, vals, fb = _certified_sync(state, x2, 1, write_logits=not topk_only)
+    out, idx, vals, patches = _certified_sync(state, x2, 1, write_logits=not topk_only)
     base = (torch.full((x2.shape[0], state.n), float("-inf"), device=x2.device) if topk_only
             else unscale_tensor(out.logits, state.packing))
     base = _scatter_exact(base, idx, vals)
-    if fb is not None:
-        rows_w, w_idx, w_vals, rows_f, full = fb
-        if w_vals is not None:  # every candidate of these rows was rescored
-            base[rows_w] = _scatter_exact(base[rows_w], w_idx, w_vals)
-        if full is not None:
-            base[rows_f] = full
+    for rows, p_idx, p_vals in patches:
+        base[rows] = _scatter_exact(base[rows], p_idx, p_vals)
     return base
 
 

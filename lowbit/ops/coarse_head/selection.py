@@ -5,6 +5,8 @@ certified argmax bounds its error with. They serve the reference backend, FP8 / 
 the synchronizing certified path; the Triton tails fuse the same steps."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from lowbit.ops.coarse_head.reference import CoarseOut
@@ -33,8 +35,37 @@ def select_fast(out: CoarseOut, r: int) -> tuple[torch.Tensor, torch.Tensor]:
     return out.cand_idx.gather(-1, pos), key > float("-inf")
 
 
-def certify(out: CoarseOut, k: int, cap: int):
-    """Certified candidate set for the exact top-``k`` (k = 1: argmax).
+#: blocks of a row that may hide members (an unemitted upper bound reaches the threshold) and are
+#: rescored whole instead of the row: SmolLM2's real head at k = 16 with 8 candidates a block has
+#: at most 2 such blocks on every one of 1024 positions (ROADMAP.md §1)
+MAX_RESCAN_BLOCKS = 2
+
+
+class Certified(NamedTuple):
+    """What :func:`certify` decides per row (M rows, C candidates, NB blocks, T = min(cap, C)).
+
+    idx int64 [M, T], valid bool [M, T]: the T candidates with the largest upper bounds (a
+    superset of the certified set on rows that are neither ``hidden``, ``wide`` nor ``rescan``);
+    member bool [M, C]: candidates with ``ub >= L`` outside the rescored blocks; over bool [M, NB]:
+    the blocks that may hide members; hidden bool [M]: more than ``MAX_RESCAN_BLOCKS`` such blocks
+    (or no threshold): the row is scored in full; wide bool [M]: not hidden, but more than ``cap``
+    members (or fewer than k tokens in all); rescan bool [M]: certified with 1..MAX_RESCAN_BLOCKS
+    blocks rescored whole besides the members; size int64 [M]: candidates with ``ub >= L``.
+    """
+
+    idx: torch.Tensor
+    valid: torch.Tensor
+    member: torch.Tensor
+    over: torch.Tensor
+    hidden: torch.Tensor
+    wide: torch.Tensor
+    rescan: torch.Tensor
+    size: torch.Tensor
+
+
+def certify(out: CoarseOut, k: int, cap: int, block: int, n: int) -> Certified:
+    """Certified candidate set for the exact top-``k`` (k = 1: argmax) of N = ``n`` tokens in
+    blocks of ``block``.
 
     Threshold ``L``: the best lower bound over all tokens (k = 1, from the per-block maxima). For
     k > 1 any k lower bounds of distinct tokens give a valid threshold (the k-th best exact value
@@ -42,21 +73,18 @@ def certify(out: CoarseOut, k: int, cap: int):
     k-th best lower bound among the first ``cap`` candidates (in candidate order) whose lower
     bound reaches ``L_b`` -- the k-th best candidate lower bound whenever at most ``cap`` reach
     it, found without ordering all C candidates (the device tail's rule, kept identical here).
-    Every token of the exact top-k has ``ub >= L``. The set is certified when no block holds such a token it did
-    not emit (``block_rest < L``) and at most ``cap`` candidates reach ``L``.
 
-    Returns (index int64 [M, T], valid bool [M, T], over_block bool [M], over_cap bool [M], size
-    int64 [M]), T = min(cap, C): the T candidates with the largest upper bounds, a superset of the
-    certified set on every row where neither flag is set. ``over_cap`` without ``over_block``: the
-    set is still among the emitted candidates (rescore them all); ``over_block``: a block may
-    hide a member (score the whole row).
+    Every token of the exact top-k has ``ub >= L``: it is an emitted candidate with ``ub >= L``,
+    or an unemitted token of a block whose best unemitted ``ub`` (``block_rest``) reaches ``L``.
+    Up to ``MAX_RESCAN_BLOCKS`` such blocks are rescored whole, with the candidates outside them;
+    more, and the whole row is scored.
     """
-    c = out.cand_key.shape[1]
+    m, c = out.cand_key.shape
+    nb = out.block_lb.shape[1]
     neg = float("-inf")
     if k == 1:
         thr = out.block_lb.amax(-1)
     else:
-        m, nb = out.block_lb.shape
         thr = (out.block_lb.topk(k, dim=-1).values[:, -1] if nb >= k
                else torch.full((m,), neg, device=out.cand_key.device))
         hi = out.cand_lb >= thr.unsqueeze(-1)
@@ -64,12 +92,38 @@ def certify(out: CoarseOut, k: int, cap: int):
         if c >= k:
             sub = torch.where(first, out.cand_lb, torch.full_like(out.cand_lb, neg))
             thr = torch.maximum(thr, sub.topk(k, dim=-1).values[:, -1])
-    thr = thr.unsqueeze(-1)
-    size = (out.cand_key >= thr).sum(-1)
-    over_block = (out.block_rest >= thr).any(-1) | (thr.squeeze(-1) == neg)
+    over = out.block_rest >= thr.unsqueeze(-1)
+    nob = over.sum(-1)
+    hidden = (nob > MAX_RESCAN_BLOCKS) | (thr == neg)
+    ranked = out.cand_key >= thr.unsqueeze(-1)
+    size = ranked.sum(-1)
+    member = ranked & ~over.gather(-1, (out.cand_idx // block).clamp(max=nb - 1))
+    n_c = member.sum(-1)
+    tokens = (torch.arange(nb, device=over.device) * block).clamp(max=n)
+    per_block = torch.minimum(torch.full_like(tokens, block), n - tokens)
+    n_blk = (over * per_block).sum(-1)
+    wide = ~hidden & ((n_c > cap) | (n_c + n_blk < k))
+    rescan = ~hidden & ~wide & (nob > 0)
     t = min(cap, c)
     key, pos = out.cand_key.topk(t, dim=-1)
-    return out.cand_idx.gather(-1, pos), key > neg, over_block, size > cap, size
+    return Certified(out.cand_idx.gather(-1, pos), key > neg, member, over, hidden, wide, rescan, size)
+
+
+def rescan_indices(cert: Certified, rows: torch.Tensor, cand_idx: torch.Tensor, cap: int, block: int, n: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens to rescore on the ``rescan`` rows ``rows`` (int64 [R]): their members (at most
+    ``cap``), then every token of their rescored blocks. (index int64 [R, T'], valid bool [R, T'])."""
+    member = cert.member[rows]
+    t = min(cap, member.shape[1])
+    pos = member.to(torch.int8).topk(t, dim=-1).indices  # the members first (any order)
+    idx_c, ok_c = cand_idx[rows].gather(-1, pos), member.gather(-1, pos)
+    over = cert.over[rows]
+    nbk = min(MAX_RESCAN_BLOCKS, over.shape[1])
+    bpos = over.to(torch.int8).topk(nbk, dim=-1).indices
+    tok = (bpos * block).unsqueeze(-1) + torch.arange(block, device=rows.device)
+    ok_b = over.gather(-1, bpos).unsqueeze(-1) & (tok < n)
+    idx = torch.cat([idx_c, tok.flatten(1).clamp(max=n - 1)], dim=1)
+    return idx, torch.cat([ok_c, ok_b.flatten(1)], dim=1)
 
 
 def row_norms(weight: torch.Tensor) -> torch.Tensor:
@@ -83,4 +137,5 @@ def row_norms(weight: torch.Tensor) -> torch.Tensor:
     return out
 
 
-__all__ = ["argmax_lowest", "certify", "row_norms", "select_fast", "topk_lowest"]
+__all__ = ["MAX_RESCAN_BLOCKS", "Certified", "argmax_lowest", "certify", "rescan_indices", "row_norms", "select_fast",
+           "topk_lowest"]

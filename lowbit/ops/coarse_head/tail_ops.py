@@ -29,14 +29,14 @@ def _(cand_key, cand_idx, x, weight, r, k, kcand=0):
 
 def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_idx: torch.Tensor,
                             block_lb: torch.Tensor, block_rest: torch.Tensor, x: torch.Tensor,
-                            weight: torch.Tensor, k: int, cap: int, stats: torch.Tensor
+                            weight: torch.Tensor, k: int, cap: int, block: int, stats: torch.Tensor
                             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Certified mode's exact top-``k`` from the certified coarse outputs, without a host
-    synchronization (values fp32 [M, k], indices int64 [M, k]); ``stats`` (int64, see
-    :mod:`.certified_tail`) accumulates in place. Triton only."""
+    """Certified mode's exact top-``k`` from the certified coarse outputs (blocks of ``block``
+    tokens), without a host synchronization (values fp32 [M, k], indices int64 [M, k]); ``stats``
+    (int64, see :mod:`.certified_tail`) accumulates in place. Triton only."""
     from lowbit.ops.coarse_head.certified_tail import certified_select_rerank as impl
 
-    return impl(cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, k, cap, stats)
+    return impl(cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, k, cap, block, stats)
 
 
 _certified_op = torch.library.custom_op("lowbit::draft_certified_select", certified_select_rerank,
@@ -44,7 +44,7 @@ _certified_op = torch.library.custom_op("lowbit::draft_certified_select", certif
 
 
 @_certified_op.register_fake
-def _(cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, k, cap, stats):
+def _(cand_key, cand_lb, cand_idx, block_lb, block_rest, x, weight, k, cap, block, stats):
     m = cand_key.shape[0]
     return (cand_key.new_empty(m, k, dtype=torch.float32), cand_key.new_empty(m, k, dtype=torch.int64))
 
