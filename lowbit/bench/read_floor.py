@@ -20,12 +20,18 @@ Registered:
   x, values, indices, the written logits) on ``lowbit.bench.gathered``'s shapes, read by a
   gather-only kernel over the same indices; op and read both timed by CUDA-graph replay over 8
   rotating inputs (:func:`lowbit.bench.timing.time_us`), as that benchmark times the op.
+* ``read_floor_sparse_attn`` -- ``sparse_attn`` decode's bytes (per query the top-k indices, the
+  gathered KV rows -- bf16, or FP8 with their per-64 group scales -- q, and the written o) on
+  ``lowbit.bench.sparse_attn``'s decode cases (m <= 2), read by a gather-only kernel over the same
+  indices, skipping the -1 slots as the op does; op and read both timed by CUDA-graph replay over
+  rotating input copies past L2, as that benchmark times the op's decode rows. The op's
+  ``floor_us`` there is max(one launch, the bare read, FLOPs at the measured bf16 peak).
 
 Per case: a ``"bare read"`` row (the fastest read geometry; every geometry's µs in
 ``extra["reads"]``) and the op's ``"lowbit ..."`` rows, whose ``floor_us`` is max(one launch, the
 bare read), so "% of floor" reads as "% of what any kernel reaching these bytes this way achieves".
-The helpers :func:`stream_read_us` and :func:`gathered_read_us` give the same floor to other
-benchmarks.
+The helpers :func:`stream_read_us`, :func:`gathered_read_us` and :func:`attn_read_us` give the same
+floor to other benchmarks.
 """
 from __future__ import annotations
 
@@ -42,6 +48,10 @@ STREAM_GEOMETRIES = ((2048, 4), (2048, 8), (4096, 4), (4096, 8), (8192, 4), (819
 #: parts over programs, W warps)
 GATHER_GEOMETRIES = ((1, 1, 4), (2, 1, 4), (4, 1, 4), (8, 1, 4), (8, 1, 8), (16, 1, 4), (16, 1, 8), (32, 1, 8),
                      (2, 2, 4), (4, 2, 4), (8, 2, 8), (4, 4, 4), (8, 4, 4), (16, 4, 8))
+#: the sparse-attention read's geometries: (P parts of a query's top-k indices and heads, one
+#: program each; TT indices (and q / o rows) a loop step; W warps)
+ATTN_GEOMETRIES = ((1, 16, 8), (1, 32, 8), (2, 16, 8), (2, 32, 8), (4, 8, 4), (4, 16, 8), (8, 8, 4), (8, 16, 8),
+                   (16, 4, 4), (16, 8, 4), (32, 4, 4), (32, 8, 4), (64, 2, 4), (64, 4, 4), (128, 2, 4))
 #: the draft head's benchmark head (one rank of a ~248k vocabulary)
 HEAD_NK = (124160, 5120)
 
@@ -89,6 +99,49 @@ def _gathered_read_kernel(x, values, index, packed, scale, logits, T, V,
     b_v = tl.load(values + i_b * T + o_t, mask=m_t, other=0.0)  # [TT]
     out = (acc & 0xFF).to(tl.float32) + b_v
     tl.store(logits + i_b * V + rows, out.to(tl.bfloat16), mask=m_t)
+
+
+@triton.jit
+def _attn_read_kernel(q, kv, kv_scale, idx, o, M, N, T, H,
+                      RW: tl.constexpr, SW: tl.constexpr, QW: tl.constexpr, KP: tl.constexpr, HP: tl.constexpr,
+                      TT: tl.constexpr, QB: tl.constexpr, PDL: tl.constexpr = False):
+    """Program (query b * M + m, part): the KP = topk / P indices [part * KP, (part + 1) * KP) of
+    ``idx[b, m]`` in steps of TT, the kv rows they name (RW int32 words each, and SW scale words
+    when SW > 0; -1 or out-of-range slots skipped, as the op skips them), then q's HP = h / P head
+    rows [part * HP, (part + 1) * HP) in steps of QB; stores q's words XOR the XOR of everything
+    else it read into o's words (each o word written once: a bare read, no arithmetic)."""
+    i_bm = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+    kv_row0 = (i_bm // M) * N  # the query's batch row of the cache
+    o_w = tl.arange(0, RW)
+    acc_w = tl.zeros([TT, RW], dtype=tl.int32)
+    acc_i = tl.zeros([TT], dtype=tl.int32)
+    if SW > 0:
+        o_s = tl.arange(0, SW)
+        acc_s = tl.zeros([TT, SW], dtype=tl.int32)
+    for t0 in range(0, KP, TT):  # constexpr bounds (the interpreter wants no tensor bounds)
+        o_t = part * KP + t0 + tl.arange(0, TT)
+        m_t = t0 + tl.arange(0, TT) < KP
+        rows = tl.load(idx + i_bm * T + o_t, mask=m_t, other=-1)  # [TT] int32; past the part: no row
+        acc_i ^= tl.where(m_t, rows, 0)
+        valid = (rows >= 0) & (rows < N)
+        r64 = kv_row0 + rows.to(tl.int64)
+        acc_w ^= tl.load(kv + r64[:, None] * RW + o_w[None, :], mask=valid[:, None], other=0)  # [TT, RW]
+        if SW > 0:
+            acc_s ^= tl.load(kv_scale + r64[:, None] * SW + o_s[None, :], mask=valid[:, None], other=0)
+    acc = tl.xor_sum(tl.xor_sum(acc_w, axis=1), axis=0) ^ tl.xor_sum(acc_i, axis=0)
+    if SW > 0:
+        acc ^= tl.xor_sum(tl.xor_sum(acc_s, axis=1), axis=0)
+    o_q = tl.arange(0, QW)
+    for h0 in range(0, HP, QB):
+        o_h = h0 + tl.arange(0, QB)
+        m_h = o_h < HP
+        off = (i_bm * H + part * HP + o_h.to(tl.int64))[:, None] * QW + o_q[None, :]
+        b_q = tl.load(q + off, mask=m_h[:, None], other=0)  # [QB, QW]
+        tl.store(o + off, b_q ^ acc, mask=m_h[:, None])
 
 
 def _pdl(device) -> dict:
@@ -162,6 +215,92 @@ def gathered_read_us(w, inputs, logits) -> tuple[str, float, dict]:
              for tt, s, warps in gathered_geometries(k, t)}
     best = min(times, key=times.get)
     return best, times[best], times
+
+
+def attn_geometries(topk: int, h: int):
+    """The sparse-attention read's geometries whose P parts divide the top-k indices and the heads."""
+    return [(p, tt, w) for p, tt, w in ATTN_GEOMETRIES if topk % p == 0 and h % p == 0]
+
+
+def attn_read(copies, o, p: int, tt: int, warps: int):
+    """A callable that launches the sparse-attention bare read once per call, taking the next of
+    ``copies`` (a list, cycled, or an iterator such as :func:`lowbit.bench.timing.rotating`'s) of
+    ``sparse_attn``'s inputs (q bf16 [b, m, h, d], kv bf16 or float8_e4m3fn [b, n, d], attn_sink,
+    topk_idxs int32 [b, m, topk], kv_scale fp32 [b, n, d / 64] or None); writes ``o`` (bf16
+    [b, m, h, d]). Grid (b * m, P)."""
+    import itertools
+
+    first = copies[0] if isinstance(copies, (list, tuple)) else None
+    it = itertools.cycle(copies) if first is not None else copies
+    if first is not None:
+        q, kv, _, idx, _ = first
+        if idx.dtype != torch.int32:
+            raise ValueError(f"topk_idxs must be int32, got {idx.dtype}")
+        b, m, h, d = q.shape
+        topk = idx.shape[2]
+        if topk % p or h % p:
+            raise ValueError(f"p={p} must divide topk={topk} and h={h}")
+        if d & (d - 1) or (d * kv.element_size()) % 4:
+            raise ValueError(f"head dim d={d} must be a power of two of whole int32 words")
+    if o.dtype != torch.bfloat16 or o.dim() != 4:
+        raise ValueError(f"o must be bf16 [b, m, h, d], got {o.dtype} {tuple(o.shape)}")
+    out = o.view(torch.int32)
+    opts = _pdl(o.device)
+
+    def run():
+        q, kv, _, idx, kv_scale = next(it)
+        b, m, h, d = q.shape
+        n, topk = kv.shape[1], idx.shape[2]
+        kvw = kv.view(torch.int32)
+        scw = kv_scale.view(torch.int32) if kv_scale is not None else kvw
+        sw = scw.shape[2] if kv_scale is not None else 0
+        qb = min(tt, triton.next_power_of_2(max(h // p, 1)))
+        _attn_read_kernel[(b * m, p)](q.view(torch.int32), kvw, scw, idx, out, m, n, topk, h,
+                                      RW=kvw.shape[2], SW=sw, QW=d // 2, KP=topk // p, HP=h // p, TT=tt, QB=qb,
+                                      num_warps=warps, **opts)
+    return run
+
+
+def attn_read_us(copies, o) -> tuple[str, float, dict]:
+    """(best geometry, its µs, {geometry: µs}) of the sparse-attention bare read over ``copies``
+    (as :func:`attn_read`) into ``o``, each geometry timed by CUDA-graph replay
+    (``time_us(graph=True)``, as ``lowbit.bench.sparse_attn`` times the op's decode rows)."""
+    from lowbit.bench.timing import time_us
+
+    _, _, h, _ = o.shape
+    first = copies[0] if isinstance(copies, (list, tuple)) else next(copies)
+    topk = first[3].shape[2]
+    times = {f"p{p} tt{tt} w{warps}": time_us(attn_read(copies, o, p, tt, warps), graph=True)
+             for p, tt, warps in attn_geometries(topk, h)}
+    best = min(times, key=times.get)
+    return best, times[best], times
+
+
+def attn_bytes_flops(m: int, b: int, h: int, topk: int, fp8: bool) -> tuple[int, int]:
+    """(bytes, FLOPs) of a ``sparse_attn`` case, counted as ``lowbit.bench.sparse_attn`` counts them:
+    the gathered rows once a query (and the FP8 rows' per-64 scales), the indices, q and o;
+    4 * b * m * h * topk * d FLOPs (QK^T and PV)."""
+    from lowbit.bench.sparse_attn import D
+
+    elt = 1 if fp8 else 2
+    row_bytes = D * elt + (D // 64 * 4 if fp8 else 0)
+    return b * m * topk * (row_bytes + 4) + 2 * b * m * h * D * 2, 4 * b * m * h * topk * D
+
+
+def _attn_inputs(m: int, b: int, h: int, topk: int, fp8: bool, dev):
+    """One copy of a ``sparse_attn`` case's inputs, made as ``lowbit.bench.sparse_attn`` makes them."""
+    from lowbit.bench.sparse_attn import D, N_CACHE
+    from lowbit.formats.fp8 import FP8
+
+    q = torch.randn(b, m, h, D, device=dev, dtype=torch.bfloat16)
+    kv = torch.randn(b, N_CACHE, D, device=dev, dtype=torch.bfloat16)
+    idx = torch.randint(0, N_CACHE, (b, m, topk), device=dev, dtype=torch.int32)
+    idx[..., -topk // 16:] = -1  # a few empty slots, as a causal mask leaves them
+    kv_scale = None
+    if fp8:
+        fmt = FP8.quantize(kv, "group", 64)
+        kv, kv_scale = fmt.data, fmt.scale
+    return q, kv, torch.randn(h, device=dev), idx, kv_scale
 
 
 def _read_row(op: str, case: str, nbytes: int, best: str, us: float, times: dict, timing: str) -> Result:
@@ -258,5 +397,40 @@ def run_gathered(ctx: BenchContext) -> list[Result]:
             results.append(Result("read_floor_gathered", case, "lowbit", time_us(fused, graph=True), bytes=nbytes,
                                   flops=2 * b * t * k, extra={"floor_us": max(launch, read_us), "launch_us": launch,
                                                               "timing": "graph"}))
+        torch.cuda.empty_cache()
+    return results
+
+
+@register("read_floor_sparse_attn", description="bare-read floor of sparse_attn decode (indices, gathered KV rows "
+                                                "and scales, q, o), timed by graph replay with the op")
+def run_sparse_attn(ctx: BenchContext) -> list[Result]:
+    from lowbit.bench.sparse_attn import D, N_CACHE, _attn_cases
+    from lowbit.bench.timing import L2_BYTES, launch_us, rotating, time_us
+    from lowbit.ops.sparse_attn import sparse_attn
+
+    dev = ctx.device
+    launch = launch_us(dev)
+    results: list[Result] = []
+    for m, b, h, topk, fp8 in [c for c in _attn_cases(ctx.quick) if c[0] <= 2]:
+        nbytes, flops = attn_bytes_flops(m, b, h, topk, fp8)
+        row_bytes = D * (1 if fp8 else 2) + (D // 64 * 4 if fp8 else 0)
+        copies = rotating(lambda: _attn_inputs(m, b, h, topk, fp8, dev), b * N_CACHE * row_bytes + b * m * topk * 4,
+                          min_total=4 * L2_BYTES)
+        case = f"decode m{m} b{b} h{h} top{topk}{' fp8kv' if fp8 else ''}"
+        o = torch.empty(b, m, h, D, device=dev, dtype=torch.bfloat16)
+        best, read_us, times = attn_read_us(copies, o)
+        results.append(_read_row("read_floor_sparse_attn", case, nbytes, best, read_us, times, "graph"))
+        scale = D**-0.5
+
+        def ours():
+            q, kv, sink, idx, kv_scale = next(copies)
+            return sparse_attn(q, kv, sink, idx, scale, kv_scale=kv_scale)
+
+        ours()  # compile outside any graph capture
+        flops_us = flops / (ctx.bf16_tflops * 1e6)
+        results.append(Result("read_floor_sparse_attn", case, "lowbit", time_us(ours, graph=True), bytes=nbytes,
+                              flops=flops, extra={"floor_us": max(launch, read_us, flops_us), "launch_us": launch,
+                                                  "read_us": read_us, "flops_us": flops_us, "timing": "graph"}))
+        del copies, o
         torch.cuda.empty_cache()
     return results

@@ -206,7 +206,9 @@ def test_interleaved_medians_alternates_order_and_takes_medians():
 
 def test_new_benchmarks_are_registered():
     names = runner.available_ops()
-    assert {"read_floor", "read_floor_gathered", "draft_head_real", "parallel_head"} <= names.keys()
+    assert {"read_floor", "read_floor_gathered", "read_floor_sparse_attn", "draft_head_real",
+            "parallel_head"} <= names.keys()
+    assert "sparse_attn" in names["read_floor_sparse_attn"].description
 
 
 def test_run_specs_reports_a_skip_apart_from_failures():
@@ -293,6 +295,100 @@ def test_gathered_read_kernel_reads_the_rows(tt, s):
                         ^ (np.bitwise_xor.reduce(sc[r, part * (sw // s):(part + 1) * (sw // s)]) if sw >= s else 0)
                         ^ np.bitwise_xor.reduce(xw[bi, part * xn:(part + 1) * xn]))
             assert float(logits[bi, r]) == float(torch.tensor(float(want & 0xFF)).to(torch.bfloat16)), (bi, ti)
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8kv"])
+@pytest.mark.parametrize("p,tt", [(1, 16), (2, 32)])  # two loop steps; one part-masked step
+def test_attn_read_kernel_reads_the_rows(p, tt, fp8):
+    """The sparse-attention bare read stores into every o word q's word XOR the XOR of its part's
+    index words and of the kv rows (and FP8 group-scale words) those indices name, -1 slots skipped:
+    it reads what it claims, a query's batch row of the cache included."""
+    import numpy as np
+
+    from lowbit.bench.read_floor import attn_geometries, attn_read
+    from lowbit.formats.fp8 import FP8
+
+    b, m, h, d, n, topk = 2, 2, 32, 128, 16, 32
+    assert any(g[:2] == (p, tt) for g in attn_geometries(topk, h))
+    torch.manual_seed(0)
+    full = torch.randn(b + 1, n, d).to(torch.bfloat16)  # a row before the cache: a read at -1 lands in it
+    if fp8:
+        fmt = FP8.quantize(full, "group", 64)
+        kv, kv_scale = fmt.data[1:], fmt.scale[1:]
+    else:
+        kv, kv_scale = full[1:], None
+    q = torch.randn(b, m, h, d, dtype=torch.bfloat16)
+    idx = torch.randint(0, n, (b, m, topk), dtype=torch.int32)
+    idx[0, 0, 3] = idx[1, 1, 10] = idx[1, 0, -1] = -1
+    idx[..., -2:] = -1
+    o = torch.full((b, m, h, d), 7.0, dtype=torch.bfloat16)
+    attn_read([(q, kv, torch.zeros(h), idx, kv_scale)], o, p, tt, 4)()
+    kvw, qw, ow = kv.view(torch.int32).numpy(), q.view(torch.int32).numpy(), o.view(torch.int32).numpy()
+    scw = kv_scale.view(torch.int32).numpy() if fp8 else None
+    kp, hp = topk // p, h // p
+    for bi in range(b):
+        for mi in range(m):
+            for part in range(p):
+                acc = np.int32(0)
+                for r in idx[bi, mi, part * kp:(part + 1) * kp].tolist():
+                    acc ^= np.int32(r)
+                    if r >= 0:
+                        acc ^= np.bitwise_xor.reduce(kvw[bi, r])
+                        if fp8:
+                            acc ^= np.bitwise_xor.reduce(scw[bi, r])
+                heads = slice(part * hp, (part + 1) * hp)
+                assert np.array_equal(ow[bi, mi, heads], qw[bi, mi, heads] ^ acc), (bi, mi, part)
+
+
+@pytest.mark.interpret
+def test_read_floor_sparse_attn_rows(monkeypatch):
+    """The registered benchmark on tiny decode cases (CPU, timer faked): for each decode case (the
+    prefill case left out) a bare-read row timing every geometry and a lowbit row whose floor is
+    max(one launch, the bare read, FLOPs at the bf16 peak), bytes and FLOPs as sparse_attn counts them."""
+    from lowbit.bench import read_floor, sparse_attn as sa, timing
+
+    monkeypatch.setattr(sa, "D", 128)
+    monkeypatch.setattr(sa, "N_CACHE", 64)
+    monkeypatch.setattr(sa, "_attn_cases", lambda quick: [(1, 2, 4, 32, False), (2, 1, 4, 32, True),
+                                                          (64, 1, 4, 32, False)])
+    calls = []
+
+    def fake_time_us(fn, graph=False):
+        assert graph
+        fn()
+        calls.append(fn)
+        return 30.0 - 2 * len(calls)  # the first case's best read is 18 µs, the second's 4 µs
+
+    monkeypatch.setattr(timing, "time_us", fake_time_us)
+    monkeypatch.setattr(timing, "launch_us", lambda device="cuda": 2.5)
+    ctx = BenchContext(copy_gbps=4000.0, bf16_tflops=1e-2, quick=True, device="cpu")  # 13.1 µs of FLOPs a case
+    rows = runner.available_ops()["read_floor_sparse_attn"].fn(ctx)
+    cases = ["decode m1 b2 h4 top32", "decode m2 b1 h4 top32 fp8kv"]
+    assert [(r.case, r.impl) for r in rows] == [(c, impl) for c in cases for impl in ("bare read", "lowbit")]
+    decode = [(1, 2, 4, 32, False), (2, 1, 4, 32, True)]
+    for (m, b, h, topk, fp8), read, ours in zip(decode, rows[::2], rows[1::2]):
+        geoms = read_floor.attn_geometries(topk, h)
+        assert len(read.extra["reads"]) == len(geoms) and read.us == min(read.extra["reads"].values())
+        row_bytes = 128 * (1 if fp8 else 2) + (128 // 64 * 4 if fp8 else 0)
+        nbytes, flops = b * m * topk * (row_bytes + 4) + 2 * b * m * h * 128 * 2, 4 * b * m * h * topk * 128
+        assert (read.bytes, ours.bytes, ours.flops) == (nbytes, nbytes, flops)
+        e = ours.extra
+        assert e["read_us"] == read.us and e["launch_us"] == 2.5 and e["timing"] == "graph"
+        assert e["flops_us"] == pytest.approx(flops / 1e4) == pytest.approx(13.1072)
+        assert e["floor_us"] == (read.us if read.us > e["flops_us"] else e["flops_us"])
+    assert rows[0].us == 18.0 and rows[2].us == 4.0  # one case bound by its read, the other by its FLOPs
+
+
+def test_attn_read_refuses_bad_geometry():
+    from lowbit.bench.read_floor import attn_read
+
+    q, idx = torch.zeros(1, 1, 8, 128, dtype=torch.bfloat16), torch.zeros(1, 1, 12, dtype=torch.int32)
+    kv, o = torch.zeros(1, 4, 128, dtype=torch.bfloat16), torch.zeros(1, 1, 8, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="p=8 must divide topk=12"):
+        attn_read([(q, kv, None, idx, None)], o, 8, 4, 4)
+    with pytest.raises(ValueError, match="topk_idxs must be int32"):
+        attn_read([(q, kv, None, idx.long(), None)], o, 4, 4, 4)
 
 
 def test_parallel_head_on_cpu_world_of_one(tmp_path, capsys):
