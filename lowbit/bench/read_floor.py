@@ -276,33 +276,6 @@ def attn_read_us(copies, o) -> tuple[str, float, dict]:
     return best, times[best], times
 
 
-def attn_bytes_flops(m: int, b: int, h: int, topk: int, fp8: bool) -> tuple[int, int]:
-    """(bytes, FLOPs) of a ``sparse_attn`` case, counted as ``lowbit.bench.sparse_attn`` counts them:
-    the gathered rows once a query (and the FP8 rows' per-64 scales), the indices, q and o;
-    4 * b * m * h * topk * d FLOPs (QK^T and PV)."""
-    from lowbit.bench.sparse_attn import D
-
-    elt = 1 if fp8 else 2
-    row_bytes = D * elt + (D // 64 * 4 if fp8 else 0)
-    return b * m * topk * (row_bytes + 4) + 2 * b * m * h * D * 2, 4 * b * m * h * topk * D
-
-
-def _attn_inputs(m: int, b: int, h: int, topk: int, fp8: bool, dev):
-    """One copy of a ``sparse_attn`` case's inputs, made as ``lowbit.bench.sparse_attn`` makes them."""
-    from lowbit.bench.sparse_attn import D, N_CACHE
-    from lowbit.formats.fp8 import FP8
-
-    q = torch.randn(b, m, h, D, device=dev, dtype=torch.bfloat16)
-    kv = torch.randn(b, N_CACHE, D, device=dev, dtype=torch.bfloat16)
-    idx = torch.randint(0, N_CACHE, (b, m, topk), device=dev, dtype=torch.int32)
-    idx[..., -topk // 16:] = -1  # a few empty slots, as a causal mask leaves them
-    kv_scale = None
-    if fp8:
-        fmt = FP8.quantize(kv, "group", 64)
-        kv, kv_scale = fmt.data, fmt.scale
-    return q, kv, torch.randn(h, device=dev), idx, kv_scale
-
-
 def _read_row(op: str, case: str, nbytes: int, best: str, us: float, times: dict, timing: str) -> Result:
     return Result(op, case, "bare read", us, bytes=nbytes,
                   extra={"geometry": best, "reads": {g: round(t, 3) for g, t in times.items()}, "timing": timing})
@@ -404,7 +377,7 @@ def run_gathered(ctx: BenchContext) -> list[Result]:
 @register("read_floor_sparse_attn", description="bare-read floor of sparse_attn decode (indices, gathered KV rows "
                                                 "and scales, q, o), timed by graph replay with the op")
 def run_sparse_attn(ctx: BenchContext) -> list[Result]:
-    from lowbit.bench.sparse_attn import D, N_CACHE, _attn_cases
+    from lowbit.bench.sparse_attn import D, N_CACHE, _attn_cases, case_bytes_flops, case_inputs, kv_row_bytes
     from lowbit.bench.timing import L2_BYTES, launch_us, rotating, time_us
     from lowbit.ops.sparse_attn import sparse_attn
 
@@ -412,9 +385,8 @@ def run_sparse_attn(ctx: BenchContext) -> list[Result]:
     launch = launch_us(dev)
     results: list[Result] = []
     for m, b, h, topk, fp8 in [c for c in _attn_cases(ctx.quick) if c[0] <= 2]:
-        nbytes, flops = attn_bytes_flops(m, b, h, topk, fp8)
-        row_bytes = D * (1 if fp8 else 2) + (D // 64 * 4 if fp8 else 0)
-        copies = rotating(lambda: _attn_inputs(m, b, h, topk, fp8, dev), b * N_CACHE * row_bytes + b * m * topk * 4,
+        nbytes, flops = case_bytes_flops(m, b, h, topk, fp8)
+        copies = rotating(lambda: case_inputs(m, b, h, topk, fp8, dev), b * N_CACHE * kv_row_bytes(fp8) + b * m * topk * 4,
                           min_total=4 * L2_BYTES)
         case = f"decode m{m} b{b} h{h} top{topk}{' fp8kv' if fp8 else ''}"
         o = torch.empty(b, m, h, D, device=dev, dtype=torch.bfloat16)

@@ -61,6 +61,36 @@ def decode_floor(ctx: BenchContext, nbytes: int, flops: int, launch: float) -> d
             "ceiling % copy bw": round(100 * nbytes / (floor * 1e3) / ctx.copy_gbps, 1)}
 
 
+def kv_row_bytes(fp8: bool) -> int:
+    """Bytes of one cached row: bf16, or FP8 with its per-64 fp32 scales."""
+    return D + D // 64 * 4 if fp8 else 2 * D
+
+
+def case_bytes_flops(m: int, b: int, h: int, topk: int, fp8: bool) -> tuple[int, int]:
+    """(bytes, FLOPs) of a case: the gathered rows once a query (the heads share them), the
+    indices, q and o; 4 * b * m * h * topk * d FLOPs (QK^T and PV)."""
+    return b * m * topk * (kv_row_bytes(fp8) + 4) + 2 * b * m * h * D * 2, 4 * b * m * h * topk * D
+
+
+def case_inputs(m: int, b: int, h: int, topk: int, fp8: bool, dev):
+    """One copy of a case's inputs (q, kv, sink, idx, kv_scale): random bf16 q and cache, random
+    indices with the last topk / 16 slots -1 (as a causal mask leaves them); FP8 caches with
+    per-64 group scales."""
+    import torch
+
+    from lowbit.formats.fp8 import FP8
+
+    q = torch.randn(b, m, h, D, device=dev, dtype=torch.bfloat16)
+    kv = torch.randn(b, N_CACHE, D, device=dev, dtype=torch.bfloat16)
+    idx = torch.randint(0, N_CACHE, (b, m, topk), device=dev, dtype=torch.int32)
+    idx[..., -topk // 16:] = -1
+    kv_scale = None
+    if fp8:
+        fmt = FP8.quantize(kv, "group", 64)
+        kv, kv_scale = fmt.data, fmt.scale
+    return q, kv, torch.randn(h, device=dev), idx, kv_scale
+
+
 def _attn_cases(quick: bool):
     if quick:
         decode = [(1, 1, 64, 2048), (1, 32, 128, 2048), (1, 128, 128, 512), (2, 32, 128, 512)]
@@ -76,7 +106,6 @@ def bench_sparse_attn(ctx: BenchContext) -> list[Result]:
     import torch
 
     from lowbit.bench.timing import L2_BYTES, launch_us, rotating, time_us
-    from lowbit.formats.fp8 import FP8
     from lowbit.ops.sparse_attn import sparse_attn
     from lowbit.ops.sparse_attn.reference import sparse_attn_reference
 
@@ -86,25 +115,11 @@ def bench_sparse_attn(ctx: BenchContext) -> list[Result]:
     for m, b, h, topk, fp8 in _attn_cases(ctx.quick):
         prefill = m > 2
         scale = D**-0.5
-
-        def make():
-            q = torch.randn(b, m, h, D, device=dev, dtype=torch.bfloat16)
-            kv = torch.randn(b, N_CACHE, D, device=dev, dtype=torch.bfloat16)
-            idx = torch.randint(0, N_CACHE, (b, m, topk), device=dev, dtype=torch.int32)
-            idx[..., -topk // 16:] = -1  # a few empty slots, as a causal mask leaves them
-            kv_scale = None
-            if fp8:
-                fmt = FP8.quantize(kv, "group", 64)
-                kv, kv_scale = fmt.data, fmt.scale
-            return q, kv, torch.randn(h, device=dev), idx, kv_scale
-
-        elt = 1 if fp8 else 2
-        row_bytes = D * elt + (D // 64 * 4 if fp8 else 0)
-        nbytes = b * m * topk * (row_bytes + 4) + 2 * b * m * h * D * 2
-        flops = 4 * b * m * h * topk * D
-        kv_bytes = b * N_CACHE * row_bytes
+        nbytes, flops = case_bytes_flops(m, b, h, topk, fp8)
+        kv_bytes = b * N_CACHE * kv_row_bytes(fp8)
         # prefill re-reads a [1, 65536] cache: no rotation; decode rotates past L2
-        copies = rotating(make, kv_bytes + b * m * topk * 4, min_total=0 if prefill else 4 * L2_BYTES)
+        copies = rotating(lambda: case_inputs(m, b, h, topk, fp8, dev), kv_bytes + b * m * topk * 4,
+                          min_total=0 if prefill else 4 * L2_BYTES)
         case = f"{'prefill' if prefill else 'decode'} m{m} b{b} h{h} top{topk}{' fp8kv' if fp8 else ''}"
 
         def ours():
