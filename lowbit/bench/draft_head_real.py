@@ -16,6 +16,11 @@ launch cost included). ``extra`` also carries the argmax agreement with the fp32
 certified heads the set sizes, fallback rows, recall of the exact top-16, the top-16 call's graph
 time, set sizes and fallback rate, and the agreement of the argmax and of the top-16 set with
 the fp64 logits over every position in batches of M.
+
+Floors, same timer: a ``"bare read"`` row per case reads the certified head's INT8 coarse copy
+(what its coarse pass must read) with the streaming read of :mod:`lowbit.bench.read_floor`, and
+``extra["bf16_read_us"]`` the bf16 weight (what cuBLAS must read); each is the fastest of the
+read's geometries. The certified rows carry ``floor_us`` = that coarse-copy read.
 """
 from __future__ import annotations
 
@@ -112,6 +117,7 @@ def run(ctx: BenchContext) -> list[Result]:
     import torch.nn.functional as F
 
     from lowbit import DraftHead
+    from lowbit.bench.read_floor import STREAM_GEOMETRIES, stream_read
     from lowbit.bench.timing import cold_graph_us
 
     w = blob["weight"].cuda()
@@ -126,6 +132,13 @@ def run(ctx: BenchContext) -> list[Result]:
     ref64 = logits64.argmax(-1)  # ties to the lower index, as the head's
     ref_top = logits64.topk(TOPK, dim=-1).indices.sort(-1).values  # the exact top-k as a set
     del logits64
+
+    def read_us(nbytes: int, xs) -> float:  # the fastest streaming read of nbytes, in the op's timer
+        buf = torch.randint(-2**31, 2**31 - 1, (-(-nbytes // 4),), dtype=torch.int32, device="cuda")
+        out = torch.empty(-(-buf.numel() // min(b for b, _ in STREAM_GEOMETRIES)), dtype=torch.int32, device="cuda")
+        return min(cold_graph_us(lambda x, f=stream_read(buf, out, b, wp): f(), xs) for b, wp in STREAM_GEOMETRIES)
+
+    coarse_bytes = heads["certified int8 g64"].packing.nbytes
     results: list[Result] = []
     for m in ms:
         case = f"{n}x{k} M{m}"
@@ -140,6 +153,10 @@ def run(ctx: BenchContext) -> list[Result]:
             return F.linear(x, w).argmax(-1)
 
         bf16_bytes = n * k * 2 + m * k * 2
+        floor = read_us(coarse_bytes, xs)
+        results.append(Result("draft_head_real", case, "bare read", floor, coarse_bytes,
+                              extra={"of": "the certified head's INT8 coarse copy", "timing": "graph, cold L2",
+                                     "bf16_read_us": read_us(n * k * 2, xs)}))
         t_lin = cold_graph_us(lin, xs)
         results.append(Result("draft_head_real", case, "cuBLAS bf16 + argmax", t_lin, bf16_bytes, 2 * m * n * k,
                               extra={"eager_us": _eager_us(lin, xs), "agreement_vs_fp32": agreement(lin),
@@ -150,6 +167,7 @@ def run(ctx: BenchContext) -> list[Result]:
             st = h.stats
             extra.update(eager_us=_eager_us(h.argmax, xs), timing="graph, cold L2", model=model)
             if h.mode == "certified":
+                extra["floor_us"] = floor
                 extra.update(mean_set=st["mean_set_size"], max_set=st["max_set_size"], fallback_rows=st["fallbacks"])
                 hits = 0
                 for x in xs:

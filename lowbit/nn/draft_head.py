@@ -53,7 +53,7 @@ class DraftHead(nn.Module):
         mode: ``"certified"`` (default; exact by construction, see below) or ``"fast"``
             (approximate: per-block top-``kcand`` candidates, the best ``rerank`` rescored exactly).
         kcand: candidates emitted per block of ``block`` tokens (default 4 certified / 8 fast).
-            Left unset, certified ``topk(x, k)`` emits ``max(4, min(4k, block / 8))``.
+            Left unset, certified ``topk(x, k)`` emits ``max(4, min(4k, block / 16))``.
         rerank: fast: how many candidates are rescored exactly (default 32). certified: the cap
             on the rescored set (default 128, left unset ``max(128, 16k)`` for ``topk(x, k)``);
             a row whose certified set is larger falls back to exact scoring of all N tokens.

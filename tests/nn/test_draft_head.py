@@ -726,9 +726,9 @@ def test_certified_sizes_grow_with_k_only_when_unset():
 
     w = torch.randn(512, 64)
     grown = DraftHead(w)._config
-    assert [certified_sizes(grown, k) for k in (1, 2, 4, 16, 64)] == [(4, 128), (8, 128), (16, 128), (16, 256),
-                                                                       (16, 1024)]
-    assert certified_sizes(DraftHead(w, block=256)._config, 16) == (32, 256)
+    assert [certified_sizes(grown, k) for k in (1, 2, 4, 16, 64)] == [(4, 128), (8, 128), (8, 128), (8, 256),
+                                                                       (8, 1024)]
+    assert certified_sizes(DraftHead(w, block=256)._config, 16) == (16, 256)
     assert certified_sizes(DraftHead(w, block=16)._config, 16) == (4, 256)
     assert certified_sizes(DraftHead(w, kcand=4, rerank=64)._config, 16) == (4, 64)  # set: kept as given
     assert certified_sizes(DraftHead(w, kcand=4)._config, 16) == (4, 256)
@@ -736,8 +736,8 @@ def test_certified_sizes_grow_with_k_only_when_unset():
 
 def test_certified_topk_sized_for_k_and_block_rescans(backend):
     """The 16 best tokens planted in one block of 128: with 4 candidates a block that block hides
-    members and is rescored whole (a "rescan", no whole-row pass); the default, 16 for k = 16,
-    certifies the row from its candidates. Planted over 3 blocks with 1 candidate a block, more
+    members and is rescored whole (a "rescan", no whole-row pass), as with the default (8 for
+    k = 16); 16 a block certify the row from its candidates. Planted over 3 blocks with 1 candidate a block, more
     blocks hide members than are rescanned: the row is scored in full. Exact every way."""
     gen = torch.Generator().manual_seed(3)
     w = torch.randn(1024, K, generator=gen) * 0.02
@@ -745,13 +745,14 @@ def test_certified_topk_sized_for_k_and_block_rescans(backend):
     w[256:272] = x[0] / x[0].norm() * torch.linspace(2.0, 1.0, 16)[:, None]  # rows 256..271, one block
     w, x = w.to(backend.device), x.to(backend.device)
     got = {}
-    for name, kw in (("k4", dict(kcand=4, rerank=128)), ("default", {})):
+    for name, kw in (("k4", dict(kcand=4, rerank=128)), ("default", {}), ("k16", dict(kcand=16, rerank=256))):
         with backend.active():
             head = DraftHead(w, bits=8, group_size=32, **kw)
             _assert_exact(head, x, w, k=16)
         got[name] = head.stats
     assert got["k4"]["fallbacks"] == 0 and got["k4"]["rescans"] >= 1, got
-    assert got["default"]["fallbacks"] == got["default"]["rescans"] == 0, got
+    assert got["default"]["fallbacks"] == 0 and got["default"]["rescans"] >= 1, got
+    assert got["k16"]["fallbacks"] == got["k16"]["rescans"] == 0, got
     w3 = w.clone()
     for b in (1, 4, 6):  # 3 planted tokens in each of 3 blocks
         w3[128 * b: 128 * b + 3] = (x[0] / x[0].norm() * torch.tensor([2.0, 1.9, 1.8], device=w.device)[:, None]).to(w.dtype)

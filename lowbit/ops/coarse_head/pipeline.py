@@ -133,13 +133,13 @@ def _tail(state: HeadState, x2: torch.Tensor, k: int, argmax: bool) -> str:
 def certified_sizes(config: HeadConfig, k: int) -> tuple[int, int]:
     """(candidates per block, cap on the rescored set) of a certified top-``k`` call: the
     configured ``kcand`` / ``rerank``; those left at their defaults are raised with k to
-    ``min(4k, block / 8)`` per block and a cap of ``16k``. The top-k of a real head spreads over
-    more blocks than its argmax: on SmolLM2's head (1024 real positions, block 128) 4 candidates
-    per block and a cap of 128 leave 16.8% / 66% of the rows to a full fallback at k = 4 / 16,
-    16 per block and a cap of 256 0% / 1.3%. 32 per block leave none at k = 16 but cost more
-    than those fallbacks save (H100: ``topk(16)`` 127-589 µs at M = 1-64 against 91-382 with 16;
-    docs/draft_head.md)."""
-    kcand = max(config.kcand, min(4 * k, config.block // 8)) if config.kcand_per_k else config.kcand
+    ``min(4k, block / 16)`` per block and a cap of ``16k``. The top-k of a real head spreads over
+    more blocks than its argmax; a row whose set may hide in one or two blocks rescores those
+    blocks whole (rescans) instead of the row. On SmolLM2's head (H100, 1024 real positions,
+    block 128, k = 16) 8 a block with rescans certify every row, and ``topk(16)`` takes
+    61 / 82 / 119 / 221 µs at M = 1 / 4 / 16 / 64 against 85 / 104 / 159 / 320 with 16 a block
+    and 143 / 194 / 273 / 646 with 32 (docs/draft_head.md)."""
+    kcand = max(config.kcand, min(4 * k, config.block // 16)) if config.kcand_per_k else config.kcand
     return kcand, max(config.rerank, 16 * k) if config.rerank_per_k else config.rerank
 
 
