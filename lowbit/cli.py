@@ -470,18 +470,25 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return 1
     console.print(f"benchmarking on {device}: {', '.join(s.name for s in specs)}" + (" (quick)" if args.quick else ""))
     ctx = runner.measure_context(args.quick, log=console.print)
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "bench.json")
+    command = "lowbit bench" + (" --quick" if args.quick else "") + "".join(f" --op {n}" for n in args.op or ())
+
+    def write(outcome, pending: list[str]) -> list[dict]:
+        derived = report.derive(outcome.results, ctx)
+        meta = {"device": device, **runner.versions(), "command": command, "failures": outcome.failures,
+                "skipped": outcome.skipped, **({"pending": pending} if pending else {})}
+        report.write_json(derived, ctx, path, meta)
+        return derived
+
     with _progress(console) as progress:
         task = progress.add_task("benchmarks", total=len(specs))
         outcome = runner.run_specs(specs, ctx, on_op=lambda name: progress.update(task, description=f"bench {name}"),
-                                   on_done=lambda name, n: progress.advance(task))
-    derived = report.derive(outcome.results, ctx)
+                                   on_done=lambda name, n: progress.advance(task), checkpoint=write)
+    derived = write(outcome, [])
     if derived:
         report.print_table(derived, console, title=f"lowbit bench on {device} (copy {ctx.copy_gbps:.0f} GB/s, "
                            f"bf16 {ctx.bf16_tflops:.0f} TFLOP/s" + (f", fp8 {ctx.fp8_tflops:.0f}" if ctx.fp8_tflops else "") + ")")
-    os.makedirs(args.out, exist_ok=True)
-    meta = {"device": device, "lowbit": lowbit.__version__, "failures": outcome.failures, "skipped": outcome.skipped}
-    report.write_json(derived, ctx, os.path.join(args.out, "bench.json"), meta)
-    if derived:
         report.plot(derived, os.path.join(args.out, "bench.png"), title=f"lowbit bench on {device}")
     for name, reason in outcome.skipped.items():
         console.print(f"[yellow]benchmark {name} skipped:[/] {reason}")

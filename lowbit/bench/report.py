@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from typing import Sequence
 
 from lowbit.bench.registry import BenchContext, Result
@@ -120,10 +121,18 @@ def _finite(obj):
 
 
 def write_json(derived: Sequence[dict], ctx: BenchContext, path: str, meta: dict | None = None) -> None:
+    """Write the record whole or not at all (a temporary file renamed over ``path``): the bench
+    command rewrites it after every benchmark, and a stop mid-write must leave the last one."""
     body = _finite({"context": dataclasses.asdict(ctx), "meta": meta or {}, "results": list(derived)})
-    with open(path, "w") as fh:
-        json.dump(body, fh, indent=2, default=str, allow_nan=False)
-        fh.write("\n")
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(body, fh, indent=2, default=str, allow_nan=False)
+            fh.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def plot(derived: Sequence[dict], path: str, title: str = "lowbit bench") -> None:

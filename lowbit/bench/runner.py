@@ -46,6 +46,22 @@ def require_gpu() -> str:
     return torch.cuda.get_device_name(0)
 
 
+def versions() -> dict[str, str]:
+    """The versions a record depends on: lowbit, torch (and its CUDA), Triton."""
+    import torch
+
+    import lowbit
+
+    out = {"lowbit": lowbit.__version__, "torch": torch.__version__, "cuda": str(torch.version.cuda)}
+    try:
+        import triton
+
+        out["triton"] = triton.__version__
+    except ImportError:
+        out["triton"] = "not installed"
+    return out
+
+
 def measure_context(quick: bool = False, log: Callable[[str], None] = print) -> BenchContext:
     """Measure copy bandwidth, bf16 and FP8 matmul peaks on the current GPU."""
     from lowbit.bench import timing
@@ -71,8 +87,11 @@ class RunOutcome:
 
 
 def run_specs(specs: list[BenchSpec], ctx: BenchContext, on_op: Callable[[str], None] | None = None,
-              on_done: Callable[[str, int], None] | None = None) -> RunOutcome:
-    """Run each spec with ``ctx``; collect its rows; record (not raise) a benchmark's failure or skip."""
+              on_done: Callable[[str, int], None] | None = None,
+              checkpoint: Callable[[RunOutcome, list[str]], None] | None = None) -> RunOutcome:
+    """Run each spec with ``ctx``; collect its rows; record (not raise) a benchmark's failure or skip.
+    ``checkpoint(outcome so far, names still to run)`` follows every spec, so a run stopped part way
+    (a time limit, Ctrl-C) can keep what finished."""
     results: list[Result] = []
     failures: dict[str, str] = {}
     skipped: dict[str, str] = {}
@@ -95,4 +114,7 @@ def run_specs(specs: list[BenchSpec], ctx: BenchContext, on_op: Callable[[str], 
             results.extend(rows)
         if on_done is not None:
             on_done(spec.name, len(rows))
+        if checkpoint is not None:
+            checkpoint(RunOutcome(ctx, list(results), dict(failures), dict(skipped)),
+                       [s.name for s in specs[specs.index(spec) + 1:]])
     return RunOutcome(ctx, results, failures, skipped)

@@ -407,3 +407,34 @@ def test_parallel_head_on_cpu_world_of_one(tmp_path, capsys):
     assert len(rows) == 8 and rows[0].case == "V512 K128 M1 k1 world 1" and "comm lowbit keys us" in rows[0].extra
     d = report.derive(rows, CTX)
     assert d[0]["speedup"]["linear + all-gather + topk"] > 0 and d[0]["floor_us"] is None
+
+
+def test_run_specs_checkpoints_after_every_benchmark():
+    from lowbit.bench.registry import BenchSpec
+
+    seen = []
+    specs = [BenchSpec("a", lambda ctx: _rows()[:2]), BenchSpec("b", lambda ctx: _rows()[3:])]
+    runner.run_specs(specs, CTX, checkpoint=lambda out, pending: seen.append((len(out.results), pending)))
+    assert seen == [(2, ["b"]), (4, [])]
+
+
+def test_bench_keeps_what_finished_when_stopped(tmp_path, monkeypatch):
+    """A run stopped part way (Ctrl-C, a time limit) leaves a bench.json with the finished
+    benchmarks' rows, the names still to run, and the versions and command of the record."""
+    from lowbit.bench.registry import BenchSpec
+
+    def stop(ctx):
+        raise KeyboardInterrupt
+
+    specs = [BenchSpec("a", lambda ctx: _rows()[:2]), BenchSpec("stop", stop), BenchSpec("c", lambda ctx: _rows())]
+    monkeypatch.setattr(runner, "select_ops", lambda names: specs)
+    monkeypatch.setattr(runner, "require_gpu", lambda: "Fake GPU")
+    monkeypatch.setattr(runner, "measure_context", lambda quick, log=print: CTX)
+    assert main(["bench", "--op", "a", "--op", "stop", "--op", "c", "--out", str(tmp_path)]) == 130
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json"]
+    body = json.loads((tmp_path / "bench.json").read_text())
+    assert [r["impl"] for r in body["results"]] == ["lowbit int4", "cuBLAS bf16"]
+    meta = body["meta"]
+    assert meta["pending"] == ["stop", "c"] and meta["device"] == "Fake GPU"
+    assert meta["command"] == "lowbit bench --op a --op stop --op c"
+    assert meta["torch"] == torch.__version__ and {"lowbit", "triton", "cuda"} <= meta.keys()
