@@ -20,7 +20,9 @@ the fp64 logits over every position in batches of M.
 Floors, same timer: a ``"bare read"`` row per case reads the certified head's INT8 coarse copy
 (what its coarse pass must read) with the streaming read of :mod:`lowbit.bench.read_floor`, and
 ``extra["bf16_read_us"]`` the bf16 weight (what cuBLAS must read); each is the fastest of the
-read's geometries. The certified rows carry ``floor_us`` = that coarse-copy read.
+read's geometries. The certified rows carry ``floor_us`` = that coarse-copy read, and
+``coarse_pass_us``: the INT8 coarse pass alone (the argmax's candidates a block, the deterministic
+bound), what the certified path pays before its tail, whichever route the argmax takes.
 """
 from __future__ import annotations
 
@@ -119,6 +121,7 @@ def run(ctx: BenchContext) -> list[Result]:
     from lowbit import DraftHead
     from lowbit.bench.read_floor import STREAM_GEOMETRIES, stream_read
     from lowbit.bench.timing import cold_graph_us
+    from lowbit.ops.coarse_head import BOUND_DET, coarse_head
 
     w = blob["weight"].cuda()
     hidden = blob["hidden"].cuda()
@@ -134,8 +137,8 @@ def run(ctx: BenchContext) -> list[Result]:
     del logits64
 
     def read_us(nbytes: int, xs) -> float:  # the fastest streaming read of nbytes, in the op's timer
-        buf = torch.randint(-2**31, 2**31 - 1, (-(-nbytes // 4),), dtype=torch.int32, device="cuda")
-        out = torch.empty(-(-buf.numel() // min(b for b, _ in STREAM_GEOMETRIES)), dtype=torch.int32, device="cuda")
+        buf = torch.randint(-2**31, 2**31 - 1, (-(-nbytes // 4),), dtype=torch.int32, device=w.device)
+        out = torch.empty(-(-buf.numel() // min(b for b, _ in STREAM_GEOMETRIES)), dtype=torch.int32, device=w.device)
         return min(cold_graph_us(lambda x, f=stream_read(buf, out, b, wp): f(), xs) for b, wp in STREAM_GEOMETRIES)
 
     coarse_bytes = heads["certified int8 g64"].packing.nbytes
@@ -168,6 +171,8 @@ def run(ctx: BenchContext) -> list[Result]:
             extra.update(eager_us=_eager_us(h.argmax, xs), timing="graph, cold L2", model=model)
             if h.mode == "certified":
                 extra["floor_us"] = floor
+                extra["coarse_pass_us"] = cold_graph_us(
+                    lambda x, h=h: coarse_head(x, h.packing, block=h.block, kcand=h.kcand, bound=BOUND_DET), xs)
                 extra.update(mean_set=st["mean_set_size"], max_set=st["max_set_size"], fallback_rows=st["fallbacks"])
                 hits = 0
                 for x in xs:

@@ -438,3 +438,39 @@ def test_bench_keeps_what_finished_when_stopped(tmp_path, monkeypatch):
     assert meta["pending"] == ["stop", "c"] and meta["device"] == "Fake GPU"
     assert meta["command"] == "lowbit bench --op a --op stop --op c"
     assert meta["torch"] == torch.__version__ and {"lowbit", "triton", "cuda"} <= meta.keys()
+
+
+@pytest.mark.interpret
+def test_draft_head_real_rows_on_a_tiny_head(tmp_path, monkeypatch):
+    """The benchmark's whole body on a tiny head (CPU, the timers faked, kernels interpreted): per
+    M a bare-read row, cuBLAS and every configuration, the certified rows with their floor, coarse
+    pass and exactness against fp64 over every position."""
+    from lowbit.bench import draft_head_real as dhr
+    from lowbit.bench import timing
+
+    gen = torch.Generator().manual_seed(0)
+    path = tmp_path / "tiny.pt.xz"
+    dhr.save(str(path), torch.randn(9, 64, generator=gen), torch.randn(1024, 64, generator=gen) * 0.05, "tiny")
+    monkeypatch.setenv(dhr.ENV, str(path))
+    monkeypatch.setattr(torch.Tensor, "cuda", lambda self, *a, **k: self)
+    calls = []
+
+    def fake_timer(fn, xs, reps=3):
+        calls.append(len(xs))
+        fn(xs[0])
+        return 1.0
+
+    monkeypatch.setattr(timing, "cold_graph_us", fake_timer)
+    monkeypatch.setattr(dhr, "_eager_us", lambda fn, xs: 2.0)
+    monkeypatch.setattr(dhr, "MS", (1, 4))
+    monkeypatch.setattr(dhr, "BATCHES", 2)
+    monkeypatch.setattr(dhr, "CONFIGS", {"certified int8 g64": dict(mode="certified", bits=8, group_size=64)})
+    rows = dhr.run(BenchContext(copy_gbps=1.0, bf16_tflops=1.0, fp8_tflops=None, quick=False, device="cpu"))
+    assert [(r.case, r.impl) for r in rows] == [(f"1024x64 M{m}", impl) for m in (1, 4) for impl in
+                                               ("bare read", "cuBLAS bf16 + argmax", "lowbit certified int8 g64 argmax")]
+    for r in rows:
+        if r.impl.startswith("lowbit"):
+            assert r.extra["floor_us"] == 1.0 and r.extra["coarse_pass_us"] == 1.0
+            assert r.extra["agreement_vs_fp64_all_positions"] == 1.0
+            assert r.extra["top16_set_agreement_vs_fp64_all_positions"] == 1.0
+    assert rows[0].extra["bf16_read_us"] == 1.0
