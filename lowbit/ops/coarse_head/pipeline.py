@@ -51,8 +51,9 @@ class HeadStats:
     rescanned), wide (rows whose certified set exceeded the cap: the synchronizing path rescores
     all their candidates where no block hides a member, the sync-free tail scores them in full),
     rescans (rows certified with up to ``MAX_RESCAN_BLOCKS`` blocks rescored whole) and the
-    certified-set sizes. The sync-free tails count on the device (``device``: int64 ``CERTIFIED_STATS``), so replays of a
-    captured graph count too; :meth:`snapshot` reads it back (a host synchronization)."""
+    certified-set sizes. The sync-free tails count on the device (``device``: int64
+    ``CERTIFIED_STATS``), so replays of a captured graph count too; :meth:`snapshot` reads it back
+    (a host synchronization)."""
 
     calls: int = 0
     rows: int = 0
