@@ -377,8 +377,8 @@ def run_gathered(ctx: BenchContext) -> list[Result]:
 @register("read_floor_sparse_attn", description="bare-read floor of sparse_attn decode (indices, gathered KV rows "
                                                 "and scales, q, o), timed by graph replay with the op")
 def run_sparse_attn(ctx: BenchContext) -> list[Result]:
-    from lowbit.bench.sparse_attn import D, N_CACHE, _attn_cases, case_bytes_flops, case_inputs, kv_row_bytes
-    from lowbit.bench.timing import L2_BYTES, launch_us, rotating, time_us
+    from lowbit.bench.sparse_attn import D, _attn_cases, case_bytes_flops, case_copies
+    from lowbit.bench.timing import L2_BYTES, launch_us, time_us
     from lowbit.ops.sparse_attn import sparse_attn
 
     dev = ctx.device
@@ -386,8 +386,7 @@ def run_sparse_attn(ctx: BenchContext) -> list[Result]:
     results: list[Result] = []
     for m, b, h, topk, fp8 in [c for c in _attn_cases(ctx.quick) if c[0] <= 2]:
         nbytes, flops = case_bytes_flops(m, b, h, topk, fp8)
-        copies = rotating(lambda: case_inputs(m, b, h, topk, fp8, dev), b * N_CACHE * kv_row_bytes(fp8) + b * m * topk * 4,
-                          min_total=4 * L2_BYTES)
+        copies = case_copies(m, b, h, topk, fp8, dev, min_total=4 * L2_BYTES)
         case = f"decode m{m} b{b} h{h} top{topk}{' fp8kv' if fp8 else ''}"
         o = torch.empty(b, m, h, D, device=dev, dtype=torch.bfloat16)
         best, read_us, times = attn_read_us(copies, o)

@@ -91,6 +91,15 @@ def case_inputs(m: int, b: int, h: int, topk: int, fp8: bool, dev):
     return q, kv, torch.randn(h, device=dev), idx, kv_scale
 
 
+def case_copies(m: int, b: int, h: int, topk: int, fp8: bool, dev, min_total: int):
+    """Rotating copies of a case's inputs (:func:`case_inputs`): enough that their caches and
+    indices exceed ``min_total`` bytes (:func:`lowbit.bench.timing.rotating`)."""
+    from lowbit.bench.timing import rotating
+
+    return rotating(lambda: case_inputs(m, b, h, topk, fp8, dev), b * N_CACHE * kv_row_bytes(fp8) + b * m * topk * 4,
+                    min_total=min_total)
+
+
 def _attn_cases(quick: bool):
     if quick:
         decode = [(1, 1, 64, 2048), (1, 32, 128, 2048), (1, 128, 128, 512), (2, 32, 128, 512)]
@@ -105,7 +114,7 @@ def _attn_cases(quick: bool):
 def bench_sparse_attn(ctx: BenchContext) -> list[Result]:
     import torch
 
-    from lowbit.bench.timing import L2_BYTES, launch_us, rotating, time_us
+    from lowbit.bench.timing import L2_BYTES, launch_us, time_us
     from lowbit.ops.sparse_attn import sparse_attn
     from lowbit.ops.sparse_attn.reference import sparse_attn_reference
 
@@ -116,10 +125,8 @@ def bench_sparse_attn(ctx: BenchContext) -> list[Result]:
         prefill = m > 2
         scale = D**-0.5
         nbytes, flops = case_bytes_flops(m, b, h, topk, fp8)
-        kv_bytes = b * N_CACHE * kv_row_bytes(fp8)
         # prefill re-reads a [1, 65536] cache: no rotation; decode rotates past L2
-        copies = rotating(lambda: case_inputs(m, b, h, topk, fp8, dev), kv_bytes + b * m * topk * 4,
-                          min_total=0 if prefill else 4 * L2_BYTES)
+        copies = case_copies(m, b, h, topk, fp8, dev, min_total=0 if prefill else 4 * L2_BYTES)
         case = f"{'prefill' if prefill else 'decode'} m{m} b{b} h{h} top{topk}{' fp8kv' if fp8 else ''}"
 
         def ours():

@@ -169,6 +169,10 @@ class INTx(TensorFormat):
         return self.scale.float() * 0.5
 
 
+#: the smallest group scale before fp16 rounding (an all-zero group's range is 0)
+SCALE_FLOOR = 1e-8
+
+
 def _group_scales(w: torch.Tensor, bits: int, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(groups fp32 [N, Kp/G, G] zero-padded, scale fp32 [N, Kp/G] rounded up to fp16; inf where
     it does not fit fp16)."""
@@ -180,12 +184,12 @@ def _group_scales(w: torch.Tensor, bits: int, group_size: int) -> tuple[torch.Te
     g = wf.view(n, kp // group_size, group_size)
     lo = g.amin(-1).clamp_max(0.0)
     hi = g.amax(-1).clamp_min(0.0)
-    s = _fp16_round_up(((hi - lo) / torch.full_like(hi, float(qmax))).clamp_min(1e-8))
+    s = _fp16_round_up(((hi - lo) / torch.full_like(hi, float(qmax))).clamp_min(SCALE_FLOOR))
     return g, s
 
 
-#: the scale :meth:`INTx.quantize` gives an all-zero group (its 1e-8 floor rounded up to fp16)
-ZERO_GROUP_SCALE = float(_fp16_round_up(torch.tensor([1e-8])).item())
+#: the scale :meth:`INTx.quantize` gives an all-zero group (its ``SCALE_FLOOR`` rounded up to fp16)
+ZERO_GROUP_SCALE = float(_fp16_round_up(torch.tensor([SCALE_FLOOR])).item())
 
 
 def fp16_scale_exp(w: torch.Tensor, bits: int, group_size: int) -> int:

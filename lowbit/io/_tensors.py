@@ -80,6 +80,15 @@ def pow2_to_ue8m0(x: torch.Tensor, name: str) -> torch.Tensor:
     return e.to(torch.uint8)
 
 
+#: the float dtypes a stored scale may have; each converts to fp32 exactly (:func:`scale_fp32`)
+SCALE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def scale_fp32(scale: torch.Tensor) -> torch.Tensor:
+    """A scale of one of ``SCALE_DTYPES`` as fp32 (exact; the tensor itself when already fp32)."""
+    return scale if scale.dtype == torch.float32 else scale.to(torch.float32)
+
+
 def as_uint8(t: torch.Tensor) -> torch.Tensor:
     """A byte view of a 1-byte tensor (int8, float4_e2m1fn_x2, float8_e8m0fnu...)."""
     return t if t.dtype == torch.uint8 else t.view(torch.uint8)

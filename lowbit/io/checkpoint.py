@@ -34,7 +34,7 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
     of their safetensors headers (:func:`lowbit.io.torchao_config`, read with
     :func:`lowbit.io.read_torchao`); else None. A name present in two shards is a ValueError.
     """
-    st = _safetensors()
+    _safetensors()  # a clear ImportError without the package
     path = os.fspath(path)
     if os.path.isdir(path):
         files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
@@ -49,9 +49,9 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu")
     torchao: dict = {}
     for f in files:
         try:
-            loaded = st.load_file(f, device=str(device))
-            with safe_open(f, framework="pt") as fh:
+            with safe_open(f, framework="pt", device=str(device)) as fh:  # one open: tensors and header
                 header = torchao_config(fh.metadata())
+                loaded = {name: fh.get_tensor(name) for name in fh.keys()}
         except SafetensorError as e:
             raise ValueError(f"{f!r} is not a readable safetensors file (truncated or corrupt?): {e}") from None
         torchao.update(header["tensors"] if header else {})

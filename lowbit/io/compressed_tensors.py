@@ -60,12 +60,10 @@ from lowbit.formats.intx import INTx
 from lowbit.formats.mxfp4 import GROUP_SIZE as MX_GROUP_SIZE
 from lowbit.formats.mxfp4 import MXFP4
 from lowbit.formats.nvfp4 import GROUP_SIZE, NVFP4
-from lowbit.io._tensors import fp16_exact, get, get_scalar, has, name_of
+from lowbit.io._tensors import SCALE_DTYPES, fp16_exact, get, get_scalar, has, name_of, scale_fp32
 from lowbit.io.modelopt import fp32_scalar
 
 
-#: dtypes a compressed-tensors FP8 ``weight_scale`` is stored in (each casts to fp32 exactly)
-SCALE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 FP8_BLOCK = 128
 
 
@@ -88,16 +86,12 @@ def fp8_strategy(tensors: Mapping[str, torch.Tensor], prefix: str) -> str:
         f"{(math.ceil(n / FP8_BLOCK), math.ceil(k / FP8_BLOCK))})")
 
 
-def _scale_fp32(scale: torch.Tensor) -> torch.Tensor:
-    return scale if scale.dtype == torch.float32 else scale.to(torch.float32)  # exact from bf16 / fp16
-
-
 def read_fp8_ct(tensors: Mapping[str, torch.Tensor], prefix: str) -> FP8:
     """The :class:`FP8` weight under ``prefix``, any compressed-tensors strategy (``"tensor"``,
     ``"row"`` for channel, ``"block"`` 128); the scale cast exactly to fp32."""
     strategy = fp8_strategy(tensors, prefix)
     data = tensors[name_of(prefix, "weight")]
-    scale = _scale_fp32(tensors[name_of(prefix, "weight_scale")])
+    scale = scale_fp32(tensors[name_of(prefix, "weight_scale")])
     if strategy == "tensor":
         return FP8(data, scale.reshape(()), "tensor")
     if strategy == "channel":
@@ -109,7 +103,7 @@ def read_fp8_channel(tensors: Mapping[str, torch.Tensor], prefix: str) -> FP8:
     """The per-row :class:`FP8` weight stored under ``prefix`` (fp32, bf16 or fp16 scale)."""
     data = get(tensors, prefix, "weight", dtypes=(torch.float8_e4m3fn,), ndim=2)
     scale = get(tensors, prefix, "weight_scale", dtypes=SCALE_DTYPES, shape=(data.shape[0], 1))
-    return FP8(data, _scale_fp32(scale), "row")
+    return FP8(data, scale_fp32(scale), "row")
 
 
 def _stored_scale(fmt: FP8, prefix: str, scale_dtype: torch.dtype, shape: tuple) -> torch.Tensor:

@@ -56,7 +56,7 @@ from lowbit.formats.mxfp4 import GROUP_SIZE as MX_GROUP
 from lowbit.formats.mxfp4 import MXFP4
 from lowbit.formats.nvfp4 import GROUP_SIZE as NV_GROUP
 from lowbit.formats.nvfp4 import NVFP4, unswizzle_scales
-from lowbit.io._tensors import fp16_exact, name_of
+from lowbit.io._tensors import SCALE_DTYPES, fp16_exact, name_of, scale_fp32
 
 PRODUCER = "torchao"
 FP8_TENSOR_TORCHAO = "fp8-tensor-torchao"
@@ -146,9 +146,8 @@ def _data(tensors: Mapping[str, torch.Tensor], prefix: str, attr: str, layout: s
 
 
 def _scale_fp32(scale: torch.Tensor, name: str) -> torch.Tensor:
-    require(scale.dtype in (torch.float32, torch.bfloat16, torch.float16),
-            f"tensor {name!r} has dtype {scale.dtype}; expected float32, bfloat16 or float16")
-    return scale if scale.dtype == torch.float32 else scale.to(torch.float32)  # exact
+    require(scale.dtype in SCALE_DTYPES, f"tensor {name!r} has dtype {scale.dtype}; expected float32, bfloat16 or float16")
+    return scale_fp32(scale)
 
 
 def _unswizzle(scale: torch.Tensor, rows: int, cols: int, name: str) -> torch.Tensor:
@@ -263,7 +262,7 @@ def _read_int(tensors, prefix, meta, suffix, layout, bits):
     half = 1 << (bits - 1)
     sname = name_of(prefix, f"_{suffix}_scale")
     scale = _data(tensors, prefix, "scale", layout, suffix)
-    require(scale.dtype in (torch.float32, torch.bfloat16, torch.float16), f"tensor {sname!r} has dtype {scale.dtype}; expected a float dtype")
+    require(scale.dtype in SCALE_DTYPES, f"tensor {sname!r} has dtype {scale.dtype}; expected a float dtype")
     require(scale.numel() == n * groups or (bn == n and scale.numel() == 1),
             f"tensor {sname!r} has shape {tuple(scale.shape)}: expected {n * groups} scales for block_size {[bn, bk]}")
     zname = name_of(prefix, f"_{suffix}_zero_point")

@@ -194,7 +194,7 @@ def evaluate_head(hidden: torch.Tensor, weight: torch.Tensor, configs: Iterable[
             "max_set_size": int(stats.get("max_set_size", 0)) if certified else None,
             "fallback_rate": float(stats.get("fallback_rate", 0.0)) if certified else 0.0,
             # rows whose set outgrew the cap but lay among the candidates (all candidates rescored)
-            "wide_rate": _wide_rate(stats, p) if certified else None,
+            "wide_rate": _rate(stats, "wide", p) if certified else None,
             # rows certified with one or two blocks rescored whole (no whole-row pass)
             "rescan_rate": _rate(stats, "rescans", p) if certified else None,
             **(_per_k(stats_k, p) if certified else {}),
@@ -213,10 +213,6 @@ def _rate(stats: dict, key: str, p: int) -> float | None:
     return stats[key] / max(int(stats.get("rows", 0)) or p, 1) if key in stats else None
 
 
-def _wide_rate(stats: dict, p: int) -> float | None:
-    return _rate(stats, "wide", p)
-
-
 def _per_k(stats_k: dict[int, dict], p: int) -> dict:
     """A certified head's statistics of each ``topk(k)`` pass, keyed ``<name>@k``."""
     out = {}
@@ -224,7 +220,7 @@ def _per_k(stats_k: dict[int, dict], p: int) -> dict:
         out[f"mean_set_size@{k}"] = float(st.get("mean_set_size", math.nan))
         out[f"max_set_size@{k}"] = int(st.get("max_set_size", 0))
         out[f"fallback_rate@{k}"] = float(st.get("fallback_rate", 0.0))
-        out[f"wide_rate@{k}"] = _wide_rate(st, p)
+        out[f"wide_rate@{k}"] = _rate(st, "wide", p)
         out[f"rescan_rate@{k}"] = _rate(st, "rescans", p)
     return out
 

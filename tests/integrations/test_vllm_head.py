@@ -394,17 +394,17 @@ def test_topk_capture_needs_an_eager_call_of_that_k(monkeypatch):
     w, x = _weights("cpu"), _x("cpu")
     lazy = LazyDraftHead({})
     assert lazy.topk(_proc(), _lm_head(w), x, 4) is not None  # eager: builds, k = 4 seen
-    monkeypatch.setattr(head_mod, "_capturing", lambda t: True)
+    monkeypatch.setattr(head_mod, "capturing", lambda device: True)
     assert lazy.topk(_proc(), _lm_head(w), x, 8) is None
     ids, _ = lazy.topk(_proc(), _lm_head(w), x, 4)
     assert torch.equal(ids, _topk_oracle(x, w[:V].double(), 4)[0])
     snap = stats.snapshot()
     assert len(snap["fallbacks"]) == 1 and "k=8 first called inside a CUDA-graph capture" in snap["fallbacks"][0]
     assert (snap["counts"]["draft_topk_calls"], snap["counts"]["draft_topk_vllm_calls"]) == (2, 1)
-    monkeypatch.setattr(head_mod, "_capturing", lambda t: False)
+    monkeypatch.setattr(head_mod, "capturing", lambda device: False)
     w[:V].neg_()  # a reloaded weight: a new head, whose eager k start empty again
     assert lazy.topk(_proc(), _lm_head(w), x, 8) is not None
-    monkeypatch.setattr(head_mod, "_capturing", lambda t: True)
+    monkeypatch.setattr(head_mod, "capturing", lambda device: True)
     assert lazy.topk(_proc(), _lm_head(w), x, 4) is None and lazy.topk(_proc(), _lm_head(w), x, 8) is not None
 
 

@@ -30,6 +30,8 @@ from lowbit.formats.fp8 import FP8
 from lowbit.formats.nvfp4 import NVFP4
 from lowbit.integrations.vllm import stats
 from lowbit.integrations.vllm.weights import DENSE, key_tensors, lm_head_weight, tensor_key
+from lowbit.ops.coarse_head.dispatch import CERTIFIED_MAX_K
+from lowbit.ops.coarse_head.scratch import capturing
 
 _CHUNK_ROWS = 8192  # rows per slice of the readiness scan (bounds its temporary memory)
 
@@ -51,10 +53,6 @@ def unsupported(processor, lm_head, embedding_bias, soft_cap_ok: bool = False) -
     if shards is not None and shards.num_added_elements:
         return "an LM head with added (LoRA) vocabulary rows"
     return None
-
-
-def _capturing(x: torch.Tensor) -> bool:
-    return x.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def _raw_key(lm_head) -> tuple:
@@ -107,7 +105,7 @@ class LazyDraftHead:
         key = _raw_key(lm_head)
         if key == self._key:
             return
-        if _capturing(x):
+        if capturing(x.device):
             self._reason = ("the LM-head weight was first seen (or changed) inside a CUDA-graph capture, where it "
                             "cannot be checked or a head built: that graph keeps vLLM's path")
             return  # _key unchanged: checked again on the next eager call
@@ -144,7 +142,7 @@ class LazyDraftHead:
         if x.dim() < 1 or x.dtype not in DENSE:
             return f"hidden states of shape {tuple(x.shape)} dtype {x.dtype}"
         self._refresh(lm_head, x)
-        if self._reason is None and self.head is not None and _capturing(x) and not self.capturable():
+        if self._reason is None and self.head is not None and capturing(x.device) and not self.capturable():
             return ("the certified head over FP8 / NVFP4 rows synchronizes once per call, so it is not captured "
                     "in a CUDA graph (LOWBIT_VLLM_HEAD_MODE=fast is)")
         return self._reason
@@ -162,14 +160,12 @@ class LazyDraftHead:
 
     def _k_reason(self, k, x) -> str | None:
         """Why the built head does not answer top-``k`` here (None: it does)."""
-        from lowbit.ops.coarse_head.dispatch import CERTIFIED_MAX_K
-
         if self.head.mode == "certified" and k > CERTIFIED_MAX_K:
             return (f"top-k with k={k}: the certified head answers k <= {CERTIFIED_MAX_K} without a host "
                     "synchronization (CERTIFIED_MAX_K)")
         if k > self.head.max_k:
             return f"lowbit.DraftHead answers top-k up to k={self.head.max_k} ({self.head.mode} mode), not k={k}"
-        if _capturing(x) and k not in self._eager_ks:
+        if capturing(x.device) and k not in self._eager_ks:
             return (f"top-k with k={k} first called inside a CUDA-graph capture, where nothing may be compiled: "
                     "that graph keeps vLLM's path")
         return None
