@@ -477,7 +477,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     def write(outcome, pending: list[str]) -> list[dict]:
         derived = report.derive(outcome.results, ctx)
         meta = {"device": device, **runner.versions(), "command": command, "failures": outcome.failures,
-                "skipped": outcome.skipped, **({"pending": pending} if pending else {})}
+                "skipped": outcome.skipped, "seconds": outcome.seconds, **({"pending": pending} if pending else {})}
         report.write_json(derived, ctx, path, meta)
         return derived
 

@@ -9,6 +9,7 @@ raises :class:`~lowbit.bench.registry.Skip` is reported as skipped, with its rea
 from __future__ import annotations
 
 import dataclasses
+import time
 import traceback
 from typing import Callable
 
@@ -84,6 +85,8 @@ class RunOutcome:
     results: list[Result]
     failures: dict[str, str]  # op name -> error text
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # op name -> the reason
+    # op name -> wall seconds it ran (compiles included), for planning runs under a time limit
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def run_specs(specs: list[BenchSpec], ctx: BenchContext, on_op: Callable[[str], None] | None = None,
@@ -95,9 +98,11 @@ def run_specs(specs: list[BenchSpec], ctx: BenchContext, on_op: Callable[[str], 
     results: list[Result] = []
     failures: dict[str, str] = {}
     skipped: dict[str, str] = {}
+    seconds: dict[str, float] = {}
     for spec in specs:
         if on_op is not None:
             on_op(spec.name)
+        t0 = time.perf_counter()
         try:
             rows = list(spec.fn(ctx))
         except Skip as e:
@@ -112,9 +117,10 @@ def run_specs(specs: list[BenchSpec], ctx: BenchContext, on_op: Callable[[str], 
                 break
         else:
             results.extend(rows)
+        seconds[spec.name] = round(time.perf_counter() - t0, 1)
         if on_done is not None:
             on_done(spec.name, len(rows))
         if checkpoint is not None:
-            checkpoint(RunOutcome(ctx, list(results), dict(failures), dict(skipped)),
+            checkpoint(RunOutcome(ctx, list(results), dict(failures), dict(skipped), dict(seconds)),
                        [s.name for s in specs[specs.index(spec) + 1:]])
-    return RunOutcome(ctx, results, failures, skipped)
+    return RunOutcome(ctx, results, failures, skipped, seconds)

@@ -412,10 +412,20 @@ def test_parallel_head_on_cpu_world_of_one(tmp_path, capsys):
 def test_run_specs_checkpoints_after_every_benchmark():
     from lowbit.bench.registry import BenchSpec
 
+    import time
+
+    def slow(ctx):
+        time.sleep(0.3)
+        return _rows()[3:]
+
     seen = []
-    specs = [BenchSpec("a", lambda ctx: _rows()[:2]), BenchSpec("b", lambda ctx: _rows()[3:])]
-    runner.run_specs(specs, CTX, checkpoint=lambda out, pending: seen.append((len(out.results), pending)))
-    assert seen == [(2, ["b"]), (4, [])]
+    specs = [BenchSpec("a", lambda ctx: _rows()[:2]), BenchSpec("b", slow)]
+    out = runner.run_specs(specs, CTX, checkpoint=lambda out, pending: seen.append((len(out.results), pending,
+                                                                                    dict(out.seconds))))
+    assert [(n, p) for n, p, _ in seen] == [(2, ["b"]), (4, [])]
+    # each benchmark's wall time, for planning a run under a time limit, checkpointed with it
+    assert list(seen[0][2]) == ["a"] and list(out.seconds) == ["a", "b"]
+    assert 0 <= out.seconds["a"] < 0.25 <= out.seconds["b"] < 5
 
 
 def test_bench_keeps_what_finished_when_stopped(tmp_path, monkeypatch):
@@ -436,6 +446,7 @@ def test_bench_keeps_what_finished_when_stopped(tmp_path, monkeypatch):
     assert [r["impl"] for r in body["results"]] == ["lowbit int4", "cuBLAS bf16"]
     meta = body["meta"]
     assert meta["pending"] == ["stop", "c"] and meta["device"] == "Fake GPU"
+    assert list(meta["seconds"]) == ["a"]
     assert meta["command"] == "lowbit bench --op a --op stop --op c"
     assert meta["torch"] == torch.__version__ and {"lowbit", "triton", "cuda"} <= meta.keys()
 

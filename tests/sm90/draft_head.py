@@ -7,7 +7,8 @@ tier cannot see is checked here: the Gluon int8-wgmma pass, the inline PTX (``mm
 
 Covered: fast mode INT2 / INT4 (the wgmma pass, selection, rerank) and INT8 (mma.sync pass),
 certified INT8 (the mma.sync pass with the deterministic bound, the fp32 kernel beyond M = 8 and
-for the statistical bound, the certified tail at k = 1 / 16 / 64, the fused argmax), FP8 / NVFP4
+for the statistical bound, the certified tail at k = 1 / 16 / 64 with the configured sizes and
+with ``DraftHead``'s per-k defaults, the fused argmax), FP8 / NVFP4
 rows (the fp32 kernel), on SmolLM2's 49152 x 576 head at every M band and on the 124160 x 5120
 benchmark head at three.
 
@@ -103,10 +104,13 @@ def launches(n: int, k: int, m: int) -> list:
             state = HeadState(w, _stand_in("intx", n, k, bits), fast)
             pipeline.fast_topk(state, x, 1, argmax=True)
             pipeline.fast_topk(state, x, 16)
-        state = HeadState(w, _stand_in("intx", n, k, 8), cert, norms=torch.empty(n))
-        pipeline.certified_topk(state, x, 1, argmax=True)
-        for kout in (1, 16, 64):
-            pipeline.certified_topk(state, x, kout)
+        # the configured sizes, and DraftHead's defaults (kcand / rerank unset: sized per k,
+        # pipeline.certified_sizes, with block rescans)
+        for cfg in (cert, HeadConfig("certified", 4, 128, "det", 4.0, 128, kcand_per_k=True, rerank_per_k=True)):
+            state = HeadState(w, _stand_in("intx", n, k, 8), cfg, norms=torch.empty(n))
+            pipeline.certified_topk(state, x, 1, argmax=True)
+            for kout in (1, 16, 64):
+                pipeline.certified_topk(state, x, kout)
         coarse_head(x, state.packing, block=128, kcand=4, bound=BOUND_STAT)
         for kind in ("fp8", "nvfp4"):
             coarse_head(x, _stand_in(kind, n, k), block=128, kcand=4, bound=BOUND_DET)
