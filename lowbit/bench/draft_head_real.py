@@ -184,7 +184,8 @@ def run(ctx: BenchContext) -> list[Result]:
                 extra[f"top{TOPK}_graph_us"] = cold_graph_us(lambda x: h.topk(x, TOPK), xs)
                 st = h.stats
                 extra.update({f"top{TOPK}_mean_set": st["mean_set_size"], f"top{TOPK}_max_set": st["max_set_size"],
-                              f"top{TOPK}_fallback_rate": st["fallback_rate"]})
+                              f"top{TOPK}_fallback_rate": st["fallback_rate"],
+                              f"top{TOPK}_rescan_rate": st["rescans"] / max(st["rows"], 1)})
                 same = sum(int((h.topk(hidden[s:s + m], TOPK)[1].sort(-1).values == ref_top[s:s + m]).all(-1).sum())
                            for s in range(0, hidden.shape[0] - m + 1, m))
                 extra[f"top{TOPK}_set_agreement_vs_fp64_all_positions"] = same / (hidden.shape[0] // m * m)

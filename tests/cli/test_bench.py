@@ -484,4 +484,5 @@ def test_draft_head_real_rows_on_a_tiny_head(tmp_path, monkeypatch):
             assert r.extra["floor_us"] == 1.0 and r.extra["coarse_pass_us"] == 1.0
             assert r.extra["agreement_vs_fp64_all_positions"] == 1.0
             assert r.extra["top16_set_agreement_vs_fp64_all_positions"] == 1.0
+            assert 0.0 <= r.extra["top16_rescan_rate"] <= 1.0 and r.extra["top16_fallback_rate"] == 0.0
     assert rows[0].extra["bf16_read_us"] == 1.0
