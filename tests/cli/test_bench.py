@@ -410,9 +410,9 @@ def test_parallel_head_on_cpu_world_of_one(tmp_path, capsys):
 
 
 def test_run_specs_checkpoints_after_every_benchmark():
-    from lowbit.bench.registry import BenchSpec
-
     import time
+
+    from lowbit.bench.registry import BenchSpec
 
     def slow(ctx):
         time.sleep(0.3)
