@@ -473,10 +473,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "bench.json")
     command = "lowbit bench" + (" --quick" if args.quick else "") + "".join(f" --op {n}" for n in args.op or ())
+    record = {"device": device, **runner.versions(), "command": command}  # the same for every rewrite
 
     def write(outcome, pending: list[str]) -> list[dict]:
         derived = report.derive(outcome.results, ctx)
-        meta = {"device": device, **runner.versions(), "command": command, "failures": outcome.failures,
+        meta = {**record, "failures": outcome.failures,
                 "skipped": outcome.skipped, "seconds": outcome.seconds, **({"pending": pending} if pending else {})}
         report.write_json(derived, ctx, path, meta)
         return derived

@@ -99,7 +99,7 @@ def run_specs(specs: list[BenchSpec], ctx: BenchContext, on_op: Callable[[str], 
     failures: dict[str, str] = {}
     skipped: dict[str, str] = {}
     seconds: dict[str, float] = {}
-    for spec in specs:
+    for i, spec in enumerate(specs):
         if on_op is not None:
             on_op(spec.name)
         t0 = time.perf_counter()
@@ -122,5 +122,5 @@ def run_specs(specs: list[BenchSpec], ctx: BenchContext, on_op: Callable[[str], 
             on_done(spec.name, len(rows))
         if checkpoint is not None:
             checkpoint(RunOutcome(ctx, list(results), dict(failures), dict(skipped), dict(seconds)),
-                       [s.name for s in specs[specs.index(spec) + 1:]])
+                       [s.name for s in specs[i + 1:]])
     return RunOutcome(ctx, results, failures, skipped, seconds)
