@@ -12,7 +12,7 @@ from torch import nn
 from lowbit._validate import check_tensor, require
 from lowbit.formats.fp8 import FP8
 from lowbit.formats.nvfp4 import NVFP4
-from lowbit.ops.coarse_head import BOUNDS, PIPELINES, HeadConfig, HeadState, HeadStats, pack, weight_version
+from lowbit.ops.coarse_head import BOUNDS, PIPELINES, HeadConfig, HeadState, HeadStats, dispatch, pack, weight_version
 
 MODES = ("fast", "certified")
 # Defaults per mode (measured: docs/draft_head.md). Fast: INT4 g64 with 8 candidates per block of
@@ -221,6 +221,16 @@ class DraftHead(nn.Module):
     def max_k(self) -> int:
         """The largest k :meth:`topk` answers: N (certified), the candidates emitted (fast)."""
         return self._fast_cands if self.mode == "fast" else self.n
+
+    def capturable(self, k: int = 1) -> bool:
+        """Whether ``argmax`` (k = 1) or ``topk(., k)`` on a CUDA device runs with no host
+        synchronization, so a CUDA graph may capture it (after :meth:`warmup` with this k): fast
+        mode always; certified mode on a dense weight up to ``CERTIFIED_MAX_K``. Certified heads
+        over FP8 / NVFP4 rows, and larger k, take the tail that synchronizes once per call (the
+        tail routes in :mod:`lowbit.ops.coarse_head.dispatch`)."""
+        self._check_k(k)
+        dense = isinstance(self.weight, torch.Tensor)
+        return dispatch.tail_route(dispatch.TailCall(self.mode, k, k == 1, 1, dense, False, True)) != "certified_sync"
 
     def _check_k(self, k) -> None:
         require(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= self.n,

@@ -760,3 +760,25 @@ def test_certified_topk_sized_for_k_and_block_rescans(backend):
         head = DraftHead(w3, bits=8, group_size=32, kcand=1, rerank=128)
         _assert_exact(head, x, w3, k=9)
     assert head.stats["fallbacks"] >= 1, head.stats
+
+
+@pytest.mark.parametrize("fmt", ["dense", "fp8"])
+def test_capturable_matches_the_tail_taken(backend, fmt):
+    """``capturable(k)`` is true exactly where the certified call keeps its statistics on the
+    device (no host synchronization): dense weights up to CERTIFIED_MAX_K, never FP8 rows."""
+    _triton_only(backend)
+    from lowbit.ops.coarse_head import CERTIFIED_MAX_K
+
+    w, x = _case("random")
+    w, x = w.to(backend.device), x.to(backend.device)
+    weight = w if fmt == "dense" else FP8.quantize(w, "row")
+    for k in (1, 5, CERTIFIED_MAX_K + 1):
+        with backend.active():
+            head = DraftHead(weight, bits=8, group_size=32, mode="certified", kcand=8, rerank=256, block=64)
+            head.argmax(x) if k == 1 else head.topk(x, k)
+        assert head.capturable(k) is (head._stats.device is not None) is (fmt == "dense" and k <= CERTIFIED_MAX_K)
+    fast = DraftHead(w, bits=8, mode="fast")
+    assert fast.capturable() and fast.capturable(4)
+    for bad in (0, w.shape[0] + 1, 2.0, True):
+        with pytest.raises(ValueError, match="k must be"):
+            head.capturable(bad)

@@ -129,9 +129,9 @@ class LazyDraftHead:
         stats.built(describe(head, self.role) + warm)
 
     def capturable(self) -> bool:
-        """Whether the built head's calls have no host synchronization (CUDA-graph safe): a dense
-        head (certified argmax and top-k up to ``CERTIFIED_MAX_K`` run on the device), or fast mode."""
-        return self.head is not None and (self.head.mode == "fast" or isinstance(self.head.weight, torch.Tensor))
+        """Whether the built head's argmax has no host synchronization (CUDA-graph safe; see
+        ``DraftHead.capturable``): fast mode, or certified over a dense weight."""
+        return self.head is not None and self.head.capturable()
 
     def _check(self, processor, lm_head, x, embedding_bias, soft_cap_ok: bool = False) -> str | None:
         """Why this call keeps vLLM's path (None: lowbit answers, or the weight is not loaded yet
