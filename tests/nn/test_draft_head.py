@@ -205,6 +205,42 @@ def test_certified_device_fallback_merge(backend, monkeypatch, dot, k):
     _assert_exact_values(x, w, am, v, i)
 
 
+@pytest.mark.parametrize("dot,k", [(False, 1), (False, 5), (True, 5)])
+def test_certified_device_wide_rows_read_only_candidates(backend, monkeypatch, dot, k):
+    """A wide row (more members than the cap, no block that may hide one) is answered from its
+    candidates, as the synchronizing path answers it: every other weight row scores far above
+    them here (bounds that do not hold for them), so a whole-row pass would answer with those. One row at a time, or beside the tensor-core batches
+    of rows scored in full (``FULL_DOT_MIN_M``)."""
+    _triton_only(backend)
+    from lowbit.ops.coarse_head import certified_tail
+    from lowbit.ops.coarse_head.pipeline import CERTIFIED_STATS
+
+    monkeypatch.setattr(certified_tail, "FULL_BN", 16)
+    monkeypatch.setattr(certified_tail, "FULL_DOT_MIN_M", 0 if dot else 2**31)
+    n, kk, block, kcand, m = 512, 64, 64, 4, 3
+    g = torch.Generator().manual_seed(11)
+    tok = (torch.arange(n // block)[:, None] * block + torch.randperm(block, generator=g)[:kcand]).flatten()
+    w = torch.ones(n, kk)
+    w[tok] = torch.randn(tok.numel(), kk, generator=g) * 0.02
+    w = w.bfloat16()
+    x = (torch.randn(m, kk, generator=g).abs() + 0.1).bfloat16()  # > 6 on each non-candidate
+    exact = x.double() @ w[tok].double().T  # [m, C]: the candidates' exact logits
+    # valid bounds 1 apart, each block's best lower bound, and no unemitted token above anything
+    ub, lb = (exact + 1).float(), (exact - 1).float()
+    blb = lb.view(m, n // block, kcand).amax(-1)
+    rest = torch.full_like(blb, float("-inf"))
+    dev = backend.device
+    stats = torch.zeros(len(CERTIFIED_STATS), dtype=torch.int64, device=dev)
+    v, i = certified_tail.certified_select_rerank(
+        ub.to(dev), lb.to(dev), tok.expand(m, -1).contiguous().to(dev), blb.to(dev), rest.to(dev), x.to(dev),
+        w.to(dev), k, 2, block, stats)
+    ref_v, ref_pos = exact.topk(k, dim=-1)
+    assert torch.equal(i.cpu(), tok[ref_pos])
+    torch.testing.assert_close(v.cpu().double(), ref_v, rtol=1e-5, atol=1e-6)
+    st = dict(zip(CERTIFIED_STATS, stats.tolist()))
+    assert st["rows"] == m and st["wide"] == m and st["fallbacks"] == 0 and st["set_sum"] == m * tok.numel(), st
+
+
 def test_certified_k_above_device_limit(backend):
     """top-k with k > CERTIFIED_MAX_K (64) takes the synchronizing path, exact all the same."""
     _triton_only(backend)

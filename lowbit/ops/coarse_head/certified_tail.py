@@ -20,9 +20,11 @@ one launch measured 12.9 us against 16.7 for the two roles as two launches, H200
 2. fallback (the last ``G`` tickets): waits until every row's verdict is published, reads the
    fallback count; with none (the usual case) only checks in. Otherwise program ``g`` scores
    tokens ``[g BN, (g + 1) BN)``, ``(g + G) BN ...`` of every fallback row exactly (one row at a
-   time, or from ``FULL_DOT_MIN_M`` rows 16 rows per weight tile on the tensor cores) and keeps
-   its best ``k``; the last program to check in merges the ``G`` partial lists per fallback row,
-   writes the answer and resets the counters for the next call.
+   time, or from ``FULL_DOT_MIN_M`` rows 16 rows per weight tile on the tensor cores) -- of a
+   wide row no block of which may hide a member, only its candidates in those slots, as the
+   synchronizing path rescores them -- and keeps its best ``k``; the last program to check in
+   merges the ``G`` partial lists per fallback row, writes the answer and resets the counters for
+   the next call.
 
 Ordering: ``(value desc, token asc)`` as one int64 ``(order-preserving value bits << 32) |
 (2^31 - 1 - token)``; ties go to the lower token index, as everywhere in the draft head. Exact
@@ -121,8 +123,11 @@ def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
     fall = hidden | wide
     if s == 0:
         if fall:
-            f = tl.atomic_add(fbcnt_ptr, 1, sem="relaxed")  # a slot; the release below publishes it
-            tl.store(fbrow_ptr + f, m.to(tl.int32))
+            # a slot; the release below publishes it. Entry 2 m + 1: a wide row no block of which
+            # may hide a member, answered from all its candidates (as the synchronizing path);
+            # 2 m: a row scored in full
+            f = tl.atomic_add(fbcnt_ptr, 1, sem="relaxed")
+            tl.store(fbrow_ptr + f, (2 * m + (wide & (nob == 0)).to(tl.int64)).to(tl.int32))
         # statistics: atomicity only (read by the host after the launch; acq_rel would cost a
         # GPU-wide fence and an L1 invalidation each)
         tl.atomic_add(st_ptr + 0, 1, sem="relaxed")
@@ -191,20 +196,23 @@ def _dot_acc(a, b, acc, F32: tl.constexpr):
 
 
 @triton.jit
-def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr, oi_ptr, N,
-          stride_xm, stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KOUT: tl.constexpr,
-          KP: tl.constexpr, GC: tl.constexpr, FB: tl.constexpr, F32: tl.constexpr, DOT: tl.constexpr):
+def _full(g, G, ck_ptr, ci_ptr, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr,
+          oi_ptr, C, N, stride_xm, stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+          KOUT: tl.constexpr, KP: tl.constexpr, GC: tl.constexpr, FB: tl.constexpr, F32: tl.constexpr,
+          DOT: tl.constexpr):
     """Fallback program g of G (launch 2, or the fused launch's tail; see the module docstring).
-    ``DOT``: FB fallback rows at a time share each weight tile (``[FB, BK] x [BK, BN]`` on the
-    tensor cores); else one row at a time on the CUDA cores."""
+    A row scored in full: ``DOT``, FB such rows at a time share each weight tile (``[FB, BK] x
+    [BK, BN]`` on the tensor cores); else one row at a time on the CUDA cores. A wide row: its
+    C candidates (those with a finite key), BN at a time, one row at a time."""
     n_fb = tl.load(fbcnt_ptr, cache_modifier=".cg")
     o_n = tl.arange(0, BN)
     o_k = tl.arange(0, BK)
     o_f = tl.arange(0, FB)
     if DOT:
         for f0 in range(0, n_fb, FB):
-            m_f = (f0 + o_f) < n_fb
-            rows = tl.load(fbrow_ptr + f0 + o_f, mask=m_f, other=0).to(tl.int64)
+            code = tl.load(fbrow_ptr + f0 + o_f, mask=(f0 + o_f) < n_fb, other=1)
+            m_f = ((f0 + o_f) < n_fb) & ((code & 1) == 0)  # the wide rows follow, one at a time
+            rows = (code >> 1).to(tl.int64)
             best = tl.full([FB, KP], INT64_MIN, dtype=tl.int64)
             for n0 in range(g * BN, N, G * BN):
                 tok = n0 + o_n
@@ -221,13 +229,26 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
                 best = _merge_rows(best, tl.topk(keys, KP), FB, KP)
             tl.store(part_ptr + ((f0 + o_f)[:, None] * G + g) * KP + tl.arange(0, KP)[None, :], best,
                      mask=m_f[:, None])
-    else:
-        for f in range(0, n_fb):
-            m = tl.load(fbrow_ptr + f).to(tl.int64)
+    for f in range(0, n_fb):
+        code = tl.load(fbrow_ptr + f)
+        m = (code >> 1).to(tl.int64)
+        cands = (code & 1) == 1
+        if DOT:
+            mine = cands  # rows scored in full went through the tensor-core batches above
+        else:
+            mine = code >= 0
+        if mine:
+            # positions: the row's candidate slots, or its tokens
+            lim = tl.where(cands, C, N)
             best = tl.full([KP], INT64_MIN, dtype=tl.int64)
-            for n0 in range(g * BN, N, G * BN):
-                tok = n0 + o_n
-                m_n = tok < N
+            for n0 in range(g * BN, lim, G * BN):
+                pos = n0 + o_n
+                m_n = pos < lim
+                if cands:
+                    tok = tl.load(ci_ptr + m * C + pos, mask=m_n, other=0)
+                    m_n = m_n & (tl.load(ck_ptr + m * C + pos, mask=m_n, other=float("-inf")) > float("-inf"))
+                else:
+                    tok = pos.to(tl.int64)
                 v = exact_dot_block(x_ptr, w_ptr, m, tok, m_n, stride_xm, stride_wn, K, BK)
                 keys = tl.where(m_n, pack_key(v, tok), INT64_MIN)
                 best = _merge(best, tl.topk(keys, KP), KP)
@@ -238,7 +259,7 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
         o_g = tl.arange(0, GC)
         o_p = tl.arange(0, KP)
         for f in range(0, n_fb):
-            m = tl.load(fbrow_ptr + f).to(tl.int64)
+            m = (tl.load(fbrow_ptr + f) >> 1).to(tl.int64)
             best = tl.full([KP], INT64_MIN, dtype=tl.int64)
             for g0 in range(0, G, GC):  # GC programs' lists at a time
                 gg = g0 + o_g
@@ -275,8 +296,8 @@ def _certified_tail_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
         seen = tl.atomic_add(done_ptr, 0, sem="acquire")
         while seen < M:
             seen = tl.atomic_add(done_ptr, 0, sem="acquire")
-        _full(t - M * S, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr,
-              oi_ptr, N, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC, FB, F32, DOT)
+        _full(t - M * S, G, ck_ptr, ci_ptr, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr,
+              arrive_ptr, ov_ptr, oi_ptr, C, N, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC, FB, F32, DOT)
 
 
 class _Scratch:
@@ -323,8 +344,10 @@ def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_
     (values fp32 [M, k] descending, indices int64 [M, k]; ties to the lower index).
 
     Inputs: the certified coarse pass's outputs (``cand_*`` [M, C], ``block_*`` [M, NB], blocks
-    of ``block`` tokens), the cap ``cap`` on the rescored candidates (more are scored in full; a
-    row's up to ``MAX_RESCAN_BLOCKS`` blocks that may hide members are rescored whole besides),
+    of ``block`` tokens), the cap ``cap`` on the certified set rescored by the row's programs
+    (with more, all the row's candidates are rescored by the fallback programs, or the whole row
+    where a block may hide a member; a row's up to ``MAX_RESCAN_BLOCKS`` blocks that may hide
+    members are rescored whole besides),
     and ``stats`` (int64 ``CERTIFIED_STATS``, accumulated in place). ``1 <= k <= CERTIFIED_MAX_K``; the caller validates shapes. Triton
     only; no host synchronization."""
     m, c = cand_key.shape
