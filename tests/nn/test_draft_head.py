@@ -205,12 +205,14 @@ def test_certified_device_fallback_merge(backend, monkeypatch, dot, k):
     _assert_exact_values(x, w, am, v, i)
 
 
-@pytest.mark.parametrize("dot,k", [(False, 1), (False, 5), (True, 5)])
-def test_certified_device_wide_rows_read_only_candidates(backend, monkeypatch, dot, k):
+@pytest.mark.parametrize("dot,k,full_row", [(False, 1, False), (False, 5, False), (True, 5, False), (False, 5, True),
+                                            (True, 5, True)])
+def test_certified_device_wide_rows_read_only_candidates(backend, monkeypatch, dot, k, full_row):
     """A wide row (more members than the cap, no block that may hide one) is answered from its
     candidates, as the synchronizing path answers it: every other weight row scores far above
     them here (bounds that do not hold for them), so a whole-row pass would answer with those. One row at a time, or beside the tensor-core batches
-    of rows scored in full (``FULL_DOT_MIN_M``)."""
+    of rows scored in full (``FULL_DOT_MIN_M``); ``full_row``: row 0 has every block hiding members
+    and is scored in full beside them (its answer: the best non-candidates)."""
     _triton_only(backend)
     from lowbit.ops.coarse_head import certified_tail
     from lowbit.ops.coarse_head.pipeline import CERTIFIED_STATS
@@ -229,16 +231,23 @@ def test_certified_device_wide_rows_read_only_candidates(backend, monkeypatch, d
     ub, lb = (exact + 1).float(), (exact - 1).float()
     blb = lb.view(m, n // block, kcand).amax(-1)
     rest = torch.full_like(blb, float("-inf"))
+    if full_row:
+        rest[0] = float("inf")
     dev = backend.device
     stats = torch.zeros(len(CERTIFIED_STATS), dtype=torch.int64, device=dev)
     v, i = certified_tail.certified_select_rerank(
         ub.to(dev), lb.to(dev), tok.expand(m, -1).contiguous().to(dev), blb.to(dev), rest.to(dev), x.to(dev),
         w.to(dev), k, 2, block, stats)
     ref_v, ref_pos = exact.topk(k, dim=-1)
-    assert torch.equal(i.cpu(), tok[ref_pos])
+    ref_i = tok[ref_pos]
+    if full_row:  # the whole row: ties (the equal non-candidate rows) to the lower index
+        full = (x[0].double() @ w.double().T).sort(descending=True, stable=True)
+        ref_v[0], ref_i[0] = full.values[:k], full.indices[:k]
+    assert torch.equal(i.cpu(), ref_i)
     torch.testing.assert_close(v.cpu().double(), ref_v, rtol=1e-5, atol=1e-6)
     st = dict(zip(CERTIFIED_STATS, stats.tolist()))
-    assert st["rows"] == m and st["wide"] == m and st["fallbacks"] == 0 and st["set_sum"] == m * tok.numel(), st
+    assert st["rows"] == m and st["wide"] == m - full_row and st["fallbacks"] == full_row, st
+    assert full_row or st["set_sum"] == m * tok.numel(), st
 
 
 def test_certified_k_above_device_limit(backend):
