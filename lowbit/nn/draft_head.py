@@ -56,7 +56,9 @@ class DraftHead(nn.Module):
             Left unset, certified ``topk(x, k)`` emits ``max(4, min(4k, block / 16))``.
         rerank: fast: how many candidates are rescored exactly (default 32). certified: the cap
             on the rescored set (default 128, left unset ``max(128, 16k)`` for ``topk(x, k)``);
-            a row whose certified set is larger falls back to exact scoring of all N tokens.
+            a row whose certified set is larger ("wide") has all its candidates rescored (or,
+            where a block may hide a member, all N tokens; the sync-free tail from 16 rows on
+            scores every wide row in full, 16 rows per weight pass).
         bound: ``"det"`` (deterministic, default: ``sum_g s_g/2 ||x_g||_1`` plus fp32 rounding
             slack — exact by construction) or ``"stat"`` (``sigma`` standard deviations of the
             coarse error, ``sqrt(sum_g s_g^2/12 ||x_g||_2^2)``: probabilistic, not a guarantee).
@@ -68,8 +70,8 @@ class DraftHead(nn.Module):
     ``ub`` reaches the best lower bound (top-k: the k-th best) is rescored exactly by
     ``lowbit.ops.gathered_dot`` against the original rows; where a block's unemitted ``ub``
     reaches the threshold, all that block's tokens are rescored too (up to two blocks a row); a row
-    where more blocks might hide such a token, or more than ``rerank`` candidates reach the
-    threshold, is scored exactly in full. With a dense weight on the Triton path, ``argmax`` / ``topk`` (k <=
+    where more blocks might hide such a token is scored exactly in full; one where more than
+    ``rerank`` candidates reach the threshold has all its candidates rescored (see ``rerank``). With a dense weight on the Triton path, ``argmax`` / ``topk`` (k <=
     64) do all of this on the device — selection, rescoring and the fallback in three launches
     after the coarse pass (:mod:`lowbit.ops.coarse_head.certified_tail`), no host synchronization, so
     the call can be captured in a CUDA graph like the fast mode; ``logits`` and the other heads

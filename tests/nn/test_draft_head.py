@@ -205,6 +205,54 @@ def test_certified_device_fallback_merge(backend, monkeypatch, dot, k):
     _assert_exact_values(x, w, am, v, i)
 
 
+@pytest.mark.parametrize("dot,k,full_row", [(False, 1, False), (False, 5, False), (True, 5, False), (False, 5, True),
+                                            (True, 5, True)])
+def test_certified_device_wide_rows(backend, monkeypatch, dot, k, full_row):
+    """A wide row (more members than the cap, no block that may hide one) is answered from its
+    candidates, as the synchronizing path answers it, where the fallback scores one row at a time
+    (below ``FULL_DOT_MIN_M`` rows); with the tensor-core batches it is scored in full among them.
+    Every other weight row scores far above the candidates here (bounds that do not hold for
+    them), so the two answers differ. ``full_row``: row 0 has every block hiding members and is
+    scored in full beside them (its answer: the best non-candidates)."""
+    _triton_only(backend)
+    from lowbit.ops.coarse_head import certified_tail
+    from lowbit.ops.coarse_head.pipeline import CERTIFIED_STATS
+
+    monkeypatch.setattr(certified_tail, "FULL_BN", 16)
+    monkeypatch.setattr(certified_tail, "FULL_DOT_MIN_M", 0 if dot else 2**31)
+    n, kk, block, kcand, m = 512, 64, 64, 4, 3
+    g = torch.Generator().manual_seed(11)
+    tok = (torch.arange(n // block)[:, None] * block + torch.randperm(block, generator=g)[:kcand]).flatten()
+    w = torch.ones(n, kk)
+    w[tok] = torch.randn(tok.numel(), kk, generator=g) * 0.02
+    w = w.bfloat16()
+    x = (torch.randn(m, kk, generator=g).abs() + 0.1).bfloat16()  # > 6 on each non-candidate
+    exact = x.double() @ w[tok].double().T  # [m, C]: the candidates' exact logits
+    # valid bounds 1 apart, each block's best lower bound, and no unemitted token above anything
+    ub, lb = (exact + 1).float(), (exact - 1).float()
+    blb = lb.view(m, n // block, kcand).amax(-1)
+    rest = torch.full_like(blb, float("-inf"))
+    if full_row:
+        rest[0] = float("inf")
+    dev = backend.device
+    stats = torch.zeros(len(CERTIFIED_STATS), dtype=torch.int64, device=dev)
+    v, i = certified_tail.certified_select_rerank(
+        ub.to(dev), lb.to(dev), tok.expand(m, -1).contiguous().to(dev), blb.to(dev), rest.to(dev), x.to(dev),
+        w.to(dev), k, 2, block, stats)
+    ref_v, ref_pos = exact.topk(k, dim=-1)
+    ref_i, cand_i = tok[ref_pos], tok[ref_pos]
+    for r in range(m):
+        if dot or (full_row and r == 0):  # the whole row: ties (the equal non-candidate rows) to the lower index
+            full = (x[r].double() @ w.double().T).sort(descending=True, stable=True)
+            ref_v[r], ref_i[r] = full.values[:k], full.indices[:k]
+    assert torch.equal(ref_i, cand_i) is (not dot and not full_row)  # a whole-row pass answers otherwise
+    assert torch.equal(i.cpu(), ref_i)
+    torch.testing.assert_close(v.cpu().double(), ref_v, rtol=1e-5, atol=1e-6)
+    st = dict(zip(CERTIFIED_STATS, stats.tolist()))
+    assert st["rows"] == m and st["wide"] == m - full_row and st["fallbacks"] == full_row, st
+    assert full_row or st["set_sum"] == m * tok.numel(), st
+
+
 def test_certified_k_above_device_limit(backend):
     """top-k with k > CERTIFIED_MAX_K (64) takes the synchronizing path, exact all the same."""
     _triton_only(backend)

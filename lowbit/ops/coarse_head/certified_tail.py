@@ -12,17 +12,19 @@ one launch measured 12.9 us against 16.7 for the two roles as two launches, H200
    verdict: certified when no block may hide a member (``rest < L`` everywhere), it has at most
    ``R`` members and at least ``k``. It then computes the exact fp32 dots of x[m] with members
    ``s, s + S, ...`` against the stored dense rows; the row's last program to finish (an arrival
-   counter, reset by it) writes the best ``k``. Program ``(m, 0)`` appends an uncertified row to
-   the fallback list (an atomic slot counter) and adds the row to the device statistics (rows,
-   fallbacks, "wide" rows whose set exceeded ``R`` but lay among the candidates, set-size sum and
-   maximum, calls: an int64 buffer, layout ``CERTIFIED_STATS``, that the host reads only when
-   asked).
+   counter, reset by it) writes the best ``k``. Program ``(m, 0)`` appends an uncertified row to the
+   fallback list (atomic slot counters: rows scored in full from its front, wide rows from its back)
+   and adds the row to the device statistics (rows, fallbacks, "wide" rows whose set exceeded ``R``
+   but lay among the candidates, set-size sum and maximum, calls: an int64 buffer, layout
+   ``CERTIFIED_STATS``, that the host reads only when asked).
 2. fallback (the last ``G`` tickets): waits until every row's verdict is published, reads the
    fallback count; with none (the usual case) only checks in. Otherwise program ``g`` scores
    tokens ``[g BN, (g + 1) BN)``, ``(g + G) BN ...`` of every fallback row exactly (one row at a
-   time, or from ``FULL_DOT_MIN_M`` rows 16 rows per weight tile on the tensor cores) and keeps
-   its best ``k``; the last program to check in merges the ``G`` partial lists per fallback row,
-   writes the answer and resets the counters for the next call.
+   time, or from ``FULL_DOT_MIN_M`` rows 16 rows per weight tile on the tensor cores) -- below
+   ``FULL_DOT_MIN_M`` rows, of a wide row no block of which may hide a member only its
+   candidates in those slots, as the synchronizing path rescores them -- and keeps its best ``k``; the last program to check in
+   merges the ``G`` partial lists per fallback row, writes the answer and resets the counters for
+   the next call.
 
 Ordering: ``(value desc, token asc)`` as one int64 ``(order-preserving value bits << 32) |
 (2^31 - 1 - token)``; ties go to the lower token index, as everywhere in the draft head. Exact
@@ -69,10 +71,10 @@ def _store_best(keys, ov_ptr, oi_ptr, m, KOUT: tl.constexpr, KP: tl.constexpr):
 
 @triton.jit
 def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr, sel_ptr, val_ptr, lbs_ptr, obl_ptr,
-                     cnt_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R, RT, N, stride_xm,
+                     cnt_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr, oi_ptr, C, NB, R, RT, N, M, stride_xm,
                      stride_wn, K: tl.constexpr, BKK: tl.constexpr, S: tl.constexpr, CP: tl.constexpr,
                      NBP: tl.constexpr, RP: tl.constexpr, KOUT: tl.constexpr, KP: tl.constexpr,
-                     BLK: tl.constexpr, MAXB: tl.constexpr):
+                     BLK: tl.constexpr, MAXB: tl.constexpr, DOT: tl.constexpr):
     """Program (m, s) of launch 1 (see the module docstring)."""
     # -- the certified set of row m (every program of the row computes the same one) --
     o_c = tl.arange(0, CP)
@@ -121,7 +123,16 @@ def _certify_rescore(m, s, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
     fall = hidden | wide
     if s == 0:
         if fall:
-            f = tl.atomic_add(fbcnt_ptr, 1, sem="relaxed")  # a slot; the release below publishes it
+            # a slot; the release below publishes it. Rows scored in full fill the list from the
+            # front (count fbcnt[0]); a wide row no block of which may hide a member, answered from
+            # all its candidates (as the synchronizing path), from the back (count fbcnt[1]). With
+            # DOT, one weight pass scores 16 rows in full: a wide row joins those batches instead
+            # (its C candidates read alone cost C / N of a pass, gathered ~1.7x slower per byte;
+            # H100, 124160 x 5120, every row wide: 0.35x at M = 1, 1.75x at M = 16)
+            if wide & (nob == 0) & (not DOT):
+                f = M - 1 - tl.atomic_add(fbcnt_ptr + 1, 1, sem="relaxed")
+            else:
+                f = tl.atomic_add(fbcnt_ptr, 1, sem="relaxed")
             tl.store(fbrow_ptr + f, m.to(tl.int32))
         # statistics: atomicity only (read by the host after the launch; acq_rel would cost a
         # GPU-wide fence and an L1 invalidation each)
@@ -191,13 +202,18 @@ def _dot_acc(a, b, acc, F32: tl.constexpr):
 
 
 @triton.jit
-def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr, oi_ptr, N,
-          stride_xm, stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KOUT: tl.constexpr,
-          KP: tl.constexpr, GC: tl.constexpr, FB: tl.constexpr, F32: tl.constexpr, DOT: tl.constexpr):
+def _full(g, G, ck_ptr, ci_ptr, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr,
+          oi_ptr, C, N, M, stride_xm, stride_wn, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+          KOUT: tl.constexpr, KP: tl.constexpr, GC: tl.constexpr, FB: tl.constexpr, F32: tl.constexpr,
+          DOT: tl.constexpr):
     """Fallback program g of G (launch 2, or the fused launch's tail; see the module docstring).
-    ``DOT``: FB fallback rows at a time share each weight tile (``[FB, BK] x [BK, BN]`` on the
-    tensor cores); else one row at a time on the CUDA cores."""
+    A row scored in full: ``DOT``, FB such rows at a time share each weight tile (``[FB, BK] x
+    [BK, BN]`` on the tensor cores); else one row at a time on the CUDA cores. A wide row (only
+    without ``DOT``; with it wide rows are scored in full): its C candidates (those with a finite
+    key), BN at a time, one row at a time. Slots: rows scored in full ``[0, n_fb)``, wide rows
+    ``M - 1 - j`` for j < n_w."""
     n_fb = tl.load(fbcnt_ptr, cache_modifier=".cg")
+    n_w = tl.load(fbcnt_ptr + 1, cache_modifier=".cg")
     o_n = tl.arange(0, BN)
     o_k = tl.arange(0, BK)
     o_f = tl.arange(0, FB)
@@ -221,23 +237,36 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
                 best = _merge_rows(best, tl.topk(keys, KP), FB, KP)
             tl.store(part_ptr + ((f0 + o_f)[:, None] * G + g) * KP + tl.arange(0, KP)[None, :], best,
                      mask=m_f[:, None])
-    else:
-        for f in range(0, n_fb):
-            m = tl.load(fbrow_ptr + f).to(tl.int64)
-            best = tl.full([KP], INT64_MIN, dtype=tl.int64)
-            for n0 in range(g * BN, N, G * BN):
-                tok = n0 + o_n
-                m_n = tok < N
-                v = exact_dot_block(x_ptr, w_ptr, m, tok, m_n, stride_xm, stride_wn, K, BK)
-                keys = tl.where(m_n, pack_key(v, tok), INT64_MIN)
-                best = _merge(best, tl.topk(keys, KP), KP)
-            tl.store(part_ptr + (f * G + g) * KP + tl.arange(0, KP), best)
+    # one row at a time: the wide rows, and without DOT the rows scored in full too
+    i0 = 0
+    if DOT:
+        i0 = n_fb
+    for i in range(i0, n_fb + n_w):
+        cands = i >= n_fb
+        f = tl.where(cands, M - 1 - (i - n_fb), i)
+        m = tl.load(fbrow_ptr + f).to(tl.int64)
+        # positions: the row's candidate slots, or its tokens
+        lim = tl.where(cands, C, N)
+        best = tl.full([KP], INT64_MIN, dtype=tl.int64)
+        for n0 in range(g * BN, lim, G * BN):
+            pos = n0 + o_n
+            m_n = pos < lim
+            if cands:
+                tok = tl.load(ci_ptr + m * C + pos, mask=m_n, other=0)
+                m_n = m_n & (tl.load(ck_ptr + m * C + pos, mask=m_n, other=float("-inf")) > float("-inf"))
+            else:
+                tok = pos.to(tl.int64)
+            v = exact_dot_block(x_ptr, w_ptr, m, tok, m_n, stride_xm, stride_wn, K, BK)
+            keys = tl.where(m_n, pack_key(v, tok), INT64_MIN)
+            best = _merge(best, tl.topk(keys, KP), KP)
+        tl.store(part_ptr + (f * G + g) * KP + tl.arange(0, KP), best)
     tl.debug_barrier()
     done = tl.atomic_add(arrive_ptr, 1, sem="acq_rel")
     if done == G - 1:
         o_g = tl.arange(0, GC)
         o_p = tl.arange(0, KP)
-        for f in range(0, n_fb):
+        for i in range(0, n_fb + n_w):
+            f = tl.where(i >= n_fb, M - 1 - (i - n_fb), i)
             m = tl.load(fbrow_ptr + f).to(tl.int64)
             best = tl.full([KP], INT64_MIN, dtype=tl.int64)
             for g0 in range(0, G, GC):  # GC programs' lists at a time
@@ -249,6 +278,7 @@ def _full(g, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, 
         # the next launch's state (every program of this one has taken its ticket and arrived)
         tl.atomic_xchg(arrive_ptr, 0, sem="relaxed")
         tl.atomic_xchg(fbcnt_ptr, 0, sem="relaxed")
+        tl.atomic_xchg(fbcnt_ptr + 1, 0, sem="relaxed")
         tl.atomic_xchg(done_ptr, 0, sem="relaxed")
         tl.atomic_xchg(tk_ptr, 0, sem="relaxed")
 
@@ -270,21 +300,22 @@ def _certified_tail_kernel(ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w
     if t < M * S:
         _certify_rescore((t // S).to(tl.int64), t % S, ck_ptr, clb_ptr, ci_ptr, blb_ptr, brest_ptr, x_ptr, w_ptr,
                          sel_ptr, val_ptr, lbs_ptr, obl_ptr, cnt_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, st_ptr, ov_ptr,
-                         oi_ptr, C, NB, R, RT, N, stride_xm, stride_wn, K, BKK, S, CP, NBP, RP, KOUT, KP, BLK, MAXB)
+                         oi_ptr, C, NB, R, RT, N, M, stride_xm, stride_wn, K, BKK, S, CP, NBP, RP, KOUT, KP, BLK, MAXB,
+                         DOT)
     else:
         seen = tl.atomic_add(done_ptr, 0, sem="acquire")
         while seen < M:
             seen = tl.atomic_add(done_ptr, 0, sem="acquire")
-        _full(t - M * S, G, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr, arrive_ptr, ov_ptr,
-              oi_ptr, N, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC, FB, F32, DOT)
+        _full(t - M * S, G, ck_ptr, ci_ptr, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk_ptr, part_ptr,
+              arrive_ptr, ov_ptr, oi_ptr, C, N, M, stride_xm, stride_wn, K, BN, BK, KOUT, KP, GC, FB, F32, DOT)
 
 
 class _Scratch:
-    """Per-device counters every call leaves at zero: rescore arrivals [M], fallback count,
-    fallback-program arrivals, published verdicts, tickets."""
+    """Per-device counters every call leaves at zero: rescore arrivals [M], fallback counts (rows
+    scored in full, wide rows), fallback-program arrivals, published verdicts, tickets."""
 
     def __init__(self, device: torch.device, m: int):
-        self.buf = torch.zeros(max(m, 64) + 4, dtype=torch.int32, device=device)
+        self.buf = torch.zeros(max(m, 64) + 5, dtype=torch.int32, device=device)
         self.m = max(m, 64)
 
     @property
@@ -293,19 +324,19 @@ class _Scratch:
 
     @property
     def fb_count(self) -> torch.Tensor:
-        return self.buf[self.m: self.m + 1]
+        return self.buf[self.m: self.m + 2]
 
     @property
     def arrive(self) -> torch.Tensor:
-        return self.buf[self.m + 1: self.m + 2]
-
-    @property
-    def done(self) -> torch.Tensor:
         return self.buf[self.m + 2: self.m + 3]
 
     @property
+    def done(self) -> torch.Tensor:
+        return self.buf[self.m + 3: self.m + 4]
+
+    @property
     def ticket(self) -> torch.Tensor:
-        return self.buf[self.m + 3:]
+        return self.buf[self.m + 4:]
 
 
 _SCRATCH: dict[torch.device, _Scratch] = {}
@@ -323,8 +354,10 @@ def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_
     (values fp32 [M, k] descending, indices int64 [M, k]; ties to the lower index).
 
     Inputs: the certified coarse pass's outputs (``cand_*`` [M, C], ``block_*`` [M, NB], blocks
-    of ``block`` tokens), the cap ``cap`` on the rescored candidates (more are scored in full; a
-    row's up to ``MAX_RESCAN_BLOCKS`` blocks that may hide members are rescored whole besides),
+    of ``block`` tokens), the cap ``cap`` on the certified set rescored by the row's programs
+    (with more, all the row's candidates are rescored by the fallback programs below
+    ``FULL_DOT_MIN_M`` rows, else the whole row, as where a block may hide a member; a row's up to ``MAX_RESCAN_BLOCKS`` blocks that may hide
+    members are rescored whole besides),
     and ``stats`` (int64 ``CERTIFIED_STATS``, accumulated in place). ``1 <= k <= CERTIFIED_MAX_K``; the caller validates shapes. Triton
     only; no host synchronization."""
     m, c = cand_key.shape

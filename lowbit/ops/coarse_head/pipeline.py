@@ -48,8 +48,9 @@ class HeadConfig:
 @dataclass
 class HeadStats:
     """Calls, rows, fallbacks (rows scored in full because more blocks may hide members than are
-    rescanned), wide (rows whose certified set exceeded the cap: the synchronizing path rescores
-    all their candidates where no block hides a member, the sync-free tail scores them in full),
+    rescanned), wide (rows whose certified set exceeded the cap: all their candidates are
+    rescored where no block hides a member -- the sync-free tail from ``FULL_DOT_MIN_M`` rows
+    scores them in full, in its tensor-core batches -- the whole row otherwise),
     rescans (rows certified with up to ``MAX_RESCAN_BLOCKS`` blocks rescored whole) and the
     certified-set sizes. The sync-free tails count on the device (``device``: int64
     ``CERTIFIED_STATS``), so replays of a captured graph count too; :meth:`snapshot` reads it back
