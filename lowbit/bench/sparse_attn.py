@@ -196,3 +196,77 @@ def bench_hc_split_sinkhorn(ctx: BenchContext) -> list[Result]:
     one_pass = min(r.us for r in results if r.impl.startswith("one pass"))
     results[0].extra["x one pass"] = round(results[0].us / one_pass, 2)
     return results
+
+
+class _Recorded:
+    """Stands in for a Triton kernel: ``kernel[grid](*args, **kwargs)`` records the launch instead
+    of making it (``launches``: a list of ``(grid, args, kwargs)``)."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append((grid, args, kwargs))
+
+
+@register("sparse_attn_stages", description="sparse_attn decode split into its launches (the split top-k "
+                                            "kernel, the merge) and the one-launch form, by graph replay")
+def bench_sparse_attn_stages(ctx: BenchContext) -> list[Result]:
+    """Where the time of a decode call that splits its top-k list goes. Per decode case that the
+    dispatch splits: ``lowbit`` (as dispatched: two dependent launches), ``split kernel alone``
+    (the same call with the merge recorded, not launched), ``merge alone`` (the recorded merge
+    launch replayed over the partials of one call, L2-warm as in the op) and ``one launch (no
+    split)`` (``num_splits=1``: one program per (row, head block) streams the whole list). extra:
+    the split count and each launch's programs. Cases the dispatch does not split are left out."""
+    import torch
+
+    from lowbit.bench import timing
+    from lowbit.ops.sparse_attn import sparse_attn
+    from lowbit.ops.sparse_attn import triton as kernels
+
+    dev = ctx.device
+    results = []
+    for m, b, h, topk, fp8 in [c for c in _attn_cases(ctx.quick) if c[0] <= 2]:
+        nbytes, flops = case_bytes_flops(m, b, h, topk, fp8)
+        copies = case_copies(m, b, h, topk, fp8, dev, min_total=4 * timing.L2_BYTES)
+        case = f"decode m{m} b{b} h{h} top{topk}{' fp8kv' if fp8 else ''}"
+        scale = D**-0.5
+
+        def ours():
+            q, kv, sink, idx, kv_scale = next(copies)
+            return sparse_attn(q, kv, sink, idx, scale, kv_scale=kv_scale)
+
+        def one_launch():
+            q, kv, sink, idx, kv_scale = next(copies)
+            return kernels.sparse_attn_triton(q, kv, sink, idx, scale, kv_scale, num_splits=1)
+
+        split_kernel, merge_kernel = kernels._sparse_attn_kernel, kernels._sparse_attn_combine_kernel
+        seen_split, seen_merge = _Recorded(), _Recorded()
+        kernels._sparse_attn_kernel, kernels._sparse_attn_combine_kernel = seen_split, seen_merge
+        try:
+            ours()  # which launches the dispatch makes (recorded, none made)
+        finally:
+            kernels._sparse_attn_kernel, kernels._sparse_attn_combine_kernel = split_kernel, merge_kernel
+        if not seen_merge.launches:
+            del copies
+            continue
+        (split_grid, split_args, split_kwargs), = seen_split.launches
+        (merge_grid, merge_args, merge_kwargs), = seen_merge.launches
+        extra = {"splits": split_args[13], "split programs": split_grid[0],
+                 "merge programs": merge_grid[0] * merge_grid[1]}
+        ours(), one_launch()  # compile outside any graph capture
+        rows = [("lowbit", timing.time_us(ours, graph=True))]
+        kernels._sparse_attn_combine_kernel = _Recorded()
+        try:
+            rows.append(("split kernel alone", timing.time_us(ours, graph=True)))
+        finally:
+            kernels._sparse_attn_combine_kernel = merge_kernel
+        split_kernel[split_grid](*split_args, **split_kwargs)  # the partials the recorded merge reads
+        rows.append(("merge alone", timing.time_us(lambda: merge_kernel[merge_grid](*merge_args, **merge_kwargs),
+                                                   graph=True)))
+        rows.append(("one launch (no split)", timing.time_us(one_launch, graph=True)))
+        results += [Result("sparse_attn_stages", case, impl, us, bytes=nbytes, flops=flops, extra=dict(extra))
+                    for impl, us in rows]
+        del copies, split_args, split_kwargs, merge_args, merge_kwargs
+        torch.cuda.empty_cache()
+    return results

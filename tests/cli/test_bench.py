@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+import lowbit
 from lowbit.bench import report, runner
 from lowbit.bench.registry import BenchContext, Result
 from lowbit.cli import main
@@ -206,7 +207,7 @@ def test_interleaved_medians_alternates_order_and_takes_medians():
 
 def test_new_benchmarks_are_registered():
     names = runner.available_ops()
-    assert {"read_floor", "read_floor_gathered", "read_floor_sparse_attn", "draft_head_real",
+    assert {"read_floor", "read_floor_gathered", "read_floor_sparse_attn", "sparse_attn_stages", "draft_head_real",
             "parallel_head"} <= names.keys()
     assert "sparse_attn" in names["read_floor_sparse_attn"].description
 
@@ -340,6 +341,61 @@ def test_attn_read_kernel_reads_the_rows(p, tt, fp8):
                 heads = slice(part * hp, (part + 1) * hp)
                 assert np.array_equal(ow[bi, mi, heads], qw[bi, mi, heads] ^ acc), (bi, mi, part)
 
+
+@pytest.mark.interpret
+def test_sparse_attn_stages_rows(monkeypatch):
+    """The stage probe on tiny decode cases (CPU, timer faked): a case the dispatch splits gets four
+    rows, each timing the launches it names (counted through proxies of the two kernels); the
+    merge replayed alone writes the op's answer for the recorded inputs; a case it does not split
+    (as many programs as SMs) and prefill are left out."""
+    from lowbit.bench import sparse_attn as sa, timing
+    from lowbit.ops.sparse_attn import triton as kernels
+    from lowbit.ops.sparse_attn.reference import sparse_attn_reference
+
+    monkeypatch.setattr(sa, "D", 128)
+    monkeypatch.setattr(sa, "N_CACHE", 512)
+    # 4 SMs under the interpreter: b1 (1 program) splits its 4 tiles, b4 (4 programs) does not
+    monkeypatch.setattr(sa, "_attn_cases", lambda quick: [(1, 1, 4, 256, False), (1, 4, 4, 256, False),
+                                                          (64, 1, 4, 32, False)])
+    counts, last = {"split": 0, "merge": 0}, {}
+
+    class Counted:
+        def __init__(self, name, kernel):
+            self.name, self.kernel = name, kernel
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                counts[self.name] += 1
+                last[self.name] = args
+                return self.kernel[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(kernels, "_sparse_attn_kernel", Counted("split", kernels._sparse_attn_kernel))
+    monkeypatch.setattr(kernels, "_sparse_attn_combine_kernel", Counted("merge", kernels._sparse_attn_combine_kernel))
+    made, seen = [], []
+
+    def fake_time_us(fn, graph=False):
+        assert graph
+        counts.update(split=0, merge=0)
+        fn()
+        made.append((counts["split"], counts["merge"]))
+        seen.append(dict(last))
+        return float(len(made))
+
+    monkeypatch.setattr(timing, "time_us", fake_time_us)
+    ctx = BenchContext(copy_gbps=4000.0, bf16_tflops=700.0, quick=True, device="cpu")
+    with lowbit.backend("triton"):  # the Triton kernels under the interpreter
+        rows = runner.available_ops()["sparse_attn_stages"].fn(ctx)
+    impls = ["lowbit", "split kernel alone", "merge alone", "one launch (no split)"]
+    assert [(r.case, r.impl) for r in rows] == [("decode m1 b1 h4 top256", i) for i in impls]
+    assert made == [(1, 1), (1, 0), (0, 1), (1, 0)]
+    assert [r.us for r in rows] == [1.0, 2.0, 3.0, 4.0]
+    assert rows[0].extra == {"splits": 4, "split programs": 4, "merge programs": 1}
+    # the merge replayed alone: over the partials of the recorded call's inputs, launched just before
+    q, kv, _, sink, idx = seen[2]["split"][:5]
+    o = seen[2]["merge"][4]
+    ref = sparse_attn_reference(q, kv, sink, idx, 128**-0.5, None)
+    torch.testing.assert_close(o.float(), ref.float(), rtol=2e-2, atol=2e-2)
 
 @pytest.mark.interpret
 def test_read_floor_sparse_attn_rows(monkeypatch):
