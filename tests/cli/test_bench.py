@@ -207,8 +207,8 @@ def test_interleaved_medians_alternates_order_and_takes_medians():
 
 def test_new_benchmarks_are_registered():
     names = runner.available_ops()
-    assert {"read_floor", "read_floor_gathered", "read_floor_sparse_attn", "sparse_attn_stages", "draft_head_real",
-            "parallel_head"} <= names.keys()
+    assert {"read_floor", "read_floor_gathered", "read_floor_sparse_attn", "sparse_attn_stages", "draft_head_stages",
+            "draft_head_real", "parallel_head"} <= names.keys()
     assert "sparse_attn" in names["read_floor_sparse_attn"].description
 
 
@@ -341,6 +341,39 @@ def test_attn_read_kernel_reads_the_rows(p, tt, fp8):
                 heads = slice(part * hp, (part + 1) * hp)
                 assert np.array_equal(ow[bi, mi, heads], qw[bi, mi, heads] ^ acc), (bi, mi, part)
 
+
+@pytest.mark.interpret
+def test_draft_head_stages_rows(monkeypatch):
+    """The draft head's stage probe on a tiny head (CPU, timer faked): per M the whole call, the
+    coarse pass at 4 and 8 candidates a block and the tail alone at both sizes; each tail row
+    answers the exact top-16 of the call (its replays are what is timed) and carries its rates."""
+    from lowbit.bench import draft_head_stages as dhs, timing
+
+    monkeypatch.setattr(dhs, "SHAPE", (512, 64))
+    monkeypatch.setattr(dhs, "MS", (2,))
+    answers = []
+
+    def fake_time_us(fn, graph=False):
+        assert graph
+        answers.append(fn())
+        return float(len(answers))
+
+    monkeypatch.setattr(timing, "time_us", fake_time_us)
+    ctx = BenchContext(copy_gbps=4000.0, bf16_tflops=700.0, quick=True, device="cpu")
+    with lowbit.backend("triton"):
+        rows = runner.available_ops()["draft_head_stages"].fn(ctx)
+    impls = ["certified top16", "coarse pass kcand 4", "coarse pass kcand 8", "tail kcand 8 cap 256",
+             "tail kcand 4 cap 128"]
+    assert [(r.case, r.impl) for r in rows] == [("512x64 M2", i) for i in impls]
+    assert [r.us for r in rows] == [float(i + 1) for i in range(5)]
+    for j, m in enumerate((2,)):
+        whole, tails = answers[5 * j], answers[5 * j + 3: 5 * j + 5]
+        assert whole[1].shape == (m, 16)
+        for v, i in tails:  # the same exact top-16 as the whole call (the call's x)
+            assert torch.equal(i, whole[1]) and torch.equal(v, whole[0])
+        for r in rows[5 * j + 3: 5 * j + 5]:
+            assert set(r.extra) == {"wide_rate", "fallback_rate", "rescan_rate"}
+            assert all(0.0 <= v <= 1.0 for v in r.extra.values())
 
 @pytest.mark.interpret
 def test_sparse_attn_stages_rows(monkeypatch):
