@@ -71,11 +71,12 @@ class DraftHead(nn.Module):
     ``lowbit.ops.gathered_dot`` against the original rows; where a block's unemitted ``ub``
     reaches the threshold, all that block's tokens are rescored too (up to two blocks a row); a row
     where more blocks might hide such a token is scored exactly in full; one where more than
-    ``rerank`` candidates reach the threshold has all its candidates rescored (see ``rerank``). With a dense weight on the Triton path, ``argmax`` / ``topk`` (k <=
-    64) do all of this on the device — selection, rescoring and the fallback in three launches
-    after the coarse pass (:mod:`lowbit.ops.coarse_head.certified_tail`), no host synchronization, so
-    the call can be captured in a CUDA graph like the fast mode; ``logits`` and the other heads
-    read the fallback count back (one host synchronization per call). From
+    ``rerank`` candidates reach the threshold has all its candidates rescored (see ``rerank``).
+    With a dense weight on the Triton path, ``argmax`` / ``topk`` (k <= 64) do all of this on the
+    device — selection, rescoring and the fallback in three launches after the coarse pass
+    (:mod:`lowbit.ops.coarse_head.certified_tail`), no host synchronization, so the call can be
+    captured in a CUDA graph like the fast mode; ``logits`` and the other heads read the fallback
+    count back (one host synchronization per call). From
     ``FUSED_ARGMAX_MIN_M`` rows on, a bf16 / fp16 head's certified ``argmax`` (x of the same
     dtype) is one launch over the stored rows instead (:mod:`lowbit.ops.coarse_head.fused_argmax`:
     the products are exact, the bound covers the fp32 accumulation, near-ties are rescored in the

@@ -22,9 +22,9 @@ one launch measured 12.9 us against 16.7 for the two roles as two launches, H200
    tokens ``[g BN, (g + 1) BN)``, ``(g + G) BN ...`` of every fallback row exactly (one row at a
    time, or from ``FULL_DOT_MIN_M`` rows 16 rows per weight tile on the tensor cores) -- below
    ``FULL_DOT_MIN_M`` rows, of a wide row no block of which may hide a member only its
-   candidates in those slots, as the synchronizing path rescores them -- and keeps its best ``k``; the last program to check in
-   merges the ``G`` partial lists per fallback row, writes the answer and resets the counters for
-   the next call.
+   candidates in those slots, as the synchronizing path rescores them -- and keeps its best
+   ``k``; the last program to check in merges the ``G`` partial lists per fallback row, writes the
+   answer and resets the counters for the next call.
 
 Ordering: ``(value desc, token asc)`` as one int64 ``(order-preserving value bits << 32) |
 (2^31 - 1 - token)``; ties go to the lower token index, as everywhere in the draft head. Exact
@@ -356,10 +356,10 @@ def certified_select_rerank(cand_key: torch.Tensor, cand_lb: torch.Tensor, cand_
     Inputs: the certified coarse pass's outputs (``cand_*`` [M, C], ``block_*`` [M, NB], blocks
     of ``block`` tokens), the cap ``cap`` on the certified set rescored by the row's programs
     (with more, all the row's candidates are rescored by the fallback programs below
-    ``FULL_DOT_MIN_M`` rows, else the whole row, as where a block may hide a member; a row's up to ``MAX_RESCAN_BLOCKS`` blocks that may hide
-    members are rescored whole besides),
-    and ``stats`` (int64 ``CERTIFIED_STATS``, accumulated in place). ``1 <= k <= CERTIFIED_MAX_K``; the caller validates shapes. Triton
-    only; no host synchronization."""
+    ``FULL_DOT_MIN_M`` rows, else the whole row, as where a block may hide a member; a row's up
+    to ``MAX_RESCAN_BLOCKS`` blocks that may hide members are rescored whole besides), and
+    ``stats`` (int64 ``CERTIFIED_STATS``, accumulated in place). ``1 <= k <= CERTIFIED_MAX_K``;
+    the caller validates shapes. Triton only; no host synchronization."""
     m, c = cand_key.shape
     nb = block_lb.shape[1]
     n, kk = weight.shape
