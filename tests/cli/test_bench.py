@@ -363,15 +363,15 @@ def test_draft_head_stages_rows(monkeypatch):
     with lowbit.backend("triton"):
         rows = runner.available_ops()["draft_head_stages"].fn(ctx)
     impls = ["certified top16", "coarse pass kcand 4", "coarse pass kcand 8", "tail kcand 8 cap 256",
-             "tail kcand 4 cap 128"]
+             "tail kcand 4 cap 128", "tail kcand 8 cap 1024"]
     assert [(r.case, r.impl) for r in rows] == [("512x64 M2", i) for i in impls]
-    assert [r.us for r in rows] == [float(i + 1) for i in range(5)]
+    assert [r.us for r in rows] == [float(i + 1) for i in range(6)]
     for j, m in enumerate((2,)):
-        whole, tails = answers[5 * j], answers[5 * j + 3: 5 * j + 5]
+        whole, tails = answers[6 * j], answers[6 * j + 3: 6 * j + 6]
         assert whole[1].shape == (m, 16)
         for v, i in tails:  # the same exact top-16 as the whole call (the call's x)
             assert torch.equal(i, whole[1]) and torch.equal(v, whole[0])
-        for r in rows[5 * j + 3: 5 * j + 5]:
+        for r in rows[6 * j + 3: 6 * j + 6]:
             assert set(r.extra) == {"wide_rate", "fallback_rate", "rescan_rate"}
             assert all(0.0 <= v <= 1.0 for v in r.extra.values())
 
