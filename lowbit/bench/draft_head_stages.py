@@ -75,8 +75,8 @@ def run(ctx: BenchContext) -> list[Result]:
             tail()  # compile outside any capture
             us = timing.time_us(tail, graph=True)
             st = dict(zip(CERTIFIED_STATS, stats.tolist()))
-            calls = max(st["rows"], 1)
-            rates = {name: round(st[key] / calls, 4) for name, key in
+            rows_seen = max(st["rows"], 1)
+            rates = {name: round(st[key] / rows_seen, 4) for name, key in
                      (("wide_rate", "wide"), ("fallback_rate", "fallbacks"), ("rescan_rate", "rescans"))}
             rows.append((f"tail kcand {kcand} cap {cap}", us, rates))
         results += [Result("draft_head_stages", case, impl, us, extra=extra) for impl, us, extra in rows]

@@ -213,7 +213,7 @@ def _full(g, G, ck_ptr, ci_ptr, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk
     key), BN at a time, one row at a time. Slots: rows scored in full ``[0, n_fb)``, wide rows
     ``M - 1 - j`` for j < n_w."""
     n_fb = tl.load(fbcnt_ptr, cache_modifier=".cg")
-    n_w = tl.load(fbcnt_ptr + 1, cache_modifier=".cg")
+    n_w = tl.load(fbcnt_ptr + 1, cache_modifier=".cg")  # 0 with DOT (wide rows join the batches)
     o_n = tl.arange(0, BN)
     o_k = tl.arange(0, BK)
     o_f = tl.arange(0, FB)
@@ -237,29 +237,26 @@ def _full(g, G, ck_ptr, ci_ptr, x_ptr, w_ptr, fbrow_ptr, fbcnt_ptr, done_ptr, tk
                 best = _merge_rows(best, tl.topk(keys, KP), FB, KP)
             tl.store(part_ptr + ((f0 + o_f)[:, None] * G + g) * KP + tl.arange(0, KP)[None, :], best,
                      mask=m_f[:, None])
-    # one row at a time: the wide rows, and without DOT the rows scored in full too
-    i0 = 0
-    if DOT:
-        i0 = n_fb
-    for i in range(i0, n_fb + n_w):
-        cands = i >= n_fb
-        f = tl.where(cands, M - 1 - (i - n_fb), i)
-        m = tl.load(fbrow_ptr + f).to(tl.int64)
-        # positions: the row's candidate slots, or its tokens
-        lim = tl.where(cands, C, N)
-        best = tl.full([KP], INT64_MIN, dtype=tl.int64)
-        for n0 in range(g * BN, lim, G * BN):
-            pos = n0 + o_n
-            m_n = pos < lim
-            if cands:
-                tok = tl.load(ci_ptr + m * C + pos, mask=m_n, other=0)
-                m_n = m_n & (tl.load(ck_ptr + m * C + pos, mask=m_n, other=float("-inf")) > float("-inf"))
-            else:
-                tok = pos.to(tl.int64)
-            v = exact_dot_block(x_ptr, w_ptr, m, tok, m_n, stride_xm, stride_wn, K, BK)
-            keys = tl.where(m_n, pack_key(v, tok), INT64_MIN)
-            best = _merge(best, tl.topk(keys, KP), KP)
-        tl.store(part_ptr + (f * G + g) * KP + tl.arange(0, KP), best)
+    else:  # one row at a time: the rows scored in full, then the wide rows
+        for i in range(0, n_fb + n_w):
+            cands = i >= n_fb
+            f = tl.where(cands, M - 1 - (i - n_fb), i)
+            m = tl.load(fbrow_ptr + f).to(tl.int64)
+            # positions: the row's candidate slots, or its tokens
+            lim = tl.where(cands, C, N)
+            best = tl.full([KP], INT64_MIN, dtype=tl.int64)
+            for n0 in range(g * BN, lim, G * BN):
+                pos = n0 + o_n
+                m_n = pos < lim
+                if cands:
+                    tok = tl.load(ci_ptr + m * C + pos, mask=m_n, other=0)
+                    m_n = m_n & (tl.load(ck_ptr + m * C + pos, mask=m_n, other=float("-inf")) > float("-inf"))
+                else:
+                    tok = pos.to(tl.int64)
+                v = exact_dot_block(x_ptr, w_ptr, m, tok, m_n, stride_xm, stride_wn, K, BK)
+                keys = tl.where(m_n, pack_key(v, tok), INT64_MIN)
+                best = _merge(best, tl.topk(keys, KP), KP)
+            tl.store(part_ptr + (f * G + g) * KP + tl.arange(0, KP), best)
     tl.debug_barrier()
     done = tl.atomic_add(arrive_ptr, 1, sem="acq_rel")
     if done == G - 1:
