@@ -12,7 +12,9 @@ Per M, 32 batches of M consecutive positions; every implementation answers every
 CUDA-graph replay (:func:`lowbit.bench.timing.cold_graph_us`: per batch the rows are copied in and
 L2 flushed outside the timed region, so certified set sizes and fallbacks are what the real data
 make them), and eagerly (``extra["eager_us"]``: one call between two synchronizations, host
-launch cost included). ``extra`` also carries the argmax agreement with the fp32 logits, and for
+launch cost included; ``extra["eager_graphs_us"]`` the same with ``eager_graphs=True``, the head
+replaying its own recorded graph, and ``eager_graphs_same`` whether its answers equal the plain
+head's). ``extra`` also carries the argmax agreement with the fp32 logits, and for
 certified heads the set sizes, fallback rows, recall of the exact top-16, the top-16 call's graph
 time, set sizes and fallback rate, and the agreement of the argmax and of the top-16 set with
 the fp64 logits over every position in batches of M.
@@ -129,7 +131,8 @@ def run(ctx: BenchContext) -> list[Result]:
     model = str(blob.get("model", "real head"))
     ms = QUICK_MS if ctx.quick else MS
     heads = {name: DraftHead(w, **kw) for name, kw in CONFIGS.items()}
-    for h in heads.values():
+    graphed = {name: DraftHead(w, **kw, eager_graphs=True) for name, kw in CONFIGS.items()}
+    for h in [*heads.values(), *graphed.values()]:
         h.warmup(max_m=max(ms), ks=(1, TOPK))
     logits64 = hidden.double() @ w.double().t()
     ref64 = logits64.argmax(-1)  # ties to the lower index, as the head's
@@ -170,6 +173,9 @@ def run(ctx: BenchContext) -> list[Result]:
             extra = {"agreement_vs_fp32": agreement(h.argmax)}
             st = h.stats
             extra.update(eager_us=_eager_us(h.argmax, xs), timing="graph, cold L2", model=model)
+            g = graphed[name]
+            extra["eager_graphs_us"] = _eager_us(g.argmax, xs)  # eager calls replaying the head's own graph
+            extra["eager_graphs_same"] = all(torch.equal(g.argmax(x), h.argmax(x)) for x in xs)
             if h.mode == "certified":
                 extra["floor_us"] = floor
                 extra["coarse_pass_us"] = cold_graph_us(

@@ -12,6 +12,7 @@ from torch import nn
 from lowbit._validate import check_tensor, require
 from lowbit.formats.fp8 import FP8
 from lowbit.formats.nvfp4 import NVFP4
+from lowbit.nn.eager_graphs import EagerGraphs, recordable
 from lowbit.ops.coarse_head import BOUNDS, PIPELINES, HeadConfig, HeadState, HeadStats, dispatch, pack, weight_version
 
 MODES = ("fast", "certified")
@@ -64,6 +65,10 @@ class DraftHead(nn.Module):
             coarse error, ``sqrt(sum_g s_g^2/12 ||x_g||_2^2)``: probabilistic, not a guarantee).
         sigma: the statistical bound's multiple (default 4).
         block: tokens per candidate block (power of two, 16..256, default 128).
+        eager_graphs: replay a CUDA graph for eager CUDA calls (default False): the first eager
+            ``argmax`` / ``topk(., k)`` of a row count records itself, later ones with the same rows,
+            k and dtype copy x in and replay (:mod:`lowbit.nn.eager_graphs`). Only graph-safe calls
+            (:meth:`capturable`); each graph keeps its outputs and scratch on the device.
 
     Certified mode: the coarse kernel emits per block its ``kcand`` best upper bounds
     ``ub = c + b``, its best lower bound ``c - b`` and its best unemitted ``ub``. Every token whose
@@ -99,7 +104,7 @@ class DraftHead(nn.Module):
 
     def __init__(self, weight, bits="auto", group_size: int = 64, mode: str = "certified",
                  kcand: int | None = None, rerank: int | None = None, bound: str = "det",
-                 sigma: float = 4.0, block: int = 128):
+                 sigma: float = 4.0, block: int = 128, eager_graphs: bool = False):
         super().__init__()
         require(mode in MODES, f"mode must be one of {MODES}, got {mode!r}")
         if isinstance(weight, FP8):
@@ -139,6 +144,7 @@ class DraftHead(nn.Module):
         rerank = d["rerank"] if rerank is None else rerank
         require(type(kcand) is int and 1 <= kcand <= block, f"kcand must be an int in [1, block={block}], got {kcand!r}")
         require(type(rerank) is int and rerank >= 1, f"rerank must be a positive int, got {rerank!r}")
+        require(type(eager_graphs) is bool, f"eager_graphs must be a bool, got {eager_graphs!r}")
         self.weight = weight  # a plain attribute: kept by reference, never copied or registered
         self.n, self.k = n, k
         self.bits, self.group_size, self.mode = bits, group_size, mode
@@ -150,6 +156,7 @@ class DraftHead(nn.Module):
         self._stats = HeadStats()
         self._state = None  # the pipelines' HeadState, made when the weight is first packed
         self._packed_version = None
+        self._graphs = EagerGraphs() if eager_graphs else None
         if not _is_all_zero(weight):
             self._repack()
 
@@ -246,15 +253,24 @@ class DraftHead(nn.Module):
     def argmax(self, x: torch.Tensor) -> torch.Tensor:
         """int64 [...]: the index of the largest logit per row (lower index among exact ties)."""
         x2, state = self._flat(x)
-        return self._topk(state, x2, 1, argmax=True)[1][:, 0].view(x.shape[:-1])
+        return self._call(state, x2, 1, True)[1][:, 0].view(x.shape[:-1])
 
     def topk(self, x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(values fp32 [..., k], indices int64 [..., k]): exact values, sorted descending, the
         lower index first among equal values."""
         self._check_k(k)
         x2, state = self._flat(x)
-        v, i = self._topk(state, x2, k)
+        v, i = self._call(state, x2, k, False)
         return v.view(*x.shape[:-1], k), i.view(*x.shape[:-1], k)
+
+    def _call(self, state: HeadState, x2: torch.Tensor, k: int, argmax: bool) -> tuple:
+        """The pipeline's ``(values, indices)``; with ``eager_graphs``, an eager CUDA call that is
+        graph-safe replays its recorded graph (:mod:`lowbit.nn.eager_graphs`)."""
+        if self._graphs is not None and recordable(x2) and self.capturable(k):
+            key = (k, argmax, tuple(x2.shape), x2.dtype, x2.device)
+            return self._graphs.call(key, state, state.stats, lambda xs: self._topk(state, xs, k, argmax=argmax), x2,
+                                     count_host=self.mode == "fast")
+        return self._topk(state, x2, k, argmax=argmax)
 
     def logits(self, x: torch.Tensor, topk_only: bool = False) -> torch.Tensor:
         """fp32 [..., N]: coarse logits everywhere, exact on the reranked set (fast: the ``rerank``

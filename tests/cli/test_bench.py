@@ -574,4 +574,5 @@ def test_draft_head_real_rows_on_a_tiny_head(tmp_path, monkeypatch):
             assert r.extra["agreement_vs_fp64_all_positions"] == 1.0
             assert r.extra["top16_set_agreement_vs_fp64_all_positions"] == 1.0
             assert 0.0 <= r.extra["top16_rescan_rate"] <= 1.0 and r.extra["top16_fallback_rate"] == 0.0
+            assert r.extra["eager_graphs_us"] == 2.0 and r.extra["eager_graphs_same"] is True
     assert rows[0].extra["bf16_read_us"] == 1.0

@@ -1,0 +1,101 @@
+"""DraftHead(..., eager_graphs=True): eager CUDA calls replay recorded graphs, with the plain
+calls' answers and statistics."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lowbit.formats import FP8
+from lowbit.nn.draft_head import DraftHead
+
+N, K = 1000, 64  # N: a partial last block
+
+
+def _weight(seed: int = 3) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(N, K, generator=g) * 0.02).to(torch.bfloat16)
+
+
+def _xs(m: int, count: int, seed: int = 4) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed + m)
+    return [torch.randn(m, K, generator=g).to(torch.bfloat16) for _ in range(count)]
+
+
+def test_off_cuda_the_plain_calls():
+    """On CPU the flag changes nothing (no graphs): same answers as a plain head."""
+    w = _weight()
+    plain, graphed = DraftHead(w), DraftHead(w, eager_graphs=True)
+    for x in _xs(3, 2):
+        assert torch.equal(plain.argmax(x), graphed.argmax(x))
+        for a, b in zip(plain.topk(x, 5), graphed.topk(x, 5)):
+            assert torch.equal(a, b)
+    assert not graphed._graphs._graphs
+
+
+@pytest.mark.parametrize("bad", [1, "yes", None])
+def test_flag_must_be_a_bool(bad):
+    with pytest.raises(ValueError, match="eager_graphs"):
+        DraftHead(_weight(), eager_graphs=bad)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["certified", "fast"])
+def test_replays_match_the_plain_calls(mode):
+    """Per row count: the first call records, the next ones replay -- each answer equals the plain
+    head's on that input, the answers are fresh tensors (not the graph's outputs), and both heads'
+    statistics agree after the same calls."""
+    w = _weight().cuda()
+    plain, graphed = DraftHead(w, mode=mode), DraftHead(w, mode=mode, eager_graphs=True)
+    kept = []
+    for m in (1, 4, 16):
+        for x in _xs(m, 4):
+            x = x.cuda()
+            a = graphed.argmax(x)
+            assert torch.equal(a, plain.argmax(x)), (mode, m)
+            v, i = graphed.topk(x, 5)
+            pv, pi = plain.topk(x, 5)
+            assert torch.equal(i, pi) and torch.equal(v, pv), (mode, m)
+            kept.append((x, a.clone(), a))
+    for x, before, a in kept:  # later replays did not overwrite an earlier answer
+        assert torch.equal(a, before)
+    assert len(graphed._graphs._graphs) == 6  # (argmax, topk 5) x 3 row counts
+    got, want = graphed.stats, plain.stats
+    nan = [key for key, v in want.items() if v != v]  # no set sizes (fast mode)
+    assert got.keys() == want.keys() and all(got[key] != got[key] for key in nan), (got, want)
+    assert {key: got[key] for key in got if key not in nan} == {key: want[key] for key in want if key not in nan}
+
+
+@pytest.mark.cuda
+def test_weight_update_drops_the_graphs():
+    """An in-place weight update re-packs the head; the recorded graphs (over the old packing) are
+    dropped and the answers follow the new weight."""
+    w = _weight().cuda()
+    graphed = DraftHead(w, eager_graphs=True)
+    x = _xs(2, 1)[0].cuda()
+    graphed.argmax(x), graphed.argmax(x)
+    w.copy_(_weight(seed=9).cuda())
+    assert torch.equal(graphed.argmax(x), DraftHead(w).argmax(x))
+    assert torch.equal(graphed.argmax(x), DraftHead(w).argmax(x))  # a replay of the new graph
+
+
+@pytest.mark.cuda
+def test_inside_a_capture_and_not_capturable():
+    """Inside a user's capture the head records nothing and is captured as a plain head; a head
+    that synchronizes (certified over FP8 rows) never records."""
+    w = _weight().cuda()
+    graphed, plain = DraftHead(w, eager_graphs=True), DraftHead(w)
+    x = _xs(4, 1)[0].cuda()
+    graphed.argmax(x)  # compiled (and recorded) eagerly first
+    static_x = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = graphed.argmax(static_x)
+    for x2 in _xs(4, 2, seed=11):
+        static_x.copy_(x2.cuda())
+        graph.replay()
+        assert torch.equal(out, plain.argmax(static_x))
+    q = FP8.quantize(w.float(), "row")
+    fp8 = DraftHead(q, eager_graphs=True)
+    assert not fp8.capturable()
+    assert torch.equal(fp8.argmax(x), fp8.argmax(x))
+    assert not fp8._graphs._graphs
