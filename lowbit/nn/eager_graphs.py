@@ -27,7 +27,7 @@ MAX_GRAPHS = 64
 @dataclasses.dataclass
 class _Graph:
     x: torch.Tensor  # the static input the graph reads
-    graph: torch.cuda.CUDAGraph
+    graph: torch.cuda.CUDAGraph  # or anything with replay() (tests)
     out: tuple  # the static outputs (tensors or None)
 
 
@@ -67,14 +67,7 @@ class EagerGraphs:
         saved = dataclasses.replace(stats)
         device_counts = None if stats.device is None else stats.device.clone()
         static_x = torch.empty_like(x).copy_(x)
-        side = torch.cuda.Stream(device=x.device)
-        side.wait_stream(torch.cuda.current_stream(x.device))
-        with torch.cuda.stream(side):
-            fn(static_x)  # the allocator's warm-up for the capture, off the capturing stream
-        torch.cuda.current_stream(x.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = fn(static_x)
+        graph, out = _capture(fn, static_x)
         # the warm-up and the capture are not calls: restore the counters they touched
         for f in dataclasses.fields(stats):
             if f.name != "device":
@@ -86,6 +79,20 @@ class EagerGraphs:
         self._graphs[key] = _Graph(static_x, graph, tuple(out))
         while len(self._graphs) > self.max_graphs:
             self._graphs.popitem(last=False)
+
+
+def _capture(fn, static_x: torch.Tensor):
+    """(graph, outputs) of ``fn(static_x)`` captured in a CUDA graph, after one warm-up call on a
+    side stream (the allocator's, as ``torch.cuda.graph`` asks)."""
+    side = torch.cuda.Stream(device=static_x.device)
+    side.wait_stream(torch.cuda.current_stream(static_x.device))
+    with torch.cuda.stream(side):
+        fn(static_x)
+    torch.cuda.current_stream(static_x.device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(static_x)
+    return graph, out
 
 
 def recordable(x: torch.Tensor) -> bool:

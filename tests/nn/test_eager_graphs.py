@@ -99,3 +99,73 @@ def test_inside_a_capture_and_not_capturable():
     assert not fp8.capturable()
     assert torch.equal(fp8.argmax(x), fp8.argmax(x))
     assert not fp8._graphs._graphs
+
+
+class _FakeGraph:
+    """Stands in for a captured graph on CPU: a replay runs the function again into the static
+    outputs (what a CUDA graph's kernels do)."""
+
+    def __init__(self, fn, static_x, out):
+        self.fn, self.static_x, self.out = fn, static_x, out
+
+    def replay(self):
+        self.fn.replaying = True  # the kernels run again, not the host code around them
+        try:
+            new = self.fn(self.static_x)
+        finally:
+            self.fn.replaying = False
+        for t, n in zip(self.out, new):
+            if t is not None:
+                t.copy_(n)
+
+
+def _fake_capture(fn, static_x):
+    fn(static_x)  # the warm-up
+    out = fn(static_x)
+    return _FakeGraph(fn, static_x, out), out
+
+
+def test_graph_bookkeeping(monkeypatch):
+    """The logic around the graphs, with a stand-in for the capture (CPU): the first call of a key
+    answers directly and records; replays copy x in, return fresh copies of the outputs and count
+    one call on the host counters when asked, while the recording's own runs are taken back out; a
+    new owner drops every graph; the least recently used graph goes first."""
+    from lowbit.nn import eager_graphs
+    from lowbit.ops.coarse_head import HeadStats
+
+    monkeypatch.setattr(eager_graphs, "_capture", _fake_capture)
+    stats = HeadStats()
+    runs = []
+
+    def fn(x):  # counts on the host as the fast pipeline does
+        runs.append(x)
+        if not fn.replaying:
+            stats.calls += 1
+            stats.rows += x.shape[0]
+        if stats.device is not None:  # a device counter: kernels bump it, replays included
+            stats.device[0] += 1
+        return None, x * 2
+
+    fn.replaying = False
+
+    graphs, owner = eager_graphs.EagerGraphs(max_graphs=2), object()
+    xs = [torch.randn(3, 4) for _ in range(3)]
+    _, first = graphs.call("a", owner, stats, fn, xs[0], count_host=True)
+    assert torch.equal(first, xs[0] * 2) and len(runs) == 3  # the call, the warm-up, the capture
+    assert (stats.calls, stats.rows) == (1, 3)
+    none, second = graphs.call("a", owner, stats, fn, xs[1], count_host=True)
+    assert none is None and torch.equal(second, xs[1] * 2) and len(runs) == 4  # one replay
+    _, third = graphs.call("a", owner, stats, fn, xs[2], count_host=True)
+    assert torch.equal(second, xs[1] * 2), "a later replay overwrote an earlier answer"
+    assert torch.equal(third, xs[2] * 2) and (stats.calls, stats.rows) == (3, 9)
+    stats.device = torch.zeros(7, dtype=torch.int64)
+    graphs.call("b", owner, stats, fn, xs[0], count_host=False)
+    assert int(stats.device[0]) == 1  # the call; the recording's runs taken back out
+    graphs.call("b", owner, stats, fn, xs[1], count_host=False)
+    assert (stats.calls, stats.rows) == (4, 12)  # the recording call only: replays count on the device
+    assert int(stats.device[0]) == 2
+    graphs.call("a", owner, stats, fn, xs[0], count_host=True)  # "a" most recent
+    graphs.call("c", owner, stats, fn, xs[0], count_host=True)  # evicts "b"
+    assert list(graphs._graphs) == ["a", "c"]
+    graphs.call("a", object(), stats, fn, xs[0], count_host=True)  # another owner: all dropped, "a" anew
+    assert list(graphs._graphs) == ["a"]
