@@ -285,4 +285,5 @@ class DraftHead(nn.Module):
     def extra_repr(self) -> str:
         bits = "native" if self.bits is None else f"int{self.bits} g{self.group_size}"
         return (f"N={self.n}, K={self.k}, coarse={bits}, mode={self.mode}, kcand={self.kcand}, "
-                f"rerank={self.rerank}, bound={self.bound}, block={self.block}")
+                f"rerank={self.rerank}, bound={self.bound}, block={self.block}"
+                + (", eager_graphs=True" if self._graphs is not None else ""))

@@ -30,6 +30,8 @@ def test_head_kwargs():
     assert parse({"LOWBIT_VLLM": "draft"}).head_kwargs == {}  # DraftHead's own defaults
     assert parse({}).warmup_m == 64 and parse({"LOWBIT_VLLM_WARMUP_M": "0"}).warmup_m == 0
     assert parse({"LOWBIT_VLLM_BITS": "native"}).head_kwargs == {"bits": "native"}
+    assert parse({"LOWBIT_VLLM_EAGER_GRAPHS": "1"}).head_kwargs == {"eager_graphs": True}
+    assert parse({"LOWBIT_VLLM_EAGER_GRAPHS": "0"}).head_kwargs == {}
 
 
 @pytest.mark.parametrize("name, value, needle", [
@@ -49,6 +51,7 @@ def test_head_kwargs():
     ("LOWBIT_VLLM_SIGMA", "-1", "positive and finite"),
     ("LOWBIT_VLLM_SIGMA", "four", "a number"),
     ("LOWBIT_VLLM_WARMUP_M", "-1", ">= 0"),
+    ("LOWBIT_VLLM_EAGER_GRAPHS", "yes", "0, 1"),
 ])
 def test_bad_value_names_the_variable(name, value, needle):
     with pytest.raises(ValueError, match=name) as e:

@@ -30,6 +30,7 @@ def test_off_cuda_the_plain_calls():
         for a, b in zip(plain.topk(x, 5), graphed.topk(x, 5)):
             assert torch.equal(a, b)
     assert not graphed._graphs._graphs
+    assert graphed.extra_repr() == plain.extra_repr() + ", eager_graphs=True"
 
 
 @pytest.mark.parametrize("bad", [1, "yes", None])

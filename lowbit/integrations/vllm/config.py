@@ -115,6 +115,10 @@ def parse(env=None) -> Settings:
             raise ValueError(f"LOWBIT_VLLM_SIGMA must be positive and finite, got {raw!r}")
         kw["sigma"] = sigma
 
+    eager_graphs = _choice(env, "LOWBIT_VLLM_EAGER_GRAPHS", ("0", "1"))
+    if eager_graphs == "1":
+        kw["eager_graphs"] = True
+
     warmup_m = _int(env, "LOWBIT_VLLM_WARMUP_M", 0)
     warmup_m = 64 if warmup_m is None else warmup_m
 
