@@ -32,7 +32,8 @@ class _Graph:
 
 
 class EagerGraphs:
-    """One head's graphs, keyed by call signature; :meth:`call` answers ``fn(x)``."""
+    """One head's graphs, keyed by call signature (None: a signature whose capture failed, answered
+    plainly); :meth:`call` answers ``fn(x)``."""
 
     def __init__(self, max_graphs: int = MAX_GRAPHS):
         self.max_graphs = max_graphs
@@ -50,12 +51,17 @@ class EagerGraphs:
         if owner is not self._owner:
             self.clear()
             self._owner = owner
-        g = self._graphs.get(key)
-        if g is None:
+        if key not in self._graphs:
             out = fn(x)  # this call's answer; compiles anything not compiled yet
-            self._record(key, stats, fn, x)
+            try:
+                self._record(key, stats, fn, x)
+            except RuntimeError:  # a capture CUDA refused: this signature stays plain
+                self._graphs[key] = None
             return out
         self._graphs.move_to_end(key)
+        g = self._graphs[key]
+        if g is None:
+            return fn(x)
         g.x.copy_(x)
         g.graph.replay()
         if count_host:
@@ -67,8 +73,17 @@ class EagerGraphs:
         saved = dataclasses.replace(stats)
         device_counts = None if stats.device is None else stats.device.clone()
         static_x = torch.empty_like(x).copy_(x)
-        graph, out = _capture(fn, static_x)
-        # the warm-up and the capture are not calls: restore the counters they touched
+        try:
+            graph, out = _capture(fn, static_x)
+        finally:
+            self._restore(stats, saved, device_counts)
+        self._graphs[key] = _Graph(static_x, graph, tuple(out))
+        while len(self._graphs) > self.max_graphs:
+            self._graphs.popitem(last=False)
+
+    @staticmethod
+    def _restore(stats, saved, device_counts) -> None:
+        """The warm-up and the capture are not calls: the counters as they were before them."""
         for f in dataclasses.fields(stats):
             if f.name != "device":
                 setattr(stats, f.name, getattr(saved, f.name))
@@ -76,9 +91,6 @@ class EagerGraphs:
             stats.device.copy_(device_counts)
         elif stats.device is not None:  # made during the warm-up: it counted only the warm-up
             stats.device.zero_()
-        self._graphs[key] = _Graph(static_x, graph, tuple(out))
-        while len(self._graphs) > self.max_graphs:
-            self._graphs.popitem(last=False)
 
 
 def _capture(fn, static_x: torch.Tensor):

@@ -170,3 +170,15 @@ def test_graph_bookkeeping(monkeypatch):
     assert list(graphs._graphs) == ["a", "c"]
     graphs.call("a", object(), stats, fn, xs[0], count_host=True)  # another owner: all dropped, "a" anew
     assert list(graphs._graphs) == ["a"]
+
+    def refused(fn, static_x):  # what a capture CUDA rejects raises
+        fn(static_x)
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(eager_graphs, "_capture", refused)
+    calls, owner2 = stats.calls, graphs._owner
+    _, out = graphs.call("d", owner2, stats, fn, xs[1], count_host=True)
+    assert torch.equal(out, xs[1] * 2) and graphs._graphs["d"] is None  # answered; stays plain
+    assert stats.calls == calls + 1  # the failed recording's run taken back out
+    _, out = graphs.call("d", owner2, stats, fn, xs[2], count_host=True)
+    assert torch.equal(out, xs[2] * 2) and stats.calls == calls + 2
