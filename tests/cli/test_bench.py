@@ -343,14 +343,20 @@ def test_attn_read_kernel_reads_the_rows(p, tt, fp8):
 
 
 @pytest.mark.interpret
-def test_draft_head_stages_rows(monkeypatch):
-    """The draft head's stage probe on a tiny head (CPU, timer faked): per M the whole call, the
-    coarse pass at 4 and 8 candidates a block and the tail alone at both sizes; each tail row
-    answers the exact top-16 of the call (its replays are what is timed) and carries its rates."""
-    from lowbit.bench import draft_head_stages as dhs, timing
+def test_draft_head_stages_rows(tmp_path, monkeypatch):
+    """The draft head's stage probe on a tiny random head, then a tiny "real" head from a data
+    file (CPU, timer faked): per head and M the whole call, the coarse pass at 4 and 8 candidates
+    a block and the tail alone at three sizes; each tail row answers the exact top-16 of the call
+    (its replays are what is timed) and carries its rates. Without the data file only the random
+    head's rows."""
+    from lowbit.bench import draft_head_real as dhr, draft_head_stages as dhs, timing
 
     monkeypatch.setattr(dhs, "SHAPE", (512, 64))
     monkeypatch.setattr(dhs, "MS", (2,))
+    gen = torch.Generator().manual_seed(0)
+    path = tmp_path / "tiny.pt.xz"
+    dhr.save(str(path), torch.randn(9, 64, generator=gen), torch.randn(1024, 64, generator=gen) * 0.05, "tiny")
+    monkeypatch.setenv(dhr.ENV, str(path))
     answers = []
 
     def fake_time_us(fn, graph=False):
@@ -364,16 +370,24 @@ def test_draft_head_stages_rows(monkeypatch):
         rows = runner.available_ops()["draft_head_stages"].fn(ctx)
     impls = ["certified top16", "coarse pass kcand 4", "coarse pass kcand 8", "tail kcand 8 cap 256",
              "tail kcand 4 cap 128", "tail kcand 8 cap 1024"]
-    assert [(r.case, r.impl) for r in rows] == [("512x64 M2", i) for i in impls]
-    assert [r.us for r in rows] == [float(i + 1) for i in range(6)]
-    for j, m in enumerate((2,)):
+    assert [(r.case, r.impl) for r in rows] == [(c, i) for c in ("512x64 M2", "real 1024x64 M2") for i in impls]
+    assert [r.us for r in rows] == [float(i + 1) for i in range(12)]
+    for j in range(2):
         whole, tails = answers[6 * j], answers[6 * j + 3: 6 * j + 6]
-        assert whole[1].shape == (m, 16)
+        assert whole[1].shape == (2, 16)
         for v, i in tails:  # the same exact top-16 as the whole call (the call's x)
             assert torch.equal(i, whole[1]) and torch.equal(v, whole[0])
         for r in rows[6 * j + 3: 6 * j + 6]:
             assert set(r.extra) == {"wide_rate", "fallback_rate", "rescan_rate"}
             assert all(0.0 <= v <= 1.0 for v in r.extra.values())
+    blob = dhr.load(str(path))
+    x = blob["hidden"][torch.tensor([0, 8])].float()
+    ref = (x @ blob["weight"].float().t()).topk(16, dim=-1).indices
+    assert torch.equal(answers[6][1], ref)  # the real rows: positions spread over the file, exact
+    monkeypatch.setenv(dhr.ENV, str(tmp_path / "absent.pt.xz"))
+    monkeypatch.setattr(dhs, "_stage_rows", lambda head, w, x, case: [case])
+    assert dhs.run(ctx) == ["512x64 M2"]
+
 
 @pytest.mark.interpret
 def test_sparse_attn_stages_rows(monkeypatch):
