@@ -239,6 +239,10 @@ class DraftHead(nn.Module):
         over FP8 / NVFP4 rows, and larger k, take the tail that synchronizes once per call (the
         tail routes in :mod:`lowbit.ops.coarse_head.dispatch`)."""
         self._check_k(k)
+        return self._graph_safe(k)
+
+    def _graph_safe(self, k: int) -> bool:
+        """:meth:`capturable` of a k already checked (the eager-graphs path asks it every call)."""
         dense = isinstance(self.weight, torch.Tensor)
         return dispatch.tail_route(dispatch.TailCall(self.mode, k, k == 1, 1, dense, False, True)) != "certified_sync"
 
@@ -266,7 +270,7 @@ class DraftHead(nn.Module):
     def _call(self, state: HeadState, x2: torch.Tensor, k: int, argmax: bool) -> tuple:
         """The pipeline's ``(values, indices)``; with ``eager_graphs``, an eager CUDA call that is
         graph-safe replays its recorded graph (:mod:`lowbit.nn.eager_graphs`)."""
-        if self._graphs is not None and recordable(x2) and self.capturable(k):
+        if self._graphs is not None and recordable(x2) and self._graph_safe(k):
             key = (k, argmax, tuple(x2.shape), x2.dtype, x2.device)
             return self._graphs.call(key, state, state.stats, lambda xs: self._topk(state, xs, k, argmax=argmax), x2,
                                      count_host=self.mode == "fast")
