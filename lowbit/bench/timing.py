@@ -24,6 +24,9 @@ def time_us(fn: Callable[[], object], *, graph: bool = False, rep: int = 100) ->
     import triton.testing
 
     if graph:
+        # Triton runs fn on a stream of its own that does not wait for the current one: without
+        # this, fn may read inputs an earlier eager launch is still writing (garbage indices)
+        torch.cuda.synchronize()
         ms = triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")
     else:
         ms = triton.testing.do_bench(fn, rep=rep, return_mode="median")

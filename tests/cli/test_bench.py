@@ -180,6 +180,27 @@ def test_gemm_bench_has_layer_stack_cases():
         assert stack[(case, "lowbit")] > 0 and stack[(case, "scaled_mm fp8 rowwise")] > 0
 
 
+def test_graph_timing_waits_for_earlier_launches(monkeypatch):
+    """``time_us(graph=True)`` synchronizes before Triton's graph timer, which runs ``fn`` on a
+    stream of its own that does not wait for the current one (so ``fn`` would race the launches
+    that wrote its inputs); the eager timer runs on the current stream and needs no wait."""
+    import torch
+    import triton.testing
+
+    from lowbit.bench import timing
+
+    events = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: events.append("sync"))
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph",
+                        lambda fn, rep, return_mode: events.append("graph") or 0.002)
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, rep, return_mode: events.append("eager") or 0.003)
+    assert timing.time_us(lambda: None, graph=True) == pytest.approx(2.0)
+    assert events == ["sync", "graph"]
+    events.clear()
+    assert timing.time_us(lambda: None) == pytest.approx(3.0)
+    assert events == ["eager"]
+
+
 def test_interleaved_medians_alternates_order_and_takes_medians():
     """Rounds alternate the order (so no variant is always timed first), numeric fields are the
     median of the rounds, other fields come from the first round, a failing variant is reported
