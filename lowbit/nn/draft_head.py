@@ -242,7 +242,8 @@ class DraftHead(nn.Module):
         return self._graph_safe(k)
 
     def _graph_safe(self, k: int) -> bool:
-        """:meth:`capturable` of a k already checked (the eager-graphs path asks it every call)."""
+        """:meth:`capturable` of a k already checked (the eager-graphs path asks it once per call
+        signature)."""
         dense = isinstance(self.weight, torch.Tensor)
         return dispatch.tail_route(dispatch.TailCall(self.mode, k, k == 1, 1, dense, False, True)) != "certified_sync"
 
@@ -270,10 +271,10 @@ class DraftHead(nn.Module):
     def _call(self, state: HeadState, x2: torch.Tensor, k: int, argmax: bool) -> tuple:
         """The pipeline's ``(values, indices)``; with ``eager_graphs``, an eager CUDA call that is
         graph-safe replays its recorded graph (:mod:`lowbit.nn.eager_graphs`)."""
-        if self._graphs is not None and recordable(x2) and self._graph_safe(k):
+        if self._graphs is not None and recordable(x2):
             key = (k, argmax, tuple(x2.shape), x2.dtype, x2.device)
             return self._graphs.call(key, state, state.stats, lambda xs: self._topk(state, xs, k, argmax=argmax), x2,
-                                     count_host=self.mode == "fast")
+                                     count_host=self.mode == "fast", safe=lambda: self._graph_safe(k))
         return self._topk(state, x2, k, argmax=argmax)
 
     def logits(self, x: torch.Tensor, topk_only: bool = False) -> torch.Tensor:

@@ -38,20 +38,29 @@ class EagerGraphs:
     def __init__(self, max_graphs: int = MAX_GRAPHS):
         self.max_graphs = max_graphs
         self._graphs: OrderedDict[tuple, _Graph] = OrderedDict()
+        self._unsafe: set = set()  # keys ``safe`` refused: answered plainly, never recorded
         self._owner = None  # the head state the graphs read (a re-pack makes a new one)
 
     def clear(self) -> None:
         self._graphs.clear()
+        self._unsafe.clear()
 
-    def call(self, key: tuple, owner, stats, fn, x: torch.Tensor, count_host: bool) -> tuple:
+    def call(self, key: tuple, owner, stats, fn, x: torch.Tensor, count_host: bool, safe=None) -> tuple:
         """``fn(x)``, from a replayed graph where one is recorded for ``key``. ``owner``: the state
         ``fn`` reads (graphs of another owner are dropped); ``stats``: the head's
         :class:`~lowbit.ops.coarse_head.HeadStats`; ``count_host``: a replay adds one call of
-        ``x``'s rows to the host counters (what ``fn`` itself does on the host)."""
+        ``x``'s rows to the host counters (what ``fn`` itself does on the host); ``safe``: asked
+        once per key, when it is first seen (None: every key is safe) -- an unsafe key is answered
+        plainly from then on, so later calls do not ask again."""
         if owner is not self._owner:
             self.clear()
             self._owner = owner
+        if key in self._unsafe:
+            return fn(x)
         if key not in self._graphs:
+            if safe is not None and not safe():
+                self._unsafe.add(key)
+                return fn(x)
             out = fn(x)  # this call's answer; compiles anything not compiled yet
             try:
                 self._record(key, stats, fn, x)

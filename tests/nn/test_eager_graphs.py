@@ -182,3 +182,31 @@ def test_graph_bookkeeping(monkeypatch):
     assert stats.calls == calls + 1  # the failed recording's run taken back out
     _, out = graphs.call("d", owner2, stats, fn, xs[2], count_host=True)
     assert torch.equal(out, xs[2] * 2) and stats.calls == calls + 2
+
+
+def test_safety_asked_once_per_key(monkeypatch):
+    """``safe`` is asked when a key is first seen, not on every call: an unsafe key is answered
+    plainly from then on (nothing recorded), a safe one records; a new owner asks again."""
+    from lowbit.nn import eager_graphs
+    from lowbit.ops.coarse_head import HeadStats
+
+    monkeypatch.setattr(eager_graphs, "_capture", _fake_capture)
+    asked, runs = [], []
+
+    def fn(x):
+        runs.append(x)
+        return None, x + 1
+
+    def safe_for(verdict):
+        return lambda: asked.append(verdict) or verdict
+
+    graphs, owner, x = eager_graphs.EagerGraphs(), object(), torch.randn(2, 3)
+    for _ in range(3):
+        _, out = graphs.call("unsafe", owner, HeadStats(), fn, x, count_host=False, safe=safe_for(False))
+        assert torch.equal(out, x + 1)
+    assert asked == [False] and len(runs) == 3 and not graphs._graphs  # plain calls, one question
+    for _ in range(3):
+        graphs.call("safe", owner, HeadStats(), fn, x, count_host=False, safe=safe_for(True))
+    assert asked == [False, True] and list(graphs._graphs) == ["safe"]
+    graphs.call("unsafe", object(), HeadStats(), fn, x, count_host=False, safe=safe_for(False))
+    assert asked == [False, True, False]
